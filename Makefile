@@ -1,0 +1,35 @@
+# Quickstart: `make demo` runs the word-count demo with a crash and recovery;
+# `make test` runs the whole test suite. Both create .venv on first use.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-fast lint typecheck bench clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (Python 3.11+) on PATH"; exit 1; }
+	@command -v java >/dev/null 2>&1 || { echo "need Java 17 (java on PATH) for Spark"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/wordcount_demo.py
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" tests
+
+lint: $(STAMP)
+	$(PY) -m ruff check src tests bench examples
+	$(PY) -m mypy
+
+bench: $(STAMP)
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

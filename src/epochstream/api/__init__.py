@@ -1,0 +1,1 @@
+"""api layer (see docs/architecture.md)."""

@@ -1,0 +1,212 @@
+"""DataStream and KeyedStream: the fluent API that builds the logical graph.
+
+Example::
+
+    (env.from_sequence(0, 100)
+        .map(lambda i: (i % 2, i))
+        .key_by(lambda t: t[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .print())
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from epochstream.api.functions import (
+    FilterFunction,
+    FlatMapFunction,
+    KeyedProcessFunction,
+    MapFunction,
+    ReduceFunction,
+)
+from epochstream.exceptions import ConfigurationError
+from epochstream.graph.transformations import Edge, Partitioning, Transformation
+
+if TYPE_CHECKING:
+    from epochstream.api.environment import Environment
+    from epochstream.connectors.base import Sink
+
+__all__ = ["DataStream", "DataStreamSink", "KeyedStream"]
+
+
+def _name_of(fn: Any, default: str) -> str:
+    name = getattr(fn, "__name__", None) or type(fn).__name__
+    return default if name == "<lambda>" else f"{default}({name})"
+
+
+def _check_callable(fn: Any, base: type, method: str) -> None:
+    if isinstance(fn, base):
+        return
+    if not callable(fn):
+        raise ConfigurationError(
+            f"expected a callable or a {base.__name__} with {method}(), got {type(fn).__name__}"
+        )
+
+
+class _Named:
+    _env: Environment
+    _t: Transformation
+
+    def uid(self, uid: str) -> Any:
+        """Give the last operator a stable identity, used to match its state across job versions.
+
+        Example: ``ds.map(parse).uid("parser")``
+        """
+        if not uid or "/" in uid:
+            raise ConfigurationError(f"invalid uid {uid!r}: non-empty, no '/'")
+        self._t.uid = uid
+        return self
+
+    def name(self, name: str) -> Any:
+        """Set the display name of the last operator. Example: ``ds.map(f).name("parse")``."""
+        self._t.name = name
+        return self
+
+
+class DataStream(_Named):
+    """A stream of records produced by one operator.
+
+    Example::
+
+        ds = env.from_collection(["a b", "c"]).flat_map(str.split)
+    """
+
+    def __init__(self, env: Environment, transformation: Transformation) -> None:
+        self._env = env
+        self._t = transformation
+        self._partitioning = Partitioning()
+
+    def _then(self, kind: str, name: str, payload: Any) -> DataStream:
+        t = self._env._graph.add(
+            kind, name, payload=payload,
+            inputs=[Edge(self._t.id, self._partitioning)],
+        )
+        return DataStream(self._env, t)
+
+    def map(self, fn: Callable[[Any], Any] | MapFunction) -> DataStream:
+        """Apply ``fn`` to every record. Example: ``ds.map(lambda w: (w, 1))``."""
+        _check_callable(fn, MapFunction, "map")
+        return self._then("map", _name_of(fn, "map"), fn)
+
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]] | FlatMapFunction) -> DataStream:
+        """Apply ``fn`` and emit every element of the iterable it returns. Example: ``ds.flat_map(str.split)``."""
+        _check_callable(fn, FlatMapFunction, "flat_map")
+        return self._then("flat_map", _name_of(fn, "flat_map"), fn)
+
+    def filter(self, fn: Callable[[Any], bool] | FilterFunction) -> DataStream:
+        """Keep the records for which ``fn`` is true. Example: ``ds.filter(lambda n: n % 2 == 0)``."""
+        _check_callable(fn, FilterFunction, "filter")
+        return self._then("filter", _name_of(fn, "filter"), fn)
+
+    def key_by(self, key_selector: Callable[[Any], Any]) -> KeyedStream:
+        """Partition by key: records with equal keys go to the same subtask (by key group).
+
+        Keys must have a stable encoding (str, int, float, bytes, bool, None, tuples of
+        these...): routing never uses Python's salted ``hash()``.
+
+        Example: ``ds.key_by(lambda t: t[0])``
+        """
+        if not callable(key_selector):
+            raise ConfigurationError("key_by needs a callable key selector")
+        return KeyedStream(self._env, self._t, key_selector)
+
+    def rebalance(self) -> DataStream:
+        """Distribute records round-robin over the next operator's subtasks. Example: ``ds.rebalance().map(f)``."""
+        out = DataStream(self._env, self._t)
+        out._partitioning = Partitioning("rebalance")
+        return out
+
+    def broadcast(self) -> DataStream:
+        """Send every record to every subtask of the next operator. Example: ``ds.broadcast().map(f)``."""
+        out = DataStream(self._env, self._t)
+        out._partitioning = Partitioning("broadcast")
+        return out
+
+    def sink_to(self, sink: Sink) -> DataStreamSink:
+        """Write the stream to ``sink``. Example: ``ds.sink_to(es.sinks.FileSink("out/"))``."""
+        from epochstream.connectors.base import Sink as SinkBase
+
+        if not isinstance(sink, SinkBase):
+            raise ConfigurationError(f"sink_to needs an epochstream Sink, got {type(sink).__name__}")
+        t = self._env._graph.add(
+            "sink", type(sink).__name__, payload=sink, inputs=[Edge(self._t.id, self._partitioning)]
+        )
+        return DataStreamSink(self._env, t)
+
+    def print(self, prefix: str | None = None) -> DataStreamSink:
+        """Print every record to stdout (at-least-once). Example: ``ds.print()``."""
+        from epochstream.connectors.simple import PrintSink
+
+        return self.sink_to(PrintSink(prefix=prefix))
+
+
+class KeyedStream(_Named):
+    """A stream partitioned by key; stateful operators on it keep state per key.
+
+    Example::
+
+        counts = words.key_by(lambda w: w).reduce(lambda a, b: a + b)
+    """
+
+    def __init__(self, env: Environment, upstream: Transformation, key_selector: Callable[[Any], Any]) -> None:
+        self._env = env
+        self._t = upstream
+        self._key_selector = key_selector
+
+    def _then(self, kind: str, name: str, payload: Any) -> DataStream:
+        t = self._env._graph.add(
+            kind, name, payload=payload,
+            inputs=[Edge(self._t.id, Partitioning("hash", self._key_selector))],
+        )
+        return DataStream(self._env, t)
+
+    def reduce(self, fn: Callable[[Any, Any], Any] | ReduceFunction) -> DataStream:
+        """Rolling reduce: keep one value per key and emit the updated value for every record.
+
+        Example: ``.key_by(lambda t: t[0]).reduce(lambda a, b: (a[0], a[1] + b[1]))``
+        """
+        _check_callable(fn, ReduceFunction, "reduce")
+        return self._then("reduce", _name_of(fn, "reduce"), fn)
+
+    def process(self, fn: KeyedProcessFunction) -> DataStream:
+        """Run a :class:`KeyedProcessFunction` with keyed state. Example: ``keyed.process(CountPerKey())``."""
+        if not isinstance(fn, KeyedProcessFunction):
+            raise ConfigurationError("process() needs a KeyedProcessFunction instance")
+        return self._then("process", _name_of(fn, "process"), fn)
+
+    def sum(self, position: int | None = None) -> DataStream:
+        """Rolling sum per key: of the record itself, or of field ``position`` of tuple records.
+
+        Example: ``pairs.key_by(lambda t: t[0]).sum(1)``
+        """
+        if position is None:
+            return self.reduce(_add)
+        return self.reduce(_SumAt(position))
+
+
+def _add(a: Any, b: Any) -> Any:
+    return a + b
+
+
+class _SumAt:
+    """Picklable reducer summing one tuple field and keeping the others from the first record."""
+
+    def __init__(self, position: int) -> None:
+        self.position = position
+
+    def __call__(self, a: Any, b: Any) -> Any:
+        p = self.position
+        return (*a[:p], a[p] + b[p], *a[p + 1 :])
+
+
+class DataStreamSink(_Named):
+    """The end of a pipeline; returned by ``sink_to`` and ``print`` so it can get a uid/name.
+
+    Example: ``ds.sink_to(sink).uid("file-sink")``
+    """
+
+    def __init__(self, env: Environment, transformation: Transformation) -> None:
+        self._env = env
+        self._t = transformation

@@ -1,0 +1,221 @@
+"""The entry point of a job: settings, sources, and ``execute``.
+
+Example::
+
+    import epochstream as es
+
+    env = es.Environment(parallelism=2)
+    env.enable_checkpointing(interval=1.0, storage="/tmp/ckpt")
+    env.from_sequence(0, 1000).map(lambda i: i * i).print()
+    result = env.execute("squares")
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from epochstream.api.datastream import DataStream
+from epochstream.api.result import JobResult
+from epochstream.checkpoint.config import CheckpointConfig
+from epochstream.deploy.restart import RestartStrategy, fixed_delay, none
+from epochstream.exceptions import ConfigurationError
+from epochstream.graph.jobgraph import JobGraph, build_job_graph
+from epochstream.graph.transformations import Edge, LogicalGraph
+from epochstream.state.keygroups import default_max_parallelism
+
+if TYPE_CHECKING:
+    from epochstream.connectors.base import Sink, Source
+    from epochstream.deploy.client import JobClient
+
+__all__ = ["Environment", "set_overrides"]
+
+_RUNNERS = ("spark", "local")
+# Settings the CLI (`epochstream run`) applies to every Environment a script creates,
+# the way `flink run -p` overrides what the program says.
+_OVERRIDES: dict[str, Any] = {}
+
+
+def set_overrides(**settings: Any) -> None:
+    """Apply settings to every Environment created afterwards (used by ``epochstream run``).
+
+    Keys: ``parallelism``, ``runner``, ``spark_master``, ``checkpoint_dir``. ``None`` values are ignored.
+
+    Example: ``set_overrides(parallelism=4, runner="local")``
+    """
+    for key, value in settings.items():
+        if key not in ("parallelism", "runner", "spark_master", "checkpoint_dir"):
+            raise ConfigurationError(f"unknown override {key!r}")
+        if value is None:
+            _OVERRIDES.pop(key, None)
+        else:
+            _OVERRIDES[key] = value
+
+
+class Environment:
+    """Builds a job and runs it on Spark (default) or the local runner.
+
+    ``runner="spark"`` runs each slot as a long-running Spark barrier task, on
+    ``spark_master`` (default ``local[<parallelism>]``) or on an existing ``spark``
+    session. ``runner="local"`` runs the same slot code in subprocesses without Spark.
+
+    Example::
+
+        env = es.Environment(parallelism=2, runner="local")
+    """
+
+    def __init__(
+        self,
+        parallelism: int | None = None,
+        *,
+        runner: str = "spark",
+        spark_master: str | None = None,
+        spark: Any = None,
+        max_parallelism: int | None = None,
+        batch_size: int = 1024,
+        buffer_timeout: float = 0.05,
+        heartbeat_interval: float = 1.0,
+        heartbeat_timeout: float = 20.0,
+    ) -> None:
+        parallelism = _OVERRIDES.get("parallelism", parallelism)
+        runner = _OVERRIDES.get("runner", runner)
+        spark_master = _OVERRIDES.get("spark_master", spark_master)
+        if parallelism is None:
+            parallelism = min(os.cpu_count() or 1, 4)
+        if not isinstance(parallelism, int) or parallelism < 1:
+            raise ConfigurationError(f"parallelism must be a positive int, got {parallelism!r}")
+        if runner not in _RUNNERS:
+            raise ConfigurationError(f"runner must be one of {_RUNNERS}, got {runner!r}")
+        if batch_size < 1:
+            raise ConfigurationError(f"batch_size must be >= 1, got {batch_size}")
+        self.parallelism = parallelism
+        self.max_parallelism = max_parallelism or default_max_parallelism(parallelism)
+        if not parallelism <= self.max_parallelism <= 32768:
+            raise ConfigurationError(
+                f"max_parallelism {self.max_parallelism} must be in [parallelism={parallelism}, 32768]"
+            )
+        self.runner = runner
+        self.spark_master = spark_master
+        self.spark = spark
+        self.batch_size = batch_size
+        self.buffer_timeout = buffer_timeout
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_timeout = heartbeat_timeout
+        self.checkpoint_config: CheckpointConfig | None = None
+        self._restart_strategy: RestartStrategy | None = None
+        self._graph = LogicalGraph()
+
+    # ------------------------------------------------------------------ settings
+
+    def enable_checkpointing(
+        self, interval: float = 1.0, *, storage: str | None = None, mode: str = "exactly_once",
+        **options: Any,
+    ) -> Environment:
+        """Take a checkpoint every ``interval`` seconds into ``storage``.
+
+        ``mode`` is ``"exactly_once"`` (aligned barriers) or ``"at_least_once"``.
+        Other options: ``min_pause``, ``max_concurrent``, ``timeout``,
+        ``tolerable_failures``, ``retained``, ``retain_on_cancel`` (see CheckpointConfig).
+
+        Example: ``env.enable_checkpointing(1.0, storage="/tmp/ckpt", mode="exactly_once")``
+        """
+        storage = _OVERRIDES.get("checkpoint_dir", storage)
+        kwargs: dict[str, Any] = {"interval": interval, "mode": mode, **options}
+        if storage is not None:
+            kwargs["storage"] = storage
+        self.checkpoint_config = CheckpointConfig(**kwargs)
+        return self
+
+    def set_restart_strategy(self, strategy: RestartStrategy) -> Environment:
+        """How to react to failures. Example: ``env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=1.0))``.
+
+        Default: ``fixed_delay(attempts=3, delay=1.0)`` with checkpointing on, ``none()`` without.
+        """
+        if not isinstance(strategy, RestartStrategy):
+            raise ConfigurationError("set_restart_strategy needs a strategy from es.restart")
+        self._restart_strategy = strategy
+        return self
+
+    @property
+    def restart_strategy(self) -> RestartStrategy:
+        if self._restart_strategy is not None:
+            return self._restart_strategy
+        return fixed_delay(attempts=3, delay=1.0) if self.checkpoint_config else none()
+
+    # ------------------------------------------------------------------ sources
+
+    def from_source(self, source: Source, *, name: str | None = None) -> DataStream:
+        """Read from any :class:`~epochstream.connectors.base.Source`. Example: ``env.from_source(MySource())``."""
+        from epochstream.connectors.base import Source as SourceBase
+
+        if not isinstance(source, SourceBase):
+            raise ConfigurationError(f"from_source needs a Source, got {type(source).__name__}")
+        t = self._graph.add("source", name or type(source).__name__, payload=source)
+        return DataStream(self, t)
+
+    def from_text_file(
+        self, path: str, *, encoding: str = "utf-8", dead_letter: Sink | None = None
+    ) -> DataStream:
+        """Lines of a text file (or a directory / glob of files), re-settable by (file, byte offset).
+
+        A line that does not decode fails the job with an error naming file and byte
+        offset, unless ``dead_letter`` (a sink, e.g. ``FileSink``) is given: then such
+        lines go there as ``{"file", "offset", "error", "line"}`` records.
+
+        Example: ``env.from_text_file("book.txt").flat_map(str.split)``
+        """
+        from epochstream.connectors.files import TextFileSource
+
+        ds = self.from_source(TextFileSource(path, encoding=encoding), name=f"text({os.path.basename(path)})")
+        if dead_letter is not None:
+            self._graph.add(
+                "sink", "dead-letter", payload=dead_letter,
+                inputs=[Edge(ds._t.id, tag="dead_letter")],
+            )
+        return ds
+
+    def from_collection(self, items: Iterable[Any]) -> DataStream:
+        """A bounded, re-settable stream of the given items. Example: ``env.from_collection([1, 2, 3])``."""
+        from epochstream.connectors.generators import CollectionSource
+
+        return self.from_source(CollectionSource(list(items)), name="collection")
+
+    def from_sequence(self, start: int, stop: int, *, rate: float | None = None) -> DataStream:
+        """Integers ``start <= i < stop``, optionally throttled to ``rate`` records/s in total.
+
+        Example: ``env.from_sequence(0, 10_000_000)``
+        """
+        from epochstream.connectors.generators import SequenceSource
+
+        return self.from_source(SequenceSource(start, stop, rate=rate), name="sequence")
+
+    # ------------------------------------------------------------------ running
+
+    def job_graph(self, job_name: str = "job") -> JobGraph:
+        """The job graph ``execute`` would run (chains and edges), for inspection."""
+        return build_job_graph(
+            self._graph, name=job_name, parallelism=self.parallelism,
+            max_parallelism=self.max_parallelism, batch_size=self.batch_size,
+            buffer_timeout=self.buffer_timeout,
+        )
+
+    def execute_async(self, job_name: str = "job") -> JobClient:
+        """Start the job and return a :class:`JobClient` at once.
+
+        Example::
+
+            client = env.execute_async("wc")
+            client.wait_for_checkpoint(1)
+            result = client.result()
+        """
+        from epochstream.deploy.client import start_job
+
+        return start_job(self, self.job_graph(job_name))
+
+    def execute(self, job_name: str = "job") -> JobResult:
+        """Run the job to completion; raises JobExecutionError when restarts are exhausted.
+
+        Example: ``result = env.execute("wordcount")``
+        """
+        return self.execute_async(job_name).result()

@@ -1,0 +1,1 @@
+"""checkpoint layer (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""connectors layer (see docs/architecture.md)."""

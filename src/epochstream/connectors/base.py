@@ -1,0 +1,255 @@
+"""The interfaces between connectors and the runtime (ARCHITECTURE sections 6 and 7).
+
+Sources are split-based: :meth:`Source.create_splits` describes the whole input as
+picklable split states (each with a ``split_id``); the runtime hands split ``k`` to
+subtask ``k % parallelism`` and, on restore, redistributes the split states found in
+the checkpoint. A :class:`SourceReader` reads whatever splits it is given and reports
+their positions in :meth:`SourceReader.snapshot`, so a re-settable source resumes
+exactly where the checkpoint left it.
+
+Sinks write through a :class:`SinkWriter` per subtask. A transactional writer
+pre-commits at :meth:`SinkWriter.snapshot`, returns entries the runtime stores in the
+checkpoint, and commits on :meth:`SinkWriter.notify_checkpoint_complete`.
+
+Example::
+
+    source = SequenceSource(0, 10)
+    splits = source.create_splits(parallelism=2)
+    ctx = SourceContext(subtask_index=0, parallelism=2, clock=SystemClock())
+    reader = source.create_reader(ctx)
+    reader.add_splits(splits[0::2])
+    while not reader.exhausted:
+        batch = reader.poll(1000)
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from epochstream.runtime.clock import Clock
+
+__all__ = [
+    "AtLeastOnceSinkWriter",
+    "Sink",
+    "SinkContext",
+    "SinkWriter",
+    "Source",
+    "SourceContext",
+    "SourceReader",
+    "SourceSplit",
+]
+
+
+class SourceSplit(Protocol):
+    """What every split state has: a stable id (unique within its source).
+
+    Example::
+
+        TextFileSplit(split_id="/in/a.txt:0", path="/in/a.txt", start=0, end=90, offset=0)
+    """
+
+    @property
+    def split_id(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class SourceContext:
+    """What a source reader knows about where it runs.
+
+    ``dead_letter``, when set, receives records a reader cannot decode (as a dict
+    naming the place) instead of the reader failing.
+
+    Example::
+
+        SourceContext(subtask_index=0, parallelism=4, clock=ManualClock())
+    """
+
+    subtask_index: int
+    parallelism: int
+    clock: Clock
+    dead_letter: Callable[[dict[str, Any]], None] | None = None
+
+
+class Source(ABC):
+    """A split-based source.
+
+    ``bounded``: the input ends. ``replayable``: a reader restored from a snapshot
+    re-reads from the snapshot's positions, which is what makes exactly-once possible.
+
+    Example::
+
+        splits = TextFileSource("/data/in").create_splits(parallelism=4)
+    """
+
+    bounded: bool = True
+    replayable: bool = True
+
+    @abstractmethod
+    def create_splits(self, parallelism: int) -> list[Any]:
+        """The initial split states (picklable, each with ``split_id``)."""
+
+    @abstractmethod
+    def create_reader(self, ctx: SourceContext) -> SourceReader:
+        """A reader for one subtask; it receives splits through ``add_splits``."""
+
+
+class SourceReader(ABC):
+    """Reads the splits assigned to one subtask.
+
+    Example::
+
+        reader.add_splits(splits)
+        batch = reader.poll(500)      # [] when nothing is available right now
+        states = reader.snapshot()    # positioned after the last record of ``batch``
+    """
+
+    @abstractmethod
+    def add_splits(self, splits: list[Any]) -> None:
+        """Take over ``splits`` (initial states or states from a snapshot); any number."""
+
+    @abstractmethod
+    def poll(self, max_records: int) -> list[Any]:
+        """Up to ``max_records`` records; ``[]`` if nothing is available right now."""
+
+    @property
+    @abstractmethod
+    def exhausted(self) -> bool:
+        """True when the source is bounded and every assigned split is fully read."""
+
+    def next_available(self) -> float | None:
+        """The ``clock.now()`` time more data becomes available, or None if not rate-limited.
+
+        Readers without a rate limit never make the runtime wait, hence None.
+        """
+        return None
+
+    @abstractmethod
+    def snapshot(self) -> list[Any]:
+        """Split states positioned after the last record returned by :meth:`poll`."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release files and other resources; the reader is not used afterwards."""
+
+
+@dataclass(frozen=True)
+class SinkContext:
+    """What a sink writer knows about where it runs.
+
+    ``attempt`` counts the job's (re)starts; ``(job_id, attempt, subtask_index)`` is
+    unique, so writers can derive collision-free names from it.
+
+    Example::
+
+        SinkContext(subtask_index=0, parallelism=2, attempt=0, job_id="3f2a...", checkpointing=True)
+    """
+
+    subtask_index: int
+    parallelism: int
+    attempt: int
+    job_id: str
+    checkpointing: bool
+
+
+class Sink(ABC):
+    """A sink; ``transactional`` sinks give exactly-once output with checkpointing on.
+
+    Example::
+
+        writer = FileSink("/out").create_writer(ctx)
+    """
+
+    transactional: bool = False
+
+    @abstractmethod
+    def create_writer(self, ctx: SinkContext) -> SinkWriter:
+        """A writer for one subtask."""
+
+
+class SinkWriter(ABC):
+    """Writes one subtask's records; the runtime calls the hooks in this order::
+
+        restore(entries)          once, before any write ([] on a fresh start)
+        write_batch(records)*     between checkpoints
+        snapshot(n)               at barrier n; returned entries go into checkpoint n
+        notify_checkpoint_complete(n) / notify_checkpoint_aborted(n)
+        end_input()               bounded input ended
+        close()
+
+    Non-transactional writers can extend :class:`AtLeastOnceSinkWriter` instead.
+
+    Example::
+
+        writer = sink.create_writer(ctx)
+        writer.restore(entries_from_checkpoint)
+        writer.write_batch(records)
+        entries = writer.snapshot(7)
+        writer.notify_checkpoint_complete(7)
+    """
+
+    @abstractmethod
+    def restore(self, entries: list[Any]) -> None:
+        """Recover from the union of every subtask's entries of the restored checkpoint."""
+
+    @abstractmethod
+    def write_batch(self, records: list[Any]) -> None:
+        """Write ``records`` (in order)."""
+
+    @abstractmethod
+    def snapshot(self, checkpoint_id: int) -> list[Any]:
+        """Pre-commit at barrier ``checkpoint_id`` and return the entries to store."""
+
+    @abstractmethod
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` is durable: commit what it covers."""
+
+    @abstractmethod
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` will never complete."""
+
+    @abstractmethod
+    def end_input(self) -> None:
+        """The bounded input ended (with checkpointing off: commit now)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release resources; output not committed by now is not committed."""
+
+
+class AtLeastOnceSinkWriter(SinkWriter):
+    """Base of writers that publish in ``write_batch``: every other hook is a no-op.
+
+    Such writers store nothing in checkpoints, so records replayed after a restore are
+    written again (at-least-once).
+
+    Example::
+
+        class ListWriter(AtLeastOnceSinkWriter):
+            def __init__(self) -> None:
+                self.out: list[object] = []
+
+            def write_batch(self, records: list[object]) -> None:
+                self.out.extend(records)
+    """
+
+    def restore(self, entries: list[Any]) -> None:
+        """Nothing to recover: no entries are ever stored."""
+
+    def snapshot(self, checkpoint_id: int) -> list[Any]:
+        """Nothing to pre-commit: output is published already."""
+        return []
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Nothing to commit: output is published already."""
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Nothing to roll back: published output stays."""
+
+    def end_input(self) -> None:
+        """Nothing buffered to flush."""
+
+    def close(self) -> None:
+        """No resources held."""

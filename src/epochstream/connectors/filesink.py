@@ -1,0 +1,257 @@
+"""An exactly-once JSON-lines file sink built on :class:`TwoPhaseCommitSinkWriter`.
+
+One transaction is one file, moving through three names in the sink directory::
+
+    .part-<subtask>-<job8>-a<attempt>-<seq>.jsonl.inprogress   being written
+    .part-<subtask>-<job8>-a<attempt>-<seq>.jsonl.pending      pre-committed (fsynced, closed)
+     part-<subtask>-<job8>-a<attempt>-<seq>.jsonl              committed (visible)
+
+``job8`` is the first 8 characters of the job id (characters other than letters,
+digits, ``_`` and ``-`` become ``_``), ``attempt`` the job's restart count and ``seq``
+a per-writer counter (6 digits, zero-padded), so names never collide across subtasks,
+checkpoints, attempts or jobs. Readers of the directory should ignore names starting
+with ``.`` or ``_``. Only one job should write into a sink directory at a time:
+recovery deletes the hidden files of other jobs and attempts.
+
+Commit is ``os.replace(pending, final)`` followed by an fsync of the directory; it is
+idempotent (final present and pending gone means committed already). On restore,
+subtask 0 commits every recovered pending file (the union of all subtasks' entries)
+and deletes every in-progress or pending file of this sink's naming scheme that is
+neither recovered nor written by the current ``(job_id, attempt)``.
+
+Example::
+
+    sink = FileSink("/out/counts", roll_records=100_000)
+    writer = sink.create_writer(SinkContext(0, 2, attempt=0, job_id=job_id, checkpointing=True))
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from epochstream.connectors.base import Sink, SinkContext
+from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter
+from epochstream.exceptions import ConfigurationError, SinkError
+
+__all__ = ["FileCommittable", "FileSink", "FileSinkWriter", "FileTxn"]
+
+_INPROGRESS = ".inprogress"
+_PENDING = ".pending"
+# Every hidden file this sink's naming scheme produces, whatever job or attempt made it.
+_HIDDEN_PART = re.compile(r"^\.part-\d+-.*-a\d+-\d+\.jsonl\.(?:inprogress|pending)$")
+_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+_REPR_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class FileCommittable:
+    """The checkpoint entry of a pre-committed file: names inside the sink directory.
+
+    Names, not absolute paths, so a checkpoint stays valid if the directory is mounted
+    elsewhere on restore.
+
+    Example::
+
+        FileCommittable(pending=".part-0-3f2a9c1e-a0-000001.jsonl.pending",
+                        final="part-0-3f2a9c1e-a0-000001.jsonl")
+    """
+
+    pending: str
+    final: str
+
+
+@dataclass
+class FileTxn:
+    """One part file; the file is created on the first write, so empty txns leave none.
+
+    Example::
+
+        FileTxn(base="part-0-3f2a9c1e-a0-000001.jsonl")
+    """
+
+    base: str
+    file: BinaryIO | None = None
+
+    @property
+    def inprogress(self) -> str:
+        return f".{self.base}{_INPROGRESS}"
+
+    @property
+    def pending(self) -> str:
+        return f".{self.base}{_PENDING}"
+
+
+class FileSink(Sink):
+    """Writes records as JSON lines (``json.dumps(record)``) into part files in ``path``.
+
+    ``roll_records`` caps the records per part file. Only ``format="jsonl"`` exists.
+
+    Example::
+
+        env.from_collection(data).sink_to(FileSink("/tmp/out"))
+    """
+
+    transactional = True
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        format: str = "jsonl",
+        *,
+        roll_records: int | None = None,
+    ) -> None:
+        if format != "jsonl":
+            raise ConfigurationError(f"FileSink supports format='jsonl' only, got {format!r}")
+        if roll_records is not None and roll_records < 1:
+            raise ConfigurationError(f"FileSink roll_records must be >= 1, got {roll_records}")
+        self.path = os.fspath(path)
+        self.format = format
+        self.roll_records = roll_records
+
+    def create_writer(self, ctx: SinkContext) -> FileSinkWriter:
+        return FileSinkWriter(self.path, ctx, roll_records=self.roll_records)
+
+
+class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
+    """One subtask's writer of a :class:`FileSink`; creates the directory if missing.
+
+    Example::
+
+        w = FileSinkWriter("/out", ctx)
+        w.restore([])
+        w.write_batch([{"word": "a", "n": 1}])
+    """
+
+    def __init__(
+        self, directory: str, ctx: SinkContext, *, roll_records: int | None = None
+    ) -> None:
+        super().__init__(ctx, roll_records=roll_records)
+        self.directory = directory
+        os.makedirs(directory, exist_ok=True)
+        job8 = _UNSAFE_NAME_CHARS.sub("_", ctx.job_id[:8])
+        self._stem = f"part-{ctx.subtask_index}-{job8}-a{ctx.attempt}-"
+        self._own_attempt = re.compile(
+            rf"^\.part-\d+-{re.escape(job8)}-a{ctx.attempt}-\d+\.jsonl\.(?:inprogress|pending)$"
+        )
+        self._seq = 0
+
+    # -- transaction hooks -------------------------------------------------------------
+
+    def begin_transaction(self) -> FileTxn:
+        self._seq += 1
+        return FileTxn(base=f"{self._stem}{self._seq:06d}.jsonl")
+
+    def write(self, txn: FileTxn, records: list[Any]) -> None:
+        data = self._encode(records)
+        if txn.file is None:
+            # "xb": a name clash would mean two writers share a file; fail instead.
+            txn.file = open(self._path(txn.inprogress), "xb")
+        txn.file.write(data)
+
+    def pre_commit(self, txn: FileTxn) -> None:
+        f = txn.file
+        if f is None:
+            raise SinkError(f"FileSink: pre-commit of {self._path(txn.inprogress)} with no data")
+        f.flush()
+        os.fsync(f.fileno())
+        f.close()
+        txn.file = None
+        os.replace(self._path(txn.inprogress), self._path(txn.pending))
+        _fsync_dir(self.directory)
+
+    def commit(self, txn: FileTxn) -> None:
+        self._commit_entry(self.txn_handle(txn))
+
+    def abort(self, txn: FileTxn) -> None:
+        if txn.file is not None:
+            txn.file.close()
+            txn.file = None
+        for name in (txn.inprogress, txn.pending):
+            try:
+                os.remove(self._path(name))
+            except FileNotFoundError:
+                continue
+
+    def txn_handle(self, txn: FileTxn) -> FileCommittable:
+        return FileCommittable(pending=txn.pending, final=txn.base)
+
+    def recover(self, entries: list[Any]) -> None:
+        """Subtask 0 commits all recovered files and deletes leftovers; others do nothing."""
+        if self.ctx.subtask_index != 0:
+            return
+        recovered: set[str] = set()
+        for entry in entries:
+            if not isinstance(entry, FileCommittable):
+                raise SinkError(
+                    f"FileSink {self.directory!r}: cannot recover a "
+                    f"{type(entry).__qualname__} entry: {entry!r}"
+                )
+            self._commit_entry(entry)
+            recovered.add(entry.pending)
+        self._remove_leftovers(recovered)
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.directory, name)
+
+    def _commit_entry(self, entry: FileCommittable) -> None:
+        pending, final = self._path(entry.pending), self._path(entry.final)
+        try:
+            os.replace(pending, final)
+        except FileNotFoundError:
+            if os.path.exists(final):
+                return  # committed before: commit is idempotent
+            raise SinkError(
+                f"FileSink: cannot commit, neither pending file {pending!r} "
+                f"nor committed file {final!r} exists"
+            ) from None
+        _fsync_dir(self.directory)
+
+    def _remove_leftovers(self, recovered: set[str]) -> None:
+        with os.scandir(self.directory) as entries:
+            names = [e.name for e in entries if e.name.startswith(".part-")]
+        for name in names:
+            if (
+                _HIDDEN_PART.match(name)
+                and name not in recovered
+                and not self._own_attempt.match(name)
+            ):
+                try:
+                    os.remove(self._path(name))
+                except FileNotFoundError:
+                    continue  # removed meanwhile (an abort of the same file)
+
+    def _encode(self, records: list[Any]) -> bytes:
+        try:
+            text = "\n".join(map(json.dumps, records))
+        except (TypeError, ValueError) as exc:
+            raise self._encode_error(records, exc) from exc
+        return (text + "\n").encode("utf-8")
+
+    def _encode_error(self, records: list[Any], batch_exc: Exception) -> SinkError:
+        for record in records:
+            try:
+                json.dumps(record)
+            except (TypeError, ValueError) as exc:
+                text = repr(record)
+                if len(text) > _REPR_LIMIT:
+                    text = text[:_REPR_LIMIT] + "..."
+                return SinkError(
+                    f"FileSink {self.directory!r}: cannot encode record {text} of type "
+                    f"{type(record).__qualname__} as JSON: {exc}"
+                )
+        return SinkError(f"FileSink {self.directory!r}: cannot encode a batch: {batch_exc}")
+
+
+def _fsync_dir(directory: str) -> None:
+    """Persist renames in ``directory`` (POSIX: fsync the directory itself)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

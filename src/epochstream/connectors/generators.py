@@ -1,0 +1,286 @@
+"""In-memory bounded sources: a number sequence and a collection.
+
+Both split their input into at most ``parallelism`` contiguous index ranges; a split
+state holds the next index, so a restored reader resumes exactly. A
+:class:`SequenceSource` can be rate-limited: it releases records by the injected clock
+(``ctx.clock``) and never sleeps inside ``poll``; :meth:`SourceReader.next_available`
+tells the runtime when the next record is due.
+
+Example::
+
+    source = SequenceSource(0, 1_000, rate=100.0)   # 100 records/s in total
+    reader = source.create_reader(SourceContext(0, 1, ManualClock()))
+    reader.add_splits(source.create_splits(1))
+    reader.poll(50)            # [0]: one record is due at once
+    reader.next_available()    # 0.01: when the next one is
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from epochstream.connectors.base import Source, SourceContext, SourceReader
+from epochstream.exceptions import ConfigurationError
+from epochstream.runtime.clock import Clock
+
+__all__ = [
+    "CollectionReader",
+    "CollectionSource",
+    "CollectionSplit",
+    "SequenceReader",
+    "SequenceSource",
+    "SequenceSplit",
+]
+
+# Tolerance for float error in elapsed * rate, so a record due at exactly t is released at t.
+_DUE_EPSILON = 1e-6
+
+
+@dataclass(frozen=True)
+class SequenceSplit:
+    """The numbers ``next, next + 1, ..., stop - 1``; ``rate`` is this split's records/s.
+
+    Example::
+
+        SequenceSplit(split_id="seq-0", next=0, stop=500, rate=None)
+    """
+
+    split_id: str
+    next: int
+    stop: int
+    rate: float | None = None
+
+
+@dataclass(frozen=True)
+class CollectionSplit:
+    """Items ``[position, end)`` of the source's list (the items stay in the source).
+
+    Example::
+
+        CollectionSplit(split_id="col-1", start=5, end=10, position=7)
+    """
+
+    split_id: str
+    start: int
+    end: int
+    position: int
+
+
+def _ranges(n: int, parallelism: int) -> list[tuple[int, int]]:
+    """``min(parallelism, n)`` contiguous ranges covering ``0..n-1``, sizes differing by <= 1."""
+    if parallelism < 1:
+        raise ConfigurationError(f"parallelism must be >= 1, got {parallelism}")
+    k = min(parallelism, n)
+    return [(n * i // k, n * (i + 1) // k) for i in range(k)]
+
+
+class SequenceSource(Source):
+    """The integers of ``range(start, stop)``, optionally at ``rate`` records/s in total.
+
+    The rate is divided evenly over the splits; each split releases its records on
+    schedule from its first poll (one at once, then one every ``splits / rate`` s).
+
+    Example::
+
+        SequenceSource(0, 10).create_splits(3)   # 3 splits: 0-2, 3-5, 6-9
+    """
+
+    bounded = True
+    replayable = True
+
+    def __init__(self, start: int, stop: int, *, rate: float | None = None) -> None:
+        if rate is not None and not (rate > 0 and math.isfinite(rate)):
+            raise ConfigurationError(f"SequenceSource rate must be a positive number, got {rate}")
+        self.start = start
+        self.stop = stop
+        self.rate = rate
+
+    def create_splits(self, parallelism: int) -> list[SequenceSplit]:
+        ranges = _ranges(max(0, self.stop - self.start), parallelism)
+        split_rate = None if self.rate is None or not ranges else self.rate / len(ranges)
+        base = self.start
+        return [
+            SequenceSplit(f"seq-{i}", base + lo, base + hi, split_rate)
+            for i, (lo, hi) in enumerate(ranges)
+        ]
+
+    def create_reader(self, ctx: SourceContext) -> SequenceReader:
+        return SequenceReader(ctx.clock)
+
+
+class CollectionSource(Source):
+    """The items of a collection (materialized into a list when the source is made).
+
+    Example::
+
+        CollectionSource(["a", "b", "c"]).create_splits(2)   # items 0 and 1-2
+    """
+
+    bounded = True
+    replayable = True
+
+    def __init__(self, items: Iterable[Any]) -> None:
+        self.items: list[Any] = list(items)
+
+    def create_splits(self, parallelism: int) -> list[CollectionSplit]:
+        return [
+            CollectionSplit(f"col-{i}", lo, hi, lo)
+            for i, (lo, hi) in enumerate(_ranges(len(self.items), parallelism))
+        ]
+
+    def create_reader(self, ctx: SourceContext) -> CollectionReader:
+        return CollectionReader(self.items, ctx.clock)
+
+
+class _RangeCursor:
+    """Read position in one index range, plus the rate schedule of that range."""
+
+    __slots__ = ("emitted", "end", "pos", "rate", "split", "t0")
+
+    def __init__(self, split: Any, pos: int, end: int, rate: float | None) -> None:
+        self.split = split
+        self.pos = pos
+        self.end = end
+        self.rate = rate
+        self.t0: float | None = None  # clock time of the first poll
+        self.emitted = 0  # records released since t0
+
+    def due(self, now: float) -> int:
+        """How many records may be released at ``now`` (record k is due at t0 + k / rate)."""
+        assert self.rate is not None
+        if self.t0 is None:
+            self.t0 = now
+        return math.floor((now - self.t0) * self.rate + _DUE_EPSILON) + 1 - self.emitted
+
+
+class _RangeReader(SourceReader):
+    """Reads contiguous index ranges; subclasses map ranges to records and split states."""
+
+    def __init__(self, clock: Clock, fetch: Callable[[int, int], list[Any]]) -> None:
+        self._clock = clock
+        self._fetch = fetch
+        self._cursors: list[_RangeCursor] = []
+
+    @abstractmethod
+    def _cursor(self, split: Any) -> _RangeCursor:
+        """A cursor for ``split``; rejects splits of another source."""
+
+    @abstractmethod
+    def _state(self, cursor: _RangeCursor) -> Any:
+        """The split state of ``cursor`` at its current position."""
+
+    def add_splits(self, splits: list[Any]) -> None:
+        for split in splits:
+            cursor = self._cursor(split)
+            if cursor.pos < cursor.end:
+                self._cursors.append(cursor)
+
+    def poll(self, max_records: int) -> list[Any]:
+        out: list[Any] = []
+        now: float | None = None
+        finished = False
+        for cursor in self._cursors:
+            want = max_records - len(out)
+            if want <= 0:
+                break
+            if cursor.rate is not None:
+                if now is None:
+                    now = self._clock.now()
+                want = min(want, cursor.due(now))
+            take = min(want, cursor.end - cursor.pos)
+            if take > 0:
+                records = self._fetch(cursor.pos, cursor.pos + take)
+                if out:
+                    out.extend(records)
+                else:
+                    out = records
+                cursor.pos += take
+                cursor.emitted += take
+                finished = finished or cursor.pos >= cursor.end
+        if finished:
+            self._cursors = [c for c in self._cursors if c.pos < c.end]
+        return out
+
+    @property
+    def exhausted(self) -> bool:
+        return not self._cursors
+
+    def next_available(self) -> float | None:
+        earliest: float | None = None
+        for cursor in self._cursors:
+            if cursor.rate is None or cursor.t0 is None:
+                return None  # records can be read right now
+            due_at = cursor.t0 + cursor.emitted / cursor.rate
+            if earliest is None or due_at < earliest:
+                earliest = due_at
+        return earliest
+
+    def snapshot(self) -> list[Any]:
+        return [self._state(cursor) for cursor in self._cursors]
+
+    def close(self) -> None:
+        self._cursors = []
+
+
+class SequenceReader(_RangeReader):
+    """Reads :class:`SequenceSplit` states.
+
+    Example::
+
+        reader = SequenceReader(ManualClock())
+        reader.add_splits([SequenceSplit("seq-0", 0, 3)])
+        reader.poll(10) == [0, 1, 2]
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock, _number_range)
+
+    def _cursor(self, split: Any) -> _RangeCursor:
+        if not isinstance(split, SequenceSplit):
+            raise ConfigurationError(
+                f"SequenceReader got a {type(split).__qualname__} split, not a SequenceSplit"
+            )
+        return _RangeCursor(split, split.next, split.stop, split.rate)
+
+    def _state(self, cursor: _RangeCursor) -> SequenceSplit:
+        split: SequenceSplit = cursor.split
+        return SequenceSplit(split.split_id, cursor.pos, cursor.end, split.rate)
+
+
+class CollectionReader(_RangeReader):
+    """Reads :class:`CollectionSplit` states of ``items``.
+
+    Example::
+
+        reader = CollectionReader(["a", "b"], ManualClock())
+        reader.add_splits([CollectionSplit("col-0", 0, 2, 0)])
+        reader.poll(10) == ["a", "b"]
+    """
+
+    def __init__(self, items: list[Any], clock: Clock) -> None:
+        super().__init__(clock, lambda lo, hi: items[lo:hi])
+        self._size = len(items)
+
+    def _cursor(self, split: Any) -> _RangeCursor:
+        if not isinstance(split, CollectionSplit):
+            raise ConfigurationError(
+                f"CollectionReader got a {type(split).__qualname__} split, not a CollectionSplit"
+            )
+        if split.end > self._size:
+            raise ConfigurationError(
+                f"CollectionSplit {split.split_id} ends at {split.end}, "
+                f"but the collection has {self._size} items"
+            )
+        return _RangeCursor(split, split.position, split.end, None)
+
+    def _state(self, cursor: _RangeCursor) -> CollectionSplit:
+        split: CollectionSplit = cursor.split
+        return CollectionSplit(split.split_id, split.start, split.end, cursor.pos)
+
+
+def _number_range(lo: int, hi: int) -> list[int]:
+    return list(range(lo, hi))

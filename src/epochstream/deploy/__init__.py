@@ -1,0 +1,1 @@
+"""deploy layer (see docs/architecture.md)."""

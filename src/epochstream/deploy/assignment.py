@@ -1,0 +1,76 @@
+"""What each task of an attempt gets: its restore state and its source splits.
+
+Fresh start: split ``k`` of a source goes to subtask ``k % parallelism``. Restore:
+every operator's state from the checkpoint is redistributed to the job's
+parallelism (key groups for keyed state, round-robin for operator lists, the
+whole union for union lists); source splits travel as operator list state, so a
+source restores exactly the positions it checkpointed.
+
+Example::
+
+    splits = initial_splits(graph)
+    per_slot = task_deployments(graph, coordinator.latest_completed, splits)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from epochstream.checkpoint.coordinator import CompletedCheckpoint
+from epochstream.exceptions import StateError
+from epochstream.graph.jobgraph import JobGraph
+from epochstream.runtime.messages import TaskDeployment
+from epochstream.state.handles import OperatorRestore
+from epochstream.state.redistribute import build_restores
+
+__all__ = ["initial_splits", "task_deployments"]
+
+
+def initial_splits(graph: JobGraph) -> dict[str, list[list[Any]]]:
+    """Per source chain, the splits of each subtask on a fresh start."""
+    p = graph.parallelism
+    out: dict[str, list[list[Any]]] = {}
+    for chain in graph.chains:
+        if not chain.is_source:
+            continue
+        per_subtask: list[list[Any]] = [[] for _ in range(p)]
+        for k, split in enumerate(chain.head.payload.create_splits(p)):
+            per_subtask[k % p].append(split)
+        out[chain.chain_id] = per_subtask
+    return out
+
+
+def task_deployments(
+    graph: JobGraph, restored: CompletedCheckpoint | None, splits: dict[str, list[list[Any]]],
+) -> dict[int, list[TaskDeployment]]:
+    """Per slot, the deployment of each of its tasks."""
+    p = graph.parallelism
+    restores: dict[str, list[OperatorRestore]] = {}
+    if restored is not None:
+        md = restored.metadata
+        if md.max_parallelism != graph.max_parallelism:
+            raise StateError(
+                f"checkpoint {restored.directory} has max_parallelism {md.max_parallelism}, the job "
+                f"{graph.max_parallelism}: key groups are fixed for the life of the state"
+            )
+        for uid in graph.operator_uids:
+            states = md.operators.get(uid)
+            if states is None:
+                continue
+            restores[uid] = build_restores(
+                states, old_parallelism=md.operator_parallelism.get(uid, md.parallelism),
+                new_parallelism=p, max_parallelism=graph.max_parallelism,
+                checkpoint_dir=restored.directory,
+            )
+    slots: dict[int, list[TaskDeployment]] = {i: [] for i in range(p)}
+    for chain in graph.chains:
+        for i in range(p):
+            restore = {uid: r[i] for uid, r in restores.items()
+                       if uid in {op.uid for op in chain.operators}}
+            head_restored = chain.head.uid in restores
+            slots[i].append(TaskDeployment(
+                chain_id=chain.chain_id, subtask=i, restore=restore,
+                splits=None if (not chain.is_source or head_restored) else splits[chain.chain_id][i],
+                restored_checkpoint=restored.checkpoint_id if restored else None,
+            ))
+    return slots

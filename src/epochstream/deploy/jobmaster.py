@@ -1,0 +1,386 @@
+"""The job master: control plane, checkpoint coordinator, split assignment, failover.
+
+It runs in the driver on one event thread. Each *attempt* deploys every slot:
+
+    REGISTERING -> DEPLOYING -> CONNECTING -> RUNNING -> FINISHING -> done
+         \\____________\\____________\\___________\\______ any failure -> FAILING
+
+On a failure (a task's exception, a slot's lost connection or heartbeat, the
+Spark job failing) the job master cancels every slot of the attempt, asks the
+restart strategy, and deploys a new attempt that restores the latest completed
+checkpoint (global failover). Restarts exhausted: ``JobExecutionError`` naming
+the first cause and the history.
+
+Example::
+
+    master = JobMaster(env, graph, runner=LocalRunner(parallelism=2))
+    result = master.run()
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import queue
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+
+from epochstream.api.result import JobResult
+from epochstream.checkpoint.coordinator import CheckpointCoordinator
+from epochstream.checkpoint.storage import CheckpointStorage
+from epochstream.deploy.assignment import initial_splits, task_deployments
+from epochstream.deploy.control import ControlServer, SlotConnection
+from epochstream.deploy.runners import Runner
+from epochstream.exceptions import JobExecutionError
+from epochstream.graph.jobgraph import JobGraph
+from epochstream.runtime.auth import new_secret
+from epochstream.runtime.clock import Clock, SystemClock
+from epochstream.runtime.messages import (
+    AcknowledgeCheckpoint,
+    CancelSlot,
+    ConnectPeers,
+    DeclineCheckpoint,
+    DeploySlot,
+    FinishSlot,
+    Heartbeat,
+    NotifyCheckpointAborted,
+    NotifyCheckpointComplete,
+    RegisterSlot,
+    SlotClosed,
+    SlotReady,
+    SlotRunning,
+    SourceExhausted,
+    TaskFailed,
+    TaskFinished,
+    TaskKey,
+    TriggerCheckpoint,
+)
+from epochstream.runtime.slot import SlotLaunch
+
+__all__ = ["JobCancelled", "JobMaster", "Phase"]
+
+log = logging.getLogger(__name__)
+
+REGISTRATION_TIMEOUT = 180.0
+CANCEL_TIMEOUT = 60.0
+
+
+class Phase(enum.Enum):
+    """Where the current attempt is; each phase names what it waits for."""
+
+    REGISTERING = "waiting for every slot to register"
+    DEPLOYING = "waiting for every slot to open its data plane"
+    CONNECTING = "waiting for every slot to connect its channels"
+    RUNNING = "running; checkpoints are triggered"
+    FINISHING = "input ended and committed; waiting for slots to close"
+    FAILING = "cancelling the attempt"
+    DONE = "finished"
+
+
+class JobCancelled(Exception):
+    """The job was cancelled through its client."""
+
+
+@dataclass
+class _Failure:
+    cause: str
+    suppress_restarts: bool = False
+    error: BaseException | None = None
+
+
+class JobMaster:
+    """Runs one job to completion across attempts."""
+
+    def __init__(self, env: Any, graph: JobGraph, *, runner: Runner, clock: Clock | None = None) -> None:
+        self.env = env
+        self.graph = graph
+        self.runner = runner
+        self.clock = clock or SystemClock()
+        self.job_id = uuid.uuid4().hex
+        self.secret = new_secret()
+        self.events: queue.Queue[Any] = queue.Queue()
+        self.attempt = 0
+        self.phase = Phase.REGISTERING
+        self.failures: list[str] = []
+        self.slot_pids: dict[int, int] = {}
+        self.running = threading.Event()
+        self._slots: dict[int, SlotConnection] = {}
+        self._graph_bytes = cloudpickle.dumps(graph)
+        self._splits = initial_splits(graph)
+        self._tasks: set[TaskKey] = {(c.chain_id, i) for c in graph.chains for i in range(graph.parallelism)}
+        self._sources: set[TaskKey] = {
+            (c.chain_id, i) for c in graph.chains if c.is_source for i in range(graph.parallelism)
+        }
+        self._fail_request: str | None = None
+        config = env.checkpoint_config
+        self.checkpoint_config = config
+        self.storage: CheckpointStorage | None = None
+        self.coordinator: CheckpointCoordinator | None = None
+        if config is not None:
+            self.storage = CheckpointStorage(config.storage_path, self.job_id)
+            self.coordinator = CheckpointCoordinator(
+                config=config, storage=self.storage, clock=self.clock, job_id=self.job_id,
+                parallelism=graph.parallelism, max_parallelism=graph.max_parallelism,
+                operator_parallelism={uid: graph.parallelism for uid in graph.operator_uids},
+                callbacks=self,
+            )
+        self.server = ControlServer(runner.control_host(), self.secret, self.events)
+
+    # ------------------------------------------------------------------ coordinator callbacks
+
+    def trigger_sources(self, checkpoint_id: int, timestamp: float, final: bool) -> None:
+        self._broadcast(TriggerCheckpoint(checkpoint_id, timestamp, final))
+
+    def notify_complete(self, checkpoint_id: int) -> None:
+        log.info("job %s: checkpoint %d complete", self.job_id[:8], checkpoint_id)
+        self._broadcast(NotifyCheckpointComplete(checkpoint_id))
+
+    def notify_aborted(self, checkpoint_id: int, reason: str) -> None:
+        log.info("job %s: checkpoint %d aborted: %s", self.job_id[:8], checkpoint_id, reason)
+        self._broadcast(NotifyCheckpointAborted(checkpoint_id, reason))
+
+    def fail_job(self, reason: str) -> None:
+        self._fail_request = reason
+
+    def _broadcast(self, msg: Any) -> None:
+        for conn in self._slots.values():
+            conn.send(msg)
+
+    # ------------------------------------------------------------------ public
+
+    def cancel(self) -> None:
+        """Ask the job to stop (thread-safe)."""
+        self.events.put(("cancel", None, None))
+
+    def completed_checkpoint_ids(self) -> list[int]:
+        if self.coordinator is None:
+            return []
+        return [s.checkpoint_id for s in self.coordinator.completed_stats]
+
+    def run(self) -> JobResult:
+        """Run attempts until the job finishes, is cancelled, or restarts run out."""
+        started = time.monotonic()
+        tracker = self.env.restart_strategy.create_tracker(self.clock)
+        self.server.start()
+        try:
+            while True:
+                self.attempt += 1
+                failure = self._run_attempt()
+                self._end_attempt(failure)
+                if failure is None:
+                    return self._result(started)
+                self.failures.append(failure.cause)
+                log.warning("job %s attempt %d failed: %s", self.job_id[:8], self.attempt, failure.cause)
+                if failure.suppress_restarts:
+                    raise self._give_up(failure, "the error is not recoverable by restarting")
+                decision = tracker.on_failure()
+                if not decision.restart:
+                    raise self._give_up(failure, decision.reason)
+                log.warning("job %s: restarting in %.1fs (%s)", self.job_id[:8], decision.delay, decision.reason)
+                self._sleep(decision.delay)
+        finally:
+            self.server.close()
+            if self.coordinator is not None:
+                self.coordinator.stop_attempt("job ended")
+            self.runner.close()
+
+    # ------------------------------------------------------------------ attempts
+
+    def _launch(self) -> SlotLaunch:
+        host, port = self.server.address
+        return SlotLaunch(
+            job_id=self.job_id, attempt=self.attempt, master=(host, port), secret=self.secret,
+            heartbeat_interval=self.env.heartbeat_interval,
+        )
+
+    def _run_attempt(self) -> _Failure | None:
+        self.phase = Phase.REGISTERING
+        self._slots = {}
+        self._fail_request = None
+        attempt = self.attempt
+        p = self.graph.parallelism
+        restored = self.coordinator.latest_completed if self.coordinator else None
+        deployments = task_deployments(self.graph, restored, self._splits)
+        addresses: dict[int, tuple[str, int]] = {}
+        running: set[int] = set()
+        closed: set[int] = set()
+        exhausted: set[TaskKey] = set()
+        finished: set[TaskKey] = set()
+        last_seen: dict[int, float] = {}
+        deadline = self.clock.now() + REGISTRATION_TIMEOUT
+        if restored is not None:
+            log.warning("job %s attempt %d: restoring checkpoint %d", self.job_id[:8], attempt,
+                        restored.checkpoint_id)
+        self.runner.start(self._launch(), lambda err: self.events.put(("runner-exit", attempt, err)))
+
+        while True:
+            timeout = 1.0
+            if self.phase == Phase.RUNNING and self.coordinator is not None:
+                due = self.coordinator.tick()
+                if due is not None:
+                    timeout = min(timeout, max(due, 0.0))
+            if self._fail_request is not None:
+                return _Failure(self._fail_request)
+            try:
+                kind, conn, msg = self.events.get(timeout=timeout)
+            except queue.Empty:
+                kind, conn, msg = "idle", None, None
+            now = self.clock.now()
+            if kind == "cancel":
+                self._end_attempt(_Failure("cancelled"))
+                raise JobCancelled(f"job {self.job_id} was cancelled")
+            if kind == "runner-exit":
+                if conn != attempt:
+                    continue
+                if self.phase == Phase.FINISHING and len(closed) == p:
+                    return None
+                return _Failure(f"slots of attempt {attempt} ended: {msg!r}" if msg else
+                                f"slots of attempt {attempt} exited before the job finished")
+            if kind == "closed":
+                if conn.attempt == attempt and conn.slot is not None and conn.slot not in closed:
+                    return _Failure(f"slot {conn.slot} (pid {conn.pid}) lost its control connection"
+                                    f" (process died?): {msg!r}")
+                continue
+            if self.phase == Phase.REGISTERING and now > deadline:
+                return _Failure(f"only {len(self._slots)} of {p} slots registered within "
+                                f"{REGISTRATION_TIMEOUT:.0f}s (does the cluster have {p} free task slots?)")
+            for slot, seen in last_seen.items():
+                if now - seen > self.env.heartbeat_timeout and slot not in closed:
+                    return _Failure(f"slot {slot} missed heartbeats for {now - seen:.1f}s")
+            if kind == "idle":
+                continue
+            assert kind == "message"
+            if isinstance(msg, RegisterSlot):
+                if msg.attempt != attempt or self.phase != Phase.REGISTERING or msg.slot in self._slots:
+                    conn.send(CancelSlot(f"stale registration (attempt {msg.attempt}, current {attempt})"))
+                    conn.close()
+                    continue
+                conn.slot, conn.attempt, conn.pid = msg.slot, msg.attempt, msg.pid
+                self._slots[msg.slot] = conn
+                self.slot_pids[msg.slot] = msg.pid
+                last_seen[msg.slot] = now
+                if len(self._slots) == p:
+                    self.phase = Phase.DEPLOYING
+                    for slot, c in self._slots.items():
+                        c.send(self._deploy_message(slot, deployments[slot]))
+                continue
+            if conn.attempt != attempt:
+                continue
+            last_seen[conn.slot] = now
+            if isinstance(msg, Heartbeat):
+                continue
+            if isinstance(msg, SlotReady):
+                addresses[msg.slot] = (msg.host, msg.port)
+                if len(addresses) == p:
+                    self.phase = Phase.CONNECTING
+                    self._broadcast(ConnectPeers(dict(addresses)))
+            elif isinstance(msg, SlotRunning):
+                running.add(msg.slot)
+                if len(running) == p:
+                    self.phase = Phase.RUNNING
+                    self.running.set()
+                    if self.coordinator is not None:
+                        self.coordinator.start_attempt(set(self._tasks), set(self._sources))
+            elif isinstance(msg, AcknowledgeCheckpoint):
+                if self.coordinator is not None:
+                    self.coordinator.receive_ack(msg)
+            elif isinstance(msg, DeclineCheckpoint):
+                if self.coordinator is not None:
+                    self.coordinator.receive_decline(msg)
+            elif isinstance(msg, SourceExhausted):
+                exhausted.add(msg.task)
+                if exhausted == self._sources and self.coordinator is not None:
+                    self.coordinator.trigger_final()
+            elif isinstance(msg, TaskFinished):
+                finished.add(msg.task)
+            elif isinstance(msg, TaskFailed):
+                detail = f"{msg.description}\n{msg.traceback}" if msg.traceback else msg.description
+                return _Failure(detail, suppress_restarts=msg.suppress_restarts, error=msg.error)
+            elif isinstance(msg, SlotClosed):
+                closed.add(msg.slot)
+                if self.phase == Phase.FINISHING and len(closed) == p:
+                    return None
+            else:
+                log.warning("job %s: unexpected message %r", self.job_id[:8], msg)
+            if (self.phase == Phase.RUNNING and finished == self._tasks
+                    and (self.coordinator is None or self.coordinator.final_completed)):
+                self.phase = Phase.FINISHING
+                self._broadcast(FinishSlot())
+
+    def _deploy_message(self, slot: int, tasks: list[Any]) -> DeploySlot:
+        return DeploySlot(
+            job_id=self.job_id, attempt=self.attempt, graph_bytes=self._graph_bytes, tasks=tasks,
+            sys_path=[p for p in sys.path if p], checkpoint_dir=self.storage.job_dir if self.storage else None,
+            checkpointing=self.coordinator is not None,
+            exactly_once=bool(self.checkpoint_config and self.checkpoint_config.exactly_once),
+        )
+
+    def _end_attempt(self, failure: _Failure | None) -> None:
+        if failure is None:
+            self.phase = Phase.DONE
+            for conn in self._slots.values():
+                conn.close()
+            self.runner.wait(CANCEL_TIMEOUT)
+            return
+        self.phase = Phase.FAILING
+        self.running.clear()
+        if self.coordinator is not None:
+            self.coordinator.stop_attempt(failure.cause.splitlines()[0])
+        for conn in self._slots.values():
+            conn.send(CancelSlot(failure.cause.splitlines()[0]))
+            conn.close()
+        self.runner.cancel()
+        if not self.runner.wait(CANCEL_TIMEOUT):
+            log.error("job %s: slots of attempt %d did not stop within %.0fs",
+                      self.job_id[:8], self.attempt, CANCEL_TIMEOUT)
+        self._drain_stale_events()
+
+    def _drain_stale_events(self) -> None:
+        keep = []
+        while True:
+            try:
+                event = self.events.get_nowait()
+            except queue.Empty:
+                break
+            if event[0] == "cancel":
+                keep.append(event)
+        for event in keep:
+            self.events.put(event)
+
+    def _sleep(self, seconds: float) -> None:
+        deadline = self.clock.now() + seconds
+        while True:
+            remaining = deadline - self.clock.now()
+            if remaining <= 0:
+                return
+            try:
+                event = self.events.get(timeout=remaining)
+            except queue.Empty:
+                return
+            if event[0] == "cancel":
+                raise JobCancelled(f"job {self.job_id} was cancelled")
+
+    def _give_up(self, failure: _Failure, reason: str) -> JobExecutionError:
+        first = self.failures[0]
+        history = "\n".join(f"  attempt {i + 1}: {f.splitlines()[0]}" for i, f in enumerate(self.failures))
+        err = JobExecutionError(
+            f"job {self.job_id} failed after {self.attempt - 1} restart(s) ({reason}).\n"
+            f"first cause: {first}\nhistory:\n{history}",
+            cause=first, history=self.failures, restarts=self.attempt - 1,
+        )
+        if failure.error is not None:
+            err.__cause__ = failure.error
+        return err
+
+    def _result(self, started: float) -> JobResult:
+        stats = list(self.coordinator.completed_stats) if self.coordinator else []
+        return JobResult(
+            job_id=self.job_id, restarts=self.attempt - 1, checkpoints=stats,
+            failures=list(self.failures), duration=time.monotonic() - started,
+        )

@@ -1,0 +1,128 @@
+"""The Spark runner: every slot is a long-running task of one barrier-mode stage.
+
+The job master submits ``sc.parallelize(range(P), P).barrier().mapPartitions(slot)``
+under its own job group; task ``i`` is slot ``i``. Barrier mode makes Spark start
+all ``P`` tasks together (gang scheduling) and fail them together. Spark does not
+own recovery: on any failure the job master cancels the job group and submits a
+new attempt that restores the latest completed checkpoint.
+
+Example::
+
+    runner = SparkRunner(parallelism=2, master="local[2]")
+    runner.start(launch, on_exit=print)
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from epochstream.deploy.runners import OnExit, Runner
+from epochstream.exceptions import ConfigurationError
+from epochstream.runtime.slot import SlotLaunch, run_slot
+
+__all__ = ["SparkRunner", "create_session"]
+
+log = logging.getLogger(__name__)
+
+_LOOPBACK = re.compile(r"^(local(\[.*\])?|spark://(127\.\d+\.\d+\.\d+|localhost)(:\d+)?)$")
+
+
+def create_session(master: str, *, app_name: str = "epochstream") -> Any:
+    """A SparkSession configured for long-running slot tasks.
+
+    Python workers are not reused (a slot's process ends with its task), the UI is
+    off, and for local or loopback masters the driver binds to 127.0.0.1 so every
+    plane stays on loopback.
+
+    Example: ``spark = create_session("local[2]")``
+    """
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.python.worker.reuse", "false")
+        .config("spark.pyspark.python", sys.executable)
+    )
+    if _LOOPBACK.match(master):
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
+        )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _spark_slot(launch: SlotLaunch, _partition: Iterator[Any]) -> Iterator[int]:
+    """Runs inside the Spark task (Python worker): become slot ``partitionId``."""
+    from pyspark import BarrierTaskContext
+
+    ctx = BarrierTaskContext.get()
+    index = ctx.partitionId()
+    address = ctx.getTaskInfos()[index].address
+    host = address.rsplit(":", 1)[0] if ":" in address else address
+    run_slot(launch, index=index, host=host or "127.0.0.1")
+    yield index
+
+
+class SparkRunner(Runner):
+    """Runs slots as Spark barrier tasks on ``spark`` or a session for ``master``."""
+
+    def __init__(self, *, parallelism: int, master: str | None = None, spark: Any = None) -> None:
+        self.parallelism = parallelism
+        if spark is None:
+            spark = create_session(master or f"local[{parallelism}]")
+        self.spark = spark
+        self.sc = spark.sparkContext
+        self._thread: threading.Thread | None = None
+        self._group: str | None = None
+        slots = self.sc.defaultParallelism
+        if self.sc.master.startswith("local") and slots < parallelism:
+            raise ConfigurationError(
+                f"Spark master {self.sc.master} offers {slots} task slots but the job needs "
+                f"{parallelism} (one long-running barrier task per slot): use local[{parallelism}]"
+            )
+
+    def control_host(self) -> str:
+        return str(self.sc.getConf().get("spark.driver.host", "127.0.0.1"))
+
+    def start(self, launch: SlotLaunch, on_exit: OnExit) -> None:
+        group = f"epochstream-{launch.job_id}-{launch.attempt}"
+        self._group = group
+        p = self.parallelism
+        sc = self.sc
+
+        def submit() -> None:
+            error: BaseException | None = None
+            try:
+                sc.setJobGroup(group, f"epochstream {launch.job_id} attempt {launch.attempt}",
+                               interruptOnCancel=True)
+                rdd = sc.parallelize(range(p), p).barrier()
+                rdd.mapPartitions(functools.partial(_spark_slot, launch)).collect()
+            except Exception as exc:  # handed to the job master, which decides what it means
+                error = exc
+            on_exit(error)
+
+        self._thread = threading.Thread(target=submit, name=f"spark-{group}", daemon=True)
+        self._thread.start()
+
+    def cancel(self) -> None:
+        if self._group is not None:
+            self.sc.cancelJobGroup(self._group)
+
+    def wait(self, timeout: float) -> bool:
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()

@@ -1,0 +1,129 @@
+"""All exceptions epochstream raises, in one tree.
+
+::
+
+    EpochstreamError
+     +-- ConfigurationError          bad settings or a job graph that cannot run
+     +-- JobExecutionError           execute() gave up; names the first cause and restart history
+     +-- DataError                   bad input that retrying cannot fix (restarts are suppressed)
+     |    +-- SourceDecodeError      a record a source cannot decode, with file and byte offset
+     +-- StateError                  state that cannot be read, restored or redistributed
+     |    +-- KeyEncodingError       a key type with no stable canonical encoding
+     +-- CheckpointError             a checkpoint that failed, was declined or timed out
+     +-- SinkError                   a sink that cannot commit or recover its transactions
+     +-- AuthenticationError         a control- or data-plane peer without the job secret
+     +-- TaskFailure                 a task failed; carries the remote traceback text
+     +-- InjectedFailure             raised on purpose by epochstream.testing
+
+Example::
+
+    import epochstream as es
+
+    try:
+        env.execute("job")
+    except es.JobExecutionError as err:
+        print(err.cause, err.history)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuthenticationError",
+    "CheckpointError",
+    "ConfigurationError",
+    "DataError",
+    "EpochstreamError",
+    "InjectedFailure",
+    "JobExecutionError",
+    "KeyEncodingError",
+    "SinkError",
+    "SourceDecodeError",
+    "StateError",
+    "TaskFailure",
+]
+
+
+class EpochstreamError(Exception):
+    """Base class of every error epochstream raises."""
+
+    #: When true, the job master fails the job at once instead of restarting it.
+    suppress_restarts: bool = False
+
+
+class ConfigurationError(EpochstreamError, ValueError):
+    """Invalid configuration or a job graph that cannot be executed."""
+
+
+class JobExecutionError(EpochstreamError):
+    """The job failed for good.
+
+    ``cause`` is the first failure's description, ``history`` the list of
+    failures seen (one per attempt), ``restarts`` how many restarts were made.
+    """
+
+    def __init__(self, message: str, *, cause: str, history: list[str], restarts: int) -> None:
+        super().__init__(message)
+        self.cause = cause
+        self.history = list(history)
+        self.restarts = restarts
+
+
+class DataError(EpochstreamError):
+    """Bad input data; restarting would meet it again, so restarts are suppressed."""
+
+    suppress_restarts = True
+
+
+class SourceDecodeError(DataError):
+    """A source could not decode a record; names the file and byte offset."""
+
+    def __init__(self, message: str, *, path: str, offset: int) -> None:
+        super().__init__(message)
+        self.path = path
+        self.offset = offset
+
+    def __reduce__(self):  # keep path/offset across pickling (task -> job master)
+        return (_rebuild_decode_error, (str(self), self.path, self.offset))
+
+
+def _rebuild_decode_error(message: str, path: str, offset: int) -> SourceDecodeError:
+    return SourceDecodeError(message, path=path, offset=offset)
+
+
+class StateError(EpochstreamError):
+    """State that cannot be accessed, snapshotted or restored."""
+
+
+class KeyEncodingError(StateError, TypeError):
+    """A key whose type has no stable, process-independent encoding."""
+
+
+class CheckpointError(EpochstreamError):
+    """A checkpoint failed: declined, timed out, or its storage failed."""
+
+
+class SinkError(EpochstreamError):
+    """A sink could not commit, abort or recover a transaction."""
+
+
+class AuthenticationError(EpochstreamError):
+    """A peer did not prove knowledge of the job secret."""
+
+
+class TaskFailure(EpochstreamError):
+    """A task failed in a slot; ``remote_traceback`` holds the slot's traceback text."""
+
+    def __init__(self, message: str, *, remote_traceback: str = "") -> None:
+        super().__init__(message)
+        self.remote_traceback = remote_traceback
+
+    def __reduce__(self):
+        return (_rebuild_task_failure, (str(self), self.remote_traceback))
+
+
+def _rebuild_task_failure(message: str, tb: str) -> TaskFailure:
+    return TaskFailure(message, remote_traceback=tb)
+
+
+class InjectedFailure(EpochstreamError):
+    """A failure raised on purpose by :mod:`epochstream.testing`."""

@@ -1,0 +1,1 @@
+"""graph layer (see docs/architecture.md)."""

@@ -1,0 +1,96 @@
+"""The logical graph the API builds: one :class:`Transformation` per operator call.
+
+Example::
+
+    g = LogicalGraph()
+    src = g.add("source", "numbers", payload=SequenceSource(0, 10))
+    g.add("map", "double", payload=lambda x: 2 * x, inputs=[Edge(src.id)])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from epochstream.exceptions import ConfigurationError
+
+__all__ = ["KINDS", "Edge", "LogicalGraph", "Partitioning", "Transformation"]
+
+#: Operator kinds the runtime knows how to run.
+KINDS = frozenset({"source", "map", "flat_map", "filter", "reduce", "process", "sink"})
+#: Kinds that need a keyed input (key-group hash partitioning and a key selector).
+KEYED_KINDS = frozenset({"reduce", "process"})
+
+
+@dataclass(frozen=True)
+class Partitioning:
+    """How records move along an edge: forward, rebalance, hash (key groups) or broadcast."""
+
+    kind: str = "forward"
+    key_selector: Callable[[Any], Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("forward", "rebalance", "hash", "broadcast"):
+            raise ConfigurationError(f"unknown partitioning {self.kind!r}")
+        if self.kind == "hash" and self.key_selector is None:
+            raise ConfigurationError("hash partitioning needs a key selector")
+
+
+@dataclass(frozen=True)
+class Edge:
+    """An input of a transformation: upstream id, partitioning, and the upstream output tag."""
+
+    source_id: int
+    partitioning: Partitioning = field(default_factory=Partitioning)
+    tag: str = "main"
+
+
+@dataclass
+class Transformation:
+    """One operator in the logical graph."""
+
+    id: int
+    kind: str
+    name: str
+    payload: Any
+    inputs: list[Edge] = field(default_factory=list)
+    uid: str | None = None
+
+    @property
+    def key_selector(self) -> Callable[[Any], Any] | None:
+        for edge in self.inputs:
+            if edge.partitioning.kind == "hash":
+                return edge.partitioning.key_selector
+        return None
+
+
+class LogicalGraph:
+    """An append-only list of transformations, in creation order (a topological order)."""
+
+    def __init__(self) -> None:
+        self.transformations: list[Transformation] = []
+
+    def add(
+        self, kind: str, name: str, *, payload: Any, inputs: list[Edge] | None = None
+    ) -> Transformation:
+        """Append a transformation and return it."""
+        if kind not in KINDS:
+            raise ConfigurationError(f"unknown operator kind {kind!r}")
+        t = Transformation(
+            id=len(self.transformations), kind=kind, name=name, payload=payload,
+            inputs=list(inputs or []),
+        )
+        if kind in KEYED_KINDS and t.key_selector is None:
+            raise ConfigurationError(f"{kind} needs a keyed stream: call key_by() first")
+        self.transformations.append(t)
+        return t
+
+    def get(self, tid: int) -> Transformation:
+        return self.transformations[tid]
+
+    def consumers(self, tid: int) -> list[tuple[Transformation, Edge]]:
+        """Transformations that read ``tid``'s output, with the edge they read it by."""
+        return [
+            (t, e) for t in self.transformations for e in t.inputs if e.source_id == tid
+        ]

@@ -1,0 +1,112 @@
+"""A task's input gate: bounded FIFO input channels plus the task's mailbox.
+
+Producers (a reader thread per network channel, or an upstream task in the same
+slot) append whole batches and block while a channel is full: that is the
+backpressure, and over TCP it propagates upstream through the socket buffers.
+The task thread is the only consumer. It takes mail first (checkpoint triggers,
+notifications, cancellation), then the next batch or event from any channel that
+the barrier handler has not blocked, round-robin. One lock per *batch*, never per
+record.
+
+Example::
+
+    gate = InputGate(num_channels=2, capacity=4)
+    gate.put(1, [1, 2, 3])
+    gate.take(timeout=0.1)      # (1, [1, 2, 3])
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any
+
+__all__ = ["MAIL", "Cancelled", "InputGate"]
+
+#: Channel index reported by ``take`` for mailbox items.
+MAIL = -1
+
+
+class Cancelled(Exception):
+    """Raised to producers and the consumer of a gate once it is cancelled."""
+
+
+class InputGate:
+    """Bounded per-channel queues and a mailbox behind one condition variable."""
+
+    def __init__(self, num_channels: int, *, capacity: int = 16) -> None:
+        self.num_channels = num_channels
+        self.capacity = capacity
+        self._cond = threading.Condition()
+        self._queues: list[deque[Any]] = [deque() for _ in range(num_channels)]
+        self._mail: deque[Any] = deque()
+        self._next = 0
+        self._cancelled = False
+        #: ``blocked[ch]`` is true while the task must not read channel ``ch``; the
+        #: barrier handler owns this list (mutated in place) and the gate only reads it.
+        self.blocked: list[bool] = [False] * num_channels
+
+    def put(self, channel: int, item: Any) -> None:
+        """Append a batch or event to ``channel``; blocks while the channel is full."""
+        cond = self._cond
+        with cond:
+            queue = self._queues[channel]
+            while len(queue) >= self.capacity:
+                if self._cancelled:
+                    raise Cancelled()
+                cond.wait(0.5)
+            if self._cancelled:
+                raise Cancelled()
+            queue.append(item)
+            cond.notify_all()
+
+    def put_mail(self, mail: Any) -> None:
+        """Hand a control message to the task; mail is taken before any input."""
+        with self._cond:
+            self._mail.append(mail)
+            self._cond.notify_all()
+
+    def take(self, timeout: float | None) -> tuple[int, Any] | None:
+        """The next mail (channel ``MAIL``) or input item; ``None`` if ``timeout`` passed."""
+        cond = self._cond
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with cond:
+            while True:
+                if self._mail:
+                    return MAIL, self._mail.popleft()
+                if self._cancelled:
+                    raise Cancelled()
+                n = self.num_channels
+                blocked = self.blocked
+                start = self._next
+                for i in range(n):
+                    ch = (start + i) % n
+                    queue = self._queues[ch]
+                    if queue and not blocked[ch]:
+                        self._next = ch + 1
+                        item = queue.popleft()
+                        cond.notify_all()
+                        return ch, item
+                if deadline is None:
+                    cond.wait()
+                else:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return None
+                    cond.wait(remaining)
+
+    def has_input(self) -> bool:
+        """True if a non-blocked channel has an item (used to decide when to flush)."""
+        with self._cond:
+            return any(q and not self.blocked[ch] for ch, q in enumerate(self._queues))
+
+    def cancel(self) -> None:
+        """Wake and fail every waiting producer and the consumer."""
+        with self._cond:
+            self._cancelled = True
+            self._cond.notify_all()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled

@@ -1,0 +1,130 @@
+"""Operators hosting connectors: the source reader and the sink writer.
+
+The source operator's checkpointed state is its readers' split positions (operator
+list state ``splits``, redistributed on rescale); a sink writer's state is its
+pending transactions (union list state ``txns``, so whichever subtask restores
+sees every pending transaction and can commit it).
+
+Example::
+
+    src = SourceOperator(spec, ctx); src.open(); src.assign_splits(splits)
+    records = src.poll(1024)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from epochstream.connectors.base import Sink, SinkContext, Source, SourceContext, SourceReader, SinkWriter
+from epochstream.runtime.clock import SystemClock
+from epochstream.runtime.operators import Operator, SnapshotParts
+from epochstream.state.handles import OperatorRestore
+
+__all__ = ["DEAD_LETTER", "SinkOperator", "SourceOperator"]
+
+#: Side-output tag of records a source could not decode.
+DEAD_LETTER = "dead_letter"
+SPLITS = "splits"
+TXNS = "txns"
+
+
+class SourceOperator(Operator):
+    """Drives a :class:`SourceReader`; the head of a source task's chain."""
+
+    reader: SourceReader
+
+    def __init__(self, spec: Any, ctx: Any) -> None:
+        super().__init__(spec, ctx)
+        self.source: Source = spec.payload
+        self._restored_splits: list[Any] | None = None
+        self._dead: list[Any] = []
+
+    def initialize_state(self, restore: OperatorRestore | None) -> None:
+        if restore is not None and SPLITS in restore.operator_lists:
+            self._restored_splits = list(restore.operator_lists[SPLITS])
+
+    def open(self) -> None:
+        has_dead_letter = DEAD_LETTER in self.side_emits
+        self.reader = self.source.create_reader(
+            SourceContext(
+                subtask_index=self.ctx.subtask_index, parallelism=self.ctx.parallelism,
+                clock=SystemClock(),
+                dead_letter=self._dead.append if has_dead_letter else None,
+            )
+        )
+
+    def assign_splits(self, initial: list[Any] | None) -> None:
+        """Give the reader its splits: the restored ones if any, else the initial assignment."""
+        splits = self._restored_splits if self._restored_splits is not None else (initial or [])
+        self.reader.add_splits(list(splits))
+
+    def poll(self, max_records: int) -> int:
+        """Read up to ``max_records`` and emit them; returns how many were read."""
+        records = self.reader.poll(max_records)
+        if self._dead:
+            dead, self._dead = self._dead, []
+            self.side_emits[DEAD_LETTER](dead)
+        if records:
+            self.emit(records)
+        return len(records)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.reader.exhausted
+
+    def next_available(self) -> float | None:
+        return self.reader.next_available()
+
+    def snapshot(self, checkpoint_id: int) -> SnapshotParts:
+        return SnapshotParts(operator_lists={SPLITS: list(self.reader.snapshot())})
+
+    def close(self) -> None:
+        reader = getattr(self, "reader", None)
+        if reader is not None:
+            reader.close()
+
+
+class SinkOperator(Operator):
+    """Feeds a :class:`SinkWriter`; two-phase-commit writers pre-commit at the snapshot."""
+
+    writer: SinkWriter
+
+    def __init__(self, spec: Any, ctx: Any) -> None:
+        super().__init__(spec, ctx)
+        self.sink: Sink = spec.payload
+        self._restored: list[Any] = []
+
+    def initialize_state(self, restore: OperatorRestore | None) -> None:
+        if restore is not None:
+            self._restored = list(restore.union_lists.get(TXNS, []))
+
+    def open(self) -> None:
+        self.writer = self.sink.create_writer(
+            SinkContext(
+                subtask_index=self.ctx.subtask_index, parallelism=self.ctx.parallelism,
+                attempt=self.ctx.attempt, job_id=self.ctx.job_id,
+                checkpointing=self.ctx.checkpointing,
+            )
+        )
+        self.writer.restore(self._restored)
+        self._restored = []
+
+    def process_batch(self, batch: list[Any]) -> None:
+        self.writer.write_batch(batch)
+
+    def snapshot(self, checkpoint_id: int) -> SnapshotParts:
+        return SnapshotParts(union_lists={TXNS: list(self.writer.snapshot(checkpoint_id))})
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.writer.notify_checkpoint_complete(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        self.writer.notify_checkpoint_aborted(checkpoint_id)
+
+    def end_input(self) -> None:
+        self.writer.end_input()
+
+    def close(self) -> None:
+        writer = getattr(self, "writer", None)
+        if writer is not None:
+            writer.close()

@@ -1,0 +1,221 @@
+"""Control-plane messages between the job master and the slots.
+
+Every message is a small frozen dataclass, pickled only after the connection has
+passed the HMAC handshake (see :mod:`epochstream.runtime.auth`). A task is named by
+``TaskKey = (chain_id, subtask_index)``.
+
+Flow of one attempt::
+
+    slot -> JM   RegisterSlot(index, attempt, pid)
+    JM -> slot   DeploySlot(graph, per-task restore, splits)
+    slot -> JM   SlotReady(data-plane address)
+    JM -> slot   ConnectPeers(addresses)          once every slot is ready
+    slot -> JM   SlotRunning
+    JM -> slot   TriggerCheckpoint / NotifyCheckpointComplete / NotifyCheckpointAborted
+    slot -> JM   AcknowledgeCheckpoint / DeclineCheckpoint / SourceExhausted / TaskFinished
+    JM -> slot   FinishSlot  (after the final checkpoint committed)  or CancelSlot
+    slot -> JM   SlotClosed
+
+Example::
+
+    TriggerCheckpoint(checkpoint_id=7, timestamp=1700000000.0, final=False)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from epochstream.state.handles import OperatorRestore, OperatorSubtaskState
+
+__all__ = [
+    "AcknowledgeCheckpoint",
+    "CancelSlot",
+    "ConnectPeers",
+    "DeclineCheckpoint",
+    "DeploySlot",
+    "FinishSlot",
+    "Heartbeat",
+    "NotifyCheckpointAborted",
+    "NotifyCheckpointComplete",
+    "RegisterSlot",
+    "SlotClosed",
+    "SlotReady",
+    "SlotRunning",
+    "SourceExhausted",
+    "TaskCheckpointStats",
+    "TaskDeployment",
+    "TaskFailed",
+    "TaskFinished",
+    "TaskKey",
+    "TriggerCheckpoint",
+]
+
+TaskKey = tuple[str, int]
+
+
+# ---------------------------------------------------------------- slot -> job master
+
+
+@dataclass(frozen=True)
+class RegisterSlot:
+    """First message of a slot: who it is and which deployment attempt it belongs to."""
+
+    slot: int
+    attempt: int
+    pid: int
+    host: str
+
+
+@dataclass(frozen=True)
+class SlotReady:
+    """The slot built its tasks and listens for data-plane connections at host:port."""
+
+    slot: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class SlotRunning:
+    """All outgoing data-plane channels are connected; tasks are running."""
+
+    slot: int
+
+
+@dataclass(frozen=True)
+class TaskCheckpointStats:
+    """Timings and size of one task's part of a checkpoint (seconds, bytes)."""
+
+    alignment_s: float = 0.0
+    sync_s: float = 0.0
+    async_s: float = 0.0
+    state_size: int = 0
+
+
+@dataclass(frozen=True)
+class AcknowledgeCheckpoint:
+    """A task finished its snapshot for ``checkpoint_id``; ``states`` by operator uid."""
+
+    checkpoint_id: int
+    task: TaskKey
+    states: dict[str, OperatorSubtaskState]
+    stats: TaskCheckpointStats
+
+
+@dataclass(frozen=True)
+class DeclineCheckpoint:
+    """A task cannot take part in ``checkpoint_id`` (subsumed, failed snapshot...)."""
+
+    checkpoint_id: int
+    task: TaskKey
+    reason: str
+
+
+@dataclass(frozen=True)
+class SourceExhausted:
+    """A bounded source subtask read all its splits (it waits for the final barrier)."""
+
+    task: TaskKey
+
+
+@dataclass(frozen=True)
+class TaskFinished:
+    """A task saw end-of-input on every input and flushed; it waits for FinishSlot."""
+
+    task: TaskKey
+
+
+@dataclass(frozen=True)
+class TaskFailed:
+    """A task raised. ``error`` is the exception if it pickles, else ``None``."""
+
+    task: TaskKey
+    description: str
+    traceback: str
+    error: BaseException | None = None
+    suppress_restarts: bool = False
+
+
+@dataclass(frozen=True)
+class SlotClosed:
+    """The slot closed every operator and is about to return."""
+
+    slot: int
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Sent every heartbeat interval by each slot."""
+
+    slot: int
+
+
+# ---------------------------------------------------------------- job master -> slot
+
+
+@dataclass(frozen=True)
+class TaskDeployment:
+    """One task of a slot: its chain, restore state per operator uid, source splits."""
+
+    chain_id: str
+    subtask: int
+    restore: dict[str, OperatorRestore] = field(default_factory=dict)
+    splits: list[object] | None = None
+    restored_checkpoint: int | None = None
+
+
+@dataclass(frozen=True)
+class DeploySlot:
+    """The job graph (cloudpickled) and the tasks this slot runs."""
+
+    job_id: str
+    attempt: int
+    graph_bytes: bytes
+    tasks: list[TaskDeployment]
+    sys_path: list[str]
+    checkpoint_dir: str | None
+    checkpointing: bool
+    exactly_once: bool
+
+
+@dataclass(frozen=True)
+class ConnectPeers:
+    """Data-plane addresses of every slot, by slot index."""
+
+    addresses: dict[int, tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class TriggerCheckpoint:
+    """Sources snapshot and emit barrier ``checkpoint_id``; ``final`` ends the input after it."""
+
+    checkpoint_id: int
+    timestamp: float
+    final: bool = False
+
+
+@dataclass(frozen=True)
+class NotifyCheckpointComplete:
+    """``checkpoint_id`` is complete: two-phase-commit sinks commit up to it."""
+
+    checkpoint_id: int
+
+
+@dataclass(frozen=True)
+class NotifyCheckpointAborted:
+    """``checkpoint_id`` was aborted: stop aligning for it, drop its snapshot."""
+
+    checkpoint_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class FinishSlot:
+    """The job is done: close operators and return."""
+
+
+@dataclass(frozen=True)
+class CancelSlot:
+    """Stop at once (failover or cancellation)."""
+
+    reason: str

@@ -1,0 +1,220 @@
+"""A slot: one long-running process-side container hosting subtask ``i`` of every chain.
+
+``run_slot`` is the same code under every runner: a Spark barrier task calls it
+with the address Spark gave the task, the local runner calls it in a subprocess.
+It connects to the job master, registers, receives its deployment, opens its data
+plane, wires channels to its peers, runs one thread per task, and relays control
+messages (checkpoint triggers and notifications, finish, cancel) to the tasks'
+mailboxes until the job master says finish or cancel, or disappears.
+
+Example::
+
+    run_slot(SlotLaunch(job_id="j", attempt=1, master=("127.0.0.1", 4000),
+                        secret=secret, heartbeat_interval=1.0), index=0, host="127.0.0.1")
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+
+from epochstream.exceptions import TaskFailure
+from epochstream.graph.jobgraph import JobGraph
+from epochstream.runtime.auth import FramedConnection, connect
+from epochstream.runtime.messages import (
+    CancelSlot,
+    ConnectPeers,
+    DeploySlot,
+    FinishSlot,
+    Heartbeat,
+    NotifyCheckpointAborted,
+    NotifyCheckpointComplete,
+    RegisterSlot,
+    SlotClosed,
+    SlotReady,
+    SlotRunning,
+    TaskFailed,
+    TriggerCheckpoint,
+)
+from epochstream.runtime.network import ChannelHello, DataPlaneServer, open_channel
+from epochstream.runtime.outputs import Channel, LocalChannel, NetworkChannel, RecordWriter
+from epochstream.runtime.snapshots import SnapshotExecutor
+from epochstream.runtime.task import Task, TaskEnvironment
+
+__all__ = ["SlotLaunch", "run_slot"]
+
+log = logging.getLogger(__name__)
+_JOIN_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class SlotLaunch:
+    """What a slot needs to find its job master (shipped inside the Spark closure)."""
+
+    job_id: str
+    attempt: int
+    master: tuple[str, int]
+    secret: bytes
+    heartbeat_interval: float = 1.0
+
+
+class _Slot:
+    def __init__(self, launch: SlotLaunch, index: int, host: str) -> None:
+        self.launch = launch
+        self.index = index
+        self.host = host
+        self.control: FramedConnection = connect(launch.master, launch.secret, plane="control")
+        self.tasks: list[Task] = []
+        self.threads: list[threading.Thread] = []
+        self.snapshots = SnapshotExecutor(name=f"slot{index}-snapshots")
+        self.data: DataPlaneServer | None = None
+        self._stop = threading.Event()
+
+    def send(self, msg: Any) -> None:
+        self.control.send(msg)
+
+    # ------------------------------------------------------------------ setup
+
+    def deploy(self) -> bool:
+        self.send(RegisterSlot(self.index, self.launch.attempt, os.getpid(), self.host))
+        msg = self.control.recv()
+        if isinstance(msg, CancelSlot):
+            log.warning("slot %d: job master refused registration: %s", self.index, msg.reason)
+            return False
+        if not isinstance(msg, DeploySlot):
+            raise TypeError(f"slot {self.index}: expected DeploySlot, got {type(msg).__name__}")
+        for path in reversed(msg.sys_path):
+            if path not in sys.path and os.path.isdir(path):
+                sys.path.insert(0, path)
+        graph: JobGraph = cloudpickle.loads(msg.graph_bytes)
+        env = TaskEnvironment(
+            job_id=msg.job_id, attempt=msg.attempt, checkpoint_dir=msg.checkpoint_dir,
+            checkpointing=msg.checkpointing, exactly_once=msg.exactly_once, send=self.send,
+            snapshots=self.snapshots,
+        )
+        self.graph = graph
+        self.tasks = [Task(env, graph, graph.chain(d.chain_id), d) for d in msg.tasks]
+        self.data = DataPlaneServer(self.host, self.launch.secret, self._route, self._broken)
+        self.data.start()
+        self.send(SlotReady(self.index, *self.data.address))
+        peers = self.control.recv()
+        if isinstance(peers, CancelSlot):
+            return False
+        if not isinstance(peers, ConnectPeers):
+            raise TypeError(f"slot {self.index}: expected ConnectPeers, got {type(peers).__name__}")
+        self._wire(peers.addresses)
+        self.send(SlotRunning(self.index))
+        return True
+
+    def _route(self, hello: ChannelHello) -> tuple[Any, int]:
+        edge = next(e for e in self.graph.edges if e.edge_id == hello.edge_id)
+        task = next(t for t in self.tasks if t.chain.chain_id == edge.target_chain)
+        return task.gate, task.channel_index(edge.edge_id, hello.upstream_subtask)
+
+    def _broken(self, hello: ChannelHello, exc: BaseException) -> None:
+        if self._stop.is_set():
+            return
+        edge = next(e for e in self.graph.edges if e.edge_id == hello.edge_id)
+        self.send(TaskFailed(
+            task=(edge.target_chain, self.index),
+            description=(f"input channel from {edge.source_chain} subtask "
+                         f"{hello.upstream_subtask} broke: {exc!r}"),
+            traceback="",
+        ))
+
+    def _wire(self, addresses: dict[int, tuple[str, int]]) -> None:
+        g = self.graph
+        by_chain = {t.chain.chain_id: t for t in self.tasks}
+        for task in self.tasks:
+            for edge in g.outgoing(task.chain.chain_id):
+                channels: list[Channel] = []
+                for j in range(g.parallelism):
+                    if j == self.index:
+                        target = by_chain[edge.target_chain]
+                        channels.append(LocalChannel(target.gate, target.channel_index(edge.edge_id, self.index)))
+                    else:
+                        hello = ChannelHello(edge.edge_id, self.index, j)
+                        channels.append(NetworkChannel(open_channel(addresses[j], self.launch.secret, hello)))
+                task.writers[edge.edge_id] = RecordWriter(
+                    channels, partitioning=edge.partitioning, max_parallelism=g.max_parallelism,
+                    batch_size=g.batch_size, subtask_index=self.index,
+                )
+
+    # ------------------------------------------------------------------ running
+
+    def run(self) -> None:
+        self.snapshots.start()
+        for task in self.tasks:
+            t = threading.Thread(target=task.run, name=f"task-{task.name}", daemon=True)
+            self.threads.append(t)
+            t.start()
+        hb = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
+        hb.start()
+        sources = [t for t in self.tasks if t.chain.is_source]
+        while True:
+            msg = self.control.recv()
+            if isinstance(msg, TriggerCheckpoint):
+                for task in sources:
+                    task.gate.put_mail(msg)
+            elif isinstance(msg, NotifyCheckpointComplete | NotifyCheckpointAborted):
+                for task in self.tasks:
+                    task.gate.put_mail(msg)
+            elif isinstance(msg, FinishSlot):
+                for task in self.tasks:
+                    task.gate.put_mail(msg)
+                self._join()
+                self.snapshots.stop()
+                self.send(SlotClosed(self.index))
+                return
+            elif isinstance(msg, CancelSlot):
+                log.info("slot %d cancelled: %s", self.index, msg.reason)
+                return
+            else:
+                raise TypeError(f"slot {self.index}: unexpected control message {type(msg).__name__}")
+
+    def _join(self) -> None:
+        for t in self.threads:
+            t.join(_JOIN_TIMEOUT)
+            if t.is_alive():
+                raise TaskFailure(f"slot {self.index}: task thread {t.name} did not finish")
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.launch.heartbeat_interval):
+            try:
+                self.send(Heartbeat(self.index))
+            except OSError:
+                return
+
+    def shutdown(self) -> None:
+        """Stop everything: cancel gates, close sockets, let threads end."""
+        self._stop.set()
+        for task in self.tasks:
+            task.gate.cancel()
+        if self.data is not None:
+            self.data.close()
+        for task in self.tasks:
+            for writer in task.writers.values():
+                writer.close()
+        for t in self.threads:
+            t.join(2.0)
+        self.control.close()
+
+
+def run_slot(launch: SlotLaunch, *, index: int, host: str) -> None:
+    """Run slot ``index`` of a job until the job master finishes or cancels it."""
+    slot = _Slot(launch, index, host)
+    try:
+        if slot.deploy():
+            slot.run()
+    except (ConnectionError, OSError) as exc:
+        if slot._stop.is_set():
+            return
+        raise TaskFailure(f"slot {index}: lost the job master: {exc!r}") from exc
+    finally:
+        slot.shutdown()

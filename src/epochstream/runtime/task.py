@@ -1,0 +1,386 @@
+"""A task: one subtask of one operator chain, run by one thread as a mailbox loop.
+
+Everything that touches operator state happens on the task thread, one item at a
+time: input batches, in-band events (barriers, end-of-input) and mail from the
+job master (checkpoint triggers for sources, completion and abort notifications,
+finish and cancel). So operator state needs no locks. The synchronous part of a
+snapshot runs here; writing keyed state to storage runs on the slot's snapshot
+thread, which then acknowledges to the job master.
+
+Example::
+
+    task = Task(env, graph, chain, deployment)
+    task.writers[edge_id] = RecordWriter(...)
+    threading.Thread(target=task.run).start()
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from epochstream.graph.jobgraph import ChainSpec, JobGraph
+from epochstream.runtime.barriers import (
+    AbortAlignment,
+    BarrierHandler,
+    EndOfAllInputs,
+    TriggerSnapshot,
+)
+from epochstream.runtime.channels import MAIL, Cancelled, InputGate
+from epochstream.runtime.clock import SystemClock
+from epochstream.runtime.connector_ops import SourceOperator
+from epochstream.runtime.events import END_OF_INPUT, CheckpointBarrier, EndOfInput
+from epochstream.runtime.messages import (
+    AcknowledgeCheckpoint,
+    CancelSlot,
+    DeclineCheckpoint,
+    FinishSlot,
+    NotifyCheckpointAborted,
+    NotifyCheckpointComplete,
+    SourceExhausted,
+    TaskCheckpointStats,
+    TaskDeployment,
+    TaskFailed,
+    TaskFinished,
+    TaskKey,
+    TriggerCheckpoint,
+)
+from epochstream.runtime.operators import Operator, OperatorContext, SnapshotParts, create_operator
+from epochstream.runtime.outputs import RecordWriter
+from epochstream.runtime.snapshots import SnapshotExecutor
+from epochstream.state.handles import OperatorSubtaskState
+from epochstream.state.keyed import HeapKeyedStateBackend
+from epochstream.state.keygroups import key_group_range_for_operator
+from epochstream.state.operator import OperatorStateStore
+
+__all__ = ["Task", "TaskEnvironment"]
+
+log = logging.getLogger(__name__)
+
+
+class TaskEnvironment:
+    """What a slot gives its tasks: job identity, checkpoint settings, the control sender."""
+
+    def __init__(
+        self, *, job_id: str, attempt: int, checkpoint_dir: str | None, checkpointing: bool,
+        exactly_once: bool, send: Callable[[Any], None], snapshots: SnapshotExecutor,
+    ) -> None:
+        self.job_id = job_id
+        self.attempt = attempt
+        self.checkpoint_dir = checkpoint_dir
+        self.checkpointing = checkpointing
+        self.exactly_once = exactly_once
+        self.send = send
+        self.snapshots = snapshots
+
+
+class _Stop(Exception):
+    """Leaves the mailbox loop (finish or cancel)."""
+
+
+class Task:
+    """One subtask of one chain."""
+
+    def __init__(
+        self, env: TaskEnvironment, graph: JobGraph, chain: ChainSpec, deployment: TaskDeployment
+    ) -> None:
+        self.env = env
+        self.graph = graph
+        self.chain = chain
+        self.deployment = deployment
+        self.subtask = deployment.subtask
+        self.key: TaskKey = (chain.chain_id, deployment.subtask)
+        self.name = f"{chain.name} ({deployment.subtask + 1}/{graph.parallelism})"
+        p = graph.parallelism
+        self.gate = InputGate(len(chain.inputs) * p)
+        self.barriers = BarrierHandler(
+            num_channels=max(1, self.gate.num_channels), exactly_once=env.exactly_once,
+            clock=SystemClock(),
+        )
+        self.gate.blocked = self.barriers.blocked
+        self.writers: dict[int, RecordWriter] = {}
+        self.operators: list[Operator] = []
+        self._barrier_ts: dict[int, float] = {}
+        self._finished = False
+        self._exhausted_reported = False
+        self._last_flush = time.monotonic()
+
+    def channel_index(self, edge_id: int, upstream_subtask: int) -> int:
+        """Input channel index of (edge, upstream subtask) in this task's gate."""
+        for pos, edge in enumerate(self.chain.inputs):
+            if edge.edge_id == edge_id:
+                return pos * self.graph.parallelism + upstream_subtask
+        raise KeyError(f"{self.name}: no input edge {edge_id}")
+
+    # ------------------------------------------------------------------ setup
+
+    def _build(self) -> None:
+        g = self.graph
+        ops: dict[str, Operator] = {}
+        for spec in self.chain.operators:
+            keyed = None
+            if spec.key_selector is not None:
+                keyed = HeapKeyedStateBackend(
+                    max_parallelism=g.max_parallelism,
+                    key_group_range=key_group_range_for_operator(
+                        g.max_parallelism, g.parallelism, self.subtask
+                    ),
+                )
+            ctx = OperatorContext(
+                subtask_index=self.subtask, parallelism=g.parallelism,
+                max_parallelism=g.max_parallelism, attempt=self.env.attempt,
+                job_id=self.env.job_id, task_name=f"{spec.name} ({self.subtask + 1}/{g.parallelism})",
+                operator_state=OperatorStateStore(), keyed_backend=keyed,
+                checkpointing=self.env.checkpointing,
+            )
+            ops[spec.uid] = create_operator(spec, ctx)
+        for spec in self.chain.operators:
+            targets: dict[str, list[Callable[[list[Any]], None]]] = {}
+            for out in spec.outputs:
+                if out.chained_uid is not None:
+                    fn = ops[out.chained_uid].process_batch
+                else:
+                    assert out.edge_id is not None
+                    fn = self.writers[out.edge_id].write
+                targets.setdefault(out.tag, []).append(fn)
+            op = ops[spec.uid]
+            for tag, fns in targets.items():
+                emit = fns[0] if len(fns) == 1 else _fan_out(fns)
+                if tag == "main":
+                    op.emit = emit
+                else:
+                    op.side_emits[tag] = emit
+        self.operators = [ops[spec.uid] for spec in self.chain.operators]
+        for op in self.operators:
+            op.initialize_state(self.deployment.restore.get(op.uid))
+            op.open()
+        head = self.operators[0]
+        if isinstance(head, SourceOperator):
+            head.assign_splits(self.deployment.splits)
+
+    # ------------------------------------------------------------------ main loop
+
+    def run(self) -> None:
+        """Thread target: build, restore, loop; report a failure to the job master."""
+        try:
+            self._build()
+            if self.chain.is_source:
+                self._run_source()
+            else:
+                self._run_stream()
+        except (_Stop, Cancelled):
+            pass
+        except BaseException as exc:  # reported to the job master, which fails over
+            if self.gate.cancelled:
+                log.debug("%s: error after cancellation: %r", self.name, exc)
+            else:
+                log.error("%s failed: %r", self.name, exc)
+                self._report_failure(exc)
+        finally:
+            self._close()
+
+    def _report_failure(self, exc: BaseException) -> None:
+        try:
+            pickle.dumps(exc)
+            error: BaseException | None = exc
+        except Exception:  # not picklable: send its description only
+            error = None
+        self.env.send(
+            TaskFailed(
+                task=self.key, description=f"{self.name}: {type(exc).__name__}: {exc}",
+                traceback="".join(traceback.format_exception(exc)), error=error,
+                suppress_restarts=bool(getattr(exc, "suppress_restarts", False)),
+            )
+        )
+
+    def _close(self) -> None:
+        for op in self.operators:
+            try:
+                op.close()
+            except Exception as exc:  # one operator's close must not skip the others'
+                log.warning("%s: closing %s failed: %r", self.name, op.uid, exc)
+
+    def _run_stream(self) -> None:
+        gate = self.gate
+        head = self.operators[0]
+        timeout = self.graph.buffer_timeout
+        while True:
+            got = gate.take(timeout)
+            if got is None:
+                self._flush()
+                continue
+            ch, item = got
+            if ch == MAIL:
+                self._on_mail(item)
+            elif type(item) is list:
+                head.process_batch(item)
+                self._maybe_flush()
+            elif isinstance(item, CheckpointBarrier):
+                self._barrier_ts[item.checkpoint_id] = item.timestamp
+                self._execute(self.barriers.on_barrier(ch, item.checkpoint_id))
+            elif isinstance(item, EndOfInput):
+                self._execute(self.barriers.on_end_of_input(ch))
+            else:
+                raise TypeError(f"{self.name}: unexpected item {type(item).__name__} on channel {ch}")
+
+    def _run_source(self) -> None:
+        gate = self.gate
+        src = self.operators[0]
+        assert isinstance(src, SourceOperator)
+        batch = self.graph.batch_size
+        idle_wait: float | None = 0.0
+        while True:
+            got = gate.take(idle_wait)
+            if got is not None:
+                self._on_mail(got[1])
+                continue
+            if self._finished:
+                idle_wait = None
+                continue
+            if src.poll(batch):
+                idle_wait = 0.0
+                self._maybe_flush()
+                continue
+            self._flush()
+            if src.exhausted:
+                idle_wait = None
+                if not self._exhausted_reported:
+                    self._exhausted_reported = True
+                    self.env.send(SourceExhausted(self.key))
+                    if not self.env.checkpointing:
+                        self._end_of_input()
+                continue
+            nxt = src.next_available()
+            wait = self.graph.buffer_timeout if nxt is None else nxt - time.monotonic()
+            idle_wait = min(max(wait, 0.0005), 0.1)
+
+    def _maybe_flush(self) -> None:
+        now = time.monotonic()
+        if now - self._last_flush >= self.graph.buffer_timeout:
+            self._flush()
+
+    def _flush(self) -> None:
+        self._last_flush = time.monotonic()
+        for writer in self.writers.values():
+            writer.flush()
+
+    # ------------------------------------------------------------------ mail and events
+
+    def _on_mail(self, mail: Any) -> None:
+        if isinstance(mail, TriggerCheckpoint):
+            if self._finished:
+                self.env.send(DeclineCheckpoint(mail.checkpoint_id, self.key, "task already finished"))
+                return
+            self._checkpoint(mail.checkpoint_id, mail.timestamp, alignment_s=0.0)
+            if mail.final:
+                self._end_of_input()
+        elif isinstance(mail, NotifyCheckpointComplete):
+            for op in self.operators:
+                op.notify_checkpoint_complete(mail.checkpoint_id)
+        elif isinstance(mail, NotifyCheckpointAborted):
+            if not self.chain.is_source:
+                self._execute(self.barriers.on_abort(mail.checkpoint_id))
+            for op in self.operators:
+                op.notify_checkpoint_aborted(mail.checkpoint_id)
+        elif isinstance(mail, FinishSlot):
+            if not self._finished:
+                log.warning("%s: asked to finish before its input ended", self.name)
+            raise _Stop()
+        elif isinstance(mail, CancelSlot):
+            raise _Stop()
+        else:
+            raise TypeError(f"{self.name}: unexpected mail {type(mail).__name__}")
+
+    def _execute(self, actions: list[Any]) -> None:
+        for action in actions:
+            if isinstance(action, TriggerSnapshot):
+                ts = self._barrier_ts.pop(action.checkpoint_id, time.time())
+                self._checkpoint(action.checkpoint_id, ts, alignment_s=action.alignment_s)
+                for old in [c for c in self._barrier_ts if c < action.checkpoint_id]:
+                    del self._barrier_ts[old]
+            elif isinstance(action, AbortAlignment):
+                self._barrier_ts.pop(action.checkpoint_id, None)
+                log.info("%s: checkpoint %d alignment dropped: %s", self.name,
+                         action.checkpoint_id, action.reason)
+            elif isinstance(action, EndOfAllInputs):
+                self._end_of_input()
+            else:
+                raise TypeError(f"{self.name}: unknown barrier action {action!r}")
+
+    def _end_of_input(self) -> None:
+        for op in self.operators:
+            op.end_input()
+        for writer in self.writers.values():
+            writer.broadcast_event(END_OF_INPUT)
+        self._finished = True
+        self.env.send(TaskFinished(self.key))
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _checkpoint(self, checkpoint_id: int, timestamp: float, *, alignment_s: float) -> None:
+        """Synchronous part: snapshot every operator, then forward the barrier."""
+        start = time.perf_counter()
+        self._flush()
+        try:
+            parts = {op.uid: op.snapshot(checkpoint_id) for op in self.operators}
+        except Exception as exc:
+            log.error("%s: snapshot %d failed: %r", self.name, checkpoint_id, exc)
+            self.env.send(DeclineCheckpoint(checkpoint_id, self.key, f"snapshot failed: {exc!r}"))
+            raise
+        barrier = CheckpointBarrier(checkpoint_id, timestamp)
+        for writer in self.writers.values():
+            writer.broadcast_event(barrier)
+        sync_s = time.perf_counter() - start
+        self.env.snapshots.submit(
+            lambda: self._complete_snapshot(checkpoint_id, parts, alignment_s, sync_s)
+        )
+
+    def _complete_snapshot(
+        self, checkpoint_id: int, parts: dict[str, SnapshotParts], alignment_s: float, sync_s: float
+    ) -> None:
+        """Asynchronous part (snapshot thread): write keyed state, then acknowledge."""
+        start = time.perf_counter()
+        try:
+            states: dict[str, OperatorSubtaskState] = {}
+            size = 0
+            for uid, part in parts.items():
+                handle = None
+                if part.keyed is not None:
+                    assert self.env.checkpoint_dir is not None
+                    directory = os.path.join(self.env.checkpoint_dir, f"chk-{checkpoint_id}")
+                    os.makedirs(directory, exist_ok=True)
+                    handle = part.keyed.write(directory, f"{_safe(uid)}-{self.subtask}.kst")
+                    if handle is not None:
+                        size += handle.size
+                state = OperatorSubtaskState(
+                    keyed=handle, operator_lists=part.operator_lists, union_lists=part.union_lists
+                )
+                if part.operator_lists or part.union_lists:
+                    size += len(pickle.dumps((part.operator_lists, part.union_lists), protocol=5))
+                if not state.is_empty:
+                    states[uid] = state
+            stats = TaskCheckpointStats(
+                alignment_s=alignment_s, sync_s=sync_s, async_s=time.perf_counter() - start,
+                state_size=size,
+            )
+            self.env.send(AcknowledgeCheckpoint(checkpoint_id, self.key, states, stats))
+        except Exception as exc:  # reported as a decline: the coordinator aborts the checkpoint
+            log.error("%s: writing snapshot %d failed: %r", self.name, checkpoint_id, exc)
+            self.env.send(DeclineCheckpoint(checkpoint_id, self.key, f"async snapshot failed: {exc!r}"))
+
+
+def _safe(uid: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in uid)
+
+
+def _fan_out(fns: list[Callable[[list[Any]], None]]) -> Callable[[list[Any]], None]:
+    def emit(batch: list[Any]) -> None:
+        for fn in fns:
+            fn(batch)
+
+    return emit

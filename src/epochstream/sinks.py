@@ -1,0 +1,28 @@
+"""Sinks (the ``es.sinks`` namespace).
+
+- :class:`FileSink`: two-phase commit; committed ``.jsonl`` files appear only when
+  the checkpoint that covers them completes (exactly-once with checkpointing on).
+- :class:`PrintSink`: stdout, at-least-once.
+- :class:`DiscardSink`: drops records (benchmarks).
+- :class:`TwoPhaseCommitSinkWriter`: base for your own transactional sinks.
+
+Example::
+
+    ds.sink_to(es.sinks.FileSink("out/", format="jsonl"))
+"""
+
+from epochstream.connectors.base import Sink, SinkContext, SinkWriter
+from epochstream.connectors.filesink import FileSink
+from epochstream.connectors.simple import DiscardSink, PrintSink
+from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter, TxnState
+
+__all__ = [
+    "DiscardSink",
+    "FileSink",
+    "PrintSink",
+    "Sink",
+    "SinkContext",
+    "SinkWriter",
+    "TwoPhaseCommitSinkWriter",
+    "TxnState",
+]

@@ -1,0 +1,19 @@
+"""Sources (the ``es.sources`` namespace): split-based and re-settable.
+
+Example::
+
+    env.from_source(es.sources.SequenceSource(0, 1000, rate=100.0))
+"""
+
+from epochstream.connectors.base import Source, SourceContext, SourceReader
+from epochstream.connectors.files import TextFileSource
+from epochstream.connectors.generators import CollectionSource, SequenceSource
+
+__all__ = [
+    "CollectionSource",
+    "SequenceSource",
+    "Source",
+    "SourceContext",
+    "SourceReader",
+    "TextFileSource",
+]

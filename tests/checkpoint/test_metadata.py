@@ -1,0 +1,209 @@
+from __future__ import annotations
+
+import base64
+import json
+import pickle
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import pytest
+
+from epochstream.checkpoint.config import CheckpointConfig, resolve_storage_path
+from epochstream.checkpoint.metadata import (
+    CheckpointMetadata,
+    CheckpointStats,
+    parse_task_key,
+    task_key_str,
+)
+from epochstream.exceptions import CheckpointError, ConfigurationError
+from epochstream.runtime.messages import TaskCheckpointStats
+from epochstream.state.handles import KeyedStateHandle, OperatorSubtaskState
+
+
+@dataclass(frozen=True)
+class SplitOffset:
+    path: str
+    offset: int
+
+
+def make_metadata() -> CheckpointMetadata:
+    stats = CheckpointStats(
+        checkpoint_id=7,
+        trigger_time=1700000000.125,
+        duration=0.75,
+        state_size=300,
+        tasks={
+            "src-map/0": TaskCheckpointStats(
+                alignment_s=0.0, sync_s=0.01, async_s=0.2, state_size=100
+            ),
+            "a/b/1": TaskCheckpointStats(alignment_s=0.3, sync_s=0.02, async_s=0.1, state_size=200),
+        },
+    )
+    return CheckpointMetadata(
+        job_id="job-1",
+        checkpoint_id=7,
+        kind="checkpoint",
+        trigger_time=1700000000.125,
+        completion_time=1700000000.875,
+        parallelism=2,
+        max_parallelism=128,
+        operators={
+            "sum": {
+                0: OperatorSubtaskState(
+                    keyed=KeyedStateHandle(
+                        path="sum-0.kst", key_groups={0: (0, 40), 63: (40, 60)}, size=100
+                    )
+                ),
+                1: OperatorSubtaskState(
+                    keyed=KeyedStateHandle(path="sum-1.kst", key_groups={64: (0, 200)}, size=200)
+                ),
+            },
+            "source": {
+                0: OperatorSubtaskState(
+                    operator_lists={"splits": [SplitOffset("/in/a.csv", 1234), ("t", 1.5)]},
+                    union_lists={"seen": [{"k": b"\x00\xff"}, None, 2**70]},
+                ),
+            },
+        },
+        operator_parallelism={"sum": 2, "source": 1},
+        stats=stats,
+    )
+
+
+def test_round_trip_is_exact() -> None:
+    md = make_metadata()
+    back = CheckpointMetadata.from_json(md.to_json())
+    assert back == md
+    split = back.operators["source"][0].operator_lists["splits"][0]
+    assert isinstance(split, SplitOffset) and split.offset == 1234
+    assert back.operators["source"][0].operator_lists["splits"][1] == ("t", 1.5)
+    assert back.operators["sum"][0].keyed is not None
+    assert back.operators["sum"][0].keyed.key_groups[63] == (40, 60)
+    assert list(back.stats.tasks) == ["src-map/0", "a/b/1"]
+
+
+def test_json_is_inspectable_and_uses_pickle5_base64() -> None:
+    doc = json.loads(make_metadata().to_json())
+    assert doc["version"] == 1 and doc["job_id"] == "job-1"
+    assert doc["operators"]["sum"]["0"]["keyed"] == {
+        "path": "sum-0.kst",
+        "size": 100,
+        "key_groups": {"0": [0, 40], "63": [40, 60]},
+    }
+    blob = base64.b64decode(doc["operators"]["source"]["0"]["union_lists"]["seen"])
+    assert blob[:2] == b"\x80\x05"  # pickle protocol 5 header
+    assert pickle.loads(blob) == [{"k": b"\x00\xff"}, None, 2**70]
+
+
+def test_stats_helpers() -> None:
+    stats = make_metadata().stats
+    assert stats.max_alignment_s == 0.3
+    assert stats.max_sync_s == 0.02
+    assert stats.max_async_s == 0.2
+    assert stats.largest_task == "a/b/1"
+    empty = CheckpointStats(checkpoint_id=1, trigger_time=0.0, duration=0.0, state_size=0)
+    assert empty.max_alignment_s == 0.0 and empty.largest_task is None
+
+
+def test_task_key_text_round_trip() -> None:
+    assert task_key_str(("a/b", 3)) == "a/b/3"
+    assert parse_task_key("a/b/3") == ("a/b", 3)
+    with pytest.raises(ValueError, match="chain_id/subtask"):
+        parse_task_key("nosubtask")
+
+
+def _mutated(change) -> bytes:
+    doc = json.loads(make_metadata().to_json())
+    change(doc)
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        (lambda d: d.pop("checkpoint_id"), "lacks field 'checkpoint_id'"),
+        (lambda d: d.update(version=2), "unsupported metadata version 2"),
+        (lambda d: d.update(parallelism="2"), "parallelism"),
+        (lambda d: d.update(kind="snapshot"), "kind"),
+        (lambda d: d["operators"]["sum"].update({"x": {}}), "subtask key 'x'"),
+        (
+            lambda d: d["operators"]["sum"]["0"]["keyed"]["key_groups"].update({"5": [1]}),
+            "key_groups[5]",
+        ),
+        (
+            lambda d: d["operators"]["source"]["0"]["operator_lists"].update(splits="!!"),
+            "operator_lists['splits'] is not valid base64",
+        ),
+        (lambda d: d["stats"]["tasks"]["src-map/0"].pop("sync_s"), "lacks field 'sync_s'"),
+        (lambda d: d.update(format="other"), "format"),
+    ],
+)
+def test_malformed_input_names_source_and_field(change, fragment: str) -> None:
+    with pytest.raises(CheckpointError) as info:
+        CheckpointMetadata.from_json(_mutated(change), source="/ck/job/chk-7/_metadata")
+    assert "/ck/job/chk-7/_metadata" in str(info.value)
+    assert fragment in str(info.value)
+
+
+def test_garbage_bytes_raise_checkpoint_error() -> None:
+    with pytest.raises(CheckpointError, match=r"^<bytes>: not valid checkpoint metadata JSON"):
+        CheckpointMetadata.from_json(b"\x00{not json")
+    with pytest.raises(CheckpointError, match="top level must be an object"):
+        CheckpointMetadata.from_json(b"[1, 2]", source="x")
+
+
+def test_unpicklable_blob_names_state() -> None:
+    bogus = base64.b64encode(pickle.dumps(OrderedDict(a=1))).decode()  # not a list
+    doc = json.loads(make_metadata().to_json())
+    doc["operators"]["source"]["0"]["union_lists"]["seen"] = bogus
+    with pytest.raises(CheckpointError, match=r"union_lists\['seen'\] must be a pickled list"):
+        CheckpointMetadata.from_json(json.dumps(doc).encode(), source="f")
+
+
+def test_unpicklable_state_fails_encoding_with_location() -> None:
+    md = make_metadata()
+    md.operators["source"][0].operator_lists["bad"] = [_Unpicklable()]
+    with pytest.raises(CheckpointError, match=r"operators\['source'\]\[0\] list state 'bad'"):
+        md.to_json()
+
+
+class _Unpicklable:
+    def __reduce__(self):
+        raise TypeError("no pickling here")
+
+
+# ---------------------------------------------------------------- config
+
+
+def test_config_defaults_and_storage_url() -> None:
+    cfg = CheckpointConfig()
+    assert cfg.exactly_once and cfg.interval == 1.0 and cfg.retained == 1
+    assert CheckpointConfig(mode="at_least_once").exactly_once is False
+    assert CheckpointConfig(storage="file:///data/ck%20x").storage_path == "/data/ck x"
+    assert resolve_storage_path("relative/dir") == "relative/dir"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"interval": 0}, "interval"),
+        ({"interval": float("nan")}, "interval"),
+        ({"min_pause": -1.0}, "min_pause"),
+        ({"timeout": 0.0}, "timeout"),
+        ({"max_concurrent": 0}, "max_concurrent"),
+        ({"max_concurrent": 1.5}, "max_concurrent"),
+        ({"tolerable_failures": -1}, "tolerable_failures"),
+        ({"retained": 0}, "retained"),
+        ({"retained": True}, "retained"),
+        ({"mode": "exactly-once"}, "mode"),
+        ({"retain_on_cancel": "yes"}, "retain_on_cancel"),
+        ({"storage": "s3://bucket/x"}, "storage"),
+        ({"storage": "file://host/x"}, "storage"),
+        ({"storage": ""}, "storage"),
+    ],
+)
+def test_config_rejects_bad_values(kwargs: dict, fragment: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        CheckpointConfig(**kwargs)
+    assert fragment in str(info.value)
+    assert repr(next(iter(kwargs.values())))[:8] in str(info.value)

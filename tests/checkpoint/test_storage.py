@@ -1,0 +1,145 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats
+from epochstream.checkpoint.storage import (
+    CheckpointStorage,
+    find_completed_checkpoints,
+    load_metadata,
+)
+from epochstream.exceptions import CheckpointError, ConfigurationError
+from epochstream.state.handles import OperatorSubtaskState
+
+
+def md(job_id: str, n: int) -> CheckpointMetadata:
+    return CheckpointMetadata(
+        job_id=job_id,
+        checkpoint_id=n,
+        trigger_time=float(n),
+        completion_time=n + 0.5,
+        parallelism=1,
+        max_parallelism=128,
+        operators={"src": {0: OperatorSubtaskState(operator_lists={"offsets": [n * 10]})}},
+        operator_parallelism={"src": 1},
+        stats=CheckpointStats(checkpoint_id=n, trigger_time=float(n), duration=0.5, state_size=0),
+    )
+
+
+def test_layout_and_completion_marker(tmp_path) -> None:
+    storage = CheckpointStorage(str(tmp_path), "job-a")
+    assert storage.job_dir == str(tmp_path / "job-a")
+    assert storage.max_checkpoint_id() == 0 and storage.completed_ids() == []
+    d1 = storage.checkpoint_dir(1)
+    d2 = storage.checkpoint_dir(2)
+    assert d1 == str(tmp_path / "job-a" / "chk-1") and os.path.isdir(d1)
+    with open(os.path.join(d2, "state.kst"), "wb") as f:
+        f.write(b"x")
+    # Directories exist but nothing is complete until _metadata is written.
+    assert storage.completed_ids() == []
+    assert storage.max_checkpoint_id() == 2
+    path = storage.write_metadata(2, md("job-a", 2))
+    assert path == os.path.join(d2, "_metadata")
+    assert storage.completed_ids() == [2]
+    assert storage.load(2) == md("job-a", 2)
+    # Only _metadata and the task file: the temporary file was renamed away.
+    assert sorted(os.listdir(d2)) == ["_metadata", "state.kst"]
+
+
+def test_write_metadata_replaces_atomically_and_checks_id(tmp_path) -> None:
+    storage = CheckpointStorage(str(tmp_path), "j")
+    storage.write_metadata(3, md("j", 3))
+    with pytest.raises(CheckpointError, match="metadata of checkpoint 4 cannot be written as"):
+        storage.write_metadata(3, md("j", 4))
+    assert storage.load(3).checkpoint_id == 3
+
+
+def test_write_metadata_failure_leaves_no_metadata(tmp_path) -> None:
+    storage = CheckpointStorage(str(tmp_path), "j")
+    directory = storage.checkpoint_dir(1)
+    os.mkdir(os.path.join(directory, "_metadata"))  # os.replace onto a directory fails
+    with pytest.raises(CheckpointError, match=r"chk-1/_metadata: cannot write"):
+        storage.write_metadata(1, md("j", 1))
+    assert [n for n in os.listdir(directory) if n.startswith("._metadata")] == []
+
+
+def test_discard_and_ignore_missing(tmp_path) -> None:
+    storage = CheckpointStorage(str(tmp_path), "j")
+    storage.checkpoint_dir(1)
+    storage.write_metadata(1, md("j", 1))
+    storage.discard(1)
+    storage.discard(1)
+    storage.discard(99)
+    assert storage.completed_ids() == [] and storage.max_checkpoint_id() == 0
+
+
+def test_ids_ignore_foreign_entries(tmp_path) -> None:
+    storage = CheckpointStorage(str(tmp_path), "j")
+    for n in (2, 10):
+        storage.checkpoint_dir(n)
+    os.makedirs(os.path.join(storage.job_dir, "chk-x"))
+    os.makedirs(os.path.join(storage.job_dir, "chk-007"))
+    with open(os.path.join(storage.job_dir, "chk-50"), "w") as f:
+        f.write("a file, not a checkpoint")
+    assert storage.checkpoint_ids() == [2, 10]
+    assert storage.max_checkpoint_id() == 10
+
+
+def test_bad_job_id_and_ids(tmp_path) -> None:
+    for bad in ("", "..", "a/b"):
+        with pytest.raises(ConfigurationError, match="job id"):
+            CheckpointStorage(str(tmp_path), bad)
+    storage = CheckpointStorage(str(tmp_path), "j")
+    with pytest.raises(ValueError, match="start at 1"):
+        storage.checkpoint_dir(0)
+
+
+def test_file_url_root(tmp_path) -> None:
+    storage = CheckpointStorage(f"file://{tmp_path}", "j")
+    assert storage.checkpoint_dir(1) == str(tmp_path / "j" / "chk-1")
+
+
+def test_load_metadata_from_dir_or_file(tmp_path) -> None:
+    storage = CheckpointStorage(str(tmp_path), "j")
+    storage.write_metadata(4, md("j", 4))
+    d = storage.checkpoint_path(4)
+    assert load_metadata(d) == (d, md("j", 4))
+    assert load_metadata(os.path.join(d, "_metadata")) == (d, md("j", 4))
+    storage.checkpoint_dir(5)
+    with pytest.raises(CheckpointError, match="chk-5: not a completed checkpoint"):
+        load_metadata(storage.checkpoint_path(5))
+
+
+def test_corrupt_metadata_names_file(tmp_path) -> None:
+    storage = CheckpointStorage(str(tmp_path), "j")
+    with open(os.path.join(storage.checkpoint_dir(1), "_metadata"), "wb") as f:
+        f.write(b'{"format": "epochstream-checkpoint", "version": 1')
+    with pytest.raises(CheckpointError, match=r"chk-1/_metadata: not valid checkpoint metadata"):
+        storage.load(1)
+
+
+def test_find_completed_checkpoints_at_every_level(tmp_path) -> None:
+    a = CheckpointStorage(str(tmp_path), "job-b")
+    b = CheckpointStorage(str(tmp_path), "job-a")
+    for n in (10, 2):
+        a.write_metadata(n, md("job-b", n))
+    a.checkpoint_dir(11)  # pending: not listed
+    b.write_metadata(5, md("job-a", 5))
+    os.makedirs(tmp_path / "unrelated")
+
+    found = find_completed_checkpoints(str(tmp_path))
+    assert [(m.job_id, m.checkpoint_id) for _, m in found] == [
+        ("job-a", 5),
+        ("job-b", 2),
+        ("job-b", 10),
+    ]
+    assert found[0][0] == b.checkpoint_path(5)
+    in_job = find_completed_checkpoints(a.job_dir)
+    assert [m.checkpoint_id for _, m in in_job] == [2, 10]
+    single = find_completed_checkpoints(a.checkpoint_path(10))
+    assert [(d, m.checkpoint_id) for d, m in single] == [(a.checkpoint_path(10), 10)]
+    assert find_completed_checkpoints(str(tmp_path / "unrelated")) == []
+    with pytest.raises(CheckpointError, match="no such checkpoint directory"):
+        find_completed_checkpoints(str(tmp_path / "missing"))

@@ -1,0 +1,242 @@
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from epochstream.connectors.base import SinkContext
+from epochstream.connectors.filesink import FileCommittable, FileSink, FileSinkWriter
+from epochstream.exceptions import ConfigurationError, SinkError
+
+JOB = "0123456789abcdef"
+
+
+def ctx(
+    subtask: int = 0,
+    parallelism: int = 1,
+    attempt: int = 0,
+    job_id: str = JOB,
+    checkpointing: bool = True,
+) -> SinkContext:
+    return SinkContext(subtask, parallelism, attempt, job_id, checkpointing)
+
+
+def writer(out: Path, **kwargs: Any) -> FileSinkWriter:
+    roll = kwargs.pop("roll_records", None)
+    return FileSink(out, roll_records=roll).create_writer(ctx(**kwargs))
+
+
+def visible(out: Path) -> list[str]:
+    return sorted(p.name for p in out.iterdir() if not p.name.startswith((".", "_")))
+
+
+def hidden(out: Path) -> list[str]:
+    return sorted(p.name for p in out.iterdir() if p.name.startswith("."))
+
+
+def committed_records(out: Path) -> list[Any]:
+    records: list[Any] = []
+    for name in visible(out):
+        assert name.endswith(".jsonl")
+        records.extend(json.loads(line) for line in (out / name).read_text().splitlines())
+    return records
+
+
+def test_precommit_hides_and_commit_publishes(tmp_path: Path) -> None:
+    out = tmp_path / "out" / "nested"  # created on demand
+    w = writer(out)
+    w.restore([])
+    w.write_batch([{"word": "a", "n": 1}, ("b", 2), [3], "s", 4.5, None])
+    assert visible(out) == []
+    assert hidden(out) == [".part-0-01234567-a0-000001.jsonl.inprogress"]
+    entries = w.snapshot(1)
+    assert entries == [
+        FileCommittable(
+            ".part-0-01234567-a0-000001.jsonl.pending", "part-0-01234567-a0-000001.jsonl"
+        )
+    ]
+    assert pickle.loads(pickle.dumps(entries)) == entries
+    assert visible(out) == []
+    assert hidden(out) == [".part-0-01234567-a0-000001.jsonl.pending"]
+    w.notify_checkpoint_complete(1)
+    assert hidden(out) == []
+    assert visible(out) == ["part-0-01234567-a0-000001.jsonl"]
+    text = (out / "part-0-01234567-a0-000001.jsonl").read_text()
+    assert text == '{"word": "a", "n": 1}\n["b", 2]\n[3]\n"s"\n4.5\nnull\n'
+    w.close()
+
+
+def test_empty_transactions_create_no_file(tmp_path: Path) -> None:
+    w = writer(tmp_path)
+    w.restore([])
+    w.write_batch([])
+    assert w.snapshot(1) == []
+    w.notify_checkpoint_complete(1)
+    w.end_input()
+    w.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_names_are_unique_across_subtasks_checkpoints_attempts_and_jobs(tmp_path: Path) -> None:
+    for job in ("aaaaaaaa-job", "bbbbbbbb-job"):
+        for attempt in range(2):
+            for subtask in range(2):
+                w = writer(tmp_path, subtask=subtask, parallelism=2, attempt=attempt, job_id=job)
+                w.restore([])
+                for cid in (1, 2):
+                    w.write_batch([cid])
+                    w.snapshot(cid)
+                    w.notify_checkpoint_complete(cid)
+                w.close()
+    names = set(visible(tmp_path))
+    assert len(names) == 2 * 2 * 2 * 2
+    assert sorted(committed_records(tmp_path)) == [1] * 8 + [2] * 8
+
+
+def test_commit_is_idempotent(tmp_path: Path) -> None:
+    w = writer(tmp_path)
+    w.restore([])
+    w.write_batch(["x"])
+    (entry,) = w.snapshot(1)
+    w.notify_checkpoint_complete(1)
+    assert visible(tmp_path) == [entry.final]
+    # A restore from checkpoint 1 commits the same entry again: nothing changes.
+    w2 = writer(tmp_path, attempt=1)
+    w2.restore([entry])
+    assert visible(tmp_path) == [entry.final]
+    assert committed_records(tmp_path) == ["x"]
+    w2._commit_entry(entry)
+    assert committed_records(tmp_path) == ["x"]
+
+
+def test_commit_of_vanished_files_names_both_paths(tmp_path: Path) -> None:
+    w = writer(tmp_path)
+    lost = FileCommittable(".part-0-x-a0-000009.jsonl.pending", "part-0-x-a0-000009.jsonl")
+    with pytest.raises(SinkError) as info:
+        w.restore([lost])
+    message = str(info.value)
+    assert str(tmp_path / lost.pending) in message
+    assert str(tmp_path / lost.final) in message
+
+
+def test_aborted_checkpoint_leaves_nothing_visible(tmp_path: Path) -> None:
+    w = writer(tmp_path)
+    w.restore([])
+    w.write_batch(["a", "b"])
+    w.snapshot(1)
+    w.notify_checkpoint_aborted(1)
+    assert visible(tmp_path) == []
+    # The job fails now; on restart from no checkpoint, the leftovers are removed.
+    w.write_batch(["c"])
+    w.close()
+    assert visible(tmp_path) == []
+    restarted = writer(tmp_path, attempt=1)
+    restarted.restore([])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_restore_commits_pending_and_removes_leftovers(tmp_path: Path) -> None:
+    # Attempt 0, two subtasks: checkpoint 1 completes but the job fails before notify;
+    # checkpoint 2's files were pre-committed but checkpoint 2 never completed.
+    writers = [writer(tmp_path, subtask=i, parallelism=2) for i in range(2)]
+    checkpoint1: list[Any] = []
+    for i, w in enumerate(writers):
+        w.restore([])
+        w.write_batch([f"c1-s{i}"])
+        checkpoint1.extend(w.snapshot(1))
+    for i, w in enumerate(writers):
+        w.write_batch([f"c2-s{i}"])
+        w.snapshot(2)
+        w.write_batch([f"open-s{i}"])  # in-progress when the failure hits
+    assert visible(tmp_path) == []
+    assert len(hidden(tmp_path)) == 6
+    (tmp_path / ".unrelated-hidden").write_text("keep")
+    (tmp_path / "_SUCCESS").write_text("keep")
+
+    # Attempt 1 starts; subtask 1 writes first, then subtask 0 recovers.
+    restored = [writer(tmp_path, subtask=i, parallelism=2, attempt=1) for i in range(2)]
+    restored[1].restore(checkpoint1)
+    restored[1].write_batch(["a1-s1"])
+    assert visible(tmp_path) == []  # only subtask 0 recovers
+    restored[0].restore(checkpoint1)
+    assert sorted(committed_records(tmp_path)) == ["c1-s0", "c1-s1"]
+    assert hidden(tmp_path) == [".part-1-01234567-a1-000001.jsonl.inprogress", ".unrelated-hidden"]
+    assert (tmp_path / "_SUCCESS").exists()
+    restored[1].snapshot(3)
+    restored[1].notify_checkpoint_complete(3)
+    assert sorted(committed_records(tmp_path)) == ["a1-s1", "c1-s0", "c1-s1"]
+    for w in writers + restored:
+        w.close()
+
+
+def test_restore_at_lower_parallelism_commits_every_subtasks_entries(tmp_path: Path) -> None:
+    entries: list[Any] = []
+    for i in range(3):
+        w = writer(tmp_path, subtask=i, parallelism=3)
+        w.restore([])
+        w.write_batch([i])
+        entries.extend(w.snapshot(7))
+    single = writer(tmp_path, attempt=1)
+    single.restore(entries)
+    assert sorted(committed_records(tmp_path)) == [0, 1, 2]
+    assert hidden(tmp_path) == []
+
+
+def test_roll_records_makes_several_files(tmp_path: Path) -> None:
+    w = writer(tmp_path, roll_records=2)
+    w.restore([])
+    w.write_batch(list(range(5)))
+    assert len(w.snapshot(1)) == 3
+    w.notify_checkpoint_complete(1)
+    assert [len((tmp_path / n).read_text().splitlines()) for n in visible(tmp_path)] == [2, 2, 1]
+    assert committed_records(tmp_path) == [0, 1, 2, 3, 4]
+
+
+def test_checkpointing_off_commits_on_end_input(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        w = writer(tmp_path, checkpointing=False, roll_records=3)
+    assert sum("at-least-once" in r.getMessage() for r in caplog.records) == 1
+    w.restore([])
+    w.write_batch(list(range(4)))
+    assert committed_records(tmp_path) == [0, 1, 2]  # the rolled file
+    w.end_input()
+    assert committed_records(tmp_path) == [0, 1, 2, 3]
+    assert hidden(tmp_path) == []
+    w.close()
+
+
+def test_unencodable_record_names_record_and_type(tmp_path: Path) -> None:
+    w = writer(tmp_path)
+    w.restore([])
+
+    class Point:
+        def __repr__(self) -> str:
+            return "Point(" + "9" * 500 + ")"
+
+    with pytest.raises(SinkError) as info:
+        w.write_batch([{"ok": 1}, Point()])
+    message = str(info.value)
+    assert "Point(999" in message and "Point" in message
+    assert "9" * 300 not in message  # the repr is truncated
+    assert "of type test_unencodable_record_names_record_and_type.<locals>.Point" in message
+    with pytest.raises(SinkError, match=r"\{\(1, 2\): 'tuple key'\}.*type dict"):
+        w.write_batch([{(1, 2): "tuple key"}])
+
+
+def test_only_jsonl_format(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="csv"):
+        FileSink(tmp_path, format="csv")
+    with pytest.raises(ConfigurationError, match="roll_records"):
+        FileSink(tmp_path, roll_records=0)
+
+
+def test_sink_is_picklable_and_transactional(tmp_path: Path) -> None:
+    sink = pickle.loads(pickle.dumps(FileSink(tmp_path, roll_records=10)))
+    assert sink.transactional is True
+    assert (sink.path, sink.roll_records) == (str(tmp_path), 10)

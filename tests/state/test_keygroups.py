@@ -1,0 +1,342 @@
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import json
+import os
+import struct
+import subprocess
+import sys
+import uuid
+from collections import namedtuple
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+
+from epochstream.exceptions import ConfigurationError, KeyEncodingError, StateError
+from epochstream.state.keygroups import (
+    KeyGroupAssigner,
+    canonical_key_bytes,
+    default_max_parallelism,
+    key_group_for_key,
+    key_group_range_for_operator,
+    murmur3_32,
+    operator_index_for_key_group,
+    validate_max_parallelism,
+    validate_parallelism,
+)
+
+
+def reference_murmur3_32(data: bytes, seed: int = 0) -> int:
+    """MurmurHash3_x86_32 written out from the algorithm, independent of mmh3."""
+    c1, c2, mask = 0xCC9E2D51, 0x1B873593, 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & mask
+
+    h = seed & mask
+    full = len(data) // 4 * 4
+    for i in range(0, full, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = rotl((k * c1) & mask, 15)
+        h ^= (k * c2) & mask
+        h = (rotl(h, 13) * 5 + 0xE6546B64) & mask
+    tail = data[full:]
+    if tail:
+        k = int.from_bytes(tail, "little")
+        k = rotl((k * c1) & mask, 15)
+        h ^= (k * c2) & mask
+    h ^= len(data)
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & mask
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & mask
+    h ^= h >> 16
+    return h
+
+
+def reference_range(max_p: int, p: int, i: int) -> range:
+    start = -(-i * max_p // p)  # ceil
+    end = ((i + 1) * max_p - 1) // p
+    return range(start, end + 1)
+
+
+@pytest.mark.parametrize(
+    ("data", "seed"),
+    [
+        (b"", 0),
+        (b"", 1),
+        (b"a", 0),
+        (b"ab", 0),
+        (b"abc", 0),
+        (b"abcd", 0),
+        (b"abcde", 0x9747B28C),
+        (b"hello", 0),
+        (b"The quick brown fox jumps over the lazy dog", 0),
+        (bytes(range(256)), 42),
+    ],
+)
+def test_murmur3_matches_reference(data: bytes, seed: int) -> None:
+    assert murmur3_32(data, seed) == reference_murmur3_32(data, seed)
+
+
+def test_murmur3_known_vectors() -> None:
+    assert murmur3_32(b"") == 0
+    assert murmur3_32(b"", 1) == 0x514E28B7
+    assert murmur3_32(b"The quick brown fox jumps over the lazy dog") == 0x2E4FF723
+    assert murmur3_32(b"\xff\xff\xff\xff") == 0x76293B50  # unsigned, not negative
+
+
+def test_canonical_encoding_is_pinned() -> None:
+    # Changing these bytes would move keys of existing checkpoints to other key groups.
+    assert canonical_key_bytes(None) == b"N"
+    assert canonical_key_bytes(1) == b"I+" + struct.pack(">I", 1) + b"\x01"
+    assert canonical_key_bytes(0) == b"I+" + struct.pack(">I", 0)
+    assert canonical_key_bytes(-256) == b"I-" + struct.pack(">I", 2) + b"\x01\x00"
+    assert canonical_key_bytes("é") == b"S" + "é".encode()
+    assert canonical_key_bytes(b"\x00x") == b"B\x00x"
+    assert canonical_key_bytes(0.5) == b"F" + struct.pack(">d", 0.5)
+    inner = [canonical_key_bytes("a"), canonical_key_bytes(2)]
+    expected = b"L" + struct.pack(">I", 2)
+    expected += b"".join(struct.pack(">I", len(e)) + e for e in inner)
+    assert canonical_key_bytes(("a", 2)) == expected
+    assert canonical_key_bytes(["a", 2.0]) == expected  # lists share the tuple encoding
+
+
+def test_key_group_golden_values_from_formula() -> None:
+    for key, encoded in [
+        ("user-7", b"Suser-7"),
+        (12345, b"I+" + struct.pack(">I", 2) + (12345).to_bytes(2, "big")),
+        (None, b"N"),
+    ]:
+        for max_p in (1, 7, 128, 32768):
+            assert key_group_for_key(key, max_p) == reference_murmur3_32(encoded) % max_p
+
+
+@pytest.mark.parametrize(
+    "equal_keys",
+    [
+        [1, 1.0, True, Decimal(1), Decimal("1.000"), Fraction(3, 3), complex(1, 0)],
+        [0, 0.0, -0.0, False, Decimal("-0")],
+        [0.5, Decimal("0.5"), Fraction(1, 2)],
+        [Decimal("0.1"), Fraction(1, 10)],
+        [2**100, float(2**100), Decimal(2**100)],
+        [-(2**70) - 1, Decimal(-(2**70) - 1)],
+        [("a", 1), ("a", 1.0), ("a", True)],
+        [b"xy", bytearray(b"xy"), memoryview(b"xy")],
+        [frozenset({1, 2, "x"}), {2.0, "x", 1}],
+        [
+            dt.datetime(2024, 1, 1, 12, tzinfo=dt.UTC),
+            dt.datetime(2024, 1, 1, 14, tzinfo=dt.timezone(dt.timedelta(hours=2))),
+        ],
+        [dt.datetime(2024, 1, 1, 1, 30), dt.datetime(2024, 1, 1, 1, 30, fold=1)],
+        [dt.timedelta(days=1), dt.timedelta(hours=24)],
+        [float("inf"), Decimal("Infinity")],
+    ],
+)
+def test_equal_keys_encode_identically(equal_keys: list[object]) -> None:
+    for a in equal_keys:
+        for b in equal_keys:
+            assert a == b, (a, b)  # the premise: Python considers them the same key
+    encodings = {canonical_key_bytes(k) for k in equal_keys}
+    assert len(encodings) == 1
+    groups = {key_group_for_key(k, 128) for k in equal_keys}
+    assert len(groups) == 1
+
+
+def test_subclasses_encode_like_their_base() -> None:
+    class Color(enum.IntEnum):
+        RED = 3
+
+    class Mode(enum.StrEnum):
+        FAST = "fast"
+
+    Point = namedtuple("Point", "x y")
+    assert canonical_key_bytes(Color.RED) == canonical_key_bytes(3)
+    assert canonical_key_bytes(Mode.FAST) == canonical_key_bytes("fast")
+    assert canonical_key_bytes(Point(1, "y")) == canonical_key_bytes((1, "y"))
+
+
+def test_nan_is_canonical() -> None:
+    nan_a = float("nan")
+    nan_b = struct.unpack(">d", b"\x7f\xf8\x00\x00\x00\x00\x00\x01")[0]
+    assert canonical_key_bytes(nan_a) == canonical_key_bytes(nan_b)
+    assert canonical_key_bytes(-nan_a) == canonical_key_bytes(Decimal("NaN"))
+
+
+def test_distinct_keys_encode_differently() -> None:
+    keys: list[object] = [
+        None,
+        1,
+        -1,
+        "1",
+        b"1",
+        1.5,
+        -1.5,
+        Decimal("0.1"),
+        0.1,
+        complex(1, 2),
+        ("1",),
+        (1,),
+        ((1,),),
+        (),
+        frozenset(),
+        "",
+        b"",
+        dt.date(2024, 1, 1),
+        dt.datetime(2024, 1, 1),
+        dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
+        dt.time(1, 2),
+        dt.timedelta(1),
+        uuid.UUID(int=1),
+        ("a", "bc"),
+        ("ab", "c"),
+    ]
+    encodings = [canonical_key_bytes(k) for k in keys]
+    assert len(set(encodings)) == len(keys)
+
+
+def test_plain_enum_members_encode_by_class_and_name() -> None:
+    class Side(enum.Enum):
+        LEFT = 1
+        RIGHT = 2
+
+    assert canonical_key_bytes(Side.LEFT) != canonical_key_bytes(Side.RIGHT)
+    assert canonical_key_bytes(Side.LEFT) != canonical_key_bytes(1)
+    assert canonical_key_bytes(Side.LEFT) == canonical_key_bytes(Side(1))
+
+
+def test_unsupported_key_raises_with_type_and_repr() -> None:
+    class Opaque:
+        def __repr__(self) -> str:
+            return "Opaque(" + "z" * 500 + ")"
+
+    with pytest.raises(KeyEncodingError) as info:
+        canonical_key_bytes(Opaque())
+    message = str(info.value)
+    assert "Opaque" in message
+    assert len(message) < 400  # the repr is truncated
+    assert isinstance(info.value, StateError)
+
+    with pytest.raises(KeyEncodingError, match=r"builtins\.object.*inside \('k', "):
+        key_group_for_key(("k", object()), 128)
+
+
+def test_ranges_partition_all_key_groups() -> None:
+    pairs = [(1, 1), (7, 3), (128, 1), (128, 2), (128, 3), (128, 128), (100, 7), (32768, 5)]
+    pairs += [(m, p) for m in (1, 2, 3, 16, 129, 1000) for p in range(1, min(m, 40) + 1)]
+    for max_p, p in pairs:
+        covered: list[int] = []
+        for i in range(p):
+            got = key_group_range_for_operator(max_p, p, i)
+            assert got == reference_range(max_p, p, i)
+            assert len(got) >= 1  # p <= maxP: every subtask owns at least one group
+            covered.extend(got)
+        assert covered == list(range(max_p)), (max_p, p)
+
+
+def test_operator_index_agrees_with_ranges() -> None:
+    for max_p, p in [(128, 3), (128, 128), (1000, 7), (129, 64), (32768, 11), (5, 5)]:
+        owner = {kg: i for i in range(p) for kg in key_group_range_for_operator(max_p, p, i)}
+        for kg in range(max_p):
+            assert operator_index_for_key_group(max_p, p, kg) == owner[kg]
+
+
+def test_default_max_parallelism() -> None:
+    assert default_max_parallelism(1) == 128
+    assert default_max_parallelism(85) == 128  # 85 + 42 = 127 -> 128
+    assert default_max_parallelism(86) == 256  # 86 + 43 = 129 -> 256
+    assert default_max_parallelism(1000) == 2048
+    assert default_max_parallelism(30000) == 32768
+    with pytest.raises(ConfigurationError):
+        default_max_parallelism(0)
+
+
+def test_validation() -> None:
+    assert validate_max_parallelism(32768) == 32768
+    assert validate_parallelism(128, 128) == 128
+    for bad in (0, 32769, -1, True, 1.0):
+        with pytest.raises(ConfigurationError):
+            validate_max_parallelism(bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="parallelism"):
+        validate_parallelism(129, 128)
+    with pytest.raises(ConfigurationError):
+        validate_parallelism(0, 128)
+    with pytest.raises(ConfigurationError, match="operator index 3"):
+        key_group_range_for_operator(128, 3, 3)
+    with pytest.raises(ConfigurationError):
+        KeyGroupAssigner(0)
+
+
+def test_assigner_matches_functions_and_caches() -> None:
+    assigner = KeyGroupAssigner(128)
+    keys: list[object] = [f"k{i}" for i in range(300)] + list(range(300)) + [("t", 1)]
+    for key in keys:
+        kg = assigner.key_group(key)
+        assert kg == key_group_for_key(key, 128)
+        for p in (1, 3, 4):
+            assert assigner.channel(key, p) == operator_index_for_key_group(128, p, kg)
+    assert assigner.cache_size() == len(keys)
+    assert assigner.key_group(1.0) == assigner.key_group(True) == assigner.key_group(1)
+    assert assigner.channels_for_batch(keys, 3) == [assigner.channel(k, 3) for k in keys]
+
+
+def test_assigner_cache_is_bounded() -> None:
+    assigner = KeyGroupAssigner(64, cache_limit=10)
+    for i in range(35):
+        assert assigner.key_group(i) == key_group_for_key(i, 64)
+        assert assigner.cache_size() <= 10
+    assert assigner.cache_size() == 5  # cleared at 10, 20 and 30 entries
+
+
+def test_assigner_handles_unhashable_keys() -> None:
+    assigner = KeyGroupAssigner(128)
+    assert assigner.key_group(["a", 1]) == assigner.key_group(("a", 1))
+    batch: list[object] = ["x", ["a", 1], "y"]
+    expected = [assigner.channel(k, 4) for k in batch]
+    assert assigner.channels_for_batch(batch, 4) == expected
+    with pytest.raises(KeyEncodingError):
+        assigner.channels_for_batch(["x", object()], 4)
+
+
+def test_key_groups_are_identical_across_processes_with_different_hash_seeds(
+    tmp_path: os.PathLike[str],
+) -> None:
+    code = (
+        "import json\n"
+        "from epochstream.state.keygroups import key_group_for_key\n"
+        "keys = ['', 'a', 'user-1', 'ünï', 0, 1, -7, 2**80, ('a', 1), ('x', ('y', 2.5)),"
+        " frozenset({'a', 'b', 'c', 'd', 'e'}), None, b'raw']\n"
+        "print(json.dumps([key_group_for_key(k, 32768) for k in keys]))\n"
+    )
+    outputs = []
+    for seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            env=env,
+            cwd=tmp_path,  # import the installed package, not a path-relative copy
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+        outputs.append(json.loads(done.stdout))
+    keys: list[object] = [
+        "",
+        "a",
+        "user-1",
+        "ünï",
+        0,
+        1,
+        -7,
+        2**80,
+        ("a", 1),
+        ("x", ("y", 2.5)),
+        frozenset({"a", "b", "c", "d", "e"}),
+        None,
+        b"raw",
+    ]
+    assert outputs[0] == outputs[1] == [key_group_for_key(k, 32768) for k in keys]
+    assert len(set(outputs[0])) > 5  # the keys really spread over key groups
