@@ -1,6 +1,6 @@
 # Quickstart: `make demo` runs the word-count demo with a crash and recovery;
 # `make test` runs the whole test suite. Both create .venv on first use.
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test test-fast lint typecheck bench clean
 
 $(STAMP): pyproject.toml
-	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (Python 3.11+) on PATH"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "need Python 3.11+ (python3.11 on PATH)"; exit 1; }
 	@command -v java >/dev/null 2>&1 || { echo "need Java 17 (java on PATH) for Spark"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -16,10 +16,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/wordcount_demo.py
+	SPARK_LOCAL_IP=127.0.0.1 $(PY) examples/wordcount_demo.py
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	SPARK_LOCAL_IP=127.0.0.1 $(PY) -m pytest -q tests
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests

@@ -11,12 +11,13 @@ Example::
     ds.sink_to(es.sinks.FileSink("out/", format="jsonl"))
 """
 
-from epochstream.connectors.base import Sink, SinkContext, SinkWriter
+from epochstream.connectors.base import AtLeastOnceSinkWriter, Sink, SinkContext, SinkWriter
 from epochstream.connectors.filesink import FileSink
 from epochstream.connectors.simple import DiscardSink, PrintSink
 from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter, TxnState
 
 __all__ = [
+    "AtLeastOnceSinkWriter",
     "DiscardSink",
     "FileSink",
     "PrintSink",

@@ -78,10 +78,12 @@ class FileTxn:
 
     @property
     def inprogress(self) -> str:
+        """The hidden name while being written."""
         return f".{self.base}{_INPROGRESS}"
 
     @property
     def pending(self) -> str:
+        """The hidden name once pre-committed."""
         return f".{self.base}{_PENDING}"
 
 

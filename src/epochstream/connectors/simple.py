@@ -61,7 +61,7 @@ class PrintWriter(AtLeastOnceSinkWriter):
         if not records:
             return
         p = self.line_prefix
-        text = "".join([f"{p}{r}\n" for r in records])
+        text = "".join([f"{p}{r!s}\n" for r in records])
         # Looked up per batch, so a redirected or captured stdout is honoured.
         out = sys.stdout
         out.write(text)

@@ -64,6 +64,16 @@ class JobClient:
         """Ids of the checkpoints completed so far."""
         return self._master.completed_checkpoint_ids()
 
+    def checkpoint_stats(self) -> list[Any]:
+        """Statistics of every checkpoint completed so far (CheckpointStats)."""
+        coordinator = self._master.coordinator
+        return list(coordinator.completed_stats) if coordinator is not None else []
+
+    @property
+    def failures(self) -> list[str]:
+        """The failures seen so far, one per failed attempt."""
+        return list(self._master.failures)
+
     def wait_until_running(self, timeout: float = 120.0) -> None:
         """Block until every slot of the current attempt is running."""
         if not self._master.running.wait(timeout):

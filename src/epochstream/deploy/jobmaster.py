@@ -69,6 +69,8 @@ log = logging.getLogger(__name__)
 
 REGISTRATION_TIMEOUT = 180.0
 CANCEL_TIMEOUT = 60.0
+#: How long a secondary failure (a broken channel) waits for its primary cause.
+ROOT_CAUSE_GRACE = 1.0
 
 
 class Phase(enum.Enum):
@@ -300,8 +302,13 @@ class JobMaster:
             elif isinstance(msg, TaskFinished):
                 finished.add(msg.task)
             elif isinstance(msg, TaskFailed):
-                detail = f"{msg.description}\n{msg.traceback}" if msg.traceback else msg.description
-                return _Failure(detail, suppress_restarts=msg.suppress_restarts, error=msg.error)
+                failure = _Failure(
+                    f"{msg.description}\n{msg.traceback}" if msg.traceback else msg.description,
+                    suppress_restarts=msg.suppress_restarts, error=msg.error,
+                )
+                if msg.secondary:
+                    return self._root_cause(failure, attempt, closed)
+                return failure
             elif isinstance(msg, SlotClosed):
                 closed.add(msg.slot)
                 if self.phase == Phase.FINISHING and len(closed) == p:
@@ -312,6 +319,27 @@ class JobMaster:
                     and (self.coordinator is None or self.coordinator.final_completed)):
                 self.phase = Phase.FINISHING
                 self._broadcast(FinishSlot())
+
+    def _root_cause(self, secondary: _Failure, attempt: int, closed: set[int]) -> _Failure:
+        """A broken channel is a symptom: wait briefly for the failure that caused it."""
+        deadline = self.clock.now() + ROOT_CAUSE_GRACE
+        while (remaining := deadline - self.clock.now()) > 0:
+            try:
+                kind, conn, msg = self.events.get(timeout=remaining)
+            except queue.Empty:
+                break
+            if kind == "cancel":
+                self.events.put((kind, conn, msg))
+                break
+            if kind == "closed" and conn.attempt == attempt and conn.slot not in closed:
+                return _Failure(f"slot {conn.slot} (pid {conn.pid}) lost its control connection"
+                                f" (process died?): {msg!r}")
+            if kind == "message" and isinstance(msg, TaskFailed) and not msg.secondary:
+                return _Failure(
+                    f"{msg.description}\n{msg.traceback}" if msg.traceback else msg.description,
+                    suppress_restarts=msg.suppress_restarts, error=msg.error,
+                )
+        return secondary
 
     def _deploy_message(self, slot: int, tasks: list[Any]) -> DeploySlot:
         return DeploySlot(

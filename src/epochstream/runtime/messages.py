@@ -127,13 +127,18 @@ class TaskFinished:
 
 @dataclass(frozen=True)
 class TaskFailed:
-    """A task raised. ``error`` is the exception if it pickles, else ``None``."""
+    """A task raised. ``error`` is the exception if it pickles, else ``None``.
+
+    ``secondary`` marks a symptom of another failure (a data channel broken because
+    the peer died): the job master prefers a primary cause reported shortly after.
+    """
 
     task: TaskKey
     description: str
     traceback: str
     error: BaseException | None = None
     suppress_restarts: bool = False
+    secondary: bool = False
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,7 @@ class _Slot:
             task=(edge.target_chain, self.index),
             description=(f"input channel from {edge.source_chain} subtask "
                          f"{hello.upstream_subtask} broke: {exc!r}"),
-            traceback="",
+            traceback="", secondary=True,
         ))
 
     def _wire(self, addresses: dict[int, tuple[str, int]]) -> None:

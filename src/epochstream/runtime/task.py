@@ -195,6 +195,7 @@ class Task:
                 task=self.key, description=f"{self.name}: {type(exc).__name__}: {exc}",
                 traceback="".join(traceback.format_exception(exc)), error=error,
                 suppress_restarts=bool(getattr(exc, "suppress_restarts", False)),
+                secondary=isinstance(exc, ConnectionError),
             )
         )
 
