@@ -53,13 +53,19 @@ def watch(client: es.JobClient, stop: threading.Event) -> None:
         stats = client.checkpoint_stats()
         for s in stats[printed:]:
             align = max((t.alignment_s for t in s.tasks.values()), default=0.0)
-            print(f"  checkpoint {s.checkpoint_id:>3} complete: {s.state_size / 1024:7.1f} KiB, "
-                  f"{s.duration * 1000:6.0f} ms, max alignment {align * 1000:5.1f} ms", flush=True)
+            print(
+                f"  checkpoint {s.checkpoint_id:>3} complete: {s.state_size / 1024:7.1f} KiB, "
+                f"{s.duration * 1000:6.0f} ms, max alignment {align * 1000:5.1f} ms",
+                flush=True,
+            )
         printed = len(stats)
         if client.attempt != attempt:
             attempt = client.attempt
-            print(f"  -> attempt {attempt} deployed; restoring checkpoint "
-                  f"{stats[-1].checkpoint_id if stats else '(none)'} and rewinding the source", flush=True)
+            print(
+                f"  -> attempt {attempt} deployed; restoring checkpoint "
+                f"{stats[-1].checkpoint_id if stats else '(none)'} and rewinding the source",
+                flush=True,
+            )
         if not killed and printed >= 1 and not client.done:
             pid = client.slot_pids()[1]
             print(f"  !! killing slot 1 (Python worker pid {pid}) with SIGKILL", flush=True)
@@ -73,8 +79,10 @@ def main() -> int:
     logging.basicConfig(level=logging.ERROR)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     path, expected = prepare(out_dir)
-    print(f"epochstream demo: word count of {sum(expected.values()):,} words, parallelism 2, "
-          "Spark local[2], checkpoint every 0.5 s, FileSink (two-phase commit)")
+    print(
+        f"epochstream demo: word count of {sum(expected.values()):,} words, parallelism 2, "
+        "Spark local[2], checkpoint every 0.5 s, FileSink (two-phase commit)"
+    )
 
     # The JVM logs the killed worker's stack trace at ERROR; the demo prints its own account.
     spark = create_session("local[2]")
@@ -82,12 +90,14 @@ def main() -> int:
     env = es.Environment(parallelism=2, spark=spark)
     env.enable_checkpointing(0.5, storage=os.path.join(out_dir, "checkpoints"))
     env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=1.0))
-    (env.from_text_file(path)
+    (
+        env.from_text_file(path)
         .flat_map(str.split)
         .map(lambda w: (w.lower(), 1))
         .key_by(lambda t: t[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
-        .sink_to(es.sinks.FileSink(os.path.join(out_dir, "counts"), format="jsonl")))
+        .sink_to(es.sinks.FileSink(os.path.join(out_dir, "counts"), format="jsonl"))
+    )
 
     client = env.execute_async("wordcount-demo")
     stop = threading.Event()
@@ -97,8 +107,10 @@ def main() -> int:
     stop.set()
     watcher.join()
 
-    print(f"job {result.job_id} finished: {result.restarts} restart(s), "
-          f"{len(result.checkpoints)} checkpoints, {result.duration:.1f} s")
+    print(
+        f"job {result.job_id} finished: {result.restarts} restart(s), "
+        f"{len(result.checkpoints)} checkpoints, {result.duration:.1f} s"
+    )
     for i, failure in enumerate(result.failures, 1):
         print(f"  failure {i}: {failure.splitlines()[0]}")
 
@@ -110,10 +122,16 @@ def main() -> int:
         final[w] = max(final.get(w, 0), n)
     complete = all(updates[(w, k)] == 1 for w, n in expected.items() for k in range(1, n + 1))
     ok = final == dict(expected) and not duplicates and complete and result.restarts >= 1
-    print(f"committed updates: {len(rows):,} (expected {sum(expected.values()):,}), "
-          f"duplicates: {len(duplicates)}, distinct words: {len(final)}")
-    print("RESULT:", "exactly-once OK: committed counts equal the failure-free count" if ok
-          else "MISMATCH: committed output differs from the failure-free count")
+    print(
+        f"committed updates: {len(rows):,} (expected {sum(expected.values()):,}), "
+        f"duplicates: {len(duplicates)}, distinct words: {len(final)}"
+    )
+    print(
+        "RESULT:",
+        "exactly-once OK: committed counts equal the failure-free count"
+        if ok
+        else "MISMATCH: committed output differs from the failure-free count",
+    )
     return 0 if ok else 1
 
 

@@ -40,7 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--parallelism", "-p", type=int, help="parallelism of every Environment")
     run.add_argument("--runner", choices=("spark", "local"), help="where slots run")
     run.add_argument("--master", help="Spark master URL, e.g. local[4] or spark://host:7077")
-    run.add_argument("--checkpoint-dir", help="checkpoint storage root (when the job enables checkpointing)")
+    run.add_argument(
+        "--checkpoint-dir", help="checkpoint storage root (when the job enables checkpointing)"
+    )
     run.add_argument("--log-level", default="WARNING", help="Python log level (default WARNING)")
     run.add_argument("script", help="the job script")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
@@ -63,11 +65,15 @@ def _cmd_checkpoints(directory: str) -> int:
     if not found:
         print(f"no completed checkpoints under {directory}")
         return 1
-    print(f"{'job':<34} {'id':>6}  {'kind':<10} {'completed (UTC)':<20} {'size':>10} {'duration':>9}  path")
+    print(
+        f"{'job':<34} {'id':>6}  {'kind':<10} {'completed (UTC)':<20} {'size':>10} {'duration':>9}  path"
+    )
     for path, md in found:
         when = dt.datetime.fromtimestamp(md.completion_time, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
-        print(f"{md.job_id:<34} {md.checkpoint_id:>6}  {md.kind:<10} {when:<20} "
-              f"{_human(md.stats.state_size):>10} {md.stats.duration * 1000:>7.0f}ms  {path}")
+        print(
+            f"{md.job_id:<34} {md.checkpoint_id:>6}  {md.kind:<10} {when:<20} "
+            f"{_human(md.stats.state_size):>10} {md.stats.duration * 1000:>7.0f}ms  {path}"
+        )
     return 0
 
 
@@ -78,9 +84,15 @@ def _cmd_run(ns: argparse.Namespace) -> int:
     if ns.parallelism is not None and ns.parallelism < 1:
         print("epochstream run: --parallelism must be >= 1", file=sys.stderr)
         return 2
-    logging.basicConfig(level=ns.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    set_overrides(parallelism=ns.parallelism, runner=ns.runner, spark_master=ns.master,
-                  checkpoint_dir=ns.checkpoint_dir)
+    logging.basicConfig(
+        level=ns.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    set_overrides(
+        parallelism=ns.parallelism,
+        runner=ns.runner,
+        spark_master=ns.master,
+        checkpoint_dir=ns.checkpoint_dir,
+    )
     args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
     sys.argv = [ns.script, *args]
     script_dir = os.path.dirname(os.path.abspath(ns.script))

@@ -45,8 +45,14 @@ class FailOnce(MapFunction, CheckpointListener):
     """
 
     def __init__(
-        self, *, after_records: int = 0, after_checkpoints: int = 0, subtask: int = 0,
-        crash: bool = False, times: int = 1, marker_dir: str | None = None,
+        self,
+        *,
+        after_records: int = 0,
+        after_checkpoints: int = 0,
+        subtask: int = 0,
+        crash: bool = False,
+        times: int = 1,
+        marker_dir: str | None = None,
     ) -> None:
         if after_records < 0 or after_checkpoints < 0 or times < 1 or subtask < 0:
             raise ConfigurationError("FailOnce: counts must be >= 0 and times >= 1")

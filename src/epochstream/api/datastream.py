@@ -80,7 +80,9 @@ class DataStream(_Named):
 
     def _then(self, kind: str, name: str, payload: Any) -> DataStream:
         t = self._env._graph.add(
-            kind, name, payload=payload,
+            kind,
+            name,
+            payload=payload,
             inputs=[Edge(self._t.id, self._partitioning)],
         )
         return DataStream(self._env, t)
@@ -129,7 +131,9 @@ class DataStream(_Named):
         from epochstream.connectors.base import Sink as SinkBase
 
         if not isinstance(sink, SinkBase):
-            raise ConfigurationError(f"sink_to needs an epochstream Sink, got {type(sink).__name__}")
+            raise ConfigurationError(
+                f"sink_to needs an epochstream Sink, got {type(sink).__name__}"
+            )
         t = self._env._graph.add(
             "sink", type(sink).__name__, payload=sink, inputs=[Edge(self._t.id, self._partitioning)]
         )
@@ -150,14 +154,18 @@ class KeyedStream(_Named):
         counts = words.key_by(lambda w: w).reduce(lambda a, b: a + b)
     """
 
-    def __init__(self, env: Environment, upstream: Transformation, key_selector: Callable[[Any], Any]) -> None:
+    def __init__(
+        self, env: Environment, upstream: Transformation, key_selector: Callable[[Any], Any]
+    ) -> None:
         self._env = env
         self._t = upstream
         self._key_selector = key_selector
 
     def _then(self, kind: str, name: str, payload: Any) -> DataStream:
         t = self._env._graph.add(
-            kind, name, payload=payload,
+            kind,
+            name,
+            payload=payload,
             inputs=[Edge(self._t.id, Partitioning("hash", self._key_selector))],
         )
         return DataStream(self._env, t)

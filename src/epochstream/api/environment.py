@@ -109,7 +109,11 @@ class Environment:
     # ------------------------------------------------------------------ settings
 
     def enable_checkpointing(
-        self, interval: float = 1.0, *, storage: str | None = None, mode: str = "exactly_once",
+        self,
+        interval: float = 1.0,
+        *,
+        storage: str | None = None,
+        mode: str = "exactly_once",
         **options: Any,
     ) -> Environment:
         """Take a checkpoint every ``interval`` seconds into ``storage``.
@@ -167,10 +171,14 @@ class Environment:
         """
         from epochstream.connectors.files import TextFileSource
 
-        ds = self.from_source(TextFileSource(path, encoding=encoding), name=f"text({os.path.basename(path)})")
+        ds = self.from_source(
+            TextFileSource(path, encoding=encoding), name=f"text({os.path.basename(path)})"
+        )
         if dead_letter is not None:
             self._graph.add(
-                "sink", "dead-letter", payload=dead_letter,
+                "sink",
+                "dead-letter",
+                payload=dead_letter,
                 inputs=[Edge(ds._t.id, tag="dead_letter")],
             )
         return ds
@@ -195,8 +203,11 @@ class Environment:
     def job_graph(self, job_name: str = "job") -> JobGraph:
         """The job graph ``execute`` would run (chains and edges), for inspection."""
         return build_job_graph(
-            self._graph, name=job_name, parallelism=self.parallelism,
-            max_parallelism=self.max_parallelism, batch_size=self.batch_size,
+            self._graph,
+            name=job_name,
+            parallelism=self.parallelism,
+            max_parallelism=self.max_parallelism,
+            batch_size=self.batch_size,
             buffer_timeout=self.buffer_timeout,
         )
 

@@ -55,10 +55,10 @@ class RuntimeContext(Protocol):
 class Function:
     """Base of every rich function: optional lifecycle hooks."""
 
-    def open(self, ctx: RuntimeContext) -> None:  # noqa: B027 - optional hook, no-op by default
+    def open(self, ctx: RuntimeContext) -> None:
         """Called once per subtask before the first record, after state is restored."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook, no-op by default
+    def close(self) -> None:
         """Called once when the subtask ends (finished or cancelled)."""
 
 

@@ -41,7 +41,9 @@ def initial_splits(graph: JobGraph) -> dict[str, list[list[Any]]]:
 
 
 def task_deployments(
-    graph: JobGraph, restored: CompletedCheckpoint | None, splits: dict[str, list[list[Any]]],
+    graph: JobGraph,
+    restored: CompletedCheckpoint | None,
+    splits: dict[str, list[list[Any]]],
 ) -> dict[int, list[TaskDeployment]]:
     """Per slot, the deployment of each of its tasks."""
     p = graph.parallelism
@@ -58,19 +60,30 @@ def task_deployments(
             if states is None:
                 continue
             restores[uid] = build_restores(
-                states, old_parallelism=md.operator_parallelism.get(uid, md.parallelism),
-                new_parallelism=p, max_parallelism=graph.max_parallelism,
+                states,
+                old_parallelism=md.operator_parallelism.get(uid, md.parallelism),
+                new_parallelism=p,
+                max_parallelism=graph.max_parallelism,
                 checkpoint_dir=restored.directory,
             )
     slots: dict[int, list[TaskDeployment]] = {i: [] for i in range(p)}
     for chain in graph.chains:
         for i in range(p):
-            restore = {uid: r[i] for uid, r in restores.items()
-                       if uid in {op.uid for op in chain.operators}}
+            restore = {
+                uid: r[i]
+                for uid, r in restores.items()
+                if uid in {op.uid for op in chain.operators}
+            }
             head_restored = chain.head.uid in restores
-            slots[i].append(TaskDeployment(
-                chain_id=chain.chain_id, subtask=i, restore=restore,
-                splits=None if (not chain.is_source or head_restored) else splits[chain.chain_id][i],
-                restored_checkpoint=restored.checkpoint_id if restored else None,
-            ))
+            slots[i].append(
+                TaskDeployment(
+                    chain_id=chain.chain_id,
+                    subtask=i,
+                    restore=restore,
+                    splits=None
+                    if (not chain.is_source or head_restored)
+                    else splits[chain.chain_id][i],
+                    restored_checkpoint=restored.checkpoint_id if restored else None,
+                )
+            )
     return slots

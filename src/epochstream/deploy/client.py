@@ -31,7 +31,9 @@ class JobClient:
         self._result: JobResult | None = None
         self._error: BaseException | None = None
         self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"job-{master.job_id[:8]}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"job-{master.job_id[:8]}", daemon=True
+        )
         self._thread.start()
 
     def _run(self) -> None:

@@ -67,7 +67,9 @@ class ControlServer:
         self._sock = listen(host)
         self.address: tuple[str, int] = self._sock.getsockname()[:2]
         self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._accept_loop, name="control-accept", daemon=True)
+        self._thread = threading.Thread(
+            target=self._accept_loop, name="control-accept", daemon=True
+        )
 
     def start(self) -> None:
         self._thread.start()
@@ -80,7 +82,9 @@ class ControlServer:
                 if self._closed.is_set():
                     return
                 raise
-            threading.Thread(target=self._serve, args=(sock,), name="control-in", daemon=True).start()
+            threading.Thread(
+                target=self._serve, args=(sock,), name="control-in", daemon=True
+            ).start()
 
     def _serve(self, sock: socket.socket) -> None:
         try:

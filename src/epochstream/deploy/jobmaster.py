@@ -99,7 +99,9 @@ class _Failure:
 class JobMaster:
     """Runs one job to completion across attempts."""
 
-    def __init__(self, env: Any, graph: JobGraph, *, runner: Runner, clock: Clock | None = None) -> None:
+    def __init__(
+        self, env: Any, graph: JobGraph, *, runner: Runner, clock: Clock | None = None
+    ) -> None:
         self.env = env
         self.graph = graph
         self.runner = runner
@@ -115,7 +117,9 @@ class JobMaster:
         self._slots: dict[int, SlotConnection] = {}
         self._graph_bytes = cloudpickle.dumps(graph)
         self._splits = initial_splits(graph)
-        self._tasks: set[TaskKey] = {(c.chain_id, i) for c in graph.chains for i in range(graph.parallelism)}
+        self._tasks: set[TaskKey] = {
+            (c.chain_id, i) for c in graph.chains for i in range(graph.parallelism)
+        }
         self._sources: set[TaskKey] = {
             (c.chain_id, i) for c in graph.chains if c.is_source for i in range(graph.parallelism)
         }
@@ -127,8 +131,12 @@ class JobMaster:
         if config is not None:
             self.storage = CheckpointStorage(config.storage_path, self.job_id)
             self.coordinator = CheckpointCoordinator(
-                config=config, storage=self.storage, clock=self.clock, job_id=self.job_id,
-                parallelism=graph.parallelism, max_parallelism=graph.max_parallelism,
+                config=config,
+                storage=self.storage,
+                clock=self.clock,
+                job_id=self.job_id,
+                parallelism=graph.parallelism,
+                max_parallelism=graph.max_parallelism,
                 operator_parallelism={uid: graph.parallelism for uid in graph.operator_uids},
                 callbacks=self,
             )
@@ -178,13 +186,20 @@ class JobMaster:
                 if failure is None:
                     return self._result(started)
                 self.failures.append(failure.cause)
-                log.warning("job %s attempt %d failed: %s", self.job_id[:8], self.attempt, failure.cause)
+                log.warning(
+                    "job %s attempt %d failed: %s", self.job_id[:8], self.attempt, failure.cause
+                )
                 if failure.suppress_restarts:
                     raise self._give_up(failure, "the error is not recoverable by restarting")
                 decision = tracker.on_failure()
                 if not decision.restart:
                     raise self._give_up(failure, decision.reason)
-                log.warning("job %s: restarting in %.1fs (%s)", self.job_id[:8], decision.delay, decision.reason)
+                log.warning(
+                    "job %s: restarting in %.1fs (%s)",
+                    self.job_id[:8],
+                    decision.delay,
+                    decision.reason,
+                )
                 self._sleep(decision.delay)
         finally:
             self.server.close()
@@ -197,7 +212,10 @@ class JobMaster:
     def _launch(self) -> SlotLaunch:
         host, port = self.server.address
         return SlotLaunch(
-            job_id=self.job_id, attempt=self.attempt, master=(host, port), secret=self.secret,
+            job_id=self.job_id,
+            attempt=self.attempt,
+            master=(host, port),
+            secret=self.secret,
             heartbeat_interval=self.env.heartbeat_interval,
         )
 
@@ -217,9 +235,15 @@ class JobMaster:
         last_seen: dict[int, float] = {}
         deadline = self.clock.now() + REGISTRATION_TIMEOUT
         if restored is not None:
-            log.warning("job %s attempt %d: restoring checkpoint %d", self.job_id[:8], attempt,
-                        restored.checkpoint_id)
-        self.runner.start(self._launch(), lambda err: self.events.put(("runner-exit", attempt, err)))
+            log.warning(
+                "job %s attempt %d: restoring checkpoint %d",
+                self.job_id[:8],
+                attempt,
+                restored.checkpoint_id,
+            )
+        self.runner.start(
+            self._launch(), lambda err: self.events.put(("runner-exit", attempt, err))
+        )
 
         while True:
             timeout = 1.0
@@ -242,16 +266,23 @@ class JobMaster:
                     continue
                 if self.phase == Phase.FINISHING and len(closed) == p:
                     return None
-                return _Failure(f"slots of attempt {attempt} ended: {msg!r}" if msg else
-                                f"slots of attempt {attempt} exited before the job finished")
+                return _Failure(
+                    f"slots of attempt {attempt} ended: {msg!r}"
+                    if msg
+                    else f"slots of attempt {attempt} exited before the job finished"
+                )
             if kind == "closed":
                 if conn.attempt == attempt and conn.slot is not None and conn.slot not in closed:
-                    return _Failure(f"slot {conn.slot} (pid {conn.pid}) lost its control connection"
-                                    f" (process died?): {msg!r}")
+                    return _Failure(
+                        f"slot {conn.slot} (pid {conn.pid}) lost its control connection"
+                        f" (process died?): {msg!r}"
+                    )
                 continue
             if self.phase == Phase.REGISTERING and now > deadline:
-                return _Failure(f"only {len(self._slots)} of {p} slots registered within "
-                                f"{REGISTRATION_TIMEOUT:.0f}s (does the cluster have {p} free task slots?)")
+                return _Failure(
+                    f"only {len(self._slots)} of {p} slots registered within "
+                    f"{REGISTRATION_TIMEOUT:.0f}s (does the cluster have {p} free task slots?)"
+                )
             for slot, seen in last_seen.items():
                 if now - seen > self.env.heartbeat_timeout and slot not in closed:
                     return _Failure(f"slot {slot} missed heartbeats for {now - seen:.1f}s")
@@ -259,8 +290,14 @@ class JobMaster:
                 continue
             assert kind == "message"
             if isinstance(msg, RegisterSlot):
-                if msg.attempt != attempt or self.phase != Phase.REGISTERING or msg.slot in self._slots:
-                    conn.send(CancelSlot(f"stale registration (attempt {msg.attempt}, current {attempt})"))
+                if (
+                    msg.attempt != attempt
+                    or self.phase != Phase.REGISTERING
+                    or msg.slot in self._slots
+                ):
+                    conn.send(
+                        CancelSlot(f"stale registration (attempt {msg.attempt}, current {attempt})")
+                    )
                     conn.close()
                     continue
                 conn.slot, conn.attempt, conn.pid = msg.slot, msg.attempt, msg.pid
@@ -304,7 +341,8 @@ class JobMaster:
             elif isinstance(msg, TaskFailed):
                 failure = _Failure(
                     f"{msg.description}\n{msg.traceback}" if msg.traceback else msg.description,
-                    suppress_restarts=msg.suppress_restarts, error=msg.error,
+                    suppress_restarts=msg.suppress_restarts,
+                    error=msg.error,
                 )
                 if msg.secondary:
                     return self._root_cause(failure, attempt, closed)
@@ -315,8 +353,11 @@ class JobMaster:
                     return None
             else:
                 log.warning("job %s: unexpected message %r", self.job_id[:8], msg)
-            if (self.phase == Phase.RUNNING and finished == self._tasks
-                    and (self.coordinator is None or self.coordinator.final_completed)):
+            if (
+                self.phase == Phase.RUNNING
+                and finished == self._tasks
+                and (self.coordinator is None or self.coordinator.final_completed)
+            ):
                 self.phase = Phase.FINISHING
                 self._broadcast(FinishSlot())
 
@@ -332,19 +373,26 @@ class JobMaster:
                 self.events.put((kind, conn, msg))
                 break
             if kind == "closed" and conn.attempt == attempt and conn.slot not in closed:
-                return _Failure(f"slot {conn.slot} (pid {conn.pid}) lost its control connection"
-                                f" (process died?): {msg!r}")
+                return _Failure(
+                    f"slot {conn.slot} (pid {conn.pid}) lost its control connection"
+                    f" (process died?): {msg!r}"
+                )
             if kind == "message" and isinstance(msg, TaskFailed) and not msg.secondary:
                 return _Failure(
                     f"{msg.description}\n{msg.traceback}" if msg.traceback else msg.description,
-                    suppress_restarts=msg.suppress_restarts, error=msg.error,
+                    suppress_restarts=msg.suppress_restarts,
+                    error=msg.error,
                 )
         return secondary
 
     def _deploy_message(self, slot: int, tasks: list[Any]) -> DeploySlot:
         return DeploySlot(
-            job_id=self.job_id, attempt=self.attempt, graph_bytes=self._graph_bytes, tasks=tasks,
-            sys_path=[p for p in sys.path if p], checkpoint_dir=self.storage.job_dir if self.storage else None,
+            job_id=self.job_id,
+            attempt=self.attempt,
+            graph_bytes=self._graph_bytes,
+            tasks=tasks,
+            sys_path=[p for p in sys.path if p],
+            checkpoint_dir=self.storage.job_dir if self.storage else None,
             checkpointing=self.coordinator is not None,
             exactly_once=bool(self.checkpoint_config and self.checkpoint_config.exactly_once),
         )
@@ -365,8 +413,12 @@ class JobMaster:
             conn.close()
         self.runner.cancel()
         if not self.runner.wait(CANCEL_TIMEOUT):
-            log.error("job %s: slots of attempt %d did not stop within %.0fs",
-                      self.job_id[:8], self.attempt, CANCEL_TIMEOUT)
+            log.error(
+                "job %s: slots of attempt %d did not stop within %.0fs",
+                self.job_id[:8],
+                self.attempt,
+                CANCEL_TIMEOUT,
+            )
         self._drain_stale_events()
 
     def _drain_stale_events(self) -> None:
@@ -396,11 +448,15 @@ class JobMaster:
 
     def _give_up(self, failure: _Failure, reason: str) -> JobExecutionError:
         first = self.failures[0]
-        history = "\n".join(f"  attempt {i + 1}: {f.splitlines()[0]}" for i, f in enumerate(self.failures))
+        history = "\n".join(
+            f"  attempt {i + 1}: {f.splitlines()[0]}" for i, f in enumerate(self.failures)
+        )
         err = JobExecutionError(
             f"job {self.job_id} failed after {self.attempt - 1} restart(s) ({reason}).\n"
             f"first cause: {first}\nhistory:\n{history}",
-            cause=first, history=self.failures, restarts=self.attempt - 1,
+            cause=first,
+            history=self.failures,
+            restarts=self.attempt - 1,
         )
         if failure.error is not None:
             err.__cause__ = failure.error
@@ -409,6 +465,9 @@ class JobMaster:
     def _result(self, started: float) -> JobResult:
         stats = list(self.coordinator.completed_stats) if self.coordinator else []
         return JobResult(
-            job_id=self.job_id, restarts=self.attempt - 1, checkpoints=stats,
-            failures=list(self.failures), duration=time.monotonic() - started,
+            job_id=self.job_id,
+            restarts=self.attempt - 1,
+            checkpoints=stats,
+            failures=list(self.failures),
+            duration=time.monotonic() - started,
         )

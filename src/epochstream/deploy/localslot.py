@@ -19,7 +19,9 @@ from epochstream.runtime.slot import SlotLaunch, run_slot
 
 def main(argv: list[str]) -> int:
     """Run one slot; exit code 0 when the job master finished or cancelled it."""
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s slot %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s slot %(name)s %(levelname)s %(message)s"
+    )
     index, host = int(argv[1]), argv[2]
     launch = pickle.loads(sys.stdin.buffer.read())
     if not isinstance(launch, SlotLaunch):

@@ -86,7 +86,8 @@ class LocalRunner(Runner):
         for index in range(self.parallelism):
             proc = subprocess.Popen(
                 [sys.executable, "-m", "epochstream.deploy.localslot", str(index), self._host],
-                stdin=subprocess.PIPE, env=env,
+                stdin=subprocess.PIPE,
+                env=env,
             )
             assert proc.stdin is not None
             proc.stdin.write(payload)
@@ -106,7 +107,9 @@ class LocalRunner(Runner):
             if failed and not reported and not self._cancelled.is_set():
                 i, code = failed[0]
                 reported = True
-                on_exit(RuntimeError(f"slot {i} process (pid {procs[i].pid}) exited with code {code}"))
+                on_exit(
+                    RuntimeError(f"slot {i} process (pid {procs[i].pid}) exited with code {code}")
+                )
             if all(c is not None for c in codes):
                 if not reported:
                     on_exit(None)

@@ -106,8 +106,11 @@ class SparkRunner(Runner):
         def submit() -> None:
             error: BaseException | None = None
             try:
-                sc.setJobGroup(group, f"epochstream {launch.job_id} attempt {launch.attempt}",
-                               interruptOnCancel=True)
+                sc.setJobGroup(
+                    group,
+                    f"epochstream {launch.job_id} attempt {launch.attempt}",
+                    interruptOnCancel=True,
+                )
                 rdd = sc.parallelize(range(p), p).barrier()
                 rdd.mapPartitions(functools.partial(_spark_slot, launch)).collect()
             except Exception as exc:  # handed to the job master, which decides what it means

@@ -149,7 +149,10 @@ def build_job_graph(
     chains: dict[str, ChainSpec] = {}
     for t in graph.transformations:
         spec = OperatorSpec(
-            uid=uids[t.id], name=t.name, kind=t.kind, payload=t.payload,
+            uid=uids[t.id],
+            name=t.name,
+            kind=t.kind,
+            payload=t.payload,
             key_selector=t.key_selector,
         )
         specs[t.id] = spec
@@ -171,13 +174,22 @@ def build_job_graph(
                 up.outputs.append(OutputSpec(tag=edge.tag, chained_uid=specs[t.id].uid))
                 continue
             je = JobEdge(
-                edge_id=len(edges), source_chain=chain_of[edge.source_id], source_uid=up.uid,
-                tag=edge.tag, target_chain=chain_of[t.id], partitioning=edge.partitioning,
+                edge_id=len(edges),
+                source_chain=chain_of[edge.source_id],
+                source_uid=up.uid,
+                tag=edge.tag,
+                target_chain=chain_of[t.id],
+                partitioning=edge.partitioning,
             )
             edges.append(je)
             up.outputs.append(OutputSpec(tag=edge.tag, edge_id=je.edge_id))
             chains[chain_of[t.id]].inputs.append(je)
     return JobGraph(
-        name=name, chains=list(chains.values()), edges=edges, parallelism=parallelism,
-        max_parallelism=max_parallelism, batch_size=batch_size, buffer_timeout=buffer_timeout,
+        name=name,
+        chains=list(chains.values()),
+        edges=edges,
+        parallelism=parallelism,
+        max_parallelism=max_parallelism,
+        batch_size=batch_size,
+        buffer_timeout=buffer_timeout,
     )

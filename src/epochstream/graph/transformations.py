@@ -78,7 +78,10 @@ class LogicalGraph:
         if kind not in KINDS:
             raise ConfigurationError(f"unknown operator kind {kind!r}")
         t = Transformation(
-            id=len(self.transformations), kind=kind, name=name, payload=payload,
+            id=len(self.transformations),
+            kind=kind,
+            name=name,
+            payload=payload,
             inputs=list(inputs or []),
         )
         if kind in KEYED_KINDS and t.key_selector is None:
@@ -91,6 +94,4 @@ class LogicalGraph:
 
     def consumers(self, tid: int) -> list[tuple[Transformation, Edge]]:
         """Transformations that read ``tid``'s output, with the edge they read it by."""
-        return [
-            (t, e) for t in self.transformations for e in t.inputs if e.source_id == tid
-        ]
+        return [(t, e) for t in self.transformations for e in t.inputs if e.source_id == tid]

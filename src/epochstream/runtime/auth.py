@@ -155,7 +155,9 @@ class FramedConnection:
             raise ConnectionError(f"connection {self.name} closed")
         size = int.from_bytes(header, "big")
         if size > MAX_FRAME:
-            raise ConnectionError(f"connection {self.name}: frame of {size} bytes exceeds the limit")
+            raise ConnectionError(
+                f"connection {self.name}: frame of {size} bytes exceeds the limit"
+            )
         payload = self._rfile.read(size)
         if len(payload) < size:
             raise ConnectionError(f"connection {self.name} closed mid-frame")
@@ -174,7 +176,9 @@ class FramedConnection:
         self._rfile.close()
 
 
-def connect(address: tuple[str, int], secret: bytes, *, plane: str, timeout: float = 10.0) -> FramedConnection:
+def connect(
+    address: tuple[str, int], secret: bytes, *, plane: str, timeout: float = 10.0
+) -> FramedConnection:
     """Open an authenticated framed connection to ``address``."""
     sock = socket.create_connection(address, timeout=timeout)
     try:

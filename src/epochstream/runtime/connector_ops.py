@@ -15,7 +15,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from epochstream.connectors.base import Sink, SinkContext, Source, SourceContext, SourceReader, SinkWriter
+from epochstream.connectors.base import (
+    Sink,
+    SinkContext,
+    SinkWriter,
+    Source,
+    SourceContext,
+    SourceReader,
+)
 from epochstream.runtime.clock import SystemClock
 from epochstream.runtime.operators import Operator, SnapshotParts
 from epochstream.state.handles import OperatorRestore
@@ -47,7 +54,8 @@ class SourceOperator(Operator):
         has_dead_letter = DEAD_LETTER in self.side_emits
         self.reader = self.source.create_reader(
             SourceContext(
-                subtask_index=self.ctx.subtask_index, parallelism=self.ctx.parallelism,
+                subtask_index=self.ctx.subtask_index,
+                parallelism=self.ctx.parallelism,
                 clock=SystemClock(),
                 dead_letter=self._dead.append if has_dead_letter else None,
             )
@@ -101,8 +109,10 @@ class SinkOperator(Operator):
     def open(self) -> None:
         self.writer = self.sink.create_writer(
             SinkContext(
-                subtask_index=self.ctx.subtask_index, parallelism=self.ctx.parallelism,
-                attempt=self.ctx.attempt, job_id=self.ctx.job_id,
+                subtask_index=self.ctx.subtask_index,
+                parallelism=self.ctx.parallelism,
+                attempt=self.ctx.attempt,
+                job_id=self.ctx.job_id,
                 checkpointing=self.ctx.checkpointing,
             )
         )

@@ -21,7 +21,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-
 from epochstream.exceptions import AuthenticationError
 from epochstream.runtime.auth import FramedConnection, accept_handshake, connect, listen
 from epochstream.runtime.channels import Cancelled, InputGate
@@ -49,7 +48,10 @@ class DataPlaneServer:
     """Accepts authenticated channel connections and feeds input gates."""
 
     def __init__(
-        self, host: str, secret: bytes, route: Route,
+        self,
+        host: str,
+        secret: bytes,
+        route: Route,
         on_broken: Callable[[ChannelHello, BaseException], None],
     ) -> None:
         self._secret = secret
@@ -91,7 +93,9 @@ class DataPlaneServer:
         try:
             hello = conn.recv()
             if not isinstance(hello, ChannelHello):
-                raise ConnectionError(f"data connection {conn.name} began with {type(hello).__name__}")
+                raise ConnectionError(
+                    f"data connection {conn.name} began with {type(hello).__name__}"
+                )
             gate, channel = self._route(hello)
             while True:
                 item = conn.recv()
@@ -123,5 +127,3 @@ def open_channel(address: tuple[str, int], secret: bytes, hello: ChannelHello) -
     conn = connect(address, secret, plane="data")
     conn.send(hello)
     return conn
-
-

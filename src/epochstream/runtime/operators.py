@@ -28,7 +28,6 @@ from epochstream.api.functions import (
     FilterFunction,
     FlatMapFunction,
     Function,
-    KeyedProcessFunction,
     MapFunction,
     ReduceFunction,
 )
@@ -74,9 +73,17 @@ class OperatorContext:
     """
 
     def __init__(
-        self, *, subtask_index: int, parallelism: int, max_parallelism: int, attempt: int,
-        job_id: str, task_name: str, operator_state: OperatorStateStore,
-        keyed_backend: HeapKeyedStateBackend | None = None, checkpointing: bool = False,
+        self,
+        *,
+        subtask_index: int,
+        parallelism: int,
+        max_parallelism: int,
+        attempt: int,
+        job_id: str,
+        task_name: str,
+        operator_state: OperatorStateStore,
+        keyed_backend: HeapKeyedStateBackend | None = None,
+        checkpointing: bool = False,
     ) -> None:
         self.checkpointing = checkpointing
         self.subtask_index = subtask_index
@@ -217,7 +224,7 @@ class ReduceOperator(Operator):
         key_of = self._key
         table = self._table
         fn = self._fn
-        out = []
+        out: list[Any] = []
         append = out.append
         get = table.get
         for x in batch:

@@ -94,8 +94,12 @@ class _Slot:
                 sys.path.insert(0, path)
         graph: JobGraph = cloudpickle.loads(msg.graph_bytes)
         env = TaskEnvironment(
-            job_id=msg.job_id, attempt=msg.attempt, checkpoint_dir=msg.checkpoint_dir,
-            checkpointing=msg.checkpointing, exactly_once=msg.exactly_once, send=self.send,
+            job_id=msg.job_id,
+            attempt=msg.attempt,
+            checkpoint_dir=msg.checkpoint_dir,
+            checkpointing=msg.checkpointing,
+            exactly_once=msg.exactly_once,
+            send=self.send,
             snapshots=self.snapshots,
         )
         self.graph = graph
@@ -121,12 +125,17 @@ class _Slot:
         if self._stop.is_set():
             return
         edge = next(e for e in self.graph.edges if e.edge_id == hello.edge_id)
-        self.send(TaskFailed(
-            task=(edge.target_chain, self.index),
-            description=(f"input channel from {edge.source_chain} subtask "
-                         f"{hello.upstream_subtask} broke: {exc!r}"),
-            traceback="", secondary=True,
-        ))
+        self.send(
+            TaskFailed(
+                task=(edge.target_chain, self.index),
+                description=(
+                    f"input channel from {edge.source_chain} subtask "
+                    f"{hello.upstream_subtask} broke: {exc!r}"
+                ),
+                traceback="",
+                secondary=True,
+            )
+        )
 
     def _wire(self, addresses: dict[int, tuple[str, int]]) -> None:
         g = self.graph
@@ -137,13 +146,22 @@ class _Slot:
                 for j in range(g.parallelism):
                     if j == self.index:
                         target = by_chain[edge.target_chain]
-                        channels.append(LocalChannel(target.gate, target.channel_index(edge.edge_id, self.index)))
+                        channels.append(
+                            LocalChannel(
+                                target.gate, target.channel_index(edge.edge_id, self.index)
+                            )
+                        )
                     else:
                         hello = ChannelHello(edge.edge_id, self.index, j)
-                        channels.append(NetworkChannel(open_channel(addresses[j], self.launch.secret, hello)))
+                        channels.append(
+                            NetworkChannel(open_channel(addresses[j], self.launch.secret, hello))
+                        )
                 task.writers[edge.edge_id] = RecordWriter(
-                    channels, partitioning=edge.partitioning, max_parallelism=g.max_parallelism,
-                    batch_size=g.batch_size, subtask_index=self.index,
+                    channels,
+                    partitioning=edge.partitioning,
+                    max_parallelism=g.max_parallelism,
+                    batch_size=g.batch_size,
+                    subtask_index=self.index,
                 )
 
     # ------------------------------------------------------------------ running
@@ -176,7 +194,9 @@ class _Slot:
                 log.info("slot %d cancelled: %s", self.index, msg.reason)
                 return
             else:
-                raise TypeError(f"slot {self.index}: unexpected control message {type(msg).__name__}")
+                raise TypeError(
+                    f"slot {self.index}: unexpected control message {type(msg).__name__}"
+                )
 
     def _join(self) -> None:
         for t in self.threads:

@@ -67,8 +67,15 @@ class TaskEnvironment:
     """What a slot gives its tasks: job identity, checkpoint settings, the control sender."""
 
     def __init__(
-        self, *, job_id: str, attempt: int, checkpoint_dir: str | None, checkpointing: bool,
-        exactly_once: bool, send: Callable[[Any], None], snapshots: SnapshotExecutor,
+        self,
+        *,
+        job_id: str,
+        attempt: int,
+        checkpoint_dir: str | None,
+        checkpointing: bool,
+        exactly_once: bool,
+        send: Callable[[Any], None],
+        snapshots: SnapshotExecutor,
     ) -> None:
         self.job_id = job_id
         self.attempt = attempt
@@ -99,7 +106,8 @@ class Task:
         p = graph.parallelism
         self.gate = InputGate(len(chain.inputs) * p)
         self.barriers = BarrierHandler(
-            num_channels=max(1, self.gate.num_channels), exactly_once=env.exactly_once,
+            num_channels=max(1, self.gate.num_channels),
+            exactly_once=env.exactly_once,
             clock=SystemClock(),
         )
         self.gate.blocked = self.barriers.blocked
@@ -132,10 +140,14 @@ class Task:
                     ),
                 )
             ctx = OperatorContext(
-                subtask_index=self.subtask, parallelism=g.parallelism,
-                max_parallelism=g.max_parallelism, attempt=self.env.attempt,
-                job_id=self.env.job_id, task_name=f"{spec.name} ({self.subtask + 1}/{g.parallelism})",
-                operator_state=OperatorStateStore(), keyed_backend=keyed,
+                subtask_index=self.subtask,
+                parallelism=g.parallelism,
+                max_parallelism=g.max_parallelism,
+                attempt=self.env.attempt,
+                job_id=self.env.job_id,
+                task_name=f"{spec.name} ({self.subtask + 1}/{g.parallelism})",
+                operator_state=OperatorStateStore(),
+                keyed_backend=keyed,
                 checkpointing=self.env.checkpointing,
             )
             ops[spec.uid] = create_operator(spec, ctx)
@@ -192,8 +204,10 @@ class Task:
             error = None
         self.env.send(
             TaskFailed(
-                task=self.key, description=f"{self.name}: {type(exc).__name__}: {exc}",
-                traceback="".join(traceback.format_exception(exc)), error=error,
+                task=self.key,
+                description=f"{self.name}: {type(exc).__name__}: {exc}",
+                traceback="".join(traceback.format_exception(exc)),
+                error=error,
                 suppress_restarts=bool(getattr(exc, "suppress_restarts", False)),
                 secondary=isinstance(exc, ConnectionError),
             )
@@ -227,7 +241,9 @@ class Task:
             elif isinstance(item, EndOfInput):
                 self._execute(self.barriers.on_end_of_input(ch))
             else:
-                raise TypeError(f"{self.name}: unexpected item {type(item).__name__} on channel {ch}")
+                raise TypeError(
+                    f"{self.name}: unexpected item {type(item).__name__} on channel {ch}"
+                )
 
     def _run_source(self) -> None:
         gate = self.gate
@@ -275,7 +291,9 @@ class Task:
     def _on_mail(self, mail: Any) -> None:
         if isinstance(mail, TriggerCheckpoint):
             if self._finished:
-                self.env.send(DeclineCheckpoint(mail.checkpoint_id, self.key, "task already finished"))
+                self.env.send(
+                    DeclineCheckpoint(mail.checkpoint_id, self.key, "task already finished")
+                )
                 return
             self._checkpoint(mail.checkpoint_id, mail.timestamp, alignment_s=0.0)
             if mail.final:
@@ -306,8 +324,12 @@ class Task:
                     del self._barrier_ts[old]
             elif isinstance(action, AbortAlignment):
                 self._barrier_ts.pop(action.checkpoint_id, None)
-                log.info("%s: checkpoint %d alignment dropped: %s", self.name,
-                         action.checkpoint_id, action.reason)
+                log.info(
+                    "%s: checkpoint %d alignment dropped: %s",
+                    self.name,
+                    action.checkpoint_id,
+                    action.reason,
+                )
             elif isinstance(action, EndOfAllInputs):
                 self._end_of_input()
             else:
@@ -366,13 +388,17 @@ class Task:
                 if not state.is_empty:
                     states[uid] = state
             stats = TaskCheckpointStats(
-                alignment_s=alignment_s, sync_s=sync_s, async_s=time.perf_counter() - start,
+                alignment_s=alignment_s,
+                sync_s=sync_s,
+                async_s=time.perf_counter() - start,
                 state_size=size,
             )
             self.env.send(AcknowledgeCheckpoint(checkpoint_id, self.key, states, stats))
         except Exception as exc:  # reported as a decline: the coordinator aborts the checkpoint
             log.error("%s: writing snapshot %d failed: %r", self.name, checkpoint_id, exc)
-            self.env.send(DeclineCheckpoint(checkpoint_id, self.key, f"async snapshot failed: {exc!r}"))
+            self.env.send(
+                DeclineCheckpoint(checkpoint_id, self.key, f"async snapshot failed: {exc!r}")
+            )
 
 
 def _safe(uid: str) -> str:
