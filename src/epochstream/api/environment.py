@@ -132,8 +132,9 @@ class Environment:
         return self
 
     def set_restart_strategy(self, strategy: RestartStrategy) -> Environment:
-        """How to react to failures. Example: ``env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=1.0))``.
+        """How to react to failures.
 
+        Example: ``env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=1.0))``.
         Default: ``fixed_delay(attempts=3, delay=1.0)`` with checkpointing on, ``none()`` without.
         """
         if not isinstance(strategy, RestartStrategy):

@@ -1,0 +1,45 @@
+"""Environment settings, validation and CLI overrides."""
+
+from __future__ import annotations
+
+import pytest
+
+import epochstream as es
+from epochstream.api.environment import set_overrides
+
+
+def test_defaults_and_validation() -> None:
+    env = es.Environment(parallelism=3, runner="local")
+    assert env.max_parallelism == 128
+    assert env.restart_strategy.describe().startswith("none")
+    env.enable_checkpointing(0.5, storage="/tmp/x", mode="at_least_once", retained=2)
+    assert env.checkpoint_config is not None and not env.checkpoint_config.exactly_once
+    assert env.restart_strategy.describe().startswith("fixed_delay")
+    with pytest.raises(es.ConfigurationError):
+        es.Environment(parallelism=0)
+    with pytest.raises(es.ConfigurationError):
+        es.Environment(parallelism=2, runner="flink")
+    with pytest.raises(es.ConfigurationError):
+        env.enable_checkpointing(1.0, mode="sometimes")
+    with pytest.raises(es.ConfigurationError):
+        es.Environment(parallelism=4, max_parallelism=2)
+
+
+def test_overrides_apply_to_every_environment() -> None:
+    set_overrides(parallelism=5, runner="local", checkpoint_dir="/tmp/over")
+    try:
+        env = es.Environment(parallelism=2, runner="spark")
+        env.enable_checkpointing(1.0, storage="/tmp/mine")
+        assert (env.parallelism, env.runner) == (5, "local")
+        assert env.checkpoint_config is not None
+        assert env.checkpoint_config.storage == "/tmp/over"
+    finally:
+        set_overrides(parallelism=None, runner=None, checkpoint_dir=None)
+    assert es.Environment(parallelism=2, runner="local").parallelism == 2
+
+
+def test_missing_input_file_fails_at_execute(tmp_path) -> None:
+    env = es.Environment(parallelism=1, runner="local")
+    env.from_text_file(str(tmp_path / "nope.txt")).print()
+    with pytest.raises(es.ConfigurationError, match="nope.txt"):
+        env.execute("missing")

@@ -1,0 +1,69 @@
+"""`epochstream run` applies settings to the script's Environments; `checkpoints` lists them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+JOB = textwrap.dedent("""
+    import json, sys
+    import epochstream as es
+    out, report = sys.argv[1], sys.argv[2]
+    env = es.Environment(parallelism=1, runner="spark")
+    env.enable_checkpointing(0.1, storage="/nonexistent/overridden")
+    (env.from_sequence(0, 20000, rate=40000).map(lambda i: (i % 3, i))
+        .key_by(lambda t: t[0]).reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .sink_to(es.sinks.FileSink(out)))
+    r = env.execute("cli")
+    json.dump({"parallelism": env.parallelism, "runner": env.runner,
+               "checkpoints": len(r.checkpoints), "job_id": r.job_id}, open(report, "w"))
+""")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "epochstream.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+@pytest.mark.slow
+def test_run_applies_overrides_and_checkpoints_lists(tmp_path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    ckpt = tmp_path / "ckpt"
+    report = tmp_path / "report.json"
+    proc = _cli(
+        "run",
+        "--parallelism",
+        "2",
+        "--runner",
+        "local",
+        "--checkpoint-dir",
+        str(ckpt),
+        str(script),
+        str(tmp_path / "out"),
+        str(report),
+    )
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(report.read_text())
+    assert (info["parallelism"], info["runner"]) == (2, "local")
+    assert info["checkpoints"] >= 1
+    assert os.path.isdir(ckpt / info["job_id"])
+    listing = _cli("checkpoints", str(ckpt))
+    assert listing.returncode == 0, listing.stderr
+    assert info["job_id"] in listing.stdout and "chk-" in listing.stdout
+
+
+def test_checkpoints_on_empty_dir_and_bad_script(tmp_path) -> None:
+    proc = _cli("checkpoints", str(tmp_path))
+    assert proc.returncode == 1 and "no completed checkpoints" in proc.stdout
+    proc = _cli("run", str(tmp_path / "missing.py"))
+    assert proc.returncode == 2 and "no such job script" in proc.stderr
