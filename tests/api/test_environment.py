@@ -41,5 +41,5 @@ def test_overrides_apply_to_every_environment() -> None:
 def test_missing_input_file_fails_at_execute(tmp_path) -> None:
     env = es.Environment(parallelism=1, runner="local")
     env.from_text_file(str(tmp_path / "nope.txt")).print()
-    with pytest.raises(es.ConfigurationError, match="nope.txt"):
+    with pytest.raises(es.ConfigurationError, match=r"nope\.txt"):
         env.execute("missing")

@@ -135,7 +135,7 @@ def test_client_refuses_server_without_secret() -> None:
 
 def test_silent_peer_does_not_block_other_connections() -> None:
     secret = new_secret()
-    server, events = _control_server(secret)
+    server, _events = _control_server(secret)
     try:
         idle = socket.create_connection(server.address)  # never speaks
         done = threading.Event()
