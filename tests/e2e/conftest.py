@@ -1,0 +1,48 @@
+"""Fixtures of the end-to-end suite: one shared SparkSession and user code shipped by value.
+
+Every test here is an acceptance test through the public API (``import epochstream as es``),
+marked ``slow``; the ones that need Spark are also marked ``spark``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import pytest
+
+JOBS_DIR = Path(__file__).parent / "jobs"
+# The job scripts in jobs/ run as subprocesses with their folder on sys.path; the tests
+# import the same helpers in-process, so the folder must be importable here too.
+if str(JOBS_DIR) not in sys.path:
+    sys.path.insert(0, str(JOBS_DIR))
+
+import e2e_support  # noqa: E402 - needs JOBS_DIR on sys.path
+
+
+@pytest.fixture(autouse=True)
+def _ship_test_code_by_value(request: pytest.FixtureRequest) -> None:
+    """Pickle the test module's functions and classes by value, as for a user's ``__main__``.
+
+    Slots import by-reference functions by module name; pytest's importlib mode gives
+    test modules names that a slot process cannot import.
+    """
+    for module in (request.module, e2e_support):
+        cloudpickle.register_pickle_by_value(module)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] SparkSession for the whole session (starting one takes seconds)."""
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    from epochstream.deploy.spark import create_session
+
+    session = create_session("local[2]", app_name="epochstream-e2e")
+    try:
+        yield session
+    finally:
+        session.stop()
