@@ -98,6 +98,16 @@ class CheckpointStats:
     kind: str = KIND_CHECKPOINT
 
     @property
+    def id(self) -> int:
+        """Alias of ``checkpoint_id``."""
+        return self.checkpoint_id
+
+    @property
+    def alignment_s(self) -> dict[str, float]:
+        """Alignment time of each task ("chain/subtask" -> seconds)."""
+        return {task: t.alignment_s for task, t in self.tasks.items()}
+
+    @property
     def max_alignment_s(self) -> float:
         """Longest barrier alignment of any task (0.0 without tasks)."""
         return max((t.alignment_s for t in self.tasks.values()), default=0.0)
