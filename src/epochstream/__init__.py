@@ -47,6 +47,7 @@ from epochstream.exceptions import (
     SourceDecodeError,
     StateError,
     TaskFailure,
+    UserFunctionError,
 )
 from epochstream.runtime.messages import TaskCheckpointStats
 
@@ -84,6 +85,7 @@ __all__ = [
     "StateError",
     "TaskCheckpointStats",
     "TaskFailure",
+    "UserFunctionError",
     "__version__",
     "restart",
     "sinks",

@@ -12,7 +12,8 @@
      +-- CheckpointError             a checkpoint that failed, was declined or timed out
      +-- SinkError                   a sink that cannot commit or recover its transactions
      +-- AuthenticationError         a control- or data-plane peer without the job secret
-     +-- TaskFailure                 a task failed; carries the remote traceback text
+     +-- UserFunctionError           a user function raised; names the operator and the record
+ +-- TaskFailure                 a task failed; carries the remote traceback text
      +-- InjectedFailure             raised on purpose by epochstream.testing
 
 Example::
@@ -40,6 +41,7 @@ __all__ = [
     "SourceDecodeError",
     "StateError",
     "TaskFailure",
+    "UserFunctionError",
 ]
 
 
@@ -108,6 +110,38 @@ class SinkError(EpochstreamError):
 
 class AuthenticationError(EpochstreamError):
     """A peer did not prove knowledge of the job secret."""
+
+
+class UserFunctionError(EpochstreamError):
+    """A user function raised while processing ``record`` in operator ``operator``.
+
+    The original exception is the ``__cause__``; restarts are suppressed when it asks
+    for that (it is a :class:`DataError`, for example).
+    """
+
+    def __init__(self, operator: str, record: object, cause: BaseException) -> None:
+        text = repr(record)
+        if len(text) > 200:
+            text = text[:200] + "..."
+        super().__init__(f"{operator} failed on record {text}: {type(cause).__name__}: {cause}")
+        self.operator = operator
+        self.record_repr = text
+        self.suppress_restarts = bool(getattr(cause, "suppress_restarts", False))
+
+    def __reduce__(self):
+        return (
+            _rebuild_user_error,
+            (str(self), self.operator, self.record_repr, self.suppress_restarts),
+        )
+
+
+def _rebuild_user_error(
+    message: str, operator: str, record: str, suppress: bool
+) -> UserFunctionError:
+    err = UserFunctionError.__new__(UserFunctionError)
+    EpochstreamError.__init__(err, message)
+    err.operator, err.record_repr, err.suppress_restarts = operator, record, suppress
+    return err
 
 
 class TaskFailure(EpochstreamError):

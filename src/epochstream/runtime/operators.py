@@ -31,7 +31,7 @@ from epochstream.api.functions import (
     MapFunction,
     ReduceFunction,
 )
-from epochstream.exceptions import ConfigurationError
+from epochstream.exceptions import ConfigurationError, UserFunctionError
 from epochstream.graph.jobgraph import OperatorSpec
 from epochstream.state.descriptors import (
     AggregatingStateDescriptor,
@@ -182,16 +182,36 @@ class Operator:
             self.function.close()
 
 
+# The per-record loops below are plain ``for`` loops rather than comprehensions: when a
+# user function raises, the loop variable still holds the record, so the error can
+# name it at no cost on the normal path.
+
+
 class MapOperator(Operator):
     def process_batch(self, batch: list[Any]) -> None:
         fn = self.function.map if isinstance(self.function, MapFunction) else self.function
-        self.emit([fn(x) for x in batch])
+        out: list[Any] = []
+        append = out.append
+        x = None
+        try:
+            for x in batch:
+                append(fn(x))
+        except Exception as exc:
+            raise UserFunctionError(self.ctx.task_name, x, exc) from exc
+        self.emit(out)
 
 
 class FlatMapOperator(Operator):
     def process_batch(self, batch: list[Any]) -> None:
         fn = self.function.flat_map if isinstance(self.function, FlatMapFunction) else self.function
-        out = [y for x in batch for y in fn(x)]
+        out: list[Any] = []
+        extend = out.extend
+        x = None
+        try:
+            for x in batch:
+                extend(fn(x))
+        except Exception as exc:
+            raise UserFunctionError(self.ctx.task_name, x, exc) from exc
         if out:
             self.emit(out)
 
@@ -199,7 +219,15 @@ class FlatMapOperator(Operator):
 class FilterOperator(Operator):
     def process_batch(self, batch: list[Any]) -> None:
         fn = self.function.filter if isinstance(self.function, FilterFunction) else self.function
-        out = [x for x in batch if fn(x)]
+        out: list[Any] = []
+        append = out.append
+        x = None
+        try:
+            for x in batch:
+                if fn(x):
+                    append(x)
+        except Exception as exc:
+            raise UserFunctionError(self.ctx.task_name, x, exc) from exc
         if out:
             self.emit(out)
 
@@ -227,13 +255,19 @@ class ReduceOperator(Operator):
         out: list[Any] = []
         append = out.append
         get = table.get
-        for x in batch:
-            k = key_of(x)
-            cur = get(k, _MISSING)
-            if cur is not _MISSING:
-                x = fn(cur, x)
-            table[k] = x
-            append(x)
+        x = None
+        try:
+            for x in batch:
+                k = key_of(x)
+                cur = get(k, _MISSING)
+                if cur is not _MISSING:
+                    table[k] = cur = fn(cur, x)
+                    append(cur)
+                else:
+                    table[k] = x
+                    append(x)
+        except Exception as exc:
+            raise UserFunctionError(self.ctx.task_name, x, exc) from exc
         self.emit(out)
 
 
@@ -256,9 +290,13 @@ class KeyedProcessOperator(Operator):
         set_key = backend.set_current_key
         process = self.function.process_element
         ctx = self.ctx
-        for x in batch:
-            set_key(key_of(x))
-            process(x, ctx, collector)
+        x = None
+        try:
+            for x in batch:
+                set_key(key_of(x))
+                process(x, ctx, collector)
+        except Exception as exc:
+            raise UserFunctionError(self.ctx.task_name, x, exc) from exc
         if out:
             self.emit(out)
 
