@@ -30,10 +30,13 @@ def test_operator_list_state_restores_after_crash(tmp_path) -> None:
     env = es.Environment(parallelism=2, runner="local")
     env.enable_checkpointing(0.2, storage=str(tmp_path / "ckpt"))
     env.set_restart_strategy(es.restart.fixed_delay(attempts=2, delay=0.1))
-    (env.from_sequence(0, n, rate=40_000)
+    (
+        env.from_sequence(0, n, rate=40_000)
         .map(es.testing.FailOnce(after_records=8_000, after_checkpoints=1, subtask=0, crash=True))
-        .map(RunningCount()).uid("running-count")
-        .sink_to(es.sinks.FileSink(str(tmp_path / "out"))))
+        .map(RunningCount())
+        .uid("running-count")
+        .sink_to(es.sinks.FileSink(str(tmp_path / "out")))
+    )
     result = env.execute("operator-state")
     assert result.restarts == 1
     rows = collections.Counter(tuple(r) for r in es.testing.read_committed(tmp_path / "out"))

@@ -16,7 +16,7 @@ import pytest
 
 import epochstream as es
 
-N = 200_000
+N = 200_000  # the numbers 1..N: all positive, so every running sum strictly increases
 RATE = 100_000  # records/s in total: a run lasts about 2 s, so the failure lands mid-run
 
 
@@ -41,7 +41,7 @@ def _run_seeds(
     env = es.Environment(parallelism=2, **options)
     env.enable_checkpointing(0.3, storage=str(tmp / "ckpt"))
     env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.2))
-    numbers = env.from_sequence(0, N, rate=RATE)
+    numbers = env.from_sequence(1, N + 1, rate=RATE)
     if inject is not None:
         numbers = numbers.map(inject)
     for name, keep in (("even", _is_even), ("odd", _is_odd)):
@@ -58,7 +58,7 @@ def _run_seeds(
 def _final_sum(rows: list[Any], name: str) -> int:
     assert rows, f"no committed {name} sums"
     assert {row[0] for row in rows} == {name}
-    # All numbers are >= 0, so the running sum never decreases: the final sum is the max.
+    # All numbers are positive, so the running sum only grows: the final sum is the max.
     return max(row[1] for row in rows)
 
 
@@ -68,8 +68,8 @@ def test_even_odd_running_sums_survive_failure_after_checkpoint(
     runner: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     spark = request.getfixturevalue("spark") if runner == "spark" else None
-    evens, odds = (N + 1) // 2, N // 2
-    closed_form = {"even": evens * (evens - 1), "odd": odds * odds}  # 0+2+..., 1+3+...
+    evens, odds = N // 2, (N + 1) // 2
+    closed_form = {"even": evens * (evens + 1), "odd": odds * odds}  # 2+4+..., 1+3+...
 
     baseline, baseline_rows = _run_seeds(tmp_path / "free", runner, spark, inject=None)
     inject = es.testing.FailOnce(after_records=20_000, after_checkpoints=1, subtask=1)
@@ -91,5 +91,5 @@ def test_even_odd_running_sums_survive_failure_after_checkpoint(
         for label, got in (("failure-free", baseline_rows[name]), ("recovered", rows[name])):
             sums = [row[1] for row in got]
             assert len(sums) == count, f"{label} {name}: {len(sums)} updates, expected {count}"
-            # Sums of distinct non-negative numbers strictly increase (0 only once).
+            # Running sums of positive numbers strictly increase, so no two updates are equal.
             assert len(set(sums)) == count, f"{label} {name}: duplicated running sums"

@@ -30,6 +30,8 @@ __all__ = ["LocalRunner", "Runner"]
 log = logging.getLogger(__name__)
 
 OnExit = Callable[[BaseException | None], None]
+#: Seconds a cancelled slot process has to exit before it is killed.
+KILL_GRACE = 5.0
 
 
 class Runner(ABC):
@@ -127,11 +129,13 @@ class LocalRunner(Runner):
                 p.terminate()
 
     def wait(self, timeout: float) -> bool:
+        # Cancelled slots get KILL_GRACE seconds to leave on their own (they were told by
+        # the job master and sent SIGTERM); a stopped or hung process is then killed.
         deadline = time.monotonic() + timeout
+        grace = time.monotonic() + KILL_GRACE if self._cancelled.is_set() else deadline
         for p in self._procs:
-            remaining = max(0.0, deadline - time.monotonic())
             try:
-                p.wait(remaining)
+                p.wait(max(0.0, min(grace, deadline) - time.monotonic()))
             except subprocess.TimeoutExpired:
                 log.warning("slot process %d did not stop; killing it", p.pid)
                 p.kill()
