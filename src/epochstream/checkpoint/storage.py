@@ -22,6 +22,7 @@ import re
 import shutil
 import tempfile
 
+from epochstream._fs import fsync_directory
 from epochstream.checkpoint.config import resolve_storage_path
 from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.exceptions import CheckpointError, ConfigurationError
@@ -51,14 +52,6 @@ def _chk_ids(directory: str) -> list[int]:
         if match and os.path.isdir(os.path.join(directory, name)):
             ids.append(int(match.group(1)))
     return sorted(ids)
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _read_metadata(metadata_path: str) -> CheckpointMetadata:
@@ -148,7 +141,7 @@ class CheckpointStorage:
                 os.fsync(f.fileno())
             os.replace(tmp, final)
             tmp = ""
-            _fsync_dir(directory)
+            fsync_directory(directory)
         except OSError as err:
             raise CheckpointError(f"{final}: cannot write checkpoint metadata: {err}") from err
         finally:

@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from epochstream._fs import fsync_directory
 from epochstream.connectors.base import Sink, SinkContext
 from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter
 from epochstream.exceptions import ConfigurationError, SinkError
@@ -163,7 +164,7 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
         f.close()
         txn.file = None
         os.replace(self._path(txn.inprogress), self._path(txn.pending))
-        _fsync_dir(self.directory)
+        fsync_directory(self.directory)
 
     def commit(self, txn: FileTxn) -> None:
         self._commit_entry(self.txn_handle(txn))
@@ -212,7 +213,7 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
                 f"FileSink: cannot commit, neither pending file {pending!r} "
                 f"nor committed file {final!r} exists"
             ) from None
-        _fsync_dir(self.directory)
+        fsync_directory(self.directory)
 
     def _remove_leftovers(self, recovered: set[str]) -> None:
         with os.scandir(self.directory) as entries:
@@ -248,12 +249,3 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
                     f"{type(record).__qualname__} as JSON: {exc}"
                 )
         return SinkError(f"FileSink {self.directory!r}: cannot encode a batch: {batch_exc}")
-
-
-def _fsync_dir(directory: str) -> None:
-    """Persist renames in ``directory`` (POSIX: fsync the directory itself)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import logging
 import queue
-import socket
-import threading
 from typing import Any
 
-from epochstream.exceptions import AuthenticationError
-from epochstream.runtime.auth import FramedConnection, accept_handshake, listen
+from epochstream.runtime.auth import AuthenticatedListener, FramedConnection
 
 __all__ = ["ControlServer", "SlotConnection"]
 
@@ -62,37 +59,15 @@ class ControlServer:
     """
 
     def __init__(self, host: str, secret: bytes, events: queue.Queue[Any]) -> None:
-        self._secret = secret
         self._events = events
-        self._sock = listen(host)
-        self.address: tuple[str, int] = self._sock.getsockname()[:2]
-        self._closed = threading.Event()
-        self._thread = threading.Thread(
-            target=self._accept_loop, name="control-accept", daemon=True
-        )
+        self._listener = AuthenticatedListener(host, secret, "control", self._serve)
+        self.address = self._listener.address
 
     def start(self) -> None:
-        self._thread.start()
+        self._listener.start()
 
-    def _accept_loop(self) -> None:
-        while not self._closed.is_set():
-            try:
-                sock, _ = self._sock.accept()
-            except OSError:
-                if self._closed.is_set():
-                    return
-                raise
-            threading.Thread(
-                target=self._serve, args=(sock,), name="control-in", daemon=True
-            ).start()
-
-    def _serve(self, sock: socket.socket) -> None:
-        try:
-            accept_handshake(sock, self._secret, plane="control")
-        except AuthenticationError:
-            sock.close()
-            return
-        slot = SlotConnection(FramedConnection(sock))
+    def _serve(self, conn: FramedConnection) -> None:
+        slot = SlotConnection(conn)
         error: BaseException | None = None
         try:
             while True:
@@ -104,5 +79,4 @@ class ControlServer:
             self._events.put(("closed", slot, error))
 
     def close(self) -> None:
-        self._closed.set()
-        self._sock.close()
+        self._listener.close()

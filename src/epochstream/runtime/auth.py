@@ -28,12 +28,14 @@ import pickle
 import secrets
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from epochstream.exceptions import AuthenticationError
 
 __all__ = [
     "MAX_FRAME",
+    "AuthenticatedListener",
     "FramedConnection",
     "accept_handshake",
     "connect",
@@ -196,3 +198,57 @@ def listen(host: str, *, backlog: int = 128) -> socket.socket:
     sock.bind((host, 0))
     sock.listen(backlog)
     return sock
+
+
+class AuthenticatedListener:
+    """Accepts connections on ``host``; each one that proves the secret goes to ``handler``.
+
+    The handshake and ``handler`` run on a thread per connection, so a silent or slow
+    peer never holds up the others. Refused peers are logged and closed.
+
+    Example::
+
+        listener = AuthenticatedListener("127.0.0.1", secret, "data", serve)
+        listener.start(); listener.address
+    """
+
+    def __init__(
+        self, host: str, secret: bytes, plane: str, handler: Callable[[FramedConnection], None]
+    ) -> None:
+        self._secret = secret
+        self._plane = plane
+        self._handler = handler
+        self._sock = listen(host)
+        self.address: tuple[str, int] = self._sock.getsockname()[:2]
+        self.closed = threading.Event()
+        self._thread = threading.Thread(
+            target=self._accept_loop, name=f"{plane}-accept", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _accept_loop(self) -> None:
+        while not self.closed.is_set():
+            try:
+                sock, _ = self._sock.accept()
+            except OSError:
+                if self.closed.is_set():
+                    return
+                raise
+            threading.Thread(
+                target=self._serve, args=(sock,), name=f"{self._plane}-in", daemon=True
+            ).start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        try:
+            accept_handshake(sock, self._secret, plane=self._plane)
+        except AuthenticationError:
+            sock.close()  # the handshake already logged the refusal
+            return
+        self._handler(FramedConnection(sock))
+
+    def close(self) -> None:
+        """Stop accepting new connections."""
+        self.closed.set()
+        self._sock.close()

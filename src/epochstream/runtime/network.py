@@ -16,13 +16,11 @@ Example::
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from epochstream.exceptions import AuthenticationError
-from epochstream.runtime.auth import FramedConnection, accept_handshake, connect, listen
+from epochstream.runtime.auth import AuthenticatedListener, FramedConnection, connect
 from epochstream.runtime.channels import Cancelled, InputGate
 from epochstream.runtime.events import EndOfInput
 
@@ -54,36 +52,18 @@ class DataPlaneServer:
         route: Route,
         on_broken: Callable[[ChannelHello, BaseException], None],
     ) -> None:
-        self._secret = secret
         self._route = route
         self._on_broken = on_broken
-        self._sock = listen(host)
-        self.address: tuple[str, int] = self._sock.getsockname()[:2]
-        self._closed = threading.Event()
+        self._listener = AuthenticatedListener(host, secret, "data", self._serve)
+        self.address = self._listener.address
+        self._closed = self._listener.closed
         self._conns: list[FramedConnection] = []
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._accept_loop, name="data-accept", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        self._listener.start()
 
-    def _accept_loop(self) -> None:
-        while not self._closed.is_set():
-            try:
-                sock, _ = self._sock.accept()
-            except OSError:
-                if self._closed.is_set():
-                    return
-                raise
-            threading.Thread(target=self._serve, args=(sock,), name="data-in", daemon=True).start()
-
-    def _serve(self, sock: socket.socket) -> None:
-        try:
-            accept_handshake(sock, self._secret, plane="data")
-        except AuthenticationError:
-            sock.close()  # already logged by the handshake
-            return
-        conn = FramedConnection(sock)
+    def _serve(self, conn: FramedConnection) -> None:
         with self._lock:
             if self._closed.is_set():
                 conn.close()
@@ -104,7 +84,7 @@ class DataPlaneServer:
                     return
         except Cancelled:
             return
-        except (ConnectionError, OSError, KeyError) as exc:
+        except Exception as exc:  # reported as a failure of the target task (below)
             if not self._closed.is_set() and hello is not None:
                 self._on_broken(hello, exc)
             elif not self._closed.is_set():
@@ -114,8 +94,7 @@ class DataPlaneServer:
 
     def close(self) -> None:
         """Stop accepting and close every connection (unblocks the reader threads)."""
-        self._closed.set()
-        self._sock.close()
+        self._listener.close()
         with self._lock:
             conns, self._conns = self._conns, []
         for conn in conns:

@@ -33,6 +33,7 @@ from typing import Any
 
 import cloudpickle
 
+from epochstream._fs import fsync_directory
 from epochstream.exceptions import StateError
 from epochstream.state.descriptors import StateDescriptor
 from epochstream.state.handles import KeyedStateHandle
@@ -148,19 +149,10 @@ class KeyedSnapshot:
                     position += length
                 out.flush()
                 os.fsync(out.fileno())
-            _fsync_directory(directory)
+            fsync_directory(directory)
         except OSError as err:
             raise StateError(f"cannot write keyed state file {path}: {err}") from err
         return KeyedStateHandle(path=file_name, key_groups=offsets, size=position)
-
-
-def _fsync_directory(directory: str) -> None:
-    # Makes the new directory entry durable too, not only the file's bytes.
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _read_segment(path: str, stream: Any, kg: int, offset: int, length: int) -> Any:
