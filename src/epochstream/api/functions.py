@@ -148,3 +148,17 @@ class KeyedProcessFunction(Function, ABC):
     @abstractmethod
     def process_element(self, value: Any, ctx: Any, out: Collector) -> None:
         """Handle one record of the current key."""
+
+    def on_timer(self, timestamp: float, ctx: Any, out: Collector) -> None:
+        """A processing-time timer of ``ctx.current_key`` fired (see ``ctx.timer_service()``).
+
+        Timers are kept in keyed state: they survive failures and follow their key on
+        rescale. Example::
+
+            def process_element(self, value, ctx, out):
+                ts = ctx.timer_service()
+                ts.register_processing_time_timer(ts.current_processing_time() + 60)
+
+            def on_timer(self, timestamp, ctx, out):
+                out.collect((ctx.current_key, "idle for a minute"))
+        """

@@ -33,6 +33,7 @@ from epochstream.api.functions import (
 )
 from epochstream.exceptions import ConfigurationError, UserFunctionError
 from epochstream.graph.jobgraph import OperatorSpec
+from epochstream.runtime.timers import TimerService
 from epochstream.state.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -94,6 +95,7 @@ class OperatorContext:
         self.task_name = task_name
         self._operator_state = operator_state
         self._keyed = keyed_backend
+        self._timers: Any = None
 
     def get_list_state(self, name: str) -> Any:
         """Operator list state, redistributed round-robin on rescale."""
@@ -115,6 +117,17 @@ class OperatorContext:
     def current_key(self) -> Any:
         """The key of the record being processed."""
         return self._backend().current_key
+
+    def timer_service(self) -> Any:
+        """Processing-time timers of the current key (keyed process functions only).
+
+        Example: ``ctx.timer_service().register_processing_time_timer(ts)``
+        """
+        if self._timers is None:
+            raise ConfigurationError(
+                f"{self.task_name}: timers exist only in KeyedStream.process()"
+            )
+        return self._timers
 
     def get_state(self, descriptor: StateDescriptor) -> Any:
         """Keyed state for any descriptor (value, list, map, reducing, aggregating)."""
@@ -275,10 +288,33 @@ class KeyedProcessOperator(Operator):
     """Runs a KeyedProcessFunction with the backend's current key set per record."""
 
     def open(self) -> None:
-        super().open()
         assert self.keyed is not None and self.spec.key_selector is not None
+        # Before the user's open(): it may register timers or ask for the service.
+        self.timers = TimerService(self.keyed)
+        self.ctx._timers = self.timers
+        super().open()
         self._key = self.spec.key_selector
         self._collector = Collector(_discard)
+
+    def fire_timers(self, now: float) -> None:
+        """Call ``on_timer`` for every due timer, each with its key set as current."""
+        due = self.timers.pop_due(now)
+        if not due:
+            return
+        out: list[Any] = []
+        self._collector.collect = out.append
+        backend = self.keyed
+        assert backend is not None
+        on_timer = self.function.on_timer
+        ts = 0.0
+        try:
+            for ts, key in due:
+                backend.set_current_key(key)
+                on_timer(ts, self.ctx, self._collector)
+        except Exception as exc:
+            raise UserFunctionError(f"{self.ctx.task_name} on_timer", ts, exc) from exc
+        if out:
+            self.emit(out)
 
     def process_batch(self, batch: list[Any]) -> None:
         out: list[Any] = []

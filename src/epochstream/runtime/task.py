@@ -50,7 +50,13 @@ from epochstream.runtime.messages import (
     TaskKey,
     TriggerCheckpoint,
 )
-from epochstream.runtime.operators import Operator, OperatorContext, SnapshotParts, create_operator
+from epochstream.runtime.operators import (
+    KeyedProcessOperator,
+    Operator,
+    OperatorContext,
+    SnapshotParts,
+    create_operator,
+)
 from epochstream.runtime.outputs import RecordWriter
 from epochstream.runtime.snapshots import SnapshotExecutor
 from epochstream.state.handles import OperatorSubtaskState
@@ -223,9 +229,13 @@ class Task:
     def _run_stream(self) -> None:
         gate = self.gate
         head = self.operators[0]
-        timeout = self.graph.buffer_timeout
+        timed = [op for op in self.operators if isinstance(op, KeyedProcessOperator)]
+        buffer_timeout = self.graph.buffer_timeout
+        timeout = buffer_timeout
         while True:
             got = gate.take(timeout)
+            if timed:
+                timeout = self._fire_timers(timed, buffer_timeout)
             if got is None:
                 self._flush()
                 continue
@@ -275,6 +285,17 @@ class Task:
             nxt = src.next_available()
             wait = self.graph.buffer_timeout if nxt is None else nxt - time.monotonic()
             idle_wait = min(max(wait, 0.0005), 0.1)
+
+    def _fire_timers(self, timed: list[KeyedProcessOperator], buffer_timeout: float) -> float:
+        """Fire due processing-time timers; return how long the next wait may last."""
+        now = time.time()
+        wait = buffer_timeout
+        for op in timed:
+            op.fire_timers(now)
+            deadline = op.timers.next_deadline()
+            if deadline is not None:
+                wait = min(wait, max(deadline - now, 0.0))
+        return wait
 
     def _maybe_flush(self) -> None:
         now = time.monotonic()
