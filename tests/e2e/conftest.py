@@ -35,6 +35,14 @@ def _ship_test_code_by_value(request: pytest.FixtureRequest) -> None:
         cloudpickle.register_pickle_by_value(module)
 
 
+@pytest.fixture
+def failure_markers(tmp_path: Path) -> str:
+    """A fresh ``marker_dir`` for ``es.testing.FailOnce``, inside the test's tmp_path."""
+    path = tmp_path / "failonce-markers"
+    path.mkdir()
+    return str(path)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local[2] SparkSession for the whole session (starting one takes seconds)."""

@@ -76,8 +76,10 @@ def test_wordcount_survives_sigkill_of_a_slot(
 
 
 @pytest.mark.slow
-def test_restarts_exhausted_raise_job_execution_error(tmp_path: Path) -> None:
-    injector = es.testing.FailOnce(after_records=2_000, subtask=0, times=5)
+def test_restarts_exhausted_raise_job_execution_error(tmp_path: Path, failure_markers: str) -> None:
+    injector = es.testing.FailOnce(
+        after_records=2_000, subtask=0, times=5, marker_dir=failure_markers
+    )
     env = es.Environment(parallelism=2, runner="local")
     env.enable_checkpointing(0.3, storage=str(tmp_path / "ckpt"))
     env.set_restart_strategy(es.restart.fixed_delay(attempts=2, delay=0.1))

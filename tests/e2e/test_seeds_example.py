@@ -8,6 +8,7 @@ and a failure-free run's, and (exactly-once) every running sum is committed once
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,10 @@ def _is_odd(n: int) -> bool:
     return n % 2 == 1
 
 
+def _tag(name: str, n: int) -> tuple[str, int]:
+    return (name, n)
+
+
 def _sum_pairs(a: tuple[str, int], b: tuple[str, int]) -> tuple[str, int]:
     return (a[0], a[1] + b[1])
 
@@ -46,7 +51,7 @@ def _run_seeds(
         numbers = numbers.map(inject)
     for name, keep in (("even", _is_even), ("odd", _is_odd)):
         (numbers.filter(keep)
-            .map(lambda n, name=name: (name, n))
+            .map(functools.partial(_tag, name))
             .key_by(lambda t: t[0])
             .reduce(_sum_pairs)
             .uid(f"{name}-sum")
@@ -65,14 +70,16 @@ def _final_sum(rows: list[Any], name: str) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize("runner", ["local", pytest.param("spark", marks=pytest.mark.spark)])
 def test_even_odd_running_sums_survive_failure_after_checkpoint(
-    runner: str, tmp_path: Path, request: pytest.FixtureRequest
+    runner: str, tmp_path: Path, failure_markers: str, request: pytest.FixtureRequest
 ) -> None:
     spark = request.getfixturevalue("spark") if runner == "spark" else None
     evens, odds = N // 2, (N + 1) // 2
     closed_form = {"even": evens * (evens + 1), "odd": odds * odds}  # 2+4+..., 1+3+...
 
     baseline, baseline_rows = _run_seeds(tmp_path / "free", runner, spark, inject=None)
-    inject = es.testing.FailOnce(after_records=20_000, after_checkpoints=1, subtask=1)
+    inject = es.testing.FailOnce(
+        after_records=20_000, after_checkpoints=1, subtask=1, marker_dir=failure_markers
+    )
     result, rows = _run_seeds(tmp_path / "failing", runner, spark, inject=inject)
 
     assert baseline.restarts == 0
