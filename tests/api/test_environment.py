@@ -43,3 +43,25 @@ def test_missing_input_file_fails_at_execute(tmp_path) -> None:
     env.from_text_file(str(tmp_path / "nope.txt")).print()
     with pytest.raises(es.ConfigurationError, match=r"nope\.txt"):
         env.execute("missing")
+
+
+def test_unpicklable_function_is_a_clear_error() -> None:
+    import threading
+
+    lock = threading.Lock()
+    env = es.Environment(parallelism=1, runner="local")
+    env.from_sequence(0, 3).map(lambda i: (lock, i)).print()
+    with pytest.raises(es.ConfigurationError, match="cannot be shipped"):
+        env.execute("unpicklable")
+
+
+def test_relative_paths_are_resolved_in_the_driver(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.txt").write_text("a b\nc\n")
+    env = es.Environment(parallelism=2, runner="local")
+    env.from_text_file("in.txt").flat_map(str.split).sink_to(es.sinks.FileSink("out"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the paths were resolved when the job was built
+    env.execute("relative")
+    assert sorted(es.testing.read_committed(tmp_path / "out")) == ["a", "b", "c"]

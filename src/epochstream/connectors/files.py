@@ -77,7 +77,8 @@ class TextFileSource(Source):
     def __init__(
         self, path: str | os.PathLike[str], *, encoding: str = "utf-8", chunk_size: int = 1 << 20
     ) -> None:
-        self.path = os.fspath(path)
+        # Absolute now, in the driver: slots may run with another working directory.
+        self.path = os.path.abspath(os.fspath(path))
         self.encoding = _check_encoding(encoding)
         if chunk_size < 1:
             raise ConfigurationError(f"TextFileSource chunk_size must be >= 1, got {chunk_size}")

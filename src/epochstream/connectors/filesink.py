@@ -111,7 +111,8 @@ class FileSink(Sink):
             raise ConfigurationError(f"FileSink supports format='jsonl' only, got {format!r}")
         if roll_records is not None and roll_records < 1:
             raise ConfigurationError(f"FileSink roll_records must be >= 1, got {roll_records}")
-        self.path = os.fspath(path)
+        # Absolute now, in the driver: slots may run with another working directory.
+        self.path = os.path.abspath(os.fspath(path))
         self.format = format
         self.roll_records = roll_records
 

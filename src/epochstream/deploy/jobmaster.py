@@ -37,7 +37,7 @@ from epochstream.checkpoint.storage import CheckpointStorage
 from epochstream.deploy.assignment import initial_splits, task_deployments
 from epochstream.deploy.control import ControlServer, SlotConnection
 from epochstream.deploy.runners import Runner
-from epochstream.exceptions import JobExecutionError
+from epochstream.exceptions import ConfigurationError, JobExecutionError
 from epochstream.graph.jobgraph import JobGraph
 from epochstream.runtime.auth import new_secret
 from epochstream.runtime.clock import Clock, SystemClock
@@ -115,7 +115,13 @@ class JobMaster:
         self.slot_pids: dict[int, int] = {}
         self.running = threading.Event()
         self._slots: dict[int, SlotConnection] = {}
-        self._graph_bytes = cloudpickle.dumps(graph)
+        try:
+            self._graph_bytes = cloudpickle.dumps(graph)
+        except Exception as exc:
+            raise ConfigurationError(
+                f"job {graph.name!r} cannot be shipped to the slots: a function or object in it "
+                f"does not pickle ({type(exc).__name__}: {exc})"
+            ) from exc
         self._splits = initial_splits(graph)
         self._tasks: set[TaskKey] = {
             (c.chain_id, i) for c in graph.chains for i in range(graph.parallelism)
