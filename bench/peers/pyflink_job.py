@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from workloads import B_KEYS  # noqa: E402
+from workloads import B_KEYS
 
 
 def _key0(t: tuple[object, int]) -> object:
@@ -59,6 +59,11 @@ def main() -> None:
     ckdir = tempfile.mkdtemp(prefix="pyflink-ck-")
     conf = Configuration()
     conf.set_string("python.execution-mode", args.mode)
+    # Workers must run this venv's interpreter (the one with pyflink), not `python` on PATH.
+    conf.set_string("python.executable", sys.executable)
+    conf.set_string("python.client.executable", sys.executable)
+    # A failure must end the run with an error rather than restart forever.
+    conf.set_string("restart-strategy.type", "none")
     conf.set_string("execution.checkpointing.dir", f"file://{ckdir}")
     conf.set_string("state.backend.type", "hashmap")
     env = StreamExecutionEnvironment.get_execution_environment(conf)
