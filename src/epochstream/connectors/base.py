@@ -152,6 +152,9 @@ class SinkContext:
     attempt: int
     job_id: str
     checkpointing: bool
+    #: Where console output goes: the runtime routes it to the driver's stdout (a slot
+    #: running as a Spark task has no terminal of its own). ``None``: this process's stdout.
+    console: Callable[[str], None] | None = None
 
 
 class Sink(ABC):

@@ -12,6 +12,7 @@ Example::
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from epochstream.connectors.base import AtLeastOnceSinkWriter, Sink, SinkContext
@@ -37,7 +38,7 @@ class PrintSink(Sink):
         self.prefix = prefix
 
     def create_writer(self, ctx: SinkContext) -> PrintWriter:
-        return PrintWriter(_line_prefix(self.prefix, ctx))
+        return PrintWriter(_line_prefix(self.prefix, ctx), console=ctx.console)
 
 
 def _line_prefix(prefix: str | None, ctx: SinkContext) -> str:
@@ -54,14 +55,18 @@ class PrintWriter(AtLeastOnceSinkWriter):
         PrintWriter("0> ").write_batch(["a"])   # prints "0> a"
     """
 
-    def __init__(self, line_prefix: str) -> None:
+    def __init__(self, line_prefix: str, *, console: Callable[[str], None] | None = None) -> None:
         self.line_prefix = line_prefix
+        self.console = console
 
     def write_batch(self, records: list[Any]) -> None:
         if not records:
             return
         p = self.line_prefix
         text = "".join([f"{p}{r!s}\n" for r in records])
+        if self.console is not None:
+            self.console(text)
+            return
         # Looked up per batch, so a redirected or captured stdout is honoured.
         out = sys.stdout
         out.write(text)

@@ -45,6 +45,7 @@ from epochstream.runtime.messages import (
     AcknowledgeCheckpoint,
     CancelSlot,
     ConnectPeers,
+    ConsoleOutput,
     DeclineCheckpoint,
     DeploySlot,
     FinishSlot,
@@ -319,6 +320,10 @@ class JobMaster:
                 continue
             last_seen[conn.slot] = now
             if isinstance(msg, Heartbeat):
+                continue
+            if isinstance(msg, ConsoleOutput):
+                sys.stdout.write(msg.text)
+                sys.stdout.flush()
                 continue
             if isinstance(msg, SlotReady):
                 addresses[msg.slot] = (msg.host, msg.port)

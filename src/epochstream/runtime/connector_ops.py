@@ -114,6 +114,7 @@ class SinkOperator(Operator):
                 attempt=self.ctx.attempt,
                 job_id=self.ctx.job_id,
                 checkpointing=self.ctx.checkpointing,
+                console=self.ctx.console,
             )
         )
         self.writer.restore(self._restored)

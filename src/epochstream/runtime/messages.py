@@ -31,6 +31,7 @@ __all__ = [
     "AcknowledgeCheckpoint",
     "CancelSlot",
     "ConnectPeers",
+    "ConsoleOutput",
     "DeclineCheckpoint",
     "DeploySlot",
     "FinishSlot",
@@ -146,6 +147,13 @@ class SlotClosed:
     """The slot closed every operator and is about to return."""
 
     slot: int
+
+
+@dataclass(frozen=True)
+class ConsoleOutput:
+    """Lines a print sink wrote in a slot; the job master writes them to the driver's stdout."""
+
+    text: str
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,8 @@ class OperatorContext:
         self._operator_state = operator_state
         self._keyed = keyed_backend
         self._timers: Any = None
+        #: Console output of this subtask (print sinks); routed to the driver by the slot.
+        self.console: Callable[[str], None] | None = None
 
     def get_list_state(self, name: str) -> Any:
         """Operator list state, redistributed round-robin on rescale."""

@@ -30,6 +30,7 @@ from epochstream.runtime.auth import FramedConnection, connect
 from epochstream.runtime.messages import (
     CancelSlot,
     ConnectPeers,
+    ConsoleOutput,
     DeploySlot,
     FinishSlot,
     Heartbeat,
@@ -101,6 +102,7 @@ class _Slot:
             exactly_once=msg.exactly_once,
             send=self.send,
             snapshots=self.snapshots,
+            console=lambda text: self.send(ConsoleOutput(text)),
         )
         self.graph = graph
         self.tasks = [Task(env, graph, graph.chain(d.chain_id), d) for d in msg.tasks]

@@ -82,7 +82,9 @@ class TaskEnvironment:
         exactly_once: bool,
         send: Callable[[Any], None],
         snapshots: SnapshotExecutor,
+        console: Callable[[str], None] | None = None,
     ) -> None:
+        self.console = console
         self.job_id = job_id
         self.attempt = attempt
         self.checkpoint_dir = checkpoint_dir
@@ -156,6 +158,7 @@ class Task:
                 keyed_backend=keyed,
                 checkpointing=self.env.checkpointing,
             )
+            ctx.console = self.env.console
             ops[spec.uid] = create_operator(spec, ctx)
         for spec in self.chain.operators:
             targets: dict[str, list[Callable[[list[Any]], None]]] = {}
