@@ -273,10 +273,11 @@ class JobMaster:
                     continue
                 if self.phase == Phase.FINISHING and len(closed) == p:
                     return None
+                if msg is None:
+                    return _Failure(f"slots of attempt {attempt} exited before the job finished")
+                text, fatal = self.runner.describe_exit_error(msg)
                 return _Failure(
-                    f"slots of attempt {attempt} ended: {msg!r}"
-                    if msg
-                    else f"slots of attempt {attempt} exited before the job finished"
+                    f"slots of attempt {attempt} ended: {text}", suppress_restarts=fatal, error=msg
                 )
             if kind == "closed":
                 if conn.attempt == attempt and conn.slot is not None and conn.slot not in closed:

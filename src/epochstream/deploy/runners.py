@@ -58,6 +58,10 @@ class Runner(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release runner resources at the end of the job."""
 
+    def describe_exit_error(self, error: BaseException) -> tuple[str, bool]:
+        """How the slots' early exit reads in a failure report, and whether to skip restarts."""
+        return repr(error), False
+
 
 class LocalRunner(Runner):
     """Runs each slot in its own Python subprocess on this machine (no Spark).

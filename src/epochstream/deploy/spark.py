@@ -112,13 +112,52 @@ class SparkRunner(Runner):
                     interruptOnCancel=True,
                 )
                 rdd = sc.parallelize(range(p), p).barrier()
-                rdd.mapPartitions(functools.partial(_spark_slot, launch)).collect()
+                slots = rdd.mapPartitions(functools.partial(_spark_slot, launch))
+                self._pin_interpreter(slots)
+                slots.collect()
             except Exception as exc:  # handed to the job master, which decides what it means
                 error = exc
             on_exit(error)
 
         self._thread = threading.Thread(target=submit, name=f"spark-{group}", daemon=True)
         self._thread.start()
+
+    def _pin_interpreter(self, rdd: Any) -> None:
+        """Run the slot tasks with this driver's interpreter when Spark runs locally.
+
+        A session created elsewhere may point its workers at another ``python3`` that
+        lacks epochstream (or has another version of it). Locally the driver's own
+        interpreter is the right one, so it is used for this RDD only: PySpark reads
+        ``pythonExec`` when the RDD's Java side is built, and the setting is put back.
+        """
+        sc = self.sc
+        if not sc.master.startswith("local") or sc.pythonExec == sys.executable:
+            return
+        log.info("running slot tasks with %s instead of %s", sys.executable, sc.pythonExec)
+        saved = sc.pythonExec
+        sc.pythonExec = sys.executable
+        try:
+            rdd._jrdd  # noqa: B018 - builds the PythonFunction, capturing pythonExec now
+        finally:
+            sc.pythonExec = saved
+
+    def describe_exit_error(self, error: BaseException) -> tuple[str, bool]:
+        """The Spark job's failure as text, and whether restarting is pointless."""
+        text = repr(error)
+        java = getattr(error, "java_exception", None)
+        if java is not None:
+            try:
+                text = str(java.getMessage())
+            except Exception as exc:  # the gateway may be gone: keep the Python repr
+                log.debug("cannot read the Java exception: %r", exc)
+        if "No module named 'epochstream'" in text:
+            return (
+                "Spark's Python workers cannot import epochstream: install it in the "
+                "interpreter Spark uses (PYSPARK_PYTHON / spark.pyspark.python, now "
+                f"{self.sc.pythonExec!r}); this driver runs {sys.executable}",
+                True,
+            )
+        return _trim(text), False
 
     def cancel(self) -> None:
         if self._group is not None:
@@ -129,3 +168,7 @@ class SparkRunner(Runner):
             return True
         self._thread.join(timeout)
         return not self._thread.is_alive()
+
+
+def _trim(text: str, limit: int = 4000) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text) - limit} more chars)"
