@@ -35,9 +35,11 @@ __all__ = [
 class RuntimeContext(Protocol):
     """What ``open(ctx)`` receives: where the function runs and access to its state.
 
-    ``get_list_state``/``get_union_list_state`` give operator (non-keyed) list state
-    that is snapshotted with every checkpoint and redistributed on rescale. Keyed
-    functions also have ``get_state(descriptor)`` and friends, scoped to the current key.
+    ``get_list_state(name)``/``get_union_list_state(name)`` give operator (non-keyed)
+    list state that is snapshotted with every checkpoint and redistributed on rescale.
+    Keyed functions also have ``get_state(descriptor)``, ``get_list_state(ListStateDescriptor)``,
+    ``get_map_state``, ``get_reducing_state`` and ``get_aggregating_state``, scoped to
+    the current key, and ``timer_service()``.
     """
 
     subtask_index: int
@@ -47,9 +49,11 @@ class RuntimeContext(Protocol):
     job_id: str
     task_name: str
 
-    def get_list_state(self, name: str) -> Any: ...
+    def get_list_state(self, state: Any) -> Any: ...
 
-    def get_union_list_state(self, name: str) -> Any: ...
+    def get_union_list_state(self, state: Any) -> Any: ...
+
+    def get_state(self, descriptor: Any) -> Any: ...
 
 
 class Function:

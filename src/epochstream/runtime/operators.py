@@ -99,12 +99,23 @@ class OperatorContext:
         #: Console output of this subtask (print sinks); routed to the driver by the slot.
         self.console: Callable[[str], None] | None = None
 
-    def get_list_state(self, name: str) -> Any:
-        """Operator list state, redistributed round-robin on rescale."""
-        return self._operator_state.get_list_state(name)
+    def get_list_state(self, state: str | ListStateDescriptor) -> Any:
+        """List state, following Flink's rules.
 
-    def get_union_list_state(self, name: str) -> Any:
+        In a keyed function (after ``key_by``) a :class:`ListStateDescriptor` gives
+        *keyed* list state of the current key. A plain name, or a descriptor in a
+        non-keyed function, gives operator list state: one list per subtask,
+        redistributed round-robin on rescale.
+        """
+        if isinstance(state, ListStateDescriptor):
+            if self._keyed is not None:
+                return self._keyed.get_state(state)
+            return self._operator_state.get_list_state(state.name)
+        return self._operator_state.get_list_state(state)
+
+    def get_union_list_state(self, state: str | ListStateDescriptor) -> Any:
         """Operator union list state: every subtask gets all entries on restore."""
+        name = state.name if isinstance(state, ListStateDescriptor) else state
         return self._operator_state.get_union_list_state(name)
 
     # keyed access ------------------------------------------------------------
@@ -135,16 +146,16 @@ class OperatorContext:
         """Keyed state for any descriptor (value, list, map, reducing, aggregating)."""
         return self._backend().get_state(descriptor)
 
-    def get_list_state_keyed(self, descriptor: ListStateDescriptor) -> Any:
-        return self._backend().get_state(descriptor)
-
     def get_map_state(self, descriptor: MapStateDescriptor) -> Any:
+        """Keyed map state of the current key."""
         return self._backend().get_state(descriptor)
 
     def get_reducing_state(self, descriptor: ReducingStateDescriptor) -> Any:
+        """Keyed reducing state of the current key."""
         return self._backend().get_state(descriptor)
 
     def get_aggregating_state(self, descriptor: AggregatingStateDescriptor) -> Any:
+        """Keyed aggregating state of the current key."""
         return self._backend().get_state(descriptor)
 
 
