@@ -186,7 +186,7 @@ class _FixedDelayTracker(RestartTracker):
         )
 
 
-def fixed_delay(*, attempts: int, delay: float = 1.0) -> RestartStrategy:
+def fixed_delay(attempts: int, delay: float = 1.0) -> RestartStrategy:
     """Restart at most ``attempts`` times, waiting ``delay`` seconds before each restart.
 
     Example::
@@ -259,7 +259,7 @@ class _FailureRateTracker(RestartTracker):
         )
 
 
-def failure_rate(*, max_failures: int, interval: float, delay: float = 1.0) -> RestartStrategy:
+def failure_rate(max_failures: int, interval: float, delay: float = 1.0) -> RestartStrategy:
     """Restart after ``delay`` seconds unless the failure rate is too high.
 
     The job fails for good when the number of failures in the last ``interval`` seconds
@@ -353,10 +353,10 @@ class _ExponentialDelayTracker(RestartTracker):
 
 
 def exponential_delay(
-    *,
     initial: float = 1.0,
     max_delay: float = 60.0,
     multiplier: float = 2.0,
+    *,
     reset_after: float = 3600.0,
     jitter: float = 0.0,
     attempts: int | None = None,
