@@ -39,14 +39,17 @@ def create_session(master: str, *, app_name: str = "epochstream") -> Any:
 
     Python workers are not reused (a slot's process ends with its task), the UI is
     off, and for local or loopback masters the driver binds to 127.0.0.1 so every
-    plane stays on loopback.
+    plane stays on loopback. If a session is already active in this process it is
+    returned as it is (Spark allows one per process).
 
     Example: ``spark = create_session("local[2]")``
     """
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    existed = SparkContext._active_spark_context is not None
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
@@ -60,8 +63,15 @@ def create_session(master: str, *, app_name: str = "epochstream") -> Any:
             "spark.driver.bindAddress", "127.0.0.1"
         )
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if not existed:
+        spark.sparkContext.setLogLevel("ERROR")
+        _OWNED.append(spark)
     return spark
+
+
+# Sessions epochstream created itself (not handed in by the user): one of these may be
+# replaced when a later job needs more local task slots than it offers.
+_OWNED: list[Any] = []
 
 
 def _spark_slot(launch: SlotLaunch, _partition: Iterator[Any]) -> Iterator[int]:
@@ -82,7 +92,7 @@ class SparkRunner(Runner):
     def __init__(self, *, parallelism: int, master: str | None = None, spark: Any = None) -> None:
         self.parallelism = parallelism
         if spark is None:
-            spark = create_session(master or f"local[{parallelism}]")
+            spark = self._session_for(master or f"local[{parallelism}]", parallelism)
         self.spark = spark
         self.sc = spark.sparkContext
         self._thread: threading.Thread | None = None
@@ -93,6 +103,25 @@ class SparkRunner(Runner):
                 f"Spark master {self.sc.master} offers {slots} task slots but the job needs "
                 f"{parallelism} (one long-running barrier task per slot): use local[{parallelism}]"
             )
+
+    @staticmethod
+    def _session_for(master: str, parallelism: int) -> Any:
+        spark = create_session(master)
+        sc = spark.sparkContext
+        too_small = sc.master.startswith("local") and sc.defaultParallelism < parallelism
+        if too_small and any(s is spark for s in _OWNED) and master.startswith("local"):
+            log.warning(
+                "replacing epochstream's Spark session %s (%d slots) with %s for a job of "
+                "parallelism %d",
+                sc.master,
+                sc.defaultParallelism,
+                master,
+                parallelism,
+            )
+            _OWNED.remove(spark)
+            spark.stop()
+            spark = create_session(master)
+        return spark
 
     def control_host(self) -> str:
         return str(self.sc.getConf().get("spark.driver.host", "127.0.0.1"))
