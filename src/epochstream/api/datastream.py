@@ -170,6 +170,40 @@ class KeyedStream(_Named):
         )
         return DataStream(self._env, t)
 
+    def map(self, fn: Callable[[Any], Any] | MapFunction) -> DataStream:
+        """Map on the keyed stream: a MapFunction may use keyed state (``ctx.get_state``).
+
+        Example: ``keyed.map(lambda t: t[1])``
+        """
+        _check_callable(fn, MapFunction, "map")
+        return self._then("map", _name_of(fn, "map"), fn)
+
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]] | FlatMapFunction) -> DataStream:
+        """Flat map on the keyed stream (keyed state available). Example: ``keyed.flat_map(f)``."""
+        _check_callable(fn, FlatMapFunction, "flat_map")
+        return self._then("flat_map", _name_of(fn, "flat_map"), fn)
+
+    def filter(self, fn: Callable[[Any], bool] | FilterFunction) -> DataStream:
+        """Filter on the keyed stream (keyed state available). Example: ``keyed.filter(f)``."""
+        _check_callable(fn, FilterFunction, "filter")
+        return self._then("filter", _name_of(fn, "filter"), fn)
+
+    def sink_to(self, sink: Sink) -> DataStreamSink:
+        """Write the records, partitioned by key, to ``sink``. Example: ``keyed.sink_to(sink)``."""
+        from epochstream.connectors.base import Sink as SinkBase
+
+        if not isinstance(sink, SinkBase):
+            raise ConfigurationError(
+                f"sink_to needs an epochstream Sink, got {type(sink).__name__}"
+            )
+        return DataStreamSink(self._env, self._then("sink", type(sink).__name__, sink)._t)
+
+    def print(self, prefix: str | None = None) -> DataStreamSink:
+        """Print the records, partitioned by key. Example: ``keyed.print()``."""
+        from epochstream.connectors.simple import PrintSink
+
+        return self.sink_to(PrintSink(prefix=prefix))
+
     def reduce(self, fn: Callable[[Any, Any], Any] | ReduceFunction) -> DataStream:
         """Rolling reduce: keep one value per key and emit the updated value for every record.
 

@@ -172,6 +172,11 @@ class Operator:
         self.side_emits: dict[str, Callable[[list[Any]], None]] = {}
         self.function: Any = spec.payload
 
+    def _keying(self) -> tuple[Callable[[Any], Any], Callable[[Any], None]]:
+        """Key selector and key setter of an operator on a keyed stream."""
+        assert self.keyed is not None and self.spec.key_selector is not None
+        return self.spec.key_selector, self.keyed.set_current_key
+
     def initialize_state(self, restore: OperatorRestore | None) -> None:
         """Load restored state (before ``open``)."""
         if restore is None:
@@ -220,8 +225,14 @@ class MapOperator(Operator):
         append = out.append
         x = None
         try:
-            for x in batch:
-                append(fn(x))
+            if self.keyed is None:
+                for x in batch:
+                    append(fn(x))
+            else:
+                key_of, set_key = self._keying()
+                for x in batch:
+                    set_key(key_of(x))
+                    append(fn(x))
         except Exception as exc:
             raise UserFunctionError(self.ctx.task_name, x, exc) from exc
         self.emit(out)
@@ -234,8 +245,14 @@ class FlatMapOperator(Operator):
         extend = out.extend
         x = None
         try:
-            for x in batch:
-                extend(fn(x))
+            if self.keyed is None:
+                for x in batch:
+                    extend(fn(x))
+            else:
+                key_of, set_key = self._keying()
+                for x in batch:
+                    set_key(key_of(x))
+                    extend(fn(x))
         except Exception as exc:
             raise UserFunctionError(self.ctx.task_name, x, exc) from exc
         if out:
@@ -249,9 +266,16 @@ class FilterOperator(Operator):
         append = out.append
         x = None
         try:
-            for x in batch:
-                if fn(x):
-                    append(x)
+            if self.keyed is None:
+                for x in batch:
+                    if fn(x):
+                        append(x)
+            else:
+                key_of, set_key = self._keying()
+                for x in batch:
+                    set_key(key_of(x))
+                    if fn(x):
+                        append(x)
         except Exception as exc:
             raise UserFunctionError(self.ctx.task_name, x, exc) from exc
         if out:
