@@ -102,6 +102,24 @@ class DataStream(_Named):
         _check_callable(fn, FilterFunction, "filter")
         return self._then("filter", _name_of(fn, "filter"), fn)
 
+    def union(self, *others: DataStream) -> DataStream:
+        """Merge streams of the same kind into one (no order between them).
+
+        Example: ``evens.union(odds).map(str)``
+        """
+        if not others:
+            raise ConfigurationError("union needs at least one other stream")
+        for other in others:
+            if not isinstance(other, DataStream) or other._env is not self._env:
+                raise ConfigurationError("union takes DataStreams of the same Environment")
+        t = self._env._graph.add(
+            "map",
+            "union",
+            payload=_identity,
+            inputs=[Edge(s._t.id, s._partitioning) for s in (self, *others)],
+        )
+        return DataStream(self._env, t)
+
     def key_by(self, key_selector: Callable[[Any], Any]) -> KeyedStream:
         """Partition by key: records with equal keys go to the same subtask (by key group).
 
@@ -226,6 +244,10 @@ class KeyedStream(_Named):
         if position is None:
             return self.reduce(_add)
         return self.reduce(_SumAt(position))
+
+
+def _identity(value: Any) -> Any:
+    return value
 
 
 def _add(a: Any, b: Any) -> Any:

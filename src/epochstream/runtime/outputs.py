@@ -88,6 +88,7 @@ class RecordWriter:
         self._buffers: list[list[Any]] = [[] for _ in channels]
         self._n = len(channels)
         self._next = subtask_index % max(self._n, 1)
+        self._subtask = subtask_index
         self._key_selector: Callable[[Any], Any] | None = partitioning.key_selector
         self._assigner = KeyGroupAssigner(max_parallelism)
         self._max_parallelism = max_parallelism
@@ -100,6 +101,10 @@ class RecordWriter:
         self.records_out += len(batch)
         if self.kind == "hash":
             self._write_hashed(batch)
+        elif self.kind == "forward":
+            # An unchained forward edge (a union input): subtask i feeds subtask i only;
+            # in-band events still go to every channel (broadcast_event).
+            self._buffers[self._subtask].extend(batch)
         elif self.kind == "broadcast":
             for buf in self._buffers:
                 buf.extend(batch)
