@@ -3,7 +3,7 @@
 ::
 
     epochstream run [--parallelism N] [--runner spark|local] [--master URL]
-                    [--checkpoint-dir D] JOB.py [ARGS...]
+                    [--checkpoint-dir D] [--restore-from PATH] JOB.py [ARGS...]
     epochstream checkpoints DIR
 
 ``run`` executes the script with those settings applied to every Environment it
@@ -42,6 +42,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--master", help="Spark master URL, e.g. local[4] or spark://host:7077")
     run.add_argument(
         "--checkpoint-dir", help="checkpoint storage root (when the job enables checkpointing)"
+    )
+    run.add_argument(
+        "--restore-from",
+        "-s",
+        metavar="PATH",
+        help="start from a completed checkpoint (chk-<n> dir, _metadata, or a dir holding them)",
     )
     run.add_argument("--log-level", default="WARNING", help="Python log level (default WARNING)")
     run.add_argument("script", help="the job script")
@@ -92,6 +98,7 @@ def _cmd_run(ns: argparse.Namespace) -> int:
         runner=ns.runner,
         spark_master=ns.master,
         checkpoint_dir=ns.checkpoint_dir,
+        restore_from=ns.restore_from,
     )
     args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
     sys.argv = [ns.script, *args]
@@ -104,7 +111,9 @@ def _cmd_run(ns: argparse.Namespace) -> int:
         print(f"epochstream run: job failed: {exc}", file=sys.stderr)
         return 1
     finally:
-        set_overrides(parallelism=None, runner=None, spark_master=None, checkpoint_dir=None)
+        set_overrides(
+            parallelism=None, runner=None, spark_master=None, checkpoint_dir=None, restore_from=None
+        )
     return 0
 
 

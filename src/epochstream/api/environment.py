@@ -40,12 +40,13 @@ _OVERRIDES: dict[str, Any] = {}
 def set_overrides(**settings: Any) -> None:
     """Apply settings to every Environment created afterwards (used by ``epochstream run``).
 
-    Keys: ``parallelism``, ``runner``, ``spark_master``, ``checkpoint_dir``. ``None`` values are ignored.
+    Keys: ``parallelism``, ``runner``, ``spark_master``, ``checkpoint_dir``, ``restore_from``.
+    ``None`` values are ignored.
 
     Example: ``set_overrides(parallelism=4, runner="local")``
     """
     for key, value in settings.items():
-        if key not in ("parallelism", "runner", "spark_master", "checkpoint_dir"):
+        if key not in ("parallelism", "runner", "spark_master", "checkpoint_dir", "restore_from"):
             raise ConfigurationError(f"unknown override {key!r}")
         if value is None:
             _OVERRIDES.pop(key, None)
@@ -91,6 +92,9 @@ class Environment:
             raise ConfigurationError(f"batch_size must be >= 1, got {batch_size}")
         self.parallelism = parallelism
         self.max_parallelism = max_parallelism or default_max_parallelism(parallelism)
+        # Unset, the max parallelism of a restored checkpoint wins (key groups are fixed
+        # for the life of the state); set, it must match.
+        self.max_parallelism_explicit = max_parallelism is not None
         if not parallelism <= self.max_parallelism <= 32768:
             raise ConfigurationError(
                 f"max_parallelism {self.max_parallelism} must be in [parallelism={parallelism}, 32768]"
@@ -212,8 +216,14 @@ class Environment:
             buffer_timeout=self.buffer_timeout,
         )
 
-    def execute_async(self, job_name: str = "job") -> JobClient:
-        """Start the job and return a :class:`JobClient` at once.
+    def execute_async(
+        self,
+        job_name: str = "job",
+        *,
+        restore_from: str | None = None,
+        allow_non_restored_state: bool = False,
+    ) -> JobClient:
+        """Start the job and return a :class:`JobClient` at once (see :meth:`execute`).
 
         Example::
 
@@ -223,11 +233,32 @@ class Environment:
         """
         from epochstream.deploy.client import start_job
 
-        return start_job(self, self.job_graph(job_name))
+        restore_from = _OVERRIDES.get("restore_from", restore_from)
+        return start_job(
+            self,
+            self.job_graph(job_name),
+            restore_from=restore_from,
+            allow_non_restored_state=allow_non_restored_state,
+        )
 
-    def execute(self, job_name: str = "job") -> JobResult:
+    def execute(
+        self,
+        job_name: str = "job",
+        *,
+        restore_from: str | None = None,
+        allow_non_restored_state: bool = False,
+    ) -> JobResult:
         """Run the job to completion; raises JobExecutionError when restarts are exhausted.
 
-        Example: ``result = env.execute("wordcount")``
+        ``restore_from`` starts this job from a completed checkpoint of an earlier job
+        (a ``chk-<n>`` directory, its ``_metadata`` file, or a directory holding
+        checkpoints, whose latest is used), at any parallelism: keyed state moves by key
+        group, source positions and pending sink transactions come along. State of
+        operators whose uid is not in this job is an error unless
+        ``allow_non_restored_state``.
+
+        Example: ``result = env.execute("wordcount", restore_from="/ckpt/3f2a.../chk-12")``
         """
-        return self.execute_async(job_name).result()
+        return self.execute_async(
+            job_name, restore_from=restore_from, allow_non_restored_state=allow_non_restored_state
+        ).result()

@@ -14,16 +14,61 @@ Example::
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from epochstream.checkpoint.coordinator import CompletedCheckpoint
-from epochstream.exceptions import StateError
+from epochstream.checkpoint.storage import METADATA_FILE, find_completed_checkpoints, load_metadata
+from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.graph.jobgraph import JobGraph
 from epochstream.runtime.messages import TaskDeployment
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.redistribute import build_restores
 
-__all__ = ["initial_splits", "task_deployments"]
+__all__ = ["initial_splits", "load_restore_point", "task_deployments"]
+
+
+def load_restore_point(
+    path: str, graph: JobGraph, env: Any, allow_non_restored_state: bool
+) -> CompletedCheckpoint:
+    """The checkpoint a new job starts from, checked against the job graph.
+
+    ``path`` is a ``chk-<n>`` directory, its ``_metadata`` file, or a directory holding
+    completed checkpoints (the newest is taken). Adjusts ``graph.max_parallelism`` to the
+    checkpoint's unless the user set one explicitly (then they must agree).
+    """
+    path = os.path.abspath(path)
+    if os.path.isdir(path) and not os.path.exists(os.path.join(path, METADATA_FILE)):
+        found = find_completed_checkpoints(path)
+        if not found:
+            raise ConfigurationError(f"restore_from: no completed checkpoint under {path}")
+        directory, md = max(found, key=lambda item: item[1].completion_time)
+    else:
+        directory, md = load_metadata(path)
+    if md.max_parallelism != graph.max_parallelism:
+        if getattr(env, "max_parallelism_explicit", True):
+            raise StateError(
+                f"restore_from {directory}: its max_parallelism is {md.max_parallelism} but the job "
+                f"sets {graph.max_parallelism}; key groups are fixed for the life of the state"
+            )
+        if md.max_parallelism < graph.parallelism:
+            raise StateError(
+                f"restore_from {directory}: max_parallelism {md.max_parallelism} is below the "
+                f"job's parallelism {graph.parallelism}"
+            )
+        graph.max_parallelism = md.max_parallelism
+    unknown = sorted(
+        uid
+        for uid, states in md.operators.items()
+        if uid not in set(graph.operator_uids) and any(not s.is_empty for s in states.values())
+    )
+    if unknown and not allow_non_restored_state:
+        raise StateError(
+            f"restore_from {directory}: state of operators {unknown} has no operator with that uid "
+            "in this job; give operators stable uids with .uid(...), or pass "
+            "allow_non_restored_state=True to drop it"
+        )
+    return CompletedCheckpoint(md.checkpoint_id, directory, md)
 
 
 def initial_splits(graph: JobGraph) -> dict[str, list[list[Any]]]:

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from epochstream.api.result import JobResult
+from epochstream.deploy.assignment import load_restore_point
 from epochstream.deploy.jobmaster import JobMaster
 from epochstream.deploy.runners import LocalRunner, Runner
 from epochstream.exceptions import EpochstreamError
@@ -121,6 +122,17 @@ def _runner_for(env: Any) -> Runner:
     return SparkRunner(parallelism=env.parallelism, master=env.spark_master, spark=env.spark)
 
 
-def start_job(env: Any, graph: JobGraph) -> JobClient:
+def start_job(
+    env: Any,
+    graph: JobGraph,
+    *,
+    restore_from: str | None = None,
+    allow_non_restored_state: bool = False,
+) -> JobClient:
     """Create the job master for ``graph`` and run it in the background."""
-    return JobClient(JobMaster(env, graph, runner=_runner_for(env)))
+    restore = (
+        load_restore_point(restore_from, graph, env, allow_non_restored_state)
+        if restore_from
+        else None
+    )
+    return JobClient(JobMaster(env, graph, runner=_runner_for(env), restore=restore))

@@ -32,7 +32,7 @@ from typing import Any
 import cloudpickle
 
 from epochstream.api.result import JobResult
-from epochstream.checkpoint.coordinator import CheckpointCoordinator
+from epochstream.checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
 from epochstream.checkpoint.storage import CheckpointStorage
 from epochstream.deploy.assignment import initial_splits, task_deployments
 from epochstream.deploy.control import ControlServer, SlotConnection
@@ -101,7 +101,13 @@ class JobMaster:
     """Runs one job to completion across attempts."""
 
     def __init__(
-        self, env: Any, graph: JobGraph, *, runner: Runner, clock: Clock | None = None
+        self,
+        env: Any,
+        graph: JobGraph,
+        *,
+        runner: Runner,
+        clock: Clock | None = None,
+        restore: CompletedCheckpoint | None = None,
     ) -> None:
         self.env = env
         self.graph = graph
@@ -147,6 +153,11 @@ class JobMaster:
                 operator_parallelism={uid: graph.parallelism for uid in graph.operator_uids},
                 callbacks=self,
             )
+        # Where attempt 1 starts from when this job resumes an earlier job's checkpoint;
+        # with checkpointing on, the coordinator takes it over as its latest completed one.
+        self._restore = restore
+        if restore is not None and self.coordinator is not None:
+            self.coordinator.restore_from(restore.directory, restore.metadata)
         self.server = ControlServer(runner.control_host(), self.secret, self.events)
 
     # ------------------------------------------------------------------ coordinator callbacks
@@ -208,6 +219,10 @@ class JobMaster:
                     decision.reason,
                 )
                 self._sleep(decision.delay)
+        except JobCancelled:
+            if self.coordinator is not None:
+                self.coordinator.shutdown(cancelled=True)
+            raise
         finally:
             self.server.close()
             if self.coordinator is not None:
@@ -232,7 +247,7 @@ class JobMaster:
         self._fail_request = None
         attempt = self.attempt
         p = self.graph.parallelism
-        restored = self.coordinator.latest_completed if self.coordinator else None
+        restored = self.coordinator.latest_completed if self.coordinator else self._restore
         deployments = task_deployments(self.graph, restored, self._splits)
         addresses: dict[int, tuple[str, int]] = {}
         running: set[int] = set()
@@ -481,5 +496,6 @@ class JobMaster:
             restarts=self.attempt - 1,
             checkpoints=stats,
             failures=list(self.failures),
+            restored_from=self._restore.directory if self._restore else None,
             duration=time.monotonic() - started,
         )
