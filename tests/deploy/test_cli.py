@@ -67,3 +67,49 @@ def test_checkpoints_on_empty_dir_and_bad_script(tmp_path) -> None:
     assert proc.returncode == 1 and "no completed checkpoints" in proc.stdout
     proc = _cli("run", str(tmp_path / "missing.py"))
     assert proc.returncode == 2 and "no such job script" in proc.stderr
+
+
+@pytest.mark.slow
+def test_run_restore_from_resumes_at_another_parallelism(tmp_path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    first = _cli(
+        "run",
+        "-p",
+        "2",
+        "--runner",
+        "local",
+        "--checkpoint-dir",
+        str(ckpt),
+        str(script),
+        str(out),
+        str(tmp_path / "r1.json"),
+    )
+    assert first.returncode == 0, first.stderr
+    job_id = json.loads((tmp_path / "r1.json").read_text())["job_id"]
+    rows_before = sorted(map(tuple, _committed(out)))
+    # The first job finished: resuming its final checkpoint at p=3 has nothing left to read.
+    second = _cli(
+        "run",
+        "-p",
+        "3",
+        "--runner",
+        "local",
+        "--checkpoint-dir",
+        str(ckpt),
+        "--restore-from",
+        str(ckpt / job_id),
+        str(script),
+        str(out),
+        str(tmp_path / "r2.json"),
+    )
+    assert second.returncode == 0, second.stderr
+    assert json.loads((tmp_path / "r2.json").read_text())["parallelism"] == 3
+    assert sorted(map(tuple, _committed(out))) == rows_before
+
+
+def _committed(path) -> list:
+    import epochstream as es
+
+    return es.testing.read_committed(path)
