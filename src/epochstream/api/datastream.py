@@ -65,7 +65,33 @@ class _Named:
         return self
 
 
-class DataStream(_Named):
+class _Transforms:
+    """map / flat_map / filter, shared by DataStream and KeyedStream.
+
+    On a KeyedStream the record's key is current while the function runs, so a rich
+    function may use keyed state (``ctx.get_state``), as in Flink.
+    """
+
+    def _then(self, kind: str, name: str, payload: Any) -> DataStream:
+        raise NotImplementedError
+
+    def map(self, fn: Callable[[Any], Any] | MapFunction) -> DataStream:
+        """Apply ``fn`` to every record. Example: ``ds.map(lambda w: (w, 1))``."""
+        _check_callable(fn, MapFunction, "map")
+        return self._then("map", _name_of(fn, "map"), fn)
+
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]] | FlatMapFunction) -> DataStream:
+        """Apply ``fn`` and emit every element of the iterable it returns. Example: ``ds.flat_map(str.split)``."""
+        _check_callable(fn, FlatMapFunction, "flat_map")
+        return self._then("flat_map", _name_of(fn, "flat_map"), fn)
+
+    def filter(self, fn: Callable[[Any], bool] | FilterFunction) -> DataStream:
+        """Keep the records for which ``fn`` is true. Example: ``ds.filter(lambda n: n % 2 == 0)``."""
+        _check_callable(fn, FilterFunction, "filter")
+        return self._then("filter", _name_of(fn, "filter"), fn)
+
+
+class DataStream(_Named, _Transforms):
     """A stream of records produced by one operator.
 
     Example::
@@ -86,21 +112,6 @@ class DataStream(_Named):
             inputs=[Edge(self._t.id, self._partitioning)],
         )
         return DataStream(self._env, t)
-
-    def map(self, fn: Callable[[Any], Any] | MapFunction) -> DataStream:
-        """Apply ``fn`` to every record. Example: ``ds.map(lambda w: (w, 1))``."""
-        _check_callable(fn, MapFunction, "map")
-        return self._then("map", _name_of(fn, "map"), fn)
-
-    def flat_map(self, fn: Callable[[Any], Iterable[Any]] | FlatMapFunction) -> DataStream:
-        """Apply ``fn`` and emit every element of the iterable it returns. Example: ``ds.flat_map(str.split)``."""
-        _check_callable(fn, FlatMapFunction, "flat_map")
-        return self._then("flat_map", _name_of(fn, "flat_map"), fn)
-
-    def filter(self, fn: Callable[[Any], bool] | FilterFunction) -> DataStream:
-        """Keep the records for which ``fn`` is true. Example: ``ds.filter(lambda n: n % 2 == 0)``."""
-        _check_callable(fn, FilterFunction, "filter")
-        return self._then("filter", _name_of(fn, "filter"), fn)
 
     def union(self, *others: DataStream) -> DataStream:
         """Merge streams of the same kind into one (no order between them).
@@ -124,7 +135,7 @@ class DataStream(_Named):
         """Partition by key: records with equal keys go to the same subtask (by key group).
 
         Keys must have a stable encoding (str, int, float, bytes, bool, None, tuples of
-        these...): routing never uses Python's salted ``hash()``.
+        these...): routing never uses Python's per-process salted built-in hash.
 
         Example: ``ds.key_by(lambda t: t[0])``
         """
@@ -164,7 +175,7 @@ class DataStream(_Named):
         return self.sink_to(PrintSink(prefix=prefix))
 
 
-class KeyedStream(_Named):
+class KeyedStream(_Named, _Transforms):
     """A stream partitioned by key; stateful operators on it keep state per key.
 
     Example::
@@ -187,24 +198,6 @@ class KeyedStream(_Named):
             inputs=[Edge(self._t.id, Partitioning("hash", self._key_selector))],
         )
         return DataStream(self._env, t)
-
-    def map(self, fn: Callable[[Any], Any] | MapFunction) -> DataStream:
-        """Map on the keyed stream: a MapFunction may use keyed state (``ctx.get_state``).
-
-        Example: ``keyed.map(lambda t: t[1])``
-        """
-        _check_callable(fn, MapFunction, "map")
-        return self._then("map", _name_of(fn, "map"), fn)
-
-    def flat_map(self, fn: Callable[[Any], Iterable[Any]] | FlatMapFunction) -> DataStream:
-        """Flat map on the keyed stream (keyed state available). Example: ``keyed.flat_map(f)``."""
-        _check_callable(fn, FlatMapFunction, "flat_map")
-        return self._then("flat_map", _name_of(fn, "flat_map"), fn)
-
-    def filter(self, fn: Callable[[Any], bool] | FilterFunction) -> DataStream:
-        """Filter on the keyed stream (keyed state available). Example: ``keyed.filter(f)``."""
-        _check_callable(fn, FilterFunction, "filter")
-        return self._then("filter", _name_of(fn, "filter"), fn)
 
     def sink_to(self, sink: Sink) -> DataStreamSink:
         """Write the records, partitioned by key, to ``sink``. Example: ``keyed.sink_to(sink)``."""

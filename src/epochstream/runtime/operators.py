@@ -172,10 +172,19 @@ class Operator:
         self.side_emits: dict[str, Callable[[list[Any]], None]] = {}
         self.function: Any = spec.payload
 
-    def _keying(self) -> tuple[Callable[[Any], Any], Callable[[Any], None]]:
-        """Key selector and key setter of an operator on a keyed stream."""
-        assert self.keyed is not None and self.spec.key_selector is not None
-        return self.spec.key_selector, self.keyed.set_current_key
+    def _per_record(self, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``fn`` as is on a plain stream; on a keyed stream, ``fn`` with its record's key
+        set as current first, so a rich function can use keyed state."""
+        if self.keyed is None:
+            return fn
+        assert self.spec.key_selector is not None
+        key_of, set_key = self.spec.key_selector, self.keyed.set_current_key
+
+        def keyed(value: Any) -> Any:
+            set_key(key_of(value))
+            return fn(value)
+
+        return keyed
 
     def initialize_state(self, restore: OperatorRestore | None) -> None:
         """Load restored state (before ``open``)."""
@@ -220,19 +229,15 @@ class Operator:
 
 class MapOperator(Operator):
     def process_batch(self, batch: list[Any]) -> None:
-        fn = self.function.map if isinstance(self.function, MapFunction) else self.function
+        fn = self._per_record(
+            self.function.map if isinstance(self.function, MapFunction) else self.function
+        )
         out: list[Any] = []
         append = out.append
         x = None
         try:
-            if self.keyed is None:
-                for x in batch:
-                    append(fn(x))
-            else:
-                key_of, set_key = self._keying()
-                for x in batch:
-                    set_key(key_of(x))
-                    append(fn(x))
+            for x in batch:
+                append(fn(x))
         except Exception as exc:
             raise UserFunctionError(self.ctx.task_name, x, exc) from exc
         self.emit(out)
@@ -240,19 +245,15 @@ class MapOperator(Operator):
 
 class FlatMapOperator(Operator):
     def process_batch(self, batch: list[Any]) -> None:
-        fn = self.function.flat_map if isinstance(self.function, FlatMapFunction) else self.function
+        fn = self._per_record(
+            self.function.flat_map if isinstance(self.function, FlatMapFunction) else self.function
+        )
         out: list[Any] = []
         extend = out.extend
         x = None
         try:
-            if self.keyed is None:
-                for x in batch:
-                    extend(fn(x))
-            else:
-                key_of, set_key = self._keying()
-                for x in batch:
-                    set_key(key_of(x))
-                    extend(fn(x))
+            for x in batch:
+                extend(fn(x))
         except Exception as exc:
             raise UserFunctionError(self.ctx.task_name, x, exc) from exc
         if out:
@@ -261,21 +262,16 @@ class FlatMapOperator(Operator):
 
 class FilterOperator(Operator):
     def process_batch(self, batch: list[Any]) -> None:
-        fn = self.function.filter if isinstance(self.function, FilterFunction) else self.function
+        fn = self._per_record(
+            self.function.filter if isinstance(self.function, FilterFunction) else self.function
+        )
         out: list[Any] = []
         append = out.append
         x = None
         try:
-            if self.keyed is None:
-                for x in batch:
-                    if fn(x):
-                        append(x)
-            else:
-                key_of, set_key = self._keying()
-                for x in batch:
-                    set_key(key_of(x))
-                    if fn(x):
-                        append(x)
+            for x in batch:
+                if fn(x):
+                    append(x)
         except Exception as exc:
             raise UserFunctionError(self.ctx.task_name, x, exc) from exc
         if out:

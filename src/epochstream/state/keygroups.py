@@ -6,7 +6,7 @@ contiguous range of key groups. Keyed state is snapshotted per key group, so a
 restore at a new parallelism hands each subtask the key groups of its new range.
 
 The hash input is :func:`canonical_key_bytes`, a byte encoding that does not depend
-on the process (Python's ``hash()`` is salted per process, so it must never be used).
+on the process (Python's built-in hash is salted per process, so it must never be used).
 Keys that compare equal in Python encode identically (``1``, ``1.0`` and ``True``
 share one key group), because state is kept in dicts keyed by the key itself.
 
