@@ -151,16 +151,24 @@ def run_wordcount(
 
 
 def run_fixed_cost(
-    *, spark: Any = None, parallelism: int = 2, runner: str = "spark",
-    checkpoint: float | None = 1.0, storage: str = "/tmp/epochstream-bench/ck-fixed",
+    *,
+    spark: Any = None,
+    parallelism: int = 2,
+    runner: str = "spark",
+    checkpoint: float | None = 1.0,
+    storage: str = "/tmp/epochstream-bench/ck-fixed",
 ) -> dict[str, Any]:
     """A 1,000-record keyed sum: its wall time is the per-job fixed cost (start-up, teardown).
 
     Example: ``run_fixed_cost(runner="local")["seconds"]``
     """
     return run_keyed_sum(
-        1000, spark=spark, parallelism=parallelism, runner=runner,
-        checkpoint=checkpoint, storage=storage,
+        1000,
+        spark=spark,
+        parallelism=parallelism,
+        runner=runner,
+        checkpoint=checkpoint,
+        storage=storage,
     )
 
 

@@ -75,7 +75,9 @@ def _command_output(argv: list[str]) -> str:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"unavailable ({exc})"
-    return (done.stdout + done.stderr).strip().splitlines()[0] if (done.stdout + done.stderr) else ""
+    return (
+        (done.stdout + done.stderr).strip().splitlines()[0] if (done.stdout + done.stderr) else ""
+    )
 
 
 def machine_facts() -> dict[str, Any]:
@@ -110,7 +112,10 @@ def machine_facts() -> dict[str, Any]:
 
 def _row(workload: str, system: str, checkpoints: str, sink: str, **fields: Any) -> dict[str, Any]:
     row: dict[str, Any] = {
-        "workload": workload, "system": system, "checkpoints": checkpoints, "sink": sink,
+        "workload": workload,
+        "system": system,
+        "checkpoints": checkpoints,
+        "sink": sink,
     }
     row["load1_before"] = round(os.getloadavg()[0], 2)
     row.update(fields)
@@ -145,9 +150,11 @@ def _measure_all(results: Results, measurements: list[Measurement], repeat: int)
             out.setdefault("rate", out["events"] / out["seconds"])
             out["load1_before"] = base["load1_before"] if rep == 0 else None
             outs[i].append(out)
-            print(f"  run {rep + 1}/{repeat}: {base['workload']} {base['system']} "
-                  f"{base['checkpoints']} {base['sink']}: {out['rate']:,.0f} events/s",
-                  flush=True)
+            print(
+                f"  run {rep + 1}/{repeat}: {base['workload']} {base['system']} "
+                f"{base['checkpoints']} {base['sink']}: {out['rate']:,.0f} events/s",
+                flush=True,
+            )
     for (base, _), runs, error in zip(measurements, outs, errors, strict=True):
         row = dict(base)
         if error is not None:
@@ -198,31 +205,48 @@ def run_epochstream(results: Results, args: argparse.Namespace, inputs: Inputs) 
         results.doc["settings"]["spark_session_start_s"] = time.perf_counter() - start
         # The first job of a session pays ~1.5 s of one-off warm-up (Python workers, JIT);
         # run it untimed so the fixed-cost rows show what every later job pays.
-        warm = jobs.run_fixed_cost(spark=spark, parallelism=args.parallelism, runner="spark",
-                                   checkpoint=None)
+        warm = jobs.run_fixed_cost(
+            spark=spark, parallelism=args.parallelism, runner="spark", checkpoint=None
+        )
         results.doc["settings"]["spark_first_job_s"] = warm["seconds"]
     common = {"spark": spark, "parallelism": args.parallelism, "runner": args.runner}
     name = f"epochstream ({args.runner}, p={args.parallelism})"
     todo: list[Measurement] = []
     try:
         for ck in (1.0, None):
-            todo.append((_row("fixed", name, "1 s" if ck else "off", "discard"),
-                         functools.partial(jobs.run_fixed_cost, checkpoint=ck, **common)))
+            todo.append(
+                (
+                    _row("fixed", name, "1 s" if ck else "off", "discard"),
+                    functools.partial(jobs.run_fixed_cost, checkpoint=ck, **common),
+                )
+            )
         if "B" in args.workloads:
             n = inputs.b_n()
             for ck in (1.0, None):
-                todo.append((_row("B", name, "1 s" if ck else "off", "discard"),
-                             functools.partial(jobs.run_keyed_sum, n, checkpoint=ck, **common)))
+                todo.append(
+                    (
+                        _row("B", name, "1 s" if ck else "off", "discard"),
+                        functools.partial(jobs.run_keyed_sum, n, checkpoint=ck, **common),
+                    )
+                )
         if "A" in args.workloads:
             path, words = inputs.text()
             for ck in (1.0, None):
-                todo.append((_row("A", name, "1 s" if ck else "off", "discard"),
-                             functools.partial(jobs.run_wordcount, path, words, checkpoint=ck,
-                                               **common)))
+                todo.append(
+                    (
+                        _row("A", name, "1 s" if ck else "off", "discard"),
+                        functools.partial(jobs.run_wordcount, path, words, checkpoint=ck, **common),
+                    )
+                )
             if not args.no_filesink:
-                todo.append((_row("A", name, "1 s", "file (2PC)"),
-                             functools.partial(jobs.run_wordcount, path, words, checkpoint=1.0,
-                                               sink="file", **common)))
+                todo.append(
+                    (
+                        _row("A", name, "1 s", "file (2PC)"),
+                        functools.partial(
+                            jobs.run_wordcount, path, words, checkpoint=1.0, sink="file", **common
+                        ),
+                    )
+                )
         _measure_all(results, todo, args.repeat)
     finally:
         if spark is not None:
@@ -240,8 +264,13 @@ def _run_peer(system: str, workload: str, extra: list[str]) -> dict[str, Any]:
     log_path = os.path.join(venv_root(), f"{system}-{workload}.log")
     with open(log_path, "w", encoding="utf-8") as log:
         done = subprocess.run(
-            argv, stdout=subprocess.PIPE, stderr=log, text=True, env=peer.environment(),
-            timeout=PEER_TIMEOUT_S, check=False,
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=peer.environment(),
+            timeout=PEER_TIMEOUT_S,
+            check=False,
         )
     if done.returncode != 0:
         raise RuntimeError(f"{system} exited {done.returncode}; see {log_path}")
@@ -255,7 +284,9 @@ def _run_peer(system: str, workload: str, extra: list[str]) -> dict[str, Any]:
     return out
 
 
-def run_peers(results: Results, args: argparse.Namespace, inputs: Inputs, systems: list[str]) -> None:
+def run_peers(
+    results: Results, args: argparse.Namespace, inputs: Inputs, systems: list[str]
+) -> None:
     """Every selected peer on every selected workload."""
     labels = {
         "dictloop": "CPython dict loop (1 core)",
@@ -271,9 +302,20 @@ def run_peers(results: Results, args: argparse.Namespace, inputs: Inputs, system
             if system == "dictloop":
                 measure.append(("B", "off", "count", b))
             elif system == "spark-ss":
-                measure.append(("B", "micro-batch", "noop", [
-                    *b, "--rows-per-batch", str(args.ss_rows_per_batch),
-                    "--parallelism", str(args.parallelism)]))
+                measure.append(
+                    (
+                        "B",
+                        "micro-batch",
+                        "noop",
+                        [
+                            *b,
+                            "--rows-per-batch",
+                            str(args.ss_rows_per_batch),
+                            "--parallelism",
+                            str(args.parallelism),
+                        ],
+                    )
+                )
             else:
                 mode = ["--mode", args.pyflink_mode] if system == "pyflink" else []
                 measure.append(("B", "1 s", "discard", [*b, "--checkpoint", "1", *mode]))
@@ -286,17 +328,38 @@ def run_peers(results: Results, args: argparse.Namespace, inputs: Inputs, system
             elif system == "spark-ss":
                 parts_dir = os.path.join(DATA_DIR, f"parts-{os.path.basename(path)}")
                 split_text(path, parts_dir, args.ss_text_parts)
-                measure.append(("A", "micro-batch", "noop", [
-                    "--n", str(words), "--path", parts_dir, "--files-per-batch", "2",
-                    "--parallelism", str(args.parallelism)]))
+                measure.append(
+                    (
+                        "A",
+                        "micro-batch",
+                        "noop",
+                        [
+                            "--n",
+                            str(words),
+                            "--path",
+                            parts_dir,
+                            "--files-per-batch",
+                            "2",
+                            "--parallelism",
+                            str(args.parallelism),
+                        ],
+                    )
+                )
             else:
                 mode = ["--mode", args.pyflink_mode] if system == "pyflink" else []
                 measure.append(("A", "1 s", "discard", [*a, "--checkpoint", "1", *mode]))
         repeat = args.repeat if system in FAST_PEERS else args.repeat_slow
-        _measure_all(results, [
-            (_row(workload, label, ckpt, sink), functools.partial(_run_peer, system, workload, argv))
-            for workload, ckpt, sink, argv in measure
-        ], repeat)
+        _measure_all(
+            results,
+            [
+                (
+                    _row(workload, label, ckpt, sink),
+                    functools.partial(_run_peer, system, workload, argv),
+                )
+                for workload, ckpt, sink, argv in measure
+            ],
+            repeat,
+        )
 
 
 # ------------------------------------------------------------------ report
@@ -347,16 +410,20 @@ def print_table(results: Results) -> None:
     print(_HEADER)
     for r in results.rows:
         print(_format_row(r))
-    print(f"\n{'wl':<6} {'ckpt':<5} {'sink':<11} {'count':>5} {'mean s':>7} {'max s':>7} "
-          f"{'max align s':>11} {'mean sync s':>11} {'state bytes':>12}")
+    print(
+        f"\n{'wl':<6} {'ckpt':<5} {'sink':<11} {'count':>5} {'mean s':>7} {'max s':>7} "
+        f"{'max align s':>11} {'mean sync s':>11} {'state bytes':>12}"
+    )
     for r in results.rows:
         cps = r.get("checkpoint_stats")
         if not cps or not cps.get("count"):
             continue
-        print(f"{r['workload']:<6} {r['checkpoints']:<5} {r['sink']:<11} {cps['count']:>5} "
-              f"{cps['mean_duration_s']:>7.3f} {cps['max_duration_s']:>7.3f} "
-              f"{cps['max_alignment_s']:>11.3f} {cps['mean_sync_s']:>11.3f} "
-              f"{cps['state_bytes_last']:>12,}")
+        print(
+            f"{r['workload']:<6} {r['checkpoints']:<5} {r['sink']:<11} {cps['count']:>5} "
+            f"{cps['mean_duration_s']:>7.3f} {cps['max_duration_s']:>7.3f} "
+            f"{cps['max_alignment_s']:>11.3f} {cps['mean_sync_s']:>11.3f} "
+            f"{cps['state_bytes_last']:>12,}"
+        )
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -371,8 +438,10 @@ def markdown(doc: dict[str, Any]) -> str:
     ]
     for r in doc["rows"]:
         if "rate" not in r:
-            lines.append(f"| {r['workload']} | {r['system']} | {r['checkpoints']} | {r['sink']} "
-                         f"| | | | failed: {r.get('error', '')} | |")
+            lines.append(
+                f"| {r['workload']} | {r['system']} | {r['checkpoints']} | {r['sink']} "
+                f"| | | | failed: {r.get('error', '')} | |"
+            )
             continue
         ratio = r.get("ratio_epochstream_over_peer")
         runs = ", ".join(f"{x / 1e3:,.0f}" for x in r.get("rates") or [r["rate"]])
@@ -401,9 +470,14 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default=",".join(SYSTEMS),
-                        help=f"comma-separated systems among {','.join(SYSTEMS)}")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--only",
+        default=",".join(SYSTEMS),
+        help=f"comma-separated systems among {','.join(SYSTEMS)}",
+    )
     parser.add_argument("--skip-peers", action="store_true", help="epochstream only")
     parser.add_argument("--workloads", default="A,B", help="A, B or A,B")
     parser.add_argument("--quick", action="store_true", help="small inputs (smoke run)")
@@ -411,17 +485,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--text-mb", type=float, default=64.0)
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--runner", choices=["spark", "local"], default="spark")
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="runs of each epochstream, dict-loop and Spark measurement (median)")
-    parser.add_argument("--repeat-slow", type=int, default=1,
-                        help="runs of each Bytewax and PyFlink measurement")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="runs of each epochstream, dict-loop and Spark measurement (median)",
+    )
+    parser.add_argument(
+        "--repeat-slow", type=int, default=1, help="runs of each Bytewax and PyFlink measurement"
+    )
     parser.add_argument("--no-filesink", action="store_true", help="skip the FileSink run of A")
     parser.add_argument("--pyflink-mode", choices=["thread", "process"], default="thread")
     parser.add_argument("--ss-rows-per-batch", type=int, default=500_000)
     parser.add_argument("--ss-text-parts", type=int, default=32)
     parser.add_argument("--out", default=os.path.join(HERE, "results.json"))
-    parser.add_argument("--render", metavar="RESULTS_JSON",
-                        help="print an existing results file as Markdown tables and exit")
+    parser.add_argument(
+        "--render",
+        metavar="RESULTS_JSON",
+        help="print an existing results file as Markdown tables and exit",
+    )
     args = parser.parse_args(argv)
     if args.render:
         with open(args.render, encoding="utf-8") as f:

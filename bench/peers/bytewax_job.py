@@ -13,7 +13,6 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -25,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from workloads import B_KEYS
+from workloads import B_KEYS, peer_arguments
 
 
 def _running_sum(state: int | None, value: int) -> tuple[int, int]:
@@ -34,10 +33,7 @@ def _running_sum(state: int | None, value: int) -> tuple[int, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("workload", choices=["A", "B"])
-    parser.add_argument("--n", type=int, default=10_000_000)
-    parser.add_argument("--path", default="")
+    parser = peer_arguments("bytewax_job peer")
     parser.add_argument("--checkpoint", type=float, default=0.0)
     parser.add_argument("--batch-size", type=int, default=1024)
     args = parser.parse_args()

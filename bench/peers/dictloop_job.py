@@ -12,7 +12,6 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -22,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from workloads import B_KEYS, expected_b_total
+from workloads import B_KEYS, expected_b_total, peer_arguments
 
 
 def _fold(
@@ -70,10 +69,7 @@ def run_a(path: str, words: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("workload", choices=["A", "B"])
-    parser.add_argument("--n", type=int, default=10_000_000)
-    parser.add_argument("--path", default="")
+    parser = peer_arguments("dictloop_job peer")
     args = parser.parse_args()
     result = run_b(args.n) if args.workload == "B" else run_a(args.path, args.n)
     print(json.dumps(result))

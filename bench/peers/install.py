@@ -106,7 +106,10 @@ class Peer:
                 remaining = INSTALL_TIMEOUT_S - (time.monotonic() - start)
                 try:
                     done = subprocess.run(
-                        step, stdout=log, stderr=subprocess.STDOUT, timeout=max(remaining, 1.0),
+                        step,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        timeout=max(remaining, 1.0),
                         check=False,
                     )
                 except subprocess.TimeoutExpired as exc:
@@ -137,7 +140,9 @@ class Peer:
             # PyFlink's thread mode embeds CPython in the JVM (pemja); that interpreter
             # does not know about the venv unless its site-packages is on PYTHONPATH.
             site = os.path.join(
-                self.venv, "lib", f"python{sys.version_info.major}.{sys.version_info.minor}",
+                self.venv,
+                "lib",
+                f"python{sys.version_info.major}.{sys.version_info.minor}",
                 "site-packages",
             )
             env["PYTHONPATH"] = site
@@ -149,7 +154,10 @@ PEERS: dict[str, Peer] = {
     "bytewax": Peer("bytewax", "bytewax_job.py", requirement="bytewax==0.21.1"),
     "spark-ss": Peer("spark-ss", "spark_ss_job.py", needs_java=True),
     "pyflink": Peer(
-        "pyflink", "pyflink_job.py", requirement="apache-flink==2.3.0", import_name="pyflink",
+        "pyflink",
+        "pyflink_job.py",
+        requirement="apache-flink==2.3.0",
+        import_name="pyflink",
         needs_java=True,
     ),
 }

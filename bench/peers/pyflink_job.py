@@ -13,7 +13,6 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -22,7 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from workloads import B_KEYS
+from workloads import B_KEYS, peer_arguments
 
 
 def _key0(t: tuple[object, int]) -> object:
@@ -42,10 +41,7 @@ def _word_pair(w: str) -> tuple[str, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("workload", choices=["A", "B"])
-    parser.add_argument("--n", type=int, default=10_000_000)
-    parser.add_argument("--path", default="")
+    parser = peer_arguments("pyflink_job peer")
     parser.add_argument("--checkpoint", type=float, default=0.0)
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--mode", choices=["process", "thread"], default="process")
@@ -78,9 +74,7 @@ def main() -> None:
             NumberSequenceSource(0, args.n - 1), WatermarkStrategy.no_watermarks(), "seq"
         )
         stream = (
-            src.map(_b_record, output_type=pair)
-            .key_by(_key0, key_type=Types.LONG())
-            .reduce(_sum)
+            src.map(_b_record, output_type=pair).key_by(_key0, key_type=Types.LONG()).reduce(_sum)
         )
         events = args.n
     else:
@@ -104,10 +98,17 @@ def main() -> None:
     result = env.execute(f"pyflink-{args.workload}")
     wall = time.perf_counter() - start
     net = result.get_net_runtime() / 1000.0
-    print(json.dumps({
-        "events": events, "seconds": wall, "net_seconds": net,
-        "checkpoint_dir": ckdir, "mode": args.mode,
-    }))
+    print(
+        json.dumps(
+            {
+                "events": events,
+                "seconds": wall,
+                "net_seconds": net,
+                "checkpoint_dir": ckdir,
+                "mode": args.mode,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ import tempfile
 import time
 from typing import Any
 
+from workloads import peer_arguments
+
 
 def _session(parallelism: int) -> Any:
     from pyspark.sql import SparkSession
@@ -68,7 +70,8 @@ def _run_b(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[str, Any]:
     )
     start = time.perf_counter()
     query = (
-        agg.writeStream.outputMode("update").format("noop")
+        agg.writeStream.outputMode("update")
+        .format("noop")
         .option("checkpointLocation", ckdir)
         .trigger(processingTime="0 seconds")
         .start()
@@ -108,7 +111,8 @@ def _run_a(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[str, Any]:
     )
     start = time.perf_counter()
     query = (
-        counts.writeStream.outputMode("update").format("noop")
+        counts.writeStream.outputMode("update")
+        .format("noop")
         .option("checkpointLocation", ckdir)
         .trigger(availableNow=True)
         .start()
@@ -134,10 +138,7 @@ def _result(events: int, wall: float, batches: list[dict[str, Any]]) -> dict[str
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("workload", choices=["A", "B"])
-    parser.add_argument("--n", type=int, default=10_000_000)
-    parser.add_argument("--path", default="")
+    parser = peer_arguments("spark_ss_job peer")
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--rows-per-batch", type=int, default=1_000_000)
     parser.add_argument("--files-per-batch", type=int, default=1)

@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ __all__ = [
     "VOCABULARY_SIZE",
     "ensure_text",
     "expected_b_total",
+    "peer_arguments",
     "sequence_record",
     "split_text",
     "text_stats",
@@ -148,3 +150,15 @@ def split_text(path: str, directory: str, parts: int) -> list[str]:
     with open(stamp, "w", encoding="ascii") as f:
         f.write(want)
     return names
+
+
+def peer_arguments(description: str) -> argparse.ArgumentParser:
+    """The command line every peer job shares: ``WORKLOAD [--n N] [--path TEXT]``.
+
+    Example: ``args = peer_arguments("bytewax peer").parse_args()``
+    """
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("workload", choices=["A", "B"])
+    parser.add_argument("--n", type=int, default=10_000_000)
+    parser.add_argument("--path", default="")
+    return parser

@@ -46,14 +46,20 @@ __all__ = [
 
 
 class EpochstreamError(Exception):
-    """Base class of every error epochstream raises."""
+    """Base class of every error epochstream raises.
+
+    Example: ``except es.EpochstreamError as err: log(err)``
+    """
 
     #: When true, the job master fails the job at once instead of restarting it.
     suppress_restarts: bool = False
 
 
 class ConfigurationError(EpochstreamError, ValueError):
-    """Invalid configuration or a job graph that cannot be executed."""
+    """Invalid configuration or a job graph that cannot be executed.
+
+    Example: ``es.Environment(parallelism=0)`` raises it.
+    """
 
 
 class JobExecutionError(EpochstreamError):
@@ -71,13 +77,19 @@ class JobExecutionError(EpochstreamError):
 
 
 class DataError(EpochstreamError):
-    """Bad input data; restarting would meet it again, so restarts are suppressed."""
+    """Bad input data; restarting would meet it again, so restarts are suppressed.
+
+    Example: ``raise es.DataError("bad row 17")`` in a user function fails the job without restarts.
+    """
 
     suppress_restarts = True
 
 
 class SourceDecodeError(DataError):
-    """A source could not decode a record; names the file and byte offset."""
+    """A source could not decode a record; names the file and byte offset.
+
+    Example: ``except es.SourceDecodeError as err: print(err.path, err.offset)``
+    """
 
     def __init__(self, message: str, *, path: str, offset: int) -> None:
         super().__init__(message)
@@ -93,23 +105,38 @@ def _rebuild_decode_error(message: str, path: str, offset: int) -> SourceDecodeE
 
 
 class StateError(EpochstreamError):
-    """State that cannot be accessed, snapshotted or restored."""
+    """State that cannot be accessed, snapshotted or restored.
+
+    Example: restoring a checkpoint whose operator uids the job lacks raises it.
+    """
 
 
 class KeyEncodingError(StateError, TypeError):
-    """A key whose type has no stable, process-independent encoding."""
+    """A key whose type has no stable, process-independent encoding.
+
+    Example: ``key_by(lambda r: object())`` raises it when the first record is routed.
+    """
 
 
 class CheckpointError(EpochstreamError):
-    """A checkpoint failed: declined, timed out, or its storage failed."""
+    """A checkpoint failed: declined, timed out, or its storage failed.
+
+    Example: a ``_metadata`` file that does not parse raises it, naming the file.
+    """
 
 
 class SinkError(EpochstreamError):
-    """A sink could not commit, abort or recover a transaction."""
+    """A sink could not commit, abort or recover a transaction.
+
+    Example: ``FileSink`` raises it for a record ``json.dumps`` cannot encode, naming the record.
+    """
 
 
 class AuthenticationError(EpochstreamError):
-    """A peer did not prove knowledge of the job secret."""
+    """A peer did not prove knowledge of the job secret.
+
+    Example: ``connect(addr, wrong_secret, plane="data")`` raises it.
+    """
 
 
 class UserFunctionError(EpochstreamError):
@@ -160,4 +187,7 @@ def _rebuild_task_failure(message: str, tb: str) -> TaskFailure:
 
 
 class InjectedFailure(EpochstreamError):
-    """A failure raised on purpose by :mod:`epochstream.testing`."""
+    """A failure raised on purpose by :mod:`epochstream.testing`.
+
+    Example: ``ds.map(es.testing.FailOnce(after_records=100))`` raises it once.
+    """

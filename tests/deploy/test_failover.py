@@ -80,3 +80,19 @@ def test_cancel_stops_the_job(tmp_path) -> None:
     for pid in pids.values():
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def _reject_negative(i: int) -> int:
+    if i == 7:
+        raise es.DataError("record 7 is malformed")
+    return i
+
+
+def test_data_error_from_user_code_suppresses_restarts() -> None:
+    env = es.Environment(parallelism=2, runner="local")
+    env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.1))
+    env.from_sequence(0, 50).map(_reject_negative).print()
+    with pytest.raises(es.JobExecutionError) as info:
+        env.execute("data-error")
+    assert info.value.restarts == 0
+    assert "record 7 is malformed" in info.value.cause and "failed on record 7" in info.value.cause

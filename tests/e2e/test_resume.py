@@ -68,6 +68,28 @@ def _exactly_once_problems(rows: list[list[int]]) -> list[str]:
     return problems
 
 
+@pytest.mark.slow
+def test_resume_after_a_crash_that_ended_the_job(tmp_path: Path) -> None:
+    """No restart strategy: a SIGKILL ends the job; a new job resumes its last checkpoint."""
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    first = es.Environment(parallelism=2, runner="local")
+    first.enable_checkpointing(0.2, storage=str(ckpt))
+    first.set_restart_strategy(es.restart.none())
+    _pipeline(first, out)
+    client = first.execute_async("v1")
+    client.wait_for_checkpoint(2)
+    es.testing.kill_slot(client, 1)
+    with pytest.raises(es.JobExecutionError, match="lost its control connection"):
+        client.result(timeout=60)
+    assert len(es.testing.read_committed(out)) < N
+
+    second = es.Environment(parallelism=2, runner="local")
+    second.enable_checkpointing(0.2, storage=str(ckpt))
+    _pipeline(second, out)
+    second.execute("v2", restore_from=str(ckpt / client.job_id))
+    assert _exactly_once_problems(es.testing.read_committed(out)) == []
+
+
 def test_state_without_matching_uid_is_refused(tmp_path: Path) -> None:
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
     env = es.Environment(parallelism=2, runner="local")

@@ -72,8 +72,8 @@ class _Transforms:
     function may use keyed state (``ctx.get_state``), as in Flink.
     """
 
-    def _then(self, kind: str, name: str, payload: Any) -> DataStream:
-        raise NotImplementedError
+    # Provided by DataStream (its own partitioning) and KeyedStream (hash by key).
+    _then: Callable[[str, str, Any], DataStream]
 
     def map(self, fn: Callable[[Any], Any] | MapFunction) -> DataStream:
         """Apply ``fn`` to every record. Example: ``ds.map(lambda w: (w, 1))``."""

@@ -57,7 +57,14 @@ class RuntimeContext(Protocol):
 
 
 class Function:
-    """Base of every rich function: optional lifecycle hooks."""
+    """Base of every rich function: optional lifecycle hooks.
+
+    Example::
+
+        class Enrich(es.MapFunction):
+            def open(self, ctx):
+                self.table = load_lookup_table()
+    """
 
     def open(self, ctx: RuntimeContext) -> None:
         """Called once per subtask before the first record, after state is restored."""

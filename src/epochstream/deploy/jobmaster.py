@@ -87,7 +87,10 @@ class Phase(enum.Enum):
 
 
 class JobCancelled(Exception):
-    """The job was cancelled through its client."""
+    """The job was cancelled through its client.
+
+    Example: ``client.cancel()`` then ``client.result()`` raises it.
+    """
 
 
 @dataclass
@@ -95,6 +98,20 @@ class _Failure:
     cause: str
     suppress_restarts: bool = False
     error: BaseException | None = None
+
+    @classmethod
+    def of_task(cls, msg: TaskFailed) -> _Failure:
+        """A task's reported exception, with its traceback."""
+        text = f"{msg.description}\n{msg.traceback}" if msg.traceback else msg.description
+        return cls(text, suppress_restarts=msg.suppress_restarts, error=msg.error)
+
+    @classmethod
+    def lost_slot(cls, conn: SlotConnection, error: BaseException | None) -> _Failure:
+        """A slot whose control connection closed: its process most likely died."""
+        return cls(
+            f"slot {conn.slot} (pid {conn.pid}) lost its control connection"
+            f" (process died?): {error!r}"
+        )
 
 
 class JobMaster:
@@ -296,10 +313,7 @@ class JobMaster:
                 )
             if kind == "closed":
                 if conn.attempt == attempt and conn.slot is not None and conn.slot not in closed:
-                    return _Failure(
-                        f"slot {conn.slot} (pid {conn.pid}) lost its control connection"
-                        f" (process died?): {msg!r}"
-                    )
+                    return _Failure.lost_slot(conn, msg)
                 continue
             if self.phase == Phase.REGISTERING and now > deadline:
                 return _Failure(
@@ -366,11 +380,7 @@ class JobMaster:
             elif isinstance(msg, TaskFinished):
                 finished.add(msg.task)
             elif isinstance(msg, TaskFailed):
-                failure = _Failure(
-                    f"{msg.description}\n{msg.traceback}" if msg.traceback else msg.description,
-                    suppress_restarts=msg.suppress_restarts,
-                    error=msg.error,
-                )
+                failure = _Failure.of_task(msg)
                 if msg.secondary:
                     return self._root_cause(failure, attempt, closed)
                 return failure
@@ -400,16 +410,9 @@ class JobMaster:
                 self.events.put((kind, conn, msg))
                 break
             if kind == "closed" and conn.attempt == attempt and conn.slot not in closed:
-                return _Failure(
-                    f"slot {conn.slot} (pid {conn.pid}) lost its control connection"
-                    f" (process died?): {msg!r}"
-                )
+                return _Failure.lost_slot(conn, msg)
             if kind == "message" and isinstance(msg, TaskFailed) and not msg.secondary:
-                return _Failure(
-                    f"{msg.description}\n{msg.traceback}" if msg.traceback else msg.description,
-                    suppress_restarts=msg.suppress_restarts,
-                    error=msg.error,
-                )
+                return _Failure.of_task(msg)
         return secondary
 
     def _deploy_message(self, slot: int, tasks: list[Any]) -> DeploySlot:

@@ -85,7 +85,10 @@ class SlotRunning:
 
 @dataclass(frozen=True)
 class TaskCheckpointStats:
-    """Timings and size of one task's part of a checkpoint (seconds, bytes)."""
+    """Timings and size of one task's part of a checkpoint (seconds, bytes).
+
+    Example: ``result.checkpoints[-1].tasks["reduce-3/0"].alignment_s``
+    """
 
     alignment_s: float = 0.0
     sync_s: float = 0.0

@@ -108,15 +108,13 @@ class RecordWriter:
         elif self.kind == "broadcast":
             for buf in self._buffers:
                 buf.extend(batch)
-        elif self.kind == "rebalance" or n > 1:
+        else:  # rebalance: round-robin slices, continuing where the last batch stopped
             start = self._next
             for i in range(n):
                 part = batch[i::n]
                 if part:
                     self._buffers[(start + i) % n].extend(part)
             self._next = (start + len(batch)) % n
-        else:
-            self._buffers[0].extend(batch)
         size = self.batch_size
         for ch, buf in enumerate(self._buffers):
             if len(buf) >= size:

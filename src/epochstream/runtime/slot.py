@@ -211,7 +211,7 @@ class _Slot:
             try:
                 self.send(Heartbeat(self.index))
             except OSError:
-                return
+                return  # the control connection is gone; the main loop reports that
 
     def shutdown(self) -> None:
         """Stop everything: cancel gates, close sockets, let threads end."""
