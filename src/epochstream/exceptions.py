@@ -3,12 +3,13 @@
 ::
 
     EpochstreamError
-     +-- ConfigurationError          bad settings or a job graph that cannot run
+     +-- ConfigurationError          bad settings or a job graph that cannot run (never restarted)
      +-- JobExecutionError           execute() gave up; names the first cause and restart history
      +-- DataError                   bad input that retrying cannot fix (restarts are suppressed)
      |    +-- SourceDecodeError      a record a source cannot decode, with file and byte offset
+     |    +-- SerializationError     a record that cannot be pickled to cross between slots
      +-- StateError                  state that cannot be read, restored or redistributed
-     |    +-- KeyEncodingError       a key type with no stable canonical encoding
+     |    +-- KeyEncodingError       a key that is unhashable or has no stable encoding (never restarted)
      +-- CheckpointError             a checkpoint that failed, was declined or timed out
      +-- SinkError                   a sink that cannot commit or recover its transactions
      +-- AuthenticationError         a control- or data-plane peer without the job secret
@@ -37,6 +38,7 @@ __all__ = [
     "InjectedFailure",
     "JobExecutionError",
     "KeyEncodingError",
+    "SerializationError",
     "SinkError",
     "SourceDecodeError",
     "StateError",
@@ -58,8 +60,12 @@ class EpochstreamError(Exception):
 class ConfigurationError(EpochstreamError, ValueError):
     """Invalid configuration or a job graph that cannot be executed.
 
+    Raised in a running task it fails the job at once: a restart would meet it again.
+
     Example: ``es.Environment(parallelism=0)`` raises it.
     """
+
+    suppress_restarts = True
 
 
 class JobExecutionError(EpochstreamError):
@@ -104,6 +110,17 @@ def _rebuild_decode_error(message: str, path: str, offset: int) -> SourceDecodeE
     return SourceDecodeError(message, path=path, offset=offset)
 
 
+class SerializationError(DataError):
+    """A record that cannot be pickled to cross from one slot to another.
+
+    Records move between slots (after ``key_by``, ``rebalance``, ``broadcast``) as
+    pickles; within a slot they are handed over by reference, so the same job may work
+    at parallelism 1. The message names the record, its position and the edge.
+
+    Example: ``key_by(...)`` over records holding an open file raises it.
+    """
+
+
 class StateError(EpochstreamError):
     """State that cannot be accessed, snapshotted or restored.
 
@@ -112,10 +129,15 @@ class StateError(EpochstreamError):
 
 
 class KeyEncodingError(StateError, TypeError):
-    """A key whose type has no stable, process-independent encoding.
+    """A key that is unhashable or whose type has no stable, process-independent encoding.
+
+    Raised while routing a record, it names the key selector, the edge and the record,
+    and fails the job without restarts (the same record would fail again).
 
     Example: ``key_by(lambda r: object())`` raises it when the first record is routed.
     """
+
+    suppress_restarts = True
 
 
 class CheckpointError(EpochstreamError):
@@ -128,8 +150,21 @@ class CheckpointError(EpochstreamError):
 class SinkError(EpochstreamError):
     """A sink could not commit, abort or recover a transaction.
 
+    ``retryable=False`` marks an error a restart cannot fix (the job fails at once).
+
     Example: ``FileSink`` raises it for a record ``json.dumps`` cannot encode, naming the record.
     """
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.suppress_restarts = not retryable
+
+    def __reduce__(self):  # keep retryable across pickling (task -> job master)
+        return (_rebuild_sink_error, (str(self), not self.suppress_restarts))
+
+
+def _rebuild_sink_error(message: str, retryable: bool) -> SinkError:
+    return SinkError(message, retryable=retryable)
 
 
 class AuthenticationError(EpochstreamError):

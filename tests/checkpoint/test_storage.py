@@ -143,3 +143,60 @@ def test_find_completed_checkpoints_at_every_level(tmp_path) -> None:
     assert find_completed_checkpoints(str(tmp_path / "unrelated")) == []
     with pytest.raises(CheckpointError, match="no such checkpoint directory"):
         find_completed_checkpoints(str(tmp_path / "missing"))
+
+
+# ---------------------------------------------------------------- unusable and private storage
+
+import stat  # noqa: E402
+
+from epochstream.checkpoint.config import CheckpointConfig  # noqa: E402
+from epochstream.checkpoint.storage import scan_checkpoints  # noqa: E402
+
+
+def test_storage_under_a_regular_file_is_a_checkpoint_error(tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    storage = CheckpointStorage(str(blocker / "ckpt"), "job-1")
+    with pytest.raises(CheckpointError) as info:
+        storage.check_writable()
+    assert str(blocker) in str(info.value)
+    storage = CheckpointStorage(str(blocker), "job-1")
+    with pytest.raises(CheckpointError) as info:
+        storage.max_checkpoint_id()
+    assert str(blocker) in str(info.value)
+
+
+def test_storage_that_cannot_be_created_is_reported_with_its_path() -> None:
+    storage = CheckpointStorage("/proc/self/epochstream-ckpt", "job-1")  # even root cannot
+    with pytest.raises(CheckpointError, match="/proc/self/epochstream-ckpt"):
+        storage.check_writable()
+
+
+def test_default_storage_is_private_to_the_user(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    config = CheckpointConfig()
+    assert config.storage == str(tmp_path / "cache" / "epochstream" / "checkpoints")
+    for directory in (tmp_path / "cache" / "epochstream", tmp_path / "cache" / "epochstream" / "checkpoints"):
+        assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+
+
+def test_checkpoint_files_and_directories_are_private(tmp_path) -> None:
+    storage = CheckpointStorage(str(tmp_path / "root"), "job-1")
+    storage.check_writable()
+    storage.write_metadata(1, md("job-1", 1))
+    assert stat.S_IMODE(os.stat(storage.job_dir).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(storage.checkpoint_path(1)).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(storage.metadata_path(1)).st_mode) == 0o600
+    assert os.listdir(storage.job_dir) == ["chk-1"], "the probe file must be gone"
+
+
+def test_scan_reports_corrupt_metadata_instead_of_raising(tmp_path) -> None:
+    storage = CheckpointStorage(str(tmp_path), "job-1")
+    storage.write_metadata(1, md("job-1", 1))
+    storage.write_metadata(2, md("job-1", 2))
+    with open(storage.metadata_path(1), "wb") as f:
+        f.write(b"{not json")
+    entries = scan_checkpoints(str(tmp_path))
+    assert [(e.checkpoint_id, e.ok) for e in entries] == [(1, False), (2, True)]
+    assert "not valid checkpoint metadata JSON" in (entries[0].error or "")
+    assert [m.checkpoint_id for _, m in find_completed_checkpoints(str(tmp_path))] == [2]

@@ -58,7 +58,9 @@ def test_precommit_hides_and_commit_publishes(tmp_path: Path) -> None:
     entries = w.snapshot(1)
     assert entries == [
         FileCommittable(
-            ".part-0-01234567-a0-000001.jsonl.pending", "part-0-01234567-a0-000001.jsonl"
+            ".part-0-01234567-a0-000001.jsonl.pending",
+            "part-0-01234567-a0-000001.jsonl",
+            directory=str(out),
         )
     ]
     assert pickle.loads(pickle.dumps(entries)) == entries
@@ -115,14 +117,56 @@ def test_commit_is_idempotent(tmp_path: Path) -> None:
     assert committed_records(tmp_path) == ["x"]
 
 
-def test_commit_of_vanished_files_names_both_paths(tmp_path: Path) -> None:
+def test_commit_of_vanished_files_names_files_and_place(tmp_path: Path) -> None:
     w = writer(tmp_path)
     lost = FileCommittable(".part-0-x-a0-000009.jsonl.pending", "part-0-x-a0-000009.jsonl")
     with pytest.raises(SinkError) as info:
         w.restore([lost])
     message = str(info.value)
-    assert str(tmp_path / lost.pending) in message
-    assert str(tmp_path / lost.final) in message
+    assert lost.pending in message and lost.final in message and str(tmp_path) in message
+    assert info.value.suppress_restarts, "a restart cannot bring the file back"
+
+
+def _pending_in(directory: Path, records: list[Any]) -> FileCommittable:
+    """Write records and pre-commit them in ``directory``, as a crashed job would leave them."""
+    w = writer(directory)
+    w.restore([])
+    w.write_batch(records)
+    (entry,) = w.snapshot(1)
+    return entry
+
+
+def test_sink_moved_commits_pending_output_where_it_was_written(tmp_path: Path) -> None:
+    """Restored with the sink pointing elsewhere: the checkpoint's output is committed in
+    the old directory (its records are covered by the checkpoint), new output goes to the new."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    entry = _pending_in(old, ["covered"])
+    w = writer(new, attempt=1)
+    w.restore([entry])
+    assert committed_records(old) == ["covered"] and hidden(old) == []
+    w.write_batch(["fresh"])
+    w.snapshot(2)
+    w.notify_checkpoint_complete(2)
+    assert committed_records(new) == ["fresh"]
+
+
+def test_sink_directory_moved_with_its_files_commits_in_the_new_place(tmp_path: Path) -> None:
+    old, new = tmp_path / "old", tmp_path / "new"
+    entry = _pending_in(old, ["covered"])
+    old.rename(new)
+    w = writer(new, attempt=1)
+    w.restore([entry])
+    assert committed_records(new) == ["covered"]
+
+
+def test_sink_moved_and_pending_file_gone_fails_naming_both(tmp_path: Path) -> None:
+    old, new = tmp_path / "old", tmp_path / "new"
+    entry = _pending_in(old, ["covered"])
+    (old / entry.pending).unlink()
+    with pytest.raises(SinkError) as info:
+        writer(new, attempt=1).restore([entry])
+    assert str(old) in str(info.value) and str(new) in str(info.value)
+    assert info.value.suppress_restarts
 
 
 def test_aborted_checkpoint_leaves_nothing_visible(tmp_path: Path) -> None:

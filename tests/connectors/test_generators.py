@@ -93,11 +93,10 @@ def test_rate_limit_releases_records_by_clock() -> None:
     assert reader.next_available() is None
 
 
-def test_rate_is_total_and_divided_over_splits() -> None:
+def test_rate_is_total_and_divided_over_subtasks() -> None:
     clock = ManualClock()
     source = SequenceSource(0, 1000, rate=40.0)
     splits = source.create_splits(4)
-    assert [s.rate for s in splits] == [10.0] * 4
     readers = []
     for subtask in range(4):
         reader = source.create_reader(ctx(clock, subtask, 4))
@@ -107,19 +106,34 @@ def test_rate_is_total_and_divided_over_splits() -> None:
     for _ in range(20):
         clock.advance(0.1)
         released += sum(len(r.poll(1000)) for r in readers)
-    # 2 s at 40 records/s, plus one record released at once per split.
+    # 2 s at 40 records/s, plus one record released at once per subtask.
     assert released == 80 + 4
 
 
-def test_rate_limited_splits_of_one_reader_release_concurrently() -> None:
+def test_rate_limited_reader_shares_its_rate_over_its_splits() -> None:
     clock = ManualClock()
     source = SequenceSource(0, 100, rate=4.0)
     reader = source.create_reader(ctx(clock))
-    reader.add_splits(source.create_splits(2))  # 2 splits of 2 records/s each
-    assert reader.poll(100) == [0, 50]
+    reader.add_splits(source.create_splits(2))
+    assert reader.poll(100) == [0]
     clock.advance(1.0)
-    assert reader.poll(100) == [1, 2, 51, 52]
-    assert reader.next_available() == pytest.approx(1.5)
+    assert reader.poll(100) == [1, 2, 3, 4]
+    assert reader.next_available() == pytest.approx(1.25)
+
+
+def test_restored_positions_take_the_new_jobs_rate() -> None:
+    """Split states are positions only: the rate comes from the source being run."""
+    clock = ManualClock()
+    throttled = SequenceSource(0, 100, rate=2.0)
+    old = throttled.create_reader(ctx(clock))
+    old.add_splits(throttled.create_splits(1))
+    assert old.poll(100) == [0]
+    state = old.snapshot()
+    assert not any("rate" in vars(split) for split in state)
+    unthrottled = SequenceSource(0, 100)
+    new = unthrottled.create_reader(ctx(clock))
+    new.add_splits(pickle.loads(pickle.dumps(state)))
+    assert new.poll(1000) == list(range(1, 100))
 
 
 def test_invalid_rate_is_rejected() -> None:

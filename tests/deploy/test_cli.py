@@ -113,3 +113,51 @@ def _committed(path) -> list:
     import epochstream as es
 
     return es.testing.read_committed(path)
+
+
+def test_cli_errors_are_one_line_with_exit_code_2(tmp_path) -> None:
+    proc = _cli("checkpoints", "/nonexistent")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "epochstream checkpoints: /nonexistent: no such checkpoint directory"
+    ]
+    proc = _cli("run", "--log-level", "LOUD", str(tmp_path / "job.py"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "unknown log level 'LOUD'" in proc.stderr
+
+
+def test_checkpoints_reports_corrupt_metadata(tmp_path) -> None:
+    from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats
+    from epochstream.checkpoint.storage import CheckpointStorage
+
+    storage = CheckpointStorage(str(tmp_path), "job-a")
+    for n in (1, 2):
+        storage.write_metadata(
+            n,
+            CheckpointMetadata(
+                job_id="job-a",
+                checkpoint_id=n,
+                trigger_time=1.0,
+                completion_time=2.0,
+                parallelism=1,
+                max_parallelism=128,
+                operators={},
+                operator_parallelism={},
+                stats=CheckpointStats(checkpoint_id=n, trigger_time=1.0, duration=0.1, state_size=0),
+            ),
+        )
+    (tmp_path / "job-a" / "chk-1" / "_metadata").write_bytes(b"\xff\xfe not json")
+    proc = _cli("checkpoints", str(tmp_path))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any("UNREADABLE" in line and "chk-1" in line for line in lines)
+    assert any(" 2  checkpoint" in line for line in lines)
+
+
+def test_help_has_examples_and_version() -> None:
+    proc = _cli("--help")
+    assert proc.returncode == 0 and "examples:" in proc.stdout and "::" not in proc.stdout
+    proc = _cli("--version")
+    import epochstream
+
+    assert proc.returncode == 0 and proc.stdout.strip() == f"epochstream {epochstream.__version__}"

@@ -69,3 +69,108 @@ def test_ships_full_buffers_and_keeps_events_after_records() -> None:
     w.broadcast_event(barrier)
     w.broadcast_event(END_OF_INPUT)
     assert channels[0].items == [[1, 2, 3, 4, 5], [6], barrier, END_OF_INPUT]
+
+
+# ---------------------------------------------------------------- errors that name the place
+
+import pickle  # noqa: E402
+import threading  # noqa: E402
+
+import pytest  # noqa: E402
+
+from epochstream.exceptions import (  # noqa: E402
+    KeyEncodingError,
+    SerializationError,
+    UserFunctionError,
+)
+from epochstream.runtime.outputs import NetworkChannel  # noqa: E402
+
+
+def _tag_list(record: dict) -> list:
+    return record["tags"]
+
+
+def test_unhashable_key_names_selector_edge_and_record() -> None:
+    channels = [ListChannel(), ListChannel()]
+    w = RecordWriter(
+        channels,
+        partitioning=Partitioning("hash", _tag_list),
+        max_parallelism=128,
+        batch_size=4,
+        edge="parse -> counts (hash)",
+    )
+    with pytest.raises(KeyEncodingError) as info:
+        w.write([{"tags": ["a", "b"], "id": 7}])
+    message = str(info.value)
+    assert "_tag_list (test_outputs.py:" in message
+    assert "parse -> counts (hash)" in message
+    assert "'id': 7" in message and "unhashable" in message and "tuple" in message
+    assert info.value.suppress_restarts
+
+
+def test_key_selector_error_is_a_user_function_error_naming_the_record() -> None:
+    w = RecordWriter(
+        [ListChannel()],
+        partitioning=Partitioning("hash", lambda r: r["missing"]),
+        max_parallelism=128,
+        batch_size=4,
+        edge="src -> sink (hash)",
+    )
+    with pytest.raises(UserFunctionError) as info:
+        w.write([{"present": 1}])
+    assert "<lambda> (test_outputs.py:" in str(info.value) and "'present': 1" in str(info.value)
+    assert "KeyError" in str(info.value)
+
+
+def test_unencodable_key_names_the_record() -> None:
+    w = RecordWriter(
+        [ListChannel()],
+        partitioning=Partitioning("hash", lambda r: r[1]),
+        max_parallelism=128,
+        batch_size=4,
+        edge="a -> b (hash)",
+    )
+    with pytest.raises(KeyEncodingError) as info:
+        w.write([("x", object())])
+    assert "a -> b (hash)" in str(info.value) and "record ('x'," in str(info.value)
+
+
+class _Frames:
+    """Stands in for a FramedConnection: keeps the frames sent."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+
+    def send_bytes(self, data: bytes) -> None:
+        self.frames.append(data)
+
+    def close(self) -> None:
+        pass
+
+
+def test_network_channel_names_the_record_that_does_not_pickle() -> None:
+    frames = _Frames()
+    channel = NetworkChannel(frames, "src -> sum (hash)")  # type: ignore[arg-type]
+    lock = threading.Lock()
+    with pytest.raises(SerializationError) as info:
+        channel.send([1, ("holds a lock", lock), 3])
+    message = str(info.value)
+    assert "position 1" in message and "holds a lock" in message
+    assert "src -> sum (hash)" in message
+    assert info.value.suppress_restarts and frames.frames == []
+
+
+def test_network_channel_falls_back_to_by_value_pickling() -> None:
+    """Instances of a class only known by value (as in a job script) still cross."""
+    import cloudpickle
+
+    namespace: dict = {}
+    exec("class Point:\n    def __init__(self, x): self.x = x\n", namespace)
+    point_class = namespace["Point"]
+    point_class.__module__ = "__main__"  # not importable under that name here
+    frames = _Frames()
+    channel = NetworkChannel(frames)  # type: ignore[arg-type]
+    channel.send([point_class(3)])
+    channel.send([point_class(4)])
+    assert [pickle.loads(f)[0].x for f in frames.frames] == [3, 4]
+    assert channel._dumps is cloudpickle.dumps

@@ -49,6 +49,21 @@ class _Named:
     _env: Environment
     _t: Transformation
 
+    def _bind(self, env: Environment, transformation: Transformation) -> None:
+        self._env = env
+        self._t = transformation
+        # The pipeline this stream belongs to; execute() starts a new one (as Flink does).
+        self._graph = env._graph
+
+    def _add(self, kind: str, name: str, payload: Any, inputs: list[Edge]) -> Transformation:
+        """Append an operator to this stream's pipeline, unless it was executed already."""
+        if self._graph is not self._env._graph:
+            raise ConfigurationError(
+                f"{self._t.name!r} belongs to a pipeline that execute() already ran; each "
+                "execute() runs what was built since the last one, so build the stream again"
+            )
+        return self._graph.add(kind, name, payload=payload, inputs=inputs)
+
     def uid(self, uid: str) -> Any:
         """Give the last operator a stable identity, used to match its state across job versions.
 
@@ -100,17 +115,11 @@ class DataStream(_Named, _Transforms):
     """
 
     def __init__(self, env: Environment, transformation: Transformation) -> None:
-        self._env = env
-        self._t = transformation
+        self._bind(env, transformation)
         self._partitioning = Partitioning()
 
     def _then(self, kind: str, name: str, payload: Any) -> DataStream:
-        t = self._env._graph.add(
-            kind,
-            name,
-            payload=payload,
-            inputs=[Edge(self._t.id, self._partitioning)],
-        )
+        t = self._add(kind, name, payload, [Edge(self._t.id, self._partitioning)])
         return DataStream(self._env, t)
 
     def union(self, *others: DataStream) -> DataStream:
@@ -123,11 +132,10 @@ class DataStream(_Named, _Transforms):
         for other in others:
             if not isinstance(other, DataStream) or other._env is not self._env:
                 raise ConfigurationError("union takes DataStreams of the same Environment")
-        t = self._env._graph.add(
-            "map",
-            "union",
-            payload=_identity,
-            inputs=[Edge(s._t.id, s._partitioning) for s in (self, *others)],
+            if other._graph is not self._graph:
+                raise ConfigurationError("union takes streams of the same (unexecuted) pipeline")
+        t = self._add(
+            "map", "union", _identity, [Edge(s._t.id, s._partitioning) for s in (self, *others)]
         )
         return DataStream(self._env, t)
 
@@ -141,18 +149,22 @@ class DataStream(_Named, _Transforms):
         """
         if not callable(key_selector):
             raise ConfigurationError("key_by needs a callable key selector")
-        return KeyedStream(self._env, self._t, key_selector)
+        keyed = KeyedStream(self._env, self._t, key_selector)
+        keyed._graph = self._graph
+        return keyed
 
     def rebalance(self) -> DataStream:
         """Distribute records round-robin over the next operator's subtasks. Example: ``ds.rebalance().map(f)``."""
-        out = DataStream(self._env, self._t)
-        out._partitioning = Partitioning("rebalance")
-        return out
+        return self._repartitioned("rebalance")
 
     def broadcast(self) -> DataStream:
         """Send every record to every subtask of the next operator. Example: ``ds.broadcast().map(f)``."""
+        return self._repartitioned("broadcast")
+
+    def _repartitioned(self, kind: str) -> DataStream:
         out = DataStream(self._env, self._t)
-        out._partitioning = Partitioning("broadcast")
+        out._graph = self._graph
+        out._partitioning = Partitioning(kind)
         return out
 
     def sink_to(self, sink: Sink) -> DataStreamSink:
@@ -163,9 +175,7 @@ class DataStream(_Named, _Transforms):
             raise ConfigurationError(
                 f"sink_to needs an epochstream Sink, got {type(sink).__name__}"
             )
-        t = self._env._graph.add(
-            "sink", type(sink).__name__, payload=sink, inputs=[Edge(self._t.id, self._partitioning)]
-        )
+        t = self._add("sink", type(sink).__name__, sink, [Edge(self._t.id, self._partitioning)])
         return DataStreamSink(self._env, t)
 
     def print(self, prefix: str | None = None) -> DataStreamSink:
@@ -186,17 +196,11 @@ class KeyedStream(_Named, _Transforms):
     def __init__(
         self, env: Environment, upstream: Transformation, key_selector: Callable[[Any], Any]
     ) -> None:
-        self._env = env
-        self._t = upstream
+        self._bind(env, upstream)
         self._key_selector = key_selector
 
     def _then(self, kind: str, name: str, payload: Any) -> DataStream:
-        t = self._env._graph.add(
-            kind,
-            name,
-            payload=payload,
-            inputs=[Edge(self._t.id, Partitioning("hash", self._key_selector))],
-        )
+        t = self._add(kind, name, payload, [Edge(self._t.id, Partitioning("hash", self._key_selector))])
         return DataStream(self._env, t)
 
     def sink_to(self, sink: Sink) -> DataStreamSink:

@@ -225,6 +225,9 @@ class Environment:
     ) -> JobClient:
         """Start the job and return a :class:`JobClient` at once (see :meth:`execute`).
 
+        Each call runs the operators built since the previous one; streams built before
+        it cannot be extended afterwards.
+
         Example::
 
             client = env.execute_async("wc")
@@ -234,12 +237,15 @@ class Environment:
         from epochstream.deploy.client import start_job
 
         restore_from = _OVERRIDES.get("restore_from", restore_from)
-        return start_job(
+        client = start_job(
             self,
             self.job_graph(job_name),
             restore_from=restore_from,
             allow_non_restored_state=allow_non_restored_state,
         )
+        # As in Flink, the next execute() runs only what is built after this one.
+        self._graph = LogicalGraph()
+        return client
 
     def execute(
         self,

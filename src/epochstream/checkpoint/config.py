@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import unquote, urlparse
 
+from epochstream._fs import makedirs_private
 from epochstream.exceptions import ConfigurationError
 
-__all__ = ["AT_LEAST_ONCE", "EXACTLY_ONCE", "CheckpointConfig", "resolve_storage_path"]
+__all__ = [
+    "AT_LEAST_ONCE",
+    "EXACTLY_ONCE",
+    "CheckpointConfig",
+    "default_checkpoint_storage",
+    "resolve_storage_path",
+]
 
 EXACTLY_ONCE = "exactly_once"
 AT_LEAST_ONCE = "at_least_once"
@@ -56,6 +63,23 @@ def resolve_storage_path(location: str) -> str:
     return path
 
 
+def default_checkpoint_storage() -> str:
+    """The default checkpoint storage: private to the user running the driver.
+
+    ``$XDG_CACHE_HOME/epochstream/checkpoints`` (``~/.cache/...`` when unset), created
+    ``0700``. Checkpoints contain pickles, so a directory other users can write would
+    let them run code in the job; a shared ``/tmp`` path is never the default.
+
+    Example::
+
+        default_checkpoint_storage()   # "/home/ada/.cache/epochstream/checkpoints"
+    """
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(cache, "epochstream", "checkpoints")
+    makedirs_private(path)
+    return path
+
+
 def _check_seconds(name: str, value: object, *, allow_zero: bool) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigurationError(f"CheckpointConfig.{name} must be a number, got {value!r}")
@@ -89,7 +113,7 @@ class CheckpointConfig:
     """
 
     interval: float = 1.0
-    storage: str = "/tmp/epochstream-checkpoints"
+    storage: str = field(default_factory=default_checkpoint_storage)
     mode: str = EXACTLY_ONCE
     min_pause: float = 0.0
     max_concurrent: int = 1

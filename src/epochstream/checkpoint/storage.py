@@ -21,8 +21,10 @@ import os
 import re
 import shutil
 import tempfile
+import uuid
+from dataclasses import dataclass
 
-from epochstream._fs import fsync_directory
+from epochstream._fs import create_private, fsync_directory, makedirs_private
 from epochstream.checkpoint.config import resolve_storage_path
 from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.exceptions import CheckpointError, ConfigurationError
@@ -30,9 +32,11 @@ from epochstream.exceptions import CheckpointError, ConfigurationError
 __all__ = [
     "CHECKPOINT_PREFIX",
     "METADATA_FILE",
+    "CheckpointEntry",
     "CheckpointStorage",
     "find_completed_checkpoints",
     "load_metadata",
+    "scan_checkpoints",
 ]
 
 METADATA_FILE = "_metadata"
@@ -46,6 +50,10 @@ def _chk_ids(directory: str) -> list[int]:
         names = os.listdir(directory)
     except FileNotFoundError:
         return []
+    except OSError as err:  # e.g. a regular file where the directory should be
+        raise CheckpointError(
+            f"{directory}: cannot list checkpoints: {err.strerror or err}"
+        ) from err
     ids = []
     for name in names:
         match = _CHK_RE.match(name)
@@ -104,11 +112,31 @@ class CheckpointStorage:
             raise ValueError(f"checkpoint ids start at 1, got {checkpoint_id}")
         return os.path.join(self._job_dir, f"{CHECKPOINT_PREFIX}{checkpoint_id}")
 
+    def check_writable(self) -> None:
+        """Fail now, before any record is read, if checkpoints cannot be written here.
+
+        Creates the job directory (``0700``), writes, fsyncs and deletes a probe file.
+        Raises :class:`CheckpointError` naming the path and the reason.
+        """
+        probe = os.path.join(self._job_dir, f".probe-{uuid.uuid4().hex}")
+        try:
+            makedirs_private(self._job_dir)
+            with create_private(probe) as f:
+                f.write(b"epochstream storage probe\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.unlink(probe)
+        except OSError as err:
+            raise CheckpointError(
+                f"checkpoint storage {self.root} is not usable: cannot write "
+                f"{err.filename or probe}: {err.strerror or err}"
+            ) from err
+
     def checkpoint_dir(self, checkpoint_id: int) -> str:
         """Create (if needed) and return the directory of checkpoint ``checkpoint_id``."""
         path = self.checkpoint_path(checkpoint_id)
         try:
-            os.makedirs(path, exist_ok=True)
+            makedirs_private(path)
         except OSError as err:
             raise CheckpointError(f"{path}: cannot create checkpoint directory: {err}") from err
         return path
@@ -134,6 +162,7 @@ class CheckpointStorage:
         final = os.path.join(directory, METADATA_FILE)
         tmp = ""
         try:
+            # mkstemp creates the file 0600: checkpoints are private to their user.
             fd, tmp = tempfile.mkstemp(prefix=f".{METADATA_FILE}.", suffix=".tmp", dir=directory)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -208,11 +237,76 @@ def load_metadata(path: str) -> tuple[str, CheckpointMetadata]:
     return directory, _read_metadata(metadata_path)
 
 
-def find_completed_checkpoints(path: str) -> list[tuple[str, CheckpointMetadata]]:
-    """Every completed checkpoint under ``path``: a storage root, a job dir or a chk dir.
+@dataclass(frozen=True)
+class CheckpointEntry:
+    """A completed checkpoint found on storage: its metadata, or why it cannot be read.
 
-    Sorted by (job id, checkpoint id). A storage root or job directory with no
-    completed checkpoint gives ``[]``; a path that does not exist raises
+    Example::
+
+        for entry in scan_checkpoints("/tmp/ck"):
+            print(entry.directory, entry.error or entry.metadata.checkpoint_id)
+    """
+
+    directory: str
+    job: str
+    checkpoint_id: int
+    metadata: CheckpointMetadata | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the metadata was read and parsed."""
+        return self.metadata is not None
+
+
+def scan_checkpoints(path: str) -> list[CheckpointEntry]:
+    """Every completed checkpoint under ``path`` (a storage root, a job dir or a chk dir).
+
+    Unlike :func:`find_completed_checkpoints`, a ``_metadata`` that cannot be read or
+    parsed does not raise: its entry carries the error. Sorted by (job, checkpoint id).
+    A path that does not exist raises :class:`CheckpointError`.
+
+    Example::
+
+        bad = [e for e in scan_checkpoints("/tmp/ck") if not e.ok]
+    """
+    path = os.path.abspath(resolve_storage_path(path))
+    if os.path.isfile(path) or os.path.isfile(os.path.join(path, METADATA_FILE)):
+        directory = path if os.path.isdir(path) else os.path.dirname(path)
+        candidates = [directory]
+    elif os.path.isdir(path):
+        job_dirs = [path] if _chk_ids(path) else _subdirs(path)
+        candidates = [
+            os.path.join(job_dir, f"{CHECKPOINT_PREFIX}{n}")
+            for job_dir in job_dirs
+            for n in _chk_ids(job_dir)
+        ]
+    else:
+        raise CheckpointError(f"{path}: no such checkpoint directory")
+    entries = []
+    for chk_dir in candidates:
+        metadata_path = os.path.join(chk_dir, METADATA_FILE)
+        if not os.path.isfile(metadata_path):
+            continue
+        match = _CHK_RE.match(os.path.basename(chk_dir))
+        job = os.path.basename(os.path.dirname(chk_dir))
+        number = int(match.group(1)) if match else 0
+        try:
+            md = _read_metadata(metadata_path)
+        except CheckpointError as err:
+            entries.append(CheckpointEntry(chk_dir, job, number, error=str(err)))
+        else:
+            entries.append(CheckpointEntry(chk_dir, md.job_id, md.checkpoint_id, metadata=md))
+    entries.sort(key=lambda e: (e.job, e.checkpoint_id))
+    return entries
+
+
+def find_completed_checkpoints(path: str) -> list[tuple[str, CheckpointMetadata]]:
+    """Every readable completed checkpoint under ``path``: a storage root, a job dir or a chk dir.
+
+    Sorted by (job id, checkpoint id); checkpoints whose ``_metadata`` is corrupt are
+    left out (:func:`scan_checkpoints` reports them). A storage root or job directory
+    with no completed checkpoint gives ``[]``; a path that does not exist raises
     :class:`CheckpointError`.
 
     Example::
@@ -220,21 +314,7 @@ def find_completed_checkpoints(path: str) -> list[tuple[str, CheckpointMetadata]
         for directory, md in find_completed_checkpoints("/tmp/ck"):
             print(md.job_id, md.checkpoint_id, directory)
     """
-    path = os.path.abspath(resolve_storage_path(path))
-    if os.path.isfile(path) or os.path.isfile(os.path.join(path, METADATA_FILE)):
-        return [load_metadata(path)]
-    if not os.path.isdir(path):
-        raise CheckpointError(f"{path}: no such checkpoint directory")
-    job_dirs = [path] if _chk_ids(path) else _subdirs(path)
-    found = []
-    for job_dir in job_dirs:
-        for n in _chk_ids(job_dir):
-            chk_dir = os.path.join(job_dir, f"{CHECKPOINT_PREFIX}{n}")
-            metadata_path = os.path.join(chk_dir, METADATA_FILE)
-            if os.path.isfile(metadata_path):
-                found.append((chk_dir, _read_metadata(metadata_path)))
-    found.sort(key=lambda item: (item[1].job_id, item[1].checkpoint_id))
-    return found
+    return [(e.directory, e.metadata) for e in scan_checkpoints(path) if e.metadata is not None]
 
 
 def _subdirs(path: str) -> list[str]:

@@ -19,6 +19,13 @@ subtask 0 commits every recovered pending file (the union of all subtasks' entri
 and deletes every in-progress or pending file of this sink's naming scheme that is
 neither recovered nor written by the current ``(job_id, attempt)``.
 
+A restored job whose sink now points at another directory: a pending file belongs to
+the checkpoint that covers its records, so it is committed where it was written (the
+old directory, with a warning), or, if that directory is gone, in the new directory
+when the file was moved along with it. A pending file found in neither fails the job
+at once (no restarts) naming both places: its records are covered by the checkpoint,
+so committing nothing would lose them silently.
+
 Example::
 
     sink = FileSink("/out/counts", roll_records=100_000)
@@ -28,6 +35,7 @@ Example::
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -40,6 +48,8 @@ from epochstream.exceptions import ConfigurationError, SinkError
 
 __all__ = ["FileCommittable", "FileSink", "FileSinkWriter", "FileTxn"]
 
+log = logging.getLogger(__name__)
+
 _INPROGRESS = ".inprogress"
 _PENDING = ".pending"
 # Every hidden file this sink's naming scheme produces, whatever job or attempt made it.
@@ -50,19 +60,21 @@ _REPR_LIMIT = 200
 
 @dataclass(frozen=True)
 class FileCommittable:
-    """The checkpoint entry of a pre-committed file: names inside the sink directory.
+    """The checkpoint entry of a pre-committed file: names in the directory it was written to.
 
-    Names, not absolute paths, so a checkpoint stays valid if the directory is mounted
-    elsewhere on restore.
+    ``directory`` is where the file was written; if it is gone at restore, the names
+    are looked up in the sink's current directory (the output was moved or mounted
+    elsewhere).
 
     Example::
 
         FileCommittable(pending=".part-0-3f2a9c1e-a0-000001.jsonl.pending",
-                        final="part-0-3f2a9c1e-a0-000001.jsonl")
+                        final="part-0-3f2a9c1e-a0-000001.jsonl", directory="/out")
     """
 
     pending: str
     final: str
+    directory: str | None = None
 
 
 @dataclass
@@ -181,7 +193,7 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
                 continue
 
     def txn_handle(self, txn: FileTxn) -> FileCommittable:
-        return FileCommittable(pending=txn.pending, final=txn.base)
+        return FileCommittable(pending=txn.pending, final=txn.base, directory=self.directory)
 
     def recover(self, entries: list[Any]) -> None:
         """Subtask 0 commits all recovered files and deletes leftovers; others do nothing."""
@@ -204,17 +216,35 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
         return os.path.join(self.directory, name)
 
     def _commit_entry(self, entry: FileCommittable) -> None:
-        pending, final = self._path(entry.pending), self._path(entry.final)
-        try:
-            os.replace(pending, final)
-        except FileNotFoundError:
-            if os.path.exists(final):
-                return  # committed before: commit is idempotent
-            raise SinkError(
-                f"FileSink: cannot commit, neither pending file {pending!r} "
-                f"nor committed file {final!r} exists"
-            ) from None
-        fsync_directory(self.directory)
+        written_in = getattr(entry, "directory", None) or self.directory
+        places = [written_in] if written_in == self.directory else [written_in, self.directory]
+        for directory in places:
+            pending = os.path.join(directory, entry.pending)
+            final = os.path.join(directory, entry.final)
+            try:
+                os.replace(pending, final)
+            except FileNotFoundError:
+                if os.path.exists(final):
+                    return  # committed before: commit is idempotent
+                continue
+            fsync_directory(directory)
+            if directory != self.directory:
+                log.warning(
+                    "FileSink now writes to %s; committed %s of the restored checkpoint in %s, "
+                    "where it was written",
+                    self.directory,
+                    entry.final,
+                    directory,
+                )
+            return
+        where = " nor in ".join(repr(d) for d in places)
+        raise SinkError(
+            f"FileSink: cannot commit {entry.final!r} of the restored checkpoint: neither its "
+            f"pending file {entry.pending!r} nor the committed file is in {where}. The checkpoint "
+            "covers its records, so they would be lost; restore the file, or give the sink a "
+            "new uid and pass allow_non_restored_state=True to drop its pending output",
+            retryable=False,
+        )
 
     def _remove_leftovers(self, recovered: set[str]) -> None:
         with os.scandir(self.directory) as entries:

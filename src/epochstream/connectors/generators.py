@@ -6,6 +6,9 @@ state holds the next index, so a restored reader resumes exactly. A
 (``ctx.clock``) and never sleeps inside ``poll``; :meth:`SourceReader.next_available`
 tells the runtime when the next record is due.
 
+Split states hold positions only; settings (the rate) come from the source object of
+the job being run, so a job restored from a checkpoint runs at its own rate.
+
 Example::
 
     source = SequenceSource(0, 1_000, rate=100.0)   # 100 records/s in total
@@ -42,17 +45,16 @@ _DUE_EPSILON = 1e-6
 
 @dataclass(frozen=True)
 class SequenceSplit:
-    """The numbers ``next, next + 1, ..., stop - 1``; ``rate`` is this split's records/s.
+    """The numbers ``next, next + 1, ..., stop - 1`` (a position, no settings).
 
     Example::
 
-        SequenceSplit(split_id="seq-0", next=0, stop=500, rate=None)
+        SequenceSplit(split_id="seq-0", next=0, stop=500)
     """
 
     split_id: str
     next: int
     stop: int
-    rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,8 @@ def _ranges(n: int, parallelism: int) -> list[tuple[int, int]]:
 class SequenceSource(Source):
     """The integers of ``range(start, stop)``, optionally at ``rate`` records/s in total.
 
-    The rate is divided evenly over the splits; each split releases its records on
-    schedule from its first poll (one at once, then one every ``splits / rate`` s).
+    The rate is divided evenly over the parallel subtasks; each releases its records on
+    schedule from its first poll (one at once, then one every ``parallelism / rate`` s).
 
     Example::
 
@@ -101,15 +103,12 @@ class SequenceSource(Source):
 
     def create_splits(self, parallelism: int) -> list[SequenceSplit]:
         ranges = _ranges(max(0, self.stop - self.start), parallelism)
-        split_rate = None if self.rate is None or not ranges else self.rate / len(ranges)
         base = self.start
-        return [
-            SequenceSplit(f"seq-{i}", base + lo, base + hi, split_rate)
-            for i, (lo, hi) in enumerate(ranges)
-        ]
+        return [SequenceSplit(f"seq-{i}", base + lo, base + hi) for i, (lo, hi) in enumerate(ranges)]
 
     def create_reader(self, ctx: SourceContext) -> SequenceReader:
-        return SequenceReader(ctx.clock)
+        rate = None if self.rate is None else self.rate / ctx.parallelism
+        return SequenceReader(ctx.clock, rate=rate)
 
 
 class CollectionSource(Source):
@@ -137,33 +136,40 @@ class CollectionSource(Source):
 
 
 class _RangeCursor:
-    """Read position in one index range, plus the rate schedule of that range."""
+    """Read position in one index range."""
 
-    __slots__ = ("emitted", "end", "pos", "rate", "split", "t0")
+    __slots__ = ("end", "pos", "split")
 
-    def __init__(self, split: Any, pos: int, end: int, rate: float | None) -> None:
+    def __init__(self, split: Any, pos: int, end: int) -> None:
         self.split = split
         self.pos = pos
         self.end = end
-        self.rate = rate
-        self.t0: float | None = None  # clock time of the first poll
-        self.emitted = 0  # records released since t0
-
-    def due(self, now: float) -> int:
-        """How many records may be released at ``now`` (record k is due at t0 + k / rate)."""
-        assert self.rate is not None
-        if self.t0 is None:
-            self.t0 = now
-        return math.floor((now - self.t0) * self.rate + _DUE_EPSILON) + 1 - self.emitted
 
 
 class _RangeReader(SourceReader):
-    """Reads contiguous index ranges; subclasses map ranges to records and split states."""
+    """Reads contiguous index ranges; subclasses map ranges to records and split states.
 
-    def __init__(self, clock: Clock, fetch: Callable[[int, int], list[Any]]) -> None:
+    With a ``rate`` (records/s of this reader) record k is due at ``t0 + k / rate``,
+    ``t0`` being the first poll.
+    """
+
+    def __init__(
+        self, clock: Clock, fetch: Callable[[int, int], list[Any]], rate: float | None = None
+    ) -> None:
         self._clock = clock
         self._fetch = fetch
         self._cursors: list[_RangeCursor] = []
+        self._rate = rate
+        self._t0: float | None = None
+        self._emitted = 0
+
+    def _due(self) -> int:
+        """How many records may be released now."""
+        assert self._rate is not None
+        now = self._clock.now()
+        if self._t0 is None:
+            self._t0 = now
+        return math.floor((now - self._t0) * self._rate + _DUE_EPSILON) + 1 - self._emitted
 
     @abstractmethod
     def _cursor(self, split: Any) -> _RangeCursor:
@@ -181,16 +187,13 @@ class _RangeReader(SourceReader):
 
     def poll(self, max_records: int) -> list[Any]:
         out: list[Any] = []
-        now: float | None = None
+        if self._rate is not None and self._cursors:
+            max_records = min(max_records, self._due())
         finished = False
         for cursor in self._cursors:
             want = max_records - len(out)
             if want <= 0:
                 break
-            if cursor.rate is not None:
-                if now is None:
-                    now = self._clock.now()
-                want = min(want, cursor.due(now))
             take = min(want, cursor.end - cursor.pos)
             if take > 0:
                 records = self._fetch(cursor.pos, cursor.pos + take)
@@ -199,8 +202,8 @@ class _RangeReader(SourceReader):
                 else:
                     out = records
                 cursor.pos += take
-                cursor.emitted += take
                 finished = finished or cursor.pos >= cursor.end
+        self._emitted += len(out)
         if finished:
             self._cursors = [c for c in self._cursors if c.pos < c.end]
         return out
@@ -210,14 +213,9 @@ class _RangeReader(SourceReader):
         return not self._cursors
 
     def next_available(self) -> float | None:
-        earliest: float | None = None
-        for cursor in self._cursors:
-            if cursor.rate is None or cursor.t0 is None:
-                return None  # records can be read right now
-            due_at = cursor.t0 + cursor.emitted / cursor.rate
-            if earliest is None or due_at < earliest:
-                earliest = due_at
-        return earliest
+        if self._rate is None or self._t0 is None or not self._cursors:
+            return None  # records can be read right now
+        return self._t0 + self._emitted / self._rate
 
     def snapshot(self) -> list[Any]:
         return [self._state(cursor) for cursor in self._cursors]
@@ -236,19 +234,19 @@ class SequenceReader(_RangeReader):
         reader.poll(10) == [0, 1, 2]
     """
 
-    def __init__(self, clock: Clock) -> None:
-        super().__init__(clock, _number_range)
+    def __init__(self, clock: Clock, *, rate: float | None = None) -> None:
+        super().__init__(clock, _number_range, rate)
 
     def _cursor(self, split: Any) -> _RangeCursor:
         if not isinstance(split, SequenceSplit):
             raise ConfigurationError(
                 f"SequenceReader got a {type(split).__qualname__} split, not a SequenceSplit"
             )
-        return _RangeCursor(split, split.next, split.stop, split.rate)
+        return _RangeCursor(split, split.next, split.stop)
 
     def _state(self, cursor: _RangeCursor) -> SequenceSplit:
         split: SequenceSplit = cursor.split
-        return SequenceSplit(split.split_id, cursor.pos, cursor.end, split.rate)
+        return SequenceSplit(split.split_id, cursor.pos, cursor.end)
 
 
 class CollectionReader(_RangeReader):
@@ -275,7 +273,7 @@ class CollectionReader(_RangeReader):
                 f"CollectionSplit {split.split_id} ends at {split.end}, "
                 f"but the collection has {self._size} items"
             )
-        return _RangeCursor(split, split.position, split.end, None)
+        return _RangeCursor(split, split.position, split.end)
 
     def _state(self, cursor: _RangeCursor) -> CollectionSplit:
         split: CollectionSplit = cursor.split

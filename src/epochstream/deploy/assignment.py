@@ -14,11 +14,12 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 from epochstream.checkpoint.coordinator import CompletedCheckpoint
-from epochstream.checkpoint.storage import METADATA_FILE, find_completed_checkpoints, load_metadata
+from epochstream.checkpoint.storage import METADATA_FILE, load_metadata, scan_checkpoints
 from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.graph.jobgraph import JobGraph
 from epochstream.runtime.messages import TaskDeployment
@@ -26,6 +27,8 @@ from epochstream.state.handles import OperatorRestore
 from epochstream.state.redistribute import build_restores
 
 __all__ = ["initial_splits", "load_restore_point", "task_deployments"]
+
+log = logging.getLogger(__name__)
 
 
 def load_restore_point(
@@ -39,10 +42,18 @@ def load_restore_point(
     """
     path = os.path.abspath(path)
     if os.path.isdir(path) and not os.path.exists(os.path.join(path, METADATA_FILE)):
-        found = find_completed_checkpoints(path)
-        if not found:
-            raise ConfigurationError(f"restore_from: no completed checkpoint under {path}")
-        directory, md = max(found, key=lambda item: item[1].completion_time)
+        entries = scan_checkpoints(path)
+        readable = [e for e in entries if e.metadata is not None]
+        for bad in (e for e in entries if e.metadata is None):
+            log.warning("restore_from: skipping unreadable checkpoint %s: %s", bad.directory, bad.error)
+        if not readable:
+            detail = f" ({len(entries)} unreadable)" if entries else ""
+            raise ConfigurationError(
+                f"restore_from: no readable completed checkpoint under {path}{detail}"
+            )
+        newest = max(readable, key=lambda e: e.metadata.completion_time)  # type: ignore[union-attr]
+        directory, md = newest.directory, newest.metadata
+        assert md is not None
     else:
         directory, md = load_metadata(path)
     if md.max_parallelism != graph.max_parallelism:

@@ -56,7 +56,14 @@ class JobClient:
         return self._master.attempt
 
     @property
+    def control_address(self) -> tuple[str, int]:
+        """``(host, port)`` of the job master's control plane, where slots connect."""
+        host, port = self._master.server.address
+        return host, port
+
+    @property
     def done(self) -> bool:
+        """True once the job ended (finished, failed or cancelled)."""
         return self._done.is_set()
 
     def slot_pids(self) -> dict[int, int]:

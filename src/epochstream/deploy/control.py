@@ -18,7 +18,8 @@ import logging
 import queue
 from typing import Any
 
-from epochstream.runtime.auth import AuthenticatedListener, FramedConnection
+from epochstream.runtime.auth import FramedConnection
+from epochstream.runtime.listener import AuthenticatedListener
 
 __all__ = ["ControlServer", "SlotConnection"]
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 import logging
 import queue
+import shlex
 import sys
 import threading
 import time
@@ -36,7 +37,7 @@ from epochstream.checkpoint.coordinator import CheckpointCoordinator, CompletedC
 from epochstream.checkpoint.storage import CheckpointStorage
 from epochstream.deploy.assignment import initial_splits, task_deployments
 from epochstream.deploy.control import ControlServer, SlotConnection
-from epochstream.deploy.runners import Runner
+from epochstream.deploy.runners import Runner, RunnerLost
 from epochstream.exceptions import ConfigurationError, JobExecutionError
 from epochstream.graph.jobgraph import JobGraph
 from epochstream.runtime.auth import new_secret
@@ -160,6 +161,9 @@ class JobMaster:
         self.coordinator: CheckpointCoordinator | None = None
         if config is not None:
             self.storage = CheckpointStorage(config.storage_path, self.job_id)
+            # Before any record is read: an unusable storage would otherwise show only at
+            # the first checkpoint, after the input was processed once per restart.
+            self.storage.check_writable()
             self.coordinator = CheckpointCoordinator(
                 config=config,
                 storage=self.storage,
@@ -240,6 +244,8 @@ class JobMaster:
             if self.coordinator is not None:
                 self.coordinator.shutdown(cancelled=True)
             raise
+        except RunnerLost as lost:
+            raise self._runner_lost(lost) from lost
         finally:
             self.server.close()
             if self.coordinator is not None:
@@ -491,6 +497,28 @@ class JobMaster:
         if failure.error is not None:
             err.__cause__ = failure.error
         return err
+
+    def _runner_lost(self, lost: RunnerLost) -> JobExecutionError:
+        """No attempt can run any more; say so, keep the checkpoints, say how to resume."""
+        latest = self.coordinator.latest_completed if self.coordinator else None
+        if latest is not None and self.storage is not None:
+            command = shlex.join(
+                ["epochstream", "run", "--restore-from", self.storage.job_dir, *sys.argv]
+            )
+            advice = (
+                f"its checkpoints are kept (latest: {latest.directory}); resume from the latest "
+                f"with:\n  {command}"
+            )
+        else:
+            advice = "no checkpoint was completed, so run the job again from the start"
+        cause = f"{lost}"
+        failures = [*self.failures, cause]
+        return JobExecutionError(
+            f"job {self.job_id} cannot continue: {lost}; {advice}",
+            cause=failures[0],
+            history=failures,
+            restarts=self.attempt - 1,
+        )
 
     def _result(self, started: float) -> JobResult:
         stats = list(self.coordinator.completed_stats) if self.coordinator else []

@@ -25,13 +25,20 @@ from collections.abc import Callable
 
 from epochstream.runtime.slot import SlotLaunch
 
-__all__ = ["LocalRunner", "Runner"]
+__all__ = ["LocalRunner", "Runner", "RunnerLost"]
 
 log = logging.getLogger(__name__)
 
 OnExit = Callable[[BaseException | None], None]
 #: Seconds a cancelled slot process has to exit before it is killed.
 KILL_GRACE = 5.0
+
+
+class RunnerLost(Exception):
+    """The runner's backend is gone (the Spark driver JVM died): no attempt can start.
+
+    Example: ``raise RunnerLost("the Spark context was lost")`` from ``Runner.cancel``.
+    """
 
 
 class Runner(ABC):
@@ -49,7 +56,8 @@ class Runner(ABC):
 
     @abstractmethod
     def cancel(self) -> None:
-        """Stop the current attempt's slots (idempotent)."""
+        """Stop the current attempt's slots (idempotent); :class:`RunnerLost` if the
+        backend itself is gone."""
 
     @abstractmethod
     def wait(self, timeout: float) -> bool:

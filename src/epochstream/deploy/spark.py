@@ -23,7 +23,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from epochstream.deploy.runners import OnExit, Runner
+from epochstream.deploy.runners import OnExit, Runner, RunnerLost
 from epochstream.exceptions import ConfigurationError
 from epochstream.runtime.slot import SlotLaunch, run_slot
 
@@ -189,8 +189,24 @@ class SparkRunner(Runner):
         return _trim(text), False
 
     def cancel(self) -> None:
-        if self._group is not None:
+        if self._group is None:
+            return
+        try:
             self.sc.cancelJobGroup(self._group)
+        except Exception as exc:
+            if self._jvm_alive():
+                raise
+            raise RunnerLost(
+                f"the Spark context was lost: its JVM does not answer ({type(exc).__name__}: {exc})"
+            ) from exc
+
+    def _jvm_alive(self) -> bool:
+        try:
+            self.sc._jvm.java.lang.System.currentTimeMillis()
+        except Exception as exc:  # any py4j failure here means the gateway is gone
+            log.debug("Spark JVM does not answer: %r", exc)
+            return False
+        return True
 
     def wait(self, timeout: float) -> bool:
         if self._thread is None:

@@ -15,12 +15,36 @@ from typing import Any
 
 from epochstream.exceptions import ConfigurationError
 
-__all__ = ["KINDS", "Edge", "LogicalGraph", "Partitioning", "Transformation"]
+__all__ = [
+    "KINDS",
+    "Edge",
+    "LogicalGraph",
+    "Partitioning",
+    "Transformation",
+    "describe_callable",
+]
 
 #: Operator kinds the runtime knows how to run.
 KINDS = frozenset({"source", "map", "flat_map", "filter", "reduce", "process", "sink"})
 #: Kinds that need a keyed input (key-group hash partitioning and a key selector).
 KEYED_KINDS = frozenset({"reduce", "process"})
+
+
+def describe_callable(fn: Any) -> str:
+    """A user function's name and where it is defined, for error messages.
+
+    Example::
+
+        describe_callable(lambda r: r[0])   # "<lambda> (job.py:12)"
+    """
+    target = getattr(fn, "__func__", fn)
+    name = getattr(target, "__qualname__", None) or type(fn).__qualname__
+    code = getattr(target, "__code__", None)
+    if code is None and callable(fn):  # a callable object: name where its class is defined
+        code = getattr(type(fn).__call__, "__code__", None)
+    if code is None:
+        return name
+    return f"{name} ({code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno})"
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,15 @@ Handshake (raw bytes, no pickle)::
 
     server -> client   MAGIC | server_nonce(32)
     client -> server   MAGIC | client_nonce(32) | HMAC(secret, "client" | server_nonce | client_nonce)
-    server -> client   HMAC(secret, "server" | client_nonce | server_nonce)
+    server -> client   HMAC(secret, "server" | client_nonce | server_nonce)   (or 32 zero bytes: refused)
 
-After it, both sides exchange frames: a 4-byte big-endian length and a pickled payload.
+The whole handshake is bounded by one deadline (``HANDSHAKE_TIMEOUT``), not each read,
+so a peer trickling one byte at a time cannot hold a connection open. After it, both
+sides exchange frames: a 4-byte big-endian length and a pickled payload.
+
+A client retries while the server is unreachable or drops the connection before the
+handshake ends (a listener at its cap of unauthenticated connections does that), until
+its own deadline; an explicit refusal (wrong secret) fails at once.
 
 Example::
 
@@ -28,17 +34,20 @@ import pickle
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from epochstream.exceptions import AuthenticationError
 
 __all__ = [
+    "HANDSHAKE_TIMEOUT",
     "MAX_FRAME",
-    "AuthenticatedListener",
     "FramedConnection",
     "accept_handshake",
+    "client_handshake",
     "connect",
+    "listen",
     "new_secret",
 ]
 
@@ -49,8 +58,14 @@ NONCE_LEN = 32
 MAC_LEN = 32
 #: Frames larger than this are refused: a corrupt length must not allocate gigabytes.
 MAX_FRAME = 1 << 30
+#: Seconds the whole handshake may take, on either side.
 HANDSHAKE_TIMEOUT = 10.0
+_REFUSED = bytes(MAC_LEN)
 _HEADER = 4
+
+
+class HandshakeInterrupted(ConnectionError):
+    """The peer went away or stalled before the handshake ended (worth retrying)."""
 
 
 def new_secret() -> bytes:
@@ -62,54 +77,104 @@ def _mac(secret: bytes, role: bytes, a: bytes, b: bytes) -> bytes:
     return hmac.new(secret, role + a + b, hashlib.sha256).digest()
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    chunks = []
+def _recv_exact(
+    sock: socket.socket, n: int, deadline: float, on_first: Callable[[], None] | None = None
+) -> bytes:
+    chunks: list[bytes] = []
     remaining = n
     while remaining:
-        chunk = sock.recv(remaining)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise HandshakeInterrupted(f"handshake not finished within {HANDSHAKE_TIMEOUT:g} s")
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(remaining)
+        except TimeoutError:
+            raise HandshakeInterrupted(
+                f"handshake not finished within {HANDSHAKE_TIMEOUT:g} s"
+            ) from None
         if not chunk:
-            raise ConnectionError(f"connection closed with {remaining} of {n} bytes unread")
+            raise HandshakeInterrupted(f"connection closed with {remaining} of {n} bytes unread")
+        if on_first is not None and not chunks:
+            on_first()
         chunks.append(chunk)
         remaining -= len(chunk)
     return b"".join(chunks)
 
 
-def accept_handshake(sock: socket.socket, secret: bytes, *, plane: str) -> None:
-    """Server side of the handshake; raises AuthenticationError (and logs) on a bad peer."""
+def _send_all(sock: socket.socket, data: bytes, deadline: float) -> None:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise HandshakeInterrupted(f"handshake not finished within {HANDSHAKE_TIMEOUT:g} s")
+    sock.settimeout(left)
+    try:
+        sock.sendall(data)
+    except TimeoutError:
+        raise HandshakeInterrupted(
+            f"handshake not finished within {HANDSHAKE_TIMEOUT:g} s"
+        ) from None
+
+
+def accept_handshake(
+    sock: socket.socket,
+    secret: bytes,
+    *,
+    plane: str,
+    timeout: float = HANDSHAKE_TIMEOUT,
+    on_reply: Callable[[], None] | None = None,
+) -> None:
+    """Server side of the handshake; raises AuthenticationError on a bad or slow peer.
+
+    ``on_reply`` is called when the peer's first reply bytes arrive (the listener
+    spares such peers when it must drop a pending connection). The caller logs
+    refusals (rate-limited, see :mod:`epochstream.runtime.listener`).
+    """
     peer = _peer_name(sock)
-    sock.settimeout(HANDSHAKE_TIMEOUT)
+    deadline = time.monotonic() + timeout
     server_nonce = secrets.token_bytes(NONCE_LEN)
     try:
-        sock.sendall(MAGIC + server_nonce)
-        reply = _recv_exact(sock, len(MAGIC) + NONCE_LEN + MAC_LEN)
-    except (OSError, ConnectionError) as exc:
-        log.warning("%s plane: refused connection from %s: handshake failed (%s)", plane, peer, exc)
+        _send_all(sock, MAGIC + server_nonce, deadline)
+        reply = _recv_exact(sock, len(MAGIC) + NONCE_LEN + MAC_LEN, deadline, on_reply)
+    except OSError as exc:
         raise AuthenticationError(f"{plane} plane: handshake with {peer} failed: {exc}") from exc
     magic = reply[: len(MAGIC)]
     client_nonce = reply[len(MAGIC) : len(MAGIC) + NONCE_LEN]
     mac = reply[len(MAGIC) + NONCE_LEN :]
     expected = _mac(secret, b"client", server_nonce, client_nonce)
     if magic != MAGIC or not hmac.compare_digest(mac, expected):
-        log.warning("%s plane: refused unauthenticated connection from %s", plane, peer)
+        try:
+            _send_all(sock, _REFUSED, deadline)
+        except OSError:
+            pass  # the peer left already; it is refused either way
         raise AuthenticationError(f"{plane} plane: peer {peer} did not prove the job secret")
-    sock.sendall(_mac(secret, b"server", client_nonce, server_nonce))
+    try:
+        _send_all(sock, _mac(secret, b"server", client_nonce, server_nonce), deadline)
+    except OSError as exc:
+        raise AuthenticationError(f"{plane} plane: handshake with {peer} failed: {exc}") from exc
     sock.settimeout(None)
 
 
-def client_handshake(sock: socket.socket, secret: bytes, *, plane: str) -> None:
-    """Client side of the handshake; also checks that the server knows the secret."""
+def client_handshake(
+    sock: socket.socket, secret: bytes, *, plane: str, timeout: float = HANDSHAKE_TIMEOUT
+) -> None:
+    """Client side of the handshake; also checks that the server knows the secret.
+
+    Raises :class:`AuthenticationError` when the server refuses or cannot prove the
+    secret, :class:`HandshakeInterrupted` when the connection ends or stalls midway.
+    """
     peer = _peer_name(sock)
-    sock.settimeout(HANDSHAKE_TIMEOUT)
-    try:
-        hello = _recv_exact(sock, len(MAGIC) + NONCE_LEN)
-        if hello[: len(MAGIC)] != MAGIC:
-            raise AuthenticationError(f"{plane} plane: {peer} is not an epochstream endpoint")
-        server_nonce = hello[len(MAGIC) :]
-        client_nonce = secrets.token_bytes(NONCE_LEN)
-        sock.sendall(MAGIC + client_nonce + _mac(secret, b"client", server_nonce, client_nonce))
-        proof = _recv_exact(sock, MAC_LEN)
-    except (OSError, ConnectionError) as exc:
-        raise AuthenticationError(f"{plane} plane: handshake with {peer} failed: {exc}") from exc
+    deadline = time.monotonic() + timeout
+    hello = _recv_exact(sock, len(MAGIC) + NONCE_LEN, deadline)
+    if hello[: len(MAGIC)] != MAGIC:
+        raise AuthenticationError(f"{plane} plane: {peer} is not an epochstream endpoint")
+    server_nonce = hello[len(MAGIC) :]
+    client_nonce = secrets.token_bytes(NONCE_LEN)
+    _send_all(
+        sock, MAGIC + client_nonce + _mac(secret, b"client", server_nonce, client_nonce), deadline
+    )
+    proof = _recv_exact(sock, MAC_LEN, deadline)
+    if proof == _REFUSED:
+        raise AuthenticationError(f"{plane} plane: {peer} refused this job secret")
     if not hmac.compare_digest(proof, _mac(secret, b"server", client_nonce, server_nonce)):
         raise AuthenticationError(f"{plane} plane: server {peer} did not prove the job secret")
     sock.settimeout(None)
@@ -179,16 +244,44 @@ class FramedConnection:
 
 
 def connect(
-    address: tuple[str, int], secret: bytes, *, plane: str, timeout: float = 10.0
+    address: tuple[str, int], secret: bytes, *, plane: str, timeout: float = 30.0
 ) -> FramedConnection:
-    """Open an authenticated framed connection to ``address``."""
-    sock = socket.create_connection(address, timeout=timeout)
-    try:
-        client_handshake(sock, secret, plane=plane)
-    except BaseException:
-        sock.close()
-        raise
-    return FramedConnection(sock, name=f"{plane}:{address[0]}:{address[1]}")
+    """Open an authenticated framed connection to ``address``.
+
+    Retries (with back-off) while the server is unreachable or drops the connection
+    before the handshake ends, for up to ``timeout`` seconds; a refusal or a server
+    that cannot prove the secret raises :class:`AuthenticationError` at once.
+    """
+    deadline = time.monotonic() + timeout
+    delay = 0.02
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            sock = socket.create_connection(
+                address, timeout=max(min(left, HANDSHAKE_TIMEOUT), 0.01)
+            )
+        except OSError as exc:
+            last: OSError = exc
+        else:
+            try:
+                client_handshake(
+                    sock, secret, plane=plane, timeout=min(HANDSHAKE_TIMEOUT, max(left, 0.01))
+                )
+            except HandshakeInterrupted as exc:
+                sock.close()
+                last = exc
+            except BaseException:
+                sock.close()
+                raise
+            else:
+                return FramedConnection(sock, name=f"{plane}:{address[0]}:{address[1]}")
+        if time.monotonic() + delay >= deadline:
+            raise ConnectionError(
+                f"{plane} plane: could not connect to {address[0]}:{address[1]} within "
+                f"{timeout:g} s: {last}"
+            ) from last
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
 
 
 def listen(host: str, *, backlog: int = 128) -> socket.socket:
@@ -198,57 +291,3 @@ def listen(host: str, *, backlog: int = 128) -> socket.socket:
     sock.bind((host, 0))
     sock.listen(backlog)
     return sock
-
-
-class AuthenticatedListener:
-    """Accepts connections on ``host``; each one that proves the secret goes to ``handler``.
-
-    The handshake and ``handler`` run on a thread per connection, so a silent or slow
-    peer never holds up the others. Refused peers are logged and closed.
-
-    Example::
-
-        listener = AuthenticatedListener("127.0.0.1", secret, "data", serve)
-        listener.start(); listener.address
-    """
-
-    def __init__(
-        self, host: str, secret: bytes, plane: str, handler: Callable[[FramedConnection], None]
-    ) -> None:
-        self._secret = secret
-        self._plane = plane
-        self._handler = handler
-        self._sock = listen(host)
-        self.address: tuple[str, int] = self._sock.getsockname()[:2]
-        self.closed = threading.Event()
-        self._thread = threading.Thread(
-            target=self._accept_loop, name=f"{plane}-accept", daemon=True
-        )
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _accept_loop(self) -> None:
-        while not self.closed.is_set():
-            try:
-                sock, _ = self._sock.accept()
-            except OSError:
-                if self.closed.is_set():
-                    return
-                raise
-            threading.Thread(
-                target=self._serve, args=(sock,), name=f"{self._plane}-in", daemon=True
-            ).start()
-
-    def _serve(self, sock: socket.socket) -> None:
-        try:
-            accept_handshake(sock, self._secret, plane=self._plane)
-        except AuthenticationError:
-            sock.close()  # the handshake already logged the refusal
-            return
-        self._handler(FramedConnection(sock))
-
-    def close(self) -> None:
-        """Stop accepting new connections."""
-        self.closed.set()
-        self._sock.close()

@@ -20,9 +20,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from epochstream.runtime.auth import AuthenticatedListener, FramedConnection, connect
+from epochstream.runtime.auth import FramedConnection, connect
 from epochstream.runtime.channels import Cancelled, InputGate
 from epochstream.runtime.events import EndOfInput
+from epochstream.runtime.listener import AuthenticatedListener
 
 __all__ = ["ChannelHello", "DataPlaneServer", "open_channel"]
 

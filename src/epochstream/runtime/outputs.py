@@ -22,10 +22,13 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
-from epochstream.graph.transformations import Partitioning
+import cloudpickle
+
+from epochstream.exceptions import KeyEncodingError, SerializationError, UserFunctionError
+from epochstream.graph.transformations import Partitioning, describe_callable
 from epochstream.runtime.auth import FramedConnection
 from epochstream.runtime.channels import InputGate
-from epochstream.state.keygroups import KeyGroupAssigner
+from epochstream.state.keygroups import KeyGroupAssigner, canonical_key_bytes
 
 __all__ = ["Channel", "LocalChannel", "NetworkChannel", "RecordWriter"]
 
@@ -56,15 +59,36 @@ class LocalChannel(Channel):
 
 
 class NetworkChannel(Channel):
-    """A channel over TCP; each item is one pickled frame."""
+    """A channel over TCP; each item is one pickled frame.
 
-    __slots__ = ("conn",)
+    Frames are plain pickle (protocol 5). A batch plain pickle refuses (an instance of
+    a class defined in the job script, which slots know only by value) is pickled with
+    cloudpickle instead, and the channel keeps using cloudpickle from then on. A record
+    neither can pickle fails the task with :class:`SerializationError` naming the
+    record and the edge.
+    """
 
-    def __init__(self, conn: FramedConnection) -> None:
+    __slots__ = ("_dumps", "conn", "edge")
+
+    def __init__(self, conn: FramedConnection, edge: str = "") -> None:
         self.conn = conn
+        self.edge = edge
+        self._dumps: Callable[..., bytes] = pickle.dumps
 
     def send(self, item: Any) -> None:
-        self.conn.send_bytes(pickle.dumps(item, protocol=5))
+        try:
+            data = self._dumps(item, protocol=5)
+        except Exception:  # plain pickle refused: try by-value pickling, then name the record
+            data = self._by_value(item)
+        self.conn.send_bytes(data)
+
+    def _by_value(self, item: Any) -> bytes:
+        try:
+            data: bytes = cloudpickle.dumps(item, protocol=5)
+        except Exception as exc:
+            raise _serialization_error(item, self.edge, exc) from exc
+        self._dumps = cloudpickle.dumps
+        return data
 
     def close(self) -> None:
         self.conn.close()
@@ -81,6 +105,7 @@ class RecordWriter:
         max_parallelism: int,
         batch_size: int,
         subtask_index: int = 0,
+        edge: str = "",
     ) -> None:
         self.channels = channels
         self.kind = partitioning.kind
@@ -94,6 +119,8 @@ class RecordWriter:
         self._max_parallelism = max_parallelism
         self._channel_of_key: dict[Any, int] = {}
         self.records_out = 0
+        #: Names the edge in errors: "upstream-uid -> downstream chain (hash)".
+        self.edge = edge
 
     def write(self, batch: list[Any]) -> None:
         """Partition ``batch`` into the per-channel buffers, shipping full ones."""
@@ -125,12 +152,39 @@ class RecordWriter:
         assert key_of is not None
         cache = self._channel_of_key
         buffers = self._buffers
-        for record in batch:
-            key = key_of(record)
-            ch = cache.get(key)
-            if ch is None:
-                ch = self._channel_for(key)
-            buffers[ch].append(record)
+        record = None
+        try:
+            for record in batch:
+                key = key_of(record)
+                ch = cache.get(key)
+                if ch is None:
+                    ch = self._channel_for(key)
+                buffers[ch].append(record)
+        except Exception as exc:
+            raise self._routing_error(record, exc) from exc
+
+    def _routing_error(self, record: Any, exc: Exception) -> Exception:
+        """Say which key selector, edge and record failed, and why (off the hot path)."""
+        key_of = self._key_selector
+        selector = f"key selector {describe_callable(key_of)} on edge {self.edge}"
+        shown = _short_repr(record)
+        try:
+            key = key_of(record)  # type: ignore[misc]
+        except Exception as user_exc:  # the selector itself raised: a user function error
+            return UserFunctionError(selector, record, user_exc)
+        try:
+            hash(key)
+        except TypeError as hash_exc:
+            return KeyEncodingError(
+                f"{selector} returned an unhashable key {_short_repr(key)} of type "
+                f"{type(key).__qualname__} for record {shown}: keyed state is kept per key, "
+                f"so keys must be hashable; return a tuple instead of a list ({hash_exc})"
+            )
+        try:
+            canonical_key_bytes(key)
+        except KeyEncodingError as enc_exc:
+            return KeyEncodingError(f"{selector}, record {shown}: {enc_exc}")
+        return exc
 
     def _channel_for(self, key: Any) -> int:
         kg = self._assigner.key_group(key)
@@ -160,3 +214,32 @@ class RecordWriter:
     def close(self) -> None:
         for channel in self.channels:
             channel.close()
+
+
+_REPR_LIMIT = 200
+
+
+def _short_repr(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception as exc:  # a broken __repr__ must not hide the real error
+        text = f"<{type(value).__qualname__} with failing repr: {exc!r}>"
+    return text if len(text) <= _REPR_LIMIT else text[:_REPR_LIMIT] + "..."
+
+
+def _serialization_error(item: Any, edge: str, exc: Exception) -> Exception:
+    """Find the record of a batch that does not pickle and name it with the edge."""
+    if not isinstance(item, list):
+        return exc
+    for index, record in enumerate(item):
+        try:
+            cloudpickle.dumps(record, protocol=5)
+        except Exception as record_exc:
+            return SerializationError(
+                f"record {_short_repr(record)} (type {type(record).__qualname__}, position "
+                f"{index} of its batch) cannot cross edge {edge} to another slot: "
+                f"{type(record_exc).__name__}: {record_exc}. Records moving between slots are "
+                "pickled; keep them to picklable values (no open files, sockets, locks, "
+                "generators)"
+            )
+    return exc

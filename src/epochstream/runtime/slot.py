@@ -144,6 +144,8 @@ class _Slot:
         by_chain = {t.chain.chain_id: t for t in self.tasks}
         for task in self.tasks:
             for edge in g.outgoing(task.chain.chain_id):
+                target_name = g.chain(edge.target_chain).name
+                edge_name = f"{edge.source_uid} -> {target_name} ({edge.partitioning.kind})"
                 channels: list[Channel] = []
                 for j in range(g.parallelism):
                     if j == self.index:
@@ -155,15 +157,15 @@ class _Slot:
                         )
                     else:
                         hello = ChannelHello(edge.edge_id, self.index, j)
-                        channels.append(
-                            NetworkChannel(open_channel(addresses[j], self.launch.secret, hello))
-                        )
+                        conn = open_channel(addresses[j], self.launch.secret, hello)
+                        channels.append(NetworkChannel(conn, edge_name))
                 task.writers[edge.edge_id] = RecordWriter(
                     channels,
                     partitioning=edge.partitioning,
                     max_parallelism=g.max_parallelism,
                     batch_size=g.batch_size,
                     subtask_index=self.index,
+                    edge=edge_name,
                 )
 
     # ------------------------------------------------------------------ running

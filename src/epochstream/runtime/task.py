@@ -400,7 +400,6 @@ class Task:
                 if part.keyed is not None:
                     assert self.env.checkpoint_dir is not None
                     directory = os.path.join(self.env.checkpoint_dir, f"chk-{checkpoint_id}")
-                    os.makedirs(directory, exist_ok=True)
                     handle = part.keyed.write(directory, f"{_safe(uid)}-{self.subtask}.kst")
                     if handle is not None:
                         size += handle.size

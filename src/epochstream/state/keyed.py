@@ -33,7 +33,7 @@ from typing import Any
 
 import cloudpickle
 
-from epochstream._fs import fsync_directory
+from epochstream._fs import create_private, fsync_directory, makedirs_private
 from epochstream.exceptions import StateError
 from epochstream.state.descriptors import StateDescriptor
 from epochstream.state.handles import KeyedStateHandle
@@ -133,12 +133,12 @@ class KeyedSnapshot:
         if self.is_empty:
             return None
         groups = self._group_by_key_group()
-        os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, file_name)
         offsets: dict[int, tuple[int, int]] = {}
         position = 0
         try:
-            with open(path, "wb") as out:
+            makedirs_private(directory)
+            with create_private(path) as out:
                 for kg in sorted(groups):
                     payload = cloudpickle.dumps(groups[kg], protocol=pickle.HIGHEST_PROTOCOL)
                     header = _SEGMENT_HEADER.pack(_SEGMENT_MAGIC, kg, zlib.crc32(payload))

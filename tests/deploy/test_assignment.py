@@ -1,0 +1,67 @@
+"""Choosing and assigning the checkpoint a new job restores from."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import epochstream as es
+from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats
+from epochstream.checkpoint.storage import CheckpointStorage
+from epochstream.deploy.assignment import load_restore_point
+from epochstream.exceptions import ConfigurationError
+from epochstream.state.handles import OperatorSubtaskState
+
+
+def _graph() -> tuple[es.Environment, object]:
+    env = es.Environment(parallelism=2, runner="local")
+    env.from_sequence(0, 10).uid("src").print()
+    return env, env.job_graph("j")
+
+
+def _metadata(n: int) -> CheckpointMetadata:
+    return CheckpointMetadata(
+        job_id="old-job",
+        checkpoint_id=n,
+        trigger_time=float(n),
+        completion_time=100.0 + n,
+        parallelism=2,
+        max_parallelism=128,
+        operators={"src": {0: OperatorSubtaskState(operator_lists={"splits": [n]})}},
+        operator_parallelism={"src": 2},
+        stats=CheckpointStats(checkpoint_id=n, trigger_time=float(n), duration=0.1, state_size=0),
+    )
+
+
+def test_corrupt_older_checkpoint_does_not_block_the_newest(tmp_path, caplog) -> None:
+    storage = CheckpointStorage(str(tmp_path), "old-job")
+    for n in (1, 2, 3):
+        storage.write_metadata(n, _metadata(n))
+    with open(storage.metadata_path(1), "wb") as f:
+        f.write(b"garbage")
+    env, graph = _graph()
+    with caplog.at_level(logging.WARNING):
+        point = load_restore_point(str(tmp_path / "old-job"), graph, env, False)
+    assert point.checkpoint_id == 3
+    assert "skipping unreadable checkpoint" in caplog.text and "chk-1" in caplog.text
+
+
+def test_corrupt_newest_checkpoint_falls_back_to_an_older_one(tmp_path) -> None:
+    storage = CheckpointStorage(str(tmp_path), "old-job")
+    for n in (1, 2):
+        storage.write_metadata(n, _metadata(n))
+    with open(storage.metadata_path(2), "wb") as f:
+        f.write(b"{}")
+    env, graph = _graph()
+    assert load_restore_point(str(tmp_path), graph, env, False).checkpoint_id == 1
+
+
+def test_only_unreadable_checkpoints_is_a_clear_error(tmp_path) -> None:
+    storage = CheckpointStorage(str(tmp_path), "old-job")
+    storage.write_metadata(1, _metadata(1))
+    with open(storage.metadata_path(1), "wb") as f:
+        f.write(b"")
+    env, graph = _graph()
+    with pytest.raises(ConfigurationError, match=r"no readable completed checkpoint.*1 unreadable"):
+        load_restore_point(str(tmp_path), graph, env, False)
