@@ -15,7 +15,7 @@ Example::
     result = env.execute("wordcount")
 """
 
-from epochstream import restart, sinks, sources, state, testing
+from epochstream import restart, savepoint, sinks, sources, state, testing
 from epochstream.api.datastream import DataStream, DataStreamSink, KeyedStream
 from epochstream.api.environment import Environment
 from epochstream.api.functions import (
@@ -38,6 +38,7 @@ from epochstream.exceptions import (
     AuthenticationError,
     CheckpointError,
     ConfigurationError,
+    CorruptStateError,
     DataError,
     EpochstreamError,
     InjectedFailure,
@@ -62,6 +63,7 @@ __all__ = [
     "CheckpointStats",
     "Collector",
     "ConfigurationError",
+    "CorruptStateError",
     "DataError",
     "DataStream",
     "DataStreamSink",
@@ -90,6 +92,7 @@ __all__ = [
     "UserFunctionError",
     "__version__",
     "restart",
+    "savepoint",
     "sinks",
     "sources",
     "state",

@@ -10,6 +10,7 @@
      |    +-- SerializationError     a record that cannot be pickled to cross between slots
      +-- StateError                  state that cannot be read, restored or redistributed
      |    +-- KeyEncodingError       a key that is unhashable or has no stable encoding (never restarted)
+     |    +-- CorruptStateError      a state file missing or failing its checksum (restore falls back)
      +-- CheckpointError             a checkpoint that failed, was declined or timed out
      +-- SinkError                   a sink that cannot commit or recover its transactions
      +-- AuthenticationError         a control- or data-plane peer without the job secret
@@ -33,6 +34,7 @@ __all__ = [
     "AuthenticationError",
     "CheckpointError",
     "ConfigurationError",
+    "CorruptStateError",
     "DataError",
     "EpochstreamError",
     "InjectedFailure",
@@ -138,6 +140,28 @@ class KeyEncodingError(StateError, TypeError):
     """
 
     suppress_restarts = True
+
+
+class CorruptStateError(StateError):
+    """A state file of a snapshot is missing, truncated or fails its checksum.
+
+    ``path`` names the file; ``checkpoint_id`` the snapshot being restored, when known.
+    When a restore meets it, the job falls back to the previous retained checkpoint.
+
+    Example: ``except es.CorruptStateError as err: print(err.path, err.checkpoint_id)``
+    """
+
+    def __init__(self, message: str, *, path: str, checkpoint_id: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.checkpoint_id = checkpoint_id
+
+    def __reduce__(self):  # keep path/checkpoint id across pickling (task -> job master)
+        return (_rebuild_corrupt, (str(self), self.path, self.checkpoint_id))
+
+
+def _rebuild_corrupt(message: str, path: str, checkpoint_id: int | None) -> CorruptStateError:
+    return CorruptStateError(message, path=path, checkpoint_id=checkpoint_id)
 
 
 class CheckpointError(EpochstreamError):

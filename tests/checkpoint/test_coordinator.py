@@ -15,7 +15,7 @@ from epochstream.runtime.messages import (
     DeclineCheckpoint,
     TaskCheckpointStats,
 )
-from epochstream.state.handles import KeyedStateHandle, OperatorSubtaskState
+from epochstream.state.handles import HeapSnapshotHandle, HeapStateFile, OperatorSubtaskState
 
 SRC0, SRC1, SINK0 = ("src", 0), ("src", 1), ("sink", 0)
 TASKS = {SRC0, SRC1, SINK0}
@@ -23,13 +23,42 @@ SOURCES = {SRC0, SRC1}
 
 
 class Recorder:
-    """Records every callback in order, as ("trigger", id, final) etc."""
+    """Records every callback in order, as ("trigger", id, final) etc.
+
+    Storage work runs at once, in the calling thread (a synchronous stand-in for the
+    job master's storage thread); ``hold_io`` queues it instead, to run with ``release``.
+    """
 
     def __init__(self) -> None:
         self.events: list[tuple] = []
+        self.options: dict[int, object] = {}
+        self.hold_io = False
+        self.held: list[tuple] = []
 
-    def trigger_sources(self, checkpoint_id: int, timestamp: float, final: bool) -> None:
+    def trigger_sources(self, checkpoint_id: int, timestamp: float, final: bool, options) -> None:
+        self.options[checkpoint_id] = options
         self.events.append(("trigger", checkpoint_id, final))
+
+    def run_io(self, work, done) -> None:
+        if self.hold_io:
+            self.held.append((work, done))
+            return
+        error = None
+        try:
+            work()
+        except Exception as exc:
+            error = exc
+        if done is not None:
+            done(error)
+
+    def release(self) -> None:
+        held, self.held = self.held, []
+        self.hold_io = False
+        for work, done in held:
+            self.run_io(work, done)
+
+    def savepoint_done(self, checkpoint_id: int, path, error) -> None:
+        self.events.append(("savepoint", checkpoint_id, path, error))
 
     def notify_complete(self, checkpoint_id: int) -> None:
         self.events.append(("complete", checkpoint_id))
@@ -77,8 +106,11 @@ class Harness:
         chain, sub = task
         states = {chain: OperatorSubtaskState(operator_lists={"offsets": [n, sub]})}
         if chain == "sink":
+            path = os.path.join(self.storage.checkpoint_path(n), f"sink-{sub}.kst")
             states[chain] = OperatorSubtaskState(
-                keyed=KeyedStateHandle(path=f"sink-{sub}.kst", key_groups={7: (0, size)}, size=size)
+                keyed=HeapSnapshotHandle(
+                    range(0, 128), (HeapStateFile(path, True, {7: (0, size)}, size, False),)
+                )
             )
         self.coord.receive_ack(
             AcknowledgeCheckpoint(
@@ -107,7 +139,6 @@ def test_first_trigger_one_interval_after_start(h: Harness) -> None:
     assert h.cb.events == []
     wait = h.advance(0.5)
     assert h.cb.take() == [("trigger", 1, False)]
-    assert os.path.isdir(h.storage.checkpoint_path(1))
     # max_concurrent=1: the next event is the timeout of checkpoint 1, not a trigger.
     assert wait == pytest.approx(10.0)
     assert h.coord.pending_ids == [1]
@@ -143,8 +174,9 @@ def test_completion_writes_metadata_last(h: Harness) -> None:
     assert md.job_id == "job" and md.parallelism == 2 and md.max_parallelism == 128
     assert md.operator_parallelism == {"src": 2, "sink": 1}
     assert md.operators["src"][1].operator_lists == {"offsets": [1, 1]}
-    assert md.operators["sink"][0].keyed == KeyedStateHandle(
-        path="sink-0.kst", key_groups={7: (0, 30)}, size=30
+    assert md.operators["sink"][0].keyed == HeapSnapshotHandle(
+        range(0, 128),
+        (HeapStateFile(os.path.join(directory, "sink-0.kst"), True, {7: (0, 30)}, 30, False),),
     )
     assert md.stats.state_size == 42
     assert set(md.stats.tasks) == {"src/0", "src/1", "sink/0"}
@@ -320,14 +352,14 @@ def test_restore_from_sets_latest_and_continues_ids(tmp_path, h: Harness) -> Non
     restored = h.coord.latest_completed
     assert restored is not None
     other = Harness(tmp_path / "other", interval=1.0)
-    other.coord.restore_from(restored.directory, restored.metadata)
+    other.coord.restore_from([restored])
     assert other.coord.latest_completed == restored
     assert other.coord.completed_stats == []
     other.coord.start_attempt(TASKS, SOURCES)
     other.advance(1.0)
     assert other.cb.of("trigger") == [("trigger", 2, False)]
     with pytest.raises(CheckpointError, match="while checkpoints \\[2\\] are pending"):
-        other.coord.restore_from(restored.directory, restored.metadata)
+        other.coord.restore_from([restored])
 
 
 def test_final_checkpoint_waits_for_pending_then_stops_periodic(h: Harness) -> None:

@@ -2,13 +2,14 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import pickle
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import pytest
 
-from epochstream.checkpoint.config import CheckpointConfig, resolve_storage_path
+from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.checkpoint.metadata import (
     CheckpointMetadata,
     CheckpointStats,
@@ -17,7 +18,9 @@ from epochstream.checkpoint.metadata import (
 )
 from epochstream.exceptions import CheckpointError, ConfigurationError
 from epochstream.runtime.messages import TaskCheckpointStats
-from epochstream.state.handles import KeyedStateHandle, OperatorSubtaskState
+from epochstream.state.handles import HeapSnapshotHandle, HeapStateFile, OperatorSubtaskState
+
+BASE = "/ck/job-1/chk-7"
 
 
 @dataclass(frozen=True)
@@ -50,12 +53,23 @@ def make_metadata() -> CheckpointMetadata:
         operators={
             "sum": {
                 0: OperatorSubtaskState(
-                    keyed=KeyedStateHandle(
-                        path="sum-0.kst", key_groups={0: (0, 40), 63: (40, 60)}, size=100
+                    keyed=HeapSnapshotHandle(
+                        range(0, 64),
+                        (
+                            HeapStateFile(
+                                "/ck/job-1/shared/3-sum-0-ab.kst", True, {0: (0, 40), 63: (40, 60)}, 100
+                            ),
+                            HeapStateFile(f"{BASE}/sum-0.kst", False, {5: (0, 9)}, 9, shared=False),
+                        ),
+                        {"_reduce": "value"},
                     )
                 ),
                 1: OperatorSubtaskState(
-                    keyed=KeyedStateHandle(path="sum-1.kst", key_groups={64: (0, 200)}, size=200)
+                    keyed=HeapSnapshotHandle(
+                        range(64, 128),
+                        (HeapStateFile(f"{BASE}/sum-1.kst", True, {64: (0, 200)}, 200, False),),
+                        {"_reduce": "value"},
+                    )
                 ),
             },
             "source": {
@@ -72,24 +86,33 @@ def make_metadata() -> CheckpointMetadata:
 
 def test_round_trip_is_exact() -> None:
     md = make_metadata()
-    back = CheckpointMetadata.from_json(md.to_json())
+    back = CheckpointMetadata.from_json(md.to_json(BASE), base=BASE)
     assert back == md
     split = back.operators["source"][0].operator_lists["splits"][0]
     assert isinstance(split, SplitOffset) and split.offset == 1234
     assert back.operators["source"][0].operator_lists["splits"][1] == ("t", 1.5)
     assert back.operators["sum"][0].keyed is not None
-    assert back.operators["sum"][0].keyed.key_groups[63] == (40, 60)
+    keyed = back.operators["sum"][0].keyed
+    assert keyed.chain[0].segments[63] == (40, 60)
+    doc = json.loads(md.to_json(BASE))
+    paths = [f["path"] for f in doc["operators"]["sum"]["0"]["keyed"]["files"]]
+    assert paths == ["../shared/3-sum-0-ab.kst", "sum-0.kst"], "paths are relative to _metadata"
     assert list(back.stats.tasks) == ["src-map/0", "a/b/1"]
 
 
 def test_json_is_inspectable_and_uses_pickle5_base64() -> None:
-    doc = json.loads(make_metadata().to_json())
-    assert doc["version"] == 1 and doc["job_id"] == "job-1"
-    assert doc["operators"]["sum"]["0"]["keyed"] == {
-        "path": "sum-0.kst",
+    doc = json.loads(make_metadata().to_json(BASE))
+    assert doc["version"] == 2 and doc["job_id"] == "job-1"
+    keyed = doc["operators"]["sum"]["0"]["keyed"]
+    assert keyed["type"] == "heap" and keyed["key_groups"] == [0, 64]
+    assert keyed["files"][0] == {
+        "path": "../shared/3-sum-0-ab.kst",
+        "full": True,
+        "shared": True,
         "size": 100,
-        "key_groups": {"0": [0, 40], "63": [40, 60]},
+        "segments": {"0": [0, 40], "63": [40, 60]},
     }
+    assert keyed["states"] == {"_reduce": "value"}
     blob = base64.b64decode(doc["operators"]["source"]["0"]["union_lists"]["seen"])
     assert blob[:2] == b"\x80\x05"  # pickle protocol 5 header
     assert pickle.loads(blob) == [{"k": b"\x00\xff"}, None, 2**70]
@@ -113,7 +136,7 @@ def test_task_key_text_round_trip() -> None:
 
 
 def _mutated(change) -> bytes:
-    doc = json.loads(make_metadata().to_json())
+    doc = json.loads(make_metadata().to_json(BASE))
     change(doc)
     return json.dumps(doc).encode()
 
@@ -122,13 +145,13 @@ def _mutated(change) -> bytes:
     ("change", "fragment"),
     [
         (lambda d: d.pop("checkpoint_id"), "lacks field 'checkpoint_id'"),
-        (lambda d: d.update(version=2), "unsupported metadata version 2"),
+        (lambda d: d.update(version=1), "unsupported metadata version 1"),
         (lambda d: d.update(parallelism="2"), "parallelism"),
         (lambda d: d.update(kind="snapshot"), "kind"),
         (lambda d: d["operators"]["sum"].update({"x": {}}), "subtask key 'x'"),
         (
-            lambda d: d["operators"]["sum"]["0"]["keyed"]["key_groups"].update({"5": [1]}),
-            "key_groups[5]",
+            lambda d: d["operators"]["sum"]["0"]["keyed"]["files"][0]["segments"].update({"5": [1]}),
+            "bad segment '5'",
         ),
         (
             lambda d: d["operators"]["source"]["0"]["operator_lists"].update(splits="!!"),
@@ -140,31 +163,31 @@ def _mutated(change) -> bytes:
 )
 def test_malformed_input_names_source_and_field(change, fragment: str) -> None:
     with pytest.raises(CheckpointError) as info:
-        CheckpointMetadata.from_json(_mutated(change), source="/ck/job/chk-7/_metadata")
+        CheckpointMetadata.from_json(_mutated(change), base=BASE, source="/ck/job/chk-7/_metadata")
     assert "/ck/job/chk-7/_metadata" in str(info.value)
     assert fragment in str(info.value)
 
 
 def test_garbage_bytes_raise_checkpoint_error() -> None:
     with pytest.raises(CheckpointError, match=r"^<bytes>: not valid checkpoint metadata JSON"):
-        CheckpointMetadata.from_json(b"\x00{not json")
+        CheckpointMetadata.from_json(b"\x00{not json", base=BASE)
     with pytest.raises(CheckpointError, match="top level must be an object"):
-        CheckpointMetadata.from_json(b"[1, 2]", source="x")
+        CheckpointMetadata.from_json(b"[1, 2]", base=BASE, source="x")
 
 
 def test_unpicklable_blob_names_state() -> None:
     bogus = base64.b64encode(pickle.dumps(OrderedDict(a=1))).decode()  # not a list
-    doc = json.loads(make_metadata().to_json())
+    doc = json.loads(make_metadata().to_json(BASE))
     doc["operators"]["source"]["0"]["union_lists"]["seen"] = bogus
     with pytest.raises(CheckpointError, match=r"union_lists\['seen'\] must be a pickled list"):
-        CheckpointMetadata.from_json(json.dumps(doc).encode(), source="f")
+        CheckpointMetadata.from_json(json.dumps(doc).encode(), base=BASE, source="f")
 
 
 def test_unpicklable_state_fails_encoding_with_location() -> None:
     md = make_metadata()
     md.operators["source"][0].operator_lists["bad"] = [_Unpicklable()]
     with pytest.raises(CheckpointError, match=r"operators\['source'\]\[0\] list state 'bad'"):
-        md.to_json()
+        md.to_json(BASE)
 
 
 class _Unpicklable:
@@ -179,8 +202,11 @@ def test_config_defaults_and_storage_url() -> None:
     cfg = CheckpointConfig()
     assert cfg.exactly_once and cfg.interval == 1.0 and cfg.retained == 1
     assert CheckpointConfig(mode="at_least_once").exactly_once is False
-    assert CheckpointConfig(storage="file:///data/ck%20x").storage_path == "/data/ck x"
-    assert resolve_storage_path("relative/dir") == "relative/dir"
+    assert CheckpointConfig(storage="file:///data/ck%20x").storage_location == "/data/ck x"
+    relative = CheckpointConfig(storage="relative/dir").storage_location
+    assert relative == os.path.abspath("relative/dir")
+    assert CheckpointConfig(storage="s3://bucket/a/../b/").storage_location == "s3://bucket/b"
+    assert CheckpointConfig(storage="s3://b/ck").savepoint_location == "s3://b/ck/savepoints"
 
 
 @pytest.mark.parametrize(
@@ -197,7 +223,7 @@ def test_config_defaults_and_storage_url() -> None:
         ({"retained": True}, "retained"),
         ({"mode": "exactly-once"}, "mode"),
         ({"retain_on_cancel": "yes"}, "retain_on_cancel"),
-        ({"storage": "s3://bucket/x"}, "storage"),
+        ({"storage": "hdfs://nn/x"}, "storage"),
         ({"storage": "file://host/x"}, "storage"),
         ({"storage": ""}, "storage"),
     ],

@@ -42,8 +42,8 @@ def test_corrupt_older_checkpoint_does_not_block_the_newest(tmp_path, caplog) ->
         f.write(b"garbage")
     env, graph = _graph()
     with caplog.at_level(logging.WARNING):
-        point = load_restore_point(str(tmp_path / "old-job"), graph, env, False)
-    assert point.checkpoint_id == 3
+        points = load_restore_point(str(tmp_path / "old-job"), graph, env, False)
+    assert [p.checkpoint_id for p in points] == [3, 2], "newest first, older ones as fallbacks"
     assert "skipping unreadable checkpoint" in caplog.text and "chk-1" in caplog.text
 
 
@@ -54,7 +54,7 @@ def test_corrupt_newest_checkpoint_falls_back_to_an_older_one(tmp_path) -> None:
     with open(storage.metadata_path(2), "wb") as f:
         f.write(b"{}")
     env, graph = _graph()
-    assert load_restore_point(str(tmp_path), graph, env, False).checkpoint_id == 1
+    assert [p.checkpoint_id for p in load_restore_point(str(tmp_path), graph, env, False)] == [1]
 
 
 def test_only_unreadable_checkpoints_is_a_clear_error(tmp_path) -> None:

@@ -5,14 +5,24 @@ from __future__ import annotations
 import pytest
 
 import epochstream as es
-from epochstream.runtime.timers import TimerService
-from epochstream.state.keyed import HeapKeyedStateBackend
+from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.runtime.clock import ManualClock
+from epochstream.runtime.timers import TIMERS_STATE, TimerService
+from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
+from epochstream.state.backends.heap import HeapKeyedStateBackend
 from epochstream.state.keygroups import key_group_range_for_operator
 
 
 def _backend(p: int = 1, i: int = 0) -> HeapKeyedStateBackend:
     return HeapKeyedStateBackend(
-        max_parallelism=128, key_group_range=key_group_range_for_operator(128, p, i)
+        KeyedBackendContext(
+            operator_uid="t",
+            subtask=i,
+            max_parallelism=128,
+            key_group_range=key_group_range_for_operator(128, p, i),
+            clock=ManualClock(),
+            local_dir="",
+        )
     )
 
 
@@ -29,7 +39,7 @@ def test_register_delete_and_fire_in_time_order() -> None:
     assert timers.pop_due(4.0) == [(1.0, "a")]
     assert timers.pop_due(10.0) == [(5.0, "a")]
     assert timers.next_deadline() is None
-    assert backend.table("__timers") == {}
+    assert backend.keys(TIMERS_STATE) == []
 
 
 def test_timers_survive_snapshot_and_follow_their_key_group(tmp_path) -> None:
@@ -39,13 +49,22 @@ def test_timers_survive_snapshot_and_follow_their_key_group(tmp_path) -> None:
     for n, key in enumerate(keys):
         backend.set_current_key(key)
         timers.register_processing_time_timer(100.0 + n)
-    handle = backend.snapshot().write(str(tmp_path), "t.kst")
-    assert handle is not None
+    target = SnapshotTarget(
+        fs=storage_fs(str(tmp_path)),
+        checkpoint_id=1,
+        directory=str(tmp_path / "chk-1"),
+        shared_dir=str(tmp_path / "shared"),
+        name="t-0",
+    )
+    job = backend.snapshot(target)
     timers.pop_due(1e9)  # later firing must not leak into the snapshot
+    handle = job.run()
+    assert handle is not None
     fired: dict[str, float] = {}
     for i in range(2):
         restored = _backend(2, i)
-        restored.restore([handle.resolve(str(tmp_path))])
+        mine = handle.restricted_to(restored.key_group_range)
+        restored.restore([mine] if mine else [], checkpoint_id=1, owned=False)
         for ts, key in TimerService(restored).pop_due(1e9):
             assert key not in fired
             fired[key] = ts

@@ -5,10 +5,13 @@ from typing import Any
 
 import pytest
 
+from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, StateError
+from epochstream.runtime.clock import ManualClock
+from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
+from epochstream.state.backends.heap import HeapKeyedStateBackend
 from epochstream.state.descriptors import MapStateDescriptor, ValueStateDescriptor
-from epochstream.state.handles import KeyedStateHandle, OperatorSubtaskState
-from epochstream.state.keyed import HeapKeyedStateBackend
+from epochstream.state.handles import HeapSnapshotHandle, HeapStateFile, OperatorSubtaskState
 from epochstream.state.keygroups import (
     KeyGroupAssigner,
     key_group_for_key,
@@ -66,11 +69,24 @@ def test_merge_union_lists() -> None:
     assert merge_union_lists([]) == {}
 
 
+def _heap(rng: range, index: int = 0) -> HeapKeyedStateBackend:
+    return HeapKeyedStateBackend(
+        KeyedBackendContext(
+            operator_uid="op",
+            subtask=index,
+            max_parallelism=MAX_P,
+            key_group_range=rng,
+            clock=ManualClock(),
+            local_dir="",
+        )
+    )
+
+
 def _snapshot_subtask(
     index: int, parallelism: int, keys: list[str], tmp_path: Path, assigner: KeyGroupAssigner
 ) -> OperatorSubtaskState:
     rng = key_group_range_for_operator(MAX_P, parallelism, index)
-    backend = HeapKeyedStateBackend(max_parallelism=MAX_P, key_group_range=rng, assigner=assigner)
+    backend = _heap(rng, index)
     count = backend.get_state(ValueStateDescriptor("count"))
     tags = backend.get_state(MapStateDescriptor("tags"))
     for key in keys:
@@ -78,7 +94,14 @@ def _snapshot_subtask(
             backend.set_current_key(key)
             count.update(len(key))
             tags.put("owner", index)
-    handle = backend.snapshot().write(str(tmp_path), f"op-{index}.kst")
+    target = SnapshotTarget(
+        fs=storage_fs(str(tmp_path)),
+        checkpoint_id=1,
+        directory=str(tmp_path),
+        shared_dir=None,
+        name=f"op-{index}",
+    )
+    handle = backend.snapshot(target).run()
     store = OperatorStateStore()
     store.get_list_state("offsets").add_all([f"o{index}-{j}" for j in range(index + 2)])
     store.get_union_list_state("splits").add(f"split-{index}")
@@ -96,7 +119,6 @@ def test_build_restores_with_real_files(tmp_path: Path, new_parallelism: int) ->
         old_parallelism=2,
         new_parallelism=new_parallelism,
         max_parallelism=MAX_P,
-        checkpoint_dir=str(tmp_path),
     )
     assert len(restores) == new_parallelism
     restored_keys: list[str] = []
@@ -104,14 +126,14 @@ def test_build_restores_with_real_files(tmp_path: Path, new_parallelism: int) ->
     for i, restore in enumerate(restores):
         rng = key_group_range_for_operator(MAX_P, new_parallelism, i)
         for handle in restore.keyed:
-            assert Path(handle.path).is_absolute()
-            assert handle.key_groups  # no empty handles
-            assert set(handle.key_groups) <= set(rng)
+            assert all(Path(p).is_absolute() for p in handle.files())
+            segments = {kg for f in handle.chain for kg in f.segments}
+            assert segments and segments <= set(rng)  # no empty handles, nothing foreign
         assert restore.union_lists == {"splits": ["split-0", "split-1"]}
         all_offsets.extend(restore.operator_lists.get("offsets", []))
 
-        backend = HeapKeyedStateBackend(max_parallelism=MAX_P, key_group_range=rng)
-        backend.restore(restore.keyed)
+        backend = _heap(rng, i)
+        backend.restore(restore.keyed, checkpoint_id=1, owned=restore.owned)
         count = backend.get_state(ValueStateDescriptor("count"))
         tags = backend.get_state(MapStateDescriptor("tags"))
         for key in backend.keys("count"):
@@ -141,10 +163,9 @@ def test_handles_without_overlap_are_dropped(tmp_path: Path) -> None:
         old_parallelism=2,
         new_parallelism=4,
         max_parallelism=MAX_P,
-        checkpoint_dir=str(tmp_path),
     )
     # new subtasks 0-1 own groups 0..63 (old subtask 0); 2-3 own 64..127 (old subtask 1)
-    assert [[Path(h.path).name for h in r.keyed] for r in restores] == [
+    assert [[Path(h.files()[0]).name for h in r.keyed] for r in restores] == [
         ["op-0.kst"],
         ["op-0.kst"],
         ["op-1.kst"],
@@ -161,16 +182,15 @@ def test_missing_subtasks_mean_empty(tmp_path: Path) -> None:
         old_parallelism=3,
         new_parallelism=3,
         max_parallelism=MAX_P,
-        checkpoint_dir=str(tmp_path),
     )
     assert restores[0].keyed == [] and restores[0].operator_lists == {}
     assert restores[2].keyed == [] and restores[2].operator_lists == {}
-    assert [Path(h.path).name for h in restores[1].keyed] == ["op-1.kst"]
+    assert [Path(h.files()[0]).name for h in restores[1].keyed] == ["op-1.kst"]
     assert restores[1].operator_lists == {"offsets": ["o1-0", "o1-1", "o1-2"]}
     assert all(r.union_lists == {"splits": ["split-1"]} for r in restores)
     assert (
         build_restores(
-            {}, old_parallelism=2, new_parallelism=1, max_parallelism=MAX_P, checkpoint_dir="/x"
+            {}, old_parallelism=2, new_parallelism=1, max_parallelism=MAX_P
         )[0].keyed
         == []
     )
@@ -183,16 +203,14 @@ def test_build_restores_rejects_inconsistent_input(tmp_path: Path) -> None:
             old_parallelism=2,
             new_parallelism=2,
             max_parallelism=MAX_P,
-            checkpoint_dir=str(tmp_path),
         )
-    wide = KeyedStateHandle(path="op-0.kst", key_groups={200: (0, 10)}, size=10)
-    with pytest.raises(StateError, match=r"op-0\.kst.*key group 200.*max_parallelism 128"):
+    wide = HeapSnapshotHandle(range(0, 256), (HeapStateFile("/x/op-0.kst", True, {200: (0, 10)}, 10),))
+    with pytest.raises(StateError, match=r"old subtask 0.*0\.\.255.*max_parallelism 128"):
         build_restores(
             {0: OperatorSubtaskState(keyed=wide)},
             old_parallelism=1,
             new_parallelism=1,
             max_parallelism=MAX_P,
-            checkpoint_dir=str(tmp_path),
         )
     with pytest.raises(ConfigurationError):
         build_restores(
@@ -200,5 +218,4 @@ def test_build_restores_rejects_inconsistent_input(tmp_path: Path) -> None:
             old_parallelism=1,
             new_parallelism=129,
             max_parallelism=MAX_P,
-            checkpoint_dir=str(tmp_path),
         )

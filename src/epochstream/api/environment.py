@@ -23,6 +23,8 @@ from epochstream.deploy.restart import RestartStrategy, fixed_delay, none
 from epochstream.exceptions import ConfigurationError
 from epochstream.graph.jobgraph import JobGraph, build_job_graph
 from epochstream.graph.transformations import Edge, LogicalGraph
+from epochstream.state.backends.base import StateBackend
+from epochstream.state.backends.heap import HeapStateBackend
 from epochstream.state.keygroups import default_max_parallelism
 
 if TYPE_CHECKING:
@@ -35,18 +37,27 @@ _RUNNERS = ("spark", "local")
 # Settings the CLI (`epochstream run`) applies to every Environment a script creates,
 # the way `flink run -p` overrides what the program says.
 _OVERRIDES: dict[str, Any] = {}
+_OVERRIDE_KEYS = (
+    "parallelism",
+    "runner",
+    "spark_master",
+    "checkpoint_dir",
+    "restore_from",
+    "allow_non_restored_state",
+    "resume",
+)
 
 
 def set_overrides(**settings: Any) -> None:
     """Apply settings to every Environment created afterwards (used by ``epochstream run``).
 
-    Keys: ``parallelism``, ``runner``, ``spark_master``, ``checkpoint_dir``, ``restore_from``.
-    ``None`` values are ignored.
+    Keys: ``parallelism``, ``runner``, ``spark_master``, ``checkpoint_dir``, ``restore_from``,
+    ``allow_non_restored_state``, ``resume``. ``None`` values are ignored.
 
     Example: ``set_overrides(parallelism=4, runner="local")``
     """
     for key, value in settings.items():
-        if key not in ("parallelism", "runner", "spark_master", "checkpoint_dir", "restore_from"):
+        if key not in _OVERRIDE_KEYS:
             raise ConfigurationError(f"unknown override {key!r}")
         if value is None:
             _OVERRIDES.pop(key, None)
@@ -108,6 +119,7 @@ class Environment:
         self.heartbeat_timeout = heartbeat_timeout
         self.checkpoint_config: CheckpointConfig | None = None
         self._restart_strategy: RestartStrategy | None = None
+        self._state_backend: StateBackend = HeapStateBackend()
         self._graph = LogicalGraph()
 
     # ------------------------------------------------------------------ settings
@@ -122,11 +134,14 @@ class Environment:
     ) -> Environment:
         """Take a checkpoint every ``interval`` seconds into ``storage``.
 
-        ``mode`` is ``"exactly_once"`` (aligned barriers) or ``"at_least_once"``.
-        Other options: ``min_pause``, ``max_concurrent``, ``timeout``,
-        ``tolerable_failures``, ``retained``, ``retain_on_cancel`` (see CheckpointConfig).
+        ``storage`` is a local path or an ``s3://bucket/prefix`` URI (default: a directory
+        private to the user). ``mode`` is ``"exactly_once"`` (aligned barriers) or
+        ``"at_least_once"``. Other options: ``min_pause``, ``max_concurrent``,
+        ``timeout``, ``tolerable_failures``, ``retained``, ``retain_on_cancel``,
+        ``storage_options`` (object-store endpoint and credentials), ``savepoint_dir``
+        (see CheckpointConfig).
 
-        Example: ``env.enable_checkpointing(1.0, storage="/tmp/ckpt", mode="exactly_once")``
+        Example: ``env.enable_checkpointing(1.0, storage="s3://bucket/ckpt")``
         """
         storage = _OVERRIDES.get("checkpoint_dir", storage)
         kwargs: dict[str, Any] = {"interval": interval, "mode": mode, **options}
@@ -145,6 +160,24 @@ class Environment:
             raise ConfigurationError("set_restart_strategy needs a strategy from es.restart")
         self._restart_strategy = strategy
         return self
+
+    def set_state_backend(self, backend: StateBackend) -> Environment:
+        """Where keyed state lives: ``es.state.HeapStateBackend()`` (default) or
+        ``es.state.RocksDBStateBackend()``. Switching backends goes through a savepoint.
+
+        Example: ``env.set_state_backend(es.state.RocksDBStateBackend(incremental=True))``
+        """
+        if not isinstance(backend, StateBackend):
+            raise ConfigurationError(
+                f"set_state_backend needs a backend from es.state, got {type(backend).__name__}"
+            )
+        self._state_backend = backend
+        return self
+
+    @property
+    def state_backend(self) -> StateBackend:
+        """The keyed-state backend jobs of this environment use."""
+        return self._state_backend
 
     @property
     def restart_strategy(self) -> RestartStrategy:
@@ -220,6 +253,7 @@ class Environment:
         self,
         job_name: str = "job",
         *,
+        from_savepoint: str | None = None,
         restore_from: str | None = None,
         allow_non_restored_state: bool = False,
     ) -> JobClient:
@@ -236,12 +270,17 @@ class Environment:
         """
         from epochstream.deploy.client import start_job
 
-        restore_from = _OVERRIDES.get("restore_from", restore_from)
+        if from_savepoint is not None and restore_from is not None:
+            raise ConfigurationError("give from_savepoint or restore_from, not both")
+        restore = _OVERRIDES.get("restore_from", from_savepoint or restore_from)
         client = start_job(
             self,
             self.job_graph(job_name),
-            restore_from=restore_from,
-            allow_non_restored_state=allow_non_restored_state,
+            restore_from=restore,
+            allow_non_restored_state=_OVERRIDES.get(
+                "allow_non_restored_state", allow_non_restored_state
+            ),
+            resume=bool(_OVERRIDES.get("resume")) and restore is None,
         )
         # As in Flink, the next execute() runs only what is built after this one.
         self._graph = LogicalGraph()
@@ -251,20 +290,26 @@ class Environment:
         self,
         job_name: str = "job",
         *,
+        from_savepoint: str | None = None,
         restore_from: str | None = None,
         allow_non_restored_state: bool = False,
     ) -> JobResult:
         """Run the job to completion; raises JobExecutionError when restarts are exhausted.
 
-        ``restore_from`` starts this job from a completed checkpoint of an earlier job
-        (a ``chk-<n>`` directory, its ``_metadata`` file, or a directory holding
-        checkpoints, whose latest is used), at any parallelism: keyed state moves by key
-        group, source positions and pending sink transactions come along. State of
-        operators whose uid is not in this job is an error unless
-        ``allow_non_restored_state``.
+        ``from_savepoint`` starts this job from a savepoint (a new version of a job);
+        ``restore_from`` from a retained checkpoint of an earlier job (a ``chk-<n>``
+        directory, its ``_metadata`` file, or a directory holding checkpoints, whose
+        latest is used). Either works at any parallelism up to the state's max
+        parallelism: keyed state moves by key group, operators are matched by uid,
+        source positions and pending sink transactions come along, operators new in
+        this job start empty. State of operators whose uid is not in this job is an
+        error unless ``allow_non_restored_state``.
 
-        Example: ``result = env.execute("wordcount", restore_from="/ckpt/3f2a.../chk-12")``
+        Example: ``result = env.execute("wordcount", from_savepoint="/sp/savepoint-3f2a9c-...")``
         """
         return self.execute_async(
-            job_name, restore_from=restore_from, allow_non_restored_state=allow_non_restored_state
+            job_name,
+            from_savepoint=from_savepoint,
+            restore_from=restore_from,
+            allow_non_restored_state=allow_non_restored_state,
         ).result()

@@ -3,7 +3,7 @@
 Example::
 
     cfg = CheckpointConfig(interval=5.0, storage="file:///data/ckpt", retained=3)
-    cfg.storage_path == "/data/ckpt"
+    cfg.storage_location == "/data/ckpt"
     cfg.exactly_once is True
 """
 
@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from urllib.parse import unquote, urlparse
+from typing import Any
 
 from epochstream._fs import makedirs_private
+from epochstream.checkpoint.filesystems import normalize_location
 from epochstream.exceptions import ConfigurationError
 
 __all__ = [
@@ -22,45 +23,11 @@ __all__ = [
     "EXACTLY_ONCE",
     "CheckpointConfig",
     "default_checkpoint_storage",
-    "resolve_storage_path",
 ]
 
 EXACTLY_ONCE = "exactly_once"
 AT_LEAST_ONCE = "at_least_once"
 _MODES = (EXACTLY_ONCE, AT_LEAST_ONCE)
-
-
-def resolve_storage_path(location: str) -> str:
-    """Turn a checkpoint location (a plain path or a ``file://`` URL) into a local path.
-
-    Other URL schemes are rejected: the storage layer writes with ``os`` calls and
-    relies on ``os.replace`` being atomic, which only a local (or POSIX-mounted)
-    filesystem guarantees.
-
-    Example::
-
-        resolve_storage_path("file:///tmp/ck") == "/tmp/ck"
-        resolve_storage_path("/tmp/ck") == "/tmp/ck"
-    """
-    if not isinstance(location, str) or not location.strip():
-        raise ConfigurationError(f"checkpoint storage must be a non-empty path, got {location!r}")
-    if "://" not in location:
-        return location
-    parsed = urlparse(location)
-    if parsed.scheme != "file":
-        raise ConfigurationError(
-            f"checkpoint storage {location!r}: unsupported scheme {parsed.scheme!r} "
-            "(use a local path or a file:// URL)"
-        )
-    if parsed.netloc not in ("", "localhost"):
-        raise ConfigurationError(
-            f"checkpoint storage {location!r}: file URLs must not name a host "
-            f"(got {parsed.netloc!r}); use file:///absolute/path"
-        )
-    path = unquote(parsed.path)
-    if not path:
-        raise ConfigurationError(f"checkpoint storage {location!r} has an empty path")
-    return path
 
 
 def default_checkpoint_storage() -> str:
@@ -105,7 +72,12 @@ class CheckpointConfig:
     completion of one checkpoint and the next trigger; ``timeout``: a pending checkpoint
     older than this is aborted; ``tolerable_failures``: consecutive failed checkpoints
     tolerated before the job fails; ``retained``: completed checkpoints kept on disk;
-    ``retain_on_cancel``: keep them when the job is cancelled.
+    ``retain_on_cancel``: keep them when the job is cancelled. ``storage`` is a local
+    path, ``file://`` URL or ``s3://bucket/prefix``; ``storage_options`` sets the object
+    store's ``endpoint_url``, ``access_key``, ``secret_key``, ``region`` and
+    ``session_token`` (default: the standard AWS environment variables).
+    ``savepoint_dir``: where savepoints go when none is named (default
+    ``<storage>/savepoints``).
 
     Example::
 
@@ -121,6 +93,8 @@ class CheckpointConfig:
     tolerable_failures: int = 0
     retained: int = 1
     retain_on_cancel: bool = False
+    storage_options: dict[str, Any] | None = None
+    savepoint_dir: str | None = None
 
     def __post_init__(self) -> None:
         _check_seconds("interval", self.interval, allow_zero=False)
@@ -137,10 +111,18 @@ class CheckpointConfig:
             raise ConfigurationError(
                 f"CheckpointConfig.retain_on_cancel must be a bool, got {self.retain_on_cancel!r}"
             )
-        try:
-            resolve_storage_path(self.storage)
-        except ConfigurationError as err:
-            raise ConfigurationError(f"CheckpointConfig.storage: {err}") from err
+        for name in ("storage", "savepoint_dir"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            try:
+                normalize_location(value)
+            except ConfigurationError as err:
+                raise ConfigurationError(f"CheckpointConfig.{name}: {err}") from err
+        if self.storage_options is not None and not isinstance(self.storage_options, dict):
+            raise ConfigurationError(
+                f"CheckpointConfig.storage_options must be a dict, got {self.storage_options!r}"
+            )
 
     @property
     def exactly_once(self) -> bool:
@@ -148,6 +130,13 @@ class CheckpointConfig:
         return self.mode == EXACTLY_ONCE
 
     @property
-    def storage_path(self) -> str:
-        """``storage`` as an absolute local path (a ``file://`` URL is converted)."""
-        return os.path.abspath(resolve_storage_path(self.storage))
+    def storage_location(self) -> str:
+        """``storage`` as an absolute local path or a normalized ``s3://`` URI."""
+        return normalize_location(self.storage)
+
+    @property
+    def savepoint_location(self) -> str:
+        """Where savepoints go by default: ``savepoint_dir`` or ``<storage>/savepoints``."""
+        if self.savepoint_dir is not None:
+            return normalize_location(self.savepoint_dir)
+        return normalize_location(self.storage.rstrip("/") + "/savepoints")

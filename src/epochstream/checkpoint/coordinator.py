@@ -1,14 +1,25 @@
-"""The checkpoint coordinator: trigger, collect acks, complete, abort, time out.
+"""The checkpoint coordinator: trigger, collect acks, persist, complete, abort, time out.
 
-It runs on the job master's single event thread, so it holds no locks and never
-blocks: the job master feeds it messages (:meth:`CheckpointCoordinator.receive_ack`,
+It runs on the job master's single event thread, holds no locks and never blocks:
+the job master feeds it messages (:meth:`CheckpointCoordinator.receive_ack`,
 :meth:`~CheckpointCoordinator.receive_decline`), calls
 :meth:`~CheckpointCoordinator.tick` after every event and waits at most the number of
-seconds ``tick`` returns before calling it again. Everything the coordinator wants
-done outside itself goes through :class:`CoordinatorCallbacks`.
+seconds ``tick`` returns before calling it again. Storage I/O (writing ``_metadata``,
+deleting discarded checkpoints and unreferenced shared files) runs off the event
+thread through ``callbacks.run_io``; its completion comes back as an event
+(:meth:`~CheckpointCoordinator.on_persisted`).
+
+Each pending checkpoint is a small state machine::
+
+    AWAITING_ACKS --last ack--> PERSISTING --metadata written--> completed
+          |                          |
+          +--- decline / timeout ----+---- write failed ----> aborted
 
 A checkpoint is complete only once its ``_metadata`` is durably written (ARCHITECTURE
-section 4, step 5); only then are tasks told to commit.
+section 4, step 5); only then are tasks told to commit. Savepoints are checkpoints
+triggered by the user into their own directory in the canonical format: they are
+never pruned, never used for failover, not subsumed, and (unless they stop the job)
+commit nothing; periodic checkpoints pause while one is pending.
 
 Example::
 
@@ -22,20 +33,26 @@ Example::
 
 from __future__ import annotations
 
+import enum
 import logging
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.checkpoint.metadata import (
     KIND_CHECKPOINT,
+    KIND_SAVEPOINT,
     CheckpointMetadata,
     CheckpointStats,
     task_key_str,
 )
-from epochstream.checkpoint.storage import CheckpointStorage
+from epochstream.checkpoint.registry import SharedStateRegistry
+from epochstream.checkpoint.storage import CheckpointStorage, write_metadata_file
 from epochstream.exceptions import CheckpointError, ConfigurationError
 from epochstream.runtime.clock import Clock
+from epochstream.runtime.events import CheckpointOptions
 from epochstream.runtime.messages import (
     AcknowledgeCheckpoint,
     DeclineCheckpoint,
@@ -44,9 +61,12 @@ from epochstream.runtime.messages import (
 )
 from epochstream.state.handles import OperatorSubtaskState
 
-__all__ = ["CheckpointCoordinator", "CompletedCheckpoint", "CoordinatorCallbacks"]
+__all__ = ["CheckpointCoordinator", "CompletedCheckpoint", "CoordinatorCallbacks", "PendingState"]
 
 log = logging.getLogger(__name__)
+_SHARED_NAME = re.compile(r"^(\d+)-")
+#: Completed checkpoints between two sweeps of the shared directory for orphans.
+_SWEEP_EVERY = 10
 
 
 class CoordinatorCallbacks(Protocol):
@@ -55,14 +75,17 @@ class CoordinatorCallbacks(Protocol):
     Example::
 
         class Master:
-            def trigger_sources(self, checkpoint_id, timestamp, final):
-                for slot in slots: slot.send(TriggerCheckpoint(checkpoint_id, timestamp, final))
+            def trigger_sources(self, checkpoint_id, timestamp, final, options): ...
             def notify_complete(self, checkpoint_id): ...
             def notify_aborted(self, checkpoint_id, reason): ...
             def fail_job(self, reason): ...
+            def run_io(self, work, done): io_thread.submit(work, then=done)
+            def savepoint_done(self, checkpoint_id, path, error): ...
     """
 
-    def trigger_sources(self, checkpoint_id: int, timestamp: float, final: bool) -> None:
+    def trigger_sources(
+        self, checkpoint_id: int, timestamp: float, final: bool, options: CheckpointOptions
+    ) -> None:
         """Send ``TriggerCheckpoint`` to every source task."""
 
     def notify_complete(self, checkpoint_id: int) -> None:
@@ -74,10 +97,21 @@ class CoordinatorCallbacks(Protocol):
     def fail_job(self, reason: str) -> None:
         """Fail the current attempt (the restart strategy decides what follows)."""
 
+    def run_io(
+        self, work: Callable[[], None], done: Callable[[BaseException | None], None] | None
+    ) -> None:
+        """Run ``work`` off the event thread; then ``done(error)`` back on it."""
+
+    def savepoint_done(self, checkpoint_id: int, path: str | None, error: str | None) -> None:
+        """A savepoint completed at ``path`` or failed with ``error``."""
+
 
 @dataclass(frozen=True)
 class CompletedCheckpoint:
-    """A checkpoint whose ``_metadata`` is written: restorable.
+    """A checkpoint (or savepoint) whose ``_metadata`` is written: restorable.
+
+    ``owned``: it belongs to this job's own storage (a failover may keep building
+    incremental snapshots on its files).
 
     Example::
 
@@ -88,23 +122,47 @@ class CompletedCheckpoint:
     checkpoint_id: int
     directory: str
     metadata: CheckpointMetadata
+    owned: bool = True
+
+
+class PendingState(enum.Enum):
+    """Where a pending checkpoint is; each state says what comes next."""
+
+    AWAITING_ACKS = "waiting for every task's acknowledgement (or a decline / timeout)"
+    PERSISTING = "writing _metadata off the event thread (then completed, or aborted)"
 
 
 @dataclass
 class _Pending:
-    """A triggered checkpoint waiting for acknowledgements."""
+    """A triggered checkpoint on its way to completion."""
 
     checkpoint_id: int
     directory: str
     final: bool
+    options: CheckpointOptions
     trigger_now: float  # monotonic, for duration and timeout
     trigger_wall: float  # epoch seconds, for metadata
     awaiting: set[TaskKey]
     acks: dict[TaskKey, AcknowledgeCheckpoint] = field(default_factory=dict)
+    state: PendingState = PendingState.AWAITING_ACKS
+    metadata: CheckpointMetadata | None = None
+
+    @property
+    def is_savepoint(self) -> bool:
+        return self.options.is_savepoint
+
+    def shared_files(self) -> set[str]:
+        return {
+            path
+            for ack in self.acks.values()
+            for s in ack.states.values()
+            if s.keyed is not None
+            for path in s.keyed.shared_files()
+        }
 
 
 class CheckpointCoordinator:
-    """Triggers periodic checkpoints and turns complete sets of acks into checkpoints.
+    """Triggers checkpoints and savepoints and turns complete sets of acks into them.
 
     Ids are strictly increasing and never reused, also across attempts and job
     master restarts: the counter starts above every ``chk-<n>`` directory in
@@ -114,7 +172,8 @@ class CheckpointCoordinator:
 
         coord.start_attempt(tasks, source_tasks)
         coord.tick()                      # triggers when the interval has elapsed
-        coord.receive_ack(ack)            # the last ack writes _metadata and notifies
+        coord.receive_ack(ack)            # the last ack persists _metadata ...
+        coord.on_persisted(n, None)       # ... and this completes the checkpoint
     """
 
     def __init__(
@@ -128,18 +187,21 @@ class CheckpointCoordinator:
         max_parallelism: int,
         operator_parallelism: dict[str, int],
         callbacks: CoordinatorCallbacks,
+        job_name: str = "",
         first_checkpoint_id: int | None = None,
     ) -> None:
         self._config = config
         self._storage = storage
         self._clock = clock
         self._job_id = job_id
+        self._job_name = job_name
         self._parallelism = parallelism
         self._max_parallelism = max_parallelism
         self._operator_parallelism = dict(operator_parallelism)
         self._callbacks = callbacks
         floor = first_checkpoint_id if first_checkpoint_id is not None else 1
         self._next_id = max(storage.max_checkpoint_id() + 1, floor, 1)
+        self.registry = SharedStateRegistry()
 
         self._tasks: frozenset[TaskKey] = frozenset()
         self._source_tasks: frozenset[TaskKey] = frozenset()
@@ -154,6 +216,10 @@ class CheckpointCoordinator:
         self._final_completed = False
 
         self._latest: CompletedCheckpoint | None = None
+        # Restorable checkpoints, newest first: the latest and the older ones to fall
+        # back to when it proves corrupt.
+        self._candidates: list[CompletedCheckpoint] = []
+        self._retained: list[int] = []  # completed checkpoints of this job, oldest first
         self._completed_stats: list[CheckpointStats] = []
 
     # ------------------------------------------------------------ queries
@@ -165,7 +231,7 @@ class CheckpointCoordinator:
 
     @property
     def completed_stats(self) -> list[CheckpointStats]:
-        """Stats of every checkpoint this coordinator completed, oldest first."""
+        """Stats of every checkpoint and savepoint this coordinator completed, oldest first."""
         return list(self._completed_stats)
 
     @property
@@ -187,6 +253,16 @@ class CheckpointCoordinator:
     def next_checkpoint_id(self) -> int:
         """The id the next trigger will use."""
         return self._next_id
+
+    @property
+    def retained_ids(self) -> list[int]:
+        """Completed checkpoints of this job still on storage, oldest first."""
+        return list(self._retained)
+
+    def pending_state(self, checkpoint_id: int) -> PendingState | None:
+        """Where pending checkpoint ``checkpoint_id`` is, ``None`` if it is not pending."""
+        pending = self._pending.get(checkpoint_id)
+        return None if pending is None else pending.state
 
     # ------------------------------------------------------------ lifecycle
 
@@ -220,7 +296,7 @@ class CheckpointCoordinator:
         )
 
     def stop_attempt(self, reason: str) -> None:
-        """Failover: forget pending checkpoints and discard their directories.
+        """Failover: forget pending checkpoints and discard what they wrote.
 
         Tasks are not notified: they are being cancelled.
         """
@@ -231,30 +307,52 @@ class CheckpointCoordinator:
                 pending.checkpoint_id,
                 reason,
             )
-            self._discard(pending.checkpoint_id)
-        self._pending.clear()
+            self._drop(pending, reason, notify=False)
         self._armed = False
 
     def shutdown(self, *, cancelled: bool) -> None:
         """The job ended: drop pending checkpoints; when ``cancelled`` and not
-        ``retain_on_cancel``, also delete the completed ones of this job.
-        """
+        ``retain_on_cancel``, also delete this job's checkpoints."""
         self.stop_attempt("job cancelled" if cancelled else "job finished")
         if cancelled and not self._config.retain_on_cancel:
-            for n in self._storage.completed_ids():
-                self._discard(n)
+            storage = self._storage
+            self._io(lambda: storage.fs.delete_dir(storage.job_dir))
             self._latest = None
+            self._retained = []
 
-    def restore_from(self, directory: str, metadata: CheckpointMetadata) -> None:
-        """Declare ``metadata`` (a checkpoint or savepoint) as the latest completed one,
-        e.g. when resuming a job; later ids continue after its id."""
+    def restore_from(self, candidates: list[CompletedCheckpoint]) -> None:
+        """Start from ``candidates[0]`` (a checkpoint or savepoint of an earlier job),
+        falling back to the later ones if it proves corrupt; ids continue after it."""
         if self._pending:
             raise CheckpointError(
-                f"job {self._job_id}: cannot restore from checkpoint {metadata.checkpoint_id} "
-                f"while checkpoints {list(self._pending)} are pending"
+                f"job {self._job_id}: cannot restore while checkpoints {list(self._pending)} "
+                "are pending"
             )
-        self._latest = CompletedCheckpoint(metadata.checkpoint_id, directory, metadata)
-        self._next_id = max(self._next_id, metadata.checkpoint_id + 1)
+        if not candidates:
+            raise CheckpointError(f"job {self._job_id}: restore needs a checkpoint")
+        self._candidates = list(candidates)
+        self._latest = candidates[0]
+        self._next_id = max(self._next_id, max(c.checkpoint_id for c in candidates) + 1)
+
+    def discard_corrupt(self, checkpoint_id: int, reason: str) -> CompletedCheckpoint | None:
+        """Checkpoint ``checkpoint_id`` could not be restored: fall back to the previous
+        restorable one (returned; ``None`` when there is none left)."""
+        self._candidates = [c for c in self._candidates if c.checkpoint_id != checkpoint_id]
+        if checkpoint_id in self._retained:
+            self._retained.remove(checkpoint_id)
+            self._delete(self.registry.release(checkpoint_id, pending=set(self._pending)))
+        fallback = self._candidates[0] if self._candidates else None
+        log.warning(
+            "job %s: checkpoint %d cannot be restored (%s); %s",
+            self._job_id,
+            checkpoint_id,
+            reason,
+            f"falling back to checkpoint {fallback.checkpoint_id} at {fallback.directory}"
+            if fallback
+            else "no older checkpoint is left",
+        )
+        self._latest = fallback
+        return fallback
 
     # ------------------------------------------------------------ time
 
@@ -269,9 +367,13 @@ class CheckpointCoordinator:
         self._expire(now)
         due = self._periodic_due_at()
         if due is not None and now >= due:
-            self._trigger(now, final=False)
+            self._trigger(now, final=False, options=self._checkpoint_options())
             due = self._periodic_due_at()
-        waits = [p.trigger_now + self._config.timeout - now for p in self._pending.values()]
+        waits = [
+            p.trigger_now + self._config.timeout - now
+            for p in self._pending.values()
+            if p.state is PendingState.AWAITING_ACKS
+        ]
         if due is not None:
             waits.append(due - now)
         if not waits:
@@ -291,9 +393,37 @@ class CheckpointCoordinator:
         self._final_requested = True
         self._maybe_trigger_final()
 
+    def trigger_savepoint(self, directory: str, *, terminate: bool = False) -> int:
+        """Start a savepoint into ``directory`` now; returns its checkpoint id.
+
+        ``terminate``: stop-with-savepoint (sources end after it, sinks commit it).
+        Raises :class:`CheckpointError` when the job cannot take one now.
+        """
+        if not self._armed:
+            raise CheckpointError(f"job {self._job_id} is not running: no savepoint now")
+        if self._final_requested:
+            raise CheckpointError(f"job {self._job_id} is finishing: no savepoint now")
+        if any(p.is_savepoint for p in self._pending.values()):
+            raise CheckpointError(f"job {self._job_id}: a savepoint is already in progress")
+        options = CheckpointOptions(
+            savepoint_dir=directory,
+            base_checkpoint_id=self._base_id(),
+            terminate=terminate,
+        )
+        return self._trigger(self._clock.now(), final=False, options=options)
+
+    def _base_id(self) -> int | None:
+        latest = self._latest
+        return None if latest is None else latest.checkpoint_id
+
+    def _checkpoint_options(self) -> CheckpointOptions:
+        return CheckpointOptions(base_checkpoint_id=self._base_id())
+
     def _periodic_due_at(self) -> float | None:
         if not self._armed or self._final_requested:
             return None
+        if any(p.is_savepoint for p in self._pending.values()):
+            return None  # a savepoint barrier must not be subsumed by a newer checkpoint
         if len(self._pending) >= self._config.max_concurrent:
             return None
         due = self._next_periodic
@@ -303,36 +433,45 @@ class CheckpointCoordinator:
 
     def _maybe_trigger_final(self) -> None:
         if self._armed and self._final_requested and self._final_id is None and not self._pending:
-            self._trigger(self._clock.now(), final=True)
+            self._trigger(self._clock.now(), final=True, options=self._checkpoint_options())
 
-    def _trigger(self, now: float, *, final: bool) -> None:
+    def _trigger(self, now: float, *, final: bool, options: CheckpointOptions) -> int:
         checkpoint_id = self._next_id
         self._next_id += 1
-        self._next_periodic = now + self._config.interval
+        if not options.is_savepoint:
+            self._next_periodic = now + self._config.interval
         if final:
             self._final_id = checkpoint_id
-        try:
-            directory = self._storage.checkpoint_dir(checkpoint_id)
-        except CheckpointError as err:
-            self._count_failure(checkpoint_id, f"could not be triggered: {err}", final=final)
-            return
+        storage = self._storage
+        if options.savepoint_dir is None:
+            directory = storage.checkpoint_path(checkpoint_id)
+
+            def make_dir() -> None:
+                # Created now: it also records that the id was used (ids seed from storage).
+                storage.checkpoint_dir(checkpoint_id)
+
+            self._io(make_dir)
+        else:
+            directory = options.savepoint_dir
         self._pending[checkpoint_id] = _Pending(
             checkpoint_id=checkpoint_id,
             directory=directory,
             final=final,
+            options=options,
             trigger_now=now,
             trigger_wall=self._clock.wall(),
             awaiting=set(self._tasks),
         )
         log.debug(
-            "job %s: triggering %scheckpoint %d",
+            "job %s: triggering %s %d",
             self._job_id,
-            "final " if final else "",
+            "savepoint" if options.is_savepoint else ("final checkpoint" if final else "checkpoint"),
             checkpoint_id,
         )
         self._callbacks.trigger_sources(
-            checkpoint_id, self._pending[checkpoint_id].trigger_wall, final
+            checkpoint_id, self._pending[checkpoint_id].trigger_wall, final, options
         )
+        return checkpoint_id
 
     def _expire(self, now: float) -> None:
         timeout = self._config.timeout
@@ -340,7 +479,7 @@ class CheckpointCoordinator:
             # A failure may disarm us (fail_job) midway; the rest is left to stop_attempt.
             if not self._armed:
                 return
-            if now - pending.trigger_now >= timeout:
+            if pending.state is PendingState.AWAITING_ACKS and now - pending.trigger_now >= timeout:
                 missing = ", ".join(task_key_str(t) for t in sorted(pending.awaiting))
                 self._fail(
                     pending,
@@ -351,9 +490,9 @@ class CheckpointCoordinator:
     # ------------------------------------------------------------ messages
 
     def receive_ack(self, msg: AcknowledgeCheckpoint) -> None:
-        """Record a task's acknowledgement; the last one completes the checkpoint."""
+        """Record a task's acknowledgement; the last one persists the checkpoint."""
         pending = self._pending.get(msg.checkpoint_id) if self._armed else None
-        if pending is None:
+        if pending is None or pending.state is not PendingState.AWAITING_ACKS:
             log.debug(
                 "job %s: ignoring ack of unknown or finished checkpoint %d from %s",
                 self._job_id,
@@ -373,12 +512,16 @@ class CheckpointCoordinator:
         pending.awaiting.discard(msg.task)
         pending.acks[msg.task] = msg
         if not pending.awaiting:
-            self._complete(pending)
+            self._persist(pending)
 
     def receive_decline(self, msg: DeclineCheckpoint) -> None:
         """A task cannot take part: abort the checkpoint and count a failure."""
         pending = self._pending.get(msg.checkpoint_id) if self._armed else None
-        if pending is None or msg.task not in self._tasks:
+        if (
+            pending is None
+            or pending.state is not PendingState.AWAITING_ACKS
+            or msg.task not in self._tasks
+        ):
             log.debug(
                 "job %s: ignoring decline of checkpoint %d from %s: %s",
                 self._job_id,
@@ -391,35 +534,73 @@ class CheckpointCoordinator:
 
     # ------------------------------------------------------------ completion
 
-    def _complete(self, pending: _Pending) -> None:
-        n = pending.checkpoint_id
+    def _persist(self, pending: _Pending) -> None:
         try:
             metadata = self._build_metadata(pending)
-            self._storage.write_metadata(n, metadata)
         except CheckpointError as err:
             self._fail(pending, f"could not be finalized: {err}")
             return
+        pending.state = PendingState.PERSISTING
+        pending.metadata = metadata
+        fs, directory, n = self._storage.fs, pending.directory, pending.checkpoint_id
+
+        def write() -> None:
+            write_metadata_file(fs, directory, metadata)
+
+        self._callbacks.run_io(write, lambda error: self.on_persisted(n, error))
+
+    def on_persisted(self, checkpoint_id: int, error: BaseException | None) -> None:
+        """The ``_metadata`` of ``checkpoint_id`` was written (``error`` is None) or not."""
+        pending = self._pending.get(checkpoint_id)
+        if pending is None or pending.state is not PendingState.PERSISTING:
+            return  # dropped meanwhile (failover); its files were discarded
+        if error is not None:
+            self._fail(pending, f"could not be finalized: {error}")
+            return
+        self._complete(pending)
+
+    def _complete(self, pending: _Pending) -> None:
+        n = pending.checkpoint_id
+        metadata = pending.metadata
+        assert metadata is not None
         del self._pending[n]
         now = self._clock.now()
-        self._last_completion = now
-        self._latest = CompletedCheckpoint(n, pending.directory, metadata)
         self._completed_stats.append(metadata.stats)
-        if pending.final:
-            self._final_completed = True
-        log.info(
-            "job %s: completed %scheckpoint %d (%d bytes, %d tasks) in %.3f s",
-            self._job_id,
-            "final " if pending.final else "",
-            n,
-            metadata.stats.state_size,
-            len(pending.acks),
-            metadata.stats.duration,
-        )
-        self._callbacks.notify_complete(n)
-        for older in [p for p in self._pending.values() if p.checkpoint_id < n]:
-            self._abort(older, f"subsumed by completed checkpoint {n}")
-        self._consecutive_failures = 0
-        self._prune(n)
+        freed: list[str] = []
+        if pending.is_savepoint:
+            log.info("job %s: completed savepoint %d at %s", self._job_id, n, pending.directory)
+            if pending.options.terminate:
+                # Sinks commit what the savepoint covers before the job stops.
+                self._callbacks.notify_complete(n)
+            self._callbacks.savepoint_done(n, pending.directory, None)
+        else:
+            self._last_completion = now
+            self._latest = CompletedCheckpoint(n, pending.directory, metadata)
+            self._candidates = [self._latest, *self._candidates]
+            self.registry.register(n, pending.shared_files())
+            self._retained.append(n)
+            if pending.final:
+                self._final_completed = True
+            log.info(
+                "job %s: completed %scheckpoint %d (%d bytes, %d tasks) in %.3f s",
+                self._job_id,
+                "final " if pending.final else "",
+                n,
+                metadata.stats.state_size,
+                len(pending.acks),
+                metadata.stats.duration,
+            )
+            self._callbacks.notify_complete(n)
+            for older in [
+                p for p in self._pending.values() if p.checkpoint_id < n and not p.is_savepoint
+            ]:
+                self._drop(older, f"subsumed by completed checkpoint {n}", notify=True)
+            freed += self._prune()
+            self._consecutive_failures = 0
+            if len(self._completed_stats) % _SWEEP_EVERY == 0:
+                self.sweep_orphans()
+        freed += self.registry.checkpoint_ended(n)
+        self._delete(freed)
         self._maybe_trigger_final()
 
     def _build_metadata(self, pending: _Pending) -> CheckpointMetadata:
@@ -436,19 +617,20 @@ class CheckpointCoordinator:
                         f"(second: {task_key_str(task)})"
                     )
                 by_subtask[task[1]] = state
-        duration = self._clock.now() - pending.trigger_now
+        kind = KIND_SAVEPOINT if pending.is_savepoint else KIND_CHECKPOINT
         stats = CheckpointStats(
             checkpoint_id=pending.checkpoint_id,
             trigger_time=pending.trigger_wall,
-            duration=duration,
+            duration=self._clock.now() - pending.trigger_now,
             state_size=sum(t.state_size for t in tasks.values()),
             tasks=tasks,
-            kind=KIND_CHECKPOINT,
+            kind=kind,
         )
         return CheckpointMetadata(
             job_id=self._job_id,
+            job_name=self._job_name,
             checkpoint_id=pending.checkpoint_id,
-            kind=KIND_CHECKPOINT,
+            kind=kind,
             trigger_time=pending.trigger_wall,
             completion_time=self._clock.wall(),
             parallelism=self._parallelism,
@@ -458,27 +640,68 @@ class CheckpointCoordinator:
             stats=stats,
         )
 
-    def _prune(self, latest: int) -> None:
-        """Keep the newest ``retained`` completed checkpoints; also drop leftover
-        directories older than ``latest`` (crashed attempts, tasks writing late)."""
-        completed = self._storage.completed_ids()
-        keep = set(completed[-self._config.retained :])
-        for n in self._storage.checkpoint_ids():
-            if n < latest and n not in keep and n not in self._pending:
-                self._discard(n)
+    def _prune(self) -> list[str]:
+        """Keep the newest ``retained`` completed checkpoints; the rest leave storage."""
+        freed: list[str] = []
+        pending = set(self._pending)
+        while len(self._retained) > self._config.retained:
+            old = self._retained.pop(0)
+            freed += self.registry.release(old, pending=pending)
+            self._discard_dir(old)
+        kept = set(self._retained)
+        self._candidates = [c for c in self._candidates if c.checkpoint_id in kept or not c.owned]
+        latest = self._retained[-1] if self._retained else 0
+        keep = kept | pending
+        storage = self._storage
+
+        def leftovers() -> None:
+            # Directories of dropped checkpoints that a straggling task wrote into late.
+            for n in storage.checkpoint_ids():
+                if n < latest and n not in keep:
+                    storage.discard(n)
+
+        self._io(leftovers)
+        return freed
+
+    def sweep_orphans(self) -> None:
+        """Delete shared files named for a checkpoint older than the latest completed one
+        that nothing references: left by tasks that died before acknowledging."""
+        latest = self._latest
+        if latest is None:
+            return
+        storage, below, keep = self._storage, latest.checkpoint_id, self.registry.protected()
+
+        def sweep() -> None:
+            for path in storage.shared_files():
+                match = _SHARED_NAME.match(path.rsplit("/", 1)[-1])
+                if match and int(match.group(1)) < below and path not in keep:
+                    storage.fs.delete_file(path)
+
+        self._io(sweep)
 
     # ------------------------------------------------------------ failure
 
     def _fail(self, pending: _Pending, why: str) -> None:
-        self._abort(pending, why)
+        self._drop(pending, why, notify=True)
+        if pending.is_savepoint:
+            # A failed savepoint is the user's error to see, not a job failure.
+            self._maybe_trigger_final()
+            return
         self._count_failure(pending.checkpoint_id, why, final=pending.final)
 
-    def _abort(self, pending: _Pending, reason: str) -> None:
+    def _drop(self, pending: _Pending, reason: str, *, notify: bool) -> None:
         n = pending.checkpoint_id
         self._pending.pop(n, None)
-        self._discard(n)
+        written = self.registry.abandon(pending.shared_files())
+        if pending.is_savepoint:
+            self._io(lambda: self._storage.fs.delete_dir(pending.directory))
+            self._callbacks.savepoint_done(n, None, reason)
+        else:
+            self._discard_dir(n)
+        self._delete(written + self.registry.checkpoint_ended(n))
         log.info("job %s: aborted checkpoint %d: %s", self._job_id, n, reason)
-        self._callbacks.notify_aborted(n, reason)
+        if notify:
+            self._callbacks.notify_aborted(n, reason)
 
     def _count_failure(self, checkpoint_id: int, why: str, *, final: bool) -> None:
         self._consecutive_failures += 1
@@ -507,10 +730,31 @@ class CheckpointCoordinator:
         )
         self._maybe_trigger_final()
 
-    def _discard(self, checkpoint_id: int) -> None:
-        try:
-            self._storage.discard(checkpoint_id)
-        except CheckpointError as err:
-            # Cleanup failure must not stop checkpointing; the directory has no
-            # _metadata so it is never restored, and a later prune retries.
-            log.warning("job %s: %s", self._job_id, err)
+    # ------------------------------------------------------------ storage (off the event thread)
+
+    def _io(self, work: Callable[[], None]) -> None:
+        self._callbacks.run_io(work, None)
+
+    def _discard_dir(self, checkpoint_id: int) -> None:
+        storage = self._storage
+
+        def discard() -> None:
+            # The directory has no _metadata (or is being dropped): it is never restored
+            # from, so a failed cleanup is logged and retried by the next prune.
+            try:
+                storage.discard(checkpoint_id)
+            except CheckpointError as err:
+                log.warning("job %s: %s", storage.job_id, err)
+
+        self._io(discard)
+
+    def _delete(self, files: list[str]) -> None:
+        if not files:
+            return
+        fs = self._storage.fs
+
+        def delete() -> None:
+            for path in files:
+                fs.delete_file(path)
+
+        self._io(delete)

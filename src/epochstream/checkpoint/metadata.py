@@ -3,10 +3,13 @@
 A completed checkpoint is described by one :class:`CheckpointMetadata`: which job and
 checkpoint it is, the parallelism it was taken at, every operator's state per subtask
 (keyed state as file handles, operator list state inline) and the statistics of the
-checkpoint. The encoding is UTF-8 JSON so that a checkpoint can be inspected with any
-tool; operator list state holds arbitrary Python objects, so each list is stored as
-base64 of a pickle (protocol 5, written with cloudpickle so that classes defined in a
-job's ``__main__`` load in other processes too).
+checkpoint. File locations in handles are written relative to the directory holding
+``_metadata`` (shared files of incremental checkpoints as ``../shared/...``), so a
+savepoint directory can be moved or copied to another bucket and still restore. The
+encoding is UTF-8 JSON so that a checkpoint can be inspected with any tool; operator
+list state holds arbitrary Python objects, so each list is stored as base64 of a pickle
+(protocol 5, written with cloudpickle so that classes defined in a job's ``__main__``
+load in other processes too).
 
 Example::
 
@@ -15,7 +18,7 @@ Example::
                             max_parallelism=128, operators={}, operator_parallelism={},
                             stats=CheckpointStats(checkpoint_id=3, trigger_time=1.0,
                                                   duration=1.0, state_size=0, tasks={}))
-    CheckpointMetadata.from_json(md.to_json()) == md
+    CheckpointMetadata.from_json(md.to_json("/ck/j/chk-3"), base="/ck/j/chk-3") == md
 """
 
 from __future__ import annotations
@@ -29,9 +32,15 @@ from typing import Any, TypeVar
 
 import cloudpickle
 
+from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.exceptions import CheckpointError
 from epochstream.runtime.messages import TaskCheckpointStats, TaskKey
-from epochstream.state.handles import KeyedStateHandle, OperatorSubtaskState
+from epochstream.state.handles import (
+    OperatorSubtaskState,
+    Relativize,
+    Resolve,
+    handle_from_json,
+)
 
 __all__ = [
     "KIND_CHECKPOINT",
@@ -43,7 +52,7 @@ __all__ = [
     "task_key_str",
 ]
 
-METADATA_VERSION = 1
+METADATA_VERSION = 2
 KIND_CHECKPOINT = "checkpoint"
 KIND_SAVEPOINT = "savepoint"
 _KINDS = (KIND_CHECKPOINT, KIND_SAVEPOINT)
@@ -189,6 +198,7 @@ class CheckpointMetadata:
 
     version: int = METADATA_VERSION
     job_id: str
+    job_name: str = ""
     checkpoint_id: int
     kind: str = KIND_CHECKPOINT
     trigger_time: float
@@ -204,12 +214,21 @@ class CheckpointMetadata:
         """Total state size in bytes, as reported by the tasks."""
         return self.stats.state_size
 
-    def to_json(self) -> bytes:
-        """Encode as UTF-8 JSON; raises :class:`CheckpointError` on unpicklable state."""
+    def to_json(self, base: str) -> bytes:
+        """Encode as UTF-8 JSON, paths relative to ``base`` (the ``_metadata`` directory).
+
+        Raises :class:`CheckpointError` on unpicklable operator state.
+        """
+        fs = storage_fs(base)
+
+        def relativize(path: str) -> str:
+            return fs.relative(base, path)
+
         doc = {
             "format": _FORMAT,
             "version": self.version,
             "job_id": self.job_id,
+            "job_name": self.job_name,
             "checkpoint_id": self.checkpoint_id,
             "kind": self.kind,
             "trigger_time": self.trigger_time,
@@ -219,7 +238,9 @@ class CheckpointMetadata:
             "operator_parallelism": dict(self.operator_parallelism),
             "operators": {
                 uid: {
-                    str(subtask): _encode_subtask(state, f"operators[{uid!r}][{subtask}]")
+                    str(subtask): _encode_subtask(
+                        state, f"operators[{uid!r}][{subtask}]", relativize
+                    )
                     for subtask, state in sorted(subtasks.items())
                 }
                 for uid, subtasks in self.operators.items()
@@ -235,9 +256,18 @@ class CheckpointMetadata:
             ) from err
 
     @classmethod
-    def from_json(cls, data: bytes, *, source: str = "<bytes>") -> CheckpointMetadata:
-        """Decode :meth:`to_json` output; malformed input raises :class:`CheckpointError`
-        naming ``source`` and the offending field."""
+    def from_json(
+        cls, data: bytes, *, base: str, source: str = "<bytes>", options: Any = None
+    ) -> CheckpointMetadata:
+        """Decode :meth:`to_json` output, resolving paths against ``base``.
+
+        Malformed input raises :class:`CheckpointError` naming ``source`` and the field.
+        """
+        fs = storage_fs(base, options)
+
+        def resolve(path: str) -> str:
+            return fs.join(base, path)
+
         try:
             doc = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -258,7 +288,7 @@ class CheckpointMetadata:
             decoded: dict[int, OperatorSubtaskState] = {}
             for subtask_text, state in subtasks.items():
                 subtask = r.index(subtask_text, f"{where} subtask key {subtask_text!r}")
-                decoded[subtask] = _decode_subtask(r, state, f"{where}[{subtask}]")
+                decoded[subtask] = _decode_subtask(r, state, f"{where}[{subtask}]", resolve)
             operators[uid] = decoded
         op_par_in = r.get(doc, "operator_parallelism", dict, "top level")
         operator_parallelism = {
@@ -267,6 +297,7 @@ class CheckpointMetadata:
         return cls(
             version=version,
             job_id=r.get(doc, "job_id", str, "top level"),
+            job_name=str(doc.get("job_name") or ""),
             checkpoint_id=r.integer(doc, "checkpoint_id", "top level"),
             kind=r.kind(doc, "top level"),
             trigger_time=r.number(doc, "trigger_time", "top level"),
@@ -295,47 +326,28 @@ def _encode_lists(lists: dict[str, list[object]], where: str) -> dict[str, str]:
     return out
 
 
-def _encode_subtask(state: OperatorSubtaskState, where: str) -> dict[str, Any]:
-    keyed = None
-    if state.keyed is not None:
-        keyed = {
-            "path": state.keyed.path,
-            "size": state.keyed.size,
-            "key_groups": {
-                str(kg): [offset, length]
-                for kg, (offset, length) in sorted(state.keyed.key_groups.items())
-            },
-        }
+def _encode_subtask(
+    state: OperatorSubtaskState, where: str, relativize: Relativize
+) -> dict[str, Any]:
     return {
-        "keyed": keyed,
+        "keyed": None if state.keyed is None else state.keyed.to_json(relativize),
         "operator_lists": _encode_lists(state.operator_lists, where),
         "union_lists": _encode_lists(state.union_lists, where),
     }
 
 
-def _decode_subtask(r: _Reader, doc: object, where: str) -> OperatorSubtaskState:
+def _decode_subtask(r: _Reader, doc: object, where: str, resolve: Resolve) -> OperatorSubtaskState:
     r.check(isinstance(doc, dict), where, "an object")
     assert isinstance(doc, dict)
     keyed_doc = doc.get("keyed")
-    keyed: KeyedStateHandle | None = None
+    keyed = None
     if keyed_doc is not None:
-        kwhere = f"{where}.keyed"
-        r.check(isinstance(keyed_doc, dict), kwhere, "an object or null")
-        key_groups: dict[int, tuple[int, int]] = {}
-        for kg_text, span in r.get(keyed_doc, "key_groups", dict, kwhere).items():
-            kg = r.index(kg_text, f"{kwhere}.key_groups key {kg_text!r}")
-            ok = (
-                isinstance(span, list)
-                and len(span) == 2
-                and all(isinstance(v, int) and not isinstance(v, bool) for v in span)
-            )
-            r.check(ok, f"{kwhere}.key_groups[{kg}]", "[offset, length] integers")
-            key_groups[kg] = (span[0], span[1])
-        keyed = KeyedStateHandle(
-            path=r.get(keyed_doc, "path", str, kwhere),
-            key_groups=key_groups,
-            size=r.integer(keyed_doc, "size", kwhere),
-        )
+        try:
+            keyed = handle_from_json(keyed_doc, resolve, f"{r.source}: {where}.keyed")
+        except CheckpointError:
+            raise
+        except Exception as err:  # a malformed handle of any shape
+            raise CheckpointError(f"{r.source}: {where}.keyed is malformed: {err!r}") from err
     return OperatorSubtaskState(
         keyed=keyed,
         operator_lists=_decode_lists(r, doc, "operator_lists", where),

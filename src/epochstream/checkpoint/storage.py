@@ -1,16 +1,17 @@
-"""Checkpoint directories on a local (or POSIX-mounted) filesystem, laid out like Flink's::
+"""Checkpoint directories on any storage (local path or ``s3://``), laid out like Flink's::
 
-    <root>/<job_id>/chk-<n>/            state files written by the tasks
+    <root>/<job_id>/chk-<n>/            files private to checkpoint n
     <root>/<job_id>/chk-<n>/_metadata   written last, atomically: its presence = completed
+    <root>/<job_id>/shared/             files incremental checkpoints share (reference-counted)
 
 A directory without ``_metadata`` is a pending, aborted or crashed checkpoint and is
 never restored from. Directory ids also seed the coordinator's id counter, so ids stay
-monotonic across restarts of the job master.
+monotonic across restarts of the job master. Every read and write goes through a
+:class:`~epochstream.checkpoint.filesystems.StorageFS`.
 
 Example::
 
     storage = CheckpointStorage("/tmp/ck", "job-1")
-    d = storage.checkpoint_dir(1)            # "/tmp/ck/job-1/chk-1"
     storage.write_metadata(1, metadata)      # "/tmp/ck/job-1/chk-1/_metadata"
     storage.completed_ids() == [1]
 """
@@ -19,19 +20,19 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import tempfile
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from epochstream._fs import create_private, fsync_directory, makedirs_private
-from epochstream.checkpoint.config import resolve_storage_path
+from epochstream.checkpoint.filesystems import StorageFS, normalize_location, storage_fs
 from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.exceptions import CheckpointError, ConfigurationError
 
 __all__ = [
     "CHECKPOINT_PREFIX",
     "METADATA_FILE",
+    "SHARED_DIR",
     "CheckpointEntry",
     "CheckpointStorage",
     "find_completed_checkpoints",
@@ -41,46 +42,38 @@ __all__ = [
 
 METADATA_FILE = "_metadata"
 CHECKPOINT_PREFIX = "chk-"
+SHARED_DIR = "shared"
 _CHK_RE = re.compile(r"^chk-([1-9][0-9]*)$")
 
 
-def _chk_ids(directory: str) -> list[int]:
-    """Ids of the ``chk-<n>`` directories directly inside ``directory``, ascending."""
+def _chk_ids(fs: StorageFS, directory: str) -> list[int]:
+    """Ids of the ``chk-<n>`` entries directly inside ``directory``, ascending."""
     try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
+        names = fs.listdir(directory, dirs_only=True)
     except OSError as err:  # e.g. a regular file where the directory should be
-        raise CheckpointError(
-            f"{directory}: cannot list checkpoints: {err.strerror or err}"
-        ) from err
-    ids = []
-    for name in names:
-        match = _CHK_RE.match(name)
-        if match and os.path.isdir(os.path.join(directory, name)):
-            ids.append(int(match.group(1)))
-    return sorted(ids)
+        raise CheckpointError(f"{directory}: cannot list checkpoints: {err.strerror or err}") from err
+    return sorted(int(m.group(1)) for m in map(_CHK_RE.match, names) if m)
 
 
-def _read_metadata(metadata_path: str) -> CheckpointMetadata:
+def _read_metadata(fs: StorageFS, metadata_path: str, options: Any = None) -> CheckpointMetadata:
     try:
-        with open(metadata_path, "rb") as f:
-            data = f.read()
+        data = fs.read_bytes(metadata_path)
     except OSError as err:
         raise CheckpointError(f"{metadata_path}: cannot read checkpoint metadata: {err}") from err
-    return CheckpointMetadata.from_json(data, source=metadata_path)
+    base = metadata_path.rsplit("/", 1)[0]
+    return CheckpointMetadata.from_json(data, base=base, source=metadata_path, options=options)
 
 
 class CheckpointStorage:
-    """The checkpoint directories of one job under ``root`` (a path or ``file://`` URL).
+    """The checkpoint directories of one job under ``root`` (a path or URI).
 
     Example::
 
-        s = CheckpointStorage("file:///tmp/ck", "job-1")
-        s.job_dir == "/tmp/ck/job-1"
+        s = CheckpointStorage("s3://bucket/ck", "job-1", {"endpoint_url": "http://127.0.0.1:8333"})
+        s.job_dir == "s3://bucket/ck/job-1"
     """
 
-    def __init__(self, root: str, job_id: str) -> None:
+    def __init__(self, root: str, job_id: str, options: Mapping[str, Any] | None = None) -> None:
         if (
             not isinstance(job_id, str)
             or not job_id
@@ -92,113 +85,92 @@ class CheckpointStorage:
                 f"job id {job_id!r} cannot name a checkpoint directory "
                 "(it must be non-empty and contain no path separator)"
             )
-        self.root = os.path.abspath(resolve_storage_path(root))
+        self.root = normalize_location(root)
+        self.options = dict(options or {})
+        self.fs = storage_fs(self.root, self.options)
         self.job_id = job_id
-        self._job_dir = os.path.join(self.root, job_id)
+        self._job_dir = self.fs.join(self.root, job_id)
 
     def __repr__(self) -> str:
         return f"CheckpointStorage(root={self.root!r}, job_id={self.job_id!r})"
 
     @property
     def job_dir(self) -> str:
-        """``<root>/<job_id>`` (not created until the first checkpoint directory is)."""
+        """``<root>/<job_id>``."""
         return self._job_dir
 
-    def checkpoint_path(self, checkpoint_id: int) -> str:
-        """Path of ``chk-<checkpoint_id>`` without creating it."""
-        if isinstance(checkpoint_id, bool) or not isinstance(checkpoint_id, int):
-            raise TypeError(f"checkpoint id must be an int, got {checkpoint_id!r}")
-        if checkpoint_id < 1:
-            raise ValueError(f"checkpoint ids start at 1, got {checkpoint_id}")
-        return os.path.join(self._job_dir, f"{CHECKPOINT_PREFIX}{checkpoint_id}")
+    @property
+    def shared_dir(self) -> str:
+        """``<root>/<job_id>/shared``: files incremental checkpoints share."""
+        return self.fs.join(self._job_dir, SHARED_DIR)
 
     def check_writable(self) -> None:
         """Fail now, before any record is read, if checkpoints cannot be written here.
 
-        Creates the job directory (``0700``), writes, fsyncs and deletes a probe file.
-        Raises :class:`CheckpointError` naming the path and the reason.
+        Creates the job directory (``0700`` locally), writes, reads back and deletes a
+        probe file. Raises :class:`CheckpointError` naming the location and the reason.
         """
-        probe = os.path.join(self._job_dir, f".probe-{uuid.uuid4().hex}")
+        probe = self.fs.join(self._job_dir, f".probe-{uuid.uuid4().hex}")
+        payload = b"epochstream storage probe\n"
         try:
-            makedirs_private(self._job_dir)
-            with create_private(probe) as f:
-                f.write(b"epochstream storage probe\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.unlink(probe)
+            self.fs.makedirs(self._job_dir)
+            self.fs.write_bytes(probe, payload)
+            if self.fs.read_bytes(probe) != payload:
+                raise OSError(f"read back different bytes from {probe}")
+            self.fs.delete_file(probe)
         except OSError as err:
+            where = getattr(err, "filename", None) or probe
             raise CheckpointError(
-                f"checkpoint storage {self.root} is not usable: cannot write "
-                f"{err.filename or probe}: {err.strerror or err}"
+                f"checkpoint storage {self.root} is not usable: cannot write {where}: "
+                f"{getattr(err, 'strerror', None) or err}"
             ) from err
+
+    def checkpoint_path(self, checkpoint_id: int) -> str:
+        """Location of ``chk-<checkpoint_id>``."""
+        if isinstance(checkpoint_id, bool) or not isinstance(checkpoint_id, int):
+            raise TypeError(f"checkpoint id must be an int, got {checkpoint_id!r}")
+        if checkpoint_id < 1:
+            raise ValueError(f"checkpoint ids start at 1, got {checkpoint_id}")
+        return self.fs.join(self._job_dir, f"{CHECKPOINT_PREFIX}{checkpoint_id}")
 
     def checkpoint_dir(self, checkpoint_id: int) -> str:
         """Create (if needed) and return the directory of checkpoint ``checkpoint_id``."""
         path = self.checkpoint_path(checkpoint_id)
         try:
-            makedirs_private(path)
+            self.fs.makedirs(path)
         except OSError as err:
             raise CheckpointError(f"{path}: cannot create checkpoint directory: {err}") from err
         return path
 
     def metadata_path(self, checkpoint_id: int) -> str:
-        """Path of the ``_metadata`` file of checkpoint ``checkpoint_id``."""
-        return os.path.join(self.checkpoint_path(checkpoint_id), METADATA_FILE)
+        """Location of the ``_metadata`` file of checkpoint ``checkpoint_id``."""
+        return self.fs.join(self.checkpoint_path(checkpoint_id), METADATA_FILE)
 
     def write_metadata(self, checkpoint_id: int, metadata: CheckpointMetadata) -> str:
-        """Atomically write ``_metadata``, making the checkpoint complete; returns its path.
-
-        The bytes go to a temporary file in the same directory, are fsynced, renamed
-        over ``_metadata`` and the directory is fsynced, so a crash leaves either no
-        ``_metadata`` or a whole one.
-        """
+        """Atomically write ``_metadata``, making the checkpoint complete; returns its path."""
         if metadata.checkpoint_id != checkpoint_id:
             raise CheckpointError(
                 f"metadata of checkpoint {metadata.checkpoint_id} cannot be written as "
                 f"checkpoint {checkpoint_id}"
             )
-        data = metadata.to_json()
-        directory = self.checkpoint_dir(checkpoint_id)
-        final = os.path.join(directory, METADATA_FILE)
-        tmp = ""
-        try:
-            # mkstemp creates the file 0600: checkpoints are private to their user.
-            fd, tmp = tempfile.mkstemp(prefix=f".{METADATA_FILE}.", suffix=".tmp", dir=directory)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, final)
-            tmp = ""
-            fsync_directory(directory)
-        except OSError as err:
-            raise CheckpointError(f"{final}: cannot write checkpoint metadata: {err}") from err
-        finally:
-            if tmp:
-                # The rename never happened: leave no partial file behind.
-                try:
-                    os.unlink(tmp)
-                except FileNotFoundError:
-                    pass
-        return final
+        directory = self.checkpoint_path(checkpoint_id)
+        return write_metadata_file(self.fs, directory, metadata)
 
     def discard(self, checkpoint_id: int) -> None:
         """Delete checkpoint ``checkpoint_id``'s directory; a missing one is fine."""
         path = self.checkpoint_path(checkpoint_id)
         try:
-            shutil.rmtree(path)
-        except FileNotFoundError:
-            return
+            self.fs.delete_dir(path)
         except OSError as err:
             raise CheckpointError(f"{path}: cannot discard checkpoint directory: {err}") from err
 
     def checkpoint_ids(self) -> list[int]:
         """Ids of every ``chk-<n>`` directory, completed or not, ascending."""
-        return _chk_ids(self._job_dir)
+        return _chk_ids(self.fs, self._job_dir)
 
     def completed_ids(self) -> list[int]:
         """Ids of the completed checkpoints (those with ``_metadata``), ascending."""
-        return [n for n in self.checkpoint_ids() if os.path.isfile(self.metadata_path(n))]
+        return [n for n in self.checkpoint_ids() if self.fs.exists(self.metadata_path(n))]
 
     def latest_completed_id(self) -> int | None:
         """The highest completed checkpoint id, ``None`` if there is none."""
@@ -207,39 +179,58 @@ class CheckpointStorage:
 
     def load(self, checkpoint_id: int) -> CheckpointMetadata:
         """Read the metadata of completed checkpoint ``checkpoint_id``."""
-        return _read_metadata(self.metadata_path(checkpoint_id))
+        return _read_metadata(self.fs, self.metadata_path(checkpoint_id), self.options)
 
     def max_checkpoint_id(self) -> int:
         """Highest ``chk-<n>`` present, completed or not; 0 if none (seeds the id counter)."""
         ids = self.checkpoint_ids()
         return ids[-1] if ids else 0
 
+    def shared_files(self) -> list[str]:
+        """Every file in the shared directory (for garbage collection and tests)."""
+        shared = self.shared_dir
+        return [self.fs.join(shared, name) for name in self.fs.listdir(shared)]
 
-def load_metadata(path: str) -> tuple[str, CheckpointMetadata]:
-    """Load a checkpoint from its directory or its ``_metadata`` file.
 
-    Returns ``(checkpoint_directory, metadata)``; raises :class:`CheckpointError` if
-    ``path`` is not a completed checkpoint.
+def write_metadata_file(fs: StorageFS, directory: str, metadata: CheckpointMetadata) -> str:
+    """Write ``directory/_metadata`` atomically (paths in it relative to ``directory``)."""
+    data = metadata.to_json(directory)
+    final = fs.join(directory, METADATA_FILE)
+    try:
+        fs.write_atomic(final, data)
+    except OSError as err:
+        raise CheckpointError(f"{final}: cannot write checkpoint metadata: {err}") from err
+    return final
+
+
+def load_metadata(
+    path: str, options: Mapping[str, Any] | None = None
+) -> tuple[str, CheckpointMetadata]:
+    """Load a checkpoint or savepoint from its directory or its ``_metadata`` file.
+
+    Returns ``(directory, metadata)``; raises :class:`CheckpointError` if ``path`` is
+    not a completed checkpoint.
 
     Example::
 
         directory, md = load_metadata("/tmp/ck/job-1/chk-4")
     """
-    path = os.path.abspath(resolve_storage_path(path))
-    if os.path.isdir(path):
-        directory, metadata_path = path, os.path.join(path, METADATA_FILE)
+    path = normalize_location(path)
+    fs = storage_fs(path, options)
+    if path.rstrip("/").endswith("/" + METADATA_FILE) and fs.exists(path):
+        directory, metadata_path = path.rsplit("/", 1)[0], path
     else:
-        directory, metadata_path = os.path.dirname(path), path
-    if not os.path.isfile(metadata_path):
+        directory, metadata_path = path, fs.join(path, METADATA_FILE)
+    if not fs.exists(metadata_path):
         raise CheckpointError(
-            f"{path}: not a completed checkpoint (no {METADATA_FILE} file at {metadata_path})"
+            f"{path}: not a completed checkpoint or savepoint (no {METADATA_FILE} at {metadata_path})"
         )
-    return directory, _read_metadata(metadata_path)
+    return directory, _read_metadata(fs, metadata_path, options)
 
 
 @dataclass(frozen=True)
 class CheckpointEntry:
-    """A completed checkpoint found on storage: its metadata, or why it cannot be read.
+    """A completed checkpoint (or savepoint) found on storage: metadata, or why not readable.
 
     Example::
 
@@ -259,40 +250,50 @@ class CheckpointEntry:
         return self.metadata is not None
 
 
-def scan_checkpoints(path: str) -> list[CheckpointEntry]:
+def scan_checkpoints(
+    path: str, options: Mapping[str, Any] | None = None
+) -> list[CheckpointEntry]:
     """Every completed checkpoint under ``path`` (a storage root, a job dir or a chk dir).
 
-    Unlike :func:`find_completed_checkpoints`, a ``_metadata`` that cannot be read or
-    parsed does not raise: its entry carries the error. Sorted by (job, checkpoint id).
-    A path that does not exist raises :class:`CheckpointError`.
+    Also finds savepoint directories (any sub-directory holding ``_metadata``). A
+    ``_metadata`` that cannot be read or parsed does not raise: its entry carries the
+    error. Sorted by (job, checkpoint id). A path that does not exist raises
+    :class:`CheckpointError`.
 
     Example::
 
         bad = [e for e in scan_checkpoints("/tmp/ck") if not e.ok]
     """
-    path = os.path.abspath(resolve_storage_path(path))
-    if os.path.isfile(path) or os.path.isfile(os.path.join(path, METADATA_FILE)):
-        directory = path if os.path.isdir(path) else os.path.dirname(path)
-        candidates = [directory]
-    elif os.path.isdir(path):
-        job_dirs = [path] if _chk_ids(path) else _subdirs(path)
-        candidates = [
-            os.path.join(job_dir, f"{CHECKPOINT_PREFIX}{n}")
-            for job_dir in job_dirs
-            for n in _chk_ids(job_dir)
-        ]
+    path = normalize_location(path)
+    fs = storage_fs(path, options)
+    if path.endswith("/" + METADATA_FILE) and fs.exists(path):
+        candidates = [path.rsplit("/", 1)[0]]
+    elif fs.exists(fs.join(path, METADATA_FILE)):
+        candidates = [path]
+    elif fs.isdir(path):
+        candidates = []
+        own = _chk_ids(fs, path)
+        job_dirs = [path] if own else [fs.join(path, n) for n in fs.listdir(path, dirs_only=True)]
+        for job_dir in job_dirs:
+            if fs.exists(fs.join(job_dir, METADATA_FILE)):
+                candidates.append(job_dir)  # a savepoint directory
+                continue
+            candidates.extend(
+                fs.join(job_dir, f"{CHECKPOINT_PREFIX}{n}") for n in _chk_ids(fs, job_dir)
+            )
     else:
         raise CheckpointError(f"{path}: no such checkpoint directory")
     entries = []
     for chk_dir in candidates:
-        metadata_path = os.path.join(chk_dir, METADATA_FILE)
-        if not os.path.isfile(metadata_path):
+        metadata_path = fs.join(chk_dir, METADATA_FILE)
+        if not fs.exists(metadata_path):
             continue
-        match = _CHK_RE.match(os.path.basename(chk_dir))
-        job = os.path.basename(os.path.dirname(chk_dir))
+        name = chk_dir.rstrip("/").rsplit("/", 1)[-1]
+        match = _CHK_RE.match(name)
+        job = chk_dir.rsplit("/", 2)[-2] if match else name
         number = int(match.group(1)) if match else 0
         try:
-            md = _read_metadata(metadata_path)
+            md = _read_metadata(fs, metadata_path, options)
         except CheckpointError as err:
             entries.append(CheckpointEntry(chk_dir, job, number, error=str(err)))
         else:
@@ -301,25 +302,14 @@ def scan_checkpoints(path: str) -> list[CheckpointEntry]:
     return entries
 
 
-def find_completed_checkpoints(path: str) -> list[tuple[str, CheckpointMetadata]]:
-    """Every readable completed checkpoint under ``path``: a storage root, a job dir or a chk dir.
-
-    Sorted by (job id, checkpoint id); checkpoints whose ``_metadata`` is corrupt are
-    left out (:func:`scan_checkpoints` reports them). A storage root or job directory
-    with no completed checkpoint gives ``[]``; a path that does not exist raises
-    :class:`CheckpointError`.
+def find_completed_checkpoints(
+    path: str, options: Mapping[str, Any] | None = None
+) -> list[tuple[str, CheckpointMetadata]]:
+    """Every readable completed checkpoint under ``path`` (see :func:`scan_checkpoints`).
 
     Example::
 
         for directory, md in find_completed_checkpoints("/tmp/ck"):
             print(md.job_id, md.checkpoint_id, directory)
     """
-    return [(e.directory, e.metadata) for e in scan_checkpoints(path) if e.metadata is not None]
-
-
-def _subdirs(path: str) -> list[str]:
-    try:
-        names = sorted(os.listdir(path))
-    except OSError as err:
-        raise CheckpointError(f"{path}: cannot list checkpoint storage: {err}") from err
-    return [os.path.join(path, n) for n in names if os.path.isdir(os.path.join(path, n))]
+    return [(e.directory, e.metadata) for e in scan_checkpoints(path, options) if e.metadata]

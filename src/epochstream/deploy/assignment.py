@@ -15,10 +15,10 @@ Example::
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 from epochstream.checkpoint.coordinator import CompletedCheckpoint
+from epochstream.checkpoint.filesystems import normalize_location, storage_fs
 from epochstream.checkpoint.storage import METADATA_FILE, load_metadata, scan_checkpoints
 from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.graph.jobgraph import JobGraph
@@ -26,48 +26,64 @@ from epochstream.runtime.messages import TaskDeployment
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.redistribute import build_restores
 
-__all__ = ["initial_splits", "load_restore_point", "task_deployments"]
+__all__ = [
+    "check_restore_point",
+    "initial_splits",
+    "load_restore_point",
+    "restore_candidates",
+    "task_deployments",
+]
 
 log = logging.getLogger(__name__)
 
 
-def load_restore_point(
-    path: str, graph: JobGraph, env: Any, allow_non_restored_state: bool
-) -> CompletedCheckpoint:
-    """The checkpoint a new job starts from, checked against the job graph.
+def restore_candidates(path: str, options: Any = None) -> list[CompletedCheckpoint]:
+    """The readable completed checkpoints (or the savepoint) at ``path``, newest first.
 
-    ``path`` is a ``chk-<n>`` directory, its ``_metadata`` file, or a directory holding
-    completed checkpoints (the newest is taken). Adjusts ``graph.max_parallelism`` to the
-    checkpoint's unless the user set one explicitly (then they must agree).
+    ``path`` is a ``chk-<n>`` or savepoint directory, its ``_metadata`` file, or a
+    directory holding completed checkpoints (a job directory or a storage root).
+    Unreadable ones are skipped with a warning; none readable is a
+    :class:`ConfigurationError`.
     """
-    path = os.path.abspath(path)
-    if os.path.isdir(path) and not os.path.exists(os.path.join(path, METADATA_FILE)):
-        entries = scan_checkpoints(path)
-        readable = [e for e in entries if e.metadata is not None]
-        for bad in (e for e in entries if e.metadata is None):
-            log.warning("restore_from: skipping unreadable checkpoint %s: %s", bad.directory, bad.error)
-        if not readable:
-            detail = f" ({len(entries)} unreadable)" if entries else ""
-            raise ConfigurationError(
-                f"restore_from: no readable completed checkpoint under {path}{detail}"
-            )
-        newest = max(readable, key=lambda e: e.metadata.completion_time)  # type: ignore[union-attr]
-        directory, md = newest.directory, newest.metadata
-        assert md is not None
-    else:
-        directory, md = load_metadata(path)
+    location = normalize_location(path)
+    fs = storage_fs(location, options)
+    single = location.endswith("/" + METADATA_FILE) or fs.exists(fs.join(location, METADATA_FILE))
+    if single:
+        directory, md = load_metadata(location, options)
+        return [CompletedCheckpoint(md.checkpoint_id, directory, md, owned=False)]
+    entries = scan_checkpoints(location, options)
+    for bad in (e for e in entries if e.metadata is None):
+        log.warning("restore: skipping unreadable checkpoint %s: %s", bad.directory, bad.error)
+    readable = [e for e in entries if e.metadata is not None]
+    if not readable:
+        detail = f" ({len(entries)} unreadable)" if entries else ""
+        raise ConfigurationError(f"restore: no readable completed checkpoint under {location}{detail}")
+    readable.sort(key=lambda e: e.metadata.completion_time, reverse=True)  # type: ignore[union-attr]
+    return [
+        CompletedCheckpoint(e.checkpoint_id, e.directory, e.metadata, owned=False)  # type: ignore[arg-type]
+        for e in readable
+    ]
+
+
+def check_restore_point(
+    point: CompletedCheckpoint, graph: JobGraph, env: Any, allow_non_restored_state: bool
+) -> None:
+    """Check ``point`` against the job graph; adopt its max parallelism when the job
+    did not set one (key groups are fixed for the life of the state)."""
+    directory, md = point.directory, point.metadata
     if md.max_parallelism != graph.max_parallelism:
         if getattr(env, "max_parallelism_explicit", True):
             raise StateError(
-                f"restore_from {directory}: its max_parallelism is {md.max_parallelism} but the job "
-                f"sets {graph.max_parallelism}; key groups are fixed for the life of the state"
-            )
-        if md.max_parallelism < graph.parallelism:
-            raise StateError(
-                f"restore_from {directory}: max_parallelism {md.max_parallelism} is below the "
-                f"job's parallelism {graph.parallelism}"
+                f"restore from {directory}: its max_parallelism is {md.max_parallelism} but the "
+                f"job sets {graph.max_parallelism}; key groups are fixed for the life of the state"
             )
         graph.max_parallelism = md.max_parallelism
+    if graph.parallelism > graph.max_parallelism:
+        raise StateError(
+            f"restore from {directory}: parallelism {graph.parallelism} is above the state's "
+            f"max_parallelism {graph.max_parallelism}; a job cannot have more subtasks than key "
+            "groups (choose a parallelism <= max_parallelism)"
+        )
     unknown = sorted(
         uid
         for uid, states in md.operators.items()
@@ -75,11 +91,19 @@ def load_restore_point(
     )
     if unknown and not allow_non_restored_state:
         raise StateError(
-            f"restore_from {directory}: state of operators {unknown} has no operator with that uid "
-            "in this job; give operators stable uids with .uid(...), or pass "
+            f"restore from {directory}: state of operators {unknown} has no operator with that "
+            "uid in this job; give operators stable uids with .uid(...), or pass "
             "allow_non_restored_state=True to drop it"
         )
-    return CompletedCheckpoint(md.checkpoint_id, directory, md)
+
+
+def load_restore_point(
+    path: str, graph: JobGraph, env: Any, allow_non_restored_state: bool, options: Any = None
+) -> list[CompletedCheckpoint]:
+    """The restore point at ``path`` (newest first, older ones as fallbacks), checked."""
+    candidates = restore_candidates(path, options)
+    check_restore_point(candidates[0], graph, env, allow_non_restored_state)
+    return candidates
 
 
 def initial_splits(graph: JobGraph) -> dict[str, list[list[Any]]]:
@@ -120,7 +144,7 @@ def task_deployments(
                 old_parallelism=md.operator_parallelism.get(uid, md.parallelism),
                 new_parallelism=p,
                 max_parallelism=graph.max_parallelism,
-                checkpoint_dir=restored.directory,
+                owned=restored.owned,
             )
     slots: dict[int, list[TaskDeployment]] = {i: [] for i in range(p)}
     for chain in graph.chains:

@@ -10,18 +10,21 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
 
 from epochstream.api.result import JobResult
-from epochstream.deploy.assignment import load_restore_point
+from epochstream.deploy.assignment import check_restore_point, load_restore_point
 from epochstream.deploy.jobmaster import JobMaster
 from epochstream.deploy.runners import LocalRunner, Runner
 from epochstream.exceptions import EpochstreamError
 from epochstream.graph.jobgraph import JobGraph
 
-__all__ = ["JobClient", "start_job"]
+__all__ = ["JobClient", "latest_run_checkpoints", "start_job"]
+
+log = logging.getLogger(__name__)
 
 
 class JobClient:
@@ -107,9 +110,34 @@ class JobClient:
                 raise self._error
             raise EpochstreamError(f"job {self.job_id} already finished")
 
-    def cancel(self) -> None:
-        """Stop the job; ``result()`` then raises JobCancelled."""
-        self._master.cancel()
+    def trigger_savepoint(self, directory: str | None = None, *, timeout: float = 600.0) -> str:
+        """Take a savepoint while the job keeps running; returns its path.
+
+        It goes to ``directory/savepoint-<job>-<random>`` (default directory: the
+        checkpoint config's ``savepoint_dir``, else ``<storage>/savepoints``), in the
+        canonical format any backend restores, self-contained and never deleted by
+        epochstream. Raises :class:`~epochstream.exceptions.CheckpointError` when it fails.
+
+        Example: ``path = client.trigger_savepoint("s3://bucket/sp")``
+        """
+        return self._master.request_savepoint(directory, terminate=False).wait(timeout)
+
+    def cancel(self, savepoint: str | None = None, *, timeout: float = 600.0) -> str | None:
+        """Stop the job; ``result()`` then raises JobCancelled.
+
+        With ``savepoint`` (a directory), stop with a savepoint, as Flink's
+        stop-with-savepoint: sources stop after its barrier, sinks commit everything it
+        covers, and the job ends; returns the savepoint's path. If the savepoint fails
+        the job keeps running and :class:`~epochstream.exceptions.CheckpointError` is raised.
+
+        Example: ``path = client.cancel(savepoint="/data/sp")``
+        """
+        if savepoint is None:
+            self._master.cancel()
+            return None
+        path = self._master.request_savepoint(savepoint, terminate=True).wait(timeout)
+        self._done.wait(timeout)
+        return path
 
     def result(self, timeout: float | None = None) -> JobResult:
         """Wait for the job to end; return its JobResult or raise its error."""
@@ -135,11 +163,54 @@ def start_job(
     *,
     restore_from: str | None = None,
     allow_non_restored_state: bool = False,
+    resume: bool = False,
 ) -> JobClient:
-    """Create the job master for ``graph`` and run it in the background."""
-    restore = (
-        load_restore_point(restore_from, graph, env, allow_non_restored_state)
-        if restore_from
-        else None
-    )
+    """Create the job master for ``graph`` and run it in the background.
+
+    ``resume``: start from the newest completed checkpoint of the newest earlier run of
+    a job with this name under the checkpoint storage (none: a fresh start).
+    """
+    config = getattr(env, "checkpoint_config", None)
+    options = config.storage_options if config is not None else None
+    restore = None
+    if restore_from:
+        restore = load_restore_point(restore_from, graph, env, allow_non_restored_state, options)
+    elif resume:
+        restore = latest_run_checkpoints(env, graph.name)
+        if restore:
+            check_restore_point(restore[0], graph, env, allow_non_restored_state)
     return JobClient(JobMaster(env, graph, runner=_runner_for(env), restore=restore))
+
+
+def latest_run_checkpoints(env: Any, job_name: str) -> list[Any] | None:
+    """The completed checkpoints of the newest earlier run of ``job_name``, newest first.
+
+    Looks under the environment's checkpoint storage (``epochstream run --resume``).
+    """
+    from epochstream.checkpoint.coordinator import CompletedCheckpoint
+    from epochstream.checkpoint.storage import scan_checkpoints
+    from epochstream.exceptions import ConfigurationError
+
+    config = getattr(env, "checkpoint_config", None)
+    if config is None:
+        raise ConfigurationError("--resume needs checkpointing: call env.enable_checkpointing()")
+    try:
+        entries = scan_checkpoints(config.storage_location, config.storage_options)
+    except EpochstreamError:
+        return None
+    runs: dict[str, list[Any]] = {}
+    for e in entries:
+        if e.metadata is not None and e.metadata.job_name == job_name and e.metadata.kind == "checkpoint":
+            runs.setdefault(e.metadata.job_id, []).append(e)
+    if not runs:
+        log.warning("resume: no earlier checkpoint of job %r; starting from the beginning", job_name)
+        return None
+    newest_run = max(runs.values(), key=lambda es: max(e.metadata.completion_time for e in es))
+    newest_run.sort(key=lambda e: e.checkpoint_id, reverse=True)
+    log.warning(
+        "resume: job %r continues from checkpoint %d of run %s",
+        job_name,
+        newest_run[0].checkpoint_id,
+        newest_run[0].metadata.job_id,
+    )
+    return [CompletedCheckpoint(e.checkpoint_id, e.directory, e.metadata, owned=False) for e in newest_run]

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -36,12 +36,16 @@ from epochstream.api.result import JobResult
 from epochstream.checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
 from epochstream.checkpoint.storage import CheckpointStorage
 from epochstream.deploy.assignment import initial_splits, task_deployments
-from epochstream.deploy.control import ControlServer, SlotConnection
+from epochstream.deploy.control import ControlServer
+from epochstream.deploy.failures import Failure
 from epochstream.deploy.runners import Runner, RunnerLost
-from epochstream.exceptions import ConfigurationError, JobExecutionError
+from epochstream.deploy.savepoints import SavepointRequest
+from epochstream.deploy.storage_io import StorageWorker
+from epochstream.exceptions import CheckpointError, ConfigurationError, JobExecutionError
 from epochstream.graph.jobgraph import JobGraph
 from epochstream.runtime.auth import new_secret
 from epochstream.runtime.clock import Clock, SystemClock
+from epochstream.runtime.events import CheckpointOptions
 from epochstream.runtime.messages import (
     AcknowledgeCheckpoint,
     CancelSlot,
@@ -94,27 +98,6 @@ class JobCancelled(Exception):
     """
 
 
-@dataclass
-class _Failure:
-    cause: str
-    suppress_restarts: bool = False
-    error: BaseException | None = None
-
-    @classmethod
-    def of_task(cls, msg: TaskFailed) -> _Failure:
-        """A task's reported exception, with its traceback."""
-        text = f"{msg.description}\n{msg.traceback}" if msg.traceback else msg.description
-        return cls(text, suppress_restarts=msg.suppress_restarts, error=msg.error)
-
-    @classmethod
-    def lost_slot(cls, conn: SlotConnection, error: BaseException | None) -> _Failure:
-        """A slot whose control connection closed: its process most likely died."""
-        return cls(
-            f"slot {conn.slot} (pid {conn.pid}) lost its control connection"
-            f" (process died?): {error!r}"
-        )
-
-
 class JobMaster:
     """Runs one job to completion across attempts."""
 
@@ -125,7 +108,7 @@ class JobMaster:
         *,
         runner: Runner,
         clock: Clock | None = None,
-        restore: CompletedCheckpoint | None = None,
+        restore: list[CompletedCheckpoint] | None = None,
     ) -> None:
         self.env = env
         self.graph = graph
@@ -139,7 +122,10 @@ class JobMaster:
         self.failures: list[str] = []
         self.slot_pids: dict[int, int] = {}
         self.running = threading.Event()
-        self._slots: dict[int, SlotConnection] = {}
+        self.started_at = time.time()
+        self._slots: dict[int, Any] = {}
+        self._savepoints: dict[int, SavepointRequest] = {}
+        self._stop_with: SavepointRequest | None = None
         try:
             self._graph_bytes = cloudpickle.dumps(graph)
         except Exception as exc:
@@ -159,8 +145,11 @@ class JobMaster:
         self.checkpoint_config = config
         self.storage: CheckpointStorage | None = None
         self.coordinator: CheckpointCoordinator | None = None
+        self.io = StorageWorker(self.events)
         if config is not None:
-            self.storage = CheckpointStorage(config.storage_path, self.job_id)
+            self.storage = CheckpointStorage(
+                config.storage_location, self.job_id, config.storage_options
+            )
             # Before any record is read: an unusable storage would otherwise show only at
             # the first checkpoint, after the input was processed once per restart.
             self.storage.check_writable()
@@ -169,22 +158,46 @@ class JobMaster:
                 storage=self.storage,
                 clock=self.clock,
                 job_id=self.job_id,
+                job_name=graph.name,
                 parallelism=graph.parallelism,
                 max_parallelism=graph.max_parallelism,
                 operator_parallelism={uid: graph.parallelism for uid in graph.operator_uids},
                 callbacks=self,
             )
-        # Where attempt 1 starts from when this job resumes an earlier job's checkpoint;
-        # with checkpointing on, the coordinator takes it over as its latest completed one.
-        self._restore = restore
-        if restore is not None and self.coordinator is not None:
-            self.coordinator.restore_from(restore.directory, restore.metadata)
+        # Where attempt 1 starts from when this job resumes an earlier job's checkpoint
+        # (newest first; the others are fallbacks if it proves corrupt). With
+        # checkpointing on, the coordinator takes them over.
+        self._restore = list(restore or [])
+        if self._restore and self.coordinator is not None:
+            self.coordinator.restore_from(self._restore)
         self.server = ControlServer(runner.control_host(), self.secret, self.events)
 
     # ------------------------------------------------------------------ coordinator callbacks
 
-    def trigger_sources(self, checkpoint_id: int, timestamp: float, final: bool) -> None:
-        self._broadcast(TriggerCheckpoint(checkpoint_id, timestamp, final))
+    def trigger_sources(
+        self, checkpoint_id: int, timestamp: float, final: bool, options: CheckpointOptions
+    ) -> None:
+        self._broadcast(TriggerCheckpoint(checkpoint_id, timestamp, final, options))
+
+    def run_io(
+        self, work: Callable[[], None], done: Callable[[BaseException | None], None] | None
+    ) -> None:
+        self.io.submit(work, done)
+
+    def savepoint_done(self, checkpoint_id: int, path: str | None, error: str | None) -> None:
+        request = self._savepoints.pop(checkpoint_id, None)
+        if request is None:
+            return
+        if path is None:
+            request.fail(error or "aborted")
+            if request is self._stop_with:
+                self._stop_with = None  # the job keeps running, as Flink's does
+            return
+        request.succeed(path)
+        if request.terminate:
+            self._stop_with = request
+            self.phase = Phase.FINISHING
+            self._broadcast(FinishSlot(stopped=True))
 
     def notify_complete(self, checkpoint_id: int) -> None:
         log.info("job %s: checkpoint %d complete", self.job_id[:8], checkpoint_id)
@@ -207,6 +220,39 @@ class JobMaster:
         """Ask the job to stop (thread-safe)."""
         self.events.put(("cancel", None, None))
 
+    def request_savepoint(self, directory: str | None, *, terminate: bool) -> SavepointRequest:
+        """Ask for a savepoint into ``directory`` (default: the configured savepoint
+        directory); ``terminate`` stops the job after it (thread-safe)."""
+        request = SavepointRequest(directory, terminate=terminate)
+        self.events.put(("savepoint", None, request))
+        return request
+
+    def _start_savepoint(self, request: SavepointRequest) -> None:
+        coordinator, config = self.coordinator, self.checkpoint_config
+        if coordinator is None or config is None or self.storage is None:
+            request.fail("savepoints need checkpointing: call env.enable_checkpointing(...)")
+            return
+        if self.phase is not Phase.RUNNING:
+            request.fail(f"job {self.job_id} is not running ({self.phase.value})")
+            return
+        if self._stop_with is not None:
+            request.fail(f"job {self.job_id} is stopping with a savepoint")
+            return
+        from epochstream.checkpoint.filesystems import normalize_location, storage_fs
+        from epochstream.deploy.savepoints import savepoint_name
+
+        try:
+            base = normalize_location(request.directory or config.savepoint_location)
+            fs = storage_fs(base, config.storage_options)
+            target = fs.join(base, savepoint_name(self.job_id))
+            request.checkpoint_id = coordinator.trigger_savepoint(
+                target, terminate=request.terminate
+            )
+        except (CheckpointError, ConfigurationError) as err:
+            request.fail(str(err))
+            return
+        self._savepoints[request.checkpoint_id] = request
+
     def completed_checkpoint_ids(self) -> list[int]:
         if self.coordinator is None:
             return []
@@ -217,17 +263,34 @@ class JobMaster:
         started = time.monotonic()
         tracker = self.env.restart_strategy.create_tracker(self.clock)
         self.server.start()
+        self.io.start()
         try:
             while True:
                 self.attempt += 1
                 failure = self._run_attempt()
                 self._end_attempt(failure)
+                if failure is None and self._stop_with is not None:
+                    raise JobCancelled(
+                        f"job {self.job_id} stopped with a savepoint at {self._stop_with.path}"
+                    )
                 if failure is None:
                     return self._result(started)
                 self.failures.append(failure.cause)
                 log.warning(
                     "job %s attempt %d failed: %s", self.job_id[:8], self.attempt, failure.cause
                 )
+                corrupt = failure.corrupt_checkpoint
+                if corrupt is not None and self.coordinator is not None:
+                    assert corrupt.checkpoint_id is not None
+                    fallback = self.coordinator.discard_corrupt(corrupt.checkpoint_id, str(corrupt))
+                    if fallback is None:
+                        raise self._give_up(failure, "no restorable checkpoint is left")
+                    log.warning(
+                        "job %s: output that sinks committed after checkpoint %d may be written "
+                        "again, since the job now restarts from there",
+                        self.job_id[:8],
+                        fallback.checkpoint_id,
+                    )
                 if failure.suppress_restarts:
                     raise self._give_up(failure, "the error is not recoverable by restarting")
                 decision = tracker.on_failure()
@@ -250,7 +313,10 @@ class JobMaster:
             self.server.close()
             if self.coordinator is not None:
                 self.coordinator.stop_attempt("job ended")
+            self.io.stop()
             self.runner.close()
+            for request in self._savepoints.values():
+                request.fail("the job ended")
 
     # ------------------------------------------------------------------ attempts
 
@@ -264,13 +330,16 @@ class JobMaster:
             heartbeat_interval=self.env.heartbeat_interval,
         )
 
-    def _run_attempt(self) -> _Failure | None:
+    def _run_attempt(self) -> Failure | None:
         self.phase = Phase.REGISTERING
         self._slots = {}
         self._fail_request = None
         attempt = self.attempt
         p = self.graph.parallelism
-        restored = self.coordinator.latest_completed if self.coordinator else self._restore
+        if self.coordinator is not None:
+            restored = self.coordinator.latest_completed
+        else:
+            restored = self._restore[0] if self._restore else None
         deployments = task_deployments(self.graph, restored, self._splits)
         addresses: dict[int, tuple[str, int]] = {}
         running: set[int] = set()
@@ -297,38 +366,45 @@ class JobMaster:
                 if due is not None:
                     timeout = min(timeout, max(due, 0.0))
             if self._fail_request is not None:
-                return _Failure(self._fail_request)
+                return Failure(self._fail_request)
             try:
                 kind, conn, msg = self.events.get(timeout=timeout)
             except queue.Empty:
                 kind, conn, msg = "idle", None, None
             now = self.clock.now()
             if kind == "cancel":
-                self._end_attempt(_Failure("cancelled"))
+                self._end_attempt(Failure("cancelled"))
                 raise JobCancelled(f"job {self.job_id} was cancelled")
+            if kind == "io-done":
+                conn(msg)  # a storage callback (conn), with its error (msg)
+                self._maybe_finish(finished)
+                continue
+            if kind == "savepoint":
+                self._start_savepoint(msg)
+                continue
             if kind == "runner-exit":
                 if conn != attempt:
                     continue
                 if self.phase == Phase.FINISHING and len(closed) == p:
                     return None
                 if msg is None:
-                    return _Failure(f"slots of attempt {attempt} exited before the job finished")
+                    return Failure(f"slots of attempt {attempt} exited before the job finished")
                 text, fatal = self.runner.describe_exit_error(msg)
-                return _Failure(
+                return Failure(
                     f"slots of attempt {attempt} ended: {text}", suppress_restarts=fatal, error=msg
                 )
             if kind == "closed":
                 if conn.attempt == attempt and conn.slot is not None and conn.slot not in closed:
-                    return _Failure.lost_slot(conn, msg)
+                    return Failure.lost_slot(conn, msg)
                 continue
             if self.phase == Phase.REGISTERING and now > deadline:
-                return _Failure(
+                return Failure(
                     f"only {len(self._slots)} of {p} slots registered within "
                     f"{REGISTRATION_TIMEOUT:.0f}s (does the cluster have {p} free task slots?)"
                 )
             for slot, seen in last_seen.items():
                 if now - seen > self.env.heartbeat_timeout and slot not in closed:
-                    return _Failure(f"slot {slot} missed heartbeats for {now - seen:.1f}s")
+                    return Failure(f"slot {slot} missed heartbeats for {now - seen:.1f}s")
             if kind == "idle":
                 continue
             assert kind == "message"
@@ -386,7 +462,7 @@ class JobMaster:
             elif isinstance(msg, TaskFinished):
                 finished.add(msg.task)
             elif isinstance(msg, TaskFailed):
-                failure = _Failure.of_task(msg)
+                failure = Failure.of_task(msg)
                 if msg.secondary:
                     return self._root_cause(failure, attempt, closed)
                 return failure
@@ -396,15 +472,19 @@ class JobMaster:
                     return None
             else:
                 log.warning("job %s: unexpected message %r", self.job_id[:8], msg)
-            if (
-                self.phase == Phase.RUNNING
-                and finished == self._tasks
-                and (self.coordinator is None or self.coordinator.final_completed)
-            ):
-                self.phase = Phase.FINISHING
-                self._broadcast(FinishSlot())
+            self._maybe_finish(finished)
 
-    def _root_cause(self, secondary: _Failure, attempt: int, closed: set[int]) -> _Failure:
+    def _maybe_finish(self, finished: set[TaskKey]) -> None:
+        """Every task ended its input and the final checkpoint committed: close the slots."""
+        if (
+            self.phase == Phase.RUNNING
+            and finished == self._tasks
+            and (self.coordinator is None or self.coordinator.final_completed)
+        ):
+            self.phase = Phase.FINISHING
+            self._broadcast(FinishSlot())
+
+    def _root_cause(self, secondary: Failure, attempt: int, closed: set[int]) -> Failure:
         """A broken channel is a symptom: wait briefly for the failure that caused it."""
         deadline = self.clock.now() + ROOT_CAUSE_GRACE
         while (remaining := deadline - self.clock.now()) > 0:
@@ -412,16 +492,20 @@ class JobMaster:
                 kind, conn, msg = self.events.get(timeout=remaining)
             except queue.Empty:
                 break
-            if kind == "cancel":
+            if kind == "cancel" or kind == "savepoint":
                 self.events.put((kind, conn, msg))
                 break
+            if kind == "io-done":
+                conn(msg)
+                continue
             if kind == "closed" and conn.attempt == attempt and conn.slot not in closed:
-                return _Failure.lost_slot(conn, msg)
+                return Failure.lost_slot(conn, msg)
             if kind == "message" and isinstance(msg, TaskFailed) and not msg.secondary:
-                return _Failure.of_task(msg)
+                return Failure.of_task(msg)
         return secondary
 
     def _deploy_message(self, slot: int, tasks: list[Any]) -> DeploySlot:
+        config = self.checkpoint_config
         return DeploySlot(
             job_id=self.job_id,
             attempt=self.attempt,
@@ -430,10 +514,12 @@ class JobMaster:
             sys_path=[p for p in sys.path if p],
             checkpoint_dir=self.storage.job_dir if self.storage else None,
             checkpointing=self.coordinator is not None,
-            exactly_once=bool(self.checkpoint_config and self.checkpoint_config.exactly_once),
+            exactly_once=bool(config and config.exactly_once),
+            storage_options=config.storage_options if config else None,
+            state_backend=self.env.state_backend,
         )
 
-    def _end_attempt(self, failure: _Failure | None) -> None:
+    def _end_attempt(self, failure: Failure | None) -> None:
         if failure is None:
             self.phase = Phase.DONE
             for conn in self._slots.values():
@@ -457,6 +543,17 @@ class JobMaster:
             )
         self._drain_stale_events()
 
+    def _between_attempts(self, event: tuple[Any, Any, Any]) -> bool:
+        """Handle an event that may come while no attempt runs; False to keep it."""
+        kind, conn, msg = event
+        if kind == "io-done":
+            conn(msg)
+            return True
+        if kind == "savepoint":
+            msg.fail(f"job {self.job_id} is restarting")
+            return True
+        return kind != "cancel"
+
     def _drain_stale_events(self) -> None:
         keep = []
         while True:
@@ -464,7 +561,7 @@ class JobMaster:
                 event = self.events.get_nowait()
             except queue.Empty:
                 break
-            if event[0] == "cancel":
+            if not self._between_attempts(event):
                 keep.append(event)
         for event in keep:
             self.events.put(event)
@@ -479,10 +576,10 @@ class JobMaster:
                 event = self.events.get(timeout=remaining)
             except queue.Empty:
                 return
-            if event[0] == "cancel":
+            if not self._between_attempts(event):
                 raise JobCancelled(f"job {self.job_id} was cancelled")
 
-    def _give_up(self, failure: _Failure, reason: str) -> JobExecutionError:
+    def _give_up(self, failure: Failure, reason: str) -> JobExecutionError:
         first = self.failures[0]
         history = "\n".join(
             f"  attempt {i + 1}: {f.splitlines()[0]}" for i, f in enumerate(self.failures)
@@ -527,6 +624,6 @@ class JobMaster:
             restarts=self.attempt - 1,
             checkpoints=stats,
             failures=list(self.failures),
-            restored_from=self._restore.directory if self._restore else None,
+            restored_from=self._restore[0].directory if self._restore else None,
             duration=time.monotonic() - started,
         )

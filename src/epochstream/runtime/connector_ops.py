@@ -25,6 +25,7 @@ from epochstream.connectors.base import (
 )
 from epochstream.runtime.clock import SystemClock
 from epochstream.runtime.operators import Operator, SnapshotParts
+from epochstream.state.backends.base import SnapshotTarget
 from epochstream.state.handles import OperatorRestore
 
 __all__ = ["DEAD_LETTER", "SinkOperator", "SourceOperator"]
@@ -46,7 +47,7 @@ class SourceOperator(Operator):
         self._restored_splits: list[Any] | None = None
         self._dead: list[Any] = []
 
-    def initialize_state(self, restore: OperatorRestore | None) -> None:
+    def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
         if restore is not None and SPLITS in restore.operator_lists:
             self._restored_splits = list(restore.operator_lists[SPLITS])
 
@@ -83,7 +84,7 @@ class SourceOperator(Operator):
     def next_available(self) -> float | None:
         return self.reader.next_available()
 
-    def snapshot(self, checkpoint_id: int) -> SnapshotParts:
+    def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
         return SnapshotParts(operator_lists={SPLITS: list(self.reader.snapshot())})
 
     def close(self) -> None:
@@ -102,7 +103,7 @@ class SinkOperator(Operator):
         self.sink: Sink = spec.payload
         self._restored: list[Any] = []
 
-    def initialize_state(self, restore: OperatorRestore | None) -> None:
+    def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
         if restore is not None:
             self._restored = list(restore.union_lists.get(TXNS, []))
 
@@ -123,8 +124,8 @@ class SinkOperator(Operator):
     def process_batch(self, batch: list[Any]) -> None:
         self.writer.write_batch(batch)
 
-    def snapshot(self, checkpoint_id: int) -> SnapshotParts:
-        return SnapshotParts(union_lists={TXNS: list(self.writer.snapshot(checkpoint_id))})
+    def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
+        return SnapshotParts(union_lists={TXNS: list(self.writer.snapshot(target.checkpoint_id))})
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         self.writer.notify_checkpoint_complete(checkpoint_id)

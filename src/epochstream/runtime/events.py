@@ -11,9 +11,33 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["END_OF_INPUT", "CheckpointBarrier", "EndOfInput"]
+__all__ = ["END_OF_INPUT", "CheckpointBarrier", "CheckpointOptions", "EndOfInput"]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointOptions:
+    """What kind of snapshot a barrier asks for.
+
+    ``savepoint_dir``: set for a savepoint, written there in the canonical format.
+    ``base_checkpoint_id``: the latest checkpoint completed when this one was triggered;
+    incremental snapshots build on its files. ``terminate``: stop-with-savepoint, the
+    sources emit nothing after this barrier.
+
+    Example::
+
+        CheckpointOptions(savepoint_dir="/sp/savepoint-3f2a-1", terminate=True)
+    """
+
+    savepoint_dir: str | None = None
+    base_checkpoint_id: int | None = None
+    terminate: bool = False
+
+    @property
+    def is_savepoint(self) -> bool:
+        """True for a savepoint."""
+        return self.savepoint_dir is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +46,7 @@ class CheckpointBarrier:
 
     checkpoint_id: int
     timestamp: float
+    options: CheckpointOptions = field(default_factory=CheckpointOptions)
 
 
 @dataclass(frozen=True, slots=True)

@@ -267,6 +267,10 @@ class AuthenticatedListener:
     def close(self) -> None:
         """Stop accepting and drop connections still authenticating."""
         self.closed.set()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept()
+        except OSError as exc:  # some systems refuse shutdown on a listening socket
+            log.debug("%s plane: shutdown of the listening socket: %r", self._plane, exc)
         self._sock.close()
         with self._pending_lock:
             pending = list(self._pending.values())

@@ -24,7 +24,9 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+from epochstream.runtime.events import CheckpointOptions
 from epochstream.state.handles import OperatorRestore, OperatorSubtaskState
 
 __all__ = [
@@ -94,6 +96,8 @@ class TaskCheckpointStats:
     sync_s: float = 0.0
     async_s: float = 0.0
     state_size: int = 0
+    #: Bytes this checkpoint wrote (an incremental one reuses earlier files).
+    bytes_written: int = 0
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,10 @@ class DeploySlot:
     checkpoint_dir: str | None
     checkpointing: bool
     exactly_once: bool
+    #: Endpoint and credentials of object-store checkpoint storage.
+    storage_options: dict[str, Any] | None = None
+    #: The keyed-state backend configuration (a picklable ``StateBackend``).
+    state_backend: Any = None
 
 
 @dataclass(frozen=True)
@@ -203,11 +211,15 @@ class ConnectPeers:
 
 @dataclass(frozen=True)
 class TriggerCheckpoint:
-    """Sources snapshot and emit barrier ``checkpoint_id``; ``final`` ends the input after it."""
+    """Sources snapshot and emit barrier ``checkpoint_id``; ``final`` ends the input after it.
+
+    ``options`` travel with the barrier (savepoint target, base checkpoint, terminate).
+    """
 
     checkpoint_id: int
     timestamp: float
     final: bool = False
+    options: CheckpointOptions = field(default_factory=CheckpointOptions)
 
 
 @dataclass(frozen=True)
@@ -227,7 +239,12 @@ class NotifyCheckpointAborted:
 
 @dataclass(frozen=True)
 class FinishSlot:
-    """The job is done: close operators and return."""
+    """The job is done: close operators and return.
+
+    ``stopped``: the job stopped with a savepoint before its input ended (no warning).
+    """
+
+    stopped: bool = False
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,11 @@ next chained operator's ``process_batch`` or a record writer). The per-record wo
 is the user's function plus, for keyed operators, one dict lookup of state: no
 locks, no syscalls.
 
-Checkpointing: ``snapshot(checkpoint_id)`` is the synchronous part, run when the
-barrier is aligned; it returns a :class:`SnapshotParts` whose keyed part is
-written to storage later by the asynchronous snapshot thread.
+Checkpointing: ``snapshot(target)`` is the synchronous part, run when the barrier is
+aligned; it returns a :class:`SnapshotParts` whose keyed part (a ``SnapshotJob`` of
+the keyed-state backend) writes its files later on the asynchronous snapshot thread.
+All keyed state, built-in reduce and timers included, goes through the operator's
+:class:`~epochstream.state.backends.base.KeyedStateBackend`.
 
 Example::
 
@@ -34,6 +36,7 @@ from epochstream.api.functions import (
 from epochstream.exceptions import ConfigurationError, UserFunctionError
 from epochstream.graph.jobgraph import OperatorSpec
 from epochstream.runtime.timers import TimerService
+from epochstream.state.backends.base import KeyedStateBackend, SnapshotJob, SnapshotTarget
 from epochstream.state.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -43,7 +46,6 @@ from epochstream.state.descriptors import (
     ValueStateDescriptor,
 )
 from epochstream.state.handles import OperatorRestore
-from epochstream.state.keyed import HeapKeyedStateBackend, KeyedSnapshot
 from epochstream.state.operator import OperatorStateStore
 
 __all__ = ["Operator", "OperatorContext", "SnapshotParts", "create_operator"]
@@ -57,9 +59,9 @@ def _discard(batch: list[Any]) -> None:
 
 @dataclass
 class SnapshotParts:
-    """An operator's synchronous snapshot; ``keyed`` is written asynchronously."""
+    """An operator's synchronous snapshot; ``keyed`` writes its files asynchronously."""
 
-    keyed: KeyedSnapshot | None = None
+    keyed: SnapshotJob | None = None
     operator_lists: dict[str, list[Any]] = field(default_factory=dict)
     union_lists: dict[str, list[Any]] = field(default_factory=dict)
 
@@ -83,7 +85,7 @@ class OperatorContext:
         job_id: str,
         task_name: str,
         operator_state: OperatorStateStore,
-        keyed_backend: HeapKeyedStateBackend | None = None,
+        keyed_backend: KeyedStateBackend | None = None,
         checkpointing: bool = False,
     ) -> None:
         self.checkpointing = checkpointing
@@ -119,7 +121,7 @@ class OperatorContext:
         return self._operator_state.get_union_list_state(name)
 
     # keyed access ------------------------------------------------------------
-    def _backend(self) -> HeapKeyedStateBackend:
+    def _backend(self) -> KeyedStateBackend:
         if self._keyed is None:
             raise ConfigurationError(
                 f"{self.task_name}: keyed state is only available after key_by()"
@@ -167,7 +169,7 @@ class Operator:
         self.uid = spec.uid
         self.ctx = ctx
         self.operator_state: OperatorStateStore = ctx._operator_state
-        self.keyed: HeapKeyedStateBackend | None = ctx._keyed
+        self.keyed: KeyedStateBackend | None = ctx._keyed
         self.emit: Callable[[list[Any]], None] = _discard
         self.side_emits: dict[str, Callable[[list[Any]], None]] = {}
         self.function: Any = spec.payload
@@ -186,13 +188,13 @@ class Operator:
 
         return keyed
 
-    def initialize_state(self, restore: OperatorRestore | None) -> None:
-        """Load restored state (before ``open``)."""
+    def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
+        """Load restored state (before ``open``) of checkpoint ``checkpoint_id``."""
         if restore is None:
             return
         self.operator_state.restore(restore.operator_lists, restore.union_lists)
         if self.keyed is not None and restore.keyed:
-            self.keyed.restore(restore.keyed)
+            self.keyed.restore(restore.keyed, checkpoint_id=checkpoint_id, owned=restore.owned)
 
     def open(self) -> None:
         if isinstance(self.function, Function):
@@ -201,12 +203,14 @@ class Operator:
     def process_batch(self, batch: list[Any]) -> None:
         raise NotImplementedError(f"{type(self).__name__} takes no input")
 
-    def snapshot(self, checkpoint_id: int) -> SnapshotParts:
+    def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
         lists, unions = self.operator_state.snapshot()
-        keyed = self.keyed.snapshot() if self.keyed is not None else None
+        keyed = self.keyed.snapshot(target) if self.keyed is not None else None
         return SnapshotParts(keyed=keyed, operator_lists=lists, union_lists=unions)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if self.keyed is not None:
+            self.keyed.notify_checkpoint_complete(checkpoint_id)
         if isinstance(self.function, CheckpointListener):
             self.function.notify_checkpoint_complete(checkpoint_id)
 
@@ -218,8 +222,12 @@ class Operator:
         """All input ended (bounded streams)."""
 
     def close(self) -> None:
-        if isinstance(self.function, Function):
-            self.function.close()
+        try:
+            if isinstance(self.function, Function):
+                self.function.close()
+        finally:
+            if self.keyed is not None:
+                self.keyed.dispose()
 
 
 # The per-record loops below are plain ``for`` loops rather than comprehensions: when a
@@ -279,15 +287,19 @@ class FilterOperator(Operator):
 
 
 class ReduceOperator(Operator):
-    """Rolling reduce: one value per key, the updated value emitted per record."""
+    """Rolling reduce: one value per key, the updated value emitted per record.
+
+    The per-key values live in a backend value table; the keys written are declared
+    to it once per batch (``touched``), which keeps the loop to one lookup and one
+    store per record.
+    """
 
     STATE = ValueStateDescriptor("_reduce")
 
     def open(self) -> None:
         super().open()
         assert self.keyed is not None
-        self.keyed.get_state(self.STATE)
-        self._table = self.keyed.table(self.STATE.name)
+        self._table = self.keyed.value_table(self.STATE)
         fn = self.function
         self._fn = fn.reduce if isinstance(fn, ReduceFunction) else fn
         selector = self.spec.key_selector
@@ -297,23 +309,29 @@ class ReduceOperator(Operator):
     def process_batch(self, batch: list[Any]) -> None:
         key_of = self._key
         table = self._table
+        get, put = table.get, table.set
         fn = self._fn
         out: list[Any] = []
         append = out.append
-        get = table.get
+        keys: list[Any] = []
+        remember = keys.append
         x = None
         try:
             for x in batch:
                 k = key_of(x)
+                remember(k)
                 cur = get(k, _MISSING)
                 if cur is not _MISSING:
-                    table[k] = cur = fn(cur, x)
+                    cur = fn(cur, x)
+                    put(k, cur)
                     append(cur)
                 else:
-                    table[k] = x
+                    put(k, x)
                     append(x)
         except Exception as exc:
             raise UserFunctionError(self.ctx.task_name, x, exc) from exc
+        finally:
+            table.touched(keys)
         self.emit(out)
 
 

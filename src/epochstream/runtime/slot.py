@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -76,6 +78,8 @@ class _Slot:
         self.snapshots = SnapshotExecutor(name=f"slot{index}-snapshots")
         self.data: DataPlaneServer | None = None
         self._stop = threading.Event()
+        # Scratch space of this slot's keyed-state backends (RocksDB databases).
+        self.local_dir = tempfile.mkdtemp(prefix=f"epochstream-{launch.job_id[:8]}-slot{index}-")
 
     def send(self, msg: Any) -> None:
         self.control.send(msg)
@@ -103,6 +107,9 @@ class _Slot:
             send=self.send,
             snapshots=self.snapshots,
             console=lambda text: self.send(ConsoleOutput(text)),
+            state_backend=msg.state_backend,
+            storage_options=msg.storage_options,
+            local_dir=self.local_dir,
         )
         self.graph = graph
         self.tasks = [Task(env, graph, graph.chain(d.chain_id), d) for d in msg.tasks]
@@ -228,6 +235,10 @@ class _Slot:
         for t in self.threads:
             t.join(2.0)
         self.control.close()
+        try:
+            shutil.rmtree(self.local_dir)
+        except OSError as exc:  # scratch only (state lives in checkpoints): report, go on
+            log.warning("slot %d: cannot remove scratch dir %s: %r", self.index, self.local_dir, exc)
 
 
 def run_slot(launch: SlotLaunch, *, index: int, host: str) -> None:

@@ -4,8 +4,9 @@ Everything that touches operator state happens on the task thread, one item at a
 time: input batches, in-band events (barriers, end-of-input) and mail from the
 job master (checkpoint triggers for sources, completion and abort notifications,
 finish and cancel). So operator state needs no locks. The synchronous part of a
-snapshot runs here; writing keyed state to storage runs on the slot's snapshot
-thread, which then acknowledges to the job master.
+snapshot runs here; writing keyed state to storage (checkpoint storage, or the
+savepoint directory a savepoint barrier names) runs on the slot's snapshot thread,
+which then acknowledges to the job master.
 
 Example::
 
@@ -24,6 +25,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from epochstream.checkpoint.filesystems import StorageFS, storage_fs
+from epochstream.exceptions import CorruptStateError
 from epochstream.graph.jobgraph import ChainSpec, JobGraph
 from epochstream.runtime.barriers import (
     AbortAlignment,
@@ -34,7 +37,12 @@ from epochstream.runtime.barriers import (
 from epochstream.runtime.channels import MAIL, Cancelled, InputGate
 from epochstream.runtime.clock import SystemClock
 from epochstream.runtime.connector_ops import SourceOperator
-from epochstream.runtime.events import END_OF_INPUT, CheckpointBarrier, EndOfInput
+from epochstream.runtime.events import (
+    END_OF_INPUT,
+    CheckpointBarrier,
+    CheckpointOptions,
+    EndOfInput,
+)
 from epochstream.runtime.messages import (
     AcknowledgeCheckpoint,
     CancelSlot,
@@ -59,8 +67,9 @@ from epochstream.runtime.operators import (
 )
 from epochstream.runtime.outputs import RecordWriter
 from epochstream.runtime.snapshots import SnapshotExecutor
+from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget, StateBackend
+from epochstream.state.backends.heap import HeapStateBackend
 from epochstream.state.handles import OperatorSubtaskState
-from epochstream.state.keyed import HeapKeyedStateBackend
 from epochstream.state.keygroups import key_group_range_for_operator
 from epochstream.state.operator import OperatorStateStore
 
@@ -83,6 +92,10 @@ class TaskEnvironment:
         send: Callable[[Any], None],
         snapshots: SnapshotExecutor,
         console: Callable[[str], None] | None = None,
+        state_backend: StateBackend | None = None,
+        storage_options: dict[str, Any] | None = None,
+        local_dir: str = "",
+        clock: Any = None,
     ) -> None:
         self.console = console
         self.job_id = job_id
@@ -92,6 +105,14 @@ class TaskEnvironment:
         self.exactly_once = exactly_once
         self.send = send
         self.snapshots = snapshots
+        self.state_backend: StateBackend = state_backend or HeapStateBackend()
+        self.storage_options = storage_options
+        self.local_dir = local_dir
+        self.clock = clock or SystemClock()
+
+    def fs(self, location: str) -> StorageFS:
+        """The filesystem of a checkpoint or savepoint location."""
+        return storage_fs(location, self.storage_options)
 
 
 class _Stop(Exception):
@@ -121,8 +142,9 @@ class Task:
         self.gate.blocked = self.barriers.blocked
         self.writers: dict[int, RecordWriter] = {}
         self.operators: list[Operator] = []
-        self._barrier_ts: dict[int, float] = {}
+        self._barriers_seen: dict[int, CheckpointBarrier] = {}
         self._finished = False
+        self._suspended = False  # after a stop-with-savepoint barrier: read nothing more
         self._exhausted_reported = False
         self._last_flush = time.monotonic()
 
@@ -141,11 +163,18 @@ class Task:
         for spec in self.chain.operators:
             keyed = None
             if spec.key_selector is not None:
-                keyed = HeapKeyedStateBackend(
-                    max_parallelism=g.max_parallelism,
-                    key_group_range=key_group_range_for_operator(
-                        g.max_parallelism, g.parallelism, self.subtask
-                    ),
+                keyed = self.env.state_backend.create(
+                    KeyedBackendContext(
+                        operator_uid=spec.uid,
+                        subtask=self.subtask,
+                        max_parallelism=g.max_parallelism,
+                        key_group_range=key_group_range_for_operator(
+                            g.max_parallelism, g.parallelism, self.subtask
+                        ),
+                        clock=self.env.clock,
+                        local_dir=os.path.join(self.env.local_dir, f"{_safe(spec.uid)}-{self.subtask}"),
+                        storage_options=self.env.storage_options,
+                    )
                 )
             ctx = OperatorContext(
                 subtask_index=self.subtask,
@@ -177,8 +206,17 @@ class Task:
                 else:
                     op.side_emits[tag] = emit
         self.operators = [ops[spec.uid] for spec in self.chain.operators]
+        restored = self.deployment.restored_checkpoint
         for op in self.operators:
-            op.initialize_state(self.deployment.restore.get(op.uid))
+            try:
+                op.initialize_state(self.deployment.restore.get(op.uid), restored)
+            except CorruptStateError as err:
+                # Tell the job master which checkpoint is unusable: it falls back.
+                raise CorruptStateError(
+                    f"{self.name}: restoring checkpoint {restored} of operator {op.uid}: {err}",
+                    path=err.path,
+                    checkpoint_id=restored,
+                ) from err
             op.open()
         head = self.operators[0]
         if isinstance(head, SourceOperator):
@@ -249,7 +287,7 @@ class Task:
                 head.process_batch(item)
                 self._maybe_flush()
             elif isinstance(item, CheckpointBarrier):
-                self._barrier_ts[item.checkpoint_id] = item.timestamp
+                self._barriers_seen[item.checkpoint_id] = item
                 self._execute(self.barriers.on_barrier(ch, item.checkpoint_id))
             elif isinstance(item, EndOfInput):
                 self._execute(self.barriers.on_end_of_input(ch))
@@ -269,7 +307,7 @@ class Task:
             if got is not None:
                 self._on_mail(got[1])
                 continue
-            if self._finished:
+            if self._finished or self._suspended:
                 idle_wait = None
                 continue
             if src.poll(batch):
@@ -319,9 +357,12 @@ class Task:
                     DeclineCheckpoint(mail.checkpoint_id, self.key, "task already finished")
                 )
                 return
-            self._checkpoint(mail.checkpoint_id, mail.timestamp, alignment_s=0.0)
+            barrier = CheckpointBarrier(mail.checkpoint_id, mail.timestamp, mail.options)
+            self._checkpoint(barrier, alignment_s=0.0)
             if mail.final:
                 self._end_of_input()
+            elif mail.options.terminate:
+                self._suspended = True
         elif isinstance(mail, NotifyCheckpointComplete):
             for op in self.operators:
                 op.notify_checkpoint_complete(mail.checkpoint_id)
@@ -331,7 +372,7 @@ class Task:
             for op in self.operators:
                 op.notify_checkpoint_aborted(mail.checkpoint_id)
         elif isinstance(mail, FinishSlot):
-            if not self._finished:
+            if not self._finished and not mail.stopped:
                 log.warning("%s: asked to finish before its input ended", self.name)
             raise _Stop()
         elif isinstance(mail, CancelSlot):
@@ -342,12 +383,13 @@ class Task:
     def _execute(self, actions: list[Any]) -> None:
         for action in actions:
             if isinstance(action, TriggerSnapshot):
-                ts = self._barrier_ts.pop(action.checkpoint_id, time.time())
-                self._checkpoint(action.checkpoint_id, ts, alignment_s=action.alignment_s)
-                for old in [c for c in self._barrier_ts if c < action.checkpoint_id]:
-                    del self._barrier_ts[old]
+                n = action.checkpoint_id
+                barrier = self._barriers_seen.pop(n, None) or CheckpointBarrier(n, time.time())
+                self._checkpoint(barrier, alignment_s=action.alignment_s)
+                for old in [c for c in self._barriers_seen if c < n]:
+                    del self._barriers_seen[old]
             elif isinstance(action, AbortAlignment):
-                self._barrier_ts.pop(action.checkpoint_id, None)
+                self._barriers_seen.pop(action.checkpoint_id, None)
                 log.info(
                     "%s: checkpoint %d alignment dropped: %s",
                     self.name,
@@ -369,23 +411,49 @@ class Task:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def _checkpoint(self, checkpoint_id: int, timestamp: float, *, alignment_s: float) -> None:
+    def _target(self, uid: str, checkpoint_id: int, options: CheckpointOptions) -> SnapshotTarget:
+        name = f"{_safe(uid)}-{self.subtask}"
+        if options.savepoint_dir is not None:
+            fs = self.env.fs(options.savepoint_dir)
+            return SnapshotTarget(
+                fs=fs,
+                checkpoint_id=checkpoint_id,
+                directory=options.savepoint_dir,
+                shared_dir=None,
+                name=name,
+                savepoint=True,
+                base_checkpoint_id=options.base_checkpoint_id,
+            )
+        job_dir = self.env.checkpoint_dir
+        assert job_dir is not None
+        fs = self.env.fs(job_dir)
+        return SnapshotTarget(
+            fs=fs,
+            checkpoint_id=checkpoint_id,
+            directory=fs.join(job_dir, f"chk-{checkpoint_id}"),
+            shared_dir=fs.join(job_dir, "shared"),
+            name=name,
+            base_checkpoint_id=options.base_checkpoint_id,
+        )
+
+    def _checkpoint(self, barrier: CheckpointBarrier, *, alignment_s: float) -> None:
         """Synchronous part: snapshot every operator, then forward the barrier."""
         start = time.perf_counter()
+        n = barrier.checkpoint_id
         self._flush()
         try:
-            parts = {op.uid: op.snapshot(checkpoint_id) for op in self.operators}
+            parts = {
+                op.uid: op.snapshot(self._target(op.uid, n, barrier.options))
+                for op in self.operators
+            }
         except Exception as exc:
-            log.error("%s: snapshot %d failed: %r", self.name, checkpoint_id, exc)
-            self.env.send(DeclineCheckpoint(checkpoint_id, self.key, f"snapshot failed: {exc!r}"))
+            log.error("%s: snapshot %d failed: %r", self.name, n, exc)
+            self.env.send(DeclineCheckpoint(n, self.key, f"snapshot failed: {exc!r}"))
             raise
-        barrier = CheckpointBarrier(checkpoint_id, timestamp)
         for writer in self.writers.values():
             writer.broadcast_event(barrier)
         sync_s = time.perf_counter() - start
-        self.env.snapshots.submit(
-            lambda: self._complete_snapshot(checkpoint_id, parts, alignment_s, sync_s)
-        )
+        self.env.snapshots.submit(lambda: self._complete_snapshot(n, parts, alignment_s, sync_s))
 
     def _complete_snapshot(
         self, checkpoint_id: int, parts: dict[str, SnapshotParts], alignment_s: float, sync_s: float
@@ -394,20 +462,20 @@ class Task:
         start = time.perf_counter()
         try:
             states: dict[str, OperatorSubtaskState] = {}
-            size = 0
+            size = written = 0
             for uid, part in parts.items():
-                handle = None
+                handle = part.keyed.run() if part.keyed is not None else None
+                if handle is not None:
+                    size += handle.size
                 if part.keyed is not None:
-                    assert self.env.checkpoint_dir is not None
-                    directory = os.path.join(self.env.checkpoint_dir, f"chk-{checkpoint_id}")
-                    handle = part.keyed.write(directory, f"{_safe(uid)}-{self.subtask}.kst")
-                    if handle is not None:
-                        size += handle.size
+                    written += part.keyed.bytes_written
                 state = OperatorSubtaskState(
                     keyed=handle, operator_lists=part.operator_lists, union_lists=part.union_lists
                 )
                 if part.operator_lists or part.union_lists:
-                    size += len(pickle.dumps((part.operator_lists, part.union_lists), protocol=5))
+                    inline = len(pickle.dumps((part.operator_lists, part.union_lists), protocol=5))
+                    size += inline
+                    written += inline
                 if not state.is_empty:
                     states[uid] = state
             stats = TaskCheckpointStats(
@@ -415,6 +483,7 @@ class Task:
                 sync_s=sync_s,
                 async_s=time.perf_counter() - start,
                 state_size=size,
+                bytes_written=written,
             )
             self.env.send(AcknowledgeCheckpoint(checkpoint_id, self.key, states, stats))
         except Exception as exc:  # reported as a decline: the coordinator aborts the checkpoint

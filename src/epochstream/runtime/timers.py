@@ -1,8 +1,9 @@
 """Processing-time timers of keyed process functions, kept in keyed state.
 
 A timer is (key, timestamp): the registered timestamps of each key live in an
-internal keyed-state table (``__timers``), so they are snapshotted with the key's
-other state at the barrier and follow its key group on rescale. An in-memory heap
+internal keyed value state (``__timers``) of the operator's keyed-state backend, so
+they are snapshotted with the key's other state at the barrier and follow its key
+group on rescale. An in-memory heap
 orders them for firing; it is rebuilt from the table after a restore, and entries
 whose timer was deleted are skipped lazily. Timers fire on the task thread between
 batches, so ``on_timer`` sees state exactly as ``process_element`` does.
@@ -24,7 +25,8 @@ import itertools
 import time
 from typing import Any
 
-from epochstream.state.keyed import HeapKeyedStateBackend
+from epochstream.state.backends.base import KeyedStateBackend
+from epochstream.state.descriptors import ValueStateDescriptor
 
 __all__ = ["TIMERS_STATE", "TimerService"]
 
@@ -35,14 +37,21 @@ TIMERS_STATE = "__timers"
 class TimerService:
     """Register and delete processing-time timers for the current key."""
 
-    def __init__(self, backend: HeapKeyedStateBackend) -> None:
+    def __init__(self, backend: KeyedStateBackend) -> None:
         self._backend = backend
-        self._table: dict[Any, tuple[float, ...]] = backend.table(TIMERS_STATE)
+        self._table = backend.value_table(ValueStateDescriptor(TIMERS_STATE))
         self._seq = itertools.count()
         self._heap: list[tuple[float, int, Any]] = [
             (ts, next(self._seq), key) for key, stamps in self._table.items() for ts in stamps
         ]
         heapq.heapify(self._heap)
+
+    def _set(self, key: Any, stamps: tuple[float, ...]) -> None:
+        if stamps:
+            self._table.set(key, stamps)
+        else:
+            self._table.delete(key)
+        self._table.touched((key,))
 
     def current_processing_time(self) -> float:
         """Wall-clock time in seconds since the epoch."""
@@ -57,7 +66,7 @@ class TimerService:
         stamps = self._table.get(key, ())
         if timestamp in stamps:
             return
-        self._table[key] = (*stamps, timestamp)
+        self._set(key, (*stamps, timestamp))
         heapq.heappush(self._heap, (timestamp, next(self._seq), key))
 
     def delete_processing_time_timer(self, timestamp: float) -> None:
@@ -65,11 +74,7 @@ class TimerService:
         key = self._backend.current_key
         stamps = self._table.get(key, ())
         if timestamp in stamps:
-            remaining = tuple(t for t in stamps if t != timestamp)
-            if remaining:
-                self._table[key] = remaining
-            else:
-                del self._table[key]
+            self._set(key, tuple(t for t in stamps if t != timestamp))
 
     def next_deadline(self) -> float | None:
         """The earliest registered timestamp, or None."""
@@ -91,10 +96,6 @@ class TimerService:
             stamps = table.get(key, ())
             if ts not in stamps:
                 continue
-            remaining = tuple(t for t in stamps if t != ts)
-            if remaining:
-                table[key] = remaining
-            else:
-                del table[key]
+            self._set(key, tuple(t for t in stamps if t != ts))
             due.append((ts, key))
         return due

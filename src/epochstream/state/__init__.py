@@ -4,11 +4,19 @@ Users create state through descriptors in ``open(ctx)``::
 
     self.total = ctx.get_state(es.state.ValueStateDescriptor("total", default=0))
 
-Internally this package holds key groups (``keygroups``), the heap keyed-state
-backend (``keyed``), operator list state (``operator``), snapshot handles
-(``handles``) and the redistribution of state on rescale (``redistribute``).
+and choose where keyed state lives with ``env.set_state_backend(...)``:
+:class:`HeapStateBackend` (default; Python objects, incremental snapshots) or
+:class:`RocksDBStateBackend` (on the slot's local disk, larger than memory).
+
+Internally this package holds key groups (``keygroups``) and the key codec, the
+backends (``backends/``), operator list state (``operator``), snapshot handles
+(``handles``), the canonical savepoint format (``canonical``) and the redistribution of
+state on rescale (``redistribute``).
 """
 
+from epochstream.state.backends.base import StateBackend
+from epochstream.state.backends.heap import HeapStateBackend
+from epochstream.state.backends.rocksdb import RocksDBStateBackend
 from epochstream.state.descriptors import (
     AggregateFunction,
     AggregatingStateDescriptor,
@@ -18,13 +26,32 @@ from epochstream.state.descriptors import (
     StateDescriptor,
     ValueStateDescriptor,
 )
+from epochstream.state.serializers import JsonSerializer, PickleSerializer, Serializer
+from epochstream.state.states import (
+    AggregatingState,
+    ListState,
+    MapState,
+    ReducingState,
+    ValueState,
+)
 
 __all__ = [
     "AggregateFunction",
+    "AggregatingState",
     "AggregatingStateDescriptor",
+    "HeapStateBackend",
+    "JsonSerializer",
+    "ListState",
     "ListStateDescriptor",
+    "MapState",
     "MapStateDescriptor",
+    "PickleSerializer",
+    "ReducingState",
     "ReducingStateDescriptor",
+    "RocksDBStateBackend",
+    "Serializer",
+    "StateBackend",
     "StateDescriptor",
+    "ValueState",
     "ValueStateDescriptor",
 ]

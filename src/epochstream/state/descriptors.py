@@ -29,10 +29,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from epochstream.exceptions import ConfigurationError
+from epochstream.state.serializers import DEFAULT_SERIALIZER, Serializer
+from epochstream.state.ttl import TtlConfig
 
 __all__ = [
     "AggregateFunction",
@@ -85,16 +87,43 @@ class AggregateFunction(ABC):
 class StateDescriptor:
     """Base of all descriptors: ``name`` identifies the state within its operator.
 
+    Keyword-only on every descriptor:
+
+    - ``ttl``: a ``timedelta`` (or seconds) after which an entry expires (see
+      :mod:`epochstream.state.ttl`); ``ttl_update``: ``"on_write"`` (default) or
+      ``"on_read_and_write"``;
+    - ``serializer``: how values are stored (default: pickle protocol 5); anything with
+      ``dumps``/``loads``, e.g. :class:`~epochstream.state.serializers.JsonSerializer`.
+
     Example::
 
-        ValueStateDescriptor("count").name == "count"
+        ValueStateDescriptor("count", default=0, ttl=timedelta(hours=1)).name == "count"
     """
 
     name: str
+    ttl: Any = field(default=None, kw_only=True)
+    ttl_update: str = field(default="on_write", kw_only=True)
+    serializer: Serializer | None = field(default=None, kw_only=True, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ConfigurationError(f"state name must be a non-empty str, got {self.name!r}")
+        if self.ttl is not None:
+            TtlConfig.of(self.ttl, self.ttl_update)
+        if self.serializer is not None and not isinstance(self.serializer, Serializer):
+            raise ConfigurationError(
+                f"state {self.name!r}: serializer needs dumps() and loads(), got {self.serializer!r}"
+            )
+
+    @property
+    def ttl_config(self) -> TtlConfig | None:
+        """The validated TTL settings, ``None`` without ``ttl``."""
+        return None if self.ttl is None else TtlConfig.of(self.ttl, self.ttl_update)
+
+    @property
+    def value_serializer(self) -> Serializer:
+        """The serializer of this state's values."""
+        return self.serializer if self.serializer is not None else DEFAULT_SERIALIZER
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,19 @@
 """What a snapshot leaves behind, and what a restoring subtask is handed.
 
-A task's asynchronous snapshot writes keyed state to a file inside the checkpoint
-directory and describes it with a :class:`KeyedStateHandle` (where each key group's
-bytes are). Operator (non-keyed) list state is small and travels inline, inside the
-acknowledgement and the checkpoint's ``_metadata``, as Flink does for small state.
+A task's asynchronous snapshot writes keyed state to files and describes them with a
+:class:`KeyedStateHandle`. There is one handle type per snapshot format:
+
+- :class:`HeapSnapshotHandle`: the heap backend's files, a *chain* of one full file
+  and the deltas written after it; each file holds one CRC-checked segment per key group;
+- :class:`RocksDBSnapshotHandle`: the files of a RocksDB checkpoint (SST files shared
+  between incremental checkpoints, plus per-checkpoint MANIFEST/CURRENT/OPTIONS);
+- :class:`CanonicalSnapshotHandle`: the backend-independent savepoint format, an
+  Arrow IPC file of ``(state, key group, key, namespace, user key, value)`` rows with one
+  record batch per key group.
+
+Handles hold full locations (paths or ``s3://`` URIs) in memory; in ``_metadata`` they
+are written relative to the directory holding the ``_metadata`` file, so a savepoint
+directory can be moved. Operator (non-keyed) list state is small and travels inline.
 
 On restore the job master turns the metadata into one :class:`OperatorRestore` per
 operator and subtask: the keyed handles whose key groups intersect the subtask's new
@@ -11,46 +21,388 @@ key-group range, and the operator list state redistributed to the new parallelis
 
 Example::
 
-    h = KeyedStateHandle(path="op-sum-0.kst", key_groups={3: (0, 120)}, size=120)
-    h.resolve("/ckpt/job/chk-4").path == "/ckpt/job/chk-4/op-sum-0.kst"
+    f = HeapStateFile(path="/ck/j/shared/4-op-0-ab.kst", full=True, segments={3: (0, 120)}, size=120)
+    h = HeapSnapshotHandle(key_groups=range(0, 64), chain=(f,))
+    h.restricted_to(range(0, 2)) is None      # key group 3 is outside
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
-__all__ = ["KeyedStateHandle", "OperatorRestore", "OperatorSubtaskState"]
+from epochstream.exceptions import CheckpointError
+
+__all__ = [
+    "CanonicalSnapshotHandle",
+    "HeapSnapshotHandle",
+    "HeapStateFile",
+    "KeyedStateHandle",
+    "OperatorRestore",
+    "OperatorSubtaskState",
+    "RocksDBSnapshotHandle",
+    "StateFile",
+    "handle_from_json",
+]
+
+#: Resolves a path stored relative to ``_metadata``'s directory into a full location.
+Resolve = Callable[[str], str]
+#: Turns a full location into a path relative to ``_metadata``'s directory.
+Relativize = Callable[[str], str]
+
+
+def _range_json(r: range) -> list[int]:
+    return [r.start, r.stop]
+
+
+def _range_of(doc: Any, where: str) -> range:
+    if (
+        not isinstance(doc, list)
+        or len(doc) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in doc)
+        or not 0 <= doc[0] <= doc[1]
+    ):
+        raise CheckpointError(f"{where}: key group range must be [start, stop], got {doc!r}")
+    return range(doc[0], doc[1])
+
+
+class KeyedStateHandle(ABC):
+    """One subtask's keyed state of one operator in one snapshot."""
+
+    #: ``"type"`` in the JSON encoding.
+    TYPE: ClassVar[str]
+    #: The backend that can restore it (``None``: any, the canonical format).
+    BACKEND: ClassVar[str | None]
+
+    key_groups: range
+
+    @property
+    @abstractmethod
+    def size(self) -> int:
+        """Bytes of the files it references."""
+
+    @abstractmethod
+    def files(self) -> list[str]:
+        """Every file it references."""
+
+    @abstractmethod
+    def shared_files(self) -> list[str]:
+        """The files that other snapshots may reference too (reference-counted)."""
+
+    @abstractmethod
+    def restricted_to(self, key_groups: range) -> KeyedStateHandle | None:
+        """The part covering ``key_groups``; ``None`` when nothing overlaps."""
+
+    @abstractmethod
+    def to_json(self, relativize: Relativize) -> dict[str, Any]:
+        """A JSON-ready dict with paths made relative."""
+
+    @classmethod
+    @abstractmethod
+    def from_json(cls, doc: dict[str, Any], resolve: Resolve, where: str) -> KeyedStateHandle:
+        """Inverse of :meth:`to_json`."""
+
+    def overlaps(self, key_groups: range) -> bool:
+        """Whether this handle covers any of ``key_groups``."""
+        return max(self.key_groups.start, key_groups.start) < min(
+            self.key_groups.stop, key_groups.stop
+        )
+
+
+def _need(doc: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    value = doc.get(key)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise CheckpointError(f"{where}: field {key!r} must be {kind.__name__}, got {value!r}")
+    return value
+
+
+# ---------------------------------------------------------------- heap
 
 
 @dataclass(frozen=True)
-class KeyedStateHandle:
-    """A keyed-state file and the byte range of each key group inside it.
+class HeapStateFile:
+    """A heap snapshot file: ``full`` state or a ``delta``; ``(offset, length)`` per key group.
 
-    ``path`` is relative to the checkpoint directory holding ``_metadata`` until the
-    job master resolves it to an absolute path for a restoring task.
+    ``shared`` files live in the job's ``shared/`` directory and may be referenced by
+    later checkpoints; the others belong to one checkpoint directory.
     """
 
     path: str
-    key_groups: dict[int, tuple[int, int]]
+    full: bool
+    segments: dict[int, tuple[int, int]]
     size: int
+    shared: bool = True
 
-    def resolve(self, checkpoint_dir: str) -> KeyedStateHandle:
-        """Return a copy whose ``path`` is absolute, resolved against ``checkpoint_dir``."""
-        if os.path.isabs(self.path):
-            return self
-        return KeyedStateHandle(
-            path=os.path.join(checkpoint_dir, self.path),
-            key_groups=dict(self.key_groups),
-            size=self.size,
+    def restricted_to(self, key_groups: range) -> HeapStateFile | None:
+        kept = {kg: span for kg, span in self.segments.items() if kg in key_groups}
+        return replace(self, segments=kept) if kept else None
+
+    def to_json(self, relativize: Relativize) -> dict[str, Any]:
+        return {
+            "path": relativize(self.path),
+            "full": self.full,
+            "shared": self.shared,
+            "size": self.size,
+            "segments": {str(kg): [o, n] for kg, (o, n) in sorted(self.segments.items())},
+        }
+
+    @staticmethod
+    def from_json(doc: Any, resolve: Resolve, where: str) -> HeapStateFile:
+        if not isinstance(doc, dict):
+            raise CheckpointError(f"{where}: a heap state file must be an object")
+        segments: dict[int, tuple[int, int]] = {}
+        for kg, span in _need(doc, "segments", dict, where).items():
+            ok = (
+                kg.isdigit()
+                and isinstance(span, list)
+                and len(span) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in span)
+            )
+            if not ok:
+                raise CheckpointError(f"{where}: bad segment {kg!r}: {span!r}")
+            segments[int(kg)] = (span[0], span[1])
+        return HeapStateFile(
+            path=resolve(_need(doc, "path", str, where)),
+            full=bool(doc.get("full")),
+            segments=segments,
+            size=_need(doc, "size", int, where),
+            shared=bool(doc.get("shared", True)),
         )
 
-    def restricted_to(self, key_groups: range) -> KeyedStateHandle | None:
-        """The same file limited to ``key_groups``; ``None`` when nothing overlaps."""
-        kept = {kg: span for kg, span in self.key_groups.items() if kg in key_groups}
-        if not kept:
+
+@dataclass(frozen=True)
+class HeapSnapshotHandle(KeyedStateHandle):
+    """The heap backend's snapshot: a full file followed by deltas, applied in order.
+
+    Example::
+
+        HeapSnapshotHandle(key_groups=range(0, 64), chain=(full, delta1, delta2))
+    """
+
+    TYPE: ClassVar[str] = "heap"
+    BACKEND: ClassVar[str | None] = "heap"
+
+    key_groups: range
+    #: The files, oldest (the full one, if any) first.
+    chain: tuple[HeapStateFile, ...] = ()
+    #: Kind of each state in the files (``value``, ``list``, ``map``, ...).
+    states: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.chain)
+
+    def files(self) -> list[str]:
+        return [f.path for f in self.chain]
+
+    def shared_files(self) -> list[str]:
+        return [f.path for f in self.chain if f.shared]
+
+    def restricted_to(self, key_groups: range) -> HeapSnapshotHandle | None:
+        if not self.overlaps(key_groups):
             return None
-        return KeyedStateHandle(path=self.path, key_groups=kept, size=self.size)
+        kept = tuple(r for r in (f.restricted_to(key_groups) for f in self.chain) if r is not None)
+        return replace(self, chain=kept) if kept else None
+
+    def to_json(self, relativize: Relativize) -> dict[str, Any]:
+        return {
+            "type": self.TYPE,
+            "key_groups": _range_json(self.key_groups),
+            "files": [f.to_json(relativize) for f in self.chain],
+            "states": dict(sorted(self.states.items())),
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any], resolve: Resolve, where: str) -> HeapSnapshotHandle:
+        files = tuple(
+            HeapStateFile.from_json(f, resolve, f"{where}.files[{i}]")
+            for i, f in enumerate(_need(doc, "files", list, where))
+        )
+        states = {str(k): str(v) for k, v in _need(doc, "states", dict, where).items()}
+        return cls(_range_of(doc.get("key_groups"), where), files, states)
+
+
+# ---------------------------------------------------------------- RocksDB
+
+
+@dataclass(frozen=True)
+class StateFile:
+    """A file of a snapshot: location, size, whether snapshots share it, CRC-32."""
+
+    path: str
+    size: int
+    shared: bool
+    crc: int | None = None
+
+    def to_json(self, relativize: Relativize) -> dict[str, Any]:
+        return {
+            "path": relativize(self.path),
+            "size": self.size,
+            "shared": self.shared,
+            "crc": self.crc,
+        }
+
+    @staticmethod
+    def from_json(doc: Any, resolve: Resolve, where: str) -> StateFile:
+        if not isinstance(doc, dict):
+            raise CheckpointError(f"{where}: a state file must be an object")
+        crc = doc.get("crc")
+        if crc is not None and (not isinstance(crc, int) or isinstance(crc, bool)):
+            raise CheckpointError(f"{where}: crc must be an integer, got {crc!r}")
+        return StateFile(
+            resolve(_need(doc, "path", str, where)),
+            _need(doc, "size", int, where),
+            bool(doc.get("shared")),
+            crc,
+        )
+
+
+@dataclass(frozen=True)
+class RocksDBSnapshotHandle(KeyedStateHandle):
+    """A RocksDB checkpoint: its files by their name in the database directory.
+
+    SST files are immutable and ``shared`` between incremental checkpoints; the
+    MANIFEST, CURRENT, OPTIONS and log files are written for every checkpoint.
+
+    Example::
+
+        RocksDBSnapshotHandle(key_groups=range(0, 64), db_files={"000011.sst": sst, "CURRENT": cur})
+    """
+
+    TYPE: ClassVar[str] = "rocksdb"
+    BACKEND: ClassVar[str | None] = "rocksdb"
+
+    key_groups: range
+    db_files: dict[str, StateFile] = field(default_factory=dict)
+    #: Kind of each state (one column family each).
+    states: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.db_files.values())
+
+    def files(self) -> list[str]:
+        return [f.path for f in self.db_files.values()]
+
+    def shared_files(self) -> list[str]:
+        return [f.path for f in self.db_files.values() if f.shared]
+
+    def restricted_to(self, key_groups: range) -> RocksDBSnapshotHandle | None:
+        # A database cannot be cut by file: the restoring backend keeps only its range.
+        return self if self.overlaps(key_groups) else None
+
+    def to_json(self, relativize: Relativize) -> dict[str, Any]:
+        return {
+            "type": self.TYPE,
+            "key_groups": _range_json(self.key_groups),
+            "db_files": {n: f.to_json(relativize) for n, f in sorted(self.db_files.items())},
+            "states": dict(sorted(self.states.items())),
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any], resolve: Resolve, where: str) -> RocksDBSnapshotHandle:
+        files = {
+            name: StateFile.from_json(f, resolve, f"{where}.db_files[{name!r}]")
+            for name, f in _need(doc, "db_files", dict, where).items()
+        }
+        states = {str(k): str(v) for k, v in _need(doc, "states", dict, where).items()}
+        return cls(_range_of(doc.get("key_groups"), where), files, states)
+
+
+# ---------------------------------------------------------------- canonical (savepoints)
+
+
+@dataclass(frozen=True)
+class CanonicalSnapshotHandle(KeyedStateHandle):
+    """Savepoint keyed state in the backend-independent format (Arrow IPC).
+
+    ``batches[kg]`` is the index of key group ``kg``'s record batch in the file;
+    ``states`` maps each state name to its kind (``value``, ``list``, ``map``, ...).
+
+    Example::
+
+        CanonicalSnapshotHandle(key_groups=range(0, 64), path="/sp/op-0.arrow",
+                                size=4096, batches={0: 0, 5: 1}, states={"count": "value"})
+    """
+
+    TYPE: ClassVar[str] = "canonical"
+    BACKEND: ClassVar[str | None] = None
+
+    key_groups: range
+    path: str = ""
+    file_size: int = 0
+    batches: dict[int, int] = field(default_factory=dict)
+    states: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return self.file_size
+
+    def files(self) -> list[str]:
+        return [self.path]
+
+    def shared_files(self) -> list[str]:
+        return []
+
+    def restricted_to(self, key_groups: range) -> CanonicalSnapshotHandle | None:
+        kept = {kg: i for kg, i in self.batches.items() if kg in key_groups}
+        return replace(self, batches=kept) if kept else None
+
+    def to_json(self, relativize: Relativize) -> dict[str, Any]:
+        return {
+            "type": self.TYPE,
+            "key_groups": _range_json(self.key_groups),
+            "path": relativize(self.path),
+            "size": self.file_size,
+            "batches": {str(kg): i for kg, i in sorted(self.batches.items())},
+            "states": dict(sorted(self.states.items())),
+        }
+
+    @classmethod
+    def from_json(
+        cls, doc: dict[str, Any], resolve: Resolve, where: str
+    ) -> CanonicalSnapshotHandle:
+        batches: dict[int, int] = {}
+        for kg, index in _need(doc, "batches", dict, where).items():
+            if not kg.isdigit() or not isinstance(index, int):
+                raise CheckpointError(f"{where}: bad batch entry {kg!r}: {index!r}")
+            batches[int(kg)] = index
+        states = _need(doc, "states", dict, where)
+        return cls(
+            key_groups=_range_of(doc.get("key_groups"), where),
+            path=resolve(_need(doc, "path", str, where)),
+            file_size=_need(doc, "size", int, where),
+            batches=batches,
+            states={str(k): str(v) for k, v in states.items()},
+        )
+
+
+_HANDLE_TYPES: dict[str, type[KeyedStateHandle]] = {
+    t.TYPE: t for t in (HeapSnapshotHandle, RocksDBSnapshotHandle, CanonicalSnapshotHandle)
+}
+
+
+def handle_from_json(doc: Any, resolve: Resolve, where: str) -> KeyedStateHandle:
+    """Decode any keyed state handle written by ``to_json``.
+
+    Example::
+
+        handle_from_json(h.to_json(rel), resolve, "operators['sum'][0].keyed")
+    """
+    if not isinstance(doc, dict):
+        raise CheckpointError(f"{where}: a keyed state handle must be an object")
+    kind = doc.get("type")
+    handle_type = _HANDLE_TYPES.get(kind) if isinstance(kind, str) else None
+    if handle_type is None:
+        raise CheckpointError(
+            f"{where}: unknown keyed state handle type {kind!r} (known: {sorted(_HANDLE_TYPES)})"
+        )
+    return handle_type.from_json(doc, resolve, where)
+
+
+# ---------------------------------------------------------------- per operator subtask
 
 
 @dataclass
@@ -72,8 +424,14 @@ class OperatorSubtaskState:
 
 @dataclass
 class OperatorRestore:
-    """What one restoring subtask of one operator receives."""
+    """What one restoring subtask of one operator receives.
+
+    ``owned``: the files belong to this job's own checkpoint storage, so the backend
+    may keep building incremental snapshots on them; otherwise (a savepoint, another
+    job's checkpoint) its first snapshot is self-contained.
+    """
 
     keyed: list[KeyedStateHandle] = field(default_factory=list)
     operator_lists: dict[str, list[object]] = field(default_factory=dict)
     union_lists: dict[str, list[object]] = field(default_factory=dict)
+    owned: bool = False

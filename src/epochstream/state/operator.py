@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from epochstream.exceptions import StateError
-from epochstream.state.keyed import copy_for_snapshot
+from epochstream.state.states import copy_value
 
 __all__ = ["OperatorListState", "OperatorStateStore"]
 
@@ -115,8 +115,8 @@ class OperatorStateStore:
     def snapshot(self) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
         """``(operator_lists, union_lists)``: copies of every non-empty list."""
         memo: dict[int, Any] = {}
-        lists = {n: copy_for_snapshot(v, memo) for n, v in self._lists.items() if v}
-        unions = {n: copy_for_snapshot(v, memo) for n, v in self._unions.items() if v}
+        lists = {n: copy_value(v, memo) for n, v in self._lists.items() if v}
+        unions = {n: copy_value(v, memo) for n, v in self._unions.items() if v}
         return lists, unions
 
     def restore(

@@ -9,8 +9,7 @@ Example::
 
     restores = build_restores(
         {0: state0, 1: state1},
-        old_parallelism=2, new_parallelism=3, max_parallelism=128,
-        checkpoint_dir="/ckpt/job/chk-7",
+        old_parallelism=2, new_parallelism=3, max_parallelism=128, owned=False,
     )
     restores[2].keyed   # handles restricted to key groups 86..127
 """
@@ -69,21 +68,20 @@ def merge_union_lists(old: list[dict[str, list[Any]]]) -> dict[str, list[Any]]:
 
 
 def _keyed_handles(
-    states: dict[int, OperatorSubtaskState], max_parallelism: int, checkpoint_dir: str
+    states: dict[int, OperatorSubtaskState], max_parallelism: int
 ) -> list[KeyedStateHandle]:
     handles: list[KeyedStateHandle] = []
     for index in sorted(states):
         handle = states[index].keyed
         if handle is None:
             continue
-        outside = [kg for kg in handle.key_groups if not 0 <= kg < max_parallelism]
-        if outside:
+        if handle.key_groups.stop > max_parallelism:
             raise StateError(
-                f"keyed state file {handle.path} of old subtask {index} holds key group "
-                f"{min(outside)}, outside max_parallelism {max_parallelism}; max_parallelism "
-                "cannot change once a job has state"
+                f"keyed state of old subtask {index} covers key groups {handle.key_groups.start}"
+                f"..{handle.key_groups.stop - 1}, beyond max_parallelism {max_parallelism}; "
+                "max_parallelism cannot change once a job has state"
             )
-        handles.append(handle.resolve(checkpoint_dir))
+        handles.append(handle)
     return handles
 
 
@@ -93,18 +91,18 @@ def build_restores(
     old_parallelism: int,
     new_parallelism: int,
     max_parallelism: int,
-    checkpoint_dir: str,
+    owned: bool = False,
 ) -> list[OperatorRestore]:
     """One :class:`OperatorRestore` per new subtask of one operator.
 
     ``states`` maps old subtask index to its snapshot; missing indices mean empty.
-    Keyed handles are resolved against ``checkpoint_dir`` and restricted to each new
-    subtask's key-group range (handles with no overlap are dropped).
+    Keyed handles are restricted to each new subtask's key-group range (handles with
+    no overlap are dropped). ``owned``: the state is this job's own checkpoint.
 
     Example::
 
         restores = build_restores({0: s0}, old_parallelism=1, new_parallelism=2,
-                                  max_parallelism=128, checkpoint_dir="/ckpt/chk-3")
+                                  max_parallelism=128)
         len(restores) == 2
     """
     validate_parallelism(old_parallelism, max_parallelism)
@@ -118,16 +116,17 @@ def build_restores(
     old = [states.get(i, empty) for i in range(old_parallelism)]
     lists = redistribute_operator_lists([s.operator_lists for s in old], new_parallelism)
     unions = merge_union_lists([s.union_lists for s in old])
-    handles = _keyed_handles(states, max_parallelism, checkpoint_dir)
+    handles = _keyed_handles(states, max_parallelism)
     restores: list[OperatorRestore] = []
     for index in range(new_parallelism):
-        owned = key_group_range_for_operator(max_parallelism, new_parallelism, index)
-        keyed = [r for r in (h.restricted_to(owned) for h in handles) if r is not None]
+        mine = key_group_range_for_operator(max_parallelism, new_parallelism, index)
+        keyed = [r for r in (h.restricted_to(mine) for h in handles) if r is not None]
         restores.append(
             OperatorRestore(
                 keyed=keyed,
                 operator_lists=lists[index],
                 union_lists={name: list(values) for name, values in unions.items()},
+                owned=owned,
             )
         )
     return restores

@@ -1,0 +1,243 @@
+"""The keyed-state backend interface every operator, timer and aggregation goes through.
+
+A :class:`StateBackend` is the user's choice (``env.set_state_backend(...)``): small,
+picklable configuration shipped to the slots. Each keyed operator subtask gets its own
+:class:`KeyedStateBackend` from it, owning the key groups of its range. The two
+implementations (heap and RocksDB) behave the same through this interface, which is
+what the shared test suite checks.
+
+Access:
+
+- ``set_current_key(key)`` selects the key that state objects from ``get_state``
+  (Flink's ValueState, ListState, MapState, ReducingState, AggregatingState) read and
+  write; ``value_table(descriptor)`` is the batch-level path of built-in operators
+  (``get``/``set`` by key, then ``touched(keys)`` once per batch).
+- Values returned to user code are the caller's to change: changing one changes
+  state only through ``update``/``put``/``add`` (both backends behave so).
+
+Snapshots (ARCHITECTURE section 9): ``snapshot(target)`` is the synchronous part, run
+at the barrier on the task thread; it returns a :class:`SnapshotJob` whose ``run()``
+writes files on the snapshot thread and returns the keyed state handle. Incremental
+snapshots build on the latest *completed* checkpoint, whose id travels with the
+barrier (``target.base_checkpoint_id``), so a late completion notice never makes a
+snapshot reference files that retention already deleted.
+
+Example::
+
+    backend = HeapStateBackend().create(ctx)
+    count = backend.get_state(ValueStateDescriptor("count", default=0))
+    backend.set_current_key("user-7")
+    count.update(count.value() + 1)
+    job = backend.snapshot(target)          # task thread, at the barrier
+    handle = job.run()                      # snapshot thread
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from epochstream.exceptions import StateError
+from epochstream.runtime.clock import Clock
+from epochstream.state.descriptors import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    ValueStateDescriptor,
+)
+from epochstream.state.handles import KeyedStateHandle
+
+if TYPE_CHECKING:
+    from epochstream.checkpoint.filesystems import StorageFS
+
+__all__ = [
+    "STATE_KINDS",
+    "KeyedBackendContext",
+    "KeyedStateBackend",
+    "SnapshotJob",
+    "SnapshotTarget",
+    "StateBackend",
+    "ValueTable",
+    "kind_of",
+]
+
+#: State kind of each descriptor type, as recorded in snapshots.
+STATE_KINDS: dict[type[StateDescriptor], str] = {
+    ValueStateDescriptor: "value",
+    ListStateDescriptor: "list",
+    MapStateDescriptor: "map",
+    ReducingStateDescriptor: "reducing",
+    AggregatingStateDescriptor: "aggregating",
+}
+
+
+def kind_of(descriptor: StateDescriptor) -> str:
+    """``"value"``, ``"list"``, ``"map"``, ``"reducing"`` or ``"aggregating"``."""
+    kind = STATE_KINDS.get(type(descriptor))
+    if kind is None:
+        raise StateError(f"unsupported state descriptor {type(descriptor).__name__}")
+    return kind
+
+
+@dataclass(frozen=True)
+class KeyedBackendContext:
+    """Where a keyed backend runs: its operator and subtask, key groups, clock, scratch dir.
+
+    Example::
+
+        KeyedBackendContext(operator_uid="counts", subtask=0, max_parallelism=128,
+                            key_group_range=range(0, 64), clock=SystemClock(), local_dir="/tmp/s0")
+    """
+
+    operator_uid: str
+    subtask: int
+    max_parallelism: int
+    key_group_range: range
+    clock: Clock
+    local_dir: str
+    #: Endpoint and credentials of object-store checkpoint storage (see ``storage_fs``).
+    storage_options: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SnapshotTarget:
+    """Where one snapshot goes.
+
+    ``directory`` holds files private to this snapshot (``chk-<n>/`` or a savepoint
+    directory); ``shared_dir`` (checkpoints only) holds files later checkpoints may
+    reference. ``savepoint`` asks for the canonical, self-contained format.
+    ``base_checkpoint_id`` is the latest checkpoint completed when this one was
+    triggered: an incremental snapshot builds on that one's files.
+    """
+
+    fs: StorageFS
+    checkpoint_id: int
+    directory: str
+    shared_dir: str | None
+    name: str
+    savepoint: bool = False
+    base_checkpoint_id: int | None = None
+
+
+class SnapshotJob(ABC):
+    """The asynchronous part of one keyed snapshot (runs on the snapshot thread)."""
+
+    #: Bytes ``run`` wrote (an incremental snapshot reuses earlier files).
+    bytes_written: int = 0
+
+    @abstractmethod
+    def run(self) -> KeyedStateHandle | None:
+        """Write the files; the handle describing them (``None``: no state)."""
+
+
+class ValueTable(Protocol):
+    """Batch-level access to one value state, for built-in operators (no current key).
+
+    ``get``/``set`` act at once; ``touched(keys)`` must follow once per batch with the
+    keys written, before the next snapshot (it is how the heap backend knows what
+    changed without a per-record hook).
+
+    Example::
+
+        table = backend.value_table(ValueStateDescriptor("_sum"))
+        for k, v in pairs:
+            table.set(k, table.get(k, 0) + v)
+        table.touched([k for k, _ in pairs])
+    """
+
+    def get(self, key: Any, default: Any = None, /) -> Any:
+        """The value of ``key``, or ``default``."""
+
+    def set(self, key: Any, value: Any, /) -> None:
+        """Store ``value`` for ``key``."""
+
+    def delete(self, key: Any, /) -> None:
+        """Remove ``key`` (no-op when absent)."""
+
+    def touched(self, keys: Iterable[Any], /) -> None:
+        """Declare the keys written since the last call."""
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        """Every ``(key, value)`` of this subtask's key groups."""
+
+
+class KeyedStateBackend(ABC):
+    """Keyed state of one operator in one subtask (see the module docstring)."""
+
+    #: ``"heap"`` or ``"rocksdb"``: which snapshot handles it can restore.
+    NAME: ClassVar[str]
+
+    max_parallelism: int
+    key_group_range: range
+
+    @abstractmethod
+    def set_current_key(self, key: Any) -> None:
+        """Select the key that state objects read and write (per record)."""
+
+    @property
+    @abstractmethod
+    def current_key(self) -> Any:
+        """The current key; :class:`StateError` when none is set."""
+
+    @abstractmethod
+    def get_state(self, descriptor: StateDescriptor) -> Any:
+        """The state object for ``descriptor``, bound to the current key."""
+
+    @abstractmethod
+    def value_table(self, descriptor: ValueStateDescriptor) -> ValueTable:
+        """Batch-level access to a value state (no TTL)."""
+
+    @abstractmethod
+    def keys(self, state_name: str) -> list[Any]:
+        """The keys with a value in ``state_name`` (a new list)."""
+
+    @abstractmethod
+    def snapshot(self, target: SnapshotTarget) -> SnapshotJob:
+        """Synchronous part of a snapshot (task thread, at the barrier)."""
+
+    @abstractmethod
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` completed: later snapshots may build on it."""
+
+    @abstractmethod
+    def restore(
+        self, handles: list[KeyedStateHandle], *, checkpoint_id: int | None, owned: bool
+    ) -> None:
+        """Load this subtask's key groups from ``handles`` (before any access).
+
+        ``owned``: the files belong to this job's checkpoint ``checkpoint_id``, so
+        snapshots may keep building on them; otherwise the first snapshot is
+        self-contained.
+        """
+
+    def dispose(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (files, native handles); the backend is not used afterwards."""
+
+    def check_restorable(self, handle: KeyedStateHandle) -> None:
+        """Raise :class:`StateError` when ``handle`` was written by another backend."""
+        if handle.BACKEND is not None and handle.BACKEND != self.NAME:
+            raise StateError(
+                f"this state was snapshotted by the {handle.BACKEND} backend and cannot be "
+                f"restored by the {self.NAME} backend: take a savepoint (the canonical "
+                "format both read) and start the new job from it"
+            )
+
+
+class StateBackend(ABC):
+    """The user's choice of keyed-state backend (picklable configuration).
+
+    Example::
+
+        env.set_state_backend(es.state.RocksDBStateBackend(incremental=True))
+    """
+
+    NAME: ClassVar[str]
+    incremental: bool
+
+    @abstractmethod
+    def create(self, ctx: KeyedBackendContext) -> KeyedStateBackend:
+        """A keyed backend for one operator subtask."""

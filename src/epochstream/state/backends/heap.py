@@ -1,0 +1,522 @@
+"""The heap state backend: state as Python objects, snapshots proportional to change.
+
+Each state is one dict (``key -> value``) plus the set of keys written since the last
+snapshot (see :mod:`~epochstream.state.backends.heap_states`). At a barrier the
+synchronous part copies only the entries changed since the latest *completed*
+checkpoint (O(changed), not O(state)); the snapshot thread then either
+
+- writes them as a *delta* file and references the completed checkpoint's files
+  before it (incremental, the default), or
+- merges that chain with the delta into one *full* file ("materialization"): always
+  when ``incremental=False``, and in incremental mode whenever the deltas of the chain
+  outweigh its full file or the chain reaches ``max_chain`` files.
+
+Delta and materialized files of incremental snapshots go to the job's ``shared/``
+directory, since later checkpoints reference them; the coordinator's shared-state
+registry deletes them when no retained checkpoint does. Savepoints merge the chain
+into the canonical format. Expired TTL entries are dropped whenever state is merged.
+
+Example::
+
+    env.set_state_backend(es.state.HeapStateBackend())            # incremental
+    env.set_state_backend(es.state.HeapStateBackend(incremental=False))
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.exceptions import ConfigurationError, StateError
+from epochstream.state.backends.base import (
+    KeyedBackendContext,
+    KeyedStateBackend,
+    SnapshotJob,
+    SnapshotTarget,
+    StateBackend,
+    kind_of,
+)
+from epochstream.state.backends.heap_files import (
+    DELETED,
+    KeyGroupState,
+    apply_segment,
+    merge_chain,
+    write_segments,
+)
+from epochstream.state.backends.heap_states import (
+    HEAP_STATE_CLASSES,
+    NO_KEY,
+    HeapTable,
+    KeyContext,
+)
+from epochstream.state.canonical import (
+    CanonicalRow,
+    StateMeta,
+    read_batches,
+    read_state_meta,
+    write_canonical,
+)
+from epochstream.state.descriptors import StateDescriptor, ValueStateDescriptor
+from epochstream.state.handles import (
+    CanonicalSnapshotHandle,
+    HeapSnapshotHandle,
+    HeapStateFile,
+    KeyedStateHandle,
+)
+from epochstream.state.keycodec import decode_key, encode_key
+from epochstream.state.keygroups import KeyGroupAssigner, validate_max_parallelism
+from epochstream.state.serializers import DEFAULT_SERIALIZER
+from epochstream.state.states import copy_value
+from epochstream.state.ttl import TtlConfig, TtlValue
+
+__all__ = ["HeapKeyedStateBackend", "HeapStateBackend", "HeapValueTable"]
+
+
+@dataclass(frozen=True)
+class HeapStateBackend(StateBackend):
+    """Keyed state in Python dicts on the slot's heap (the default backend).
+
+    ``incremental`` (default True): checkpoints write only what changed, chaining
+    deltas onto earlier files; ``max_chain``: deltas before a full file is written.
+
+    Example::
+
+        env.set_state_backend(es.state.HeapStateBackend(incremental=False))
+    """
+
+    NAME: ClassVar[str] = "heap"
+    incremental: bool = True
+    max_chain: int = 16
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_chain, int) or self.max_chain < 1:
+            raise ConfigurationError(f"max_chain must be a positive int, got {self.max_chain!r}")
+
+    def create(self, ctx: KeyedBackendContext) -> HeapKeyedStateBackend:
+        return HeapKeyedStateBackend(ctx, incremental=self.incremental, max_chain=self.max_chain)
+
+
+class HeapValueTable:
+    """The batch path of a heap value state (a :class:`ValueTable`): the dict's own
+    methods, and the dirty keys declared once per batch."""
+
+    __slots__ = ("_table", "delete", "get", "set", "touched")
+
+    def __init__(self, table: HeapTable) -> None:
+        data, dirty = table.data, table.dirty
+        self._table = table
+        self.get: Callable[..., Any] = data.get
+        self.set: Callable[[Any, Any], None] = data.__setitem__
+        self.touched: Callable[[Iterable[Any]], None] = dirty.update
+
+        def delete(key: Any) -> None:
+            if data.pop(key, DELETED) is not DELETED:
+                dirty.add(key)
+
+        self.delete: Callable[[Any], None] = delete
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        return iter(list(self._table.data.items()))
+
+
+class HeapKeyedStateBackend(KeyedStateBackend):
+    """Keyed state of one operator subtask in dicts (see the module docstring)."""
+
+    NAME: ClassVar[str] = "heap"
+
+    def __init__(
+        self, ctx: KeyedBackendContext, *, incremental: bool = True, max_chain: int = 16
+    ) -> None:
+        validate_max_parallelism(ctx.max_parallelism)
+        kgr = ctx.key_group_range
+        if kgr.step != 1 or kgr.start < 0 or kgr.stop > ctx.max_parallelism:
+            raise StateError(
+                f"key group range {kgr} does not fit max_parallelism {ctx.max_parallelism}"
+            )
+        self.ctx = ctx
+        self.max_parallelism = ctx.max_parallelism
+        self.key_group_range = kgr
+        self.incremental = incremental
+        self.max_chain = max_chain
+        self.assigner = KeyGroupAssigner(ctx.max_parallelism)
+        self._key = KeyContext()
+        self._tables: dict[str, HeapTable] = {}
+        self._states: dict[str, Any] = {}
+        # Keys written before snapshot n and not yet covered by a completed checkpoint.
+        self._unconfirmed: dict[int, dict[str, set[Any]]] = {}
+        # Handles of snapshots whose files are written (filled by the snapshot thread).
+        self._handles: dict[int, HeapSnapshotHandle] = {}
+        self._base: tuple[int, HeapSnapshotHandle] | None = None
+
+    # ------------------------------------------------------------------ access
+
+    def set_current_key(self, key: Any) -> None:
+        self._key.key = key
+
+    @property
+    def current_key(self) -> Any:
+        key = self._key.key
+        if key is NO_KEY:
+            raise StateError("no current key is set on this keyed state backend")
+        return key
+
+    def _table(self, name: str, kind: str, descriptor: StateDescriptor | None) -> HeapTable:
+        table = self._tables.get(name)
+        if table is None:
+            table = self._tables[name] = HeapTable(name, kind, descriptor)
+            return table
+        if table.kind != kind:
+            raise StateError(
+                f"state {name!r} is registered (or restored) as {table.kind} state, cannot "
+                f"use it as {kind} state"
+            )
+        if descriptor is not None and table.descriptor is None:
+            _adopt_ttl(table, descriptor.ttl_config, self.ctx.clock.wall())
+            table.descriptor = descriptor
+            table.serializer = descriptor.value_serializer
+            table.ttl = descriptor.ttl_config
+        return table
+
+    def get_state(self, descriptor: StateDescriptor) -> Any:
+        existing = self._states.get(descriptor.name)
+        if existing is not None:
+            if type(existing.descriptor) is not type(descriptor):
+                raise StateError(
+                    f"state {descriptor.name!r} is registered as "
+                    f"{type(existing.descriptor).__name__}, cannot get it as "
+                    f"{type(descriptor).__name__}"
+                )
+            return existing
+        kind = kind_of(descriptor)
+        table = self._table(descriptor.name, kind, descriptor)
+        state = HEAP_STATE_CLASSES[kind](table, self._key, self.ctx.clock)
+        self._states[descriptor.name] = state
+        return state
+
+    def value_table(self, descriptor: ValueStateDescriptor) -> HeapValueTable:
+        if descriptor.ttl is not None:
+            raise StateError(f"value table {descriptor.name!r}: TTL is for user state only")
+        return HeapValueTable(self._table(descriptor.name, "value", descriptor))
+
+    def keys(self, state_name: str) -> list[Any]:
+        table = self._tables.get(state_name)
+        return [] if table is None else list(table.data)
+
+    # ------------------------------------------------------------------ snapshots
+
+    def _adopt_base(self, base_id: int | None) -> None:
+        if base_id is None:
+            return
+        handle = self._handles.get(base_id)
+        if handle is None:
+            return  # not ours (e.g. restored from elsewhere): keep what we had
+        self._base = (base_id, handle)
+        for n in [n for n in self._unconfirmed if n <= base_id]:
+            del self._unconfirmed[n]
+        for n in [n for n in self._handles if n < base_id]:
+            del self._handles[n]
+
+    def snapshot(self, target: SnapshotTarget) -> SnapshotJob:
+        self._adopt_base(target.base_checkpoint_id)
+        taken: dict[str, set[Any]] = {}
+        delta: dict[str, dict[Any, Any]] = {}
+        memo: dict[int, Any] = {}
+        for name, table in self._tables.items():
+            changed = set(table.dirty)
+            table.dirty.clear()
+            if changed:
+                taken[name] = set(changed)
+            for keys in self._unconfirmed.values():
+                changed.update(keys.get(name, ()))
+            if not changed:
+                continue
+            data = table.data
+            delta[name] = {
+                k: (_snapshot_copy(data[k], memo) if k in data else DELETED) for k in changed
+            }
+        self._unconfirmed[target.checkpoint_id] = taken
+        metas = {
+            name: StateMeta(t.kind, t.serializer or DEFAULT_SERIALIZER)
+            for name, t in self._tables.items()
+        }
+        ttls = {name: t.ttl for name, t in self._tables.items() if t.ttl is not None}
+        base = self._base[1] if self._base is not None else None
+        return _HeapSnapshotJob(self, target, delta, base, metas, ttls)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self._adopt_base(checkpoint_id)
+
+    def _record_handle(self, checkpoint_id: int, handle: HeapSnapshotHandle) -> None:
+        # Called on the snapshot thread; dict assignment is atomic.
+        self._handles[checkpoint_id] = handle
+
+    # ------------------------------------------------------------------ restore
+
+    def restore(
+        self, handles: list[KeyedStateHandle], *, checkpoint_id: int | None, owned: bool
+    ) -> None:
+        owned_groups = self.key_group_range
+        for handle in handles:
+            self.check_restorable(handle)
+            fs = storage_fs(handle.files()[0] if handle.files() else "/", self.ctx.storage_options)
+            if isinstance(handle, HeapSnapshotHandle):
+                merged = merge_chain(fs, handle.chain, owned_groups)
+                for segment in merged.values():
+                    for name, entries in segment.items():
+                        kind = handle.states.get(name, "value")
+                        self._restored_table(name, kind).data.update(entries)
+            elif isinstance(handle, CanonicalSnapshotHandle):
+                self._restore_canonical(fs, handle)
+            else:
+                raise StateError(f"cannot restore a {type(handle).__name__} into the heap backend")
+        heap = [h for h in handles if isinstance(h, HeapSnapshotHandle)]
+        continues = (
+            owned
+            and checkpoint_id is not None
+            and len(handles) == 1
+            and len(heap) == 1
+            and heap[0].key_groups == owned_groups
+        )
+        if continues:
+            assert checkpoint_id is not None
+            self._handles[checkpoint_id] = heap[0]
+            self._base = (checkpoint_id, heap[0])
+        else:
+            # Not a chain of our own: the first snapshot must hold everything.
+            for table in self._tables.values():
+                table.dirty.update(table.data)
+
+    def _restored_table(self, name: str, kind: str | None = None) -> HeapTable:
+        table = self._tables.get(name)
+        if table is None:
+            table = self._tables[name] = HeapTable(name, kind or "value")
+        elif kind is not None and table.kind != kind and table.data:
+            raise StateError(f"state {name!r} restored as {kind} and as {table.kind} state")
+        elif kind is not None:
+            table.kind = kind
+        return table
+
+    def _restore_canonical(self, fs: Any, handle: CanonicalSnapshotHandle) -> None:
+        metas = read_state_meta(fs, handle.path)
+        for _kg, batch in read_batches(fs, handle, self.key_group_range):
+            columns = batch.to_pydict()
+            for name, key, ns, user_key, value, ttl_ts in zip(
+                columns["state"],
+                columns["key"],
+                columns["namespace"],
+                columns["user_key"],
+                columns["value"],
+                columns["ttl_ts"],
+                strict=True,
+            ):
+                meta = metas.get(name)
+                if meta is None:
+                    raise StateError(f"{handle.path}: rows of state {name!r} without metadata")
+                table = self._restored_table(name, meta.kind)
+                table.serializer = meta.serializer
+                k = decode_key(key)
+                if ns is not None:
+                    k = (k, decode_key(ns))
+                v = meta.serializer.loads(value)
+                if ttl_ts is not None:
+                    v = TtlValue.of(v, ttl_ts)
+                if meta.kind == "list":
+                    table.data.setdefault(k, []).append(v)
+                elif meta.kind == "map":
+                    assert user_key is not None
+                    table.data.setdefault(k, {})[decode_key(user_key)] = v
+                else:
+                    table.data[k] = v
+
+    # ------------------------------------------------------------------ introspection
+
+    def entry_count(self) -> int:
+        """Entries over all states (for sizing and tests)."""
+        return sum(len(t.data) for t in self._tables.values())
+
+
+def _snapshot_copy(value: Any, memo: dict[int, Any]) -> Any:
+    if type(value) is TtlValue:
+        inner = copy_value(value.value, memo)
+        return value if inner is value.value else TtlValue.of(inner, value.timestamp)
+    return copy_value(value, memo)
+
+
+def _adopt_ttl(table: HeapTable, ttl: TtlConfig | None, now: float) -> None:
+    """Restored entries take the TTL setting of the descriptor now registering them."""
+    if not table.data:
+        return
+    wrap = ttl is not None
+
+    def convert(v: Any) -> Any:
+        is_wrapped = type(v) is TtlValue
+        if wrap and not is_wrapped:
+            return TtlValue.of(v, now)
+        if not wrap and is_wrapped:
+            return v.value
+        return v
+
+    for key, value in list(table.data.items()):
+        if table.kind == "list":
+            table.data[key] = [convert(e) for e in value]
+        elif table.kind == "map":
+            table.data[key] = {uk: convert(v) for uk, v in value.items()}
+        else:
+            table.data[key] = convert(value)
+
+
+class _HeapSnapshotJob(SnapshotJob):
+    """Writes a heap snapshot on the snapshot thread (see the module docstring)."""
+
+    def __init__(
+        self,
+        backend: HeapKeyedStateBackend,
+        target: SnapshotTarget,
+        delta: dict[str, dict[Any, Any]],
+        base: HeapSnapshotHandle | None,
+        metas: dict[str, StateMeta],
+        ttls: dict[str, TtlConfig],
+    ) -> None:
+        self.backend = backend
+        self.target = target
+        self.delta = delta
+        self.base = base
+        self.metas = metas
+        self.ttls = ttls
+
+    def _by_key_group(self) -> dict[int, KeyGroupState]:
+        key_group = self.backend.assigner.key_group
+        owned = self.backend.key_group_range
+        groups: dict[int, KeyGroupState] = {}
+        for name, entries in self.delta.items():
+            for key, value in entries.items():
+                kg = key_group(key)
+                if kg not in owned:
+                    raise StateError(
+                        f"state {name!r}: key {key!r:.80} is in key group {kg}, outside this "
+                        f"backend's range {owned.start}..{owned.stop - 1}; the key was set on "
+                        "the wrong subtask"
+                    )
+                groups.setdefault(kg, {}).setdefault(name, {})[key] = value
+        return groups
+
+    def _full(self, groups: dict[int, KeyGroupState]) -> dict[int, KeyGroupState]:
+        fs = self.target.fs
+        base = self.base.chain if self.base is not None else ()
+        merged = merge_chain(fs, base, self.backend.key_group_range)
+        for kg, segment in groups.items():
+            apply_segment(merged.setdefault(kg, {}), segment)
+        now = self.backend.ctx.clock.wall()
+        for segment in merged.values():
+            for name, ttl in self.ttls.items():
+                entries = segment.get(name)
+                if entries:
+                    _drop_expired(entries, self.metas[name].kind, ttl, now)
+        return {kg: s for kg, s in merged.items() if any(s.values())}
+
+    def run(self) -> KeyedStateHandle | None:
+        target = self.target
+        backend = self.backend
+        groups = self._by_key_group()
+        if target.savepoint:
+            return self._write_canonical(self._full(groups))
+        base = self.base
+        chain = base.chain if base is not None else ()
+        deltas = sum(f.size for f in chain if not f.full)
+        full_size = sum(f.size for f in chain if f.full)
+        materialize = (
+            not backend.incremental
+            or not chain
+            or len(chain) >= backend.max_chain
+            or deltas > full_size
+        )
+        kgr = backend.key_group_range
+        kinds = {name: m.kind for name, m in self.metas.items()}
+        if materialize:
+            full = self._full(groups)
+            handle = HeapSnapshotHandle(kgr, (), kinds)
+            if full:
+                file = self._write(full, full_file=True)
+                handle = HeapSnapshotHandle(kgr, (file,), kinds)
+        elif groups:
+            delta = self._write(groups, full_file=False)
+            handle = HeapSnapshotHandle(kgr, (*chain, delta), kinds)
+        else:
+            assert base is not None
+            handle = HeapSnapshotHandle(kgr, chain, kinds)
+        backend._record_handle(target.checkpoint_id, handle)
+        return handle if handle.chain else None
+
+    def _write(self, groups: dict[int, KeyGroupState], *, full_file: bool) -> HeapStateFile:
+        target = self.target
+        shared = self.backend.incremental and target.shared_dir is not None
+        if shared:
+            assert target.shared_dir is not None
+            name = f"{target.checkpoint_id}-{target.name}-{uuid.uuid4().hex[:12]}.kst"
+            path = target.fs.join(target.shared_dir, name)
+        else:
+            path = target.fs.join(target.directory, f"{target.name}.kst")
+        spans, size = write_segments(target.fs, path, groups)
+        self.bytes_written += size
+        return HeapStateFile(path=path, full=full_file, segments=spans, size=size, shared=shared)
+
+    def _write_canonical(self, full: dict[int, KeyGroupState]) -> KeyedStateHandle | None:
+        if not full:
+            return None
+        target = self.target
+        path = target.fs.join(target.directory, f"{target.name}.arrow")
+        metas = self.metas
+        handle = write_canonical(
+            target.fs,
+            path,
+            {name: metas[name] for name in metas},
+            ((kg, _rows(full[kg], metas)) for kg in sorted(full)),
+            key_groups=self.backend.key_group_range,
+        )
+        self.bytes_written = 0 if handle is None else handle.size
+        return handle
+
+
+def _drop_expired(entries: dict[Any, Any], kind: str, ttl: TtlConfig, now: float) -> None:
+    for key in list(entries):
+        value = entries[key]
+        if kind == "list":
+            live = [e for e in value if not ttl.expired(e, now)]
+            if live:
+                entries[key] = live
+            else:
+                del entries[key]
+        elif kind == "map":
+            live_map = {uk: v for uk, v in value.items() if not ttl.expired(v, now)}
+            if live_map:
+                entries[key] = live_map
+            else:
+                del entries[key]
+        elif ttl.expired(value, now):
+            del entries[key]
+
+
+def _rows(segment: KeyGroupState, metas: dict[str, StateMeta]) -> list[CanonicalRow]:
+    rows: list[CanonicalRow] = []
+    for name, entries in sorted(segment.items()):
+        meta = metas[name]
+        dumps = meta.serializer.dumps
+        for key, value in entries.items():
+            key_bytes = encode_key(key)
+            for user_key, element in _elements(meta.kind, value):
+                ttl_ts = None
+                if type(element) is TtlValue:
+                    ttl_ts, element = element.timestamp, element.value
+                rows.append((name, key_bytes, None, user_key, dumps(element), ttl_ts))
+    return rows
+
+
+def _elements(kind: str, value: Any) -> Iterable[tuple[bytes | None, Any]]:
+    if kind == "list":
+        return ((None, e) for e in value)
+    if kind == "map":
+        return ((encode_key(uk), v) for uk, v in value.items())
+    return ((None, value),)

@@ -1,0 +1,634 @@
+"""The RocksDB state backend: keyed state on the slot's local disk, larger than memory.
+
+Each keyed operator subtask owns one RocksDB database (through ``rocksdict``) in the
+slot's scratch directory, one column family per state (key layout in
+:mod:`~epochstream.state.backends.rocksdb_states`). The write-ahead log is off: state
+is recovered from checkpoints, never from the local disk.
+
+Snapshots:
+
+- synchronous part: a RocksDB checkpoint (memtables flushed, SST files hard-linked)
+  into the scratch directory;
+- asynchronous part (incremental, the default): upload only the SST files that the
+  latest *completed* checkpoint does not already hold, into the job's ``shared/``
+  directory, plus the small per-checkpoint files (MANIFEST, CURRENT, OPTIONS) into the
+  checkpoint's own directory. The coordinator's shared-state registry deletes an SST
+  once no retained checkpoint references it. ``incremental=False`` uploads every file
+  into the checkpoint directory each time;
+- savepoints: the checkpoint is read back and written in the canonical format.
+
+Restore downloads the files (checking size and CRC-32) and opens the database; a
+rescale instead copies the key-group ranges the subtask now owns out of each old
+database. Uploaded files are named ``<checkpoint>-<operator>-<subtask>-<random>.sst``:
+SST numbers restart after a restore, so names alone would clash across runs.
+
+Example::
+
+    env.set_state_backend(es.state.RocksDBStateBackend(incremental=True, block_cache_mb=64))
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import shutil
+import struct
+import uuid
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import cloudpickle
+
+from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.exceptions import ConfigurationError, CorruptStateError, StateError
+from epochstream.state.backends.base import (
+    KeyedBackendContext,
+    KeyedStateBackend,
+    SnapshotJob,
+    SnapshotTarget,
+    StateBackend,
+    kind_of,
+)
+from epochstream.state.backends.rocksdb_states import (
+    NO_KEY,
+    ROCKS_STATE_CLASSES,
+    KeyAccess,
+    RocksColumn,
+    decode_prefix,
+    encode_prefix,
+    encode_value,
+    split_value,
+)
+from epochstream.state.canonical import (
+    CanonicalRow,
+    StateMeta,
+    read_batches,
+    read_state_meta,
+    write_canonical,
+)
+from epochstream.state.descriptors import StateDescriptor, ValueStateDescriptor
+from epochstream.state.handles import (
+    CanonicalSnapshotHandle,
+    KeyedStateHandle,
+    RocksDBSnapshotHandle,
+    StateFile,
+)
+from epochstream.state.keycodec import decode_key, encode_key
+from epochstream.state.keygroups import KeyGroupAssigner, validate_max_parallelism
+from epochstream.state.serializers import DEFAULT_SERIALIZER, Serializer
+
+if TYPE_CHECKING:
+    from epochstream.checkpoint.filesystems import StorageFS
+
+__all__ = ["RocksDBKeyedStateBackend", "RocksDBStateBackend", "read_database_rows"]
+
+log = logging.getLogger(__name__)
+
+_U16 = struct.Struct(">H")
+_META_CF = "__epochstream_meta"
+_SST = ".sst"
+
+
+@dataclass(frozen=True)
+class RocksDBStateBackend(StateBackend):
+    """Keyed state in RocksDB on each slot's local disk.
+
+    ``incremental`` (default True): checkpoints upload only new SST files.
+    ``block_cache_mb``/``write_buffer_mb`` bound the memory of each operator subtask's
+    database; state beyond them lives on disk.
+
+    Example::
+
+        env.set_state_backend(es.state.RocksDBStateBackend(block_cache_mb=32))
+    """
+
+    NAME: ClassVar[str] = "rocksdb"
+    incremental: bool = True
+    block_cache_mb: int = 64
+    write_buffer_mb: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("block_cache_mb", "write_buffer_mb"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigurationError(f"RocksDBStateBackend.{name} must be an int >= 1")
+
+    def create(self, ctx: KeyedBackendContext) -> RocksDBKeyedStateBackend:
+        return RocksDBKeyedStateBackend(ctx, self)
+
+
+def _crc_file(path: str) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+class _RocksValueTable:
+    """Batch access to a value state by explicit key (no current key)."""
+
+    def __init__(self, column: RocksColumn, key_group: Any) -> None:
+        self._col = column
+        self._key_group = key_group
+        self._cf = column.cf
+        self._dumps = column.serializer.dumps
+        self._loads = column.serializer.loads
+
+    def _db_key(self, key: Any) -> bytes:
+        return encode_prefix(self._key_group(key), encode_key(key))
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        stored = self._cf.get(self._db_key(key))
+        if stored is None:
+            return default
+        return self._loads(split_value(stored)[0])
+
+    def set(self, key: Any, value: Any) -> None:
+        self._cf.put(self._db_key(key), encode_value(self._dumps(value), None))
+
+    def delete(self, key: Any) -> None:
+        self._cf.delete(self._db_key(key))
+
+    def touched(self, keys: Iterable[Any]) -> None:
+        """Nothing to do: every write is in the database already."""
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        for db_key, stored in list(self._cf.items()):
+            _kg, key, _ns, _rest = decode_prefix(db_key)
+            yield decode_key(key), self._loads(split_value(stored)[0])
+
+
+class RocksDBKeyedStateBackend(KeyedStateBackend):
+    """Keyed state of one operator subtask in a local RocksDB (see the module docstring)."""
+
+    NAME: ClassVar[str] = "rocksdb"
+
+    def __init__(self, ctx: KeyedBackendContext, config: RocksDBStateBackend) -> None:
+        import rocksdict
+
+        validate_max_parallelism(ctx.max_parallelism)
+        self._rd = rocksdict
+        self.ctx = ctx
+        self.config = config
+        self.max_parallelism = ctx.max_parallelism
+        self.key_group_range = ctx.key_group_range
+        self.assigner = KeyGroupAssigner(ctx.max_parallelism)
+        self._access = KeyAccess()
+        self._access.key_group = self.assigner.key_group
+        if not ctx.local_dir:
+            raise ConfigurationError("the RocksDB backend needs a local directory for its database")
+        self._root = ctx.local_dir
+        if os.path.exists(self._root):
+            shutil.rmtree(self._root)  # left by an earlier backend of this subtask in this process
+        os.makedirs(self._root)
+        self._db_path = os.path.join(self._root, "db")
+        self._cache = rocksdict.Cache(config.block_cache_mb << 20)
+        self._write = rocksdict.WriteOptions()
+        self._write.disable_wal = True  # type: ignore[method-assign,assignment]  # a property
+        self._db: Any = None
+        self._columns: dict[str, RocksColumn] = {}
+        self._states: dict[str, Any] = {}
+        # Files uploaded for each snapshot (snapshot thread), and for the latest completed one.
+        self._uploads: dict[int, dict[str, StateFile]] = {}
+        self._base: dict[str, StateFile] = {}
+        self._snapshots = 0
+
+    # ------------------------------------------------------------------ database
+
+    def _options(self) -> Any:
+        rd = self._rd
+        options = rd.Options(raw_mode=True)
+        options.create_if_missing(True)
+        table = rd.BlockBasedOptions()
+        table.set_block_cache(self._cache)
+        table.set_cache_index_and_filter_blocks(True)
+        table.set_bloom_filter(10, False)
+        options.set_block_based_table_factory(table)
+        options.set_write_buffer_size(self.config.write_buffer_mb << 20)
+        options.set_max_write_buffer_number(2)
+        options.set_keep_log_file_num(2)
+        return options
+
+    def _open(self, path: str, *, read_only: bool = False) -> Any:
+        rd = self._rd
+        names = [n for n in rd.Rdict.list_cf(path) if n != "default"] if os.path.isdir(path) else []
+        families = {n: self._options() for n in names}
+        access = rd.AccessType.read_only(False) if read_only else rd.AccessType.read_write()
+        db = rd.Rdict(path, self._options(), column_families=families or None, access_type=access)
+        if not read_only:
+            db.set_write_options(self._write)
+        return db
+
+    def _ensure_db(self) -> Any:
+        if self._db is None:
+            self._db = self._open(self._db_path)
+        return self._db
+
+    def _column(self, name: str, kind: str, descriptor: StateDescriptor | None) -> RocksColumn:
+        column = self._columns.get(name)
+        serializer = descriptor.value_serializer if descriptor is not None else DEFAULT_SERIALIZER
+        ttl = descriptor.ttl_config if descriptor is not None else None
+        if column is None:
+            db = self._ensure_db()
+            try:
+                cf = db.get_column_family(name)
+            except Exception:  # rocksdict raises a bare Exception for a missing family
+                cf = db.create_column_family(name, self._options())
+            cf.set_write_options(self._write)
+            column = self._columns[name] = RocksColumn(name, kind, cf, serializer, ttl)
+            self._remember(column)
+            return column
+        if column.kind != kind:
+            raise StateError(
+                f"state {name!r} is registered (or restored) as {column.kind} state, cannot "
+                f"use it as {kind} state"
+            )
+        if descriptor is not None:
+            if column.serializer != serializer:
+                self._reserialize(column, serializer)
+                column.serializer = serializer
+                self._remember(column)
+            column.ttl = ttl
+        return column
+
+    def _remember(self, column: RocksColumn) -> None:
+        """Record the state's kind and serializer in the database (restores need them)."""
+        meta = {
+            "kind": column.kind,
+            "serializer": base64.b64encode(cloudpickle.dumps(column.serializer)).decode("ascii"),
+        }
+        self._meta_cf()[column.name.encode("utf-8")] = json.dumps(meta).encode("utf-8")
+
+    def _read_meta(self, meta_cf: Any) -> dict[str, StateMeta]:
+        return _read_meta(meta_cf)
+
+    def _meta_cf(self) -> Any:
+        db = self._ensure_db()
+        try:
+            return db.get_column_family(_META_CF)
+        except Exception:  # a missing family raises a bare Exception
+            cf = db.create_column_family(_META_CF, self._options())
+            cf.set_write_options(self._write)
+            return cf
+
+    def _reserialize(self, column: RocksColumn, serializer: Serializer) -> None:
+        """The state was restored with another serializer: rewrite its values."""
+        old = column.serializer
+        cf = column.cf
+        for db_key, stored in list(cf.items()):
+            data, ts = split_value(stored)
+            if column.kind == "list" and len(decode_prefix(db_key)[3]) == 0:
+                continue  # a list's element counter
+            cf.put(db_key, encode_value(serializer.dumps(old.loads(data)), ts))
+
+    # ------------------------------------------------------------------ access
+
+    def set_current_key(self, key: Any) -> None:
+        access = self._access
+        access.key = key
+        access.prefix_cache = None
+
+    @property
+    def current_key(self) -> Any:
+        key = self._access.key
+        if key is NO_KEY:
+            raise StateError("no current key is set on this keyed state backend")
+        return key
+
+    def get_state(self, descriptor: StateDescriptor) -> Any:
+        existing = self._states.get(descriptor.name)
+        if existing is not None:
+            if type(existing.descriptor) is not type(descriptor):
+                raise StateError(
+                    f"state {descriptor.name!r} is registered as "
+                    f"{type(existing.descriptor).__name__}, cannot get it as "
+                    f"{type(descriptor).__name__}"
+                )
+            return existing
+        kind = kind_of(descriptor)
+        column = self._column(descriptor.name, kind, descriptor)
+        state = ROCKS_STATE_CLASSES[kind](column, self._access, self.ctx.clock, descriptor)  # type: ignore[call-arg]
+        self._states[descriptor.name] = state
+        return state
+
+    def value_table(self, descriptor: ValueStateDescriptor) -> _RocksValueTable:
+        if descriptor.ttl is not None:
+            raise StateError(f"value table {descriptor.name!r}: TTL is for user state only")
+        return _RocksValueTable(self._column(descriptor.name, "value", descriptor), self.assigner.key_group)
+
+    def keys(self, state_name: str) -> list[Any]:
+        column = self._columns.get(state_name)
+        if column is None:
+            return []
+        keys: list[Any] = []
+        last = None
+        for db_key in column.cf.keys():
+            _kg, key, _ns, _rest = decode_prefix(bytes(db_key))
+            if key != last:
+                keys.append(decode_key(key))
+                last = key
+        return keys
+
+    # ------------------------------------------------------------------ snapshots
+
+    def snapshot(self, target: SnapshotTarget) -> SnapshotJob:
+        base_id = target.base_checkpoint_id
+        if base_id is not None and base_id in self._uploads:
+            self._base = self._uploads[base_id]
+            for n in [n for n in self._uploads if n < base_id]:
+                del self._uploads[n]
+        db = self._ensure_db()
+        self._snapshots += 1
+        local = os.path.join(self._root, f"snapshot-{target.checkpoint_id}-{self._snapshots}")
+        checkpoint = self._rd.Checkpoint(db)
+        try:
+            checkpoint.create_checkpoint(local)
+        finally:
+            del checkpoint  # it keeps the database open otherwise
+        kinds = {name: c.kind for name, c in self._columns.items()}
+        metas = {name: StateMeta(c.kind, c.serializer) for name, c in self._columns.items()}
+        return _RocksSnapshotJob(self, target, local, dict(self._base), kinds, metas)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        uploaded = self._uploads.get(checkpoint_id)
+        if uploaded is not None:
+            self._base = uploaded
+
+    # ------------------------------------------------------------------ restore
+
+    def restore(
+        self, handles: list[KeyedStateHandle], *, checkpoint_id: int | None, owned: bool
+    ) -> None:
+        for handle in handles:
+            self.check_restorable(handle)
+        mine = self.key_group_range
+        rocks = [h for h in handles if isinstance(h, RocksDBSnapshotHandle)]
+        whole = (
+            len(handles) == 1 and len(rocks) == 1 and rocks[0].key_groups == mine
+        )
+        if whole:
+            self._download(rocks[0], self._db_path)
+            self._db = self._open(self._db_path)
+            self._load_columns()
+            if owned and checkpoint_id is not None:
+                self._base = dict(rocks[0].db_files)
+                self._uploads[checkpoint_id] = self._base
+            return
+        self._ensure_db()
+        for handle in handles:
+            if isinstance(handle, RocksDBSnapshotHandle):
+                self._copy_ranges(handle)
+            elif isinstance(handle, CanonicalSnapshotHandle):
+                self._restore_canonical(handle)
+            else:
+                raise StateError(f"cannot restore a {type(handle).__name__} into RocksDB")
+        self._load_columns()
+
+    def _load_columns(self) -> None:
+        for name, meta in self._read_meta(self._meta_cf()).items():
+            if name not in self._columns:
+                self._column(name, meta.kind, None).serializer = meta.serializer
+
+    def _download(self, handle: RocksDBSnapshotHandle, into: str) -> None:
+        os.makedirs(into, exist_ok=True)
+        for name, file in handle.db_files.items():
+            fs = storage_fs(file.path, self.ctx.storage_options)
+            local = os.path.join(into, name)
+            try:
+                fs.download(file.path, local)
+            except OSError as err:
+                raise CorruptStateError(
+                    f"cannot download RocksDB file {file.path}: {err}", path=file.path
+                ) from err
+            size = os.path.getsize(local)
+            if size != file.size or (file.crc is not None and _crc_file(local) != file.crc):
+                raise CorruptStateError(
+                    f"RocksDB file {file.path}: size or checksum differs from the snapshot's "
+                    f"(got {size} bytes, expected {file.size}); the file is corrupt",
+                    path=file.path,
+                )
+
+    def _copy_ranges(self, handle: RocksDBSnapshotHandle) -> None:
+        """Copy the key groups of this subtask's range out of another subtask's database."""
+        scratch = os.path.join(self._root, f"restore-{uuid.uuid4().hex}")
+        self._download(handle, scratch)
+        source = self._open(scratch, read_only=True)
+        try:
+            lo = _U16.pack(max(self.key_group_range.start, handle.key_groups.start))
+            stop = min(self.key_group_range.stop, handle.key_groups.stop)
+            hi = _U16.pack(stop) if stop < 65536 else b"\xff\xff\xff"
+            meta = source.get_column_family(_META_CF)
+            metas = self._read_meta(meta)
+            for name, state_meta in metas.items():
+                src = source.get_column_family(name)
+                dst = self._column(name, state_meta.kind, None)
+                dst.serializer = state_meta.serializer
+                options = self._rd.ReadOptions()
+                options.set_iterate_upper_bound(hi)
+                batch = self._rd.WriteBatch(raw_mode=True)
+                batch.set_default_column_family(self._ensure_db().get_column_family_handle(name))
+                for db_key, value in src.items(from_key=lo, read_opt=options):
+                    batch.put(db_key, value)
+                    if batch.len() >= 10_000:
+                        self._db.write(batch, self._write)
+                        batch = self._rd.WriteBatch(raw_mode=True)
+                        batch.set_default_column_family(self._db.get_column_family_handle(name))
+                self._db.write(batch, self._write)
+                del src, dst
+            del meta
+        finally:
+            source.close()
+            shutil.rmtree(scratch)
+
+    def _restore_canonical(self, handle: CanonicalSnapshotHandle) -> None:
+        fs = storage_fs(handle.path, self.ctx.storage_options)
+        metas = read_state_meta(fs, handle.path)
+        for name, meta in metas.items():
+            self._column(name, meta.kind, None).serializer = meta.serializer
+        for _kg, batch in read_batches(fs, handle, self.key_group_range):
+            columns = batch.to_pydict()
+            counters: dict[tuple[str, bytes], int] = {}
+            for name, key, ns, user_key, value, ttl_ts, kg in zip(
+                columns["state"],
+                columns["key"],
+                columns["namespace"],
+                columns["user_key"],
+                columns["value"],
+                columns["ttl_ts"],
+                columns["key_group"],
+                strict=True,
+            ):
+                column = self._columns[name]
+                prefix = encode_prefix(kg, key, ns or b"")
+                stored = encode_value(value, ttl_ts)
+                if column.kind == "list":
+                    seq = counters.get((name, prefix), 0)
+                    column.cf.put(prefix + struct.pack(">Q", seq), stored)
+                    counters[(name, prefix)] = seq + 1
+                    column.cf.put(prefix, struct.pack(">Q", seq + 1))
+                elif column.kind == "map":
+                    assert user_key is not None
+                    column.cf.put(prefix + user_key, stored)
+                else:
+                    column.cf.put(prefix, stored)
+
+    def dispose(self) -> None:
+        self._states.clear()
+        for column in self._columns.values():
+            column.cf = None
+        self._columns.clear()
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        try:
+            shutil.rmtree(self._root)
+        except OSError as exc:  # local scratch only; state lives in checkpoints
+            log.warning("cannot remove RocksDB directory %s: %r", self._root, exc)
+
+    # ------------------------------------------------------------------ canonical rows
+
+    def canonical_rows(self, db: Any, kinds: dict[str, str], kg: int, now: float) -> list[CanonicalRow]:
+        """Every entry of key group ``kg`` in ``db`` as canonical rows (expired ones left out)."""
+        rows: list[CanonicalRow] = []
+        lo, hi = _U16.pack(kg), _U16.pack(kg + 1) if kg + 1 < 65536 else b"\xff\xff\xff"
+        for name, kind in sorted(kinds.items()):
+            column = self._columns.get(name)
+            ttl = column.ttl if column is not None else None
+            cf = db.get_column_family(name)
+            options = self._rd.ReadOptions()
+            options.set_iterate_upper_bound(hi)
+            for db_key, stored in cf.items(from_key=lo, read_opt=options):
+                _kg, key, ns, rest = decode_prefix(db_key)
+                if kind == "list" and not rest:
+                    continue  # the element counter
+                data, ts = split_value(stored)
+                if ttl is not None and ts is not None and now - ts >= ttl.seconds:
+                    continue
+                user_key = rest if kind == "map" else None
+                rows.append((name, key, ns or None, user_key, data, ts))
+            del cf
+        return rows
+
+
+def _read_meta(meta_cf: Any) -> dict[str, StateMeta]:
+    """Kind and serializer of every state of a database (its meta column family)."""
+    metas = {}
+    for name, raw in list(meta_cf.items()):
+        doc = json.loads(raw)
+        serializer = cloudpickle.loads(base64.b64decode(doc["serializer"]))
+        metas[name.decode("utf-8")] = StateMeta(doc["kind"], serializer)
+    return metas
+
+
+def read_database_rows(path: str, state_name: str) -> Iterator[tuple[Any, ...]]:
+    """Offline: ``(key, value, key group, namespace, user key, ttl)`` of one state of the
+    RocksDB database (checkpoint files) at ``path``, opened read-only."""
+    import rocksdict
+
+    raw = rocksdict.Options(raw_mode=True)
+    names = [n for n in rocksdict.Rdict.list_cf(path) if n != "default"]
+    families = {n: rocksdict.Options(raw_mode=True) for n in names}
+    access = rocksdict.AccessType.read_only(False)
+    db = rocksdict.Rdict(path, raw, column_families=families, access_type=access)
+    try:
+        meta_cf = db.get_column_family(_META_CF)
+        meta = _read_meta(meta_cf).get(state_name)
+        del meta_cf
+        if meta is None:
+            return
+        cf = db.get_column_family(state_name)
+        entries: list[Any] = list(cf.items())
+        for db_key, stored in entries:
+            kg, key, ns, rest = decode_prefix(db_key)
+            if meta.kind == "list" and not rest:
+                continue  # the element counter
+            data, ts = split_value(stored)
+            user_key = decode_key(rest) if meta.kind == "map" else None
+            namespace = decode_key(ns) if ns else None
+            yield (decode_key(key), meta.serializer.loads(data), kg, namespace, user_key, ts)
+        del cf
+    finally:
+        db.close()
+
+
+class _RocksSnapshotJob(SnapshotJob):
+    """Uploads a RocksDB checkpoint (or writes it as a savepoint) on the snapshot thread."""
+
+    def __init__(
+        self,
+        backend: RocksDBKeyedStateBackend,
+        target: SnapshotTarget,
+        local: str,
+        base: dict[str, StateFile],
+        kinds: dict[str, str],
+        metas: dict[str, StateMeta],
+    ) -> None:
+        self.backend = backend
+        self.target = target
+        self.local = local
+        self.base = base
+        self.kinds = kinds
+        self.metas = metas
+
+    def run(self) -> KeyedStateHandle | None:
+        try:
+            if self.target.savepoint:
+                return self._savepoint()
+            return self._upload()
+        finally:
+            shutil.rmtree(self.local)
+
+    def _upload(self) -> KeyedStateHandle | None:
+        backend, target = self.backend, self.target
+        fs: StorageFS = target.fs
+        files: dict[str, StateFile] = {}
+        incremental = backend.config.incremental and target.shared_dir is not None
+        for name in sorted(os.listdir(self.local)):
+            local = os.path.join(self.local, name)
+            size = os.path.getsize(local)
+            reused = self.base.get(name)
+            if incremental and name.endswith(_SST) and reused is not None and reused.size == size:
+                files[name] = reused
+                continue
+            crc = _crc_file(local)
+            if incremental and name.endswith(_SST):
+                assert target.shared_dir is not None
+                stem = name[: -len(_SST)]
+                unique = f"{target.checkpoint_id}-{target.name}-{stem}-{uuid.uuid4().hex[:8]}{_SST}"
+                path = fs.join(target.shared_dir, unique)
+                shared = True
+            else:
+                path = fs.join(target.directory, f"{target.name}-db", name)
+                shared = False
+            fs.upload(local, path)
+            self.bytes_written += size
+            files[name] = StateFile(path, size, shared, crc)
+        backend._uploads[target.checkpoint_id] = files
+        if not self.kinds:
+            return None
+        return RocksDBSnapshotHandle(backend.key_group_range, files, dict(self.kinds))
+
+    def _savepoint(self) -> KeyedStateHandle | None:
+        backend, target = self.backend, self.target
+        if not self.kinds:
+            return None
+        db = backend._open(self.local, read_only=True)
+        try:
+            now = backend.ctx.clock.wall()
+            groups = (
+                (kg, backend.canonical_rows(db, self.kinds, kg, now))
+                for kg in backend.key_group_range
+            )
+            path = target.fs.join(target.directory, f"{target.name}.arrow")
+            handle = write_canonical(
+                target.fs, path, self.metas, groups, key_groups=backend.key_group_range
+            )
+        finally:
+            db.close()
+        self.bytes_written = 0 if handle is None else handle.size
+        return handle

@@ -1,0 +1,177 @@
+"""The canonical, backend-independent keyed-state format of savepoints (Arrow IPC).
+
+One file per operator subtask; one record batch per key group, rows of every state of
+the operator::
+
+    state       string   state name
+    key_group   int32
+    key         binary   canonical key bytes (routing encoding; decodes back to the key)
+    namespace   binary   canonical bytes of the namespace (window, timer domain), or null
+    user_key    binary   map state: canonical bytes of the user key; else null
+    value       binary   the value serialized by the state's serializer (list state: one
+                         row per element, in order)
+    ttl_ts      float64  with TTL: wall-clock seconds of the last update; else null
+
+The schema metadata ``epochstream.states`` maps each state name to its kind and its
+serializer (base64 of a cloudpickle), so any backend can restore the file and
+``es.savepoint.read`` can decode it offline. Both backends write and read it.
+
+Example::
+
+    write_canonical(fs, path, states, rows_by_key_group)   # -> CanonicalSnapshotHandle
+    for kg, batch in read_batches(fs, handle, range(0, 64)):
+        ...
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+
+from epochstream.exceptions import StateError
+from epochstream.state.handles import CanonicalSnapshotHandle
+from epochstream.state.serializers import DEFAULT_SERIALIZER, Serializer
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from epochstream.checkpoint.filesystems import StorageFS
+
+__all__ = ["CanonicalRow", "StateMeta", "read_batches", "read_state_meta", "write_canonical"]
+
+_META_KEY = b"epochstream.states"
+#: (state, key bytes, namespace bytes | None, user key bytes | None, value bytes, ttl_ts | None)
+CanonicalRow = tuple[str, bytes, bytes | None, bytes | None, bytes, float | None]
+
+
+@dataclass(frozen=True)
+class StateMeta:
+    """A state's kind and the serializer of its values.
+
+    Example::
+
+        StateMeta("value", PickleSerializer())
+    """
+
+    kind: str
+    serializer: Serializer = DEFAULT_SERIALIZER
+
+
+def _schema(states: dict[str, StateMeta]) -> pa.Schema:
+    import pyarrow as pa
+
+    meta = {
+        name: {
+            "kind": m.kind,
+            "serializer": base64.b64encode(cloudpickle.dumps(m.serializer)).decode("ascii"),
+        }
+        for name, m in sorted(states.items())
+    }
+    return pa.schema(
+        [
+            ("state", pa.string()),
+            ("key_group", pa.int32()),
+            ("key", pa.binary()),
+            ("namespace", pa.binary()),
+            ("user_key", pa.binary()),
+            ("value", pa.binary()),
+            ("ttl_ts", pa.float64()),
+        ],
+        metadata={_META_KEY: json.dumps(meta).encode("utf-8")},
+    )
+
+
+def write_canonical(
+    fs: StorageFS,
+    path: str,
+    states: dict[str, StateMeta],
+    groups: Iterable[tuple[int, list[CanonicalRow]]],
+    *,
+    key_groups: range,
+) -> CanonicalSnapshotHandle | None:
+    """Write one record batch per key group (groups must come in ascending order)."""
+    import pyarrow as pa
+
+    schema = _schema(states)
+    batches: dict[int, int] = {}
+    with fs.open_write(path) as raw:
+        sink = pa.PythonFile(raw, mode="w")
+        writer = pa.ipc.new_file(sink, schema)
+        for kg, rows in groups:
+            if not rows:
+                continue
+            columns = list(zip(*rows, strict=True))
+            batch = pa.record_batch(
+                [
+                    pa.array(columns[0], pa.string()),
+                    pa.array([kg] * len(rows), pa.int32()),
+                    pa.array(columns[1], pa.binary()),
+                    pa.array(columns[2], pa.binary()),
+                    pa.array(columns[3], pa.binary()),
+                    pa.array(columns[4], pa.binary()),
+                    pa.array(columns[5], pa.float64()),
+                ],
+                schema=schema,
+            )
+            batches[kg] = len(batches)
+            writer.write_batch(batch)
+        writer.close()
+        size = raw.tell()
+    return CanonicalSnapshotHandle(
+        key_groups=key_groups,
+        path=path,
+        file_size=size,
+        batches=batches,
+        states={name: m.kind for name, m in states.items()},
+    )
+
+
+def _open(fs: StorageFS, path: str) -> Any:
+    import pyarrow as pa
+
+    try:
+        return pa.ipc.open_file(fs.open_read(path))
+    except (OSError, pa.ArrowInvalid) as err:
+        raise StateError(f"cannot read savepoint state file {path}: {err}") from err
+
+
+def read_state_meta(fs: StorageFS, path: str) -> dict[str, StateMeta]:
+    """The kind and serializer of every state in a canonical file."""
+    reader = _open(fs, path)
+    raw = (reader.schema.metadata or {}).get(_META_KEY)
+    if raw is None:
+        raise StateError(f"{path}: not an epochstream savepoint state file (no state metadata)")
+    try:
+        doc = json.loads(raw)
+        return {
+            name: StateMeta(
+                kind=entry["kind"],
+                serializer=cloudpickle.loads(base64.b64decode(entry["serializer"])),
+            )
+            for name, entry in doc.items()
+        }
+    except Exception as err:  # any decoding failure makes the file unusable
+        raise StateError(f"{path}: unreadable state metadata: {err!r}") from err
+
+
+def read_batches(
+    fs: StorageFS, handle: CanonicalSnapshotHandle, key_groups: Iterable[int]
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """The record batches of ``key_groups`` present in ``handle``, in key-group order."""
+    wanted = sorted((kg, handle.batches[kg]) for kg in key_groups if kg in handle.batches)
+    if not wanted:
+        return
+    reader = _open(fs, handle.path)
+    for kg, index in wanted:
+        try:
+            batch = reader.get_batch(index)
+        except Exception as err:  # pyarrow raises several types for corrupt files
+            raise StateError(
+                f"savepoint state file {handle.path}: key group {kg} (batch {index}): {err}"
+            ) from err
+        yield kg, batch
