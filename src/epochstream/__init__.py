@@ -33,7 +33,6 @@ from epochstream.api.result import JobResult
 from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.checkpoint.metadata import CheckpointStats
 from epochstream.deploy.client import JobClient
-from epochstream.deploy.jobmaster import JobCancelled
 from epochstream.exceptions import (
     AuthenticationError,
     CheckpointError,
@@ -42,6 +41,7 @@ from epochstream.exceptions import (
     DataError,
     EpochstreamError,
     InjectedFailure,
+    JobCancelled,
     JobExecutionError,
     KeyEncodingError,
     SerializationError,

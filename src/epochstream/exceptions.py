@@ -5,6 +5,7 @@
     EpochstreamError
      +-- ConfigurationError          bad settings or a job graph that cannot run (never restarted)
      +-- JobExecutionError           execute() gave up; names the first cause and restart history
+     +-- JobCancelled                the job was cancelled, or stopped with a savepoint
      +-- DataError                   bad input that retrying cannot fix (restarts are suppressed)
      |    +-- SourceDecodeError      a record a source cannot decode, with file and byte offset
      |    +-- SerializationError     a record that cannot be pickled to cross between slots
@@ -38,6 +39,7 @@ __all__ = [
     "DataError",
     "EpochstreamError",
     "InjectedFailure",
+    "JobCancelled",
     "JobExecutionError",
     "KeyEncodingError",
     "SerializationError",
@@ -82,6 +84,13 @@ class JobExecutionError(EpochstreamError):
         self.cause = cause
         self.history = list(history)
         self.restarts = restarts
+
+
+class JobCancelled(EpochstreamError):
+    """The job was cancelled, or stopped with a savepoint (the message names its path).
+
+    Example: ``client.cancel()`` then ``client.result()`` raises it.
+    """
 
 
 class DataError(EpochstreamError):

@@ -45,11 +45,12 @@ def failure_markers(tmp_path: Path) -> str:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """One local[2] SparkSession for the whole session (starting one takes seconds)."""
+    """One local[3] SparkSession for the whole session (starting one takes seconds); three
+    task slots, so jobs can be rescaled from 2 to 3 slots on it."""
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from epochstream.deploy.spark import create_session
 
-    session = create_session("local[2]", app_name="epochstream-e2e")
+    session = create_session("local[3]", app_name="epochstream-e2e")
     try:
         yield session
     finally:

@@ -66,3 +66,47 @@ def test_jobs_without_sink_or_with_keyed_op_on_unkeyed_stream_are_rejected() -> 
         env.job_graph()
     with pytest.raises(es.ConfigurationError):
         env.from_sequence(0, 3).map(42)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- automatic uids
+
+import logging  # noqa: E402
+
+
+def _counts(env: es.Environment, extra_branch: bool, extra_upstream: bool = False) -> list[str]:
+    src = env.from_sequence(0, 10)
+    if extra_branch:
+        src.map(lambda i: -i).print()  # an unrelated operator on another branch
+    head = src.map(lambda i: i + 1) if extra_upstream else src
+    head.key_by(lambda i: i % 2).sum().print()
+    graph = env.job_graph()
+    return [op.uid for c in graph.chains for op in c.operators if op.kind in ("source", "reduce")]
+
+
+def test_automatic_uids_are_stable_under_unrelated_changes() -> None:
+    plain = _counts(es.Environment(parallelism=1), extra_branch=False)
+    again = _counts(es.Environment(parallelism=1), extra_branch=False)
+    branched = _counts(es.Environment(parallelism=1), extra_branch=True)
+    assert plain == again == branched
+    assert all(uid.startswith(("source-", "reduce-")) for uid in plain)
+    upstream = _counts(es.Environment(parallelism=1), extra_branch=False, extra_upstream=True)
+    assert upstream[0] == plain[0] and upstream[1] != plain[1]  # why explicit uids matter
+
+
+def test_identical_siblings_get_distinct_uids() -> None:
+    env = es.Environment(parallelism=1)
+    src = env.from_sequence(0, 10)
+    src.map(str).print()
+    src.map(str).print()
+    uids = env.job_graph().operator_uids
+    assert len(uids) == len(set(uids))
+
+
+def test_stateful_operators_without_uid_are_warned(tmp_path, caplog) -> None:
+    env = es.Environment(parallelism=1, runner="local")
+    env.enable_checkpointing(1.0, storage=str(tmp_path))
+    env.from_sequence(0, 10).uid("numbers").key_by(lambda i: i % 2).sum().print()
+    with caplog.at_level(logging.WARNING):
+        env.execute("warned")
+    assert "stateful operators without an explicit uid: reduce" in caplog.text
+    assert "numbers" not in caplog.text.split("explicit uid:")[1].split(".")[0]

@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ from epochstream.api.result import JobResult
 from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.deploy.restart import RestartStrategy, fixed_delay, none
 from epochstream.exceptions import ConfigurationError
-from epochstream.graph.jobgraph import JobGraph, build_job_graph
+from epochstream.graph.jobgraph import JobGraph, build_job_graph, stateful_without_uid
 from epochstream.graph.transformations import Edge, LogicalGraph
 from epochstream.state.backends.base import StateBackend
 from epochstream.state.backends.heap import HeapStateBackend
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from epochstream.deploy.client import JobClient
 
 __all__ = ["Environment", "set_overrides"]
+
+log = logging.getLogger(__name__)
 
 _RUNNERS = ("spark", "local")
 # Settings the CLI (`epochstream run`) applies to every Environment a script creates,
@@ -71,6 +74,8 @@ class Environment:
     ``runner="spark"`` runs each slot as a long-running Spark barrier task, on
     ``spark_master`` (default ``local[<parallelism>]``) or on an existing ``spark``
     session. ``runner="local"`` runs the same slot code in subprocesses without Spark.
+    ``endpoint_host``: where the job's authenticated HTTP endpoint listens (used by
+    ``epochstream list/savepoint/cancel``); ``None`` turns it off.
 
     Example::
 
@@ -89,6 +94,7 @@ class Environment:
         buffer_timeout: float = 0.05,
         heartbeat_interval: float = 1.0,
         heartbeat_timeout: float = 20.0,
+        endpoint_host: str | None = "127.0.0.1",
     ) -> None:
         parallelism = _OVERRIDES.get("parallelism", parallelism)
         runner = _OVERRIDES.get("runner", runner)
@@ -117,6 +123,7 @@ class Environment:
         self.buffer_timeout = buffer_timeout
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_timeout = heartbeat_timeout
+        self.endpoint_host = endpoint_host
         self.checkpoint_config: CheckpointConfig | None = None
         self._restart_strategy: RestartStrategy | None = None
         self._state_backend: StateBackend = HeapStateBackend()
@@ -273,6 +280,16 @@ class Environment:
         if from_savepoint is not None and restore_from is not None:
             raise ConfigurationError("give from_savepoint or restore_from, not both")
         restore = _OVERRIDES.get("restore_from", from_savepoint or restore_from)
+        unnamed = stateful_without_uid(self._graph)
+        if unnamed and self.checkpoint_config is not None:
+            log.warning(
+                "job %r: stateful operators without an explicit uid: %s. Their state is matched "
+                "by a uid derived from the graph, which changes when an operator is inserted "
+                "upstream; give each a stable .uid(...) before taking savepoints you will "
+                "restore into a changed job",
+                job_name,
+                ", ".join(unnamed),
+            )
         client = start_job(
             self,
             self.job_graph(job_name),

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from epochstream.checkpoint.config import CheckpointConfig
+from epochstream.checkpoint.filesystems import StorageFS, storage_fs
 from epochstream.checkpoint.metadata import (
     KIND_CHECKPOINT,
     KIND_SAVEPOINT,
@@ -542,7 +543,7 @@ class CheckpointCoordinator:
             return
         pending.state = PendingState.PERSISTING
         pending.metadata = metadata
-        fs, directory, n = self._storage.fs, pending.directory, pending.checkpoint_id
+        fs, directory, n = self._fs_of(pending), pending.directory, pending.checkpoint_id
 
         def write() -> None:
             write_metadata_file(fs, directory, metadata)
@@ -694,7 +695,8 @@ class CheckpointCoordinator:
         self._pending.pop(n, None)
         written = self.registry.abandon(pending.shared_files())
         if pending.is_savepoint:
-            self._io(lambda: self._storage.fs.delete_dir(pending.directory))
+            fs = self._fs_of(pending)
+            self._io(lambda: fs.delete_dir(pending.directory))
             self._callbacks.savepoint_done(n, None, reason)
         else:
             self._discard_dir(n)
@@ -731,6 +733,12 @@ class CheckpointCoordinator:
         self._maybe_trigger_final()
 
     # ------------------------------------------------------------ storage (off the event thread)
+
+    def _fs_of(self, pending: _Pending) -> StorageFS:
+        """The filesystem of a pending snapshot's directory (a savepoint may live elsewhere)."""
+        if pending.is_savepoint:
+            return storage_fs(pending.directory, self._storage.options)
+        return self._storage.fs
 
     def _io(self, work: Callable[[], None]) -> None:
         self._callbacks.run_io(work, None)

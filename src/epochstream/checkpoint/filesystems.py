@@ -13,7 +13,9 @@ reads and writes it; every checkpoint and savepoint byte goes through one.
   from ``storage_options`` (``endpoint_url``, ``access_key``, ``secret_key``,
   ``region``, ``session_token``) or the standard AWS environment variables
   (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
-  ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, ``AWS_SESSION_TOKEN``).
+  ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, ``AWS_SESSION_TOKEN``). Credentials are
+  taken as one set: keys given in ``storage_options`` are never completed from the
+  environment (``access_key`` and ``secret_key`` go together).
 
 Example::
 
@@ -48,6 +50,7 @@ __all__ = [
 
 _SCHEMES = ("file", "s3")
 _S3_OPTION_KEYS = frozenset({"endpoint_url", "access_key", "secret_key", "region", "session_token"})
+_S3_CREDENTIAL_KEYS = ("access_key", "secret_key", "session_token")
 
 
 def is_remote(location: str) -> bool:
@@ -354,14 +357,28 @@ def _s3_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
             f"unknown storage option(s) {sorted(unknown)}; known: {sorted(_S3_OPTION_KEYS)}"
         )
     env = os.environ
-    defaults = {
-        "endpoint_url": env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"),
-        "access_key": env.get("AWS_ACCESS_KEY_ID"),
-        "secret_key": env.get("AWS_SECRET_ACCESS_KEY"),
-        "region": env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
-        "session_token": env.get("AWS_SESSION_TOKEN"),
+    resolved = {
+        "endpoint_url": given.get("endpoint_url")
+        or env.get("AWS_ENDPOINT_URL_S3")
+        or env.get("AWS_ENDPOINT_URL"),
+        "region": given.get("region") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
     }
-    return {k: given.get(k) or v for k, v in defaults.items()}
+    if any(given.get(k) for k in _S3_CREDENTIAL_KEYS):
+        # Credentials are one set: never complete given keys from the environment (a
+        # session token there belongs to other keys, and every request would be refused).
+        if not given.get("access_key") or not given.get("secret_key"):
+            raise ConfigurationError(
+                "storage options: give access_key and secret_key together "
+                "(session_token is optional), or none of them to use the AWS_* environment"
+            )
+        credentials = {k: given.get(k) or None for k in _S3_CREDENTIAL_KEYS}
+    else:
+        credentials = {
+            "access_key": env.get("AWS_ACCESS_KEY_ID"),
+            "secret_key": env.get("AWS_SECRET_ACCESS_KEY"),
+            "session_token": env.get("AWS_SESSION_TOKEN"),
+        }
+    return {**resolved, **credentials}
 
 
 _CACHE: dict[tuple[str, tuple[tuple[str, str], ...]], StorageFS] = {}
@@ -372,6 +389,10 @@ _LOCAL = LocalFS()
 def storage_fs(location: str, options: Mapping[str, Any] | None = None) -> StorageFS:
     """The filesystem of ``location`` (one shared instance per scheme and options).
 
+    S3 instances are shared per *effective* options: ``options`` merged with the
+    ``AWS_*`` environment variables as they are now, so setting or changing those
+    variables later in the process is seen by the next call.
+
     Example::
 
         storage_fs("/tmp/ck")                 # LocalFS
@@ -379,7 +400,8 @@ def storage_fs(location: str, options: Mapping[str, Any] | None = None) -> Stora
     """
     if not is_remote(location):
         return _LOCAL
-    key = ("s3", tuple(sorted((k, str(v)) for k, v in (options or {}).items())))
+    effective = _s3_options(options)
+    key = ("s3", tuple(sorted((k, str(v)) for k, v in effective.items() if v)))
     with _CACHE_LOCK:
         found = _CACHE.get(key)
         if found is None:

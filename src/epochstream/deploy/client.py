@@ -59,6 +59,15 @@ class JobClient:
         return self._master.attempt
 
     @property
+    def endpoint(self) -> str | None:
+        """URL of the job's HTTP endpoint (``None`` when turned off)."""
+        return self._master.endpoint.url if self._master.endpoint else None
+
+    def status(self) -> dict[str, Any]:
+        """The job's state, attempt, restarts and checkpoint counts (as the endpoint serves)."""
+        return self._master.status()
+
+    @property
     def control_address(self) -> tuple[str, int]:
         """``(host, port)`` of the job master's control plane, where slots connect."""
         host, port = self._master.server.address

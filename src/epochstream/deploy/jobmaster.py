@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import queue
+import secrets
 import shlex
 import sys
 import threading
@@ -37,11 +39,18 @@ from epochstream.checkpoint.coordinator import CheckpointCoordinator, CompletedC
 from epochstream.checkpoint.storage import CheckpointStorage
 from epochstream.deploy.assignment import initial_splits, task_deployments
 from epochstream.deploy.control import ControlServer
+from epochstream.deploy.endpoint import JobEndpoint
 from epochstream.deploy.failures import Failure
+from epochstream.deploy.registry import JobEntry, register, unregister
 from epochstream.deploy.runners import Runner, RunnerLost
 from epochstream.deploy.savepoints import SavepointRequest
 from epochstream.deploy.storage_io import StorageWorker
-from epochstream.exceptions import CheckpointError, ConfigurationError, JobExecutionError
+from epochstream.exceptions import (
+    CheckpointError,
+    ConfigurationError,
+    JobCancelled,
+    JobExecutionError,
+)
 from epochstream.graph.jobgraph import JobGraph
 from epochstream.runtime.auth import new_secret
 from epochstream.runtime.clock import Clock, SystemClock
@@ -69,7 +78,7 @@ from epochstream.runtime.messages import (
 )
 from epochstream.runtime.slot import SlotLaunch
 
-__all__ = ["JobCancelled", "JobMaster", "Phase"]
+__all__ = ["JobMaster", "Phase"]
 
 log = logging.getLogger(__name__)
 
@@ -89,13 +98,6 @@ class Phase(enum.Enum):
     FINISHING = "input ended and committed; waiting for slots to close"
     FAILING = "cancelling the attempt"
     DONE = "finished"
-
-
-class JobCancelled(Exception):
-    """The job was cancelled through its client.
-
-    Example: ``client.cancel()`` then ``client.result()`` raises it.
-    """
 
 
 class JobMaster:
@@ -171,6 +173,10 @@ class JobMaster:
         if self._restore and self.coordinator is not None:
             self.coordinator.restore_from(self._restore)
         self.server = ControlServer(runner.control_host(), self.secret, self.events)
+        host = getattr(env, "endpoint_host", "127.0.0.1")
+        self.endpoint = (
+            JobEndpoint(self, host=host, token=secrets.token_urlsafe(32)) if host else None
+        )
 
     # ------------------------------------------------------------------ coordinator callbacks
 
@@ -253,6 +259,27 @@ class JobMaster:
             return
         self._savepoints[request.checkpoint_id] = request
 
+    def status(self) -> dict[str, Any]:
+        """A snapshot of the job's state for the endpoint and the CLI (any thread)."""
+        coordinator = self.coordinator
+        stats = coordinator.completed_stats if coordinator else []
+        latest = coordinator.latest_completed if coordinator else None
+        return {
+            "job_id": self.job_id,
+            "name": self.graph.name,
+            "state": self.phase.name,
+            "attempt": self.attempt,
+            "restarts": max(self.attempt - 1, 0),
+            "started_at": self.started_at,
+            "parallelism": self.graph.parallelism,
+            "max_parallelism": self.graph.max_parallelism,
+            "checkpoints_completed": sum(1 for s in stats if s.kind == "checkpoint"),
+            "savepoints_completed": sum(1 for s in stats if s.kind == "savepoint"),
+            "latest_checkpoint": latest.directory if latest else None,
+            "checkpoint_storage": self.storage.job_dir if self.storage else None,
+            "failures": [f.splitlines()[0] for f in self.failures],
+        }
+
     def completed_checkpoint_ids(self) -> list[int]:
         if self.coordinator is None:
             return []
@@ -264,6 +291,7 @@ class JobMaster:
         tracker = self.env.restart_strategy.create_tracker(self.clock)
         self.server.start()
         self.io.start()
+        self._announce()
         try:
             while True:
                 self.attempt += 1
@@ -311,12 +339,32 @@ class JobMaster:
             raise self._runner_lost(lost) from lost
         finally:
             self.server.close()
+            if self.endpoint is not None:
+                self.endpoint.close()
+                unregister(self.job_id)
             if self.coordinator is not None:
                 self.coordinator.stop_attempt("job ended")
             self.io.stop()
             self.runner.close()
             for request in self._savepoints.values():
                 request.fail("the job ended")
+
+    def _announce(self) -> None:
+        """Serve the endpoint and list the job in this user's registry (for the CLI)."""
+        if self.endpoint is None:
+            return
+        self.endpoint.start()
+        register(
+            JobEntry(
+                job_id=self.job_id,
+                name=self.graph.name,
+                endpoint=self.endpoint.url,
+                token=self.endpoint.token,
+                pid=os.getpid(),
+                started_at=self.started_at,
+            )
+        )
+        log.info("job %s (%s): endpoint %s", self.job_id, self.graph.name, self.endpoint.url)
 
     # ------------------------------------------------------------------ attempts
 
@@ -385,7 +433,7 @@ class JobMaster:
             if kind == "runner-exit":
                 if conn != attempt:
                     continue
-                if self.phase == Phase.FINISHING and len(closed) == p:
+                if self.phase == Phase.FINISHING and (len(closed) == p or self._stop_with):
                     return None
                 if msg is None:
                     return Failure(f"slots of attempt {attempt} exited before the job finished")
@@ -395,6 +443,8 @@ class JobMaster:
                 )
             if kind == "closed":
                 if conn.attempt == attempt and conn.slot is not None and conn.slot not in closed:
+                    if self._stop_with is not None:
+                        return None  # stopping after the savepoint: nothing is lost
                     return Failure.lost_slot(conn, msg)
                 continue
             if self.phase == Phase.REGISTERING and now > deadline:
@@ -404,6 +454,8 @@ class JobMaster:
                 )
             for slot, seen in last_seen.items():
                 if now - seen > self.env.heartbeat_timeout and slot not in closed:
+                    if self._stop_with is not None:
+                        return None  # stopping after the savepoint: nothing is lost
                     return Failure(f"slot {slot} missed heartbeats for {now - seen:.1f}s")
             if kind == "idle":
                 continue
@@ -462,6 +514,15 @@ class JobMaster:
             elif isinstance(msg, TaskFinished):
                 finished.add(msg.task)
             elif isinstance(msg, TaskFailed):
+                if self._stop_with is not None:
+                    # The job stops after a savepoint whose transactions sinks committed:
+                    # restarting from an older checkpoint would write them again.
+                    log.info(
+                        "job %s: ignoring a failure while stopping: %s",
+                        self.job_id[:8],
+                        msg.description,
+                    )
+                    continue
                 failure = Failure.of_task(msg)
                 if msg.secondary:
                     return self._root_cause(failure, attempt, closed)

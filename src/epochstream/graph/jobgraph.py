@@ -8,11 +8,12 @@ i.e. channels between tasks.
 Example::
 
     jg = build_job_graph(graph, name="wc", parallelism=2, max_parallelism=128)
-    [c.chain_id for c in jg.chains]   # e.g. ['source-0', 'reduce-3']
+    [c.chain_id for c in jg.chains]   # e.g. ['source-5f0c3a9e1b', 'reduce-81d2e44c07']
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,16 @@ from typing import Any
 from epochstream.exceptions import ConfigurationError
 from epochstream.graph.transformations import LogicalGraph, Partitioning, Transformation
 
-__all__ = ["ChainSpec", "JobEdge", "JobGraph", "OperatorSpec", "OutputSpec", "build_job_graph"]
+__all__ = [
+    "STATEFUL_KINDS",
+    "ChainSpec",
+    "JobEdge",
+    "JobGraph",
+    "OperatorSpec",
+    "OutputSpec",
+    "build_job_graph",
+    "stateful_without_uid",
+]
 
 
 @dataclass(frozen=True)
@@ -117,16 +127,51 @@ def _is_chained(t: Transformation, graph: LogicalGraph) -> bool:
     return edge.partitioning.kind == "forward" and graph.get(edge.source_id).kind != "sink"
 
 
+#: Operator kinds that keep state a restore must hand back (sources: positions;
+#: sinks: pending transactions; keyed operators: keyed state).
+STATEFUL_KINDS = frozenset({"source", "sink", "reduce", "process"})
+
+
 def _assign_uids(graph: LogicalGraph) -> dict[int, str]:
+    """Explicit uids as given; the others derived from the operator's place in the graph.
+
+    An automatic uid hashes the operator's kind and name, its inputs' uids and its rank
+    among operators with the same of all three (Flink derives its operator ids the same
+    way), so adding or removing an operator elsewhere does not hand one operator's state
+    to another. It still changes when an operator is inserted *upstream*, hence the
+    warning for stateful operators without an explicit uid.
+    """
     uids: dict[int, str] = {}
     seen: set[str] = set()
+    ranks: dict[str, int] = {}
     for t in graph.transformations:
-        uid = t.uid or f"{t.kind}-{t.id}"
+        uid = t.uid
+        if uid is None:
+            parents = ",".join(f"{uids[e.source_id]}:{e.tag}:{e.partitioning.kind}" for e in t.inputs)
+            signature = f"{t.kind}|{t.name}|{parents}"
+            rank = ranks.get(signature, 0)
+            ranks[signature] = rank + 1
+            digest = hashlib.sha256(f"{signature}|{rank}".encode()).hexdigest()[:10]
+            uid = f"{t.kind}-{digest}"
         if uid in seen:
             raise ConfigurationError(f"operator uid {uid!r} is used twice; uids must be unique")
         seen.add(uid)
         uids[t.id] = uid
     return uids
+
+
+def stateful_without_uid(graph: LogicalGraph) -> list[str]:
+    """Names of stateful operators that rely on an automatic uid (warned at submission).
+
+    Sinks count only when transactional (their pending transactions are state).
+    """
+    return [
+        f"{t.kind} {t.name!r}"
+        for t in graph.transformations
+        if t.uid is None
+        and t.kind in STATEFUL_KINDS
+        and (t.kind != "sink" or getattr(t.payload, "transactional", False))
+    ]
 
 
 def build_job_graph(

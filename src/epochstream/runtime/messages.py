@@ -89,7 +89,7 @@ class SlotRunning:
 class TaskCheckpointStats:
     """Timings and size of one task's part of a checkpoint (seconds, bytes).
 
-    Example: ``result.checkpoints[-1].tasks["reduce-3/0"].alignment_s``
+    Example: ``result.checkpoints[-1].tasks["counts/0"].alignment_s``
     """
 
     alignment_s: float = 0.0

@@ -233,7 +233,7 @@ class Task:
             else:
                 self._run_stream()
         except (_Stop, Cancelled):
-            pass
+            log.debug("%s: stopped", self.name)
         except BaseException as exc:  # reported to the job master, which fails over
             if self.gate.cancelled:
                 log.debug("%s: error after cancellation: %r", self.name, exc)
@@ -241,6 +241,9 @@ class Task:
                 log.error("%s failed: %r", self.name, exc)
                 self._report_failure(exc)
         finally:
+            # Upstream tasks blocked on this task's full input (backpressure) must not
+            # wait forever for a task that stopped reading: they get Cancelled.
+            self.gate.cancel()
             self._close()
 
     def _report_failure(self, exc: BaseException) -> None:

@@ -404,8 +404,9 @@ class _HeapSnapshotJob(SnapshotJob):
         return groups
 
     def _full(self, groups: dict[int, KeyGroupState]) -> dict[int, KeyGroupState]:
-        fs = self.target.fs
         base = self.base.chain if self.base is not None else ()
+        # The chain lives in checkpoint storage; the target (a savepoint) may be elsewhere.
+        fs = storage_fs(base[0].path, self.backend.ctx.storage_options) if base else self.target.fs
         merged = merge_chain(fs, base, self.backend.key_group_range)
         for kg, segment in groups.items():
             apply_segment(merged.setdefault(kg, {}), segment)

@@ -1,0 +1,112 @@
+"""``epochstream list``, ``savepoint`` and ``cancel``: talk to running jobs.
+
+A running job is found in this user's job registry (see
+:mod:`epochstream.deploy.registry`) by a prefix of its id; the command then calls the
+job's authenticated HTTP endpoint (:mod:`epochstream.deploy.endpoint`).
+
+Example::
+
+    epochstream list
+    epochstream savepoint 3f2a /data/savepoints
+    epochstream cancel 3f2a --savepoint /data/savepoints
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from epochstream.cli.common import fail, utc
+from epochstream.deploy.registry import JobEntry, find_job, running_jobs
+from epochstream.exceptions import EpochstreamError
+
+__all__ = ["add_job_commands", "call_endpoint"]
+
+_TIMEOUT = 660.0
+
+
+def add_job_commands(sub: Any) -> None:
+    """Register ``list``, ``savepoint`` and ``cancel`` on the subcommand parser ``sub``."""
+    listing = sub.add_parser("list", help="running jobs of this user: id, name, state, endpoint")
+    listing.set_defaults(handler=_cmd_list)
+    sp = sub.add_parser(
+        "savepoint",
+        help="take a savepoint of a running job (it keeps running)",
+        description="Take a savepoint of JOB_ID into DIR (default: the job's savepoint_dir, "
+        "else <checkpoint storage>/savepoints); prints its path.",
+    )
+    sp.add_argument("job_id", metavar="JOB_ID", help="the job's id or a unique prefix of it")
+    sp.add_argument("dir", metavar="DIR", nargs="?", help="where the savepoint goes")
+    sp.set_defaults(handler=_cmd_savepoint)
+    cancel = sub.add_parser(
+        "cancel",
+        help="cancel a running job, or stop it with a savepoint",
+        description="Cancel JOB_ID; with --savepoint, stop it with a savepoint into DIR "
+        "(sinks commit what it covers) and print its path.",
+    )
+    cancel.add_argument("job_id", metavar="JOB_ID", help="the job's id or a unique prefix of it")
+    cancel.add_argument("--savepoint", metavar="DIR", help="stop with a savepoint into DIR")
+    cancel.set_defaults(handler=_cmd_cancel)
+
+
+def call_endpoint(entry: JobEntry, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    """Call the job's endpoint; the decoded JSON reply, or :class:`EpochstreamError`."""
+    data = None if body is None else json.dumps(body).encode("utf-8")
+    request = urllib.request.Request(
+        entry.endpoint + path,
+        data=data,
+        method=method,
+        headers={"Authorization": f"Bearer {entry.token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=_TIMEOUT) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            message = json.loads(exc.read()).get("error", str(exc))
+        except ValueError:
+            message = str(exc)
+        raise EpochstreamError(message) from exc
+    except (urllib.error.URLError, OSError) as exc:
+        raise EpochstreamError(f"job {entry.job_id} at {entry.endpoint} does not answer: {exc}") from exc
+
+
+def _cmd_list(ns: argparse.Namespace) -> int:
+    jobs = running_jobs()
+    if not jobs:
+        print("no running jobs")
+        return 0
+    print(f"{'job':<34} {'name':<20} {'state':<12} {'started (UTC)':<20} endpoint")
+    for entry in jobs:
+        try:
+            state = call_endpoint(entry, "GET", "/v1/job")["state"]
+        except EpochstreamError:
+            state = "UNREACHABLE"
+        print(
+            f"{entry.job_id:<34} {entry.name[:20]:<20} {state:<12} {utc(entry.started_at):<20} "
+            f"{entry.endpoint}"
+        )
+    return 0
+
+
+def _cmd_savepoint(ns: argparse.Namespace) -> int:
+    try:
+        entry = find_job(ns.job_id)
+        reply = call_endpoint(entry, "POST", "/v1/savepoints", {"directory": ns.dir})
+    except EpochstreamError as exc:
+        return fail("savepoint", str(exc))
+    print(reply["path"])
+    return 0
+
+
+def _cmd_cancel(ns: argparse.Namespace) -> int:
+    try:
+        entry = find_job(ns.job_id)
+        reply = call_endpoint(entry, "POST", "/v1/cancel", {"savepoint": ns.savepoint})
+    except EpochstreamError as exc:
+        return fail("cancel", str(exc))
+    print(reply.get("path") or f"cancelled {entry.job_id}")
+    return 0
