@@ -400,12 +400,6 @@ def test_runner_lost_on_cancel_says_how_to_resume(tmp_path: Path) -> None:
     assert os.path.exists(os.path.join(coordinator.latest_completed.directory, "_metadata"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="JobMaster._runner_lost builds cause/history from self.failures, to which the "
-    "failure of the attempt being cancelled has not been appended yet (run() appends it "
-    "after _end_attempt, where runner.cancel() raised RunnerLost)",
-)
 def test_runner_lost_error_keeps_the_failure_that_ended_the_attempt(tmp_path: Path) -> None:
     class LosingRunner(ThreadRunner):
         def cancel(self) -> None:
@@ -547,12 +541,6 @@ def test_scripted_slots_finish_a_job_without_checkpointing(tmp_path: Path) -> No
         assert conn.closed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="JobMaster treats a clean runner exit that arrives before the last SlotClosed "
-    "(sent by a different thread) as a failure: 'slots of attempt 1 exited before the job "
-    "finished'",
-)
 def test_runner_exit_before_the_last_slot_closed_message_still_finishes(tmp_path: Path) -> None:
     """A slot sends SlotClosed and exits; the runner may see the exit before the control
     plane's reader thread queues that message. The job finished all the same."""

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 import epochstream as es
-from epochstream.checkpoint.coordinator import CompletedCheckpoint
 from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats
+from epochstream.checkpoint.pending import CompletedCheckpoint
 from epochstream.connectors.base import Source, SourceContext, SourceReader
 from epochstream.deploy.assignment import initial_splits, task_deployments
 from epochstream.exceptions import StateError

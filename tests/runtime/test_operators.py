@@ -346,44 +346,6 @@ def test_reduce_rich_function_and_values_continue_after_a_restore(backends: Back
     assert out.records == [("k", 7)]
 
 
-def _add_counts(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    return {"k": a["k"], "n": a["n"] + b["n"]}
-
-
-@pytest.mark.parametrize(
-    "kind",
-    [
-        pytest.param(
-            "heap",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="ReduceOperator stores the first record of a key, and each reduced "
-                "value, in the heap table and emits the very same object: a downstream "
-                "(chained) function that changes its input changes the keyed state, "
-                "unlike with RocksDB, which stores a serialized copy",
-            ),
-        ),
-        "rocksdb",
-    ],
-)
-def test_changing_an_emitted_value_downstream_does_not_change_reduce_state(
-    kind: str, tmp_path: Path
-) -> None:
-    backend = Backends(kind, tmp_path).create()
-    op, _ = make("reduce", _add_counts, key=lambda r: r["k"], backend=backend)
-    seen: list[int] = []
-
-    def downstream(batch: list[dict[str, Any]]) -> None:  # e.g. a chained map
-        for record in batch:
-            seen.append(record["n"])
-            record["n"] *= 100
-
-    op.emit = downstream
-    op.process_batch([{"k": "a", "n": 1}])
-    op.process_batch([{"k": "a", "n": 2}])
-    assert seen == [1, 3]
-
-
 class SpyTable:
     """Wraps a value table and records every ``touched`` call."""
 

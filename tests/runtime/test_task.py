@@ -438,12 +438,6 @@ def test_stop_with_savepoint_trigger_makes_the_source_read_nothing_more(tmp_path
     assert sorted(r for c in channels for r in c.records) == [0, 10, 20, 30]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Task._on_mail sets _suspended on a stop-with-savepoint trigger and nothing "
-    "clears it: when that savepoint is aborted (NotifyCheckpointAborted) the job is meant "
-    "to keep running, but its sources never read again",
-)
 def test_an_aborted_stop_with_savepoint_lets_the_source_read_on(tmp_path: Path) -> None:
     source = PausingSource(list(range(20)), pause_after=4)
     graph = _source_graph(source, LogSink())

@@ -1,4 +1,4 @@
-"""Checkpointing settings (ARCHITECTURE section 4) and their validation.
+"""Checkpointing settings (docs/architecture.md, Checkpoint protocol) and their validation.
 
 Example::
 

@@ -15,8 +15,8 @@ Each pending checkpoint is a small state machine::
           |                          |
           +--- decline / timeout ----+---- write failed ----> aborted
 
-A checkpoint is complete only once its ``_metadata`` is durably written (ARCHITECTURE
-section 4, step 5); only then are tasks told to commit. Savepoints are checkpoints
+A checkpoint is complete only once its ``_metadata`` is durably written (docs/architecture.md,
+Checkpoint protocol, step 5); only then are tasks told to commit. Savepoints are checkpoints
 triggered by the user into their own directory in the canonical format: they are
 never pruned, never used for failover, not subsumed, and (unless they stop the job)
 commit nothing; periodic checkpoints pause while one is pending.
@@ -33,39 +33,25 @@ Example::
 
 from __future__ import annotations
 
-import enum
 import logging
-import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Protocol
 
+from epochstream.checkpoint.cleanup import StorageCleaner
 from epochstream.checkpoint.config import CheckpointConfig
-from epochstream.checkpoint.filesystems import StorageFS, storage_fs
-from epochstream.checkpoint.metadata import (
-    KIND_CHECKPOINT,
-    KIND_SAVEPOINT,
-    CheckpointMetadata,
-    CheckpointStats,
-    task_key_str,
-)
+from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.checkpoint.metadata import CheckpointStats, task_key_str
+from epochstream.checkpoint.pending import CompletedCheckpoint, PendingCheckpoint, PendingState
 from epochstream.checkpoint.registry import SharedStateRegistry
 from epochstream.checkpoint.storage import CheckpointStorage, write_metadata_file
 from epochstream.exceptions import CheckpointError, ConfigurationError
 from epochstream.runtime.clock import Clock
 from epochstream.runtime.events import CheckpointOptions
-from epochstream.runtime.messages import (
-    AcknowledgeCheckpoint,
-    DeclineCheckpoint,
-    TaskCheckpointStats,
-    TaskKey,
-)
-from epochstream.state.handles import OperatorSubtaskState
+from epochstream.runtime.messages import AcknowledgeCheckpoint, DeclineCheckpoint, TaskKey
 
 __all__ = ["CheckpointCoordinator", "CompletedCheckpoint", "CoordinatorCallbacks", "PendingState"]
 
 log = logging.getLogger(__name__)
-_SHARED_NAME = re.compile(r"^(\d+)-")
 #: Completed checkpoints between two sweeps of the shared directory for orphans.
 _SWEEP_EVERY = 10
 
@@ -105,61 +91,6 @@ class CoordinatorCallbacks(Protocol):
 
     def savepoint_done(self, checkpoint_id: int, path: str | None, error: str | None) -> None:
         """A savepoint completed at ``path`` or failed with ``error``."""
-
-
-@dataclass(frozen=True)
-class CompletedCheckpoint:
-    """A checkpoint (or savepoint) whose ``_metadata`` is written: restorable.
-
-    ``owned``: it belongs to this job's own storage (a failover may keep building
-    incremental snapshots on its files).
-
-    Example::
-
-        cp = coord.latest_completed
-        restore_tasks(cp.directory, cp.metadata) if cp else start_fresh()
-    """
-
-    checkpoint_id: int
-    directory: str
-    metadata: CheckpointMetadata
-    owned: bool = True
-
-
-class PendingState(enum.Enum):
-    """Where a pending checkpoint is; each state says what comes next."""
-
-    AWAITING_ACKS = "waiting for every task's acknowledgement (or a decline / timeout)"
-    PERSISTING = "writing _metadata off the event thread (then completed, or aborted)"
-
-
-@dataclass
-class _Pending:
-    """A triggered checkpoint on its way to completion."""
-
-    checkpoint_id: int
-    directory: str
-    final: bool
-    options: CheckpointOptions
-    trigger_now: float  # monotonic, for duration and timeout
-    trigger_wall: float  # epoch seconds, for metadata
-    awaiting: set[TaskKey]
-    acks: dict[TaskKey, AcknowledgeCheckpoint] = field(default_factory=dict)
-    state: PendingState = PendingState.AWAITING_ACKS
-    metadata: CheckpointMetadata | None = None
-
-    @property
-    def is_savepoint(self) -> bool:
-        return self.options.is_savepoint
-
-    def shared_files(self) -> set[str]:
-        return {
-            path
-            for ack in self.acks.values()
-            for s in ack.states.values()
-            if s.keyed is not None
-            for path in s.keyed.shared_files()
-        }
 
 
 class CheckpointCoordinator:
@@ -203,11 +134,12 @@ class CheckpointCoordinator:
         floor = first_checkpoint_id if first_checkpoint_id is not None else 1
         self._next_id = max(storage.max_checkpoint_id() + 1, floor, 1)
         self.registry = SharedStateRegistry()
+        self._cleaner = StorageCleaner(storage, callbacks.run_io)
 
         self._tasks: frozenset[TaskKey] = frozenset()
         self._source_tasks: frozenset[TaskKey] = frozenset()
         self._armed = False
-        self._pending: dict[int, _Pending] = {}  # insertion order == id order
+        self._pending: dict[int, PendingCheckpoint] = {}  # insertion order == id order
         self._next_periodic: float = 0.0
         self._last_completion: float | None = None
         self._consecutive_failures = 0
@@ -316,8 +248,7 @@ class CheckpointCoordinator:
         ``retain_on_cancel``, also delete this job's checkpoints."""
         self.stop_attempt("job cancelled" if cancelled else "job finished")
         if cancelled and not self._config.retain_on_cancel:
-            storage = self._storage
-            self._io(lambda: storage.fs.delete_dir(storage.job_dir))
+            self._cleaner.delete_dir(self._storage.job_dir)
             self._latest = None
             self._retained = []
 
@@ -341,7 +272,9 @@ class CheckpointCoordinator:
         self._candidates = [c for c in self._candidates if c.checkpoint_id != checkpoint_id]
         if checkpoint_id in self._retained:
             self._retained.remove(checkpoint_id)
-            self._delete(self.registry.release(checkpoint_id, pending=set(self._pending)))
+            self._cleaner.delete_files(
+                self.registry.release(checkpoint_id, pending=set(self._pending))
+            )
         fallback = self._candidates[0] if self._candidates else None
         log.warning(
             "job %s: checkpoint %d cannot be restored (%s); %s",
@@ -443,18 +376,13 @@ class CheckpointCoordinator:
             self._next_periodic = now + self._config.interval
         if final:
             self._final_id = checkpoint_id
-        storage = self._storage
         if options.savepoint_dir is None:
-            directory = storage.checkpoint_path(checkpoint_id)
-
-            def make_dir() -> None:
-                # Created now: it also records that the id was used (ids seed from storage).
-                storage.checkpoint_dir(checkpoint_id)
-
-            self._io(make_dir)
+            directory = self._storage.checkpoint_path(checkpoint_id)
+            # Created now: it also records that the id was used (ids seed from storage).
+            self._cleaner.make_checkpoint_dir(checkpoint_id)
         else:
             directory = options.savepoint_dir
-        self._pending[checkpoint_id] = _Pending(
+        self._pending[checkpoint_id] = PendingCheckpoint(
             checkpoint_id=checkpoint_id,
             directory=directory,
             final=final,
@@ -535,15 +463,23 @@ class CheckpointCoordinator:
 
     # ------------------------------------------------------------ completion
 
-    def _persist(self, pending: _Pending) -> None:
+    def _persist(self, pending: PendingCheckpoint) -> None:
         try:
-            metadata = self._build_metadata(pending)
+            metadata = pending.build_metadata(
+                job_id=self._job_id,
+                job_name=self._job_name,
+                parallelism=self._parallelism,
+                max_parallelism=self._max_parallelism,
+                operator_parallelism=self._operator_parallelism,
+                clock=self._clock,
+            )
         except CheckpointError as err:
             self._fail(pending, f"could not be finalized: {err}")
             return
         pending.state = PendingState.PERSISTING
         pending.metadata = metadata
-        fs, directory, n = self._fs_of(pending), pending.directory, pending.checkpoint_id
+        fs = storage_fs(pending.directory, self._storage.options)
+        directory, n = pending.directory, pending.checkpoint_id
 
         def write() -> None:
             write_metadata_file(fs, directory, metadata)
@@ -560,7 +496,7 @@ class CheckpointCoordinator:
             return
         self._complete(pending)
 
-    def _complete(self, pending: _Pending) -> None:
+    def _complete(self, pending: PendingCheckpoint) -> None:
         n = pending.checkpoint_id
         metadata = pending.metadata
         assert metadata is not None
@@ -599,47 +535,10 @@ class CheckpointCoordinator:
             freed += self._prune()
             self._consecutive_failures = 0
             if len(self._completed_stats) % _SWEEP_EVERY == 0:
-                self.sweep_orphans()
+                self._cleaner.sweep_orphans(below=n, keep=self.registry.protected())
         freed += self.registry.checkpoint_ended(n)
-        self._delete(freed)
+        self._cleaner.delete_files(freed)
         self._maybe_trigger_final()
-
-    def _build_metadata(self, pending: _Pending) -> CheckpointMetadata:
-        operators: dict[str, dict[int, OperatorSubtaskState]] = {}
-        tasks: dict[str, TaskCheckpointStats] = {}
-        for task in sorted(pending.acks):
-            ack = pending.acks[task]
-            tasks[task_key_str(task)] = ack.stats
-            for uid, state in ack.states.items():
-                by_subtask = operators.setdefault(uid, {})
-                if task[1] in by_subtask:
-                    raise CheckpointError(
-                        f"operator {uid!r} subtask {task[1]} was acknowledged by two tasks "
-                        f"(second: {task_key_str(task)})"
-                    )
-                by_subtask[task[1]] = state
-        kind = KIND_SAVEPOINT if pending.is_savepoint else KIND_CHECKPOINT
-        stats = CheckpointStats(
-            checkpoint_id=pending.checkpoint_id,
-            trigger_time=pending.trigger_wall,
-            duration=self._clock.now() - pending.trigger_now,
-            state_size=sum(t.state_size for t in tasks.values()),
-            tasks=tasks,
-            kind=kind,
-        )
-        return CheckpointMetadata(
-            job_id=self._job_id,
-            job_name=self._job_name,
-            checkpoint_id=pending.checkpoint_id,
-            kind=kind,
-            trigger_time=pending.trigger_wall,
-            completion_time=self._clock.wall(),
-            parallelism=self._parallelism,
-            max_parallelism=self._max_parallelism,
-            operators=operators,
-            operator_parallelism=dict(self._operator_parallelism),
-            stats=stats,
-        )
 
     def _prune(self) -> list[str]:
         """Keep the newest ``retained`` completed checkpoints; the rest leave storage."""
@@ -648,41 +547,16 @@ class CheckpointCoordinator:
         while len(self._retained) > self._config.retained:
             old = self._retained.pop(0)
             freed += self.registry.release(old, pending=pending)
-            self._discard_dir(old)
+            self._cleaner.discard(old)
         kept = set(self._retained)
         self._candidates = [c for c in self._candidates if c.checkpoint_id in kept or not c.owned]
         latest = self._retained[-1] if self._retained else 0
-        keep = kept | pending
-        storage = self._storage
-
-        def leftovers() -> None:
-            # Directories of dropped checkpoints that a straggling task wrote into late.
-            for n in storage.checkpoint_ids():
-                if n < latest and n not in keep:
-                    storage.discard(n)
-
-        self._io(leftovers)
+        self._cleaner.discard_leftovers(below=latest, keep=kept | pending)
         return freed
-
-    def sweep_orphans(self) -> None:
-        """Delete shared files named for a checkpoint older than the latest completed one
-        that nothing references: left by tasks that died before acknowledging."""
-        latest = self._latest
-        if latest is None:
-            return
-        storage, below, keep = self._storage, latest.checkpoint_id, self.registry.protected()
-
-        def sweep() -> None:
-            for path in storage.shared_files():
-                match = _SHARED_NAME.match(path.rsplit("/", 1)[-1])
-                if match and int(match.group(1)) < below and path not in keep:
-                    storage.fs.delete_file(path)
-
-        self._io(sweep)
 
     # ------------------------------------------------------------ failure
 
-    def _fail(self, pending: _Pending, why: str) -> None:
+    def _fail(self, pending: PendingCheckpoint, why: str) -> None:
         self._drop(pending, why, notify=True)
         if pending.is_savepoint:
             # A failed savepoint is the user's error to see, not a job failure.
@@ -690,17 +564,16 @@ class CheckpointCoordinator:
             return
         self._count_failure(pending.checkpoint_id, why, final=pending.final)
 
-    def _drop(self, pending: _Pending, reason: str, *, notify: bool) -> None:
+    def _drop(self, pending: PendingCheckpoint, reason: str, *, notify: bool) -> None:
         n = pending.checkpoint_id
         self._pending.pop(n, None)
         written = self.registry.abandon(pending.shared_files())
         if pending.is_savepoint:
-            fs = self._fs_of(pending)
-            self._io(lambda: fs.delete_dir(pending.directory))
+            self._cleaner.delete_dir(pending.directory)
             self._callbacks.savepoint_done(n, None, reason)
         else:
-            self._discard_dir(n)
-        self._delete(written + self.registry.checkpoint_ended(n))
+            self._cleaner.discard(n)
+        self._cleaner.delete_files(written + self.registry.checkpoint_ended(n))
         log.info("job %s: aborted checkpoint %d: %s", self._job_id, n, reason)
         if notify:
             self._callbacks.notify_aborted(n, reason)
@@ -731,38 +604,3 @@ class CheckpointCoordinator:
             tolerable,
         )
         self._maybe_trigger_final()
-
-    # ------------------------------------------------------------ storage (off the event thread)
-
-    def _fs_of(self, pending: _Pending) -> StorageFS:
-        """The filesystem of a pending snapshot's directory (a savepoint may live elsewhere)."""
-        if pending.is_savepoint:
-            return storage_fs(pending.directory, self._storage.options)
-        return self._storage.fs
-
-    def _io(self, work: Callable[[], None]) -> None:
-        self._callbacks.run_io(work, None)
-
-    def _discard_dir(self, checkpoint_id: int) -> None:
-        storage = self._storage
-
-        def discard() -> None:
-            # The directory has no _metadata (or is being dropped): it is never restored
-            # from, so a failed cleanup is logged and retried by the next prune.
-            try:
-                storage.discard(checkpoint_id)
-            except CheckpointError as err:
-                log.warning("job %s: %s", storage.job_id, err)
-
-        self._io(discard)
-
-    def _delete(self, files: list[str]) -> None:
-        if not files:
-            return
-        fs = self._storage.fs
-
-        def delete() -> None:
-            for path in files:
-                fs.delete_file(path)
-
-        self._io(delete)

@@ -1,4 +1,4 @@
-"""The interfaces between connectors and the runtime (ARCHITECTURE sections 6 and 7).
+"""The interfaces between connectors and the runtime (docs/architecture.md).
 
 Sources are split-based: :meth:`Source.create_splits` describes the whole input as
 picklable split states (each with a ``split_id``); the runtime hands split ``k`` to

@@ -1,4 +1,4 @@
-"""A generic two-phase-commit sink writer (ARCHITECTURE section 6).
+"""A generic two-phase-commit sink writer (docs/architecture.md, Two-phase commit).
 
 Every transaction moves through an explicit state machine::
 

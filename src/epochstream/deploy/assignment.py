@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from epochstream.checkpoint.coordinator import CompletedCheckpoint
 from epochstream.checkpoint.filesystems import normalize_location, storage_fs
+from epochstream.checkpoint.pending import CompletedCheckpoint
 from epochstream.checkpoint.storage import METADATA_FILE, load_metadata, scan_checkpoints
 from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.graph.jobgraph import JobGraph

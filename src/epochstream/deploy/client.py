@@ -196,7 +196,7 @@ def latest_run_checkpoints(env: Any, job_name: str) -> list[Any] | None:
 
     Looks under the environment's checkpoint storage (``epochstream run --resume``).
     """
-    from epochstream.checkpoint.coordinator import CompletedCheckpoint
+    from epochstream.checkpoint.pending import CompletedCheckpoint
     from epochstream.checkpoint.storage import scan_checkpoints
     from epochstream.exceptions import ConfigurationError
 

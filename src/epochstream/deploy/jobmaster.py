@@ -24,7 +24,6 @@ import logging
 import os
 import queue
 import secrets
-import shlex
 import sys
 import threading
 import time
@@ -35,18 +34,18 @@ from typing import Any
 import cloudpickle
 
 from epochstream.api.result import JobResult
-from epochstream.checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
+from epochstream.checkpoint.coordinator import CheckpointCoordinator
+from epochstream.checkpoint.pending import CompletedCheckpoint
 from epochstream.checkpoint.storage import CheckpointStorage
 from epochstream.deploy.assignment import initial_splits, task_deployments
 from epochstream.deploy.control import ControlServer
 from epochstream.deploy.endpoint import JobEndpoint
-from epochstream.deploy.failures import Failure
+from epochstream.deploy.failures import Failure, give_up, runner_lost
 from epochstream.deploy.registry import JobEntry, register, unregister
 from epochstream.deploy.runners import Runner, RunnerLost
-from epochstream.deploy.savepoints import SavepointRequest
+from epochstream.deploy.savepoints import SavepointRequest, SavepointRequests
 from epochstream.deploy.storage_io import StorageWorker
 from epochstream.exceptions import (
-    CheckpointError,
     ConfigurationError,
     JobCancelled,
     JobExecutionError,
@@ -126,8 +125,7 @@ class JobMaster:
         self.running = threading.Event()
         self.started_at = time.time()
         self._slots: dict[int, Any] = {}
-        self._savepoints: dict[int, SavepointRequest] = {}
-        self._stop_with: SavepointRequest | None = None
+        self._savepoints = SavepointRequests(self.job_id)
         try:
             self._graph_bytes = cloudpickle.dumps(graph)
         except Exception as exc:
@@ -191,19 +189,14 @@ class JobMaster:
         self.io.submit(work, done)
 
     def savepoint_done(self, checkpoint_id: int, path: str | None, error: str | None) -> None:
-        request = self._savepoints.pop(checkpoint_id, None)
-        if request is None:
-            return
-        if path is None:
-            request.fail(error or "aborted")
-            if request is self._stop_with:
-                self._stop_with = None  # the job keeps running, as Flink's does
-            return
-        request.succeed(path)
-        if request.terminate:
-            self._stop_with = request
+        if self._savepoints.done(checkpoint_id, path, error) is not None:
+            # Stop-with-savepoint: sinks were notified first; now finish the slots.
             self.phase = Phase.FINISHING
             self._broadcast(FinishSlot(stopped=True))
+
+    @property
+    def _stop_with(self) -> SavepointRequest | None:
+        return self._savepoints.stopping
 
     def notify_complete(self, checkpoint_id: int) -> None:
         log.info("job %s: checkpoint %d complete", self.job_id[:8], checkpoint_id)
@@ -232,32 +225,6 @@ class JobMaster:
         request = SavepointRequest(directory, terminate=terminate)
         self.events.put(("savepoint", None, request))
         return request
-
-    def _start_savepoint(self, request: SavepointRequest) -> None:
-        coordinator, config = self.coordinator, self.checkpoint_config
-        if coordinator is None or config is None or self.storage is None:
-            request.fail("savepoints need checkpointing: call env.enable_checkpointing(...)")
-            return
-        if self.phase is not Phase.RUNNING:
-            request.fail(f"job {self.job_id} is not running ({self.phase.value})")
-            return
-        if self._stop_with is not None:
-            request.fail(f"job {self.job_id} is stopping with a savepoint")
-            return
-        from epochstream.checkpoint.filesystems import normalize_location, storage_fs
-        from epochstream.deploy.savepoints import savepoint_name
-
-        try:
-            base = normalize_location(request.directory or config.savepoint_location)
-            fs = storage_fs(base, config.storage_options)
-            target = fs.join(base, savepoint_name(self.job_id))
-            request.checkpoint_id = coordinator.trigger_savepoint(
-                target, terminate=request.terminate
-            )
-        except (CheckpointError, ConfigurationError) as err:
-            request.fail(str(err))
-            return
-        self._savepoints[request.checkpoint_id] = request
 
     def status(self) -> dict[str, Any]:
         """A snapshot of the job's state for the endpoint and the CLI (any thread)."""
@@ -296,6 +263,10 @@ class JobMaster:
             while True:
                 self.attempt += 1
                 failure = self._run_attempt()
+                if failure is not None:
+                    # Recorded before the attempt is torn down: that may raise RunnerLost,
+                    # whose report must still name what ended the attempt.
+                    self.failures.append(failure.cause)
                 self._end_attempt(failure)
                 if failure is None and self._stop_with is not None:
                     raise JobCancelled(
@@ -303,7 +274,6 @@ class JobMaster:
                     )
                 if failure is None:
                     return self._result(started)
-                self.failures.append(failure.cause)
                 log.warning(
                     "job %s attempt %d failed: %s", self.job_id[:8], self.attempt, failure.cause
                 )
@@ -346,8 +316,7 @@ class JobMaster:
                 self.coordinator.stop_attempt("job ended")
             self.io.stop()
             self.runner.close()
-            for request in self._savepoints.values():
-                request.fail("the job ended")
+            self._savepoints.fail_all("the job ended")
 
     def _announce(self) -> None:
         """Serve the endpoint and list the job in this user's registry (for the CLI)."""
@@ -428,12 +397,19 @@ class JobMaster:
                 self._maybe_finish(finished)
                 continue
             if kind == "savepoint":
-                self._start_savepoint(msg)
+                self._savepoints.start(
+                    msg,
+                    self.coordinator,
+                    self.checkpoint_config,
+                    running=self.phase is Phase.RUNNING,
+                )
                 continue
             if kind == "runner-exit":
                 if conn != attempt:
                     continue
-                if self.phase == Phase.FINISHING and (len(closed) == p or self._stop_with):
+                # In FINISHING every task ended and the final checkpoint committed; a clean
+                # exit may simply come before the last SlotClosed message.
+                if self.phase == Phase.FINISHING and (msg is None or self._stop_with):
                     return None
                 if msg is None:
                     return Failure(f"slots of attempt {attempt} exited before the job finished")
@@ -641,42 +617,12 @@ class JobMaster:
                 raise JobCancelled(f"job {self.job_id} was cancelled")
 
     def _give_up(self, failure: Failure, reason: str) -> JobExecutionError:
-        first = self.failures[0]
-        history = "\n".join(
-            f"  attempt {i + 1}: {f.splitlines()[0]}" for i, f in enumerate(self.failures)
-        )
-        err = JobExecutionError(
-            f"job {self.job_id} failed after {self.attempt - 1} restart(s) ({reason}).\n"
-            f"first cause: {first}\nhistory:\n{history}",
-            cause=first,
-            history=self.failures,
-            restarts=self.attempt - 1,
-        )
-        if failure.error is not None:
-            err.__cause__ = failure.error
-        return err
+        return give_up(self.job_id, self.failures, failure, reason)
 
     def _runner_lost(self, lost: RunnerLost) -> JobExecutionError:
-        """No attempt can run any more; say so, keep the checkpoints, say how to resume."""
         latest = self.coordinator.latest_completed if self.coordinator else None
-        if latest is not None and self.storage is not None:
-            command = shlex.join(
-                ["epochstream", "run", "--restore-from", self.storage.job_dir, *sys.argv]
-            )
-            advice = (
-                f"its checkpoints are kept (latest: {latest.directory}); resume from the latest "
-                f"with:\n  {command}"
-            )
-        else:
-            advice = "no checkpoint was completed, so run the job again from the start"
-        cause = f"{lost}"
-        failures = [*self.failures, cause]
-        return JobExecutionError(
-            f"job {self.job_id} cannot continue: {lost}; {advice}",
-            cause=failures[0],
-            history=failures,
-            restarts=self.attempt - 1,
-        )
+        job_dir = self.storage.job_dir if self.storage else None
+        return runner_lost(self.job_id, self.failures, lost, latest, job_dir)
 
     def _result(self, started: float) -> JobResult:
         stats = list(self.coordinator.completed_stats) if self.coordinator else []

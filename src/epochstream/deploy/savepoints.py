@@ -3,7 +3,8 @@
 A request is made on any thread and answered on the job master's event thread; the
 caller blocks in :meth:`SavepointRequest.wait`. Savepoints land in
 ``<directory>/savepoint-<job id prefix>-<random>`` (Flink's naming), so several
-savepoints of several jobs can share a directory.
+savepoints of several jobs can share a directory. :class:`SavepointRequests` is the job
+master's book of requests in flight, and of the stop-with-savepoint that ends the job.
 
 Example::
 
@@ -15,10 +16,12 @@ from __future__ import annotations
 
 import threading
 import uuid
+from typing import Any
 
-from epochstream.exceptions import CheckpointError
+from epochstream.checkpoint.filesystems import normalize_location, storage_fs
+from epochstream.exceptions import CheckpointError, ConfigurationError
 
-__all__ = ["SavepointRequest", "savepoint_name"]
+__all__ = ["SavepointRequest", "SavepointRequests", "savepoint_name"]
 
 
 def savepoint_name(job_id: str) -> str:
@@ -65,3 +68,59 @@ class SavepointRequest:
             raise CheckpointError(f"savepoint failed: {self.error}")
         assert self.path is not None
         return self.path
+
+
+class SavepointRequests:
+    """The savepoints a job master is taking, by checkpoint id (event thread only).
+
+    Example::
+
+        book.start(request, coordinator, config, running=True)
+        stopping = book.done(checkpoint_id, path, None)   # the request, if it stops the job
+    """
+
+    def __init__(self, job_id: str) -> None:
+        self._job_id = job_id
+        self._pending: dict[int, SavepointRequest] = {}
+        #: The completed stop-with-savepoint ending the job, once there is one.
+        self.stopping: SavepointRequest | None = None
+
+    def start(self, request: SavepointRequest, coordinator: Any, config: Any, *, running: bool) -> None:
+        """Trigger ``request`` on ``coordinator``, or fail it saying why not."""
+        if coordinator is None or config is None:
+            request.fail("savepoints need checkpointing: call env.enable_checkpointing(...)")
+            return
+        if not running:
+            request.fail(f"job {self._job_id} is not running")
+            return
+        if self.stopping is not None:
+            request.fail(f"job {self._job_id} is stopping with a savepoint")
+            return
+        try:
+            base = normalize_location(request.directory or config.savepoint_location)
+            target = storage_fs(base, config.storage_options).join(base, savepoint_name(self._job_id))
+            request.checkpoint_id = coordinator.trigger_savepoint(target, terminate=request.terminate)
+        except (CheckpointError, ConfigurationError) as err:
+            request.fail(str(err))
+            return
+        self._pending[request.checkpoint_id] = request
+
+    def done(self, checkpoint_id: int, path: str | None, error: str | None) -> SavepointRequest | None:
+        """Answer the request of ``checkpoint_id``; returns it when it now stops the job."""
+        request = self._pending.pop(checkpoint_id, None)
+        if request is None:
+            return None
+        if path is None:
+            request.fail(error or "aborted")  # a failed stop leaves the job running
+            return None
+        request.succeed(path)
+        if request.terminate:
+            self.stopping = request
+            return request
+        return None
+
+    def fail_all(self, reason: str) -> None:
+        """The job ended: answer every request still waiting."""
+        for request in self._pending.values():
+            request.fail(reason)
+        self._pending.clear()

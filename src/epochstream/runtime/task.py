@@ -144,7 +144,8 @@ class Task:
         self.operators: list[Operator] = []
         self._barriers_seen: dict[int, CheckpointBarrier] = {}
         self._finished = False
-        self._suspended = False  # after a stop-with-savepoint barrier: read nothing more
+        # The stop-with-savepoint this source stopped reading for; its abort resumes reading.
+        self._stopping_for: int | None = None
         self._exhausted_reported = False
         self._last_flush = time.monotonic()
 
@@ -252,6 +253,12 @@ class Task:
             error: BaseException | None = exc
         except Exception:  # not picklable: send its description only
             error = None
+        try:
+            self._send_failure(exc, error)
+        except OSError as send_error:  # the job master is gone: it failed over already
+            log.warning("%s: cannot report the failure (%r): %r", self.name, exc, send_error)
+
+    def _send_failure(self, exc: BaseException, error: BaseException | None) -> None:
         self.env.send(
             TaskFailed(
                 task=self.key,
@@ -309,8 +316,9 @@ class Task:
             got = gate.take(idle_wait)
             if got is not None:
                 self._on_mail(got[1])
+                idle_wait = 0.0  # the mail may have changed what to do (e.g. resume reading)
                 continue
-            if self._finished or self._suspended:
+            if self._finished or self._stopping_for is not None:
                 idle_wait = None
                 continue
             if src.poll(batch):
@@ -365,11 +373,14 @@ class Task:
             if mail.final:
                 self._end_of_input()
             elif mail.options.terminate:
-                self._suspended = True
+                self._stopping_for = mail.checkpoint_id
         elif isinstance(mail, NotifyCheckpointComplete):
             for op in self.operators:
                 op.notify_checkpoint_complete(mail.checkpoint_id)
         elif isinstance(mail, NotifyCheckpointAborted):
+            if self._stopping_for == mail.checkpoint_id:
+                log.warning("%s: stop-with-savepoint failed; reading on", self.name)
+                self._stopping_for = None
             if not self.chain.is_source:
                 self._execute(self.barriers.on_abort(mail.checkpoint_id))
             for op in self.operators:

@@ -1,6 +1,6 @@
 """Key groups: which subtask owns a key, stable across processes and restarts.
 
-Flink's scheme (ARCHITECTURE section 5): a key is hashed into one of
+Flink's scheme (docs/architecture.md, State): a key is hashed into one of
 ``max_parallelism`` key groups, and each of the ``parallelism`` subtasks owns a
 contiguous range of key groups. Keyed state is snapshotted per key group, so a
 restore at a new parallelism hands each subtask the key groups of its new range.

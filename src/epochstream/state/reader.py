@@ -33,7 +33,7 @@ from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.checkpoint.storage import load_metadata
 from epochstream.exceptions import StateError
 from epochstream.state.backends.heap_files import merge_chain
-from epochstream.state.backends.rocksdb import read_database_rows
+from epochstream.state.backends.rocksdb_snapshots import read_database_rows
 from epochstream.state.canonical import read_batches, read_state_meta
 from epochstream.state.handles import (
     CanonicalSnapshotHandle,

@@ -15,7 +15,7 @@ Access:
 - Values returned to user code are the caller's to change: changing one changes
   state only through ``update``/``put``/``add`` (both backends behave so).
 
-Snapshots (ARCHITECTURE section 9): ``snapshot(target)`` is the synchronous part, run
+Snapshots (docs/architecture.md, State): ``snapshot(target)`` is the synchronous part, run
 at the barrier on the task thread; it returns a :class:`SnapshotJob` whose ``run()``
 writes files on the snapshot thread and returns the keyed state handle. Incremental
 snapshots build on the latest *completed* checkpoint, whose id travels with the

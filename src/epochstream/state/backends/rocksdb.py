@@ -29,19 +29,14 @@ Example::
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import os
 import shutil
 import struct
 import uuid
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
-
-import cloudpickle
 
 from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, CorruptStateError, StateError
@@ -52,6 +47,13 @@ from epochstream.state.backends.base import (
     SnapshotTarget,
     StateBackend,
     kind_of,
+)
+from epochstream.state.backends.rocksdb_snapshots import (
+    META_CF,
+    RocksSnapshotJob,
+    crc_file,
+    encode_meta,
+    read_meta,
 )
 from epochstream.state.backends.rocksdb_states import (
     NO_KEY,
@@ -64,11 +66,9 @@ from epochstream.state.backends.rocksdb_states import (
     split_value,
 )
 from epochstream.state.canonical import (
-    CanonicalRow,
     StateMeta,
     read_batches,
     read_state_meta,
-    write_canonical,
 )
 from epochstream.state.descriptors import StateDescriptor, ValueStateDescriptor
 from epochstream.state.handles import (
@@ -82,15 +82,13 @@ from epochstream.state.keygroups import KeyGroupAssigner, validate_max_paralleli
 from epochstream.state.serializers import DEFAULT_SERIALIZER, Serializer
 
 if TYPE_CHECKING:
-    from epochstream.checkpoint.filesystems import StorageFS
+    pass
 
-__all__ = ["RocksDBKeyedStateBackend", "RocksDBStateBackend", "read_database_rows"]
+__all__ = ["RocksDBKeyedStateBackend", "RocksDBStateBackend"]
 
 log = logging.getLogger(__name__)
 
 _U16 = struct.Struct(">H")
-_META_CF = "__epochstream_meta"
-_SST = ".sst"
 
 
 @dataclass(frozen=True)
@@ -119,14 +117,6 @@ class RocksDBStateBackend(StateBackend):
 
     def create(self, ctx: KeyedBackendContext) -> RocksDBKeyedStateBackend:
         return RocksDBKeyedStateBackend(ctx, self)
-
-
-def _crc_file(path: str) -> int:
-    crc = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            crc = zlib.crc32(chunk, crc)
-    return crc
 
 
 class _RocksValueTable:
@@ -258,21 +248,14 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def _remember(self, column: RocksColumn) -> None:
         """Record the state's kind and serializer in the database (restores need them)."""
-        meta = {
-            "kind": column.kind,
-            "serializer": base64.b64encode(cloudpickle.dumps(column.serializer)).decode("ascii"),
-        }
-        self._meta_cf()[column.name.encode("utf-8")] = json.dumps(meta).encode("utf-8")
-
-    def _read_meta(self, meta_cf: Any) -> dict[str, StateMeta]:
-        return _read_meta(meta_cf)
+        self._meta_cf()[column.name.encode("utf-8")] = encode_meta(column.kind, column.serializer)
 
     def _meta_cf(self) -> Any:
         db = self._ensure_db()
         try:
-            return db.get_column_family(_META_CF)
+            return db.get_column_family(META_CF)
         except Exception:  # a missing family raises a bare Exception
-            cf = db.create_column_family(_META_CF, self._options())
+            cf = db.create_column_family(META_CF, self._options())
             cf.set_write_options(self._write)
             return cf
 
@@ -352,7 +335,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             del checkpoint  # it keeps the database open otherwise
         kinds = {name: c.kind for name, c in self._columns.items()}
         metas = {name: StateMeta(c.kind, c.serializer) for name, c in self._columns.items()}
-        return _RocksSnapshotJob(self, target, local, dict(self._base), kinds, metas)
+        ttls = {name: c.ttl for name, c in self._columns.items()}
+        return RocksSnapshotJob(self, target, local, dict(self._base), kinds, metas, ttls)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         uploaded = self._uploads.get(checkpoint_id)
@@ -390,7 +374,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._load_columns()
 
     def _load_columns(self) -> None:
-        for name, meta in self._read_meta(self._meta_cf()).items():
+        for name, meta in read_meta(self._meta_cf()).items():
             if name not in self._columns:
                 self._column(name, meta.kind, None).serializer = meta.serializer
 
@@ -406,7 +390,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                     f"cannot download RocksDB file {file.path}: {err}", path=file.path
                 ) from err
             size = os.path.getsize(local)
-            if size != file.size or (file.crc is not None and _crc_file(local) != file.crc):
+            if size != file.size or (file.crc is not None and crc_file(local) != file.crc):
                 raise CorruptStateError(
                     f"RocksDB file {file.path}: size or checksum differs from the snapshot's "
                     f"(got {size} bytes, expected {file.size}); the file is corrupt",
@@ -422,8 +406,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             lo = _U16.pack(max(self.key_group_range.start, handle.key_groups.start))
             stop = min(self.key_group_range.stop, handle.key_groups.stop)
             hi = _U16.pack(stop) if stop < 65536 else b"\xff\xff\xff"
-            meta = source.get_column_family(_META_CF)
-            metas = self._read_meta(meta)
+            meta = source.get_column_family(META_CF)
+            metas = read_meta(meta)
             for name, state_meta in metas.items():
                 src = source.get_column_family(name)
                 dst = self._column(name, state_meta.kind, None)
@@ -492,143 +476,3 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     # ------------------------------------------------------------------ canonical rows
 
-    def canonical_rows(self, db: Any, kinds: dict[str, str], kg: int, now: float) -> list[CanonicalRow]:
-        """Every entry of key group ``kg`` in ``db`` as canonical rows (expired ones left out)."""
-        rows: list[CanonicalRow] = []
-        lo, hi = _U16.pack(kg), _U16.pack(kg + 1) if kg + 1 < 65536 else b"\xff\xff\xff"
-        for name, kind in sorted(kinds.items()):
-            column = self._columns.get(name)
-            ttl = column.ttl if column is not None else None
-            cf = db.get_column_family(name)
-            options = self._rd.ReadOptions()
-            options.set_iterate_upper_bound(hi)
-            for db_key, stored in cf.items(from_key=lo, read_opt=options):
-                _kg, key, ns, rest = decode_prefix(db_key)
-                if kind == "list" and not rest:
-                    continue  # the element counter
-                data, ts = split_value(stored)
-                if ttl is not None and ts is not None and now - ts >= ttl.seconds:
-                    continue
-                user_key = rest if kind == "map" else None
-                rows.append((name, key, ns or None, user_key, data, ts))
-            del cf
-        return rows
-
-
-def _read_meta(meta_cf: Any) -> dict[str, StateMeta]:
-    """Kind and serializer of every state of a database (its meta column family)."""
-    metas = {}
-    for name, raw in list(meta_cf.items()):
-        doc = json.loads(raw)
-        serializer = cloudpickle.loads(base64.b64decode(doc["serializer"]))
-        metas[name.decode("utf-8")] = StateMeta(doc["kind"], serializer)
-    return metas
-
-
-def read_database_rows(path: str, state_name: str) -> Iterator[tuple[Any, ...]]:
-    """Offline: ``(key, value, key group, namespace, user key, ttl)`` of one state of the
-    RocksDB database (checkpoint files) at ``path``, opened read-only."""
-    import rocksdict
-
-    raw = rocksdict.Options(raw_mode=True)
-    names = [n for n in rocksdict.Rdict.list_cf(path) if n != "default"]
-    families = {n: rocksdict.Options(raw_mode=True) for n in names}
-    access = rocksdict.AccessType.read_only(False)
-    db = rocksdict.Rdict(path, raw, column_families=families, access_type=access)
-    try:
-        meta_cf = db.get_column_family(_META_CF)
-        meta = _read_meta(meta_cf).get(state_name)
-        del meta_cf
-        if meta is None:
-            return
-        cf = db.get_column_family(state_name)
-        entries: list[Any] = list(cf.items())
-        for db_key, stored in entries:
-            kg, key, ns, rest = decode_prefix(db_key)
-            if meta.kind == "list" and not rest:
-                continue  # the element counter
-            data, ts = split_value(stored)
-            user_key = decode_key(rest) if meta.kind == "map" else None
-            namespace = decode_key(ns) if ns else None
-            yield (decode_key(key), meta.serializer.loads(data), kg, namespace, user_key, ts)
-        del cf
-    finally:
-        db.close()
-
-
-class _RocksSnapshotJob(SnapshotJob):
-    """Uploads a RocksDB checkpoint (or writes it as a savepoint) on the snapshot thread."""
-
-    def __init__(
-        self,
-        backend: RocksDBKeyedStateBackend,
-        target: SnapshotTarget,
-        local: str,
-        base: dict[str, StateFile],
-        kinds: dict[str, str],
-        metas: dict[str, StateMeta],
-    ) -> None:
-        self.backend = backend
-        self.target = target
-        self.local = local
-        self.base = base
-        self.kinds = kinds
-        self.metas = metas
-
-    def run(self) -> KeyedStateHandle | None:
-        try:
-            if self.target.savepoint:
-                return self._savepoint()
-            return self._upload()
-        finally:
-            shutil.rmtree(self.local)
-
-    def _upload(self) -> KeyedStateHandle | None:
-        backend, target = self.backend, self.target
-        fs: StorageFS = target.fs
-        files: dict[str, StateFile] = {}
-        incremental = backend.config.incremental and target.shared_dir is not None
-        for name in sorted(os.listdir(self.local)):
-            local = os.path.join(self.local, name)
-            size = os.path.getsize(local)
-            reused = self.base.get(name)
-            if incremental and name.endswith(_SST) and reused is not None and reused.size == size:
-                files[name] = reused
-                continue
-            crc = _crc_file(local)
-            if incremental and name.endswith(_SST):
-                assert target.shared_dir is not None
-                stem = name[: -len(_SST)]
-                unique = f"{target.checkpoint_id}-{target.name}-{stem}-{uuid.uuid4().hex[:8]}{_SST}"
-                path = fs.join(target.shared_dir, unique)
-                shared = True
-            else:
-                path = fs.join(target.directory, f"{target.name}-db", name)
-                shared = False
-            fs.upload(local, path)
-            self.bytes_written += size
-            files[name] = StateFile(path, size, shared, crc)
-        backend._uploads[target.checkpoint_id] = files
-        if not self.kinds:
-            return None
-        return RocksDBSnapshotHandle(backend.key_group_range, files, dict(self.kinds))
-
-    def _savepoint(self) -> KeyedStateHandle | None:
-        backend, target = self.backend, self.target
-        if not self.kinds:
-            return None
-        db = backend._open(self.local, read_only=True)
-        try:
-            now = backend.ctx.clock.wall()
-            groups = (
-                (kg, backend.canonical_rows(db, self.kinds, kg, now))
-                for kg in backend.key_group_range
-            )
-            path = target.fs.join(target.directory, f"{target.name}.arrow")
-            handle = write_canonical(
-                target.fs, path, self.metas, groups, key_groups=backend.key_group_range
-            )
-        finally:
-            db.close()
-        self.bytes_written = 0 if handle is None else handle.size
-        return handle

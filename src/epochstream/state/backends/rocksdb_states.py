@@ -1,6 +1,6 @@
 """The RocksDB backend's state objects: every access is a serialized read or write.
 
-Layout (ARCHITECTURE section 9), one column family per state::
+Layout (docs/architecture.md, State), one column family per state::
 
     key   = key group (2 bytes, big-endian) | len(key) (4) | canonical key | len(ns) (4) | ns
     value = header (1 byte: 0 plain, 1 with TTL) [| timestamp (8, float)] | serialized value

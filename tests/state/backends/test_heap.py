@@ -1,0 +1,103 @@
+"""Heap-backend specifics: the synchronous part of a snapshot copies only what changed,
+incremental chains stay bounded, and files are shared between checkpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from epochstream.state.backends.heap import HeapStateBackend
+from epochstream.state.descriptors import ListStateDescriptor, ValueStateDescriptor
+from epochstream.state.handles import HeapSnapshotHandle
+
+from .conftest import Harness
+
+SUMS = ValueStateDescriptor("_sum")
+
+
+def _harness(tmp_path: Any, **config: Any) -> Harness:
+    h = Harness("heap", tmp_path)
+    h.config = HeapStateBackend(**config)
+    return h
+
+
+def _write(backend: Any, keys: range, value: int) -> None:
+    table = backend.value_table(SUMS)
+    for k in keys:
+        table.set(k, (k, value))
+    table.touched(keys)
+
+
+def test_synchronous_part_copies_only_changed_entries(tmp_path: Any) -> None:
+    h = _harness(tmp_path)
+    backend = h.backend()
+    _write(backend, range(10_000), 1)
+    first = backend.snapshot(h.target(1))
+    assert sum(len(e) for e in first.delta.values()) == 10_000  # type: ignore[attr-defined]
+    first.run()
+    backend.notify_checkpoint_complete(1)
+    _write(backend, range(100), 2)
+    second = backend.snapshot(h.target(2, base=1))
+    assert sum(len(e) for e in second.delta.values()) == 100  # type: ignore[attr-defined]
+
+
+def test_unconfirmed_changes_are_carried_until_a_checkpoint_completes(tmp_path: Any) -> None:
+    h = _harness(tmp_path)
+    backend = h.backend()
+    _write(backend, range(50), 1)
+    base = backend.snapshot(h.target(1))
+    base.run()
+    backend.notify_checkpoint_complete(1)
+    _write(backend, range(10), 2)
+    backend.snapshot(h.target(2, base=1)).run()  # checkpoint 2 is never completed
+    _write(backend, range(10, 20), 3)
+    third = backend.snapshot(h.target(3, base=1))
+    assert set(third.delta["_sum"]) == set(range(20))  # type: ignore[attr-defined]
+    handle = third.run()
+    restored = h.backend()
+    restored.restore([handle], checkpoint_id=3, owned=True)
+    values = dict(restored.value_table(SUMS).items())
+    assert [values[k][1] for k in (0, 15, 30)] == [2, 3, 1]
+
+
+def test_incremental_chain_is_shared_and_bounded(tmp_path: Any) -> None:
+    h = _harness(tmp_path, max_chain=3)
+    backend = h.backend()
+    _write(backend, range(1_000), 0)
+    chains = []
+    for n in range(1, 9):
+        _write(backend, range(n), n)
+        handle = backend.snapshot(h.target(n, base=n - 1 if n > 1 else None)).run()
+        backend.notify_checkpoint_complete(n)
+        assert isinstance(handle, HeapSnapshotHandle)
+        chains.append(handle.chain)
+    assert all(len(chain) <= 3 for chain in chains)
+    assert chains[1][0] == chains[0][0], "the second checkpoint reuses the first's full file"
+    assert any(len(chain) == 1 for chain in chains[2:]), "a long chain is materialized"
+    assert all(f.shared for chain in chains for f in chain)
+
+
+def test_full_mode_writes_one_private_file_per_checkpoint(tmp_path: Any) -> None:
+    h = _harness(tmp_path, incremental=False)
+    backend = h.backend()
+    for n in range(1, 4):
+        _write(backend, range(100), n)
+        handle = backend.snapshot(h.target(n, base=n - 1 if n > 1 else None)).run()
+        backend.notify_checkpoint_complete(n)
+        assert isinstance(handle, HeapSnapshotHandle) and len(handle.chain) == 1
+        assert not handle.chain[0].shared and f"chk-{n}" in handle.chain[0].path
+
+
+def test_restored_list_state_takes_the_new_ttl_setting(tmp_path: Any) -> None:
+    h = _harness(tmp_path)
+    backend = h.backend()
+    plain = backend.get_state(ListStateDescriptor("l"))
+    backend.set_current_key("k")
+    plain.add("a")
+    handle = backend.snapshot(h.target(1)).run()
+    restored = h.backend()
+    restored.restore([handle], checkpoint_id=1, owned=False)
+    restored.set_current_key("k")
+    timed = restored.get_state(ListStateDescriptor("l", ttl=5.0))
+    assert timed.get() == ["a"]
+    h.clock.advance(6)
+    assert timed.get() == []
