@@ -3,16 +3,16 @@
 No job runs here: each backend is created the way a keyed operator subtask creates
 it (``config.create(KeyedBackendContext(...))``, one subtask owning all 128 key
 groups) and filled through its value table, the batch path of the built-in
-``reduce`` (``get``/``set``, then ``touched(keys)`` once per 1,024-key batch). Values
-are ``(key, int)`` tuples, as in the keyed running sum (workload B). Checkpoints go to
-a local directory under ``--tmp`` (default ``/tmp``), through the same ``StorageFS``
-the runtime uses (local files, fsynced on close).
+``reduce`` (``table.get(k)`` and ``table[k] = v``, then ``touched(keys)`` once per
+1,024-key batch). Values are ``(key, int)`` tuples, as in the keyed running sum
+(workload B). Checkpoints go to a local directory under ``--tmp`` (default ``/tmp``),
+through the same ``StorageFS`` the runtime uses (local files, fsynced on close).
 
 For each backend (heap and RocksDB, each incremental and full) and each state size:
 
 1. fill ``N`` keys, take a first (full) checkpoint and mark it complete;
 2. ``--rounds`` times (default 5): overwrite 1 % of the keys (a fresh random sample
-   each round; blind writes ``set(k, (k, round))``: a read-modify-write would also
+   each round; blind writes ``table[k] = (k, round)``: a read-modify-write would also
    time RocksDB's point reads, which step 4 measures on their own), then time
    ``backend.snapshot(target)`` (the synchronous part: the *pause* of the task thread
    at the barrier) and ``job.run()`` (the asynchronous part, on the snapshot thread in
@@ -46,7 +46,7 @@ are printed as Markdown tables.
 
 Example::
 
-    .venv/bin/python bench/state/snapshot_bench.py            # full run (about 10 minutes)
+    .venv/bin/python bench/state/snapshot_bench.py            # full run (about 6 minutes)
     .venv/bin/python bench/state/snapshot_bench.py --quick    # smoke run (under a minute)
     .venv/bin/python bench/state/snapshot_bench.py --backends heap-incremental --sizes 10000,1000000
     .venv/bin/python bench/state/snapshot_bench.py --render bench/state/results.json
@@ -213,21 +213,21 @@ class Scratch:
 
 def fill(table: Any, n: int) -> None:
     """Keys ``0..n-1`` with values ``(key, key % 1000)``, in batches like the reduce."""
-    put, touched = table.set, table.touched
+    touched = table.touched
     for lo in range(0, n, BATCH):
         keys = range(lo, min(lo + BATCH, n))
         for k in keys:
-            put(k, (k, k % 1000))
+            table[k] = (k, k % 1000)
         touched(keys)
 
 
 def change(table: Any, keys: Sequence[int], value: int) -> None:
     """Overwrite every key in ``keys`` with ``(key, value)``, then ``touched`` per batch."""
-    put, touched = table.set, table.touched
+    touched = table.touched
     for lo in range(0, len(keys), BATCH):
         batch = keys[lo : lo + BATCH]
         for k in batch:
-            put(k, (k, value))
+            table[k] = (k, value)
         touched(batch)
 
 

@@ -34,7 +34,7 @@ Results go to ``bench/state/throughput.json`` (rewritten after every measurement
 
 Example::
 
-    .venv/bin/python bench/state/throughput_bench.py               # full run (~15 minutes)
+    .venv/bin/python bench/state/throughput_bench.py               # full run (about 8 minutes)
     .venv/bin/python bench/state/throughput_bench.py --quick       # smoke run
     .venv/bin/python bench/state/throughput_bench.py --no-recovery --repeat 1
     .venv/bin/python bench/state/throughput_bench.py --only-recovery --recovery-keys 100000
@@ -153,9 +153,11 @@ def build_keyed_sum(env: es.Environment, n: int) -> None:
     keys = B_KEYS
     (
         env.from_sequence(0, n)
+        .uid("numbers")
         .map(lambda i: (i * 7919 % keys, i % 1000))
         .key_by(lambda t: t[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .uid("sums")
         .sink_to(es.sinks.DiscardSink())
     )
 
@@ -344,9 +346,11 @@ def run_recovery_once(
     n = args.recovery_events
     (
         env.from_sequence(0, n)
+        .uid("numbers")
         .map(ProgressMap(log_dir, keys))
         .key_by(lambda t: t[0])
         .reduce(LoggingSum(log_dir))
+        .uid("sums")
         .sink_to(es.sinks.DiscardSink())
     )
     client = env.execute_async(f"state-bench-recovery-{backend}-{keys}")

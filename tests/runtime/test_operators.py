@@ -352,8 +352,10 @@ class SpyTable:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.get = inner.get
-        self.set = inner.set
         self.touched_calls: list[list[Any]] = []
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.inner[key] = value
 
     def touched(self, keys: Iterable[Any]) -> None:
         keys = list(keys)

@@ -118,6 +118,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply(200, {"path": path})
 
 
+_POLL_INTERVAL = 0.02
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -136,8 +139,13 @@ class JobEndpoint:
         bound_host, bound_port = self._server.server_address[:2]
         shown = bound_host.decode() if isinstance(bound_host, bytes) else bound_host
         self.url = f"http://{shown}:{bound_port}"
+        # shutdown() waits for the serve loop's next poll: a short poll keeps
+        # execute() from returning up to half a second late.
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="job-endpoint", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": _POLL_INTERVAL},
+            name="job-endpoint",
+            daemon=True,
         )
 
     def start(self) -> None:

@@ -309,7 +309,7 @@ class ReduceOperator(Operator):
     def process_batch(self, batch: list[Any]) -> None:
         key_of = self._key
         table = self._table
-        get, put = table.get, table.set
+        get = table.get
         fn = self._fn
         out: list[Any] = []
         append = out.append
@@ -322,11 +322,10 @@ class ReduceOperator(Operator):
                 remember(k)
                 cur = get(k, _MISSING)
                 if cur is not _MISSING:
-                    cur = fn(cur, x)
-                    put(k, cur)
+                    table[k] = cur = fn(cur, x)
                     append(cur)
                 else:
-                    put(k, x)
+                    table[k] = x
                     append(x)
         except Exception as exc:
             raise UserFunctionError(self.ctx.task_name, x, exc) from exc

@@ -234,6 +234,7 @@ class _Slot:
                 writer.close()
         for t in self.threads:
             t.join(2.0)
+        self.snapshots.cancel()  # before its scratch files (RocksDB snapshots) go
         self.control.close()
         try:
             shutil.rmtree(self.local_dir)

@@ -53,3 +53,16 @@ class SnapshotExecutor:
         self._queue.put(_STOP)
         if self._thread.is_alive():
             self._thread.join(timeout)
+
+    def cancel(self, timeout: float = 5.0) -> None:
+        """Drop queued jobs, let the running one end (up to ``timeout``), end the thread.
+
+        A cancelled slot's snapshots will never be acknowledged; waiting for the one in
+        flight keeps it from reading files the slot is about to delete.
+        """
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        self.stop(timeout)

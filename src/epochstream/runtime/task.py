@@ -501,6 +501,11 @@ class Task:
             )
             self.env.send(AcknowledgeCheckpoint(checkpoint_id, self.key, states, stats))
         except Exception as exc:  # reported as a decline: the coordinator aborts the checkpoint
+            if self.gate.cancelled:
+                # The task was cancelled (failover): its scratch files are being removed
+                # and nobody waits for this snapshot any more.
+                log.debug("%s: snapshot %d abandoned: %r", self.name, checkpoint_id, exc)
+                return
             log.error("%s: writing snapshot %d failed: %r", self.name, checkpoint_id, exc)
             self.env.send(
                 DeclineCheckpoint(checkpoint_id, self.key, f"async snapshot failed: {exc!r}")

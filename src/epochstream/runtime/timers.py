@@ -48,7 +48,7 @@ class TimerService:
 
     def _set(self, key: Any, stamps: tuple[float, ...]) -> None:
         if stamps:
-            self._table.set(key, stamps)
+            self._table[key] = stamps
         else:
             self._table.delete(key)
         self._table.touched((key,))

@@ -178,7 +178,7 @@ def test_value_table(harness: Harness) -> None:
     backend = harness.backend()
     table = backend.value_table(ValueStateDescriptor("_sum"))
     for k in ("a", "b", "a"):
-        table.set(k, table.get(k, 0) + 1)
+        table[k] = table.get(k, 0) + 1
     table.touched(["a", "b", "a"])
     table.delete("b")
     table.delete("missing")
@@ -219,7 +219,7 @@ def test_chain_of_checkpoints_restores_the_latest(harness: Harness) -> None:
         backend.set_current_key(n)
         count.clear()  # a deletion in a delta
         expected.pop(n)
-        table.set(n, n)
+        table[n] = n
         table.touched([n])
         handle = _checkpoint(harness, backend, n, base=n - 1 if n > 1 else None)
     restored = harness.backend()

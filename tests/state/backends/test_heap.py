@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from epochstream.state.backends.heap import HeapStateBackend
+from epochstream.state.backends.heap_files import DELETED
+from epochstream.state.backends.heap_states import UNTRACKED_MIN_KEYS
 from epochstream.state.descriptors import ListStateDescriptor, ValueStateDescriptor
 from epochstream.state.handles import HeapSnapshotHandle
 
@@ -23,7 +25,7 @@ def _harness(tmp_path: Any, **config: Any) -> Harness:
 def _write(backend: Any, keys: range, value: int) -> None:
     table = backend.value_table(SUMS)
     for k in keys:
-        table.set(k, (k, value))
+        table[k] = (k, value)
     table.touched(keys)
 
 
@@ -57,6 +59,76 @@ def test_unconfirmed_changes_are_carried_until_a_checkpoint_completes(tmp_path: 
     restored.restore([handle], checkpoint_id=3, owned=True)
     values = dict(restored.value_table(SUMS).items())
     assert [values[k][1] for k in (0, 15, 30)] == [2, 3, 1]
+
+
+def test_table_stops_tracking_when_most_keys_change_and_deltas_stay_exact(tmp_path: Any) -> None:
+    n = 2 * UNTRACKED_MIN_KEYS
+    h = _harness(tmp_path)
+    backend = h.backend()
+    other = ValueStateDescriptor("other")
+    _write(backend, range(n), 1)
+    backend.value_table(other)[7] = "kept"
+    backend.value_table(other).touched([7])
+    backend.snapshot(h.target(1)).run()
+    backend.notify_checkpoint_complete(1)
+
+    table = backend.value_table(SUMS)
+    _write(backend, range(n // 2), 2)
+    assert not backend._tables["_sum"].all_dirty  # half the keys: still tracked
+    _write(backend, range(n // 2, n // 2 + 10), 2)
+    assert backend._tables["_sum"].all_dirty
+    _write(backend, range(n // 2 + 10, n - 10), 2)
+    assert len(backend._tables["_sum"].dirty) == n // 2 + 10, "writes stop being recorded"
+    table.delete(5)
+    table.delete(n - 1)  # deletions are recorded even so
+    second = backend.snapshot(h.target(2, base=1))
+    assert not second.complete  # type: ignore[attr-defined]  # "other" did not change
+    entries = second.delta["_sum"]  # type: ignore[attr-defined]
+    assert len(entries) == n and entries[5] is DELETED and entries[n - 1] is DELETED
+    handle = second.run()
+    assert isinstance(handle, HeapSnapshotHandle) and len(handle.chain) == 2  # a delta
+
+    restored = h.backend()
+    restored.restore([handle], checkpoint_id=2, owned=True)
+    values = dict(restored.value_table(SUMS).items())
+    assert len(values) == n - 2 and 5 not in values and n - 1 not in values
+    assert values[n - 20] == (n - 20, 2) and values[n - 5] == (n - 5, 1)
+    assert dict(restored.value_table(other).items()) == {7: "kept"}
+    assert not backend._tables["_sum"].all_dirty, "the snapshot starts tracking again"
+
+
+def test_small_tables_keep_tracking_so_snapshots_stay_deltas(tmp_path: Any) -> None:
+    h = _harness(tmp_path)
+    backend = h.backend()
+    _write(backend, range(100), 1)
+    backend.snapshot(h.target(1)).run()
+    backend.notify_checkpoint_complete(1)
+    _write(backend, range(90), 2)
+    assert not backend._tables["_sum"].all_dirty
+    second = backend.snapshot(h.target(2, base=1))
+    assert set(second.delta["_sum"]) == set(range(90))  # type: ignore[attr-defined]
+
+
+def test_an_unconfirmed_whole_table_snapshot_is_carried(tmp_path: Any) -> None:
+    n = 2 * UNTRACKED_MIN_KEYS
+    h = _harness(tmp_path)
+    backend = h.backend()
+    other = backend.value_table(ValueStateDescriptor("other"))
+    other[0] = 0
+    other.touched([0])
+    _write(backend, range(n), 1)
+    backend.snapshot(h.target(1)).run()
+    backend.notify_checkpoint_complete(1)
+    _write(backend, range(n - 10), 2)  # most keys: the table stops tracking
+    assert backend._tables["_sum"].all_dirty
+    backend.snapshot(h.target(2, base=1)).run()  # never completes
+    _write(backend, range(3), 3)
+    third = backend.snapshot(h.target(3, base=1))
+    assert set(third.delta["_sum"]) == set(range(n))  # type: ignore[attr-defined]
+    restored = h.backend()
+    restored.restore([third.run()], checkpoint_id=3, owned=True)
+    values = dict(restored.value_table(SUMS).items())
+    assert [values[k][1] for k in (0, n // 2, n - 1)] == [3, 2, 1]
 
 
 def test_incremental_chain_is_shared_and_bounded(tmp_path: Any) -> None:

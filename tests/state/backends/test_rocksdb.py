@@ -46,12 +46,12 @@ def test_incremental_checkpoint_uploads_only_new_sst_files(tmp_path: Any) -> Non
     backend = h.backend()
     table = backend.value_table(ValueStateDescriptor("_sum"))
     for k in range(50_000):
-        table.set(k, (k, 0))
+        table[k] = (k, 0)
     first = backend.snapshot(h.target(1))
     h1 = first.run()
     backend.notify_checkpoint_complete(1)
     for k in range(500):  # 1 % of the keys change
-        table.set(k, (k, 1))
+        table[k] = (k, 1)
     second = backend.snapshot(h.target(2, base=1))
     h2 = second.run()
     assert isinstance(h1, RocksDBSnapshotHandle) and isinstance(h2, RocksDBSnapshotHandle)

@@ -11,7 +11,7 @@ Access:
 - ``set_current_key(key)`` selects the key that state objects from ``get_state``
   (Flink's ValueState, ListState, MapState, ReducingState, AggregatingState) read and
   write; ``value_table(descriptor)`` is the batch-level path of built-in operators
-  (``get``/``set`` by key, then ``touched(keys)`` once per batch).
+  (``table.get(key)`` and ``table[key] = value``, then ``touched(keys)`` once per batch).
 - Values returned to user code are the caller's to change: changing one changes
   state only through ``update``/``put``/``add`` (both backends behave so).
 
@@ -35,7 +35,7 @@ Example::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -137,22 +137,23 @@ class SnapshotJob(ABC):
 class ValueTable(Protocol):
     """Batch-level access to one value state, for built-in operators (no current key).
 
-    ``get``/``set`` act at once; ``touched(keys)`` must follow once per batch with the
-    keys written, before the next snapshot (it is how the heap backend knows what
-    changed without a per-record hook).
+    ``get`` and item assignment act at once (on the heap backend the table is the
+    state's dict, so they cost what a dict's do); ``touched(keys)`` must follow once
+    per batch with the keys written, before the next snapshot (it is how the heap
+    backend knows what changed without a per-record hook).
 
     Example::
 
         table = backend.value_table(ValueStateDescriptor("_sum"))
         for k, v in pairs:
-            table.set(k, table.get(k, 0) + v)
+            table[k] = table.get(k, 0) + v
         table.touched([k for k, _ in pairs])
     """
 
     def get(self, key: Any, default: Any = None, /) -> Any:
         """The value of ``key``, or ``default``."""
 
-    def set(self, key: Any, value: Any, /) -> None:
+    def __setitem__(self, key: Any, value: Any, /) -> None:
         """Store ``value`` for ``key``."""
 
     def delete(self, key: Any, /) -> None:
@@ -161,8 +162,8 @@ class ValueTable(Protocol):
     def touched(self, keys: Iterable[Any], /) -> None:
         """Declare the keys written since the last call."""
 
-    def items(self) -> Iterator[tuple[Any, Any]]:
-        """Every ``(key, value)`` of this subtask's key groups."""
+    def items(self) -> Iterable[tuple[Any, Any]]:
+        """Every ``(key, value)`` of this subtask's key groups (do not write meanwhile)."""
 
 
 class KeyedStateBackend(ABC):
@@ -174,6 +175,9 @@ class KeyedStateBackend(ABC):
     max_parallelism: int
     key_group_range: range
 
+    def __init__(self) -> None:
+        self._state_objects: dict[str, Any] = {}
+
     @abstractmethod
     def set_current_key(self, key: Any) -> None:
         """Select the key that state objects read and write (per record)."""
@@ -183,13 +187,38 @@ class KeyedStateBackend(ABC):
     def current_key(self) -> Any:
         """The current key; :class:`StateError` when none is set."""
 
-    @abstractmethod
     def get_state(self, descriptor: StateDescriptor) -> Any:
-        """The state object for ``descriptor``, bound to the current key."""
+        """The state object for ``descriptor``, bound to the current key.
+
+        The same name always gives the same object; asking for it with another kind of
+        descriptor raises :class:`StateError`.
+        """
+        states = self._state_objects
+        existing = states.get(descriptor.name)
+        if existing is not None:
+            if type(existing.descriptor) is not type(descriptor):
+                raise StateError(
+                    f"state {descriptor.name!r} is registered as "
+                    f"{type(existing.descriptor).__name__}, cannot get it as "
+                    f"{type(descriptor).__name__}"
+                )
+            return existing
+        state = states[descriptor.name] = self._create_state(descriptor, kind_of(descriptor))
+        return state
 
     @abstractmethod
+    def _create_state(self, descriptor: StateDescriptor, kind: str) -> Any:
+        """A new state object of ``kind`` for ``descriptor``."""
+
     def value_table(self, descriptor: ValueStateDescriptor) -> ValueTable:
-        """Batch-level access to a value state (no TTL)."""
+        """Batch-level access to a value state (for built-in operators; no TTL)."""
+        if descriptor.ttl is not None:
+            raise StateError(f"value table {descriptor.name!r}: TTL is for user state only")
+        return self._value_table(descriptor)
+
+    @abstractmethod
+    def _value_table(self, descriptor: ValueStateDescriptor) -> ValueTable:
+        """The backend's value table of ``descriptor``."""
 
     @abstractmethod
     def keys(self, state_name: str) -> list[Any]:

@@ -3,7 +3,8 @@
 Each state is one dict (``key -> value``) plus the set of keys written since the last
 snapshot (see :mod:`~epochstream.state.backends.heap_states`). At a barrier the
 synchronous part copies only the entries changed since the latest *completed*
-checkpoint (O(changed), not O(state)); the snapshot thread then either
+checkpoint (O(changed), not O(state); a table whose keys mostly changed is copied whole
+at C speed); the snapshot thread then either
 
 - writes them as a *delta* file and references the completed checkpoint's files
   before it (incremental, the default), or
@@ -25,8 +26,9 @@ Example::
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, ClassVar
 
 from epochstream.checkpoint.filesystems import storage_fs
@@ -37,7 +39,6 @@ from epochstream.state.backends.base import (
     SnapshotJob,
     SnapshotTarget,
     StateBackend,
-    kind_of,
 )
 from epochstream.state.backends.heap_files import (
     DELETED,
@@ -50,6 +51,7 @@ from epochstream.state.backends.heap_states import (
     HEAP_STATE_CLASSES,
     NO_KEY,
     HeapTable,
+    HeapValueTable,
     KeyContext,
 )
 from epochstream.state.canonical import (
@@ -72,7 +74,22 @@ from epochstream.state.serializers import DEFAULT_SERIALIZER
 from epochstream.state.states import copy_value
 from epochstream.state.ttl import TtlConfig, TtlValue
 
-__all__ = ["HeapKeyedStateBackend", "HeapStateBackend", "HeapValueTable"]
+__all__ = ["HeapKeyedStateBackend", "HeapStateBackend"]
+
+#: State kinds whose stored values change in place (list appends, map puts, accumulators
+#: a user function updates): a snapshot copies them. Values of value state are copied on
+#: ``update`` and those of built-in value tables are never changed once stored (functions
+#: must not change the records they receive), so a snapshot shares them.
+_UNSHARED_KINDS = frozenset({"list", "map", "reducing", "aggregating"})
+
+
+@dataclass(frozen=True)
+class _Written:
+    """The keys of one state a snapshot took as written (``every_key``: the table
+    stopped tracking, so every key counts as written)."""
+
+    keys: set[Any]
+    every_key: bool
 
 
 @dataclass(frozen=True)
@@ -99,29 +116,6 @@ class HeapStateBackend(StateBackend):
         return HeapKeyedStateBackend(ctx, incremental=self.incremental, max_chain=self.max_chain)
 
 
-class HeapValueTable:
-    """The batch path of a heap value state (a :class:`ValueTable`): the dict's own
-    methods, and the dirty keys declared once per batch."""
-
-    __slots__ = ("_table", "delete", "get", "set", "touched")
-
-    def __init__(self, table: HeapTable) -> None:
-        data, dirty = table.data, table.dirty
-        self._table = table
-        self.get: Callable[..., Any] = data.get
-        self.set: Callable[[Any, Any], None] = data.__setitem__
-        self.touched: Callable[[Iterable[Any]], None] = dirty.update
-
-        def delete(key: Any) -> None:
-            if data.pop(key, DELETED) is not DELETED:
-                dirty.add(key)
-
-        self.delete: Callable[[Any], None] = delete
-
-    def items(self) -> Iterator[tuple[Any, Any]]:
-        return iter(list(self._table.data.items()))
-
-
 class HeapKeyedStateBackend(KeyedStateBackend):
     """Keyed state of one operator subtask in dicts (see the module docstring)."""
 
@@ -130,6 +124,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def __init__(
         self, ctx: KeyedBackendContext, *, incremental: bool = True, max_chain: int = 16
     ) -> None:
+        super().__init__()
         validate_max_parallelism(ctx.max_parallelism)
         kgr = ctx.key_group_range
         if kgr.step != 1 or kgr.start < 0 or kgr.stop > ctx.max_parallelism:
@@ -144,9 +139,8 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self.assigner = KeyGroupAssigner(ctx.max_parallelism)
         self._key = KeyContext()
         self._tables: dict[str, HeapTable] = {}
-        self._states: dict[str, Any] = {}
-        # Keys written before snapshot n and not yet covered by a completed checkpoint.
-        self._unconfirmed: dict[int, dict[str, set[Any]]] = {}
+        # What snapshot n took per state, until a completed checkpoint covers it.
+        self._unconfirmed: dict[int, dict[str, _Written]] = {}
         # Handles of snapshots whose files are written (filled by the snapshot thread).
         self._handles: dict[int, HeapSnapshotHandle] = {}
         self._base: tuple[int, HeapSnapshotHandle] | None = None
@@ -180,26 +174,12 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             table.ttl = descriptor.ttl_config
         return table
 
-    def get_state(self, descriptor: StateDescriptor) -> Any:
-        existing = self._states.get(descriptor.name)
-        if existing is not None:
-            if type(existing.descriptor) is not type(descriptor):
-                raise StateError(
-                    f"state {descriptor.name!r} is registered as "
-                    f"{type(existing.descriptor).__name__}, cannot get it as "
-                    f"{type(descriptor).__name__}"
-                )
-            return existing
-        kind = kind_of(descriptor)
+    def _create_state(self, descriptor: StateDescriptor, kind: str) -> Any:
         table = self._table(descriptor.name, kind, descriptor)
-        state = HEAP_STATE_CLASSES[kind](table, self._key, self.ctx.clock)
-        self._states[descriptor.name] = state
-        return state
+        return HEAP_STATE_CLASSES[kind](table, self._key, self.ctx.clock)
 
-    def value_table(self, descriptor: ValueStateDescriptor) -> HeapValueTable:
-        if descriptor.ttl is not None:
-            raise StateError(f"value table {descriptor.name!r}: TTL is for user state only")
-        return HeapValueTable(self._table(descriptor.name, "value", descriptor))
+    def _value_table(self, descriptor: ValueStateDescriptor) -> HeapValueTable:
+        return self._table(descriptor.name, "value", descriptor).data
 
     def keys(self, state_name: str) -> list[Any]:
         table = self._tables.get(state_name)
@@ -221,22 +201,26 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
     def snapshot(self, target: SnapshotTarget) -> SnapshotJob:
         self._adopt_base(target.base_checkpoint_id)
-        taken: dict[str, set[Any]] = {}
+        taken: dict[str, _Written] = {}
         delta: dict[str, dict[Any, Any]] = {}
+        whole: dict[str, list[Any]] = {}  # states whose delta holds every live entry
         memo: dict[int, Any] = {}
         for name, table in self._tables.items():
-            changed = set(table.dirty)
-            table.dirty.clear()
-            if changed:
-                taken[name] = set(changed)
-            for keys in self._unconfirmed.values():
-                changed.update(keys.get(name, ()))
-            if not changed:
-                continue
             data = table.data
-            delta[name] = {
-                k: (_snapshot_copy(data[k], memo) if k in data else DELETED) for k in changed
-            }
+            written = _Written(set(table.dirty), table.all_dirty)
+            table.dirty.clear()
+            table.all_dirty = False
+            if written.keys or written.every_key:
+                taken[name] = written
+            # Changed since the base: written now, or by snapshots not yet confirmed.
+            earlier = [taken_then[name] for taken_then in self._unconfirmed.values() if name in taken_then]
+            changed = written.keys.union(*(e.keys for e in earlier)) if earlier else written.keys
+            every_key = written.every_key or any(e.every_key for e in earlier)
+            if every_key or (len(changed) >= len(data) and changed.issuperset(data)):
+                whole[name] = list(changed.difference(data))  # gone since the base
+                delta[name] = self._copy_entries(table, data, memo)
+            elif changed:
+                delta[name] = self._copy_entries(table, changed, memo)
         self._unconfirmed[target.checkpoint_id] = taken
         metas = {
             name: StateMeta(t.kind, t.serializer or DEFAULT_SERIALIZER)
@@ -244,7 +228,23 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         }
         ttls = {name: t.ttl for name, t in self._tables.items() if t.ttl is not None}
         base = self._base[1] if self._base is not None else None
-        return _HeapSnapshotJob(self, target, delta, base, metas, ttls)
+        complete = len(whole) == len(self._tables)
+        if not complete:
+            # Merged onto the base chain: keys gone since the base need their deletion.
+            for name, gone in whole.items():
+                delta[name].update(zip(gone, repeat(DELETED)))
+        return _HeapSnapshotJob(self, target, delta, base, metas, ttls, complete=complete)
+
+    @staticmethod
+    def _copy_entries(table: HeapTable, keys: Iterable[Any], memo: dict[int, Any]) -> dict[Any, Any]:
+        """The entries of ``keys`` as the snapshot keeps them (absent ones as deleted)."""
+        data = table.data
+        if table.kind in _UNSHARED_KINDS:
+            return {k: (_snapshot_copy(data[k], memo) if k in data else DELETED) for k in keys}
+        # Never changed in place once stored: the snapshot may share the objects.
+        if keys is data:
+            return dict(data)
+        return dict(zip(keys, map(data.get, keys, repeat(DELETED)), strict=True))
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         self._adopt_base(checkpoint_id)
@@ -287,7 +287,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         else:
             # Not a chain of our own: the first snapshot must hold everything.
             for table in self._tables.values():
-                table.dirty.update(table.data)
+                table.all_dirty = True
 
     def _restored_table(self, name: str, kind: str | None = None) -> HeapTable:
         table = self._tables.get(name)
@@ -379,6 +379,8 @@ class _HeapSnapshotJob(SnapshotJob):
         base: HeapSnapshotHandle | None,
         metas: dict[str, StateMeta],
         ttls: dict[str, TtlConfig],
+        *,
+        complete: bool = False,
     ) -> None:
         self.backend = backend
         self.target = target
@@ -386,30 +388,40 @@ class _HeapSnapshotJob(SnapshotJob):
         self.base = base
         self.metas = metas
         self.ttls = ttls
+        # The delta holds every live entry of every state: it is a full snapshot itself.
+        self.complete = complete
 
     def _by_key_group(self) -> dict[int, KeyGroupState]:
-        key_group = self.backend.assigner.key_group
         owned = self.backend.key_group_range
         groups: dict[int, KeyGroupState] = {}
         for name, entries in self.delta.items():
-            for key, value in entries.items():
-                kg = key_group(key)
-                if kg not in owned:
-                    raise StateError(
-                        f"state {name!r}: key {key!r:.80} is in key group {kg}, outside this "
-                        f"backend's range {owned.start}..{owned.stop - 1}; the key was set on "
-                        "the wrong subtask"
-                    )
-                groups.setdefault(kg, {}).setdefault(name, {})[key] = value
+            kgs = self.backend.assigner.key_groups(entries)
+            if kgs and (min(kgs) < owned.start or max(kgs) >= owned.stop):
+                kg, key = next((g, k) for g, k in zip(kgs, entries, strict=True) if g not in owned)
+                raise StateError(
+                    f"state {name!r}: key {key!r:.80} is in key group {kg}, outside this "
+                    f"backend's range {owned.start}..{owned.stop - 1}; the key was set on "
+                    "the wrong subtask"
+                )
+            start = owned.start
+            buckets: list[dict[Any, Any]] = [{} for _ in owned]
+            for (key, value), kg in zip(entries.items(), kgs, strict=True):
+                buckets[kg - start][key] = value
+            for kg, bucket in zip(owned, buckets, strict=True):
+                if bucket:
+                    groups.setdefault(kg, {})[name] = bucket
         return groups
 
     def _full(self, groups: dict[int, KeyGroupState]) -> dict[int, KeyGroupState]:
-        base = self.base.chain if self.base is not None else ()
-        # The chain lives in checkpoint storage; the target (a savepoint) may be elsewhere.
-        fs = storage_fs(base[0].path, self.backend.ctx.storage_options) if base else self.target.fs
-        merged = merge_chain(fs, base, self.backend.key_group_range)
-        for kg, segment in groups.items():
-            apply_segment(merged.setdefault(kg, {}), segment)
+        if self.complete:
+            merged = groups  # every live entry, no deletions: nothing to merge
+        else:
+            base = self.base.chain if self.base is not None else ()
+            # The chain lives in checkpoint storage; the target (a savepoint) may be elsewhere.
+            fs = storage_fs(base[0].path, self.backend.ctx.storage_options) if base else self.target.fs
+            merged = merge_chain(fs, base, self.backend.key_group_range)
+            for kg, segment in groups.items():
+                apply_segment(merged.setdefault(kg, {}), segment)
         now = self.backend.ctx.clock.wall()
         for segment in merged.values():
             for name, ttl in self.ttls.items():
@@ -429,7 +441,8 @@ class _HeapSnapshotJob(SnapshotJob):
         deltas = sum(f.size for f in chain if not f.full)
         full_size = sum(f.size for f in chain if f.full)
         materialize = (
-            not backend.incremental
+            self.complete
+            or not backend.incremental
             or not chain
             or len(chain) >= backend.max_chain
             or deltas > full_size

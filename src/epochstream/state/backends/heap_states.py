@@ -4,6 +4,14 @@ Every write also records the key in the table's ``dirty`` set, which is how a
 snapshot knows what changed since the last one without copying all state. Reads and
 writes copy mutable values (see :mod:`epochstream.state.states` for why).
 
+Built-in operators reach a value state as a whole through :class:`HeapValueTable`, the
+table's dict itself: one ``get`` and one item assignment per record at dict speed, and
+the written keys declared once per batch. Once more than half of a table's keys (and at
+least ``UNTRACKED_MIN_KEYS``) were written since the last snapshot, tracking them costs
+more than it saves (the snapshot copies the whole table then anyway), so the table
+stops recording writes until the next snapshot (``all_dirty``); deletions are always
+recorded.
+
 Example::
 
     table = HeapTable("count", "value", descriptor)
@@ -45,10 +53,15 @@ __all__ = [
     "HeapReducingState",
     "HeapTable",
     "HeapValueState",
+    "HeapValueTable",
     "KeyContext",
 ]
 
 NO_KEY: Any = object()
+
+#: Tables with fewer written keys keep tracking them: a small set is cheap to update,
+#: and their incremental snapshots stay deltas.
+UNTRACKED_MIN_KEYS = 8192
 _MISSING: Any = object()
 
 
@@ -63,9 +76,10 @@ class KeyContext:
 
 class HeapTable:
     """One state's entries (``data``), the keys changed since the last snapshot
-    (``dirty``), and how its values are stored (kind, serializer, TTL)."""
+    (``dirty``, or every key while ``all_dirty``), and how its values are stored (kind,
+    serializer, TTL)."""
 
-    __slots__ = ("data", "descriptor", "dirty", "kind", "name", "serializer", "ttl")
+    __slots__ = ("all_dirty", "data", "descriptor", "dirty", "kind", "name", "serializer", "ttl")
 
     def __init__(
         self,
@@ -79,8 +93,45 @@ class HeapTable:
         self.descriptor = descriptor
         self.serializer = serializer or (descriptor.value_serializer if descriptor else None)
         self.ttl: TtlConfig | None = descriptor.ttl_config if descriptor else None
-        self.data: dict[Any, Any] = {}
+        self.data = HeapValueTable(self)
         self.dirty: set[Any] = set()
+        self.all_dirty = False
+
+
+class HeapValueTable(dict[Any, Any]):
+    """A heap table's entries, and the :class:`~epochstream.state.backends.base.ValueTable`
+    of a value state: a dict, so a built-in operator's per-record ``get`` and item
+    assignment cost what a dict's do.
+
+    Example::
+
+        table = HeapTable("_sum", "value")
+        sums = table.data
+        sums["a"] = sums.get("a", 0) + 1
+        sums.touched(["a"])
+        table.dirty == {"a"}
+    """
+
+    __slots__ = ("_table",)
+
+    def __init__(self, table: HeapTable) -> None:
+        super().__init__()
+        self._table = table
+
+    def touched(self, keys: Iterable[Any], /) -> None:
+        """Declare the keys written since the last call (see the module docstring)."""
+        table = self._table
+        if table.all_dirty:
+            return
+        dirty = table.dirty
+        dirty.update(keys)
+        if len(dirty) >= UNTRACKED_MIN_KEYS and 2 * len(dirty) > len(self):
+            table.all_dirty = True
+
+    def delete(self, key: Any, /) -> None:
+        """Remove ``key`` (no-op when absent)."""
+        if self.pop(key, _MISSING) is not _MISSING:
+            self._table.dirty.add(key)
 
 
 class _HeapState:

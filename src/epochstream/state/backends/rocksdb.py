@@ -46,7 +46,6 @@ from epochstream.state.backends.base import (
     SnapshotJob,
     SnapshotTarget,
     StateBackend,
-    kind_of,
 )
 from epochstream.state.backends.rocksdb_snapshots import (
     META_CF,
@@ -89,6 +88,7 @@ __all__ = ["RocksDBKeyedStateBackend", "RocksDBStateBackend"]
 log = logging.getLogger(__name__)
 
 _U16 = struct.Struct(">H")
+_NOTHING: Any = object()
 
 
 @dataclass(frozen=True)
@@ -128,9 +128,16 @@ class _RocksValueTable:
         self._cf = column.cf
         self._dumps = column.serializer.dumps
         self._loads = column.serializer.loads
+        self._last_key: Any = _NOTHING
+        self._last_db_key = b""
 
     def _db_key(self, key: Any) -> bytes:
-        return encode_prefix(self._key_group(key), encode_key(key))
+        # A built-in operator reads then writes the same key: encode it once.
+        if key is self._last_key:
+            return self._last_db_key
+        db_key = encode_prefix(self._key_group(key), encode_key(key))
+        self._last_key, self._last_db_key = key, db_key
+        return db_key
 
     def get(self, key: Any, default: Any = None) -> Any:
         stored = self._cf.get(self._db_key(key))
@@ -138,7 +145,7 @@ class _RocksValueTable:
             return default
         return self._loads(split_value(stored)[0])
 
-    def set(self, key: Any, value: Any) -> None:
+    def __setitem__(self, key: Any, value: Any) -> None:
         self._cf.put(self._db_key(key), encode_value(self._dumps(value), None))
 
     def delete(self, key: Any) -> None:
@@ -161,6 +168,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def __init__(self, ctx: KeyedBackendContext, config: RocksDBStateBackend) -> None:
         import rocksdict
 
+        super().__init__()
         validate_max_parallelism(ctx.max_parallelism)
         self._rd = rocksdict
         self.ctx = ctx
@@ -182,7 +190,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._write.disable_wal = True  # type: ignore[method-assign,assignment]  # a property
         self._db: Any = None
         self._columns: dict[str, RocksColumn] = {}
-        self._states: dict[str, Any] = {}
         # Files uploaded for each snapshot (snapshot thread), and for the latest completed one.
         self._uploads: dict[int, dict[str, StateFile]] = {}
         self._base: dict[str, StateFile] = {}
@@ -196,7 +203,10 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         options.create_if_missing(True)
         table = rd.BlockBasedOptions()
         table.set_block_cache(self._cache)
-        table.set_cache_index_and_filter_blocks(True)
+        # Index and filter blocks stay out of the block cache: the cache is split into
+        # shards, and a large SST's filter bigger than a shard would be re-read from disk
+        # on every lookup. Outside it they cost about a tenth of the data in memory.
+        table.set_cache_index_and_filter_blocks(False)
         table.set_bloom_filter(10, False)
         options.set_block_based_table_factory(table)
         options.set_write_buffer_size(self.config.write_buffer_mb << 20)
@@ -283,26 +293,14 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             raise StateError("no current key is set on this keyed state backend")
         return key
 
-    def get_state(self, descriptor: StateDescriptor) -> Any:
-        existing = self._states.get(descriptor.name)
-        if existing is not None:
-            if type(existing.descriptor) is not type(descriptor):
-                raise StateError(
-                    f"state {descriptor.name!r} is registered as "
-                    f"{type(existing.descriptor).__name__}, cannot get it as "
-                    f"{type(descriptor).__name__}"
-                )
-            return existing
-        kind = kind_of(descriptor)
+    def _create_state(self, descriptor: StateDescriptor, kind: str) -> Any:
         column = self._column(descriptor.name, kind, descriptor)
-        state = ROCKS_STATE_CLASSES[kind](column, self._access, self.ctx.clock, descriptor)  # type: ignore[call-arg]
-        self._states[descriptor.name] = state
-        return state
+        state_class: Any = ROCKS_STATE_CLASSES[kind]
+        return state_class(column, self._access, self.ctx.clock, descriptor)
 
-    def value_table(self, descriptor: ValueStateDescriptor) -> _RocksValueTable:
-        if descriptor.ttl is not None:
-            raise StateError(f"value table {descriptor.name!r}: TTL is for user state only")
-        return _RocksValueTable(self._column(descriptor.name, "value", descriptor), self.assigner.key_group)
+    def _value_table(self, descriptor: ValueStateDescriptor) -> _RocksValueTable:
+        column = self._column(descriptor.name, "value", descriptor)
+        return _RocksValueTable(column, self.assigner.key_group)
 
     def keys(self, state_name: str) -> list[Any]:
         column = self._columns.get(state_name)
@@ -462,7 +460,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                     column.cf.put(prefix, stored)
 
     def dispose(self) -> None:
-        self._states.clear()
+        self._state_objects.clear()
         for column in self._columns.values():
             column.cf = None
         self._columns.clear()
