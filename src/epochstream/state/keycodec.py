@@ -24,10 +24,12 @@ import datetime as _dt
 import importlib
 import struct
 import uuid
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
 from epochstream.exceptions import StateError
+from epochstream.state.keygroups import canonical_key_bytes
 
 __all__ = ["decode_key", "encode_key"]
 
@@ -39,11 +41,9 @@ _NAIVE_TIME = struct.Struct(">BBBI")
 _EPOCH_UTC = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 
 
-def encode_key(key: object) -> bytes:
-    """The canonical bytes of ``key`` (same as :func:`~epochstream.state.keygroups.canonical_key_bytes`)."""
-    from epochstream.state.keygroups import canonical_key_bytes
-
-    return canonical_key_bytes(key)
+#: The canonical bytes of a key: :func:`~epochstream.state.keygroups.canonical_key_bytes`
+#: itself (one encoding routes a key and identifies it in state).
+encode_key: Callable[[object], bytes] = canonical_key_bytes
 
 
 def _int(data: bytes) -> int:

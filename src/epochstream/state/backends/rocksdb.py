@@ -88,7 +88,8 @@ __all__ = ["RocksDBKeyedStateBackend", "RocksDBStateBackend"]
 log = logging.getLogger(__name__)
 
 _U16 = struct.Struct(">H")
-_NOTHING: Any = object()
+#: Key encodings a value table remembers (then it starts over).
+_DB_KEY_CACHE = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -128,15 +129,20 @@ class _RocksValueTable:
         self._cf = column.cf
         self._dumps = column.serializer.dumps
         self._loads = column.serializer.loads
-        self._last_key: Any = _NOTHING
-        self._last_db_key = b""
+        self._db_keys: dict[Any, bytes] = {}
 
     def _db_key(self, key: Any) -> bytes:
-        # A built-in operator reads then writes the same key: encode it once.
-        if key is self._last_key:
-            return self._last_db_key
-        db_key = encode_prefix(self._key_group(key), encode_key(key))
-        self._last_key, self._last_db_key = key, db_key
+        # Encoding a key costs more than the RocksDB write; a built-in operator reads
+        # then writes each key, and hot keys recur: remember recent encodings.
+        try:
+            db_key = self._db_keys.get(key)
+        except TypeError:  # unhashable (a list): encoded every time
+            return encode_prefix(self._key_group(key), encode_key(key))
+        if db_key is None:
+            db_key = encode_prefix(self._key_group(key), encode_key(key))
+            if len(self._db_keys) >= _DB_KEY_CACHE:
+                self._db_keys.clear()
+            self._db_keys[key] = db_key
         return db_key
 
     def get(self, key: Any, default: Any = None) -> Any:
