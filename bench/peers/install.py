@@ -33,8 +33,13 @@ class PeerUnavailable(RuntimeError):
 
 
 def venv_root() -> str:
-    """Where peer virtualenvs live. Example: ``venv_root() == "/tmp/bench-venvs"``."""
-    return os.environ.get("EPOCHSTREAM_BENCH_VENVS", "/tmp/bench-venvs")
+    """Where peer virtualenvs (and the peers' logs) live, created on first use.
+
+    Example: ``venv_root() == "/tmp/bench-venvs"``
+    """
+    root = os.environ.get("EPOCHSTREAM_BENCH_VENVS", "/tmp/bench-venvs")
+    os.makedirs(root, exist_ok=True)
+    return root
 
 
 def java_home() -> str | None:

@@ -396,7 +396,7 @@ def update_loop(
 
     ``between(now)`` runs after every batch (the task's mailbox: barriers, notices).
     """
-    get, put, touched = table.get, table.set, table.touched
+    get, touched = table.get, table.touched
     updates = 0
     i = 0
     start = time.perf_counter()
@@ -406,7 +406,7 @@ def update_loop(
         i = (i + 1) % len(batches)
         for k in batch:
             cur = get(k)
-            put(k, (k, 1) if cur is None else (k, cur[1] + 1))
+            table[k] = (k, 1) if cur is None else (k, cur[1] + 1)
         touched(batch)
         updates += len(batch)
         now = time.perf_counter()

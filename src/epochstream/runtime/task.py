@@ -499,7 +499,6 @@ class Task:
                 state_size=size,
                 bytes_written=written,
             )
-            self.env.send(AcknowledgeCheckpoint(checkpoint_id, self.key, states, stats))
         except Exception as exc:  # reported as a decline: the coordinator aborts the checkpoint
             if self.gate.cancelled:
                 # The task was cancelled (failover): its scratch files are being removed
@@ -507,9 +506,19 @@ class Task:
                 log.debug("%s: snapshot %d abandoned: %r", self.name, checkpoint_id, exc)
                 return
             log.error("%s: writing snapshot %d failed: %r", self.name, checkpoint_id, exc)
-            self.env.send(
+            self._tell_master(
                 DeclineCheckpoint(checkpoint_id, self.key, f"async snapshot failed: {exc!r}")
             )
+            return
+        self._tell_master(AcknowledgeCheckpoint(checkpoint_id, self.key, states, stats))
+
+    def _tell_master(self, msg: Any) -> None:
+        """Send from the snapshot thread; a job master that went away (failover) is not
+        an error of this task."""
+        try:
+            self.env.send(msg)
+        except OSError as exc:
+            log.warning("%s: cannot send %s: %r", self.name, type(msg).__name__, exc)
 
 
 def _safe(uid: str) -> str:
