@@ -16,11 +16,9 @@ Example::
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import functools
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -32,6 +30,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "peers"))
 
 from install import PEERS, PeerUnavailable, java_home, venv_root  # noqa: E402
+from machine import machine_facts  # noqa: E402
 from workloads import ensure_text, split_text, text_stats  # noqa: E402
 
 SYSTEMS = ("epochstream", "dictloop", "bytewax", "spark-ss", "pyflink")
@@ -70,44 +69,12 @@ class Results:
         os.replace(tmp, self.path)
 
 
-def _command_output(argv: list[str]) -> str:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"unavailable ({exc})"
-    return (
-        (done.stdout + done.stderr).strip().splitlines()[0] if (done.stdout + done.stderr) else ""
-    )
-
-
-def machine_facts() -> dict[str, Any]:
-    """What the figures were measured on (cores, CPU, memory, interpreters, versions)."""
-    import pyspark
-
-    import epochstream
-
-    cpu = ""
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    with open("/proc/meminfo", encoding="utf-8") as f:
-        mem_kb = int(f.readline().split()[1])
-    return {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "nproc": os.cpu_count(),
-        "cpu": cpu,
-        "memory_gib": round(mem_kb / 1024 / 1024, 1),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "java": _command_output(["java", "-version"]),
-        "java_home": java_home(),
-        "pyspark": pyspark.__version__,
-        "epochstream": epochstream.__version__,
-        "peer_requirements": {k: p.requirement for k, p in PEERS.items() if p.requirement},
-        "loadavg_start": os.getloadavg(),
-    }
+def _machine_facts() -> dict[str, Any]:
+    """What the figures were measured on, plus where Java is and the peers' versions."""
+    facts = machine_facts(spark=True)
+    facts["java_home"] = java_home()
+    facts["peer_requirements"] = {k: p.requirement for k, p in PEERS.items() if p.requirement}
+    return facts
 
 
 def _row(workload: str, system: str, checkpoints: str, sink: str, **fields: Any) -> dict[str, Any]:
@@ -520,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         args.b_events, args.text_mb, args.repeat = 1_000_000, 8.0, 1
     settings = {k: v for k, v in vars(args).items() if k != "out"}
     settings["systems"] = systems
-    results = Results(args.out, machine_facts(), settings)
+    results = Results(args.out, _machine_facts(), settings)
     inputs = Inputs(args.text_mb, args.b_events)
     print(_HEADER, flush=True)
     if "epochstream" in systems:

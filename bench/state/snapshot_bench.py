@@ -55,17 +55,13 @@ Example::
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import gc
-import importlib.metadata
 import json
 import os
-import platform
 import queue
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -86,6 +82,10 @@ from epochstream.state.backends.rocksdb import RocksDBStateBackend
 from epochstream.state.descriptors import ValueStateDescriptor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from machine import int_list, machine_facts, machine_line  # noqa: E402
+
 MAX_P = 128
 BATCH = 1024  # the runtime's default batch size
 STATE = ValueStateDescriptor("_reduce")  # the value state of the built-in reduce
@@ -124,52 +124,6 @@ class Results:
             json.dump(self.doc, f, indent=2, sort_keys=True)
             f.write("\n")
         os.replace(tmp, self.path)
-
-
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def _git(*argv: str) -> str:
-    try:
-        done = subprocess.run(
-            ["git", *argv], cwd=HERE, capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"unavailable ({exc})"
-    return done.stdout.strip()
-
-
-def machine_facts() -> dict[str, Any]:
-    """Cores, CPU, memory, interpreter and library versions, date, source revision."""
-    import epochstream
-
-    cpu = ""
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    with open("/proc/meminfo", encoding="utf-8") as f:
-        mem_kb = int(f.readline().split()[1])
-    return {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "nproc": os.cpu_count(),
-        "cpu": cpu,
-        "memory_gib": round(mem_kb / 1024 / 1024, 1),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "rocksdict": _version("rocksdict"),
-        "pyarrow": _version("pyarrow"),
-        "cloudpickle": _version("cloudpickle"),
-        "epochstream": epochstream.__version__,
-        "git_head": _git("rev-parse", "HEAD"),
-        "git_src_changes": _git("status", "--porcelain", "--", "src").splitlines(),
-        "loadavg_start": os.getloadavg(),
-    }
 
 
 # ------------------------------------------------------------------ backends
@@ -741,18 +695,8 @@ def markdown(doc: dict[str, Any]) -> str:
                 f"| {_ms(r['sync_s_mean'])} | {_ms(r['sync_s_max'])} | {r['sync_share']:.1%} "
                 f"| {async_ms} | {mean_bytes} | {r['ratio_outside_pauses']:.2f} |"
             )
-    m = doc["machine"]
-    out += [
-        "",
-        f"Machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory_gib']} GiB, Python {m['python']}, "
-        f"rocksdict {m['rocksdict']}, pyarrow {m['pyarrow']}, epochstream {m['epochstream']} "
-        f"({m['git_head'][:10]}), {m['date']}.",
-    ]
+    out += ["", machine_line(doc["machine"])]
     return "\n".join(out)
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x.replace("_", "")) for x in text.split(",") if x.strip()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -790,7 +734,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown backends {unknown}; choose among {list(BACKENDS)}")
     if args.sizes:
-        args.sizes = _ints(args.sizes)
+        args.sizes = int_list(args.sizes)
     elif args.quick:
         args.sizes = list(QUICK_SIZES)
     else:

@@ -66,7 +66,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 from epochstream_jobs import B_KEYS, checkpoint_summary  # noqa: E402
-from snapshot_bench import machine_facts as _state_machine_facts  # noqa: E402
+from machine import int_list, machine_facts, machine_line  # noqa: E402
 
 BACKENDS: dict[str, Callable[[], es.state.backends.base.StateBackend]] = {
     "heap": lambda: es.state.HeapStateBackend(),
@@ -94,26 +94,6 @@ class Results:
             json.dump(self.doc, f, indent=2, sort_keys=True)
             f.write("\n")
         os.replace(tmp, self.path)
-
-
-def _java_version() -> str:
-    try:
-        done = subprocess.run(
-            ["java", "-version"], capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"unavailable ({exc})"
-    text = (done.stdout + done.stderr).strip()
-    return text.splitlines()[0] if text else ""
-
-
-def machine_facts() -> dict[str, Any]:
-    import pyspark
-
-    facts = _state_machine_facts()
-    facts["pyspark"] = pyspark.__version__
-    facts["java"] = _java_version()
-    return facts
 
 
 # ------------------------------------------------------------------ throughput
@@ -695,19 +675,8 @@ def markdown(doc: dict[str, Any]) -> str:
                 f"| {_s(r['processing_first_subtask_s'])} / {_s(r['processing_s'])} "
                 f"| {_s(r['caught_up_s'])} | {replayed} | {_s(r['first_checkpoint_s'])} |"
             )
-    m = doc["machine"]
-    out += [
-        "",
-        f"Machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory_gib']} GiB, Python {m['python']}, "
-        f"PySpark {m.get('pyspark')}, {m.get('java')}, rocksdict {m['rocksdict']}, "
-        f"pyarrow {m['pyarrow']}, epochstream {m['epochstream']} ({m['git_head'][:10]}), "
-        f"{m['date']}.",
-    ]
+    out += ["", machine_line(doc["machine"])]
     return "\n".join(out)
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x.replace("_", "")) for x in text.split(",") if x.strip()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -748,7 +717,7 @@ def main(argv: list[str] | None = None) -> int:
     for b in [*args.backends, *args.recovery_backends]:
         if b not in BACKENDS:
             parser.error(f"unknown backend {b!r}; choose among {list(BACKENDS)}")
-    args.recovery_keys = _ints(args.recovery_keys)
+    args.recovery_keys = int_list(args.recovery_keys)
     if args.quick:
         args.events, args.repeat = min(args.events, 1_000_000), 1
         args.rocksdb_events = min(args.rocksdb_events, 1_000_000)
@@ -756,7 +725,7 @@ def main(argv: list[str] | None = None) -> int:
         args.recovery_events = min(args.recovery_events, 4_000_000)
     os.makedirs(args.tmp, exist_ok=True)
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "render")}
-    results = Results(args.out, machine_facts(), settings)
+    results = Results(args.out, machine_facts(spark=True), settings)
 
     from epochstream.deploy.spark import create_session
 
