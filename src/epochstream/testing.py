@@ -28,8 +28,9 @@ from typing import Any
 
 from epochstream.api.functions import CheckpointListener, MapFunction, RuntimeContext
 from epochstream.exceptions import ConfigurationError, InjectedFailure
+from epochstream.runtime.clock import ManualClock
 
-__all__ = ["FailOnce", "kill_slot", "read_committed"]
+__all__ = ["FailOnce", "FileClock", "ManualClock", "kill_slot", "read_committed"]
 
 
 class FailOnce(MapFunction, CheckpointListener):
@@ -123,3 +124,64 @@ def read_committed(path: str | os.PathLike[str]) -> list[Any]:
         with open(os.path.join(path, name), encoding="utf-8") as f:
             rows.extend(json.loads(line) for line in f if line.strip())
     return rows
+
+
+class FileClock:
+    """A clock that moves only when a test moves it, shared by every process of a job
+    (the driver and the slots read the same file).
+
+    The time is int milliseconds since the epoch, kept in ``path``; ``advance_to``
+    and ``advance`` write it atomically. Give it to ``env.set_clock`` to drive
+    processing-time windows and timers deterministically.
+
+    Example::
+
+        clock = es.testing.FileClock(tmp / "clock", start_ms=1_700_000_000_000)
+        env.set_clock(clock)
+        client = env.execute_async("job")
+        clock.advance(5_000)           # processing time moves 5 s in every slot
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, start_ms: int | None = None) -> None:
+        self.path = os.fspath(path)
+        if start_ms is not None or not os.path.exists(self.path):
+            self.advance_to(0 if start_ms is None else start_ms)
+
+    def now_ms(self) -> int:
+        """The current time in ms."""
+        with open(self.path, encoding="ascii") as f:
+            text = f.read().strip()
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigurationError(f"FileClock {self.path}: not an int of ms: {text!r}") from None
+
+    def wall_ms(self) -> int:
+        """Milliseconds since the epoch (exact: what processing time reads)."""
+        return self.now_ms()
+
+    def now(self) -> float:
+        """Seconds (the clock is monotonic: it only moves forward)."""
+        return self.now_ms() / 1000
+
+    def wall(self) -> float:
+        """Seconds since the epoch."""
+        return self.now_ms() / 1000
+
+    def sleep(self, seconds: float) -> None:
+        """Waiting on this clock advances it (as ``ManualClock`` does)."""
+        if seconds > 0:
+            self.advance(int(seconds * 1000))
+
+    def advance_to(self, ms: int) -> None:
+        """Set the time to ``ms`` (never backwards)."""
+        if os.path.exists(self.path) and ms < self.now_ms():
+            raise ConfigurationError(f"FileClock {self.path}: time cannot go back to {ms}")
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(self.path) or ".", prefix=".clock-")
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(str(int(ms)))
+        os.replace(tmp, self.path)
+
+    def advance(self, ms: int) -> None:
+        """Move the time ``ms`` forward."""
+        self.advance_to(self.now_ms() + int(ms))

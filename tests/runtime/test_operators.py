@@ -41,9 +41,11 @@ class Emitted:
 
     def __init__(self) -> None:
         self.batches: list[list[Any]] = []
+        self.timestamps: list[list[Any] | None] = []
 
-    def __call__(self, batch: list[Any]) -> None:
+    def __call__(self, batch: list[Any], timestamps: list[Any] | None = None) -> None:
         self.batches.append(list(batch))
+        self.timestamps.append(None if timestamps is None else list(timestamps))
 
     @property
     def records(self) -> list[Any]:
@@ -160,15 +162,15 @@ class Even(es.FilterFunction):
 
 def test_map_plain_function_emits_one_result_per_record() -> None:
     op, out = make("map", lambda i: i + 1)
-    op.process_batch([1, 2, 3])
-    op.process_batch([])
+    op.process_batch([1, 2, 3], None)
+    op.process_batch([], None)
     assert out.batches == [[2, 3, 4], []]
 
 
 def test_map_rich_function_is_opened_with_the_context_and_closed() -> None:
     fn = Lifecycle()
     op, out = make("map", fn)
-    op.process_batch([1, 2])
+    op.process_batch([1, 2], None)
     op.close()
     assert out.records == [10, 20]
     assert fn.calls == ["open", "close"]
@@ -178,21 +180,21 @@ def test_map_rich_function_is_opened_with_the_context_and_closed() -> None:
 
 def test_flat_map_emits_every_element_and_skips_empty_results() -> None:
     op, out = make("flat_map", str.split)
-    op.process_batch(["a b", "", "c"])
-    op.process_batch(["", "  "])
+    op.process_batch(["a b", "", "c"], None)
+    op.process_batch(["", "  "], None)
     assert out.batches == [["a", "b", "c"]], "an all-empty result is not emitted"
     rich, rich_out = make("flat_map", Words())
-    rich.process_batch(["x y"])
+    rich.process_batch(["x y"], None)
     assert rich_out.records == ["x", "y"]
 
 
 def test_filter_keeps_matching_records_with_plain_and_rich_functions() -> None:
     op, out = make("filter", lambda i: i > 2)
-    op.process_batch([1, 2, 3, 4])
-    op.process_batch([0, 1])
+    op.process_batch([1, 2, 3, 4], None)
+    op.process_batch([0, 1], None)
     assert out.batches == [[3, 4]], "a batch with nothing kept is not emitted"
     rich, rich_out = make("filter", Even())
-    rich.process_batch([1, 2, 3, 4])
+    rich.process_batch([1, 2, 3, 4], None)
     assert rich_out.records == [2, 4]
 
 
@@ -217,7 +219,7 @@ def test_user_error_names_operator_and_record(kind: str, rich: bool) -> None:
     }
     op, out = make(kind, RichExploding() if rich else plain[kind])
     with pytest.raises(UserFunctionError) as info:
-        op.process_batch([11, 12, 13, 14])
+        op.process_batch([11, 12, 13, 14], None)
     err = info.value
     assert err.operator == f"{kind} (1/1)"
     assert err.record_repr == "13"
@@ -234,7 +236,7 @@ def test_data_error_from_a_user_function_suppresses_restarts() -> None:
 
     op, _ = make("map", reject)
     with pytest.raises(UserFunctionError) as info:
-        op.process_batch([7])
+        op.process_batch([7], None)
     assert info.value.suppress_restarts
     assert "bad row 7" in str(info.value)
 
@@ -251,7 +253,7 @@ def test_map_on_a_keyed_stream_sets_the_current_key(backends: Backends) -> None:
 
     backend = backends.create()
     op, out = make("map", CountPerKey(), key=lambda t: t[0], backend=backend)
-    op.process_batch([("a", 1), ("b", 1), ("a", 2)])
+    op.process_batch([("a", 1), ("b", 1), ("a", 2)], None)
     assert out.records == [("a", 1), ("b", 1), ("a", 2)]
     assert sorted(backend.keys("n")) == ["a", "b"]
     op.close()
@@ -277,12 +279,12 @@ def test_keyed_state_without_key_by_is_a_configuration_error() -> None:
     make("map", NeedsState())
     assert len(seen) == 2
     assert "only available after key_by" in str(seen[0])
-    assert "timers exist only in KeyedStream.process()" in str(seen[1])
+    assert "timers exist only in keyed process functions" in str(seen[1])
 
 
 def test_unknown_operator_kind_is_a_configuration_error() -> None:
-    with pytest.raises(ConfigurationError, match="no operator for kind 'window'"):
-        make("window", None, open_now=False)
+    with pytest.raises(ConfigurationError, match="no operator for kind 'teleport'"):
+        make("teleport", None, open_now=False)
 
 
 # ---------------------------------------------------------------- reduce
@@ -306,8 +308,8 @@ def _restored(backends: Backends, handle: KeyedStateHandle | None, uid: str) -> 
 def test_reduce_emits_running_values_and_keeps_them_in_the_backend(backends: Backends) -> None:
     backend = backends.create()
     op, out = make("reduce", _add_pairs, key=_first, backend=backend)
-    op.process_batch([("a", 1), ("b", 2), ("a", 3)])
-    op.process_batch([("a", 10)])
+    op.process_batch([("a", 1), ("b", 2), ("a", 3)], None)
+    op.process_batch([("a", 10)], None)
     assert out.batches == [[("a", 1), ("b", 2), ("a", 4)], [("a", 14)]]
     table = backend.value_table(ReduceOperator.STATE)
     assert table.get("a") == ("a", 14) and table.get("b") == ("b", 2)
@@ -317,8 +319,8 @@ def test_reduce_emits_running_values_and_keeps_them_in_the_backend(backends: Bac
 def test_reduce_snapshot_contains_the_keys_of_every_batch(backends: Backends) -> None:
     backend = backends.create()
     op, _ = make("reduce", _add_pairs, key=_first, backend=backend)
-    op.process_batch([("a", 1), ("b", 2)])
-    op.process_batch([("a", 3), ("c", 5)])
+    op.process_batch([("a", 1), ("b", 2)], None)
+    op.process_batch([("a", 3), ("c", 5)], None)
     parts = op.snapshot(backends.target(1))
     assert parts.keyed is not None
     handle = parts.keyed.run()
@@ -333,7 +335,7 @@ def test_reduce_rich_function_and_values_continue_after_a_restore(backends: Back
             return (a[0], a[1] + b[1])
 
     first, _ = make("reduce", Sum(), key=_first, backend=backends.create())
-    first.process_batch([("k", 1), ("k", 2)])
+    first.process_batch([("k", 1), ("k", 2)], None)
     parts = first.snapshot(backends.target(1))
     assert parts.keyed is not None
     handle = parts.keyed.run()
@@ -342,7 +344,7 @@ def test_reduce_rich_function_and_values_continue_after_a_restore(backends: Back
     second, out = make("reduce", Sum(), key=_first, backend=second_backend, open_now=False)
     second.initialize_state(OperatorRestore(keyed=[handle]), checkpoint_id=1)
     second.open()
-    second.process_batch([("k", 4)])
+    second.process_batch([("k", 4)], None)
     assert out.records == [("k", 7)]
 
 
@@ -377,9 +379,9 @@ def test_reduce_declares_the_written_keys_once_per_batch_even_when_it_fails() ->
     assert isinstance(op, ReduceOperator)
     spy = SpyTable(op._table)
     op._table = spy
-    op.process_batch([("a", 1), ("b", 1), ("a", 1)])
+    op.process_batch([("a", 1), ("b", 1), ("a", 1)], None)
     with pytest.raises(UserFunctionError, match=r"failed on record \('x', 2\)"):
-        op.process_batch([("x", 1), ("y", 1), ("x", 2)])
+        op.process_batch([("x", 1), ("y", 1), ("x", 2)], None)
     assert spy.touched_calls == [["a", "b", "a"], ["x", "y", "x"]]
 
 
@@ -426,12 +428,12 @@ class TimedCount(es.KeyedProcessFunction):
     def open(self, ctx: Any) -> None:
         self.count = ctx.get_state(ValueStateDescriptor("count", default=0))
 
-    def process_element(self, value: tuple[str, float], ctx: Any, out: Any) -> None:
+    def process_element(self, value: tuple[str, int], ctx: Any, out: Any) -> None:
         self.count.update(self.count.value() + 1)
         ctx.timer_service().register_processing_time_timer(value[1])
         out.collect(("seen", ctx.current_key, self.count.value()))
 
-    def on_timer(self, timestamp: float, ctx: Any, out: Any) -> None:
+    def on_timer(self, timestamp: int, ctx: Any, out: Any) -> None:
         out.collect(("timer", ctx.current_key, timestamp, self.count.value()))
 
 
@@ -439,23 +441,24 @@ def test_keyed_process_keeps_state_per_key_and_fires_due_timers(backends: Backen
     backend = backends.create()
     op, out = make("process", TimedCount(), key=_first, backend=backend)
     assert isinstance(op, KeyedProcessOperator)
-    op.process_batch([("a", 105.0), ("b", 101.0), ("a", 105.0), ("a", 103.0)])
+    op.process_batch([("a", 105), ("b", 101), ("a", 105), ("a", 103)], None)
     assert out.batches == [[("seen", "a", 1), ("seen", "b", 1), ("seen", "a", 2), ("seen", "a", 3)]]
-    assert op.timers.next_deadline() == 101.0
-    op.fire_timers(100.0)
+    assert op.next_processing_time() == 101
+    op.on_processing_time(100)
     assert len(out.batches) == 1, "nothing is due yet"
-    op.fire_timers(104.0)
-    assert out.batches[1] == [("timer", "b", 101.0, 1), ("timer", "a", 103.0, 3)]
-    op.fire_timers(104.0)
+    op.on_processing_time(104)
+    assert out.batches[1] == [("timer", "b", 101, 1), ("timer", "a", 103, 3)]
+    assert out.timestamps[1] is None, "processing-time timer output has no timestamp"
+    op.on_processing_time(104)
     assert len(out.batches) == 2, "a fired timer does not fire again"
-    op.fire_timers(1_000.0)
-    assert out.batches[2] == [("timer", "a", 105.0, 3)], "a duplicate registration fires once"
-    assert op.timers.next_deadline() is None
+    op.on_processing_time(1_000)
+    assert out.batches[2] == [("timer", "a", 105, 3)], "a duplicate registration fires once"
+    assert op.next_processing_time() is None
 
 
 def test_timers_are_keyed_state_and_fire_after_a_restore(backends: Backends) -> None:
     first, _ = make("process", TimedCount(), key=_first, backend=backends.create())
-    first.process_batch([("a", 200.0), ("b", 300.0)])
+    first.process_batch([("a", 200), ("b", 300)], None)
     parts = first.snapshot(backends.target(1))
     assert parts.keyed is not None
     handle = parts.keyed.run()
@@ -467,16 +470,16 @@ def test_timers_are_keyed_state_and_fire_after_a_restore(backends: Backends) -> 
     second.initialize_state(OperatorRestore(keyed=[handle]), checkpoint_id=1)
     second.open()
     assert isinstance(second, KeyedProcessOperator)
-    second.fire_timers(250.0)
-    assert out.records == [("timer", "a", 200.0, 1)]
+    second.on_processing_time(250)
+    assert out.records == [("timer", "a", 200, 1)]
 
 
 def test_on_timer_error_names_the_operator_and_the_timestamp() -> None:
     class Fails(es.KeyedProcessFunction):
         def process_element(self, value: Any, ctx: Any, out: Any) -> None:
-            ctx.timer_service().register_processing_time_timer(42.0)
+            ctx.timer_service().register_processing_time_timer(42)
 
-        def on_timer(self, timestamp: float, ctx: Any, out: Any) -> None:
+        def on_timer(self, timestamp: int, ctx: Any, out: Any) -> None:
             raise RuntimeError("timer broke")
 
     backend = HeapStateBackend().create(
@@ -484,11 +487,11 @@ def test_on_timer_error_names_the_operator_and_the_timestamp() -> None:
     )
     op, out = make("process", Fails(), key=lambda v: v, backend=backend)
     assert isinstance(op, KeyedProcessOperator)
-    op.process_batch(["k"])
+    op.process_batch(["k"], None)
     with pytest.raises(UserFunctionError) as info:
-        op.fire_timers(50.0)
+        op.on_processing_time(50)
     assert info.value.operator == "process (1/1) on_timer"
-    assert info.value.record_repr == "42.0"
+    assert info.value.record_repr == "42"
     assert out.batches == []
 
 
@@ -504,7 +507,7 @@ def test_process_element_error_names_the_record() -> None:
     )
     op, out = make("process", Fails(), key=lambda v: v, backend=backend)
     with pytest.raises(UserFunctionError, match="process \\(1/1\\) failed on record 'bad'"):
-        op.process_batch(["ok", "bad"])
+        op.process_batch(["ok", "bad"], None)
     assert out.batches == []
 
 
@@ -536,8 +539,71 @@ def test_close_of_a_rocksdb_keyed_operator_removes_its_local_database(tmp_path: 
     backends = Backends("rocksdb", tmp_path)
     backend = backends.create()
     op, _ = make("reduce", _add_pairs, key=_first, backend=backend)
-    op.process_batch([("a", 1)])
+    op.process_batch([("a", 1)], None)
     local_dir = str(tmp_path / "local" / "op-1")
     assert os.path.isdir(local_dir)
     op.close()
     assert not os.path.exists(local_dir)
+
+
+# ---------------------------------------------------------------- event time in process functions
+
+NEGATIVE = es.OutputTag("negative")
+
+
+class Split(es.ProcessFunction):
+    def process_element(self, value: Any, ctx: Any, out: Any) -> None:
+        if value < 0:
+            ctx.output(NEGATIVE, (value, ctx.timestamp()))
+        else:
+            out.collect((value, ctx.timestamp()))
+
+
+def test_process_function_side_outputs_and_timestamps() -> None:
+    op, out = make("process", Split())
+    side = Emitted()
+    op.side_emits[NEGATIVE.name] = side
+    op.process_batch([1, -2, 3], [10, 20, 30])
+    assert out.records == [(1, 10), (3, 30)] and out.timestamps == [[10, 30]]
+    assert side.records == [(-2, 20)] and side.timestamps == [[20]]
+    op.process_batch([-5], None)
+    assert side.records[-1] == (-5, None) and side.timestamps[-1] is None
+    unread = es.OutputTag("nobody-reads-this")
+
+    class Elsewhere(es.ProcessFunction):
+        def process_element(self, value: Any, ctx: Any, out: Any) -> None:
+            ctx.output(unread, value)
+
+    dropped, nothing = make("process", Elsewhere())
+    dropped.process_batch([1], [1])
+    assert nothing.records == [], "a side output nobody reads is dropped"
+
+
+class Expire(es.KeyedProcessFunction):
+    """An event-time timer 100 ms after each key's first record."""
+
+    def open(self, ctx: Any) -> None:
+        self.first = ctx.get_state(ValueStateDescriptor("first"))
+
+    def process_element(self, value: tuple[str, int], ctx: Any, out: Any) -> None:
+        if self.first.value() is None:
+            self.first.update(ctx.timestamp())
+            ctx.timer_service().register_event_time_timer(ctx.timestamp() + 100)
+
+    def on_timer(self, timestamp: int, ctx: Any, out: Any) -> None:
+        assert ctx.time_domain() is es.TimeDomain.EVENT_TIME
+        assert ctx.timer_service().current_watermark() >= timestamp
+        out.collect((ctx.current_key, self.first.value(), timestamp))
+
+
+def test_event_time_timers_fire_as_the_watermark_passes_them(backends: Backends) -> None:
+    op, out = make("process", Expire(), key=_first, backend=backends.create())
+    forwarded: list[int] = []
+    op.emit_watermark = forwarded.append
+    op.process_batch([("a", 0), ("b", 0), ("a", 0)], [1_000, 1_050, 1_200])
+    op.process_watermark(1_099)
+    assert out.records == [] and forwarded == [1_099]
+    op.process_watermark(1_150)
+    assert out.records == [("a", 1_000, 1_100), ("b", 1_050, 1_150)]
+    assert out.timestamps[-1] == [1_100, 1_150], "timer outputs carry the timer's time"
+    assert forwarded == [1_099, 1_150], "the watermark goes on after the timers it fired"

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from epochstream.graph.transformations import Partitioning
+from epochstream.runtime.batches import TimedBatch, split_item
 from epochstream.runtime.events import END_OF_INPUT, CheckpointBarrier
 from epochstream.runtime.outputs import Channel, RecordWriter
 from epochstream.state.keygroups import key_group_for_key, operator_index_for_key_group
@@ -19,7 +22,7 @@ class ListChannel(Channel):
 
     @property
     def records(self) -> list[Any]:
-        return [r for item in self.items if isinstance(item, list) for r in item]
+        return [r for item in self.items if isinstance(item, (list, TimedBatch)) for r in split_item(item)[0]]
 
 
 def _writer(
@@ -57,6 +60,28 @@ def test_broadcast_sends_everything_everywhere() -> None:
     w.write([1, 2, 3])
     w.flush()
     assert all(c.records == [1, 2, 3] for c in channels)
+
+
+@pytest.mark.parametrize("kind", ["hash", "rebalance", "broadcast", "forward"])
+def test_timestamps_travel_with_their_records_whatever_the_partitioning(kind: str) -> None:
+    w, channels = _writer(kind, 3, batch_size=1000, key=(lambda r: r % 7) if kind == "hash" else None)
+    w.write([1, 2, 3], None)  # records without event time, before some with it
+    w.write(list(range(10, 40)), [1_000 + i for i in range(10, 40)])
+    w.write([4, 5], None)
+    w.flush()
+    pairs = []
+    for channel in channels:
+        for item in channel.items:
+            assert isinstance(item, (list, TimedBatch))
+            records, timestamps = split_item(item)
+            if timestamps is None:
+                pairs += [(r, None) for r in records]
+            else:
+                assert len(records) == len(timestamps), "one timestamp per record"
+                pairs += list(zip(records, timestamps, strict=True))
+    expected = [(r, None) for r in (1, 2, 3, 4, 5)] + [(r, 1_000 + r) for r in range(10, 40)]
+    copies = 3 if kind == "broadcast" else 1
+    assert sorted(pairs, key=repr) == sorted(expected * copies, key=repr)
 
 
 def test_ships_full_buffers_and_keeps_events_after_records() -> None:

@@ -28,9 +28,11 @@ from epochstream.runtime.channels import InputGate
 from epochstream.runtime.clock import ManualClock
 from epochstream.runtime.events import (
     END_OF_INPUT,
+    MAX_WATERMARK,
     CheckpointBarrier,
     CheckpointOptions,
     EndOfInput,
+    Watermark,
 )
 from epochstream.runtime.messages import (
     AcknowledgeCheckpoint,
@@ -60,6 +62,9 @@ from epochstream.state.keygroups import key_group_for_key
 
 T = TypeVar("T")
 MAX_P = 128
+
+#: The watermark a task sends when its input ends: event time is complete.
+END_OF_TIME = Watermark(MAX_WATERMARK)
 
 
 # ---------------------------------------------------------------- fakes
@@ -395,9 +400,10 @@ def test_source_task_checkpoints_its_position_and_forwards_the_barrier_after_its
     for channel in channels:
         assert channel.events == [
             CheckpointBarrier(1, 1_001.0),
+            END_OF_TIME,
             CheckpointBarrier(2, 1_002.0),
             END_OF_INPUT,
-        ], "each barrier and the end of input go to every channel, in order"
+        ], "each barrier, the end of event time and of input go to every channel, in order"
     before = sorted(r for c in channels for r in c.records_between(None, 1))
     between = sorted(r for c in channels for r in c.records_between(1, 2))
     assert before == [i * 10 for i in range(6)], "records read before the trigger precede it"
@@ -491,7 +497,7 @@ def test_source_without_checkpointing_ends_its_input_when_exhausted(tmp_path: Pa
     ]
     (channels,) = outputs.values()
     assert sorted(r for c in channels for r in c.records) == [30, 40, 50, 60]
-    assert all(c.events == [END_OF_INPUT] for c in channels)
+    assert all(c.events == [END_OF_TIME, END_OF_INPUT] for c in channels)
 
 
 def test_restored_source_reads_from_its_checkpointed_position(tmp_path: Path) -> None:
@@ -543,7 +549,7 @@ def test_exactly_once_aligns_barriers_before_snapshotting(tmp_path: Path) -> Non
     assert before == [10, 30, 40], "record 2 waited behind channel 0's barrier"
     assert after == [20, 50]
     for channel in channels:
-        assert channel.events == [barrier(1), END_OF_INPUT]
+        assert channel.events == [barrier(1), END_OF_TIME, END_OF_INPUT]
     assert control.kinds() == ["AcknowledgeCheckpoint", "TaskFinished"]
     assert control.of(AcknowledgeCheckpoint)[0].checkpoint_id == 1
 
@@ -579,7 +585,7 @@ def test_end_of_input_on_every_channel_is_forwarded_and_reported(tmp_path: Path)
     assert sorted(r for c in channels for r in c.records) == [10, 20]
     for channel in channels:
         assert channel.items[-1] == END_OF_INPUT
-        assert channel.events == [END_OF_INPUT]
+        assert channel.events == [END_OF_TIME, END_OF_INPUT]
 
 
 def test_an_aborted_alignment_unblocks_the_channel(tmp_path: Path) -> None:
@@ -740,9 +746,9 @@ def test_snapshot_thread_acknowledges_with_a_real_executor(tmp_path: Path) -> No
 def test_due_processing_time_timers_fire_between_input_items(tmp_path: Path) -> None:
     class RemindAtOnce(es.KeyedProcessFunction):
         def process_element(self, value: Any, ctx: Any, out: Any) -> None:
-            ctx.timer_service().register_processing_time_timer(1.0)  # long past
+            ctx.timer_service().register_processing_time_timer(1)  # long past
 
-        def on_timer(self, timestamp: float, ctx: Any, out: Any) -> None:
+        def on_timer(self, timestamp: int, ctx: Any, out: Any) -> None:
             out.collect(("fired", ctx.current_key, timestamp))
 
     sink = LogSink()
@@ -755,7 +761,7 @@ def test_due_processing_time_timers_fire_between_input_items(tmp_path: Path) -> 
     feed(task, 0, [("a", 0), ("b", 0)], END_OF_INPUT)
     finish_when_done(control, task)
     task.run()
-    assert sink.log == [("fired", "a", 1.0), ("fired", "b", 1.0), Mark("end")]
+    assert sink.log == [("fired", "a", 1), ("fired", "b", 1), Mark("end")]
 
 
 # ---------------------------------------------------------------- stream tasks: failures

@@ -19,13 +19,19 @@ from epochstream.api.functions import (
     FlatMapFunction,
     KeyedProcessFunction,
     MapFunction,
+    OutputTag,
+    ProcessFunction,
     ReduceFunction,
 )
+from epochstream.api.watermarks import WatermarkStrategy
 from epochstream.exceptions import ConfigurationError
 from epochstream.graph.transformations import Edge, Partitioning, Transformation
 
 if TYPE_CHECKING:
     from epochstream.api.environment import Environment
+    from epochstream.api.joins import ConnectedStreams, IntervalJoin, JoinedStreams
+    from epochstream.api.windowed import WindowedStream
+    from epochstream.api.windowing import WindowAssigner
     from epochstream.connectors.base import Sink
 
 __all__ = ["DataStream", "DataStreamSink", "KeyedStream"]
@@ -114,13 +120,73 @@ class DataStream(_Named, _Transforms):
         ds = env.from_collection(["a b", "c"]).flat_map(str.split)
     """
 
-    def __init__(self, env: Environment, transformation: Transformation) -> None:
+    def __init__(self, env: Environment, transformation: Transformation, tag: str = "main") -> None:
         self._bind(env, transformation)
         self._partitioning = Partitioning()
+        #: Which output of the operator this stream is ("main", or a side output's name).
+        self._tag = tag
+
+    def _edge(self) -> Edge:
+        return Edge(self._t.id, self._partitioning, self._tag)
 
     def _then(self, kind: str, name: str, payload: Any) -> DataStream:
-        t = self._add(kind, name, payload, [Edge(self._t.id, self._partitioning)])
+        t = self._add(kind, name, payload, [self._edge()])
         return DataStream(self._env, t)
+
+    def process(self, fn: ProcessFunction) -> DataStream:
+        """Run a :class:`ProcessFunction` on every record (timestamps and side outputs;
+        timers need ``key_by``). Example: ``ds.process(Split())``
+        """
+        if not isinstance(fn, ProcessFunction):
+            raise ConfigurationError(
+                "DataStream.process() needs an es.ProcessFunction (a KeyedProcessFunction "
+                "needs key_by() first)"
+            )
+        return self._then("process", _name_of(fn, "process"), fn)
+
+    def assign_timestamps_and_watermarks(self, strategy: WatermarkStrategy) -> DataStream:
+        """Give records timestamps and generate watermarks from here on.
+
+        Example::
+
+            ds.assign_timestamps_and_watermarks(
+                es.WatermarkStrategy.bounded_out_of_orderness(timedelta(seconds=3))
+                  .with_timestamp_assigner(lambda e, ts: e["ts"]))
+        """
+        if not isinstance(strategy, WatermarkStrategy):
+            raise ConfigurationError(
+                f"assign_timestamps_and_watermarks needs an es.WatermarkStrategy, got "
+                f"{type(strategy).__name__}"
+            )
+        return self._then("timestamps", "timestamps", strategy)
+
+    def get_side_output(self, tag: OutputTag) -> DataStream:
+        """The records this operator sent to side output ``tag``.
+
+        Example: ``late = counts.get_side_output(es.OutputTag("late"))``
+        """
+        if not isinstance(tag, OutputTag):
+            raise ConfigurationError(f"get_side_output needs an es.OutputTag, got {type(tag).__name__}")
+        side = DataStream(self._env, self._t, tag.name)
+        side._graph = self._graph
+        return side
+
+    def connect(self, other: DataStream | KeyedStream) -> ConnectedStreams:
+        """Two streams into one operator with two inputs (``map``, ``flat_map`` or
+        ``process`` of a Co* function). Example: ``clicks.connect(rules).process(Match())``
+        """
+        from epochstream.api.joins import ConnectedStreams
+
+        return ConnectedStreams(self, other)
+
+    def join(self, other: DataStream) -> JoinedStreams:
+        """A window join: ``a.join(b).where(k1).equal_to(k2).window(w).apply(fn)``.
+
+        Example: ``orders.join(payments).where(oid).equal_to(oid).window(w).apply(pair)``
+        """
+        from epochstream.api.joins import JoinedStreams
+
+        return JoinedStreams(self, other)
 
     def union(self, *others: DataStream) -> DataStream:
         """Merge streams of the same kind into one (no order between them).
@@ -134,9 +200,7 @@ class DataStream(_Named, _Transforms):
                 raise ConfigurationError("union takes DataStreams of the same Environment")
             if other._graph is not self._graph:
                 raise ConfigurationError("union takes streams of the same (unexecuted) pipeline")
-        t = self._add(
-            "map", "union", _identity, [Edge(s._t.id, s._partitioning) for s in (self, *others)]
-        )
+        t = self._add("map", "union", _identity, [s._edge() for s in (self, *others)])
         return DataStream(self._env, t)
 
     def key_by(self, key_selector: Callable[[Any], Any]) -> KeyedStream:
@@ -149,7 +213,7 @@ class DataStream(_Named, _Transforms):
         """
         if not callable(key_selector):
             raise ConfigurationError("key_by needs a callable key selector")
-        keyed = KeyedStream(self._env, self._t, key_selector)
+        keyed = KeyedStream(self._env, self._t, key_selector, self._tag)
         keyed._graph = self._graph
         return keyed
 
@@ -162,7 +226,7 @@ class DataStream(_Named, _Transforms):
         return self._repartitioned("broadcast")
 
     def _repartitioned(self, kind: str) -> DataStream:
-        out = DataStream(self._env, self._t)
+        out = DataStream(self._env, self._t, self._tag)
         out._graph = self._graph
         out._partitioning = Partitioning(kind)
         return out
@@ -175,7 +239,7 @@ class DataStream(_Named, _Transforms):
             raise ConfigurationError(
                 f"sink_to needs an epochstream Sink, got {type(sink).__name__}"
             )
-        t = self._add("sink", type(sink).__name__, sink, [Edge(self._t.id, self._partitioning)])
+        t = self._add("sink", type(sink).__name__, sink, [self._edge()])
         return DataStreamSink(self._env, t)
 
     def print(self, prefix: str | None = None) -> DataStreamSink:
@@ -194,14 +258,60 @@ class KeyedStream(_Named, _Transforms):
     """
 
     def __init__(
-        self, env: Environment, upstream: Transformation, key_selector: Callable[[Any], Any]
+        self,
+        env: Environment,
+        upstream: Transformation,
+        key_selector: Callable[[Any], Any],
+        tag: str = "main",
     ) -> None:
         self._bind(env, upstream)
         self._key_selector = key_selector
+        self._tag = tag
+
+    def _edge(self) -> Edge:
+        return Edge(self._t.id, Partitioning("hash", self._key_selector), self._tag)
 
     def _then(self, kind: str, name: str, payload: Any) -> DataStream:
-        t = self._add(kind, name, payload, [Edge(self._t.id, Partitioning("hash", self._key_selector))])
+        t = self._add(kind, name, payload, [self._edge()])
         return DataStream(self._env, t)
+
+    def window(self, assigner: WindowAssigner) -> WindowedStream:
+        """Cut each key's records into windows.
+
+        Example: ``keyed.window(es.TumblingEventTimeWindows.of(timedelta(seconds=5))).sum(1)``
+        """
+        from epochstream.api.windowed import WindowedStream
+
+        return WindowedStream(self, assigner)
+
+    def count_window(self, size: int) -> WindowedStream:
+        """Windows of ``size`` records per key (a global window fired and purged every
+        ``size`` records). Example: ``keyed.count_window(100).sum(1)``
+        """
+        from epochstream.api.windowed import WindowedStream
+        from epochstream.api.windowing import CountTrigger, GlobalWindows, PurgingTrigger
+
+        return WindowedStream(self, GlobalWindows.create()).trigger(
+            PurgingTrigger.of(CountTrigger.of(size))
+        )
+
+    def connect(self, other: KeyedStream) -> ConnectedStreams:
+        """Two keyed streams into one operator whose state and timers both inputs share.
+
+        Example: ``clicks.key_by(uid).connect(profiles.key_by(uid)).process(Enrich())``
+        """
+        from epochstream.api.joins import ConnectedStreams
+
+        return ConnectedStreams(self, other)
+
+    def interval_join(self, other: KeyedStream) -> IntervalJoin:
+        """Join with ``other`` (same keys) on time: ``.between(lower, upper).process(fn)``.
+
+        Example: ``orders.key_by(oid).interval_join(ships.key_by(oid)).between(0, 3_600_000)``
+        """
+        from epochstream.api.joins import IntervalJoin
+
+        return IntervalJoin(self, other)
 
     def sink_to(self, sink: Sink) -> DataStreamSink:
         """Write the records, partitioned by key, to ``sink``. Example: ``keyed.sink_to(sink)``."""
@@ -228,9 +338,12 @@ class KeyedStream(_Named, _Transforms):
         return self._then("reduce", _name_of(fn, "reduce"), fn)
 
     def process(self, fn: KeyedProcessFunction) -> DataStream:
-        """Run a :class:`KeyedProcessFunction` with keyed state. Example: ``keyed.process(CountPerKey())``."""
+        """Run a :class:`KeyedProcessFunction` with keyed state and timers.
+
+        Example: ``keyed.process(CountPerKey())``
+        """
         if not isinstance(fn, KeyedProcessFunction):
-            raise ConfigurationError("process() needs a KeyedProcessFunction instance")
+            raise ConfigurationError("KeyedStream.process() needs a KeyedProcessFunction instance")
         return self._then("process", _name_of(fn, "process"), fn)
 
     def sum(self, position: int | None = None) -> DataStream:

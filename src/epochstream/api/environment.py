@@ -19,11 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from epochstream.api.datastream import DataStream
 from epochstream.api.result import JobResult
+from epochstream.api.time import to_millis
+from epochstream.api.watermarks import WatermarkStrategy
 from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.deploy.restart import RestartStrategy, fixed_delay, none
 from epochstream.exceptions import ConfigurationError
 from epochstream.graph.jobgraph import JobGraph, build_job_graph, stateful_without_uid
 from epochstream.graph.transformations import Edge, LogicalGraph
+from epochstream.runtime.clock import Clock
 from epochstream.state.backends.base import StateBackend
 from epochstream.state.backends.heap import HeapStateBackend
 from epochstream.state.keygroups import default_max_parallelism
@@ -127,6 +130,8 @@ class Environment:
         self.checkpoint_config: CheckpointConfig | None = None
         self._restart_strategy: RestartStrategy | None = None
         self._state_backend: StateBackend = HeapStateBackend()
+        self.auto_watermark_interval = 200
+        self.clock: Clock | None = None
         self._graph = LogicalGraph()
 
     # ------------------------------------------------------------------ settings
@@ -181,6 +186,30 @@ class Environment:
         self._state_backend = backend
         return self
 
+    def set_auto_watermark_interval(self, interval: Any) -> Environment:
+        """How often sources and ``assign_timestamps_and_watermarks`` send watermarks
+        (ms or timedelta; default 200 ms, as Flink). A late record always gets its
+        watermark ahead of it, whatever the interval.
+
+        Example: ``env.set_auto_watermark_interval(50)``
+        """
+        self.auto_watermark_interval = to_millis(interval, "watermark interval", allow_zero=False)
+        return self
+
+    def set_clock(self, clock: Clock) -> Environment:
+        """The clock of processing time in every slot: processing-time timers and
+        windows, idleness, state TTL. It must be picklable (it is shipped to the slots);
+        ``es.testing.FileClock`` is a clock a test moves by hand, across processes.
+
+        Example: ``env.set_clock(es.testing.FileClock("/tmp/clock"))``
+        """
+        if not all(callable(getattr(clock, m, None)) for m in ("now", "wall", "sleep")):
+            raise ConfigurationError(
+                f"set_clock needs a clock with now(), wall() and sleep(), got {type(clock).__name__}"
+            )
+        self.clock = clock
+        return self
+
     @property
     def state_backend(self) -> StateBackend:
         """The keyed-state backend jobs of this environment use."""
@@ -194,13 +223,32 @@ class Environment:
 
     # ------------------------------------------------------------------ sources
 
-    def from_source(self, source: Source, *, name: str | None = None) -> DataStream:
-        """Read from any :class:`~epochstream.connectors.base.Source`. Example: ``env.from_source(MySource())``."""
+    def from_source(
+        self,
+        source: Source,
+        *,
+        name: str | None = None,
+        watermark_strategy: WatermarkStrategy | None = None,
+    ) -> DataStream:
+        """Read from any :class:`~epochstream.connectors.base.Source`.
+
+        ``watermark_strategy`` gives records their timestamps at the source and
+        generates watermarks per source split (a split that falls behind holds the
+        watermark back; an idle one, with ``with_idleness``, does not).
+
+        Example: ``env.from_source(MySource(), watermark_strategy=strategy)``
+        """
         from epochstream.connectors.base import Source as SourceBase
 
         if not isinstance(source, SourceBase):
             raise ConfigurationError(f"from_source needs a Source, got {type(source).__name__}")
+        if watermark_strategy is not None and not isinstance(watermark_strategy, WatermarkStrategy):
+            raise ConfigurationError(
+                f"watermark_strategy must be an es.WatermarkStrategy, got "
+                f"{type(watermark_strategy).__name__}"
+            )
         t = self._graph.add("source", name or type(source).__name__, payload=source)
+        t.watermark_strategy = watermark_strategy
         return DataStream(self, t)
 
     def from_text_file(
@@ -228,11 +276,17 @@ class Environment:
             )
         return ds
 
-    def from_collection(self, items: Iterable[Any]) -> DataStream:
-        """A bounded, re-settable stream of the given items. Example: ``env.from_collection([1, 2, 3])``."""
+    def from_collection(
+        self, items: Iterable[Any], *, watermark_strategy: WatermarkStrategy | None = None
+    ) -> DataStream:
+        """A bounded, re-settable stream of the given items (split into contiguous ranges,
+        one per subtask). Example: ``env.from_collection([1, 2, 3])``
+        """
         from epochstream.connectors.generators import CollectionSource
 
-        return self.from_source(CollectionSource(list(items)), name="collection")
+        return self.from_source(
+            CollectionSource(list(items)), name="collection", watermark_strategy=watermark_strategy
+        )
 
     def from_sequence(self, start: int, stop: int, *, rate: float | None = None) -> DataStream:
         """Integers ``start <= i < stop``, optionally throttled to ``rate`` records/s in total.
@@ -254,6 +308,8 @@ class Environment:
             max_parallelism=self.max_parallelism,
             batch_size=self.batch_size,
             buffer_timeout=self.buffer_timeout,
+            auto_watermark_interval=self.auto_watermark_interval,
+            clock=self.clock,
         )
 
     def execute_async(

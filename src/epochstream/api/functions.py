@@ -17,16 +17,26 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+from epochstream.exceptions import ConfigurationError
 
 __all__ = [
     "CheckpointListener",
+    "CoFlatMapFunction",
+    "CoMapFunction",
+    "CoProcessFunction",
     "Collector",
     "FilterFunction",
     "FlatMapFunction",
     "Function",
+    "KeyedCoProcessFunction",
     "KeyedProcessFunction",
     "MapFunction",
+    "OutputTag",
+    "ProcessFunction",
+    "ProcessJoinFunction",
     "ReduceFunction",
     "RuntimeContext",
 ]
@@ -138,12 +148,61 @@ class Collector:
         self.collect = sink
 
 
+@dataclass(frozen=True)
+class OutputTag:
+    """Names a side output: ``ctx.output(tag, value)`` in a process function (or late
+    records of a window), read with ``stream.get_side_output(tag)``.
+
+    Example::
+
+        late = es.OutputTag("late")
+        counts = windowed.side_output_late_data(late).sum(1)
+        counts.get_side_output(late).print()
+    """
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or self.name in _RESERVED_TAGS:
+            raise ConfigurationError(
+                f"an OutputTag needs a non-empty name other than {sorted(_RESERVED_TAGS)}, "
+                f"got {self.name!r}"
+            )
+
+
+#: Output names the runtime uses itself.
+_RESERVED_TAGS = frozenset({"main", "dead_letter"})
+
+
+class ProcessFunction(Function, ABC):
+    """The most general per-record function on a (non-keyed) stream.
+
+    ``ctx.timestamp()`` is the record's event timestamp (or ``None``);
+    ``ctx.output(tag, value)`` emits to a side output. Timers need a keyed stream
+    (:class:`KeyedProcessFunction`).
+
+    Example::
+
+        class Split(es.ProcessFunction):
+            def process_element(self, value, ctx, out):
+                if value < 0:
+                    ctx.output(NEGATIVE, value)
+                else:
+                    out.collect(value)
+    """
+
+    @abstractmethod
+    def process_element(self, value: Any, ctx: Any, out: Collector) -> None:
+        """Handle one record."""
+
+
 class KeyedProcessFunction(Function, ABC):
-    """Per-key processing with keyed state (``ctx.get_state(descriptor)``).
+    """Per-key processing with keyed state (``ctx.get_state(descriptor)``) and timers.
 
     ``ctx`` in ``process_element`` is the same object ``open`` received; its
-    ``current_key`` is the key of ``value``, and state handles obtained from it
-    (in ``open`` or later) always read and write the current key's entry.
+    ``current_key`` is the key of ``value``, ``timestamp()`` its event timestamp, and
+    state handles obtained from it (in ``open`` or later) always read and write the
+    current key's entry. Outputs get the input record's timestamp.
 
     Example::
 
@@ -160,16 +219,111 @@ class KeyedProcessFunction(Function, ABC):
     def process_element(self, value: Any, ctx: Any, out: Collector) -> None:
         """Handle one record of the current key."""
 
-    def on_timer(self, timestamp: float, ctx: Any, out: Collector) -> None:
-        """A processing-time timer of ``ctx.current_key`` fired (see ``ctx.timer_service()``).
+    def on_timer(self, timestamp: int, ctx: Any, out: Collector) -> None:
+        """A timer of ``ctx.current_key`` fired (see ``ctx.timer_service()``).
 
-        Timers are kept in keyed state: they survive failures and follow their key on
-        rescale. Example::
+        ``ctx.time_domain()`` says which kind; outputs of an event-time timer get
+        ``timestamp`` as their timestamp. Timers are kept in keyed state: they survive
+        failures, are in savepoints and follow their key on rescale. Example::
 
             def process_element(self, value, ctx, out):
-                ts = ctx.timer_service()
-                ts.register_processing_time_timer(ts.current_processing_time() + 60)
+                ctx.timer_service().register_event_time_timer(ctx.timestamp() + 60_000)
 
             def on_timer(self, timestamp, ctx, out):
-                out.collect((ctx.current_key, "idle for a minute"))
+                out.collect((ctx.current_key, "no event for a minute"))
         """
+
+
+class CoMapFunction(Function, ABC):
+    """A map over two connected streams: ``map1`` for the first, ``map2`` for the second.
+
+    Example::
+
+        class Tag(es.CoMapFunction):
+            def map1(self, value): return ("left", value)
+            def map2(self, value): return ("right", value)
+    """
+
+    @abstractmethod
+    def map1(self, value: Any) -> Any:
+        """Transform a record of the first input."""
+
+    @abstractmethod
+    def map2(self, value: Any) -> Any:
+        """Transform a record of the second input."""
+
+
+class CoFlatMapFunction(Function, ABC):
+    """A flat_map over two connected streams. Example: ``def flat_map1(self, v): return [v]``."""
+
+    @abstractmethod
+    def flat_map1(self, value: Any) -> Iterable[Any]:
+        """Outputs for a record of the first input."""
+
+    @abstractmethod
+    def flat_map2(self, value: Any) -> Iterable[Any]:
+        """Outputs for a record of the second input."""
+
+
+class CoProcessFunction(Function, ABC):
+    """A process function over two connected (non-keyed) streams.
+
+    Example::
+
+        class Merge(es.CoProcessFunction):
+            def process_element1(self, value, ctx, out): out.collect(value)
+            def process_element2(self, value, ctx, out): ctx.output(OTHER, value)
+    """
+
+    @abstractmethod
+    def process_element1(self, value: Any, ctx: Any, out: Collector) -> None:
+        """Handle a record of the first input."""
+
+    @abstractmethod
+    def process_element2(self, value: Any, ctx: Any, out: Collector) -> None:
+        """Handle a record of the second input."""
+
+
+class KeyedCoProcessFunction(Function, ABC):
+    """A process function over two streams keyed alike: state and timers of the current
+    key are shared by both inputs.
+
+    Example::
+
+        class Enrich(es.KeyedCoProcessFunction):
+            def open(self, ctx):
+                self.profile = ctx.get_state(es.state.ValueStateDescriptor("profile"))
+            def process_element1(self, click, ctx, out):
+                out.collect((click, self.profile.value()))
+            def process_element2(self, profile, ctx, out):
+                self.profile.update(profile)
+    """
+
+    @abstractmethod
+    def process_element1(self, value: Any, ctx: Any, out: Collector) -> None:
+        """Handle a record of the first input (its key is current)."""
+
+    @abstractmethod
+    def process_element2(self, value: Any, ctx: Any, out: Collector) -> None:
+        """Handle a record of the second input (its key is current)."""
+
+    def on_timer(self, timestamp: int, ctx: Any, out: Collector) -> None:
+        """A timer of ``ctx.current_key`` fired (as in :class:`KeyedProcessFunction`)."""
+
+
+class ProcessJoinFunction(Function, ABC):
+    """Called for each matching pair of an interval join.
+
+    ``ctx.left_timestamp()``, ``ctx.right_timestamp()`` and ``ctx.timestamp()`` (the
+    larger of the two, which the output gets) are available.
+
+    Example::
+
+        class Pair(es.ProcessJoinFunction):
+            def process_element(self, left, right, ctx, out):
+                out.collect((left, right))
+    """
+
+    @abstractmethod
+    def process_element(self, left: Any, right: Any, ctx: Any, out: Collector) -> None:
+        """Handle one joined pair."""

@@ -114,6 +114,16 @@ class SourceReader(ABC):
     def poll(self, max_records: int) -> list[Any]:
         """Up to ``max_records`` records; ``[]`` if nothing is available right now."""
 
+    def poll_splits(self, max_records: int) -> list[tuple[Any, list[Any], bool]]:
+        """Like :meth:`poll`, grouped by split: ``(split_id, records, split_finished)``
+        in read order. Event time uses it to keep one watermark per split.
+
+        The default puts everything under one group (``split_id`` None): a reader that
+        reads several splits at once should override it.
+        """
+        records = self.poll(max_records)
+        return [(None, records, False)] if records else []
+
     @property
     @abstractmethod
     def exhausted(self) -> bool:

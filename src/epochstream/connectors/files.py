@@ -174,6 +174,31 @@ class TextFileReader(SourceReader):
                 cursors.popleft()
         return out
 
+    def poll_splits(self, max_records: int) -> list[tuple[Any, list[Any], bool]]:
+        if self._error is not None:
+            raise self._error
+        groups: list[tuple[Any, list[Any], bool]] = []
+        left = max_records
+        cursors = self._cursors
+        while cursors and left > 0:
+            cursor = cursors[0]
+            lines, error = cursor.read(left, self._dead_letter)
+            left -= len(lines)
+            if error is not None:
+                if not groups and not lines:
+                    raise error
+                self._error = error  # what was accepted goes out; the failure comes next poll
+                if lines:
+                    groups.append((cursor.split_id, lines, False))
+                return groups
+            done = cursor.done
+            if lines or done:
+                groups.append((cursor.split_id, lines, done))
+            if done:
+                cursor.close()
+                cursors.popleft()
+        return groups
+
     @property
     def exhausted(self) -> bool:
         return not self._cursors and self._error is None

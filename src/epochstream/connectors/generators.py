@@ -208,6 +208,25 @@ class _RangeReader(SourceReader):
             self._cursors = [c for c in self._cursors if c.pos < c.end]
         return out
 
+    def poll_splits(self, max_records: int) -> list[tuple[Any, list[Any], bool]]:
+        groups: list[tuple[Any, list[Any], bool]] = []
+        if self._rate is not None and self._cursors:
+            max_records = min(max_records, self._due())
+        left = max_records
+        for cursor in self._cursors:
+            if left <= 0:
+                break
+            take = min(left, cursor.end - cursor.pos)
+            if take > 0:
+                records = self._fetch(cursor.pos, cursor.pos + take)
+                cursor.pos += take
+                left -= take
+                groups.append((cursor.split.split_id, records, cursor.pos >= cursor.end))
+        self._emitted += max_records - left
+        if any(done for _, _, done in groups):
+            self._cursors = [c for c in self._cursors if c.pos < c.end]
+        return groups
+
     @property
     def exhausted(self) -> bool:
         return not self._cursors

@@ -52,6 +52,10 @@ class OperatorSpec:
     payload: Any
     key_selector: Callable[[Any], Any] | None = None
     outputs: list[OutputSpec] = field(default_factory=list)
+    #: Per input, its key selector (keyed two-input operators; else None).
+    input_key_selectors: list[Callable[[Any], Any]] | None = None
+    #: A source's watermark strategy (None: records leave the source without timestamps).
+    watermark_strategy: Any = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,10 @@ class JobGraph:
     max_parallelism: int
     batch_size: int = 1024
     buffer_timeout: float = 0.05
+    #: Milliseconds between watermarks of sources and timestamp assigners.
+    auto_watermark_interval: int = 200
+    #: The clock of processing time in the slots (``None``: the system clock).
+    clock: Any = None
 
     def chain(self, chain_id: str) -> ChainSpec:
         for c in self.chains:
@@ -129,7 +137,9 @@ def _is_chained(t: Transformation, graph: LogicalGraph) -> bool:
 
 #: Operator kinds that keep state a restore must hand back (sources: positions;
 #: sinks: pending transactions; keyed operators: keyed state).
-STATEFUL_KINDS = frozenset({"source", "sink", "reduce", "process"})
+STATEFUL_KINDS = frozenset(
+    {"source", "sink", "reduce", "process", "window", "co_process", "interval_join"}
+)
 
 
 def _assign_uids(graph: LogicalGraph) -> dict[int, str]:
@@ -163,7 +173,8 @@ def _assign_uids(graph: LogicalGraph) -> dict[int, str]:
 def stateful_without_uid(graph: LogicalGraph) -> list[str]:
     """Names of stateful operators that rely on an automatic uid (warned at submission).
 
-    Sinks count only when transactional (their pending transactions are state).
+    Sinks count only when transactional (their pending transactions are state), process
+    functions only when keyed.
     """
     return [
         f"{t.kind} {t.name!r}"
@@ -171,6 +182,7 @@ def stateful_without_uid(graph: LogicalGraph) -> list[str]:
         if t.uid is None
         and t.kind in STATEFUL_KINDS
         and (t.kind != "sink" or getattr(t.payload, "transactional", False))
+        and (t.kind not in ("process", "co_process") or t.key_selector is not None)
     ]
 
 
@@ -182,6 +194,8 @@ def build_job_graph(
     max_parallelism: int,
     batch_size: int = 1024,
     buffer_timeout: float = 0.05,
+    auto_watermark_interval: int = 200,
+    clock: Any = None,
 ) -> JobGraph:
     """Fuse forward edges into chains and turn the rest into network edges."""
     if not graph.transformations:
@@ -199,6 +213,8 @@ def build_job_graph(
             kind=t.kind,
             payload=t.payload,
             key_selector=t.key_selector,
+            input_key_selectors=t.input_key_selectors,
+            watermark_strategy=t.watermark_strategy,
         )
         specs[t.id] = spec
         if _is_chained(t, graph):
@@ -237,4 +253,6 @@ def build_job_graph(
         max_parallelism=max_parallelism,
         batch_size=batch_size,
         buffer_timeout=buffer_timeout,
+        auto_watermark_interval=auto_watermark_interval,
+        clock=clock,
     )

@@ -17,6 +17,7 @@ from epochstream.exceptions import ConfigurationError
 
 __all__ = [
     "KINDS",
+    "TWO_INPUT_KINDS",
     "Edge",
     "LogicalGraph",
     "Partitioning",
@@ -25,9 +26,27 @@ __all__ = [
 ]
 
 #: Operator kinds the runtime knows how to run.
-KINDS = frozenset({"source", "map", "flat_map", "filter", "reduce", "process", "sink"})
+KINDS = frozenset(
+    {
+        "source",
+        "map",
+        "flat_map",
+        "filter",
+        "reduce",
+        "process",
+        "timestamps",
+        "window",
+        "co_map",
+        "co_flat_map",
+        "co_process",
+        "interval_join",
+        "sink",
+    }
+)
 #: Kinds that need a keyed input (key-group hash partitioning and a key selector).
-KEYED_KINDS = frozenset({"reduce", "process"})
+KEYED_KINDS = frozenset({"reduce", "window", "interval_join"})
+#: Kinds with exactly two inputs (first and second stream).
+TWO_INPUT_KINDS = frozenset({"co_map", "co_flat_map", "co_process", "interval_join"})
 
 
 def describe_callable(fn: Any) -> str:
@@ -80,12 +99,24 @@ class Transformation:
     payload: Any
     inputs: list[Edge] = field(default_factory=list)
     uid: str | None = None
+    #: A source's watermark strategy (``from_source(..., watermark_strategy=)``).
+    watermark_strategy: Any = None
 
     @property
     def key_selector(self) -> Callable[[Any], Any] | None:
         for edge in self.inputs:
             if edge.partitioning.kind == "hash":
                 return edge.partitioning.key_selector
+        return None
+
+    @property
+    def input_key_selectors(self) -> list[Callable[[Any], Any]] | None:
+        """Per input, its key selector, when every input is keyed (keyed two-input operators)."""
+        selectors = [e.partitioning.key_selector for e in self.inputs]
+        if self.kind in TWO_INPUT_KINDS and all(
+            e.partitioning.kind == "hash" for e in self.inputs
+        ):
+            return selectors  # type: ignore[return-value]
         return None
 
 
@@ -110,6 +141,8 @@ class LogicalGraph:
         )
         if kind in KEYED_KINDS and t.key_selector is None:
             raise ConfigurationError(f"{kind} needs a keyed stream: call key_by() first")
+        if kind in TWO_INPUT_KINDS and len(t.inputs) != 2:
+            raise ConfigurationError(f"{kind} needs exactly two inputs")
         self.transformations.append(t)
         return t
 

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from epochstream.exceptions import AuthenticationError
+from epochstream.state.serializers import pickle_dumps
 
 __all__ = [
     "HANDSHAKE_TIMEOUT",
@@ -204,8 +205,9 @@ class FramedConnection:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def send(self, obj: Any) -> None:
-        """Pickle ``obj`` and send it as one frame."""
-        self.send_bytes(pickle.dumps(obj, protocol=5))
+        """Pickle ``obj`` (by value where it must be: user split states, job-script
+        classes) and send it as one frame."""
+        self.send_bytes(pickle_dumps(obj))
 
     def send_bytes(self, payload: bytes) -> None:
         """Send an already pickled payload as one frame."""

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Protocol
 
-__all__ = ["Clock", "ManualClock", "SystemClock"]
+__all__ = ["Clock", "ManualClock", "SystemClock", "wall_ms"]
 
 
 class Clock(Protocol):
@@ -27,6 +27,17 @@ class Clock(Protocol):
     def sleep(self, seconds: float) -> None: ...
 
 
+def wall_ms(clock: Clock) -> int:
+    """Wall-clock time of ``clock`` in int milliseconds (processing time).
+
+    Clocks may provide ``wall_ms()`` themselves (exact); otherwise ``wall()`` seconds are
+    rounded, never truncated, so a clock set to a whole millisecond reads it back.
+    Example: ``wall_ms(ManualClock(start=1.5)) == 1500``
+    """
+    exact = getattr(clock, "wall_ms", None)
+    return int(exact()) if exact is not None else round(clock.wall() * 1000)
+
+
 class SystemClock:
     """The real clock: ``time.monotonic`` and ``time.time``."""
 
@@ -35,6 +46,9 @@ class SystemClock:
 
     def wall(self) -> float:
         return time.time()
+
+    def wall_ms(self) -> int:
+        return time.time_ns() // 1_000_000
 
     def sleep(self, seconds: float) -> None:
         if seconds > 0:

@@ -1,19 +1,37 @@
 """In-band control events that travel in the same FIFO channels as record batches.
 
-A channel carries a sequence of items: a record batch (a plain ``list``) or one of
-these events. Because events ride in band, their order relative to records is kept:
-everything before barrier ``n`` on a channel belongs to checkpoint ``n``'s cut.
+A channel carries a sequence of items: a record batch (a plain ``list``, or a
+:class:`~epochstream.runtime.batches.TimedBatch` when records carry timestamps) or
+one of these events. Because events ride in band, their order relative to records is
+kept: everything before barrier ``n`` on a channel belongs to checkpoint ``n``'s cut,
+and a :class:`Watermark` promises the event time its channel has reached.
 
 Example::
 
-    items = [[1, 2, 3], CheckpointBarrier(4, 1700000000.0), [4, 5], END_OF_INPUT]
+    items = [[1, 2, 3], CheckpointBarrier(4, 1700000000.0), Watermark(5000), [4, 5], END_OF_INPUT]
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["END_OF_INPUT", "CheckpointBarrier", "CheckpointOptions", "EndOfInput"]
+__all__ = [
+    "ACTIVE",
+    "END_OF_INPUT",
+    "IDLE",
+    "MAX_WATERMARK",
+    "MIN_WATERMARK",
+    "CheckpointBarrier",
+    "CheckpointOptions",
+    "EndOfInput",
+    "Watermark",
+    "WatermarkStatus",
+]
+
+#: The watermark before any was seen (Flink's ``Long.MIN_VALUE``): no event time yet.
+MIN_WATERMARK = -(2**63)
+#: The watermark of an input that ended: every event-time timer and window may fire.
+MAX_WATERMARK = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,3 +73,29 @@ class EndOfInput:
 
 
 END_OF_INPUT = EndOfInput()
+
+
+@dataclass(frozen=True, slots=True)
+class Watermark:
+    """Event time has reached ``timestamp`` (int ms) on this channel: records after it
+    with a timestamp at or below it are late.
+
+    Example: ``Watermark(1_700_000_005_000)``
+    """
+
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class WatermarkStatus:
+    """The channel went idle (sends no records or watermarks for now) or active again.
+
+    An idle channel does not hold back the watermark of the task reading it.
+    Example: ``WatermarkStatus(idle=True)``
+    """
+
+    idle: bool
+
+
+IDLE = WatermarkStatus(idle=True)
+ACTIVE = WatermarkStatus(idle=False)

@@ -27,6 +27,7 @@ import cloudpickle
 from epochstream.exceptions import KeyEncodingError, SerializationError, UserFunctionError
 from epochstream.graph.transformations import Partitioning, describe_callable
 from epochstream.runtime.auth import FramedConnection
+from epochstream.runtime.batches import TimedBatch
 from epochstream.runtime.channels import InputGate
 from epochstream.state.keygroups import KeyGroupAssigner, canonical_key_bytes
 
@@ -111,6 +112,8 @@ class RecordWriter:
         self.kind = partitioning.kind
         self.batch_size = batch_size
         self._buffers: list[list[Any]] = [[] for _ in channels]
+        # Timestamps parallel to each buffer, or None while its records carry none.
+        self._ts: list[list[Any] | None] = [None for _ in channels]
         self._n = len(channels)
         self._next = subtask_index % max(self._n, 1)
         self._subtask = subtask_index
@@ -122,30 +125,86 @@ class RecordWriter:
         #: Names the edge in errors: "upstream-uid -> downstream chain (hash)".
         self.edge = edge
 
-    def write(self, batch: list[Any]) -> None:
-        """Partition ``batch`` into the per-channel buffers, shipping full ones."""
+    def write(self, batch: list[Any], timestamps: list[Any] | None = None) -> None:
+        """Partition ``batch`` (with its timestamps, if any) into the per-channel
+        buffers, shipping full ones."""
         n = self._n
         self.records_out += len(batch)
-        if self.kind == "hash":
+        if timestamps is not None:
+            self._write_timed(batch, timestamps)
+        elif self.kind == "hash":
             self._write_hashed(batch)
         elif self.kind == "forward":
             # An unchained forward edge (a union input): subtask i feeds subtask i only;
             # in-band events still go to every channel (broadcast_event).
             self._buffers[self._subtask].extend(batch)
+            self._pad(self._subtask, len(batch))
         elif self.kind == "broadcast":
-            for buf in self._buffers:
+            for ch, buf in enumerate(self._buffers):
                 buf.extend(batch)
+                self._pad(ch, len(batch))
         else:  # rebalance: round-robin slices, continuing where the last batch stopped
             start = self._next
             for i in range(n):
                 part = batch[i::n]
                 if part:
-                    self._buffers[(start + i) % n].extend(part)
+                    ch = (start + i) % n
+                    self._buffers[ch].extend(part)
+                    self._pad(ch, len(part))
             self._next = (start + len(batch)) % n
         size = self.batch_size
         for ch, buf in enumerate(self._buffers):
             if len(buf) >= size:
                 self._ship(ch)
+
+    def _pad(self, ch: int, count: int) -> None:
+        """Records without timestamps joined a buffer that has timestamps: ``None`` each."""
+        ts = self._ts[ch]
+        if ts is not None:
+            ts.extend([None] * count)
+
+    def _timestamps_of(self, ch: int) -> list[Any]:
+        ts = self._ts[ch]
+        if ts is None:
+            ts = self._ts[ch] = [None] * len(self._buffers[ch])
+        return ts
+
+    def _write_timed(self, batch: list[Any], timestamps: list[Any]) -> None:
+        buffers = self._buffers
+        if self.kind == "hash":
+            key_of = self._key_selector
+            assert key_of is not None
+            cache = self._channel_of_key
+            ts_lists = [self._timestamps_of(ch) for ch in range(self._n)]
+            record = None
+            try:
+                for record, ts in zip(batch, timestamps, strict=True):
+                    key = key_of(record)
+                    ch = cache.get(key)
+                    if ch is None:
+                        ch = self._channel_for(key)
+                    buffers[ch].append(record)
+                    ts_lists[ch].append(ts)
+            except Exception as exc:
+                raise self._routing_error(record, exc) from exc
+        # The timestamps list of a buffer is made (padded to the buffer) before the
+        # records join it.
+        elif self.kind == "forward":
+            self._timestamps_of(self._subtask).extend(timestamps)
+            buffers[self._subtask].extend(batch)
+        elif self.kind == "broadcast":
+            for ch, buf in enumerate(buffers):
+                self._timestamps_of(ch).extend(timestamps)
+                buf.extend(batch)
+        else:
+            n, start = self._n, self._next
+            for i in range(n):
+                part = batch[i::n]
+                if part:
+                    ch = (start + i) % n
+                    self._timestamps_of(ch).extend(timestamps[i::n])
+                    buffers[ch].extend(part)
+            self._next = (start + len(batch)) % n
 
     def _write_hashed(self, batch: list[Any]) -> None:
         key_of = self._key_selector
@@ -162,6 +221,14 @@ class RecordWriter:
                 buffers[ch].append(record)
         except Exception as exc:
             raise self._routing_error(record, exc) from exc
+        if any(ts is not None for ts in self._ts):
+            self._pad_hashed()
+
+    def _pad_hashed(self) -> None:
+        # Rare: a batch without timestamps after one with them, on a hash edge.
+        for ch, ts in enumerate(self._ts):
+            if ts is not None:
+                ts.extend([None] * (len(self._buffers[ch]) - len(ts)))
 
     def _routing_error(self, record: Any, exc: Exception) -> Exception:
         """Say which key selector, edge and record failed, and why (off the hot path)."""
@@ -198,7 +265,12 @@ class RecordWriter:
         buf = self._buffers[ch]
         if buf:
             self._buffers[ch] = []
-            self.channels[ch].send(buf)
+            ts = self._ts[ch]
+            if ts is None:
+                self.channels[ch].send(buf)
+            else:
+                self._ts[ch] = None
+                self.channels[ch].send(TimedBatch(buf, ts))
 
     def flush(self) -> None:
         """Ship every non-empty buffer."""
@@ -229,6 +301,8 @@ def _short_repr(value: Any) -> str:
 
 def _serialization_error(item: Any, edge: str, exc: Exception) -> Exception:
     """Find the record of a batch that does not pickle and name it with the edge."""
+    if isinstance(item, TimedBatch):
+        item = item.records
     if not isinstance(item, list):
         return exc
     for index, record in enumerate(item):

@@ -110,6 +110,7 @@ class _Slot:
             state_backend=msg.state_backend,
             storage_options=msg.storage_options,
             local_dir=self.local_dir,
+            clock=graph.clock,
         )
         self.graph = graph
         self.tasks = [Task(env, graph, graph.chain(d.chain_id), d) for d in msg.tasks]

@@ -34,14 +34,17 @@ from epochstream.runtime.barriers import (
     EndOfAllInputs,
     TriggerSnapshot,
 )
+from epochstream.runtime.batches import TimedBatch
+from epochstream.runtime.chain import wire_chain
 from epochstream.runtime.channels import MAIL, Cancelled, InputGate
-from epochstream.runtime.clock import SystemClock
-from epochstream.runtime.connector_ops import SourceOperator
+from epochstream.runtime.clock import SystemClock, wall_ms
 from epochstream.runtime.events import (
     END_OF_INPUT,
     CheckpointBarrier,
     CheckpointOptions,
     EndOfInput,
+    Watermark,
+    WatermarkStatus,
 )
 from epochstream.runtime.messages import (
     AcknowledgeCheckpoint,
@@ -59,19 +62,22 @@ from epochstream.runtime.messages import (
     TriggerCheckpoint,
 )
 from epochstream.runtime.operators import (
-    KeyedProcessOperator,
     Operator,
     OperatorContext,
     SnapshotParts,
     create_operator,
 )
+from epochstream.runtime.operators.connectors import SourceOperator
+from epochstream.runtime.operators.twoinput import TwoInputOperator
 from epochstream.runtime.outputs import RecordWriter
 from epochstream.runtime.snapshots import SnapshotExecutor
+from epochstream.runtime.watermarks import WatermarkValve
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget, StateBackend
 from epochstream.state.backends.heap import HeapStateBackend
 from epochstream.state.handles import OperatorSubtaskState
 from epochstream.state.keygroups import key_group_range_for_operator
 from epochstream.state.operator import OperatorStateStore
+from epochstream.state.serializers import pickle_dumps
 
 __all__ = ["Task", "TaskEnvironment"]
 
@@ -140,6 +146,9 @@ class Task:
             clock=SystemClock(),
         )
         self.gate.blocked = self.barriers.blocked
+        self.valve = WatermarkValve(max(1, self.gate.num_channels))
+        self._clock_ms = lambda: wall_ms(env.clock)
+        self._timed: list[Operator] = []
         self.writers: dict[int, RecordWriter] = {}
         self.operators: list[Operator] = []
         self._barriers_seen: dict[int, CheckpointBarrier] = {}
@@ -187,26 +196,12 @@ class Task:
                 operator_state=OperatorStateStore(),
                 keyed_backend=keyed,
                 checkpointing=self.env.checkpointing,
+                clock=self.env.clock,
+                watermark_interval_ms=g.auto_watermark_interval,
             )
             ctx.console = self.env.console
             ops[spec.uid] = create_operator(spec, ctx)
-        for spec in self.chain.operators:
-            targets: dict[str, list[Callable[[list[Any]], None]]] = {}
-            for out in spec.outputs:
-                if out.chained_uid is not None:
-                    fn = ops[out.chained_uid].process_batch
-                else:
-                    assert out.edge_id is not None
-                    fn = self.writers[out.edge_id].write
-                targets.setdefault(out.tag, []).append(fn)
-            op = ops[spec.uid]
-            for tag, fns in targets.items():
-                emit = fns[0] if len(fns) == 1 else _fan_out(fns)
-                if tag == "main":
-                    op.emit = emit
-                else:
-                    op.side_emits[tag] = emit
-        self.operators = [ops[spec.uid] for spec in self.chain.operators]
+        self.operators = wire_chain(self.chain, ops, self.writers)
         restored = self.deployment.restored_checkpoint
         for op in self.operators:
             try:
@@ -222,6 +217,8 @@ class Task:
         head = self.operators[0]
         if isinstance(head, SourceOperator):
             head.assign_splits(self.deployment.splits)
+        # Operators that act as processing time passes (timers, idleness, watermarks).
+        self._timed = [op for op in self.operators if _follows_clock(op)]
 
     # ------------------------------------------------------------------ main loop
 
@@ -280,26 +277,52 @@ class Task:
     def _run_stream(self) -> None:
         gate = self.gate
         head = self.operators[0]
-        timed = [op for op in self.operators if isinstance(op, KeyedProcessOperator)]
-        buffer_timeout = self.graph.buffer_timeout
-        timeout = buffer_timeout
+        valve = self.valve
+        # Two-input operators learn which input a batch came from (its edge position).
+        two_inputs = isinstance(head, TwoInputOperator)
+        p = self.graph.parallelism
+        timeout = self.graph.buffer_timeout
         while True:
             got = gate.take(timeout)
-            if timed:
-                timeout = self._fire_timers(timed, buffer_timeout)
+            if self._timed:
+                timeout = self._tick()
             if got is None:
                 self._flush()
                 continue
             ch, item = got
-            if ch == MAIL:
-                self._on_mail(item)
-            elif type(item) is list:
-                head.process_batch(item)
+            kind = type(item)
+            if kind is list:
+                if two_inputs:
+                    head.process_input(ch // p, item, None)  # type: ignore[attr-defined]
+                else:
+                    head.process_batch(item, None)
                 self._maybe_flush()
-            elif isinstance(item, CheckpointBarrier):
+            elif kind is TimedBatch:
+                if two_inputs:
+                    head.process_input(ch // p, item.records, item.timestamps)  # type: ignore[attr-defined]
+                else:
+                    head.process_batch(item.records, item.timestamps)
+                self._maybe_flush()
+            elif ch == MAIL:
+                self._on_mail(item)
+            elif kind is Watermark or kind is WatermarkStatus:
+                if kind is Watermark:
+                    mark, idle = valve.on_watermark(ch, item.timestamp)
+                else:
+                    mark, idle = valve.on_status(ch, item.idle)
+                if idle is False:
+                    head.process_status(False)  # active again before time moves on
+                if mark is not None:
+                    head.process_watermark(mark)
+                if idle:
+                    head.process_status(True)
+            elif kind is CheckpointBarrier:
                 self._barriers_seen[item.checkpoint_id] = item
                 self._execute(self.barriers.on_barrier(ch, item.checkpoint_id))
-            elif isinstance(item, EndOfInput):
+            elif kind is EndOfInput:
+                mark = valve.on_end(ch)
+                if mark is not None:
+                    head.process_watermark(mark)
                 self._execute(self.barriers.on_end_of_input(ch))
             else:
                 raise TypeError(
@@ -314,6 +337,8 @@ class Task:
         idle_wait: float | None = 0.0
         while True:
             got = gate.take(idle_wait)
+            if self._timed:
+                self._tick()
             if got is not None:
                 self._on_mail(got[1])
                 idle_wait = 0.0  # the mail may have changed what to do (e.g. resume reading)
@@ -330,6 +355,10 @@ class Task:
                 idle_wait = None
                 if not self._exhausted_reported:
                     self._exhausted_reported = True
+                    # Event time ends with the input, before the final checkpoint: what
+                    # windows emit for it is part of that checkpoint.
+                    src.end_of_input()
+                    self._flush()
                     self.env.send(SourceExhausted(self.key))
                     if not self.env.checkpointing:
                         self._end_of_input()
@@ -338,15 +367,15 @@ class Task:
             wait = self.graph.buffer_timeout if nxt is None else nxt - time.monotonic()
             idle_wait = min(max(wait, 0.0005), 0.1)
 
-    def _fire_timers(self, timed: list[KeyedProcessOperator], buffer_timeout: float) -> float:
-        """Fire due processing-time timers; return how long the next wait may last."""
-        now = time.time()
-        wait = buffer_timeout
-        for op in timed:
-            op.fire_timers(now)
-            deadline = op.timers.next_deadline()
+    def _tick(self) -> float:
+        """Let operators act on processing time; how long the task may wait for input."""
+        now = self._clock_ms()
+        wait = self.graph.buffer_timeout
+        for op in self._timed:
+            op.on_processing_time(now)
+            deadline = op.next_processing_time()
             if deadline is not None:
-                wait = min(wait, max(deadline - now, 0.0))
+                wait = min(wait, max(deadline - now, 0) / 1000)
         return wait
 
     def _maybe_flush(self) -> None:
@@ -487,7 +516,7 @@ class Task:
                     keyed=handle, operator_lists=part.operator_lists, union_lists=part.union_lists
                 )
                 if part.operator_lists or part.union_lists:
-                    inline = len(pickle.dumps((part.operator_lists, part.union_lists), protocol=5))
+                    inline = len(pickle_dumps((part.operator_lists, part.union_lists)))
                     size += inline
                     written += inline
                 if not state.is_empty:
@@ -525,9 +554,6 @@ def _safe(uid: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in uid)
 
 
-def _fan_out(fns: list[Callable[[list[Any]], None]]) -> Callable[[list[Any]], None]:
-    def emit(batch: list[Any]) -> None:
-        for fn in fns:
-            fn(batch)
-
-    return emit
+def _follows_clock(op: Operator) -> bool:
+    """True for operators that act on processing time (they override the hook)."""
+    return type(op).on_processing_time is not Operator.on_processing_time or op.timers is not None

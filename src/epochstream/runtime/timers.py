@@ -1,101 +1,208 @@
-"""Processing-time timers of keyed process functions, kept in keyed state.
+"""Event-time and processing-time timers of a keyed operator, kept in keyed state.
 
-A timer is (key, timestamp): the registered timestamps of each key live in an
-internal keyed value state (``__timers``) of the operator's keyed-state backend, so
-they are snapshotted with the key's other state at the barrier and follow its key
-group on rescale. An in-memory heap
-orders them for firing; it is rebuilt from the table after a restore, and entries
-whose timer was deleted are skipped lazily. Timers fire on the task thread between
-batches, so ``on_timer`` sees state exactly as ``process_element`` does.
+A timer is (key, namespace, timestamp) in one of two domains. Every registered timer is
+an entry of the operator's namespaced value table ``__timers`` (namespace ``(domain,
+timestamp, namespace)``), so timers are snapshotted with the key's other state at the
+barrier, are in savepoints, and follow their key group on rescale. In memory a heap
+per domain orders them for firing and a set answers "registered already?" without a
+state lookup; both are rebuilt from the state after a restore.
 
-Timestamps are wall-clock seconds (``time.time()``), as Flink's processing time is
-wall-clock milliseconds. Timers still pending when the input ends are not fired.
+Event-time timers fire when the operator's watermark reaches them (before the
+watermark goes downstream); processing-time timers when the injected clock does. A
+timer fires with its key set as the backend's current key; timers registered while
+firing fire too if already due. Times are int milliseconds since the epoch.
 
 Example::
 
-    service = TimerService(backend)
+    service = InternalTimerService(backend, clock_ms, fire=on_timer)
     backend.set_current_key("user-7")
-    service.register_processing_time_timer(service.current_processing_time() + 30)
+    service.register_event_time_timer(None, 10_000)
+    service.advance_watermark(10_000)      # calls on_timer(EVENT_TIME, 10_000, "user-7", None)
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-import time
+from collections.abc import Callable
 from typing import Any
 
+from epochstream.api.time import TimeDomain
+from epochstream.exceptions import ConfigurationError
+from epochstream.runtime.events import MIN_WATERMARK
 from epochstream.state.backends.base import KeyedStateBackend
 from epochstream.state.descriptors import ValueStateDescriptor
 
-__all__ = ["TIMERS_STATE", "TimerService"]
+__all__ = ["TIMERS_STATE", "InternalTimerService", "TimerService"]
 
-#: Internal keyed-state table holding each key's registered timer timestamps.
+#: Internal namespaced keyed state holding every registered timer.
 TIMERS_STATE = "__timers"
+
+_EVENT, _PROC = 0, 1
+_DOMAINS = (TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME)
+
+#: ``fire(domain, timestamp, key, namespace)``; the key is current when it is called.
+FireTimer = Callable[[TimeDomain, int, Any, Any], None]
+
+
+class InternalTimerService:
+    """The timers of one keyed operator subtask (see the module docstring)."""
+
+    def __init__(
+        self,
+        backend: KeyedStateBackend,
+        clock_ms: Callable[[], int],
+        fire: FireTimer,
+        *,
+        namespace_of: Callable[[Any], Any] | None = None,
+    ) -> None:
+        self._backend = backend
+        self._clock_ms = clock_ms
+        self._fire = fire
+        self._table = backend.value_table(ValueStateDescriptor(TIMERS_STATE), namespaced=True)
+        self._seq = itertools.count()
+        self._queues: tuple[list[tuple[int, int, Any, Any]], ...] = ([], [])
+        self._registered: set[tuple[int, int, Any, Any]] = set()
+        #: The operator's watermark (the last one it processed).
+        self.current_watermark = MIN_WATERMARK
+        # Namespaces come back from a snapshot in their canonical form (a window as a
+        # plain tuple): the operator turns them back into its own type.
+        restore_ns = namespace_of or (lambda ns: ns)
+        for (key, (domain, ts, ns)), _ in list(self._table.items()):
+            ns = restore_ns(ns)
+            self._registered.add((domain, ts, key, ns))
+            heapq.heappush(self._queues[domain], (ts, next(self._seq), key, ns))
+
+    # ------------------------------------------------------------------ registration
+
+    def _register(self, domain: int, namespace: Any, timestamp: int) -> None:
+        if type(timestamp) is not int:
+            raise ConfigurationError(
+                f"timer time must be int milliseconds since the epoch, got "
+                f"{type(timestamp).__name__} {timestamp!r}"
+            )
+        key = self._backend.current_key
+        entry = (domain, timestamp, key, namespace)
+        if entry in self._registered:
+            return
+        self._registered.add(entry)
+        stored = (key, (domain, timestamp, namespace))
+        self._table[stored] = True
+        self._table.touched((stored,))
+        heapq.heappush(self._queues[domain], (timestamp, next(self._seq), key, namespace))
+
+    def _delete(self, domain: int, namespace: Any, timestamp: int) -> None:
+        key = self._backend.current_key
+        entry = (domain, timestamp, key, namespace)
+        if entry not in self._registered:
+            return
+        self._registered.discard(entry)  # its heap entry is skipped when it comes up
+        self._table.delete((key, (domain, timestamp, namespace)))
+
+    def register_event_time_timer(self, namespace: Any, timestamp: int) -> None:
+        """Fire for the current key and ``namespace`` once the watermark reaches ``timestamp``."""
+        self._register(_EVENT, namespace, timestamp)
+
+    def register_processing_time_timer(self, namespace: Any, timestamp: int) -> None:
+        """Fire for the current key and ``namespace`` once processing time reaches ``timestamp``."""
+        self._register(_PROC, namespace, timestamp)
+
+    def delete_event_time_timer(self, namespace: Any, timestamp: int) -> None:
+        """Forget that event-time timer of the current key (no-op if there is none)."""
+        self._delete(_EVENT, namespace, timestamp)
+
+    def delete_processing_time_timer(self, namespace: Any, timestamp: int) -> None:
+        """Forget that processing-time timer of the current key (no-op if there is none)."""
+        self._delete(_PROC, namespace, timestamp)
+
+    # ------------------------------------------------------------------ firing
+
+    def _fire_due(self, domain: int, until: int) -> None:
+        queue = self._queues[domain]
+        registered = self._registered
+        set_key = self._backend.set_current_key
+        delete = self._table.delete
+        fire = self._fire
+        time_domain = _DOMAINS[domain]
+        while queue and queue[0][0] <= until:
+            ts, _, key, ns = heapq.heappop(queue)
+            entry = (domain, ts, key, ns)
+            if entry not in registered:
+                continue  # deleted
+            registered.discard(entry)
+            delete((key, (domain, ts, ns)))
+            set_key(key)
+            fire(time_domain, ts, key, ns)
+
+    def advance_watermark(self, watermark: int) -> None:
+        """Fire every event-time timer at or below ``watermark``, in time order."""
+        self.current_watermark = watermark
+        self._fire_due(_EVENT, watermark)
+
+    def on_processing_time(self, now_ms: int) -> None:
+        """Fire every processing-time timer at or below ``now_ms``, in time order."""
+        self._fire_due(_PROC, now_ms)
+
+    def next_processing_time(self) -> int | None:
+        """The earliest pending processing-time timer, or None."""
+        queue = self._queues[_PROC]
+        while queue:
+            ts, _, key, ns = queue[0]
+            if (_PROC, ts, key, ns) in self._registered:
+                return ts
+            heapq.heappop(queue)
+        return None
+
+    def current_processing_time(self) -> int:
+        """Processing time (int ms) from the injected clock."""
+        return self._clock_ms()
+
+    def pending(self) -> int:
+        """Registered timers, both domains (for tests and metrics)."""
+        return len(self._registered)
 
 
 class TimerService:
-    """Register and delete processing-time timers for the current key."""
+    """What ``ctx.timer_service()`` gives a process function: timers of the current key.
 
-    def __init__(self, backend: KeyedStateBackend) -> None:
-        self._backend = backend
-        self._table = backend.value_table(ValueStateDescriptor(TIMERS_STATE))
-        self._seq = itertools.count()
-        self._heap: list[tuple[float, int, Any]] = [
-            (ts, next(self._seq), key) for key, stamps in self._table.items() for ts in stamps
-        ]
-        heapq.heapify(self._heap)
+    Example::
 
-    def _set(self, key: Any, stamps: tuple[float, ...]) -> None:
-        if stamps:
-            self._table[key] = stamps
-        else:
-            self._table.delete(key)
-        self._table.touched((key,))
+        def process_element(self, value, ctx, out):
+            ts = ctx.timer_service()
+            ts.register_event_time_timer(ctx.timestamp() + 60_000)
 
-    def current_processing_time(self) -> float:
-        """Wall-clock time in seconds since the epoch."""
-        return time.time()
+        def on_timer(self, timestamp, ctx, out):
+            out.collect((ctx.current_key, "no event for a minute"))
+    """
 
-    def register_processing_time_timer(self, timestamp: float) -> None:
-        """Call ``on_timer(timestamp, ...)`` for the current key once time passes ``timestamp``.
+    __slots__ = ("_internal",)
 
-        Registering the same timestamp twice for a key keeps one timer.
+    def __init__(self, internal: InternalTimerService) -> None:
+        self._internal = internal
+
+    def current_processing_time(self) -> int:
+        """Processing time, int ms since the epoch (the job's clock)."""
+        return self._internal.current_processing_time()
+
+    def current_watermark(self) -> int:
+        """The operator's watermark (``es.MIN_WATERMARK`` before the first)."""
+        return self._internal.current_watermark
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        """Call ``on_timer(timestamp, ...)`` once the watermark reaches ``timestamp``.
+
+        Registering the same time twice for a key keeps one timer.
         """
-        key = self._backend.current_key
-        stamps = self._table.get(key, ())
-        if timestamp in stamps:
-            return
-        self._set(key, (*stamps, timestamp))
-        heapq.heappush(self._heap, (timestamp, next(self._seq), key))
+        self._internal.register_event_time_timer(None, timestamp)
 
-    def delete_processing_time_timer(self, timestamp: float) -> None:
-        """Forget the current key's timer at ``timestamp`` (no-op if there is none)."""
-        key = self._backend.current_key
-        stamps = self._table.get(key, ())
-        if timestamp in stamps:
-            self._set(key, tuple(t for t in stamps if t != timestamp))
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        """Call ``on_timer(timestamp, ...)`` once processing time reaches ``timestamp``."""
+        self._internal.register_processing_time_timer(None, timestamp)
 
-    def next_deadline(self) -> float | None:
-        """The earliest registered timestamp, or None."""
-        heap = self._heap
-        while heap:
-            ts, _, key = heap[0]
-            if ts in self._table.get(key, ()):
-                return ts
-            heapq.heappop(heap)  # deleted timer: drop its stale heap entry
-        return None
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        """Forget the current key's event-time timer at ``timestamp`` (no-op if none)."""
+        self._internal.delete_event_time_timer(None, timestamp)
 
-    def pop_due(self, now: float) -> list[tuple[float, Any]]:
-        """Remove and return every (timestamp, key) with timestamp <= now, in time order."""
-        due: list[tuple[float, Any]] = []
-        heap = self._heap
-        table = self._table
-        while heap and heap[0][0] <= now:
-            ts, _, key = heapq.heappop(heap)
-            stamps = table.get(key, ())
-            if ts not in stamps:
-                continue
-            self._set(key, tuple(t for t in stamps if t != ts))
-            due.append((ts, key))
-        return due
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        """Forget the current key's processing-time timer at ``timestamp`` (no-op if none)."""
+        self._internal.delete_processing_time_timer(None, timestamp)

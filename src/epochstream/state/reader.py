@@ -32,6 +32,7 @@ from typing import Any
 from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.checkpoint.storage import load_metadata
 from epochstream.exceptions import StateError
+from epochstream.state.backends.base import base_kind, is_namespaced
 from epochstream.state.backends.heap_files import merge_chain
 from epochstream.state.backends.rocksdb_snapshots import read_database_rows
 from epochstream.state.canonical import read_batches, read_state_meta
@@ -142,20 +143,22 @@ def _heap_rows(
     if not handle.chain:
         return
     fs = storage_fs(handle.chain[0].path, options)
-    kind = handle.states.get(name, "value")
+    state_kind = handle.states.get(name, "value")
+    kind, namespaced = base_kind(state_kind), is_namespaced(state_kind)
     for kg, segment in sorted(merge_chain(fs, handle.chain, handle.key_groups).items()):
-        for key, stored in segment.get(name, {}).items():
+        for entry_key, stored in segment.get(name, {}).items():
+            key, ns = entry_key if namespaced else (entry_key, None)
             if kind == "list":
                 for element in stored:
                     value, ts = _unwrap(element)
-                    yield (key, value, kg, None, None, ts)
+                    yield (key, value, kg, ns, None, ts)
             elif kind == "map":
                 for user_key, entry in stored.items():
                     value, ts = _unwrap(entry)
-                    yield (key, value, kg, None, user_key, ts)
+                    yield (key, value, kg, ns, user_key, ts)
             else:
                 value, ts = _unwrap(stored)
-                yield (key, value, kg, None, None, ts)
+                yield (key, value, kg, ns, None, ts)
 
 
 def _unwrap(stored: Any) -> tuple[Any, float | None]:

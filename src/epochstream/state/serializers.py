@@ -23,7 +23,20 @@ import cloudpickle
 
 from epochstream.exceptions import StateError
 
-__all__ = ["DEFAULT_SERIALIZER", "JsonSerializer", "PickleSerializer", "Serializer"]
+__all__ = ["DEFAULT_SERIALIZER", "JsonSerializer", "PickleSerializer", "Serializer", "pickle_dumps"]
+
+
+def pickle_dumps(value: Any) -> bytes:
+    """Pickle protocol 5, or by value (cloudpickle) when plain pickle refuses: instances
+    of classes a process knows only by value (defined in the job script) pickle too.
+    ``pickle.loads`` reads both. Raises what cloudpickle raises when neither can.
+
+    Example: ``pickle.loads(pickle_dumps(split_state))``
+    """
+    try:
+        return pickle.dumps(value, protocol=5)
+    except Exception:  # e.g. a class known only by value in this process
+        return cloudpickle.dumps(value, protocol=5)
 
 
 @runtime_checkable
@@ -53,15 +66,12 @@ class PickleSerializer:
 
     def dumps(self, value: Any) -> bytes:
         try:
-            return pickle.dumps(value, protocol=5)
-        except Exception:  # e.g. a class known only by value in this process
-            try:
-                return cloudpickle.dumps(value, protocol=5)
-            except Exception as exc:
-                raise StateError(
-                    f"state value {_short(value)} of type {type(value).__qualname__} cannot "
-                    f"be pickled: {type(exc).__name__}: {exc}"
-                ) from exc
+            return pickle_dumps(value)
+        except Exception as exc:
+            raise StateError(
+                f"state value {_short(value)} of type {type(value).__qualname__} cannot "
+                f"be pickled: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def loads(self, data: bytes) -> Any:
         return pickle.loads(data)

@@ -86,9 +86,21 @@ def copy_value(value: Any, memo: dict[int, Any] | None = None) -> Any:
 class State(ABC):
     """Base of every keyed state object."""
 
+    #: True for namespaced state (windows and timers keep theirs per (key, namespace)).
+    namespaced: bool = False
+
     @abstractmethod
     def clear(self) -> None:
-        """Remove the current key's entry."""
+        """Remove the current key's entry (in the current namespace, if namespaced)."""
+
+    def set_namespace(self, namespace: Any) -> None:
+        """Select the namespace that later accesses use (namespaced state only).
+
+        Example: ``contents.set_namespace(window)``
+        """
+        from epochstream.exceptions import StateError
+
+        raise StateError(f"{type(self).__name__} is not namespaced state")
 
 
 class ValueState(State):

@@ -55,6 +55,8 @@ if TYPE_CHECKING:
     from epochstream.checkpoint.filesystems import StorageFS
 
 __all__ = [
+    "NAMESPACED",
+    "NAMESPACED_KINDS",
     "STATE_KINDS",
     "KeyedBackendContext",
     "KeyedStateBackend",
@@ -62,6 +64,8 @@ __all__ = [
     "SnapshotTarget",
     "StateBackend",
     "ValueTable",
+    "base_kind",
+    "is_namespaced",
     "kind_of",
 ]
 
@@ -81,6 +85,23 @@ def kind_of(descriptor: StateDescriptor) -> str:
     if kind is None:
         raise StateError(f"unsupported state descriptor {type(descriptor).__name__}")
     return kind
+
+
+#: Prefix of the kinds of namespaced state (``"ns-value"``, ``"ns-list"``): entries are
+#: per (key, namespace), the namespace being a window or a timer.
+NAMESPACED = "ns-"
+#: The kinds a namespaced state may have.
+NAMESPACED_KINDS = frozenset({"value", "list"})
+
+
+def is_namespaced(kind: str) -> bool:
+    """True for the kinds of namespaced state. Example: ``is_namespaced("ns-list")``."""
+    return kind.startswith(NAMESPACED)
+
+
+def base_kind(kind: str) -> str:
+    """How entries of ``kind`` are stored: ``base_kind("ns-list") == "list"``."""
+    return kind[len(NAMESPACED) :] if kind.startswith(NAMESPACED) else kind
 
 
 @dataclass(frozen=True)
@@ -196,7 +217,7 @@ class KeyedStateBackend(ABC):
         states = self._state_objects
         existing = states.get(descriptor.name)
         if existing is not None:
-            if type(existing.descriptor) is not type(descriptor):
+            if type(existing.descriptor) is not type(descriptor) or existing.namespaced:
                 raise StateError(
                     f"state {descriptor.name!r} is registered as "
                     f"{type(existing.descriptor).__name__}, cannot get it as "
@@ -206,23 +227,57 @@ class KeyedStateBackend(ABC):
         state = states[descriptor.name] = self._create_state(descriptor, kind_of(descriptor))
         return state
 
+    def get_namespaced_state(self, descriptor: StateDescriptor) -> Any:
+        """A value or list state scoped to the current key *and* a namespace.
+
+        Windows and timers keep their state this way: ``state.set_namespace(ns)``
+        selects the namespace (a hashable value with a canonical encoding, such as a
+        window) before each access; the entries of one key in different namespaces are
+        independent. ``keys(name)`` of such a state lists ``(key, namespace)`` pairs.
+
+        Example::
+
+            contents = backend.get_namespaced_state(ValueStateDescriptor("contents"))
+            backend.set_current_key("user-7")
+            contents.set_namespace(TimeWindow(0, 5000))
+            contents.update(3)
+        """
+        kind = kind_of(descriptor)
+        if kind not in NAMESPACED_KINDS:
+            raise StateError(f"state {descriptor.name!r}: namespaced state is value or list state")
+        states = self._state_objects
+        existing = states.get(descriptor.name)
+        if existing is not None:
+            if type(existing.descriptor) is not type(descriptor) or not existing.namespaced:
+                raise StateError(
+                    f"state {descriptor.name!r} is registered as another kind of state"
+                )
+            return existing
+        state = states[descriptor.name] = self._create_state(descriptor, NAMESPACED + kind)
+        return state
+
     @abstractmethod
     def _create_state(self, descriptor: StateDescriptor, kind: str) -> Any:
-        """A new state object of ``kind`` for ``descriptor``."""
+        """A new state object of ``kind`` for ``descriptor`` (``kind`` may be namespaced)."""
 
-    def value_table(self, descriptor: ValueStateDescriptor) -> ValueTable:
-        """Batch-level access to a value state (for built-in operators; no TTL)."""
+    def value_table(self, descriptor: ValueStateDescriptor, *, namespaced: bool = False) -> ValueTable:
+        """Batch-level access to a value state (for built-in operators; no TTL).
+
+        With ``namespaced=True`` the table's keys are ``(key, namespace)`` pairs (a
+        window's accumulator of a key, a timer): a namespaced value state.
+        """
         if descriptor.ttl is not None:
             raise StateError(f"value table {descriptor.name!r}: TTL is for user state only")
-        return self._value_table(descriptor)
+        return self._value_table(descriptor, namespaced)
 
     @abstractmethod
-    def _value_table(self, descriptor: ValueStateDescriptor) -> ValueTable:
+    def _value_table(self, descriptor: ValueStateDescriptor, namespaced: bool) -> ValueTable:
         """The backend's value table of ``descriptor``."""
 
     @abstractmethod
     def keys(self, state_name: str) -> list[Any]:
-        """The keys with a value in ``state_name`` (a new list)."""
+        """The keys with a value in ``state_name`` (a new list); ``(key, namespace)``
+        pairs for namespaced state."""
 
     @abstractmethod
     def snapshot(self, target: SnapshotTarget) -> SnapshotJob:

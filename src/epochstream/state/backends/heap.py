@@ -34,11 +34,14 @@ from typing import Any, ClassVar
 from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.state.backends.base import (
+    NAMESPACED,
     KeyedBackendContext,
     KeyedStateBackend,
     SnapshotJob,
     SnapshotTarget,
     StateBackend,
+    base_kind,
+    is_namespaced,
 )
 from epochstream.state.backends.heap_files import (
     DELETED,
@@ -178,8 +181,9 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         table = self._table(descriptor.name, kind, descriptor)
         return HEAP_STATE_CLASSES[kind](table, self._key, self.ctx.clock)
 
-    def _value_table(self, descriptor: ValueStateDescriptor) -> HeapValueTable:
-        return self._table(descriptor.name, "value", descriptor).data
+    def _value_table(self, descriptor: ValueStateDescriptor, namespaced: bool) -> HeapValueTable:
+        kind = NAMESPACED + "value" if namespaced else "value"
+        return self._table(descriptor.name, kind, descriptor).data
 
     def keys(self, state_name: str) -> list[Any]:
         table = self._tables.get(state_name)
@@ -239,7 +243,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def _copy_entries(table: HeapTable, keys: Iterable[Any], memo: dict[int, Any]) -> dict[Any, Any]:
         """The entries of ``keys`` as the snapshot keeps them (absent ones as deleted)."""
         data = table.data
-        if table.kind in _UNSHARED_KINDS:
+        if base_kind(table.kind) in _UNSHARED_KINDS:
             return {k: (_snapshot_copy(data[k], memo) if k in data else DELETED) for k in keys}
         # Never changed in place once stored: the snapshot may share the objects.
         if keys is data:
@@ -323,9 +327,10 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                 v = meta.serializer.loads(value)
                 if ttl_ts is not None:
                     v = TtlValue.of(v, ttl_ts)
-                if meta.kind == "list":
+                kind = base_kind(meta.kind)
+                if kind == "list":
                     table.data.setdefault(k, []).append(v)
-                elif meta.kind == "map":
+                elif kind == "map":
                     assert user_key is not None
                     table.data.setdefault(k, {})[decode_key(user_key)] = v
                 else:
@@ -359,10 +364,11 @@ def _adopt_ttl(table: HeapTable, ttl: TtlConfig | None, now: float) -> None:
             return v.value
         return v
 
+    kind = base_kind(table.kind)
     for key, value in list(table.data.items()):
-        if table.kind == "list":
+        if kind == "list":
             table.data[key] = [convert(e) for e in value]
-        elif table.kind == "map":
+        elif kind == "map":
             table.data[key] = {uk: convert(v) for uk, v in value.items()}
         else:
             table.data[key] = convert(value)
@@ -395,7 +401,10 @@ class _HeapSnapshotJob(SnapshotJob):
         owned = self.backend.key_group_range
         groups: dict[int, KeyGroupState] = {}
         for name, entries in self.delta.items():
-            kgs = self.backend.assigner.key_groups(entries)
+            # Namespaced entries are (key, namespace) pairs: the key alone places them.
+            kgs = self.backend.assigner.key_groups(
+                [k[0] for k in entries] if is_namespaced(self.metas[name].kind) else entries
+            )
             if kgs and (min(kgs) < owned.start or max(kgs) >= owned.stop):
                 kg, key = next((g, k) for g, k in zip(kgs, entries, strict=True) if g not in owned)
                 raise StateError(
@@ -495,6 +504,7 @@ class _HeapSnapshotJob(SnapshotJob):
 
 
 def _drop_expired(entries: dict[Any, Any], kind: str, ttl: TtlConfig, now: float) -> None:
+    kind = base_kind(kind)
     for key in list(entries):
         value = entries[key]
         if kind == "list":
@@ -518,13 +528,19 @@ def _rows(segment: KeyGroupState, metas: dict[str, StateMeta]) -> list[Canonical
     for name, entries in sorted(segment.items()):
         meta = metas[name]
         dumps = meta.serializer.dumps
+        namespaced = is_namespaced(meta.kind)
+        kind = base_kind(meta.kind)
         for key, value in entries.items():
+            ns_bytes = None
+            if namespaced:
+                key, ns = key
+                ns_bytes = encode_key(ns)
             key_bytes = encode_key(key)
-            for user_key, element in _elements(meta.kind, value):
+            for user_key, element in _elements(kind, value):
                 ttl_ts = None
                 if type(element) is TtlValue:
                     ttl_ts, element = element.timestamp, element.value
-                rows.append((name, key_bytes, None, user_key, dumps(element), ttl_ts))
+                rows.append((name, key_bytes, ns_bytes, user_key, dumps(element), ttl_ts))
     return rows
 
 

@@ -23,10 +23,9 @@ import zlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-import cloudpickle
-
 from epochstream.exceptions import CorruptStateError, StateError
 from epochstream.state.handles import HeapStateFile
+from epochstream.state.serializers import pickle_dumps
 
 if TYPE_CHECKING:
     from epochstream.checkpoint.filesystems import StorageFS
@@ -60,13 +59,6 @@ class _Deleted:
 DELETED = _Deleted()
 
 
-def _dumps(payload: KeyGroupState) -> bytes:
-    try:
-        return pickle.dumps(payload, protocol=5)
-    except Exception:  # values of classes known by value only (job-script classes)
-        return cloudpickle.dumps(payload, protocol=5)
-
-
 def write_segments(
     fs: StorageFS, path: str, groups: dict[int, KeyGroupState]
 ) -> tuple[dict[int, tuple[int, int]], int]:
@@ -76,7 +68,7 @@ def write_segments(
     try:
         with fs.open_write(path) as out:
             for kg in sorted(groups):
-                payload = _dumps(groups[kg])
+                payload = pickle_dumps(groups[kg])
                 header = _HEADER.pack(_MAGIC, kg, zlib.crc32(payload))
                 out.write(header)
                 out.write(payload)

@@ -28,6 +28,7 @@ from typing import Any
 
 from epochstream.exceptions import StateError
 from epochstream.runtime.clock import Clock
+from epochstream.state.backends.base import is_namespaced
 from epochstream.state.descriptors import (
     AggregatingStateDescriptor,
     ReducingStateDescriptor,
@@ -58,6 +59,7 @@ __all__ = [
 ]
 
 NO_KEY: Any = object()
+NO_NAMESPACE: Any = object()
 
 #: Tables with fewer written keys keep tracking them: a small set is cheap to update,
 #: and their incremental snapshots stay deltas.
@@ -135,7 +137,9 @@ class HeapValueTable(dict[Any, Any]):
 
 
 class _HeapState:
-    __slots__ = ("_clock", "_ctx", "_data", "_dirty", "_table", "_ttl")
+    """Entries keyed by the current key, or by (current key, namespace) when namespaced."""
+
+    __slots__ = ("_clock", "_ctx", "_data", "_dirty", "_ns", "_table", "_ttl", "namespaced")
 
     def __init__(self, table: HeapTable, ctx: KeyContext, clock: Clock) -> None:
         self._table = table
@@ -144,10 +148,17 @@ class _HeapState:
         self._ctx = ctx
         self._ttl = table.ttl
         self._clock = clock
+        self.namespaced = is_namespaced(table.kind)
+        self._ns: Any = NO_NAMESPACE
 
     @property
     def descriptor(self) -> StateDescriptor | None:
         return self._table.descriptor
+
+    def set_namespace(self, namespace: Any) -> None:
+        if not self.namespaced:
+            raise StateError(f"state {self._table.name!r} is not namespaced")
+        self._ns = namespace
 
     def _key(self) -> Any:
         key = self._ctx.key
@@ -156,6 +167,10 @@ class _HeapState:
                 f"state {self._table.name!r} accessed with no current key; keyed state is "
                 "only available while processing a keyed record or timer"
             )
+        if self.namespaced:
+            if self._ns is NO_NAMESPACE:
+                raise StateError(f"state {self._table.name!r} accessed with no namespace set")
+            return (key, self._ns)
         return key
 
     def _wrap(self, value: Any) -> Any:
@@ -417,4 +432,6 @@ HEAP_STATE_CLASSES: dict[str, type[_HeapState]] = {
     "map": HeapMapState,
     "reducing": HeapReducingState,
     "aggregating": HeapAggregatingState,
+    "ns-value": HeapValueState,
+    "ns-list": HeapListState,
 }

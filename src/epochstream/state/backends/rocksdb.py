@@ -41,11 +41,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, CorruptStateError, StateError
 from epochstream.state.backends.base import (
+    NAMESPACED,
     KeyedBackendContext,
     KeyedStateBackend,
     SnapshotJob,
     SnapshotTarget,
     StateBackend,
+    base_kind,
+    is_namespaced,
 )
 from epochstream.state.backends.rocksdb_snapshots import (
     META_CF,
@@ -121,15 +124,23 @@ class RocksDBStateBackend(StateBackend):
 
 
 class _RocksValueTable:
-    """Batch access to a value state by explicit key (no current key)."""
+    """Batch access to a value state by explicit key (no current key); with
+    ``namespaced`` the keys are ``(key, namespace)`` pairs."""
 
-    def __init__(self, column: RocksColumn, key_group: Any) -> None:
+    def __init__(self, column: RocksColumn, key_group: Any, namespaced: bool = False) -> None:
         self._col = column
         self._key_group = key_group
+        self._namespaced = namespaced
         self._cf = column.cf
         self._dumps = column.serializer.dumps
         self._loads = column.serializer.loads
         self._db_keys: dict[Any, bytes] = {}
+
+    def _encode(self, key: Any) -> bytes:
+        if self._namespaced:
+            k, ns = key
+            return encode_prefix(self._key_group(k), encode_key(k), encode_key(ns))
+        return encode_prefix(self._key_group(key), encode_key(key))
 
     def _db_key(self, key: Any) -> bytes:
         # Encoding a key costs more than the RocksDB write; a built-in operator reads
@@ -137,9 +148,9 @@ class _RocksValueTable:
         try:
             db_key = self._db_keys.get(key)
         except TypeError:  # unhashable (a list): encoded every time
-            return encode_prefix(self._key_group(key), encode_key(key))
+            return self._encode(key)
         if db_key is None:
-            db_key = encode_prefix(self._key_group(key), encode_key(key))
+            db_key = self._encode(key)
             if len(self._db_keys) >= _DB_KEY_CACHE:
                 self._db_keys.clear()
             self._db_keys[key] = db_key
@@ -162,8 +173,9 @@ class _RocksValueTable:
 
     def items(self) -> Iterator[tuple[Any, Any]]:
         for db_key, stored in list(self._cf.items()):
-            _kg, key, _ns, _rest = decode_prefix(db_key)
-            yield decode_key(key), self._loads(split_value(stored)[0])
+            _kg, key, ns, _rest = decode_prefix(db_key)
+            entry = (decode_key(key), decode_key(ns)) if self._namespaced else decode_key(key)
+            yield entry, self._loads(split_value(stored)[0])
 
 
 class RocksDBKeyedStateBackend(KeyedStateBackend):
@@ -281,7 +293,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         cf = column.cf
         for db_key, stored in list(cf.items()):
             data, ts = split_value(stored)
-            if column.kind == "list" and len(decode_prefix(db_key)[3]) == 0:
+            if base_kind(column.kind) == "list" and len(decode_prefix(db_key)[3]) == 0:
                 continue  # a list's element counter
             cf.put(db_key, encode_value(serializer.dumps(old.loads(data)), ts))
 
@@ -304,21 +316,24 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         state_class: Any = ROCKS_STATE_CLASSES[kind]
         return state_class(column, self._access, self.ctx.clock, descriptor)
 
-    def _value_table(self, descriptor: ValueStateDescriptor) -> _RocksValueTable:
-        column = self._column(descriptor.name, "value", descriptor)
-        return _RocksValueTable(column, self.assigner.key_group)
+    def _value_table(self, descriptor: ValueStateDescriptor, namespaced: bool) -> _RocksValueTable:
+        kind = NAMESPACED + "value" if namespaced else "value"
+        column = self._column(descriptor.name, kind, descriptor)
+        return _RocksValueTable(column, self.assigner.key_group, namespaced)
 
     def keys(self, state_name: str) -> list[Any]:
         column = self._columns.get(state_name)
         if column is None:
             return []
+        namespaced = is_namespaced(column.kind)
         keys: list[Any] = []
         last = None
         for db_key in column.cf.keys():
-            _kg, key, _ns, _rest = decode_prefix(bytes(db_key))
-            if key != last:
-                keys.append(decode_key(key))
-                last = key
+            _kg, key, ns, _rest = decode_prefix(bytes(db_key))
+            entry = (key, ns) if namespaced else key
+            if entry != last:
+                keys.append((decode_key(key), decode_key(ns)) if namespaced else decode_key(key))
+                last = entry
         return keys
 
     # ------------------------------------------------------------------ snapshots
@@ -454,12 +469,13 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                 column = self._columns[name]
                 prefix = encode_prefix(kg, key, ns or b"")
                 stored = encode_value(value, ttl_ts)
-                if column.kind == "list":
+                kind = base_kind(column.kind)
+                if kind == "list":
                     seq = counters.get((name, prefix), 0)
                     column.cf.put(prefix + struct.pack(">Q", seq), stored)
                     counters[(name, prefix)] = seq + 1
                     column.cf.put(prefix, struct.pack(">Q", seq + 1))
-                elif column.kind == "map":
+                elif kind == "map":
                     assert user_key is not None
                     column.cf.put(prefix + user_key, stored)
                 else:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from epochstream.state.backends.base import SnapshotJob, SnapshotTarget
+from epochstream.state.backends.base import SnapshotJob, SnapshotTarget, base_kind
 from epochstream.state.backends.rocksdb_states import decode_prefix, split_value
 from epochstream.state.canonical import CanonicalRow, StateMeta, write_canonical
 from epochstream.state.handles import KeyedStateHandle, RocksDBSnapshotHandle, StateFile
@@ -91,10 +91,11 @@ def read_database_rows(path: str, state_name: str) -> Iterator[tuple[Any, ...]]:
         entries: list[Any] = list(cf.items())
         for db_key, stored in entries:
             kg, key, ns, rest = decode_prefix(db_key)
-            if meta.kind == "list" and not rest:
+            kind = base_kind(meta.kind)
+            if kind == "list" and not rest:
                 continue  # the element counter
             data, ts = split_value(stored)
-            user_key = decode_key(rest) if meta.kind == "map" else None
+            user_key = decode_key(rest) if kind == "map" else None
             namespace = decode_key(ns) if ns else None
             yield (decode_key(key), meta.serializer.loads(data), kg, namespace, user_key, ts)
         del cf
@@ -110,7 +111,8 @@ def canonical_rows(
 
     rows: list[CanonicalRow] = []
     lo, hi = _U16.pack(kg), _U16.pack(kg + 1) if kg + 1 < 65536 else b"\xff\xff\xff"
-    for name, kind in sorted(kinds.items()):
+    for name, state_kind in sorted(kinds.items()):
+        kind = base_kind(state_kind)
         ttl = ttls.get(name)
         cf = db.get_column_family(name)
         options = rocksdict.ReadOptions()

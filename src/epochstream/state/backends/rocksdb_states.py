@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from epochstream.exceptions import StateError
+from epochstream.state.backends.base import base_kind, is_namespaced
 from epochstream.state.descriptors import (
     AggregatingStateDescriptor,
     ReducingStateDescriptor,
@@ -134,6 +135,7 @@ class KeyAccess:
         self.key_group: Callable[[Any], int] | None = None
 
     def prefix(self, name: str) -> bytes:
+        """``key group | len | key | len 0``: the prefix of the key's entries without namespace."""
         if self.key is NO_KEY:
             raise StateError(
                 f"state {name!r} accessed with no current key; keyed state is only "
@@ -145,20 +147,36 @@ class KeyAccess:
             cached = self.prefix_cache = encode_prefix(self.key_group(self.key), encode_key(self.key))
         return cached
 
+    def namespaced_prefix(self, name: str, namespace: bytes) -> bytes:
+        """The prefix of the key's entries in ``namespace`` (canonical bytes)."""
+        return self.prefix(name)[:-4] + _U32.pack(len(namespace)) + namespace
+
 
 class _RocksState:
-    __slots__ = ("_access", "_clock", "_col")
+    __slots__ = ("_access", "_clock", "_col", "_kind", "_ns", "namespaced")
 
     def __init__(self, column: RocksColumn, access: KeyAccess, clock: Any) -> None:
         self._col = column
         self._access = access
         self._clock = clock
+        self._kind = base_kind(column.kind)
+        self.namespaced = is_namespaced(column.kind)
+        self._ns: bytes | None = None
 
     @property
     def descriptor(self) -> StateDescriptor | None:
         return getattr(self, "_descriptor", None)
 
+    def set_namespace(self, namespace: Any) -> None:
+        if not self.namespaced:
+            raise StateError(f"state {self._col.name!r} is not namespaced")
+        self._ns = encode_key(namespace)
+
     def _prefix(self) -> bytes:
+        if self.namespaced:
+            if self._ns is None:
+                raise StateError(f"state {self._col.name!r} accessed with no namespace set")
+            return self._access.namespaced_prefix(self._col.name, self._ns)
         return self._access.prefix(self._col.name)
 
     def _store(self, value: Any) -> bytes:
@@ -184,7 +202,7 @@ class _RocksState:
 
     def clear(self) -> None:
         prefix = self._prefix()
-        if self._col.kind in ("list", "map"):
+        if self._kind in ("list", "map"):
             self._col.cf.delete_range(prefix, prefix_end(prefix))
         else:
             self._col.cf.delete(prefix)
@@ -354,4 +372,6 @@ ROCKS_STATE_CLASSES: dict[str, type[_RocksState]] = {
     "map": RocksMapState,
     "reducing": RocksReducingState,
     "aggregating": RocksAggregatingState,
+    "ns-value": RocksValueState,
+    "ns-list": RocksListState,
 }

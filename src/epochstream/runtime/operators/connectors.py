@@ -8,7 +8,7 @@ sees every pending transaction and can commit it).
 Example::
 
     src = SourceOperator(spec, ctx); src.open(); src.assign_splits(splits)
-    records = src.poll(1024)
+    count = src.poll(1024)
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from epochstream.connectors.base import (
     SourceContext,
     SourceReader,
 )
-from epochstream.runtime.clock import SystemClock
-from epochstream.runtime.operators import Operator, SnapshotParts
+from epochstream.runtime.events import MAX_WATERMARK
+from epochstream.runtime.operators.base import Operator, SnapshotParts
+from epochstream.runtime.watermarks import TimestampsAndWatermarks
 from epochstream.state.backends.base import SnapshotTarget
 from epochstream.state.handles import OperatorRestore
 
@@ -37,7 +38,12 @@ TXNS = "txns"
 
 
 class SourceOperator(Operator):
-    """Drives a :class:`SourceReader`; the head of a source task's chain."""
+    """Drives a :class:`SourceReader`; the head of a source task's chain.
+
+    With a watermark strategy (``from_source(..., watermark_strategy=)``) records get
+    their timestamps here and watermarks are generated per split (see
+    :mod:`epochstream.runtime.watermarks`); otherwise records go out as they are.
+    """
 
     reader: SourceReader
 
@@ -46,6 +52,7 @@ class SourceOperator(Operator):
         self.source: Source = spec.payload
         self._restored_splits: list[Any] | None = None
         self._dead: list[Any] = []
+        self._timestamps: TimestampsAndWatermarks | None = None
 
     def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
         if restore is not None and SPLITS in restore.operator_lists:
@@ -57,25 +64,64 @@ class SourceOperator(Operator):
             SourceContext(
                 subtask_index=self.ctx.subtask_index,
                 parallelism=self.ctx.parallelism,
-                clock=SystemClock(),
+                clock=self.ctx.clock,
                 dead_letter=self._dead.append if has_dead_letter else None,
             )
         )
+        strategy = self.spec.watermark_strategy
+        if strategy is not None:
+            self._timestamps = TimestampsAndWatermarks(
+                strategy,
+                f"source {self.spec.name!r} ({self.ctx.task_name})",
+                lambda records, timestamps: self.emit(records, timestamps),
+                lambda mark: self.emit_watermark(mark),
+                lambda idle: self.emit_status(idle),
+                now_ms=self.ctx.clock_ms,
+                interval_ms=self.ctx.watermark_interval_ms,
+            )
 
     def assign_splits(self, initial: list[Any] | None) -> None:
         """Give the reader its splits: the restored ones if any, else the initial assignment."""
         splits = self._restored_splits if self._restored_splits is not None else (initial or [])
         self.reader.add_splits(list(splits))
+        if self._timestamps is not None:
+            if type(self.reader).poll_splits is SourceReader.poll_splits:
+                # The reader does not tell splits apart: one watermark for all it reads.
+                self._timestamps.add_split(None)
+            else:
+                for split in splits:
+                    self._timestamps.add_split(split.split_id)
 
     def poll(self, max_records: int) -> int:
         """Read up to ``max_records`` and emit them; returns how many were read."""
-        records = self.reader.poll(max_records)
+        timestamps = self._timestamps
+        if timestamps is None:
+            records = self.reader.poll(max_records)
+            count = len(records)
+            if records:
+                self.emit(records, None)
+        else:
+            count = 0
+            for split_id, records, finished in self.reader.poll_splits(max_records):
+                timestamps.process(split_id, records, None)
+                if finished:
+                    timestamps.finish_split(split_id)
+                count += len(records)
         if self._dead:
             dead, self._dead = self._dead, []
-            self.side_emits[DEAD_LETTER](dead)
-        if records:
-            self.emit(records)
-        return len(records)
+            self.side_emits[DEAD_LETTER](dead, None)
+        return count
+
+    def on_processing_time(self, now_ms: int) -> None:
+        if self._timestamps is not None:
+            self._timestamps.on_processing_time(now_ms)
+
+    def end_of_input(self) -> None:
+        """Every split is read: event time is complete (windows downstream fire)."""
+        if self._timestamps is not None:
+            self._timestamps.end_of_input()
+        else:
+            self.emit_watermark(MAX_WATERMARK)
 
     @property
     def exhausted(self) -> bool:
@@ -121,8 +167,8 @@ class SinkOperator(Operator):
         self.writer.restore(self._restored)
         self._restored = []
 
-    def process_batch(self, batch: list[Any]) -> None:
-        self.writer.write_batch(batch)
+    def process_batch(self, records: list[Any], timestamps: list[Any] | None) -> None:
+        self.writer.write_batch(records)
 
     def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
         return SnapshotParts(union_lists={TXNS: list(self.writer.snapshot(target.checkpoint_id))})

@@ -1,0 +1,661 @@
+"""Windows: assigners (which windows a record belongs to), triggers (when a window
+emits) and window functions (what it emits) (Flink's names and semantics).
+
+Time windows are :class:`TimeWindow` ``[start, end)`` in int milliseconds; a window's
+results get ``window.max_timestamp()`` (``end - 1``) as their timestamp. Event-time
+windows fire when the watermark passes their end, processing-time ones when the
+clock does. A window's state is kept until the watermark passes its end plus the
+allowed lateness; a record for a window already gone is *late* (dropped, or sent to
+``side_output_late_data``).
+
+Example::
+
+    (events.key_by(lambda e: e["word"])
+        .window(es.TumblingEventTimeWindows.of(timedelta(seconds=5)))
+        .allowed_lateness(timedelta(seconds=2))
+        .aggregate(CountAgg(), CountWindowFunction()))
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+from epochstream.api.functions import Collector, Function
+from epochstream.api.time import to_millis
+from epochstream.exceptions import ConfigurationError
+from epochstream.runtime.events import MAX_WATERMARK
+
+__all__ = [
+    "ContinuousEventTimeTrigger",
+    "ContinuousProcessingTimeTrigger",
+    "CountTrigger",
+    "EventTimeSessionWindows",
+    "EventTimeTrigger",
+    "GlobalWindow",
+    "GlobalWindows",
+    "ProcessWindowFunction",
+    "ProcessingTimeSessionWindows",
+    "ProcessingTimeTrigger",
+    "PurgingTrigger",
+    "SlidingEventTimeWindows",
+    "SlidingProcessingTimeWindows",
+    "TimeWindow",
+    "Trigger",
+    "TriggerResult",
+    "TumblingEventTimeWindows",
+    "TumblingProcessingTimeWindows",
+    "WindowAssigner",
+]
+
+
+# ---------------------------------------------------------------------- windows
+
+
+class TimeWindow(NamedTuple):
+    """The time interval ``[start, end)`` in int milliseconds.
+
+    Example: ``TimeWindow(0, 5000).max_timestamp() == 4999``
+    """
+
+    start: int
+    end: int
+
+    def max_timestamp(self) -> int:
+        """The largest timestamp in the window (``end - 1``)."""
+        return self.end - 1
+
+    def intersects(self, other: TimeWindow) -> bool:
+        """True if the windows overlap or touch (sessions merge then)."""
+        return self.start <= other.end and self.end >= other.start
+
+    def cover(self, other: TimeWindow) -> TimeWindow:
+        """The smallest window containing both."""
+        return TimeWindow(min(self.start, other.start), max(self.end, other.end))
+
+
+class GlobalWindow(NamedTuple):
+    """The one window of :class:`GlobalWindows`: everything of a key.
+
+    Example: ``GlobalWindow().max_timestamp() == es.MAX_WATERMARK``
+    """
+
+    def max_timestamp(self) -> int:
+        """The end of time."""
+        return MAX_WATERMARK
+
+
+# ---------------------------------------------------------------------- triggers
+
+
+class TriggerResult(enum.Enum):
+    """What a trigger decides: emit the window (fire), drop its contents (purge), both, or neither.
+
+    Example: ``return es.TriggerResult.FIRE``
+    """
+
+    CONTINUE = (False, False)
+    FIRE = (True, False)
+    PURGE = (False, True)
+    FIRE_AND_PURGE = (True, True)
+
+    @property
+    def fire(self) -> bool:
+        """True when the window's contents are emitted."""
+        return self.value[0]
+
+    @property
+    def purge(self) -> bool:
+        """True when the window's contents are cleared."""
+        return self.value[1]
+
+
+class Trigger(ABC):
+    """Decides when a window emits. ``ctx`` registers timers and keeps per-window state
+    (``ctx.get_partitioned_state(ValueStateDescriptor(...))``).
+
+    Example::
+
+        class EveryTen(es.Trigger):
+            def on_element(self, element, timestamp, window, ctx):
+                n = ctx.get_partitioned_state(es.state.ValueStateDescriptor("n", default=0))
+                n.update(n.value() + 1)
+                return es.TriggerResult.FIRE if n.value() % 10 == 0 else es.TriggerResult.CONTINUE
+    """
+
+    @abstractmethod
+    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
+        """A record was added to ``window``."""
+
+    def on_event_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
+        """An event-time timer this trigger registered fired."""
+        return TriggerResult.CONTINUE
+
+    def on_processing_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
+        """A processing-time timer this trigger registered fired."""
+        return TriggerResult.CONTINUE
+
+    def can_merge(self) -> bool:
+        """True if the trigger works with merging (session) windows."""
+        return False
+
+    def on_merge(self, window: Any, ctx: Any) -> None:  # noqa: B027 - optional hook
+        """Windows were merged into ``window`` (re-register timers, merge state)."""
+
+    def clear(self, window: Any, ctx: Any) -> None:  # noqa: B027 - optional hook
+        """The window is gone: delete this trigger's timers and state for it."""
+
+
+class EventTimeTrigger(Trigger):
+    """Fires when the watermark passes the window's end (and again for each late record
+    within the allowed lateness). The default of event-time windows.
+
+    Example: ``.trigger(es.EventTimeTrigger.create())``
+    """
+
+    @staticmethod
+    def create() -> EventTimeTrigger:
+        """The trigger."""
+        return EventTimeTrigger()
+
+    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
+        if window.max_timestamp() <= ctx.current_watermark():
+            return TriggerResult.FIRE  # a late record within the allowed lateness
+        ctx.register_event_time_timer(window.max_timestamp())
+        return TriggerResult.CONTINUE
+
+    def on_event_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
+        return TriggerResult.FIRE if time == window.max_timestamp() else TriggerResult.CONTINUE
+
+    def can_merge(self) -> bool:
+        return True
+
+    def on_merge(self, window: Any, ctx: Any) -> None:
+        if window.max_timestamp() > ctx.current_watermark():
+            ctx.register_event_time_timer(window.max_timestamp())
+
+    def clear(self, window: Any, ctx: Any) -> None:
+        ctx.delete_event_time_timer(window.max_timestamp())
+
+
+class ProcessingTimeTrigger(Trigger):
+    """Fires when processing time passes the window's end. The default of processing-time windows.
+
+    Example: ``.trigger(es.ProcessingTimeTrigger.create())``
+    """
+
+    @staticmethod
+    def create() -> ProcessingTimeTrigger:
+        """The trigger."""
+        return ProcessingTimeTrigger()
+
+    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
+        ctx.register_processing_time_timer(window.max_timestamp())
+        return TriggerResult.CONTINUE
+
+    def on_processing_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
+        return TriggerResult.FIRE
+
+    def can_merge(self) -> bool:
+        return True
+
+    def on_merge(self, window: Any, ctx: Any) -> None:
+        if window.max_timestamp() > ctx.current_processing_time():
+            ctx.register_processing_time_timer(window.max_timestamp())
+
+    def clear(self, window: Any, ctx: Any) -> None:
+        ctx.delete_processing_time_timer(window.max_timestamp())
+
+
+class CountTrigger(Trigger):
+    """Fires every ``count`` records of a window (the count restarts after each firing).
+
+    Example: ``.trigger(es.CountTrigger.of(100))``
+    """
+
+    def __init__(self, count: int) -> None:
+        if not isinstance(count, int) or count < 1:
+            raise ConfigurationError(f"CountTrigger needs a count >= 1, got {count!r}")
+        self.count = count
+
+    @staticmethod
+    def of(count: int) -> CountTrigger:
+        """Fire every ``count`` records."""
+        return CountTrigger(count)
+
+    def _state(self, ctx: Any) -> Any:
+        from epochstream.state.descriptors import ValueStateDescriptor
+
+        return ctx.get_partitioned_state(ValueStateDescriptor("__count", default=0))
+
+    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
+        state = self._state(ctx)
+        seen = state.value() + 1
+        if seen >= self.count:
+            state.clear()
+            return TriggerResult.FIRE
+        state.update(seen)
+        return TriggerResult.CONTINUE
+
+    def can_merge(self) -> bool:
+        return True
+
+    def on_merge(self, window: Any, ctx: Any) -> None:
+        ctx.merge_partitioned_state("__count", lambda a, b: a + b)
+
+    def clear(self, window: Any, ctx: Any) -> None:
+        self._state(ctx).clear()
+
+
+class _Continuous(Trigger):
+    """Fires every ``interval`` ms of one time domain while a window is open."""
+
+    event_time: bool
+
+    def __init__(self, interval: Any) -> None:
+        self.interval = to_millis(interval, "trigger interval", allow_zero=False)
+
+    def _state(self, ctx: Any) -> Any:
+        from epochstream.state.descriptors import ValueStateDescriptor
+
+        return ctx.get_partitioned_state(ValueStateDescriptor("__next_fire"))
+
+    def _now(self, ctx: Any) -> int:
+        return int(ctx.current_watermark() if self.event_time else ctx.current_processing_time())
+
+    def _register(self, ctx: Any, time: int) -> None:
+        if self.event_time:
+            ctx.register_event_time_timer(time)
+        else:
+            ctx.register_processing_time_timer(time)
+
+    def _schedule(self, ctx: Any, after: int) -> None:
+        state = self._state(ctx)
+        if state.value() is None:
+            nxt = after - after % self.interval + self.interval
+            state.update(nxt)
+            self._register(ctx, nxt)
+
+    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
+        if self.event_time:
+            if window.max_timestamp() <= ctx.current_watermark():
+                return TriggerResult.FIRE
+            ctx.register_event_time_timer(window.max_timestamp())
+            start = timestamp if timestamp is not None else window.start
+        else:
+            start = ctx.current_processing_time()
+        self._schedule(ctx, start)
+        return TriggerResult.CONTINUE
+
+    def _on_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
+        if self.event_time and time == window.max_timestamp():
+            return TriggerResult.FIRE
+        state = self._state(ctx)
+        if state.value() == time:
+            state.clear()
+            self._schedule(ctx, time)
+            return TriggerResult.FIRE
+        return TriggerResult.CONTINUE
+
+    def on_event_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
+        return self._on_time(time, window, ctx) if self.event_time else TriggerResult.CONTINUE
+
+    def on_processing_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
+        return TriggerResult.CONTINUE if self.event_time else self._on_time(time, window, ctx)
+
+    def can_merge(self) -> bool:
+        return True
+
+    def on_merge(self, window: Any, ctx: Any) -> None:
+        ctx.merge_partitioned_state("__next_fire", min)
+        nxt = self._state(ctx).value()
+        if nxt is not None:
+            self._register(ctx, nxt)
+        if self.event_time and window.max_timestamp() > ctx.current_watermark():
+            ctx.register_event_time_timer(window.max_timestamp())
+
+    def clear(self, window: Any, ctx: Any) -> None:
+        state = self._state(ctx)
+        nxt = state.value()
+        if nxt is not None:
+            if self.event_time:
+                ctx.delete_event_time_timer(nxt)
+            else:
+                ctx.delete_processing_time_timer(nxt)
+        state.clear()
+
+
+class ContinuousEventTimeTrigger(_Continuous):
+    """Fires every ``interval`` of event time while the window is open, and at its end.
+
+    Example: ``.trigger(es.ContinuousEventTimeTrigger.of(timedelta(seconds=1)))``
+    """
+
+    event_time = True
+
+    @staticmethod
+    def of(interval: Any) -> ContinuousEventTimeTrigger:
+        """Fire every ``interval`` (ms or timedelta) of event time."""
+        return ContinuousEventTimeTrigger(interval)
+
+
+class ContinuousProcessingTimeTrigger(_Continuous):
+    """Fires every ``interval`` of processing time while the window has records.
+
+    Example: ``.trigger(es.ContinuousProcessingTimeTrigger.of(timedelta(seconds=1)))``
+    """
+
+    event_time = False
+
+    @staticmethod
+    def of(interval: Any) -> ContinuousProcessingTimeTrigger:
+        """Fire every ``interval`` (ms or timedelta) of processing time."""
+        return ContinuousProcessingTimeTrigger(interval)
+
+
+class PurgingTrigger(Trigger):
+    """Makes every firing of ``trigger`` also purge the window's contents.
+
+    Example: ``.trigger(es.PurgingTrigger.of(es.CountTrigger.of(10)))``
+    """
+
+    def __init__(self, trigger: Trigger) -> None:
+        if not isinstance(trigger, Trigger):
+            raise ConfigurationError("PurgingTrigger.of needs an es.Trigger")
+        self.trigger = trigger
+
+    @staticmethod
+    def of(trigger: Trigger) -> PurgingTrigger:
+        """``trigger``, purging on fire."""
+        return PurgingTrigger(trigger)
+
+    @staticmethod
+    def _purging(result: TriggerResult) -> TriggerResult:
+        return TriggerResult.FIRE_AND_PURGE if result.fire else result
+
+    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
+        return self._purging(self.trigger.on_element(element, timestamp, window, ctx))
+
+    def on_event_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
+        return self._purging(self.trigger.on_event_time(time, window, ctx))
+
+    def on_processing_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
+        return self._purging(self.trigger.on_processing_time(time, window, ctx))
+
+    def can_merge(self) -> bool:
+        return self.trigger.can_merge()
+
+    def on_merge(self, window: Any, ctx: Any) -> None:
+        self.trigger.on_merge(window, ctx)
+
+    def clear(self, window: Any, ctx: Any) -> None:
+        self.trigger.clear(window, ctx)
+
+
+class _NeverTrigger(Trigger):
+    """The default of global windows: they fire only through a trigger you set."""
+
+    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
+        return TriggerResult.CONTINUE
+
+
+# ---------------------------------------------------------------------- assigners
+
+
+class WindowAssigner(ABC):
+    """Assigns each record to windows; knows its default trigger and time domain.
+
+    Example: ``assigner.assign_windows(record, timestamp, now_ms)``
+    """
+
+    event_time: bool = True
+    merging: bool = False
+
+    @abstractmethod
+    def assign_windows(self, element: Any, timestamp: int | None, now_ms: int) -> list[Any]:
+        """The windows of ``element`` (``timestamp``: its event time; ``now_ms``: processing time)."""
+
+    @abstractmethod
+    def default_trigger(self) -> Trigger:
+        """The trigger used unless ``.trigger(...)`` sets another."""
+
+    def window_from(self, value: Any) -> Any:
+        """A window of this assigner from its canonical form (a tuple, after a restore)."""
+        return TimeWindow(*value)
+
+
+def _time_of(assigner: WindowAssigner, timestamp: int | None, now_ms: int) -> int:
+    if not assigner.event_time:
+        return now_ms
+    if timestamp is None:
+        raise ConfigurationError(
+            f"{type(assigner).__name__} needs event timestamps, and a record has none: call "
+            "assign_timestamps_and_watermarks(...) or give the source a watermark strategy, "
+            "or use a processing-time window"
+        )
+    return timestamp
+
+
+def _start(timestamp: int, offset: int, size: int) -> int:
+    return timestamp - (timestamp - offset) % size
+
+
+class _Tumbling(WindowAssigner):
+    def __init__(self, size: Any, offset: Any = 0) -> None:
+        self.size = to_millis(size, "window size", allow_zero=False)
+        self.offset = to_millis(offset, "window offset") % self.size
+
+    def assign_windows(self, element: Any, timestamp: int | None, now_ms: int) -> list[Any]:
+        t = _time_of(self, timestamp, now_ms)
+        start = t - (t - self.offset) % self.size
+        return [TimeWindow(start, start + self.size)]
+
+
+class TumblingEventTimeWindows(_Tumbling):
+    """Fixed-size, non-overlapping event-time windows ``[k*size + offset, ...)``.
+
+    Example: ``es.TumblingEventTimeWindows.of(timedelta(seconds=5))``
+    """
+
+    event_time = True
+
+    @staticmethod
+    def of(size: Any, offset: Any = 0) -> TumblingEventTimeWindows:
+        """Windows of ``size`` (ms or timedelta), shifted by ``offset``."""
+        return TumblingEventTimeWindows(size, offset)
+
+    def default_trigger(self) -> Trigger:
+        return EventTimeTrigger()
+
+
+class TumblingProcessingTimeWindows(_Tumbling):
+    """Fixed-size processing-time windows (the record's arrival time on the job's clock).
+
+    Example: ``es.TumblingProcessingTimeWindows.of(timedelta(seconds=5))``
+    """
+
+    event_time = False
+
+    @staticmethod
+    def of(size: Any, offset: Any = 0) -> TumblingProcessingTimeWindows:
+        """Windows of ``size`` (ms or timedelta), shifted by ``offset``."""
+        return TumblingProcessingTimeWindows(size, offset)
+
+    def default_trigger(self) -> Trigger:
+        return ProcessingTimeTrigger()
+
+
+class _Sliding(WindowAssigner):
+    def __init__(self, size: Any, slide: Any, offset: Any = 0) -> None:
+        self.size = to_millis(size, "window size", allow_zero=False)
+        self.slide = to_millis(slide, "window slide", allow_zero=False)
+        self.offset = to_millis(offset, "window offset") % self.slide
+
+    def assign_windows(self, element: Any, timestamp: int | None, now_ms: int) -> list[Any]:
+        t = _time_of(self, timestamp, now_ms)
+        size, slide = self.size, self.slide
+        last = t - (t - self.offset) % slide
+        return [TimeWindow(s, s + size) for s in range(last, t - size, -slide)]
+
+
+class SlidingEventTimeWindows(_Sliding):
+    """Windows of ``size`` starting every ``slide`` (a record is in ``size/slide`` of them).
+
+    Example: ``es.SlidingEventTimeWindows.of(timedelta(seconds=10), timedelta(seconds=5))``
+    """
+
+    event_time = True
+
+    @staticmethod
+    def of(size: Any, slide: Any, offset: Any = 0) -> SlidingEventTimeWindows:
+        """Windows of ``size`` every ``slide`` (ms or timedelta)."""
+        return SlidingEventTimeWindows(size, slide, offset)
+
+    def default_trigger(self) -> Trigger:
+        return EventTimeTrigger()
+
+
+class SlidingProcessingTimeWindows(_Sliding):
+    """Sliding windows over processing time.
+
+    Example: ``es.SlidingProcessingTimeWindows.of(timedelta(seconds=10), timedelta(seconds=5))``
+    """
+
+    event_time = False
+
+    @staticmethod
+    def of(size: Any, slide: Any, offset: Any = 0) -> SlidingProcessingTimeWindows:
+        """Windows of ``size`` every ``slide`` (ms or timedelta)."""
+        return SlidingProcessingTimeWindows(size, slide, offset)
+
+    def default_trigger(self) -> Trigger:
+        return ProcessingTimeTrigger()
+
+
+class _Sessions(WindowAssigner):
+    merging = True
+
+    def __init__(self, gap: Any = None, gap_fn: Callable[[Any], Any] | None = None) -> None:
+        self.gap = None if gap is None else to_millis(gap, "session gap", allow_zero=False)
+        self.gap_fn = gap_fn
+
+    def assign_windows(self, element: Any, timestamp: int | None, now_ms: int) -> list[Any]:
+        t = _time_of(self, timestamp, now_ms)
+        gap = self.gap if self.gap_fn is None else to_millis(self.gap_fn(element), "session gap", allow_zero=False)
+        assert gap is not None
+        return [TimeWindow(t, t + gap)]
+
+    @staticmethod
+    def merge_windows(windows: Iterable[TimeWindow]) -> list[tuple[TimeWindow, list[TimeWindow]]]:
+        """Groups of overlapping windows: ``(covering window, its members)``."""
+        merged: list[tuple[TimeWindow, list[TimeWindow]]] = []
+        for window in sorted(windows):
+            if merged and merged[-1][0].intersects(window):
+                cover, members = merged[-1]
+                merged[-1] = (cover.cover(window), [*members, window])
+            else:
+                merged.append((window, [window]))
+        return merged
+
+
+class EventTimeSessionWindows(_Sessions):
+    """A window per burst of activity of a key: records less than ``gap`` apart share it.
+
+    Example: ``es.EventTimeSessionWindows.with_gap(timedelta(minutes=10))``
+    """
+
+    event_time = True
+
+    @staticmethod
+    def with_gap(gap: Any) -> EventTimeSessionWindows:
+        """Sessions closed by ``gap`` (ms or timedelta) without records."""
+        return EventTimeSessionWindows(gap=gap)
+
+    @staticmethod
+    def with_dynamic_gap(gap_fn: Callable[[Any], Any]) -> EventTimeSessionWindows:
+        """The gap after each record is ``gap_fn(record)`` (ms or timedelta)."""
+        if not callable(gap_fn):
+            raise ConfigurationError("with_dynamic_gap needs a callable")
+        return EventTimeSessionWindows(gap_fn=gap_fn)
+
+    def default_trigger(self) -> Trigger:
+        return EventTimeTrigger()
+
+
+class ProcessingTimeSessionWindows(_Sessions):
+    """Session windows over processing time.
+
+    Example: ``es.ProcessingTimeSessionWindows.with_gap(timedelta(seconds=30))``
+    """
+
+    event_time = False
+
+    @staticmethod
+    def with_gap(gap: Any) -> ProcessingTimeSessionWindows:
+        """Sessions closed by ``gap`` (ms or timedelta) without records."""
+        return ProcessingTimeSessionWindows(gap=gap)
+
+    @staticmethod
+    def with_dynamic_gap(gap_fn: Callable[[Any], Any]) -> ProcessingTimeSessionWindows:
+        """The gap after each record is ``gap_fn(record)``."""
+        if not callable(gap_fn):
+            raise ConfigurationError("with_dynamic_gap needs a callable")
+        return ProcessingTimeSessionWindows(gap_fn=gap_fn)
+
+    def default_trigger(self) -> Trigger:
+        return ProcessingTimeTrigger()
+
+
+class GlobalWindows(WindowAssigner):
+    """One window per key holding everything; it fires only by the trigger you set
+    (``count_window(n)`` sets a purging count trigger).
+
+    Example: ``keyed.window(es.GlobalWindows.create()).trigger(es.CountTrigger.of(3))``
+    """
+
+    event_time = False
+
+    @staticmethod
+    def create() -> GlobalWindows:
+        """The assigner."""
+        return GlobalWindows()
+
+    def assign_windows(self, element: Any, timestamp: int | None, now_ms: int) -> list[Any]:
+        return [_GLOBAL]
+
+    def default_trigger(self) -> Trigger:
+        return _NeverTrigger()
+
+    def window_from(self, value: Any) -> Any:
+        return _GLOBAL
+
+
+_GLOBAL = GlobalWindow()
+
+
+# ---------------------------------------------------------------------- functions
+
+
+class ProcessWindowFunction(Function, ABC):
+    """Gets all of a window's elements (or the pre-aggregated result) when it fires.
+
+    ``ctx.window`` is the window, ``ctx.current_watermark()`` and
+    ``ctx.current_processing_time()`` the operator's times, ``ctx.output(tag, v)``
+    a side output. Outputs get ``ctx.window.max_timestamp()`` as their timestamp.
+
+    Example::
+
+        class CountWindowFunction(es.ProcessWindowFunction):
+            def process(self, key, ctx, elements, out):
+                (count,) = elements
+                out.collect((key, ctx.window.start, ctx.window.end, count))
+    """
+
+    @abstractmethod
+    def process(self, key: Any, ctx: Any, elements: Iterable[Any], out: Collector) -> None:
+        """Emit results for ``key``'s window ``ctx.window``."""
+
+    def clear(self, ctx: Any) -> None:
+        """The window is gone (its allowed lateness passed)."""

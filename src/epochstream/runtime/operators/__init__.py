@@ -1,0 +1,85 @@
+"""Stream operators: what runs inside a task, one batch at a time (see ``base``).
+
+One module per operator family: ``basic`` (map, flat_map, filter, rolling reduce),
+``process`` (process functions), ``timestamps`` (timestamps and watermarks),
+``windows`` (window operators), ``twoinput`` (connect, joins) and ``connectors``
+(source readers and sink writers).
+
+Example::
+
+    op = create_operator(spec, ctx)
+    op.emit = lambda records, timestamps: print(records)
+    op.process_batch([1, 2, 3], None)
+"""
+
+from __future__ import annotations
+
+from epochstream.exceptions import ConfigurationError
+from epochstream.graph.jobgraph import OperatorSpec
+from epochstream.runtime.operators.base import Emit, Operator, OperatorContext, SnapshotParts
+from epochstream.runtime.operators.basic import (
+    FilterOperator,
+    FlatMapOperator,
+    MapOperator,
+    ReduceOperator,
+)
+from epochstream.runtime.operators.process import KeyedProcessOperator, ProcessOperator
+from epochstream.runtime.operators.timestamps import TimestampsOperator
+from epochstream.runtime.operators.twoinput import (
+    CoFlatMapOperator,
+    CoMapOperator,
+    CoProcessOperator,
+    IntervalJoinOperator,
+    TwoInputOperator,
+)
+from epochstream.runtime.operators.windows import WindowOperator
+
+__all__ = [
+    "CoFlatMapOperator",
+    "CoMapOperator",
+    "CoProcessOperator",
+    "Emit",
+    "FilterOperator",
+    "FlatMapOperator",
+    "IntervalJoinOperator",
+    "KeyedProcessOperator",
+    "MapOperator",
+    "Operator",
+    "OperatorContext",
+    "ProcessOperator",
+    "ReduceOperator",
+    "SnapshotParts",
+    "TimestampsOperator",
+    "TwoInputOperator",
+    "WindowOperator",
+    "create_operator",
+]
+
+_FACTORIES: dict[str, type[Operator]] = {
+    "map": MapOperator,
+    "flat_map": FlatMapOperator,
+    "filter": FilterOperator,
+    "reduce": ReduceOperator,
+    "timestamps": TimestampsOperator,
+    "window": WindowOperator,
+    "co_map": CoMapOperator,
+    "co_flat_map": CoFlatMapOperator,
+    "co_process": CoProcessOperator,
+    "interval_join": IntervalJoinOperator,
+}
+
+
+def create_operator(spec: OperatorSpec, ctx: OperatorContext) -> Operator:
+    """Instantiate the runtime operator for ``spec``."""
+    if spec.kind == "process":
+        keyed = spec.key_selector is not None
+        return KeyedProcessOperator(spec, ctx) if keyed else ProcessOperator(spec, ctx)
+    if spec.kind in ("source", "sink"):
+        from epochstream.runtime.operators.connectors import SinkOperator, SourceOperator
+
+        return SourceOperator(spec, ctx) if spec.kind == "source" else SinkOperator(spec, ctx)
+    try:
+        factory = _FACTORIES[spec.kind]
+    except KeyError:
+        raise ConfigurationError(f"no operator for kind {spec.kind!r}") from None
+    return factory(spec, ctx)

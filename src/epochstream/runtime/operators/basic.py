@@ -1,0 +1,160 @@
+"""One-record-at-a-time operators: map, flat_map, filter and the rolling reduce.
+
+Records keep their timestamps: map and reduce pass the input's timestamps list on as
+it is (one output per input), filter keeps those of the records it keeps, flat_map
+repeats each input's timestamp for every output it produces.
+
+Example::
+
+    op = MapOperator(spec, ctx)
+    op.emit = lambda records, timestamps: print(records)
+    op.process_batch([1, 2], [1_000, 2_000])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from epochstream.api.functions import FilterFunction, FlatMapFunction, MapFunction, ReduceFunction
+from epochstream.exceptions import UserFunctionError
+from epochstream.runtime.operators.base import Operator
+from epochstream.state.descriptors import ValueStateDescriptor
+
+__all__ = ["FilterOperator", "FlatMapOperator", "MapOperator", "ReduceOperator"]
+
+_MISSING = object()
+
+# The per-record loops below are plain ``for`` loops rather than comprehensions: when a
+# user function raises, the loop variable still holds the record, so the error can
+# name it at no cost on the normal path.
+
+
+class MapOperator(Operator):
+    """``fn(record)`` per record."""
+
+    def open(self) -> None:
+        super().open()
+        fn = self.function
+        self._fn = self._per_record(fn.map if isinstance(fn, MapFunction) else fn)
+
+    def process_batch(self, records: list[Any], timestamps: list[Any] | None) -> None:
+        fn = self._fn
+        out: list[Any] = []
+        append = out.append
+        x = None
+        try:
+            for x in records:
+                append(fn(x))
+        except Exception as exc:
+            raise UserFunctionError(self.ctx.task_name, x, exc) from exc
+        self.emit(out, timestamps)
+
+
+class FlatMapOperator(Operator):
+    """Every element of ``fn(record)``, each with the input record's timestamp."""
+
+    def open(self) -> None:
+        super().open()
+        fn = self.function
+        self._fn = self._per_record(fn.flat_map if isinstance(fn, FlatMapFunction) else fn)
+
+    def process_batch(self, records: list[Any], timestamps: list[Any] | None) -> None:
+        fn = self._fn
+        out: list[Any] = []
+        extend = out.extend
+        x = None
+        try:
+            if timestamps is None:
+                for x in records:
+                    extend(fn(x))
+            else:
+                out_ts: list[Any] = []
+                for x, ts in zip(records, timestamps, strict=True):
+                    before = len(out)
+                    extend(fn(x))
+                    out_ts.extend([ts] * (len(out) - before))
+        except Exception as exc:
+            raise UserFunctionError(self.ctx.task_name, x, exc) from exc
+        if out:
+            self.emit(out, None if timestamps is None else out_ts)
+
+
+class FilterOperator(Operator):
+    """The records for which ``fn(record)`` is true."""
+
+    def open(self) -> None:
+        super().open()
+        fn = self.function
+        self._fn = self._per_record(fn.filter if isinstance(fn, FilterFunction) else fn)
+
+    def process_batch(self, records: list[Any], timestamps: list[Any] | None) -> None:
+        fn = self._fn
+        out: list[Any] = []
+        append = out.append
+        x = None
+        try:
+            if timestamps is None:
+                for x in records:
+                    if fn(x):
+                        append(x)
+                if out:
+                    self.emit(out, None)
+                return
+            out_ts: list[Any] = []
+            keep_ts = out_ts.append
+            for x, ts in zip(records, timestamps, strict=True):
+                if fn(x):
+                    append(x)
+                    keep_ts(ts)
+        except Exception as exc:
+            raise UserFunctionError(self.ctx.task_name, x, exc) from exc
+        if out:
+            self.emit(out, out_ts)
+
+
+class ReduceOperator(Operator):
+    """Rolling reduce: one value per key, the updated value emitted per record.
+
+    The per-key values live in a backend value table; the keys written are declared
+    to it once per batch (``touched``), which keeps the loop to one lookup and one
+    store per record. Each output has its input record's timestamp.
+    """
+
+    STATE = ValueStateDescriptor("_reduce")
+
+    def open(self) -> None:
+        super().open()
+        assert self.keyed is not None
+        self._table = self.keyed.value_table(self.STATE)
+        fn = self.function
+        self._fn = fn.reduce if isinstance(fn, ReduceFunction) else fn
+        selector = self.spec.key_selector
+        assert selector is not None
+        self._key = selector
+
+    def process_batch(self, records: list[Any], timestamps: list[Any] | None) -> None:
+        key_of = self._key
+        table = self._table
+        get = table.get
+        fn = self._fn
+        out: list[Any] = []
+        append = out.append
+        keys: list[Any] = []
+        remember = keys.append
+        x = None
+        try:
+            for x in records:
+                k = key_of(x)
+                remember(k)
+                cur = get(k, _MISSING)
+                if cur is not _MISSING:
+                    table[k] = cur = fn(cur, x)
+                    append(cur)
+                else:
+                    table[k] = x
+                    append(x)
+        except Exception as exc:
+            raise UserFunctionError(self.ctx.task_name, x, exc) from exc
+        finally:
+            table.touched(keys)
+        self.emit(out, timestamps)

@@ -1,0 +1,126 @@
+"""Process functions: ``DataStream.process`` and ``KeyedStream.process``.
+
+The operator sets the record's timestamp (``ctx.timestamp()``) and, on a keyed
+stream, its key before each ``process_element``, gathers ``out.collect`` and
+``ctx.output`` values, and emits them once per batch. Keyed process functions get
+event- and processing-time timers (``ctx.timer_service()``); ``on_timer`` runs with
+the timer's key current and ``ctx.time_domain()`` set.
+
+Example::
+
+    op = KeyedProcessOperator(spec, ctx)
+    op.open()
+    op.process_batch(records, timestamps)
+    op.process_watermark(10_000)      # fires event-time timers up to 10 s
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from epochstream.api.time import TimeDomain
+from epochstream.exceptions import UserFunctionError
+from epochstream.runtime.operators.base import Operator
+from epochstream.runtime.operators.collect import OutputBuffer, SideOutputs
+from epochstream.runtime.timers import TimerService
+
+__all__ = ["KeyedProcessOperator", "ProcessOperator"]
+
+
+class ProcessOperator(Operator):
+    """Runs a :class:`~epochstream.api.functions.ProcessFunction` (no key, no timers)."""
+
+    def open(self) -> None:
+        self._out = OutputBuffer()
+        self._side = SideOutputs(self.side_emits)
+        self.ctx._side = self._side.add
+        super().open()
+
+    def process_batch(self, records: list[Any], timestamps: list[Any] | None) -> None:
+        out, side, ctx = self._out, self._side, self.ctx
+        out.start(timed=timestamps is not None)
+        collector = out.collector
+        process = self.function.process_element
+        x = None
+        try:
+            if timestamps is None:
+                for x in records:
+                    process(x, ctx, collector)
+            else:
+                for x, ts in zip(records, timestamps, strict=True):
+                    ctx._timestamp = out.ts = side.ts = ts
+                    process(x, ctx, collector)
+                ctx._timestamp = side.ts = None
+        except Exception as exc:
+            raise UserFunctionError(ctx.task_name, x, exc) from exc
+        out.flush(self.emit)
+        side.flush()
+
+
+class KeyedProcessOperator(Operator):
+    """Runs a KeyedProcessFunction with the record's key current, and its timers."""
+
+    def open(self) -> None:
+        assert self.keyed is not None and self.spec.key_selector is not None
+        self._out = OutputBuffer()
+        self._timer_out = OutputBuffer()
+        self._side = SideOutputs(self.side_emits)
+        self.ctx._side = self._side.add
+        # Before the user's open(): it may ask for the timer service.
+        self.create_timer_service(self._fire)
+        assert self.timers is not None
+        self.ctx._timers = TimerService(self.timers)
+        super().open()
+        self._key = self.spec.key_selector
+
+    def process_batch(self, records: list[Any], timestamps: list[Any] | None) -> None:
+        out, side, ctx = self._out, self._side, self.ctx
+        out.start(timed=timestamps is not None)
+        collector = out.collector
+        key_of = self._key
+        backend = self.keyed
+        assert backend is not None
+        set_key = backend.set_current_key
+        process = self.function.process_element
+        x = None
+        try:
+            if timestamps is None:
+                for x in records:
+                    set_key(key_of(x))
+                    process(x, ctx, collector)
+            else:
+                for x, ts in zip(records, timestamps, strict=True):
+                    set_key(key_of(x))
+                    ctx._timestamp = out.ts = side.ts = ts
+                    process(x, ctx, collector)
+                ctx._timestamp = side.ts = None
+        except Exception as exc:
+            raise UserFunctionError(ctx.task_name, x, exc) from exc
+        out.flush(self.emit)
+        side.flush()
+
+    def _fire(self, domain: TimeDomain, timestamp: int, key: Any, namespace: Any) -> None:
+        ctx = self.ctx
+        event_time = domain is TimeDomain.EVENT_TIME
+        ctx._timestamp = timestamp
+        ctx._domain = domain
+        self._timer_out.ts = self._side.ts = timestamp if event_time else None
+        try:
+            self.function.on_timer(timestamp, ctx, self._timer_out.collector)
+        except Exception as exc:
+            raise UserFunctionError(f"{ctx.task_name} on_timer", timestamp, exc) from exc
+        finally:
+            ctx._timestamp = None
+            ctx._domain = None
+
+    def process_watermark(self, watermark: int) -> None:
+        self._timer_out.start(timed=True)
+        super().process_watermark(watermark)
+
+    def on_processing_time(self, now_ms: int) -> None:
+        self._timer_out.start(timed=False)
+        super().on_processing_time(now_ms)
+
+    def flush_timer_output(self) -> None:
+        self._timer_out.flush(self.emit)
+        self._side.flush()

@@ -1,0 +1,343 @@
+"""The window operator driven directly: timestamps in, watermarks advanced by hand,
+real keyed-state backends (heap and RocksDB), snapshots and restores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import epochstream as es
+from epochstream.api.windowed import WindowedStream
+from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.graph.jobgraph import OperatorSpec
+from epochstream.runtime.clock import ManualClock
+from epochstream.runtime.operators import OperatorContext, WindowOperator, create_operator
+from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
+from epochstream.state.backends.heap import HeapStateBackend
+from epochstream.state.backends.rocksdb import RocksDBStateBackend
+from epochstream.state.handles import OperatorRestore
+from epochstream.state.keygroups import key_group_range_for_operator
+from epochstream.state.operator import OperatorStateStore
+
+MAX_P = 128
+LATE = es.OutputTag("late")
+
+
+class Out:
+    """Records (with timestamps) an operator emitted, per output."""
+
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+        self.timestamps: list[Any] = []
+
+    def __call__(self, records: list[Any], timestamps: list[Any] | None = None) -> None:
+        self.records.extend(records)
+        self.timestamps.extend(timestamps if timestamps is not None else [None] * len(records))
+
+    def take(self) -> list[Any]:
+        records, self.records, self.timestamps = self.records, [], []
+        return records
+
+
+class Rig:
+    """Builds window operators over one backend kind; snapshots and restores them."""
+
+    def __init__(self, kind: str, root: Path) -> None:
+        self.kind = kind
+        self.root = root
+        self.clock = ManualClock(start=0.0)
+        self.made = 0
+
+    def operator(
+        self,
+        configure: Any,
+        *,
+        parallelism: int = 1,
+        subtask: int = 0,
+        restore: Any = None,
+    ) -> tuple[WindowOperator, Out, Out]:
+        """``configure(windowed_stream) -> DataStream`` builds the payload, as the API would."""
+        self.made += 1
+        env = es.Environment(parallelism=1, runner="local")
+        keyed = env.from_collection([]).key_by(_first)
+        configure(keyed).print()
+        spec_t = next(t for t in env._graph.transformations if t.kind == "window")
+        config = HeapStateBackend() if self.kind == "heap" else RocksDBStateBackend(block_cache_mb=8)
+        backend = config.create(
+            KeyedBackendContext(
+                operator_uid="w",
+                subtask=subtask,
+                max_parallelism=MAX_P,
+                key_group_range=key_group_range_for_operator(MAX_P, parallelism, subtask),
+                clock=self.clock,
+                local_dir=str(self.root / f"local-{self.made}"),
+            )
+        )
+        spec = OperatorSpec(uid="w", name="window", kind="window", payload=spec_t.payload, key_selector=_first)
+        ctx = OperatorContext(
+            subtask_index=subtask,
+            parallelism=parallelism,
+            max_parallelism=MAX_P,
+            attempt=0,
+            job_id="job",
+            task_name="window (1/1)",
+            operator_state=OperatorStateStore(),
+            keyed_backend=backend,
+            checkpointing=True,
+            clock=self.clock,
+        )
+        op = create_operator(spec, ctx)
+        assert isinstance(op, WindowOperator)
+        out, late = Out(), Out()
+        op.emit = out
+        op.side_emits[LATE.name] = late
+        if restore is not None:
+            mine = restore.restricted_to(backend.key_group_range)
+            op.initialize_state(OperatorRestore(keyed=[mine] if mine else []), checkpoint_id=None)
+        op.open()
+        return op, out, late
+
+    def snapshot(self, op: WindowOperator, n: int) -> Any:
+        target = SnapshotTarget(
+            fs=storage_fs(str(self.root)),
+            checkpoint_id=n,
+            directory=str(self.root / f"chk-{n}"),
+            shared_dir=str(self.root / "shared"),
+            name=f"w-{n}",
+        )
+        parts = op.snapshot(target)
+        assert parts.keyed is not None
+        return parts.keyed.run()
+
+
+@pytest.fixture(params=["heap", "rocksdb"])
+def rig(request: pytest.FixtureRequest, tmp_path: Path) -> Rig:
+    return Rig(request.param, tmp_path)
+
+
+def _first(t: Any) -> Any:
+    return t[0]
+
+
+def feed(op: WindowOperator, *items: tuple[Any, int]) -> None:
+    op.process_batch([r for r, _ in items], [ts for _, ts in items])
+
+
+# ---------------------------------------------------------------- tumbling, lateness
+
+
+def test_tumbling_windows_fire_when_the_watermark_passes_their_end(rig: Rig) -> None:
+    op, out, _ = rig.operator(
+        lambda k: k.window(es.TumblingEventTimeWindows.of(1000)).sum(1)
+    )
+    feed(op, (("a", 1), 100), (("b", 1), 200), (("a", 1), 999), (("a", 1), 1000))
+    op.process_watermark(998)
+    assert out.take() == []
+    op.process_watermark(999)
+    assert sorted(out.records) == [("a", 2), ("b", 1)]
+    assert out.timestamps == [999, 999], "window results carry the window's max timestamp"
+    out.take()
+    op.process_watermark(es.MAX_WATERMARK)
+    assert out.take() == [("a", 1)]
+    assert op.timers is not None and op.timers.pending() == 0, "state and timers cleaned up"
+
+
+def test_late_records_go_to_the_side_output_and_lateness_refires(rig: Rig) -> None:
+    op, out, late = rig.operator(
+        lambda k: k.window(es.TumblingEventTimeWindows.of(1000))
+        .allowed_lateness(500)
+        .side_output_late_data(LATE)
+        .sum(1)
+    )
+    feed(op, (("a", 1), 10))
+    op.process_watermark(1200)
+    assert out.take() == [("a", 1)]
+    feed(op, (("a", 5), 20))  # late but within the allowed lateness: fires again
+    assert out.take() == [("a", 6)]
+    op.process_watermark(1499)  # cleanup time: window end - 1 + lateness
+    feed(op, (("a", 7), 30))  # too late for every window it belongs to
+    assert out.take() == []
+    assert late.records == [("a", 7)] and late.timestamps == [30]
+
+
+def test_sliding_windows_give_each_record_to_size_over_slide_windows(rig: Rig) -> None:
+    op, out, _ = rig.operator(
+        lambda k: k.window(es.SlidingEventTimeWindows.of(1000, 500)).count()
+    )
+    feed(op, (("a", 0), 0), (("a", 0), 600), (("a", 0), 1100))
+    op.process_watermark(es.MAX_WATERMARK)
+    by_time = sorted(zip(out.timestamps, out.records, strict=True))
+    # windows [-500,500) [0,1000) [500,1500) [1000,2000)
+    assert by_time == [(499, ("a", 1)), (999, ("a", 2)), (1499, ("a", 2)), (1999, ("a", 1))]
+
+
+def test_process_window_function_sees_all_elements_and_the_window(rig: Rig) -> None:
+    class Describe(es.ProcessWindowFunction):
+        def process(self, key: Any, ctx: Any, elements: Any, out: Any) -> None:
+            out.collect((key, ctx.window.start, ctx.window.end, sorted(v for _, v in elements)))
+
+    op, out, _ = rig.operator(lambda k: k.window(es.TumblingEventTimeWindows.of(100)).process(Describe()))
+    feed(op, (("k", 3), 5), (("k", 1), 50), (("k", 2), 150))
+    op.process_watermark(es.MAX_WATERMARK)
+    assert out.records == [("k", 0, 100, [1, 3]), ("k", 100, 200, [2])]
+
+
+def test_aggregate_with_a_window_function(rig: Rig) -> None:
+    class Mean(es.AggregateFunction):
+        def create_accumulator(self) -> tuple[int, int]:
+            return (0, 0)
+
+        def add(self, value: Any, acc: tuple[int, int]) -> tuple[int, int]:
+            return (acc[0] + value[1], acc[1] + 1)
+
+        def get_result(self, acc: tuple[int, int]) -> float:
+            return acc[0] / acc[1]
+
+        def merge(self, a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+            return (a[0] + b[0], a[1] + b[1])
+
+    class Label(es.ProcessWindowFunction):
+        def process(self, key: Any, ctx: Any, elements: Any, out: Any) -> None:
+            (mean,) = elements
+            out.collect((key, ctx.window.end, mean))
+
+    op, out, _ = rig.operator(
+        lambda k: k.window(es.TumblingEventTimeWindows.of(10)).aggregate(Mean(), Label())
+    )
+    feed(op, (("x", 2), 1), (("x", 4), 2), (("y", 9), 3))
+    op.process_watermark(9)
+    assert sorted(out.records) == [("x", 10, 3.0), ("y", 10, 9.0)]
+
+
+# ---------------------------------------------------------------- sessions
+
+
+def test_session_windows_merge_when_a_record_bridges_them(rig: Rig) -> None:
+    op, out, _ = rig.operator(
+        lambda k: k.window(es.EventTimeSessionWindows.with_gap(100)).sum(1)
+    )
+    feed(op, (("s", 1), 0), (("s", 2), 300))  # two sessions: [0,100) [300,400)
+    op.process_watermark(98)
+    assert out.take() == []
+    feed(op, (("s", 4), 90), (("s", 8), 180), (("s", 16), 270))  # bridge them: [0,400)
+    op.process_watermark(398)
+    assert out.take() == []
+    op.process_watermark(399)
+    assert out.take() == [("s", 31)]
+    assert out.timestamps == [] and op.timers is not None and op.timers.pending() == 0
+    feed(op, (("s", 32), 1000))
+    op.process_watermark(es.MAX_WATERMARK)
+    assert out.take() == [("s", 32)]
+
+
+def test_sessions_survive_a_snapshot_and_keep_merging(rig: Rig) -> None:
+    op, _, _ = rig.operator(lambda k: k.window(es.EventTimeSessionWindows.with_gap(100)).sum(1))
+    feed(op, (("s", 1), 0), (("s", 2), 300), (("t", 5), 10))
+    handle = rig.snapshot(op, 1)
+    again, out, _ = rig.operator(
+        lambda k: k.window(es.EventTimeSessionWindows.with_gap(100)).sum(1), restore=handle
+    )
+    feed(again, (("s", 4), 150), (("s", 8), 240))
+    again.process_watermark(es.MAX_WATERMARK)
+    assert sorted(out.records) == [("s", 1), ("s", 14), ("t", 5)]
+
+
+# ---------------------------------------------------------------- triggers
+
+
+def test_count_window_fires_and_purges_every_n_records(rig: Rig) -> None:
+    op, out, _ = rig.operator(lambda k: k.count_window(3).sum(1))
+    feed(op, *[(("c", i), i) for i in range(1, 8)])
+    assert out.take() == [("c", 6), ("c", 15)]
+    op.process_watermark(es.MAX_WATERMARK)
+    assert out.take() == [], "a global window never fires by time"
+
+
+def test_continuous_event_time_trigger_fires_every_interval(rig: Rig) -> None:
+    op, out, _ = rig.operator(
+        lambda k: k.window(es.TumblingEventTimeWindows.of(1000))
+        .trigger(es.ContinuousEventTimeTrigger.of(250))
+        .sum(1)
+    )
+    feed(op, (("a", 1), 10))
+    op.process_watermark(250)
+    assert out.take() == [("a", 1)]
+    feed(op, (("a", 2), 300))
+    op.process_watermark(999)
+    assert out.take() == [("a", 3)] * 3, "at 500, 750 and the window's end (999)"
+
+
+def test_processing_time_windows_follow_the_injected_clock(rig: Rig) -> None:
+    op, out, _ = rig.operator(lambda k: k.window(es.TumblingProcessingTimeWindows.of(1000)).sum(1))
+    rig.clock.advance(10.0)  # 10,000 ms
+    feed(op, (("p", 1), 0), (("p", 2), 0))
+    op.on_processing_time(10_998)
+    assert out.take() == []
+    op.on_processing_time(10_999)
+    assert out.take() == [("p", 3)]
+    assert op.next_processing_time() is None
+
+
+# ---------------------------------------------------------------- snapshots, rescale
+
+
+def test_open_windows_and_timers_restore_at_another_parallelism(rig: Rig) -> None:
+    op, _, _ = rig.operator(lambda k: k.window(es.TumblingEventTimeWindows.of(100)).sum(1))
+    keys = [f"k{i}" for i in range(30)]
+    feed(op, *[((k, i), i) for i, k in enumerate(keys)])
+    handle = rig.snapshot(op, 1)
+    results = []
+    for subtask in range(2):
+        again, out, _ = rig.operator(
+            lambda k: k.window(es.TumblingEventTimeWindows.of(100)).sum(1),
+            parallelism=2,
+            subtask=subtask,
+            restore=handle,
+        )
+        again.process_watermark(99)
+        results += out.records
+    assert sorted(results) == sorted((k, i) for i, k in enumerate(keys))
+
+
+def test_a_record_without_timestamp_in_an_event_time_window_is_a_clear_error(rig: Rig) -> None:
+    op, _, _ = rig.operator(lambda k: k.window(es.TumblingEventTimeWindows.of(100)).sum(1))
+    with pytest.raises(es.UserFunctionError, match="assign_timestamps_and_watermarks"):
+        op.process_batch([("a", 1)], None)
+
+
+def test_windowed_stream_refuses_bad_configuration() -> None:
+    env = es.Environment(parallelism=1, runner="local")
+    keyed = env.from_collection([]).key_by(_first)
+    with pytest.raises(es.ConfigurationError, match="window assigner"):
+        keyed.window("5s")  # type: ignore[arg-type]
+    sessions = keyed.window(es.EventTimeSessionWindows.with_gap(10))
+    assert isinstance(sessions, WindowedStream)
+    with pytest.raises(es.ConfigurationError, match="event-time windows only"):
+        keyed.window(es.TumblingProcessingTimeWindows.of(10)).allowed_lateness(5)
+    with pytest.raises(es.ConfigurationError, match=r"int milliseconds or a datetime\.timedelta"):
+        es.TumblingEventTimeWindows.of(5.0)
+    with pytest.raises(es.ConfigurationError, match=r"aggregate needs an es\.AggregateFunction"):
+        keyed.window(es.TumblingEventTimeWindows.of(10)).aggregate(lambda a: a)  # type: ignore[arg-type]
+
+
+def test_dynamic_session_gaps_come_from_each_record(rig: Rig) -> None:
+    op, out, _ = rig.operator(
+        lambda k: k.window(es.EventTimeSessionWindows.with_dynamic_gap(lambda r: r[1])).count()
+    )
+    # a gap of 50 after the first record does not reach 100; a gap of 500 after 100 does reach 400
+    feed(op, (("g", 50), 0), (("g", 500), 100), (("g", 10), 400))
+    op.process_watermark(es.MAX_WATERMARK)
+    assert sorted(zip(out.timestamps, out.records, strict=True)) == [(49, ("g", 1)), (599, ("g", 2))]
+
+
+def test_trigger_state_and_timers_are_per_window_and_key(rig: Rig) -> None:
+    op, out, _ = rig.operator(
+        lambda k: k.window(es.TumblingEventTimeWindows.of(100)).trigger(es.CountTrigger.of(2)).count()
+    )
+    feed(op, (("a", 0), 1), (("b", 0), 2), (("a", 0), 150), (("a", 0), 3))
+    assert out.take() == [("a", 2)], "a's first window reached 2; its second has 1, b's has 1"
+    op.process_watermark(es.MAX_WATERMARK)
+    assert out.take() == [], "a count trigger never fires by time, and the windows are cleaned up"
+    assert op.timers is not None and op.timers.pending() == 0
