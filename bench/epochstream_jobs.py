@@ -1,4 +1,4 @@
-"""The epochstream side of the benchmark: workloads A and B as epochstream jobs.
+"""The epochstream side of the benchmark: workloads A, B and C as epochstream jobs.
 
 Each ``run_*`` function builds one job on a fresh :class:`epochstream.Environment`,
 runs it to completion, and returns a plain dict (JSON-ready) with the wall time of
@@ -36,6 +36,7 @@ __all__ = [
     "count_committed_lines",
     "run_fixed_cost",
     "run_keyed_sum",
+    "run_windowed_wordcount",
     "run_wordcount",
 ]
 
@@ -151,6 +152,44 @@ def run_wordcount(
             raise RuntimeError(
                 f"FileSink output in {out_dir} has {lines} committed lines, expected {words}"
             )
+    return row
+
+
+def run_windowed_wordcount(
+    path: str,
+    words: int,
+    *,
+    spark: Any = None,
+    parallelism: int = 2,
+    runner: str = "spark",
+    checkpoint: float | None = None,
+    storage: str = "/tmp/epochstream-bench/ck-c",
+    bound_ms: int = 2_000,
+    window_ms: int = 5_000,
+) -> dict[str, Any]:
+    """Workload C: words per tumbling event-time window over a timestamped text
+    (``"<ms> word word ..."``), watermark ``bound_ms`` behind, results discarded.
+
+    Example: ``run_windowed_wordcount("/tmp/words-ts.txt", 2_929_224, checkpoint=1.0)["rate"]``
+    """
+    env = _environment(parallelism, runner, spark)
+    _enable(env, checkpoint, storage)
+    (
+        env.from_text_file(path)
+        .uid("text")
+        .assign_timestamps_and_watermarks(
+            es.WatermarkStrategy.bounded_out_of_orderness(bound_ms).with_timestamp_assigner(
+                lambda line, ts: int(line[: line.index(" ")])
+            )
+        )
+        .flat_map(lambda line: [(w.lower(), 1) for w in line.split()[1:]])
+        .key_by(lambda t: t[0])
+        .window(es.TumblingEventTimeWindows.of(window_ms))
+        .sum(1)
+        .uid("window-counts")
+        .sink_to(es.sinks.DiscardSink())
+    )
+    _, row = _execute(env, "bench-windowed-wordcount", words)
     return row
 
 

@@ -12,8 +12,11 @@ chosen so a batch takes roughly the checkpoint interval of the epochstream runs.
 - A: the text split into files (``--path`` is a directory) read ``--files-per-batch``
   at a time with ``Trigger.AvailableNow``; ``explode(split(value, ' '))``, ``lower``,
   count per word.
+- C: workload C's timestamped text the same way; ``withWatermark`` 2 s and a count per
+  word and 5 s ``window`` of the timestamp, in ``append`` mode (a window's result once
+  the watermark passes it).
 
-Both write in ``update`` mode to the ``noop`` sink. Expressions run in the JVM
+A and B write in ``update`` mode to the ``noop`` sink. Expressions run in the JVM
 (no Python UDF), as a Spark user would write them. Prints one JSON line.
 
 Example::
@@ -32,7 +35,7 @@ import tempfile
 import time
 from typing import Any
 
-from workloads import peer_arguments
+from workloads import C_BOUND_MS, C_WINDOW_MS, peer_arguments
 
 
 def _session(parallelism: int) -> Any:
@@ -125,6 +128,41 @@ def _run_a(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[str, Any]:
     return result
 
 
+def _run_c(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[str, Any]:
+    """Workload C: words per 5 s tumbling window of event time, watermark 2 s behind."""
+    from pyspark.sql import functions as F
+
+    lines = (
+        spark.readStream.format("text")
+        .option("maxFilesPerTrigger", args.files_per_batch)
+        .load(args.path)
+    )
+    parts = F.split(F.col("value"), " ", 2)
+    words = lines.select(
+        F.timestamp_millis(parts.getItem(0).cast("long")).alias("ts"),
+        F.explode(F.split(parts.getItem(1), " ")).alias("w"),
+    ).where(F.col("w") != "")
+    counts = (
+        words.withWatermark("ts", f"{C_BOUND_MS} milliseconds")
+        .groupBy(F.window("ts", f"{C_WINDOW_MS} milliseconds"), F.lower(F.col("w")).alias("w"))
+        .count()
+    )
+    start = time.perf_counter()
+    query = (
+        counts.writeStream.outputMode("append")
+        .format("noop")
+        .option("checkpointLocation", ckdir)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    wall = time.perf_counter() - start
+    batches = sorted(query.recentProgress, key=lambda p: p["batchId"])
+    result = _result(args.n, wall, batches)
+    result["input_lines"] = sum(p["numInputRows"] for p in batches)
+    return result
+
+
 def _result(events: int, wall: float, batches: list[dict[str, Any]]) -> dict[str, Any]:
     durations = [p["durationMs"].get("triggerExecution", 0) / 1000.0 for p in batches]
     return {
@@ -146,7 +184,8 @@ def main() -> None:
     spark = _session(args.parallelism)
     ckdir = tempfile.mkdtemp(prefix="spark-ss-ck-")
     try:
-        result = _run_b(spark, args, ckdir) if args.workload == "B" else _run_a(spark, args, ckdir)
+        run = {"A": _run_a, "B": _run_b, "C": _run_c}[args.workload]
+        result = run(spark, args, ckdir)
     finally:
         spark.stop()
         shutil.rmtree(ckdir, ignore_errors=True)

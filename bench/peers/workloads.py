@@ -1,4 +1,4 @@
-"""The two benchmark workloads, defined once for epochstream and every peer.
+"""The benchmark workloads, defined once for epochstream and every peer.
 
 Standard library only: peer scripts import this module from their own virtualenvs
 (Bytewax, PyFlink), where epochstream is not installed.
@@ -7,6 +7,10 @@ Standard library only: peer scripts import this module from their own virtualenv
   words, lowercased, counted per word.
 - Workload B (keyed running sum): ``i`` for ``0 <= i < n`` becomes
   ``(i * 7919 % 100000, i % 1000)``; the running sum of the second field per key.
+- Workload C (windowed word count): workload A's text with an event timestamp in front
+  of each line (``"<ms> word word ..."``, ``C_STEP_MS`` per line, up to ``C_JITTER_MS``
+  out of order); words counted per word and 5-second tumbling window of event time,
+  with a watermark ``C_BOUND_MS`` behind the largest timestamp.
 
 Example::
 
@@ -23,9 +27,15 @@ from collections.abc import Iterator
 
 __all__ = [
     "B_KEYS",
+    "C_BASE_MS",
+    "C_BOUND_MS",
+    "C_JITTER_MS",
+    "C_STEP_MS",
+    "C_WINDOW_MS",
     "TEXT_SEED",
     "VOCABULARY_SIZE",
     "ensure_text",
+    "ensure_timestamped_text",
     "expected_b_total",
     "peer_arguments",
     "sequence_record",
@@ -37,6 +47,11 @@ __all__ = [
 TEXT_SEED = 20260601
 VOCABULARY_SIZE = 20_000
 B_KEYS = 100_000
+C_BASE_MS = 1_700_000_000_000
+C_STEP_MS = 3
+C_JITTER_MS = 1_500
+C_BOUND_MS = 2_000
+C_WINDOW_MS = 5_000
 _WORDS_PER_LINE = 12
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
@@ -113,6 +128,31 @@ def ensure_text(path: str, size_mb: float, seed: int = TEXT_SEED) -> str:
     return path
 
 
+def ensure_timestamped_text(source: str, path: str) -> str:
+    """Workload C's input: ``source`` (workload A's text) with ``"<ms> "`` before each line.
+
+    Line ``i`` gets ``C_BASE_MS + i * C_STEP_MS - (i * 613) % C_JITTER_MS``: time moves
+    forward with the lines, each up to ``C_JITTER_MS`` late, within the watermark bound.
+    Regenerated only when the source changed.
+
+    Example: ``ensure_timestamped_text(text, "/tmp/epochstream-bench/words-ts.txt")``
+    """
+    meta = f"{path}.meta"
+    want = f"{os.path.getsize(source)} {C_STEP_MS} {C_JITTER_MS}\n"
+    if os.path.exists(path) and os.path.exists(meta):
+        with open(meta, encoding="ascii") as f:
+            if f.read() == want:
+                return path
+    tmp = f"{path}.tmp"
+    with open(source, encoding="ascii") as src, open(tmp, "w", encoding="ascii") as out:
+        for i, line in enumerate(src):
+            out.write(f"{C_BASE_MS + i * C_STEP_MS - (i * 613) % C_JITTER_MS} {line}")
+    os.replace(tmp, path)
+    with open(meta, "w", encoding="ascii") as f:
+        f.write(want)
+    return path
+
+
 def text_stats(path: str) -> tuple[int, int]:
     """``(lines, words)`` of a text file, counted the way workload A splits it.
 
@@ -158,7 +198,7 @@ def peer_arguments(description: str) -> argparse.ArgumentParser:
     Example: ``args = peer_arguments("bytewax peer").parse_args()``
     """
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("workload", choices=["A", "B"])
+    parser.add_argument("workload", choices=["A", "B", "C"])
     parser.add_argument("--n", type=int, default=10_000_000)
     parser.add_argument("--path", default="")
     return parser

@@ -8,7 +8,7 @@
      +-- JobCancelled                the job was cancelled, or stopped with a savepoint
      +-- DataError                   bad input that retrying cannot fix (restarts are suppressed)
      |    +-- SourceDecodeError      a record a source cannot decode, with file and byte offset
-     |    +-- SerializationError     a record that cannot be pickled to cross between slots
+     |    +-- SerializationError     a record or message that cannot be pickled between processes
      +-- StateError                  state that cannot be read, restored or redistributed
      |    +-- KeyEncodingError       a key that is unhashable or has no stable encoding (never restarted)
      |    +-- CorruptStateError      a state file missing or failing its checksum (restore falls back)
@@ -122,7 +122,8 @@ def _rebuild_decode_error(message: str, path: str, offset: int) -> SourceDecodeE
 
 
 class SerializationError(DataError):
-    """A record that cannot be pickled to cross from one slot to another.
+    """A record that cannot be pickled to cross from one slot to another, or a
+    control message (a deployment, a split) that does not unpickle where it arrives.
 
     Records move between slots (after ``key_by``, ``rebalance``, ``broadcast``) as
     pickles; within a slot they are handed over by reference, so the same job may work

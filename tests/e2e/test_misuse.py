@@ -3,6 +3,8 @@ unusable storage fails before any record is read, execute() runs each pipeline o
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,3 +131,89 @@ def test_execute_twice_runs_each_pipeline_once(tmp_path: Path) -> None:
         first.map(str.upper)
     with pytest.raises(es.ConfigurationError, match="no operators"):
         env.execute("nothing built")
+
+
+_SCRIPT_SOURCE = '''
+import sys
+import epochstream as es
+
+
+class Part:                      # a split class of the job script itself (__main__)
+    def __init__(self, split_id, start, end, pos=0):
+        self.split_id, self.start, self.end, self.pos = split_id, start, end, pos
+
+
+class Numbers(es.sources.Source):
+    def create_splits(self, parallelism):
+        return [Part(f"part-{i}", i * 500, (i + 1) * 500) for i in range(4)]
+
+    def create_reader(self, ctx):
+        return Reader()
+
+
+class Reader(es.sources.SourceReader):
+    def __init__(self):
+        self.parts = []
+
+    def add_splits(self, splits):
+        self.parts.extend(splits)
+
+    def poll(self, max_records):
+        out = []
+        for p in self.parts:
+            take = min(max_records - len(out), p.end - p.start - p.pos)
+            out += range(p.start + p.pos, p.start + p.pos + take)
+            p.pos += take
+        return out
+
+    @property
+    def exhausted(self):
+        return all(p.pos >= p.end - p.start for p in self.parts)
+
+    def snapshot(self):
+        return [Part(p.split_id, p.start, p.end, p.pos) for p in self.parts]
+
+    def close(self):
+        self.parts = []
+
+
+env = es.Environment(parallelism=2, runner="local")
+env.enable_checkpointing(0.2, storage=sys.argv[1] + "/ckpt")
+env.from_source(Numbers()).sink_to(es.sinks.FileSink(sys.argv[1] + "/out"))
+env.execute("script-splits")
+'''
+
+
+def test_sources_whose_splits_are_script_classes_deploy(tmp_path: Path) -> None:
+    """Splits made in the driver from classes of the job script (``__main__``) reach
+    slot processes, which know that module by another name."""
+    script = tmp_path / "job.py"
+    script.write_text(_SCRIPT_SOURCE)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(es.testing.read_committed(tmp_path / "out")) == list(range(2000))
+
+
+def _refuse_to_load() -> None:
+    raise RuntimeError("this object cannot be rebuilt in a slot")
+
+
+class _Unloadable:
+    """Pickles fine; unpickling raises (as a class missing on a worker would)."""
+
+    def __reduce__(self) -> tuple:
+        return (_refuse_to_load, ())
+
+
+def test_a_deployment_that_does_not_load_fails_without_restarts(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    captured = _Unloadable()
+    env.from_sequence(0, 10).map(lambda x: (captured, x)[1]).sink_to(es.sinks.DiscardSink())
+    with pytest.raises(es.JobExecutionError) as info:
+        env.execute("unloadable")
+    err = info.value
+    assert err.restarts == 0, "the same bytes fail to load on every attempt"
+    assert "cannot load its deployment" in err.cause
+    assert "this object cannot be rebuilt in a slot" in err.cause

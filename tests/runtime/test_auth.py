@@ -13,8 +13,8 @@ import time
 import pytest
 
 from epochstream.deploy.control import ControlServer
-from epochstream.exceptions import AuthenticationError
-from epochstream.runtime.auth import MAGIC, connect, new_secret
+from epochstream.exceptions import AuthenticationError, SerializationError
+from epochstream.runtime.auth import MAGIC, FramedConnection, connect, new_secret
 from epochstream.runtime.channels import InputGate
 from epochstream.runtime.network import ChannelHello, DataPlaneServer, open_channel
 
@@ -153,3 +153,20 @@ def test_silent_peer_does_not_block_other_connections() -> None:
         idle.close()
     finally:
         server.close()
+
+
+def test_a_frame_that_does_not_unpickle_is_a_serialization_error() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    a = FramedConnection(socket.create_connection(listener.getsockname()))
+    b = FramedConnection(listener.accept()[0])
+    try:
+        # A pickle naming a class the receiving process does not have.
+        a.send_bytes(b"c__main__\nNoSuchThing_\n.")
+        with pytest.raises(SerializationError, match="does not unpickle: AttributeError"):
+            b.recv()
+        a.send({"still": "usable"})  # the stream stays in step after a bad frame
+        assert b.recv() == {"still": "usable"}
+    finally:
+        a.close()
+        b.close()
+        listener.close()

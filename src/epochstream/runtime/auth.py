@@ -38,8 +38,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from epochstream.exceptions import AuthenticationError
-from epochstream.state.serializers import pickle_dumps
+import cloudpickle
+
+from epochstream.exceptions import AuthenticationError, SerializationError
 
 __all__ = [
     "HANDSHAKE_TIMEOUT",
@@ -205,9 +206,14 @@ class FramedConnection:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def send(self, obj: Any) -> None:
-        """Pickle ``obj`` (by value where it must be: user split states, job-script
-        classes) and send it as one frame."""
-        self.send_bytes(pickle_dumps(obj))
+        """Pickle ``obj`` and send it as one frame.
+
+        Control messages carry user objects (split states, source positions) whose
+        classes may be known here only by value, or live in the job script's
+        ``__main__``, which plain pickle would reference by a name no other process
+        resolves: cloudpickle sends both by value, everything importable by name.
+        """
+        self.send_bytes(cloudpickle.dumps(obj, protocol=5))
 
     def send_bytes(self, payload: bytes) -> None:
         """Send an already pickled payload as one frame."""
@@ -218,7 +224,19 @@ class FramedConnection:
                 self.sock.sendall(payload)
 
     def recv(self) -> Any:
-        """Block for the next frame and unpickle it; raises ConnectionError at end of stream."""
+        """Block for the next frame and unpickle it; raises ConnectionError at end of
+        stream, ``SerializationError`` when the frame arrived but does not unpickle."""
+        payload = self.recv_bytes()
+        try:
+            return pickle.loads(payload)
+        except Exception as exc:
+            raise SerializationError(
+                f"connection {self.name}: a frame of {len(payload)} bytes does not unpickle: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+
+    def recv_bytes(self) -> bytes:
+        """Block for the next frame's payload; raises ConnectionError at end of stream."""
         header = self._rfile.read(_HEADER)
         if len(header) < _HEADER:
             raise ConnectionError(f"connection {self.name} closed")
@@ -230,7 +248,7 @@ class FramedConnection:
         payload = self._rfile.read(size)
         if len(payload) < size:
             raise ConnectionError(f"connection {self.name} closed mid-frame")
-        return pickle.loads(payload)
+        return payload
 
     def close(self) -> None:
         """Shut the socket down (unblocks a reader or writer in another thread) and close it."""

@@ -21,12 +21,13 @@ import shutil
 import sys
 import tempfile
 import threading
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
 import cloudpickle
 
-from epochstream.exceptions import TaskFailure
+from epochstream.exceptions import SerializationError, TaskFailure
 from epochstream.graph.jobgraph import JobGraph
 from epochstream.runtime.auth import FramedConnection, connect
 from epochstream.runtime.messages import (
@@ -88,16 +89,21 @@ class _Slot:
 
     def deploy(self) -> bool:
         self.send(RegisterSlot(self.index, self.launch.attempt, os.getpid(), self.host))
-        msg = self.control.recv()
-        if isinstance(msg, CancelSlot):
-            log.warning("slot %d: job master refused registration: %s", self.index, msg.reason)
+        try:
+            msg = self.control.recv()
+            if isinstance(msg, CancelSlot):
+                log.warning("slot %d: job master refused registration: %s", self.index, msg.reason)
+                return False
+            if not isinstance(msg, DeploySlot):
+                raise TypeError(f"slot {self.index}: expected DeploySlot, got {type(msg).__name__}")
+            for path in reversed(msg.sys_path):
+                if path not in sys.path and os.path.isdir(path):
+                    sys.path.insert(0, path)
+            graph: JobGraph = self._load_graph(msg.graph_bytes)
+        except SerializationError as exc:
+            # The same bytes would fail on every restart: the master fails the job.
+            self._report_deploy_failure(exc)
             return False
-        if not isinstance(msg, DeploySlot):
-            raise TypeError(f"slot {self.index}: expected DeploySlot, got {type(msg).__name__}")
-        for path in reversed(msg.sys_path):
-            if path not in sys.path and os.path.isdir(path):
-                sys.path.insert(0, path)
-        graph: JobGraph = cloudpickle.loads(msg.graph_bytes)
         env = TaskEnvironment(
             job_id=msg.job_id,
             attempt=msg.attempt,
@@ -125,6 +131,27 @@ class _Slot:
         self._wire(peers.addresses)
         self.send(SlotRunning(self.index))
         return True
+
+    def _load_graph(self, graph_bytes: bytes) -> JobGraph:
+        try:
+            graph: JobGraph = cloudpickle.loads(graph_bytes)
+        except Exception as exc:  # e.g. a module the job imports is missing on this host
+            raise SerializationError(
+                f"slot {self.index}: the job graph does not unpickle on host {self.host}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        return graph
+
+    def _report_deploy_failure(self, exc: SerializationError) -> None:
+        log.error("slot %d cannot load its deployment: %s", self.index, exc)
+        self.send(
+            TaskFailed(
+                task=("deploy", self.index),
+                description=f"slot {self.index} cannot load its deployment: {exc}",
+                traceback="".join(traceback.format_exception(exc)),
+                suppress_restarts=True,
+            )
+        )
 
     def _route(self, hello: ChannelHello) -> tuple[Any, int]:
         edge = next(e for e in self.graph.edges if e.edge_id == hello.edge_id)

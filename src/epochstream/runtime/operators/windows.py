@@ -32,6 +32,7 @@ from typing import Any
 from epochstream.api.functions import ReduceFunction
 from epochstream.api.time import TimeDomain
 from epochstream.api.windowed import WindowSpec
+from epochstream.api.windowing import EventTimeTrigger
 from epochstream.exceptions import StateError, UserFunctionError
 from epochstream.runtime.events import MAX_WATERMARK
 from epochstream.runtime.operators.base import Operator
@@ -144,6 +145,14 @@ class WindowOperator(Operator):
         self._wctx = _WindowContext(self)
         self.create_timer_service(self._on_timer, namespace_of=spec.assigner.window_from)
         self._key = self.spec.key_selector
+        # Most windowed jobs are event-time windows that never merge, aggregated as records
+        # come, with the default trigger: their per-record work is inlined (same result).
+        self._fast = (
+            self._event_time
+            and self._incremental
+            and self._merging is None
+            and type(self._trigger) is EventTimeTrigger
+        )
         for fn in (spec.function, spec.window_function):
             if fn is not None and hasattr(fn, "open"):
                 fn.open(self.ctx)
@@ -169,6 +178,9 @@ class WindowOperator(Operator):
     # ------------------------------------------------------------------ records
 
     def process_batch(self, records: list[Any], timestamps: list[Any] | None) -> None:
+        if self._fast and timestamps is not None:
+            self._process_event_time_incremental(records, timestamps)
+            return
         self._out.start(timed=True)
         now = self.ctx.clock_ms()
         key_of = self._key
@@ -193,6 +205,66 @@ class WindowOperator(Operator):
                         skipped = False
                         self._add(key, window, window, x, ts)
                 if skipped and windows and self._element_late(ts):
+                    self._late(x, ts)
+        except UserFunctionError:
+            raise
+        except Exception as exc:
+            raise UserFunctionError(self.ctx.task_name, x, exc) from exc
+        finally:
+            self._flush_touched()
+        self._out.flush(self.emit)
+        self._side.flush()
+
+    def _process_event_time_incremental(self, records: list[Any], timestamps: list[Any]) -> None:
+        """``process_batch`` for non-merging event-time windows, aggregated incrementally,
+        with the ``EventTimeTrigger``: what the general path does, without a trigger call
+        and two timer registrations per record. A (key, window) pair's timers are set when
+        its first record arrives (its contents were missing): later records find them set.
+        """
+        self._out.start(timed=True)
+        key_of = self._key
+        assert self.keyed is not None and self.timers is not None
+        set_key = self.keyed.set_current_key
+        assign = self._assigner.assign_windows
+        timers = self.timers
+        watermark = timers.current_watermark
+        lateness = self._lateness
+        table = self._table
+        get = table.get
+        touched = self._touched
+        reducing = self.window_spec.kind == "reduce"
+        fn = self.window_spec.function
+        reduce = self._reduce
+        x = None
+        try:
+            for i, x in enumerate(records):
+                ts = timestamps[i]
+                key = key_of(x)
+                windows = assign(x, ts, 0)
+                skipped = True
+                for window in windows:
+                    end = window.end - 1  # max_timestamp
+                    cleanup = end + lateness
+                    if cleanup <= watermark:
+                        continue
+                    skipped = False
+                    kw = (key, window)
+                    cur = get(kw, _MISSING)
+                    if reducing:
+                        table[kw] = x if cur is _MISSING else reduce(cur, x)
+                    else:
+                        table[kw] = fn.add(x, fn.create_accumulator() if cur is _MISSING else cur)
+                    touched.append(kw)
+                    if cur is _MISSING:
+                        set_key(key)
+                        if end > watermark:
+                            timers.register_event_time_timer(window, end)
+                        if cleanup != end:
+                            timers.register_event_time_timer(window, cleanup)
+                    if end <= watermark:  # a late record within the allowed lateness
+                        set_key(key)
+                        self._fire(key, window, window, self._out)
+                if skipped and windows and ts + lateness <= watermark:
                     self._late(x, ts)
         except UserFunctionError:
             raise
