@@ -125,6 +125,7 @@ def test_timers_survive_a_snapshot_and_follow_their_key_group(backends: Backends
         backend.set_current_key(key)
         timers.register_event_time_timer(es.TimeWindow(0, 10), 100 + n)
         timers.register_processing_time_timer(None, 500 + n)
+    timers.flush()  # as the operator does before every snapshot
     job = backend.snapshot(backends.target(1))
     timers.advance_watermark(es.MAX_WATERMARK)  # later firing must not leak into the snapshot
     handle = job.run()

@@ -396,3 +396,23 @@ def test_inlined_event_time_path_matches_the_general_path(rig: Rig, assigner: st
         results.append((out.records, out.timestamps, late.records, pending))
         assert late.records, "the input has records later than the allowed lateness"
     assert results[0] == results[1]
+
+
+def test_fixed_assigners_give_exactly_the_windows_holding_a_timestamp() -> None:
+    """Window lists are cached by aligned start; checked against every grid window."""
+    rng = random.Random(3)
+    for _ in range(200):
+        size = rng.randrange(1, 120)
+        slide = rng.randrange(1, size + 1)
+        offset = rng.randrange(0, 300)
+        sliding = es.SlidingEventTimeWindows.of(size, slide, offset)
+        tumbling = es.TumblingEventTimeWindows.of(size, offset)
+        for _ in range(100):
+            t = rng.randrange(-1000, 1000)
+            for assigner, step in ((sliding, slide), (tumbling, size)):
+                expected = sorted(
+                    es.TimeWindow(s, s + size)
+                    for s in range(t - size - step, t + 1)
+                    if (s - offset) % step == 0 and s <= t < s + size
+                )
+                assert sorted(assigner.assign_windows(None, t, 0)) == expected, (size, step, offset, t)

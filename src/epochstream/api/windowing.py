@@ -442,15 +442,51 @@ def _start(timestamp: int, offset: int, size: int) -> int:
     return timestamp - (timestamp - offset) % size
 
 
-class _Tumbling(WindowAssigner):
-    def __init__(self, size: Any, offset: Any = 0) -> None:
-        self.size = to_millis(size, "window size", allow_zero=False)
-        self.offset = to_millis(offset, "window offset") % self.size
+#: Aligned windows a fixed assigner remembers (records come near each other in time:
+#: most look up a window list made for an earlier record instead of building one).
+_WINDOW_CACHE = 256
+
+
+class _Fixed(WindowAssigner):
+    """Tumbling and sliding windows: a record's windows follow from one aligned start,
+    so the window lists are cached by it (callers must not change a returned list)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[Any, list[TimeWindow]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_cache": {}}
+
+    def _aligned(self, t: int) -> Any:
+        """What every timestamp with the same windows as ``t`` shares (a cache key)."""
+        raise NotImplementedError
+
+    def _windows(self, aligned: Any, t: int) -> list[TimeWindow]:
+        """The windows of ``t``."""
+        raise NotImplementedError
 
     def assign_windows(self, element: Any, timestamp: int | None, now_ms: int) -> list[Any]:
         t = _time_of(self, timestamp, now_ms)
-        start = t - (t - self.offset) % self.size
-        return [TimeWindow(start, start + self.size)]
+        aligned = self._aligned(t)
+        windows = self._cache.get(aligned)
+        if windows is None:
+            if len(self._cache) >= _WINDOW_CACHE:
+                self._cache.clear()
+            windows = self._cache[aligned] = self._windows(aligned, t)
+        return windows
+
+
+class _Tumbling(_Fixed):
+    def __init__(self, size: Any, offset: Any = 0) -> None:
+        super().__init__()
+        self.size = to_millis(size, "window size", allow_zero=False)
+        self.offset = to_millis(offset, "window offset") % self.size
+
+    def _aligned(self, t: int) -> Any:
+        return t - (t - self.offset) % self.size
+
+    def _windows(self, aligned: Any, t: int) -> list[TimeWindow]:
+        return [TimeWindow(aligned, aligned + self.size)]
 
 
 class TumblingEventTimeWindows(_Tumbling):
@@ -487,17 +523,25 @@ class TumblingProcessingTimeWindows(_Tumbling):
         return ProcessingTimeTrigger()
 
 
-class _Sliding(WindowAssigner):
+class _Sliding(_Fixed):
     def __init__(self, size: Any, slide: Any, offset: Any = 0) -> None:
+        super().__init__()
         self.size = to_millis(size, "window size", allow_zero=False)
         self.slide = to_millis(slide, "window slide", allow_zero=False)
         self.offset = to_millis(offset, "window offset") % self.slide
 
-    def assign_windows(self, element: Any, timestamp: int | None, now_ms: int) -> list[Any]:
-        t = _time_of(self, timestamp, now_ms)
-        size, slide = self.size, self.slide
-        last = t - (t - self.offset) % slide
-        return [TimeWindow(s, s + size) for s in range(last, t - size, -slide)]
+    def _aligned(self, t: int) -> Any:
+        last = t - (t - self.offset) % self.slide
+        if self.size % self.slide == 0:
+            return last  # then every t with this last start has the same windows
+        # Otherwise the earliest start depends on t too.
+        return (last, t - self.size - (t - self.size - self.offset) % self.slide)
+
+    def _windows(self, aligned: Any, t: int) -> list[TimeWindow]:
+        # Every start on the slide grid in (t - size, last start].
+        size = self.size
+        last = t - (t - self.offset) % self.slide
+        return [TimeWindow(s, s + size) for s in range(last, t - size, -self.slide)]
 
 
 class SlidingEventTimeWindows(_Sliding):

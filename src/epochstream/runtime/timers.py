@@ -8,7 +8,9 @@ per domain orders them for firing and a set answers "registered already?" withou
 state lookup; both are rebuilt from the state after a restore.
 
 Event-time timers fire when the operator's watermark reaches them (before the
-watermark goes downstream); processing-time timers when the injected clock does. A
+watermark goes downstream); processing-time timers when the injected clock does.
+Registrations reach the backend's change tracking in bulk: whoever snapshots the
+backend calls ``flush()`` first (the operator's ``snapshot`` does). A
 timer fires with its key set as the backend's current key; timers registered while
 firing fire too if already due. Times are int milliseconds since the epoch.
 
@@ -63,6 +65,7 @@ class InternalTimerService:
         self._seq = itertools.count()
         self._queues: tuple[list[tuple[int, int, Any, Any]], ...] = ([], [])
         self._registered: set[tuple[int, int, Any, Any]] = set()
+        self._written: list[Any] = []
         #: The operator's watermark (the last one it processed).
         self.current_watermark = MIN_WATERMARK
         # Namespaces come back from a snapshot in their canonical form (a window as a
@@ -75,21 +78,28 @@ class InternalTimerService:
 
     # ------------------------------------------------------------------ registration
 
-    def _register(self, domain: int, namespace: Any, timestamp: int) -> None:
+    def _register(self, domain: int, key: Any, namespace: Any, timestamp: int) -> None:
         if type(timestamp) is not int:
             raise ConfigurationError(
                 f"timer time must be int milliseconds since the epoch, got "
                 f"{type(timestamp).__name__} {timestamp!r}"
             )
-        key = self._backend.current_key
         entry = (domain, timestamp, key, namespace)
         if entry in self._registered:
             return
         self._registered.add(entry)
         stored = (key, (domain, timestamp, namespace))
         self._table[stored] = True
-        self._table.touched((stored,))
+        self._written.append(stored)
         heapq.heappush(self._queues[domain], (timestamp, next(self._seq), key, namespace))
+
+    def flush(self) -> None:
+        """Declare the timers registered since the last call written (to the backend's
+        change tracking, once per batch rather than per timer). The operator calls it
+        before every snapshot."""
+        if self._written:
+            self._table.touched(self._written)
+            self._written = []
 
     def _delete(self, domain: int, namespace: Any, timestamp: int) -> None:
         key = self._backend.current_key
@@ -101,11 +111,16 @@ class InternalTimerService:
 
     def register_event_time_timer(self, namespace: Any, timestamp: int) -> None:
         """Fire for the current key and ``namespace`` once the watermark reaches ``timestamp``."""
-        self._register(_EVENT, namespace, timestamp)
+        self._register(_EVENT, self._backend.current_key, namespace, timestamp)
+
+    def register_event_time_timer_for(self, key: Any, namespace: Any, timestamp: int) -> None:
+        """``register_event_time_timer`` for ``key`` (an operator that knows the key
+        need not make it the backend's current key first)."""
+        self._register(_EVENT, key, namespace, timestamp)
 
     def register_processing_time_timer(self, namespace: Any, timestamp: int) -> None:
         """Fire for the current key and ``namespace`` once processing time reaches ``timestamp``."""
-        self._register(_PROC, namespace, timestamp)
+        self._register(_PROC, self._backend.current_key, namespace, timestamp)
 
     def delete_event_time_timer(self, namespace: Any, timestamp: int) -> None:
         """Forget that event-time timer of the current key (no-op if there is none)."""

@@ -292,6 +292,8 @@ class Operator:
         """Emit what timers produced (operators with timers override it)."""
 
     def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
+        if self.timers is not None:
+            self.timers.flush()
         lists, unions = self.operator_state.snapshot()
         keyed = self.keyed.snapshot(target) if self.keyed is not None else None
         return SnapshotParts(keyed=keyed, operator_lists=lists, union_lists=unions)

@@ -227,6 +227,7 @@ class WindowOperator(Operator):
         set_key = self.keyed.set_current_key
         assign = self._assigner.assign_windows
         timers = self.timers
+        register = timers.register_event_time_timer_for
         watermark = timers.current_watermark
         lateness = self._lateness
         table = self._table
@@ -256,11 +257,10 @@ class WindowOperator(Operator):
                         table[kw] = fn.add(x, fn.create_accumulator() if cur is _MISSING else cur)
                     touched.append(kw)
                     if cur is _MISSING:
-                        set_key(key)
                         if end > watermark:
-                            timers.register_event_time_timer(window, end)
+                            register(key, window, end)
                         if cleanup != end:
-                            timers.register_event_time_timer(window, cleanup)
+                            register(key, window, cleanup)
                     if end <= watermark:  # a late record within the allowed lateness
                         set_key(key)
                         self._fire(key, window, window, self._out)
