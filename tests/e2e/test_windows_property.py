@@ -37,7 +37,8 @@ def _windows_oracle(events: list[tuple[int, str, int]], kind: str, size: int, sl
             items.sort()
             start, end, total = items[0][0], items[0][0] + size, 0
             for ts, value in items:
-                if ts >= end:
+                # Flink's sessions merge windows that touch: [s, e) and [e, ...) are one.
+                if ts > end:
                     sums[(key, start, end)] += total
                     start, total = ts, 0
                 end = max(end, ts + size)
@@ -67,7 +68,13 @@ def streams(draw: Any) -> tuple[list[tuple[int, str, int]], int]:
     return events, bound
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# derandomize: the same examples on every run, so a red CI is always reproducible.
+@settings(
+    max_examples=20,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(
     stream=streams(),
     kind=st.sampled_from(["tumbling", "sliding", "session"]),

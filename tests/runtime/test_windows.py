@@ -233,6 +233,20 @@ def test_session_windows_merge_when_a_record_bridges_them(rig: Rig) -> None:
     assert out.take() == [("s", 32)]
 
 
+def test_session_windows_that_touch_merge_as_in_flink(rig: Rig) -> None:
+    """A record exactly one gap after another continues its session: [0,100) and
+    [100,200) touch, and Flink's TimeWindow.intersects merges touching windows."""
+    op, out, _ = rig.operator(lambda k: k.window(es.EventTimeSessionWindows.with_gap(100)).process(_Bounds()))
+    feed(op, (("s", 1), 100), (("s", 2), 0), (("s", 4), 201))
+    op.process_watermark(es.MAX_WATERMARK)
+    assert out.take() == [("s", 0, 200, 3), ("s", 201, 301, 4)]
+
+
+class _Bounds(es.ProcessWindowFunction):
+    def process(self, key: Any, ctx: Any, elements: Any, out: Any) -> None:
+        out.collect((key, ctx.window.start, ctx.window.end, sum(v for _, v in elements)))
+
+
 def test_sessions_survive_a_snapshot_and_keep_merging(rig: Rig) -> None:
     op, _, _ = rig.operator(lambda k: k.window(es.EventTimeSessionWindows.with_gap(100)).sum(1))
     feed(op, (("s", 1), 0), (("s", 2), 300), (("t", 5), 10))
