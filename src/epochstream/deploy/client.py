@@ -91,6 +91,17 @@ class JobClient:
         coordinator = self._master.coordinator
         return list(coordinator.completed_stats) if coordinator is not None else []
 
+    def metrics(self) -> list[dict[str, Any]]:
+        """Per-vertex metrics, as ``GET /v1/job/vertices`` serves them.
+
+        One dict per operator chain: records in/out and rates, busy/idle/backpressured ms
+        per second, queue fill, watermark and lag, state size, per-operator counts and the
+        subtasks' samples (updated every ``metrics_interval``; final counts once the job ends).
+
+        Example: ``{v["name"]: v["records_out"] for v in client.metrics()}``
+        """
+        return self._master.metrics.vertices()
+
     @property
     def failures(self) -> list[str]:
         """The failures seen so far, one per failed attempt."""

@@ -156,3 +156,14 @@ class JobEndpoint:
         """Stop serving and release the port."""
         self._server.shutdown()
         self._server.server_close()
+
+    def close_after(self, seconds: float) -> None:
+        """Keep serving (the job's final state) for ``seconds``, then close; the timer is
+        a daemon thread, so a driver that exits sooner takes the endpoint with it."""
+        if seconds <= 0:
+            self.close()
+            return
+        timer = threading.Timer(seconds, self.close)
+        timer.daemon = True
+        timer.name = "job-endpoint-linger"
+        timer.start()

@@ -41,6 +41,7 @@ from epochstream.deploy.assignment import initial_splits, task_deployments
 from epochstream.deploy.control import ControlServer
 from epochstream.deploy.endpoint import JobEndpoint
 from epochstream.deploy.failures import Failure, give_up, runner_lost
+from epochstream.deploy.metrics import JobMetrics
 from epochstream.deploy.registry import JobEntry, register, unregister
 from epochstream.deploy.runners import Runner, RunnerLost
 from epochstream.deploy.savepoints import SavepointRequest, SavepointRequests
@@ -67,6 +68,7 @@ from epochstream.runtime.messages import (
     NotifyCheckpointComplete,
     RegisterSlot,
     SlotClosed,
+    SlotMetrics,
     SlotReady,
     SlotRunning,
     SourceExhausted,
@@ -124,6 +126,10 @@ class JobMaster:
         self.slot_pids: dict[int, int] = {}
         self.running = threading.Event()
         self.started_at = time.time()
+        #: When the job ended and how (FINISHED, FAILED, CANCELED); None while it runs.
+        self.finished_at: float | None = None
+        self.outcome: str | None = None
+        self.metrics = JobMetrics(graph)
         self._slots: dict[int, Any] = {}
         self._savepoints = SavepointRequests(self.job_id)
         try:
@@ -204,6 +210,7 @@ class JobMaster:
 
     def notify_aborted(self, checkpoint_id: int, reason: str) -> None:
         log.info("job %s: checkpoint %d aborted: %s", self.job_id[:8], checkpoint_id, reason)
+        self.metrics.record_checkpoint_failure(checkpoint_id, reason, wall=self.clock.wall())
         self._broadcast(NotifyCheckpointAborted(checkpoint_id, reason))
 
     def fail_job(self, reason: str) -> None:
@@ -231,17 +238,28 @@ class JobMaster:
         coordinator = self.coordinator
         stats = coordinator.completed_stats if coordinator else []
         latest = coordinator.latest_completed if coordinator else None
+        checkpoints = [s for s in stats if s.kind == "checkpoint"]
+        last = checkpoints[-1] if checkpoints else None
+        end = self.finished_at if self.finished_at is not None else time.time()
         return {
             "job_id": self.job_id,
             "name": self.graph.name,
-            "state": self.phase.name,
+            "state": self.outcome or self.phase.name,
             "attempt": self.attempt,
             "restarts": max(self.attempt - 1, 0),
             "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "uptime_s": end - self.started_at,
             "parallelism": self.graph.parallelism,
             "max_parallelism": self.graph.max_parallelism,
-            "checkpoints_completed": sum(1 for s in stats if s.kind == "checkpoint"),
+            "checkpoints_completed": len(checkpoints),
+            "checkpoints_failed": len(self.metrics.failed_checkpoints()),
+            "checkpoints_in_progress": len(coordinator.pending_ids) if coordinator else 0,
             "savepoints_completed": sum(1 for s in stats if s.kind == "savepoint"),
+            "last_checkpoint_id": last.checkpoint_id if last else None,
+            "last_checkpoint_size": last.state_size if last else None,
+            "last_checkpoint_duration_s": last.duration if last else None,
+            "last_checkpoint_time": (last.trigger_time + last.duration) if last else None,
             "latest_checkpoint": latest.directory if latest else None,
             "checkpoint_storage": self.storage.job_dir if self.storage else None,
             "failures": [f.splitlines()[0] for f in self.failures],
@@ -267,12 +285,16 @@ class JobMaster:
                     # Recorded before the attempt is torn down: that may raise RunnerLost,
                     # whose report must still name what ended the attempt.
                     self.failures.append(failure.cause)
+                    self.metrics.record_failure(
+                        attempt=self.attempt, cause=failure.cause, wall=self.clock.wall()
+                    )
                 self._end_attempt(failure)
                 if failure is None and self._stop_with is not None:
                     raise JobCancelled(
                         f"job {self.job_id} stopped with a savepoint at {self._stop_with.path}"
                     )
                 if failure is None:
+                    self.outcome = "FINISHED"
                     return self._result(started)
                 log.warning(
                     "job %s attempt %d failed: %s", self.job_id[:8], self.attempt, failure.cause
@@ -302,15 +324,20 @@ class JobMaster:
                 )
                 self._sleep(decision.delay)
         except JobCancelled:
+            self.outcome = "CANCELED"
             if self.coordinator is not None:
                 self.coordinator.shutdown(cancelled=True)
             raise
         except RunnerLost as lost:
             raise self._runner_lost(lost) from lost
         finally:
+            self.outcome = self.outcome or "FAILED"
+            self.finished_at = time.time()
             self.server.close()
             if self.endpoint is not None:
-                self.endpoint.close()
+                # The final state stays visible (dashboard, REST) for a while; the
+                # endpoint's threads are daemons, so it never holds the driver up.
+                self.endpoint.close_after(self.env.endpoint_linger)
                 unregister(self.job_id)
             if self.coordinator is not None:
                 self.coordinator.stop_attempt("job ended")
@@ -349,6 +376,7 @@ class JobMaster:
 
     def _run_attempt(self) -> Failure | None:
         self.phase = Phase.REGISTERING
+        self.metrics.new_attempt()
         self._slots = {}
         self._fail_request = None
         attempt = self.attempt
@@ -461,6 +489,9 @@ class JobMaster:
             last_seen[conn.slot] = now
             if isinstance(msg, Heartbeat):
                 continue
+            if isinstance(msg, SlotMetrics):
+                self.metrics.record(msg.samples, wall=self.clock.wall())
+                continue
             if isinstance(msg, ConsoleOutput):
                 sys.stdout.write(msg.text)
                 sys.stdout.flush()
@@ -554,6 +585,7 @@ class JobMaster:
             exactly_once=bool(config and config.exactly_once),
             storage_options=config.storage_options if config else None,
             state_backend=self.env.state_backend,
+            metrics_interval=self.env.metrics_interval,
         )
 
     def _end_attempt(self, failure: Failure | None) -> None:

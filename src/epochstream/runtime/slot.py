@@ -21,6 +21,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ import cloudpickle
 from epochstream.exceptions import TaskFailure
 from epochstream.graph.jobgraph import JobGraph
 from epochstream.runtime.auth import FramedConnection, connect
+from epochstream.runtime.clock import wall_ms
 from epochstream.runtime.messages import (
     CancelSlot,
     ConnectPeers,
@@ -40,11 +42,13 @@ from epochstream.runtime.messages import (
     NotifyCheckpointComplete,
     RegisterSlot,
     SlotClosed,
+    SlotMetrics,
     SlotReady,
     SlotRunning,
     TaskFailed,
     TriggerCheckpoint,
 )
+from epochstream.runtime.metrics import TaskSampler
 from epochstream.runtime.network import ChannelHello, DataPlaneServer, open_channel
 from epochstream.runtime.outputs import Channel, LocalChannel, NetworkChannel, RecordWriter
 from epochstream.runtime.snapshots import SnapshotExecutor
@@ -78,6 +82,8 @@ class _Slot:
         self.snapshots = SnapshotExecutor(name=f"slot{index}-snapshots")
         self.data: DataPlaneServer | None = None
         self._stop = threading.Event()
+        self._metrics_stop = threading.Event()
+        self._samplers: list[TaskSampler] = []
         # Scratch space of this slot's keyed-state backends (RocksDB databases).
         self.local_dir = tempfile.mkdtemp(prefix=f"epochstream-{launch.job_id[:8]}-slot{index}-")
 
@@ -113,6 +119,8 @@ class _Slot:
             clock=graph.clock,
         )
         self.graph = graph
+        self.clock = env.clock
+        self.metrics_interval = msg.metrics_interval
         self.tasks = [Task(env, graph, graph.chain(d.chain_id), d) for d in msg.tasks]
         self.data = DataPlaneServer(self.host, self.launch.secret, self._route, self._broken)
         self.data.start()
@@ -160,13 +168,17 @@ class _Slot:
                         target = by_chain[edge.target_chain]
                         channels.append(
                             LocalChannel(
-                                target.gate, target.channel_index(edge.edge_id, self.index)
+                                target.gate,
+                                target.channel_index(edge.edge_id, self.index),
+                                task.metrics.backpressure,
                             )
                         )
                     else:
                         hello = ChannelHello(edge.edge_id, self.index, j)
                         conn = open_channel(addresses[j], self.launch.secret, hello)
-                        channels.append(NetworkChannel(conn, edge_name))
+                        channels.append(
+                            NetworkChannel(conn, edge_name, task.metrics.backpressure)
+                        )
                 task.writers[edge.edge_id] = RecordWriter(
                     channels,
                     partitioning=edge.partitioning,
@@ -180,12 +192,17 @@ class _Slot:
 
     def run(self) -> None:
         self.snapshots.start()
+        now = time.perf_counter()
+        self._samplers = [TaskSampler(task.metrics, now=now) for task in self.tasks]
         for task in self.tasks:
             t = threading.Thread(target=task.run, name=f"task-{task.name}", daemon=True)
             self.threads.append(t)
             t.start()
         hb = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
         hb.start()
+        reporter = threading.Thread(target=self._report_metrics, name="metrics", daemon=True)
+        if self.metrics_interval > 0:
+            reporter.start()
         sources = [t for t in self.tasks if t.chain.is_source]
         while True:
             msg = self.control.recv()
@@ -199,6 +216,10 @@ class _Slot:
                 for task in self.tasks:
                     task.gate.put_mail(msg)
                 self._join()
+                if reporter.is_alive():
+                    self._metrics_stop.set()
+                    reporter.join()
+                    self._send_metrics()  # the final counts, after the last record
                 self.snapshots.stop()
                 self.send(SlotClosed(self.index))
                 return
@@ -223,9 +244,22 @@ class _Slot:
             except OSError:
                 return  # the control connection is gone; the main loop reports that
 
+    def _report_metrics(self) -> None:
+        """Sample every task each interval and send the samples to the job master."""
+        while not self._metrics_stop.wait(self.metrics_interval):
+            try:
+                self._send_metrics()
+            except OSError:
+                return  # the control connection is gone; the main loop reports that
+
+    def _send_metrics(self) -> None:
+        now, wall = time.perf_counter(), wall_ms(self.clock)
+        self.send(SlotMetrics(self.index, [s.sample(now=now, wall_ms=wall) for s in self._samplers]))
+
     def shutdown(self) -> None:
         """Stop everything: cancel gates, close sockets, let threads end."""
         self._stop.set()
+        self._metrics_stop.set()
         for task in self.tasks:
             task.gate.cancel()
         if self.data is not None:
