@@ -41,7 +41,7 @@ from epochstream.deploy.assignment import initial_splits, task_deployments
 from epochstream.deploy.control import ControlServer
 from epochstream.deploy.endpoint import JobEndpoint
 from epochstream.deploy.failures import Failure, give_up, runner_lost
-from epochstream.deploy.metrics import JobMetrics
+from epochstream.deploy.metrics import JobMetrics, job_status
 from epochstream.deploy.registry import JobEntry, register, unregister
 from epochstream.deploy.runners import Runner, RunnerLost
 from epochstream.deploy.savepoints import SavepointRequest, SavepointRequests
@@ -235,35 +235,7 @@ class JobMaster:
 
     def status(self) -> dict[str, Any]:
         """A snapshot of the job's state for the endpoint and the CLI (any thread)."""
-        coordinator = self.coordinator
-        stats = coordinator.completed_stats if coordinator else []
-        latest = coordinator.latest_completed if coordinator else None
-        checkpoints = [s for s in stats if s.kind == "checkpoint"]
-        last = checkpoints[-1] if checkpoints else None
-        end = self.finished_at if self.finished_at is not None else time.time()
-        return {
-            "job_id": self.job_id,
-            "name": self.graph.name,
-            "state": self.outcome or self.phase.name,
-            "attempt": self.attempt,
-            "restarts": max(self.attempt - 1, 0),
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "uptime_s": end - self.started_at,
-            "parallelism": self.graph.parallelism,
-            "max_parallelism": self.graph.max_parallelism,
-            "checkpoints_completed": len(checkpoints),
-            "checkpoints_failed": len(self.metrics.failed_checkpoints()),
-            "checkpoints_in_progress": len(coordinator.pending_ids) if coordinator else 0,
-            "savepoints_completed": sum(1 for s in stats if s.kind == "savepoint"),
-            "last_checkpoint_id": last.checkpoint_id if last else None,
-            "last_checkpoint_size": last.state_size if last else None,
-            "last_checkpoint_duration_s": last.duration if last else None,
-            "last_checkpoint_time": (last.trigger_time + last.duration) if last else None,
-            "latest_checkpoint": latest.directory if latest else None,
-            "checkpoint_storage": self.storage.job_dir if self.storage else None,
-            "failures": [f.splitlines()[0] for f in self.failures],
-        }
+        return job_status(self)
 
     def completed_checkpoint_ids(self) -> list[int]:
         if self.coordinator is None:

@@ -18,13 +18,14 @@ Example::
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from typing import Any
 
 from epochstream.graph.jobgraph import ChainSpec, JobGraph
 from epochstream.runtime.metrics import TaskMetricsSample
 
-__all__ = ["JobMetrics"]
+__all__ = ["JobMetrics", "job_status"]
 
 #: A vertex this many ms per second backpressured (or more) is shown as backpressured.
 BACKPRESSURED_MS = 500.0
@@ -159,3 +160,36 @@ class JobMetrics:
             "state_size": sum(s.state_size for s in samples),
             "subtasks": [s.to_dict() for s in samples],
         }
+
+
+def job_status(master: Any) -> dict[str, Any]:
+    """The job's state, attempt, restarts, uptime and checkpoint figures (``GET /v1/job``)."""
+    coordinator = master.coordinator
+    stats = coordinator.completed_stats if coordinator else []
+    latest = coordinator.latest_completed if coordinator else None
+    checkpoints = [s for s in stats if s.kind == "checkpoint"]
+    last = checkpoints[-1] if checkpoints else None
+    end = master.finished_at if master.finished_at is not None else time.time()
+    return {
+        "job_id": master.job_id,
+        "name": master.graph.name,
+        "state": master.outcome or master.phase.name,
+        "attempt": master.attempt,
+        "restarts": max(master.attempt - 1, 0),
+        "started_at": master.started_at,
+        "finished_at": master.finished_at,
+        "uptime_s": end - master.started_at,
+        "parallelism": master.graph.parallelism,
+        "max_parallelism": master.graph.max_parallelism,
+        "checkpoints_completed": len(checkpoints),
+        "checkpoints_failed": len(master.metrics.failed_checkpoints()),
+        "checkpoints_in_progress": len(coordinator.pending_ids) if coordinator else 0,
+        "savepoints_completed": sum(1 for s in stats if s.kind == "savepoint"),
+        "last_checkpoint_id": last.checkpoint_id if last else None,
+        "last_checkpoint_size": last.state_size if last else None,
+        "last_checkpoint_duration_s": last.duration if last else None,
+        "last_checkpoint_time": (last.trigger_time + last.duration) if last else None,
+        "latest_checkpoint": latest.directory if latest else None,
+        "checkpoint_storage": master.storage.job_dir if master.storage else None,
+        "failures": [f.splitlines()[0] for f in master.failures],
+    }
