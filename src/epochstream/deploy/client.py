@@ -63,6 +63,15 @@ class JobClient:
         """URL of the job's HTTP endpoint (``None`` when turned off)."""
         return self._master.endpoint.url if self._master.endpoint else None
 
+    @property
+    def dashboard_url(self) -> str | None:
+        """The web dashboard's URL, with the job's token in its fragment (``None``: no
+        endpoint). Anyone with this URL can see and cancel the job: treat it as a secret.
+
+        Example: ``webbrowser.open(client.dashboard_url)``
+        """
+        return self._master.endpoint.dashboard_url if self._master.endpoint else None
+
     def status(self) -> dict[str, Any]:
         """The job's state, attempt, restarts and checkpoint counts (as the endpoint serves)."""
         return self._master.status()

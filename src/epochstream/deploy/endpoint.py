@@ -314,6 +314,8 @@ class JobEndpoint:
         bound_host, bound_port = self._server.server_address[:2]
         shown = bound_host.decode() if isinstance(bound_host, bytes) else bound_host
         self.url = f"http://{shown}:{bound_port}"
+        #: The dashboard with the token in the URL fragment (never sent to the server).
+        self.dashboard_url = f"{self.url}/dashboard/#token={token}"
         # shutdown() waits for the serve loop's next poll: a short poll keeps
         # execute() from returning up to half a second late.
         self._thread = threading.Thread(
