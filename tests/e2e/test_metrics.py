@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -21,6 +22,16 @@ def _add(a: int, b: int) -> int:
     return a + b
 
 
+class Triple(es.MapFunction):
+    """Triples; says hello in the slot's log (which must reach the driver's)."""
+
+    def open(self, ctx: Any) -> None:
+        logging.getLogger("userjob").warning("triple opened in subtask %d", ctx.subtask_index)
+
+    def map(self, value: int) -> int:
+        return value * 3
+
+
 class _SlowWriter(AtLeastOnceSinkWriter):
     def write_batch(self, records: list[Any]) -> None:
         time.sleep(0.05)
@@ -37,12 +48,15 @@ class SlowSink(Sink):
 
 @pytest.mark.slow
 @pytest.mark.spark
-def test_records_in_and_out_per_operator_equal_the_known_counts(spark: Any) -> None:
+def test_records_in_and_out_per_operator_equal_the_known_counts(
+    spark: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="epochstream.slots")
     env = es.Environment(parallelism=2, spark=spark)
     (
         env.from_sequence(0, N)
         .name("numbers")
-        .map(lambda x: x * 3)
+        .map(Triple())
         .name("triple")
         .filter(_even)
         .name("even")
@@ -66,6 +80,9 @@ def test_records_in_and_out_per_operator_equal_the_known_counts(spark: Any) -> N
     assert (source["records_in"], source["records_out"]) == (0, evens)
     assert vertices["sum -> drop"]["records_in"] == evens
     assert client.status()["state"] == "FINISHED"
+    slot_lines = {r.getMessage() for r in caplog.records if r.name == "epochstream.slots"}
+    for slot in (0, 1):
+        assert f"[slot {slot} attempt 1] userjob: triple opened in subtask {slot}" in slot_lines
 
 
 @pytest.mark.slow

@@ -78,6 +78,7 @@ from epochstream.runtime.messages import (
     TriggerCheckpoint,
 )
 from epochstream.runtime.slot import SlotLaunch
+from epochstream.runtime.slotlogs import SlotLog, log_slot_record
 
 __all__ = ["JobMaster", "Phase"]
 
@@ -344,6 +345,7 @@ class JobMaster:
             master=(host, port),
             secret=self.secret,
             heartbeat_interval=self.env.heartbeat_interval,
+            log_level=logging.getLogger("epochstream.slots").getEffectiveLevel(),
         )
 
     def _run_attempt(self) -> Failure | None:
@@ -460,6 +462,9 @@ class JobMaster:
                 continue
             last_seen[conn.slot] = now
             if isinstance(msg, Heartbeat):
+                continue
+            if isinstance(msg, SlotLog):
+                log_slot_record(msg)
                 continue
             if isinstance(msg, SlotMetrics):
                 self.metrics.record(msg.samples, wall=self.clock.wall())

@@ -51,6 +51,7 @@ from epochstream.runtime.messages import (
 from epochstream.runtime.metrics import TaskSampler
 from epochstream.runtime.network import ChannelHello, DataPlaneServer, open_channel
 from epochstream.runtime.outputs import Channel, LocalChannel, NetworkChannel, RecordWriter
+from epochstream.runtime.slotlogs import ForwardLogs
 from epochstream.runtime.snapshots import SnapshotExecutor
 from epochstream.runtime.task import Task, TaskEnvironment
 
@@ -69,6 +70,8 @@ class SlotLaunch:
     master: tuple[str, int]
     secret: bytes
     heartbeat_interval: float = 1.0
+    #: Records at or above this level go to the driver's log (``SlotLog``).
+    log_level: int = logging.WARNING
 
 
 class _Slot:
@@ -280,9 +283,11 @@ class _Slot:
 def run_slot(launch: SlotLaunch, *, index: int, host: str) -> None:
     """Run slot ``index`` of a job until the job master finishes or cancels it."""
     slot = _Slot(launch, index, host)
+    forward = ForwardLogs(slot.send, slot=index, attempt=launch.attempt, level=launch.log_level)
     try:
-        if slot.deploy():
-            slot.run()
+        with forward:
+            if slot.deploy():
+                slot.run()
     except (ConnectionError, OSError) as exc:
         if slot._stop.is_set():
             return
