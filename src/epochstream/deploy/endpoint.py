@@ -43,7 +43,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
 
-from epochstream.deploy.prometheus import CONTENT_TYPE, PrometheusExporter
 from epochstream.exceptions import CheckpointError
 
 __all__ = ["JobEndpoint"]
@@ -126,7 +125,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         views = self.server.views
         if path == "/metrics":
-            self._send(200, self.server.exporter.render(), CONTENT_TYPE)
+            body, content_type = self.server.scrape()
+            self._send(200, body, content_type)
             return
         if path.startswith("/v1/job/vertices/"):
             vertex = views.vertex(path.removeprefix("/v1/job/vertices/"))
@@ -301,8 +301,21 @@ class _Server(ThreadingHTTPServer):
         self.master = master
         self.token = token
         self.views = _Views(master)
-        self.exporter = PrometheusExporter(master)
+        self._exporter: Any = None
+        self._exporter_lock = threading.Lock()
         self.static = _static_files()
+
+
+    def scrape(self) -> tuple[bytes, str]:
+        """The Prometheus text and its content type."""
+        # prometheus_client takes ~60 ms to import: only a job that is scraped pays it
+        # (every process imports this module, slots included).
+        from epochstream.deploy.prometheus import CONTENT_TYPE, PrometheusExporter
+
+        with self._exporter_lock:
+            if self._exporter is None:
+                self._exporter = PrometheusExporter(self.master)
+        return self._exporter.render(), CONTENT_TYPE
 
 
 class JobEndpoint:
