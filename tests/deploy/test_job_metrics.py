@@ -93,3 +93,4 @@ def test_exception_and_failed_checkpoint_history() -> None:
         {"time": 5.0, "attempt": 1, "message": "map (1/2): ValueError: bad", "traceback": "Traceback ..."}
     ]
     assert metrics.failed_checkpoints() == [{"checkpoint_id": 3, "time": 6.0, "reason": "expired"}]
+

@@ -66,7 +66,10 @@ def progress_line(job: dict[str, Any], vertices: list[dict[str, Any]], *, now: f
 
 
 class ProgressReporter:
-    """Polls this process's jobs and writes their progress to ``out`` (a thread)."""
+    """Polls this process's jobs and writes their progress to ``out`` (a thread).
+
+    Example: ``ProgressReporter(sys.stderr, clock=SystemClock()).start()``
+    """
 
     def __init__(
         self, out: TextIO, *, clock: Clock, interval: float = 1.0, plain_every: float = 10.0
@@ -134,7 +137,10 @@ class ProgressReporter:
 
 
 def add_status_command(sub: Any) -> None:
-    """Register ``status`` on the subcommand parser ``sub``."""
+    """Register ``status`` on the subcommand parser ``sub``.
+
+    Example: ``add_status_command(parser.add_subparsers())``
+    """
     status = sub.add_parser(
         "status",
         help="a running job's progress once: records/s, last checkpoint, restarts, backpressure",

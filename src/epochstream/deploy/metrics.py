@@ -32,7 +32,10 @@ BACKPRESSURED_MS = 500.0
 
 
 class JobMetrics:
-    """Latest samples by task, a bounded history of rates, and the exception history."""
+    """Latest samples by task, a bounded history of rates, and the exception history.
+
+    Example: ``JobMetrics(graph).record_failure(attempt=1, cause="boom", wall=time.time())``
+    """
 
     def __init__(self, graph: JobGraph, *, history_points: int = 600) -> None:
         self.graph = graph
@@ -163,7 +166,10 @@ class JobMetrics:
 
 
 def job_status(master: Any) -> dict[str, Any]:
-    """The job's state, attempt, restarts, uptime and checkpoint figures (``GET /v1/job``)."""
+    """The job's state, attempt, restarts, uptime and checkpoint figures (``GET /v1/job``).
+
+    Example: ``job_status(master)["checkpoints_completed"]``
+    """
     coordinator = master.coordinator
     stats = coordinator.completed_stats if coordinator else []
     latest = coordinator.latest_completed if coordinator else None

@@ -197,7 +197,10 @@ def _one(kind: Any, name: str, doc: str, job: str, value: float) -> Metric:
 
 
 class PrometheusExporter:
-    """Renders one job master's metrics for a scrape."""
+    """Renders one job master's metrics for a scrape.
+
+    Example: ``PrometheusExporter(master).render().decode().startswith("# HELP")``
+    """
 
     def __init__(self, master: Any) -> None:
         self._registry = CollectorRegistry(auto_describe=False)

@@ -168,7 +168,10 @@ class ConsoleOutput:
 
 @dataclass(frozen=True)
 class SlotMetrics:
-    """One sample of every task of a slot (sent every metrics interval)."""
+    """One sample of every task of a slot (sent every metrics interval).
+
+    Example: ``SlotMetrics(slot=0, samples=[sampler.sample(now=t, wall_ms=ms)])``
+    """
 
     slot: int
     samples: list[TaskMetricsSample]

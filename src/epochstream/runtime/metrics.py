@@ -73,6 +73,8 @@ class OperatorCounters:
     """Records into and out of one operator of a task, and its current watermark.
 
     ``watermark`` is the last watermark the operator received (a source: emitted).
+
+    Example: ``counters = OperatorCounters("map-1", "map"); counters.records_in += 1024``
     """
 
     __slots__ = ("name", "records_in", "records_out", "uid", "watermark")
@@ -86,7 +88,10 @@ class OperatorCounters:
 
 
 class TaskMetrics:
-    """Everything one task counts; shared between the task thread and the reporter."""
+    """Everything one task counts; shared between the task thread and the reporter.
+
+    Example: ``TaskMetrics(("chain", 0), [("src", "numbers")], gate).head.records_out``
+    """
 
     def __init__(self, task: tuple[str, int], operators: list[tuple[str, str]], gate: Any) -> None:
         self.task = task
@@ -101,7 +106,10 @@ class TaskMetrics:
 
 @dataclass(frozen=True)
 class OperatorSample:
-    """One operator's counts (cumulative) and rates (records/s over the last interval)."""
+    """One operator's counts (cumulative) and rates (records/s over the last interval).
+
+    Example: ``OperatorSample("map", "map", 10, 10, 5.0, 5.0, None).records_in_per_s``
+    """
 
     uid: str
     name: str
@@ -172,7 +180,10 @@ def _real(watermark: int | None) -> int | None:
 
 
 class TaskSampler:
-    """Turns a task's cumulative counters into per-interval samples (reporter thread)."""
+    """Turns a task's cumulative counters into per-interval samples (reporter thread).
+
+    Example: ``TaskSampler(metrics, now=time.perf_counter()).sample(now=t, wall_ms=ms)``
+    """
 
     def __init__(self, metrics: TaskMetrics, *, now: float) -> None:
         self.metrics = metrics

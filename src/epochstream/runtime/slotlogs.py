@@ -31,7 +31,10 @@ _SLOT_LOG = logging.getLogger("epochstream.slots")
 
 @dataclass(frozen=True)
 class SlotLog:
-    """One log record of a slot process (message with its traceback, if any)."""
+    """One log record of a slot process (message with its traceback, if any).
+
+    Example: ``SlotLog(slot=0, attempt=1, level=logging.WARNING, logger="job", message="hi")``
+    """
 
     slot: int
     attempt: int
@@ -41,7 +44,10 @@ class SlotLog:
 
 
 class ForwardLogs(logging.Handler):
-    """Sends the slot process's log records to the job master while installed."""
+    """Sends the slot process's log records to the job master while installed.
+
+    Example: ``with ForwardLogs(control.send, slot=0, attempt=1, level=logging.WARNING): ...``
+    """
 
     def __init__(self, send: Callable[[Any], None], *, slot: int, attempt: int, level: int) -> None:
         super().__init__(level)
@@ -89,7 +95,10 @@ class ForwardLogs(logging.Handler):
 
 
 def log_slot_record(msg: SlotLog) -> None:
-    """Log a slot's record in the driver, naming the slot and attempt (job master)."""
+    """Log a slot's record in the driver, naming the slot and attempt (job master).
+
+    Example: ``log_slot_record(SlotLog(0, 1, logging.WARNING, "job", "hi"))``
+    """
     _SLOT_LOG.log(
         msg.level, "[slot %d attempt %d] %s: %s", msg.slot, msg.attempt, msg.logger, msg.message
     )
