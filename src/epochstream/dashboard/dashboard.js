@@ -74,7 +74,7 @@ function layout(graph) {
   };
   const columns = [];
   for (const v of graph.vertices) (columns[depthOf(v.id)] ||= []).push(v.id);
-  const W = 250, H = 78, GX = 90, GY = 26;
+  const W = 330, H = 78, GX = 90, GY = 26;
   const pos = {};
   columns.forEach((ids, c) => ids.forEach((id, r) => { pos[id] = { x: 20 + c * (W + GX), y: 20 + r * (H + GY) }; }));
   const rows = Math.max(...columns.map((c) => c.length));
@@ -99,7 +99,7 @@ function drawGraph(graph) {
   }
   for (const v of graph.vertices) {
     const { x, y } = pos[v.id];
-    const name = v.name.length > 34 ? v.name.slice(0, 33) + "…" : v.name;
+    const name = v.name.length > 42 ? v.name.slice(0, 41) + "…" : v.name;
     const g = el("g", { svg: 1, class: "vertex ok", "data-id": v.id },
       el("rect", { svg: 1, x: String(x), y: String(y), width: String(W), height: String(H) }),
       el("title", { svg: 1 }, v.name),
@@ -123,13 +123,16 @@ function updateGraph(vertices) {
 
 // ------------------------------------------------------------------ charts (uPlot)
 
-function makeChart(target, title, series, yLabel) {
+function makeChart(target, series, yLabel) {
   const width = Math.max(document.getElementById(target).clientWidth - 10, 300);
   const opts = {
     width, height: 220,
     scales: { x: { time: true } },
     series: [{}, ...series.map((s, i) => ({ label: s, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: true }))],
-    axes: [{}, { label: yLabel, size: 60 }],
+    axes: [
+      { space: 70, values: (u, ticks) => ticks.map((t) => new Date(t * 1000).toLocaleTimeString("en-GB")) },
+      { label: yLabel, size: 60 },
+    ],
     legend: { show: true },
   };
   return new uPlot(opts, [[], ...series.map(() => [])], document.getElementById(target));
@@ -239,7 +242,7 @@ async function refresh() {
     state.graph = job.graph;
     drawGraph(job.graph);
     const names = job.graph.vertices.map((v) => v.name);
-    state.charts = { rates: makeChart("chart-rates", "throughput", names, "records/s"), lag: makeChart("chart-lag", "lag", ["max lag"], "s") };
+    state.charts = { rates: makeChart("chart-rates", names, "records/s"), lag: makeChart("chart-lag", ["max lag"], "s") };
   }
   updateHeader(job, vertices.vertices);
   updateGraph(vertices.vertices);
