@@ -412,6 +412,7 @@ class JobMaster:
                 # In FINISHING every task ended and the final checkpoint committed; a clean
                 # exit may simply come before the last SlotClosed message.
                 if self.phase == Phase.FINISHING and (msg is None or self._stop_with):
+                    self._take_final_reports(attempt, closed)
                     return None
                 if msg is None:
                     return Failure(f"slots of attempt {attempt} exited before the job finished")
@@ -528,6 +529,29 @@ class JobMaster:
         ):
             self.phase = Phase.FINISHING
             self._broadcast(FinishSlot())
+
+    def _take_final_reports(self, attempt: int, closed: set[int]) -> None:
+        """The slots exited cleanly: record the final metrics they sent before closing,
+        whose frames may still be on their way, for up to ROOT_CAUSE_GRACE."""
+        waiting = set(self._slots) - closed
+        deadline = self.clock.now() + ROOT_CAUSE_GRACE
+        while waiting and (remaining := deadline - self.clock.now()) > 0:
+            try:
+                kind, conn, msg = self.events.get(timeout=remaining)
+            except queue.Empty:
+                return
+            if kind == "io-done":
+                conn(msg)
+            elif kind in ("message", "closed") and conn.attempt == attempt:
+                if isinstance(msg, SlotMetrics):
+                    self.metrics.record(msg.samples, wall=self.clock.wall())
+                elif isinstance(msg, SlotLog):
+                    log_slot_record(msg)
+                elif kind == "closed" or isinstance(msg, SlotClosed):
+                    waiting.discard(conn.slot)
+            elif kind in ("cancel", "savepoint"):
+                self.events.put((kind, conn, msg))  # for run() to handle
+                return
 
     def _root_cause(self, secondary: Failure, attempt: int, closed: set[int]) -> Failure:
         """A broken channel is a symptom: wait briefly for the failure that caused it."""
