@@ -23,6 +23,11 @@ def test_defaults_and_validation() -> None:
         env.enable_checkpointing(1.0, mode="sometimes")
     with pytest.raises(es.ConfigurationError):
         es.Environment(parallelism=4, max_parallelism=2)
+    assert (env.metrics_interval, env.endpoint_linger) == (1.0, 60.0)
+    with pytest.raises(es.ConfigurationError, match="metrics_interval"):
+        es.Environment(parallelism=1, metrics_interval=-1.0)
+    with pytest.raises(es.ConfigurationError, match="endpoint_linger"):
+        es.Environment(parallelism=1, endpoint_linger=-5.0)
 
 
 def test_overrides_apply_to_every_environment() -> None:

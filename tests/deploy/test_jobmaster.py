@@ -35,6 +35,7 @@ from epochstream.runtime.messages import (
     NotifyCheckpointComplete,
     RegisterSlot,
     SlotClosed,
+    SlotMetrics,
     SlotReady,
     SlotRunning,
     TaskCheckpointStats,
@@ -42,6 +43,7 @@ from epochstream.runtime.messages import (
     TaskFinished,
     TriggerCheckpoint,
 )
+from epochstream.runtime.metrics import OperatorSample, TaskMetricsSample
 from epochstream.runtime.slot import SlotLaunch, run_slot
 
 #: Seconds any single wait of these tests may take before the test fails.
@@ -555,6 +557,35 @@ def test_runner_exit_before_the_last_slot_closed_message_still_finishes(tmp_path
     runner.on_finish = finish
     result = master.run()
     assert result.restarts == 0 and result.failures == []
+
+
+def test_final_metrics_that_the_runner_exit_overtakes_are_still_recorded(tmp_path: Path) -> None:
+    """Each slot's last SlotMetrics (the final counts) comes just before SlotClosed; an
+    exit seen first must not lose them."""
+    master, runner = _scripted_master(tmp_path, bounded=True)
+
+    def final_counts(conn: ScriptedConn) -> SlotMetrics:
+        samples = []
+        for chain_id, subtask in conn.tasks():
+            uid = master.graph.chain(chain_id).head.uid
+            op = OperatorSample(uid, uid, 100 + subtask, 0, 0.0, 0.0, None)
+            samples.append(
+                TaskMetricsSample((chain_id, subtask), [op], 0.0, 1000.0, 0.0, 0.0, None, None, 0)
+            )
+        return SlotMetrics(conn.index, samples)
+
+    def finish(conn: ScriptedConn) -> None:
+        if conn.index == runner.parallelism - 1:
+            assert runner.on_exit is not None
+            runner.on_exit(None)  # the exit overtakes the final report in the event queue
+        conn.reply(final_counts(conn))
+        conn.reply(SlotClosed(conn.index))
+
+    runner.on_finish = finish
+    master.run()
+    p = runner.parallelism
+    for vertex in master.metrics.vertices():
+        assert vertex["operators"][0]["records_in"] == sum(100 + i for i in range(p))
 
 
 def _stop_with_savepoint(master: JobMaster, directory: Path) -> tuple[JobClient, str]:

@@ -78,7 +78,10 @@ class Environment:
     ``spark_master`` (default ``local[<parallelism>]``) or on an existing ``spark``
     session. ``runner="local"`` runs the same slot code in subprocesses without Spark.
     ``endpoint_host``: where the job's authenticated HTTP endpoint listens (used by
-    ``epochstream list/savepoint/cancel``); ``None`` turns it off.
+    ``epochstream list/savepoint/cancel/status``, the REST API, ``/metrics`` and the
+    dashboard); ``None`` turns it off. ``endpoint_linger``: seconds the endpoint keeps
+    serving the job's final state after it ends (while the driver lives).
+    ``metrics_interval``: seconds between the slots' metrics reports (0 turns reports off).
 
     Example::
 
@@ -98,6 +101,8 @@ class Environment:
         heartbeat_interval: float = 1.0,
         heartbeat_timeout: float = 20.0,
         endpoint_host: str | None = "127.0.0.1",
+        endpoint_linger: float = 60.0,
+        metrics_interval: float = 1.0,
     ) -> None:
         parallelism = _OVERRIDES.get("parallelism", parallelism)
         runner = _OVERRIDES.get("runner", runner)
@@ -108,6 +113,11 @@ class Environment:
             raise ConfigurationError(f"parallelism must be a positive int, got {parallelism!r}")
         if runner not in _RUNNERS:
             raise ConfigurationError(f"runner must be one of {_RUNNERS}, got {runner!r}")
+        if metrics_interval < 0 or endpoint_linger < 0:
+            raise ConfigurationError(
+                f"metrics_interval ({metrics_interval}) and endpoint_linger ({endpoint_linger}) "
+                "must be >= 0"
+            )
         if batch_size < 1:
             raise ConfigurationError(f"batch_size must be >= 1, got {batch_size}")
         self.parallelism = parallelism
@@ -127,6 +137,8 @@ class Environment:
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_timeout = heartbeat_timeout
         self.endpoint_host = endpoint_host
+        self.endpoint_linger = endpoint_linger
+        self.metrics_interval = metrics_interval
         self.checkpoint_config: CheckpointConfig | None = None
         self._restart_strategy: RestartStrategy | None = None
         self._state_backend: StateBackend = HeapStateBackend()

@@ -4,6 +4,7 @@
 
     epochstream run [options] JOB.py [ARGS...]     run a job script (options apply to its Environments)
     epochstream list                                running jobs of this user
+    epochstream status JOB_ID [--dashboard]         a job's progress once (or its dashboard URL)
     epochstream savepoint JOB_ID [DIR]              take a savepoint of a running job
     epochstream cancel JOB_ID [--savepoint DIR]     cancel a job, or stop it with a savepoint
     epochstream checkpoints DIR                     completed checkpoints and savepoints under DIR
@@ -25,6 +26,7 @@ import argparse
 import sys
 
 from epochstream.cli.jobs import add_job_commands
+from epochstream.cli.progress import add_status_command
 from epochstream.cli.run import add_run_command
 from epochstream.cli.snapshots import add_snapshot_commands
 
@@ -40,6 +42,7 @@ examples:
   epochstream run --from-savepoint /sp/savepoint-3f2a9c-1b2c job.py
                                                a new version of a job, from a savepoint
   epochstream list                             running jobs: id, name, state, endpoint
+  epochstream status 3f2a                      records/s, last checkpoint, restarts, backpressure
   epochstream savepoint 3f2a /sp               take a savepoint of job 3f2a... into /sp
   epochstream cancel 3f2a --savepoint /sp      stop job 3f2a... with a savepoint
   epochstream checkpoints /ckpt                list completed checkpoints (and unreadable ones)
@@ -66,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_run_command(sub)
     add_job_commands(sub)
+    add_status_command(sub)
     add_snapshot_commands(sub)
     return parser
 

@@ -32,8 +32,10 @@ from typing import Any
 
 from epochstream.api.environment import set_overrides
 from epochstream.cli.common import fail
+from epochstream.cli.progress import ProgressReporter
 from epochstream.deploy.runners import RunnerLost
 from epochstream.exceptions import EpochstreamError, JobCancelled
+from epochstream.runtime.clock import SystemClock
 
 __all__ = ["LOST", "add_run_command", "supervise"]
 
@@ -133,6 +135,12 @@ def add_run_command(sub: Any) -> None:
         metavar="LEVEL",
         help=f"Python log level: {', '.join(_LOG_LEVELS)} (default WARNING)",
     )
+    run.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="no progress on stderr (a status line on a terminal, plain lines otherwise)",
+    )
     run.add_argument("script", metavar="JOB.py", help="the job script")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     run.set_defaults(handler=_cmd_run)
@@ -158,6 +166,9 @@ def _cmd_run(ns: argparse.Namespace) -> int:
     script_dir = os.path.dirname(os.path.abspath(ns.script))
     if script_dir not in sys.path:
         sys.path.insert(0, script_dir)
+    reporter = None if ns.quiet else ProgressReporter(sys.stderr, clock=SystemClock())
+    if reporter is not None:
+        reporter.start()
     try:
         runpy.run_path(ns.script, run_name="__main__")
     except JobCancelled as exc:
@@ -168,6 +179,8 @@ def _cmd_run(ns: argparse.Namespace) -> int:
         # A lost Spark context is the driver's death, not the job's: a supervisor resumes.
         return LOST if isinstance(exc.__cause__, RunnerLost) else 1
     finally:
+        if reporter is not None:
+            reporter.stop()
         set_overrides(
             parallelism=None,
             runner=None,
@@ -193,6 +206,8 @@ def _child_arguments(ns: argparse.Namespace) -> list[str]:
             argv += [flag, str(value)]
     if ns.allow_non_restored_state:
         argv.append("--allow-non-restored-state")
+    if ns.quiet:
+        argv.append("--quiet")
     return [*argv, ns.script, *ns.args]
 
 

@@ -63,6 +63,15 @@ class JobClient:
         """URL of the job's HTTP endpoint (``None`` when turned off)."""
         return self._master.endpoint.url if self._master.endpoint else None
 
+    @property
+    def dashboard_url(self) -> str | None:
+        """The web dashboard's URL, with the job's token in its fragment (``None``: no
+        endpoint). Anyone with this URL can see and cancel the job: treat it as a secret.
+
+        Example: ``webbrowser.open(client.dashboard_url)``
+        """
+        return self._master.endpoint.dashboard_url if self._master.endpoint else None
+
     def status(self) -> dict[str, Any]:
         """The job's state, attempt, restarts and checkpoint counts (as the endpoint serves)."""
         return self._master.status()
@@ -90,6 +99,17 @@ class JobClient:
         """Statistics of every checkpoint completed so far (CheckpointStats)."""
         coordinator = self._master.coordinator
         return list(coordinator.completed_stats) if coordinator is not None else []
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """Per-vertex metrics, as ``GET /v1/job/vertices`` serves them.
+
+        One dict per operator chain: records in/out and rates, busy/idle/backpressured ms
+        per second, queue fill, watermark and lag, state size, per-operator counts and the
+        subtasks' samples (updated every ``metrics_interval``; final counts once the job ends).
+
+        Example: ``{v["name"]: v["records_out"] for v in client.metrics()}``
+        """
+        return self._master.metrics.vertices()
 
     @property
     def failures(self) -> list[str]:

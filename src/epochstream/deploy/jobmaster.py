@@ -41,6 +41,7 @@ from epochstream.deploy.assignment import initial_splits, task_deployments
 from epochstream.deploy.control import ControlServer
 from epochstream.deploy.endpoint import JobEndpoint
 from epochstream.deploy.failures import Failure, give_up, runner_lost
+from epochstream.deploy.metrics import JobMetrics, job_status
 from epochstream.deploy.registry import JobEntry, register, unregister
 from epochstream.deploy.runners import Runner, RunnerLost
 from epochstream.deploy.savepoints import SavepointRequest, SavepointRequests
@@ -67,6 +68,7 @@ from epochstream.runtime.messages import (
     NotifyCheckpointComplete,
     RegisterSlot,
     SlotClosed,
+    SlotMetrics,
     SlotReady,
     SlotRunning,
     SourceExhausted,
@@ -76,6 +78,7 @@ from epochstream.runtime.messages import (
     TriggerCheckpoint,
 )
 from epochstream.runtime.slot import SlotLaunch
+from epochstream.runtime.slotlogs import SlotLog, log_slot_record
 
 __all__ = ["JobMaster", "Phase"]
 
@@ -124,6 +127,10 @@ class JobMaster:
         self.slot_pids: dict[int, int] = {}
         self.running = threading.Event()
         self.started_at = time.time()
+        #: When the job ended and how (FINISHED, FAILED, CANCELED); None while it runs.
+        self.finished_at: float | None = None
+        self.outcome: str | None = None
+        self.metrics = JobMetrics(graph)
         self._slots: dict[int, Any] = {}
         self._savepoints = SavepointRequests(self.job_id)
         try:
@@ -204,6 +211,7 @@ class JobMaster:
 
     def notify_aborted(self, checkpoint_id: int, reason: str) -> None:
         log.info("job %s: checkpoint %d aborted: %s", self.job_id[:8], checkpoint_id, reason)
+        self.metrics.record_checkpoint_failure(checkpoint_id, reason, wall=self.clock.wall())
         self._broadcast(NotifyCheckpointAborted(checkpoint_id, reason))
 
     def fail_job(self, reason: str) -> None:
@@ -228,24 +236,7 @@ class JobMaster:
 
     def status(self) -> dict[str, Any]:
         """A snapshot of the job's state for the endpoint and the CLI (any thread)."""
-        coordinator = self.coordinator
-        stats = coordinator.completed_stats if coordinator else []
-        latest = coordinator.latest_completed if coordinator else None
-        return {
-            "job_id": self.job_id,
-            "name": self.graph.name,
-            "state": self.phase.name,
-            "attempt": self.attempt,
-            "restarts": max(self.attempt - 1, 0),
-            "started_at": self.started_at,
-            "parallelism": self.graph.parallelism,
-            "max_parallelism": self.graph.max_parallelism,
-            "checkpoints_completed": sum(1 for s in stats if s.kind == "checkpoint"),
-            "savepoints_completed": sum(1 for s in stats if s.kind == "savepoint"),
-            "latest_checkpoint": latest.directory if latest else None,
-            "checkpoint_storage": self.storage.job_dir if self.storage else None,
-            "failures": [f.splitlines()[0] for f in self.failures],
-        }
+        return job_status(self)
 
     def completed_checkpoint_ids(self) -> list[int]:
         if self.coordinator is None:
@@ -267,12 +258,16 @@ class JobMaster:
                     # Recorded before the attempt is torn down: that may raise RunnerLost,
                     # whose report must still name what ended the attempt.
                     self.failures.append(failure.cause)
+                    self.metrics.record_failure(
+                        attempt=self.attempt, cause=failure.cause, wall=self.clock.wall()
+                    )
                 self._end_attempt(failure)
                 if failure is None and self._stop_with is not None:
                     raise JobCancelled(
                         f"job {self.job_id} stopped with a savepoint at {self._stop_with.path}"
                     )
                 if failure is None:
+                    self.outcome = "FINISHED"
                     return self._result(started)
                 log.warning(
                     "job %s attempt %d failed: %s", self.job_id[:8], self.attempt, failure.cause
@@ -302,15 +297,20 @@ class JobMaster:
                 )
                 self._sleep(decision.delay)
         except JobCancelled:
+            self.outcome = "CANCELED"
             if self.coordinator is not None:
                 self.coordinator.shutdown(cancelled=True)
             raise
         except RunnerLost as lost:
             raise self._runner_lost(lost) from lost
         finally:
+            self.outcome = self.outcome or "FAILED"
+            self.finished_at = time.time()
             self.server.close()
             if self.endpoint is not None:
-                self.endpoint.close()
+                # The final state stays visible (dashboard, REST) for a while; the
+                # endpoint's threads are daemons, so it never holds the driver up.
+                self.endpoint.close_after(self.env.endpoint_linger)
                 unregister(self.job_id)
             if self.coordinator is not None:
                 self.coordinator.stop_attempt("job ended")
@@ -345,10 +345,12 @@ class JobMaster:
             master=(host, port),
             secret=self.secret,
             heartbeat_interval=self.env.heartbeat_interval,
+            log_level=logging.getLogger("epochstream.slots").getEffectiveLevel(),
         )
 
     def _run_attempt(self) -> Failure | None:
         self.phase = Phase.REGISTERING
+        self.metrics.new_attempt()
         self._slots = {}
         self._fail_request = None
         attempt = self.attempt
@@ -410,6 +412,7 @@ class JobMaster:
                 # In FINISHING every task ended and the final checkpoint committed; a clean
                 # exit may simply come before the last SlotClosed message.
                 if self.phase == Phase.FINISHING and (msg is None or self._stop_with):
+                    self._take_final_reports(attempt, closed)
                     return None
                 if msg is None:
                     return Failure(f"slots of attempt {attempt} exited before the job finished")
@@ -460,6 +463,12 @@ class JobMaster:
                 continue
             last_seen[conn.slot] = now
             if isinstance(msg, Heartbeat):
+                continue
+            if isinstance(msg, SlotLog):
+                log_slot_record(msg)
+                continue
+            if isinstance(msg, SlotMetrics):
+                self.metrics.record(msg.samples, wall=self.clock.wall())
                 continue
             if isinstance(msg, ConsoleOutput):
                 sys.stdout.write(msg.text)
@@ -521,6 +530,29 @@ class JobMaster:
             self.phase = Phase.FINISHING
             self._broadcast(FinishSlot())
 
+    def _take_final_reports(self, attempt: int, closed: set[int]) -> None:
+        """The slots exited cleanly: record the final metrics they sent before closing,
+        whose frames may still be on their way, for up to ROOT_CAUSE_GRACE."""
+        waiting = set(self._slots) - closed
+        deadline = self.clock.now() + ROOT_CAUSE_GRACE
+        while waiting and (remaining := deadline - self.clock.now()) > 0:
+            try:
+                kind, conn, msg = self.events.get(timeout=remaining)
+            except queue.Empty:
+                return
+            if kind == "io-done":
+                conn(msg)
+            elif kind in ("message", "closed") and conn.attempt == attempt:
+                if isinstance(msg, SlotMetrics):
+                    self.metrics.record(msg.samples, wall=self.clock.wall())
+                elif isinstance(msg, SlotLog):
+                    log_slot_record(msg)
+                elif kind == "closed" or isinstance(msg, SlotClosed):
+                    waiting.discard(conn.slot)
+            elif kind in ("cancel", "savepoint"):
+                self.events.put((kind, conn, msg))  # for run() to handle
+                return
+
     def _root_cause(self, secondary: Failure, attempt: int, closed: set[int]) -> Failure:
         """A broken channel is a symptom: wait briefly for the failure that caused it."""
         deadline = self.clock.now() + ROOT_CAUSE_GRACE
@@ -554,6 +586,7 @@ class JobMaster:
             exactly_once=bool(config and config.exactly_once),
             storage_options=config.storage_options if config else None,
             state_backend=self.env.state_backend,
+            metrics_interval=self.env.metrics_interval,
         )
 
     def _end_attempt(self, failure: Failure | None) -> None:

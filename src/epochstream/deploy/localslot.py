@@ -10,7 +10,6 @@ Example::
 
 from __future__ import annotations
 
-import logging
 import pickle
 import sys
 
@@ -19,9 +18,8 @@ from epochstream.runtime.slot import SlotLaunch, run_slot
 
 def main(argv: list[str]) -> int:
     """Run one slot; exit code 0 when the job master finished or cancelled it."""
-    logging.basicConfig(
-        level=logging.WARNING, format="%(asctime)s slot %(name)s %(levelname)s %(message)s"
-    )
+    # No handler of its own: while the slot runs its records go to the driver's log
+    # (runtime.slotlogs); before that, logging's last resort prints warnings to stderr.
     index, host = int(argv[1]), argv[2]
     launch = pickle.loads(sys.stdin.buffer.read())
     if not isinstance(launch, SlotLaunch):

@@ -6,9 +6,14 @@ or a record writer's ``write`` for a network edge. Watermarks and idleness go to
 operator's time, not one output): a chained consumer's ``process_watermark`` /
 ``process_status``, or an in-band event broadcast on a writer's channels.
 
+Metrics ride on the wiring: each output call adds its batch's length to the operator's
+``records_out`` and each chained input call to the consumer's ``records_in`` (one add
+per batch); a chained consumer's watermark input records its current watermark. The
+task counts its head operator's input itself.
+
 Example::
 
-    operators = wire_chain(chain, ops_by_uid, writers)
+    operators = wire_chain(chain, ops_by_uid, writers, counters)
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 
 from epochstream.graph.jobgraph import ChainSpec
 from epochstream.runtime.events import ACTIVE, IDLE, Watermark
+from epochstream.runtime.metrics import OperatorCounters
 from epochstream.runtime.operators import Operator
 from epochstream.runtime.outputs import RecordWriter
 
@@ -25,7 +31,10 @@ __all__ = ["wire_chain"]
 
 
 def wire_chain(
-    chain: ChainSpec, ops: dict[str, Operator], writers: dict[int, RecordWriter]
+    chain: ChainSpec,
+    ops: dict[str, Operator],
+    writers: dict[int, RecordWriter],
+    counters: dict[str, OperatorCounters],
 ) -> list[Operator]:
     """Connect each operator of ``chain`` to its consumers; the operators in chain order."""
     for spec in chain.operators:
@@ -36,8 +45,9 @@ def wire_chain(
         for out in spec.outputs:
             if out.chained_uid is not None:
                 consumer = ops[out.chained_uid]
-                records.setdefault(out.tag, []).append(consumer.process_batch)
-                marks.append(consumer.process_watermark)
+                into = counters[out.chained_uid]
+                records.setdefault(out.tag, []).append(_count_in(consumer.process_batch, into))
+                marks.append(_watch_watermark(consumer.process_watermark, into))
                 statuses.append(consumer.process_status)
             else:
                 assert out.edge_id is not None
@@ -46,7 +56,7 @@ def wire_chain(
                 marks.append(_broadcast_watermark(writer))
                 statuses.append(_broadcast_status(writer))
         for tag, fns in records.items():
-            emit = fns[0] if len(fns) == 1 else _fan_out(fns)
+            emit = _count_out(fns[0] if len(fns) == 1 else _fan_out(fns), counters[spec.uid])
             if tag == "main":
                 op.emit = emit
             else:
@@ -55,6 +65,30 @@ def wire_chain(
             op.emit_watermark = marks[0] if len(marks) == 1 else _fan_out_event(marks)
             op.emit_status = statuses[0] if len(statuses) == 1 else _fan_out_event(statuses)
     return [ops[spec.uid] for spec in chain.operators]
+
+
+def _count_in(fn: Callable[..., None], counters: OperatorCounters) -> Callable[..., None]:
+    def process(records: list[Any], timestamps: list[Any] | None = None) -> None:
+        counters.records_in += len(records)
+        fn(records, timestamps)
+
+    return process
+
+
+def _count_out(fn: Callable[..., None], counters: OperatorCounters) -> Callable[..., None]:
+    def emit(records: list[Any], timestamps: list[Any] | None = None) -> None:
+        counters.records_out += len(records)
+        fn(records, timestamps)
+
+    return emit
+
+
+def _watch_watermark(fn: Callable[[int], None], counters: OperatorCounters) -> Callable[[int], None]:
+    def process(timestamp: int) -> None:
+        counters.watermark = timestamp
+        fn(timestamp)
+
+    return process
 
 
 def _broadcast_watermark(writer: RecordWriter) -> Callable[[int], None]:

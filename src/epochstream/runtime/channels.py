@@ -22,6 +22,8 @@ import time
 from collections import deque
 from typing import Any
 
+from epochstream.runtime.metrics import WaitClock
+
 __all__ = ["MAIL", "Cancelled", "InputGate"]
 
 #: Channel index reported by ``take`` for mailbox items.
@@ -46,16 +48,28 @@ class InputGate:
         #: ``blocked[ch]`` is true while the task must not read channel ``ch``; the
         #: barrier handler owns this list (mutated in place) and the gate only reads it.
         self.blocked: list[bool] = [False] * num_channels
+        #: Time the consumer waited for input (the task's idle time).
+        self.idle = WaitClock()
 
-    def put(self, channel: int, item: Any) -> None:
-        """Append a batch or event to ``channel``; blocks while the channel is full."""
+    def put(self, channel: int, item: Any, pressure: WaitClock | None = None) -> None:
+        """Append a batch or event to ``channel``; blocks while the channel is full.
+
+        ``pressure`` (the producing task's backpressure clock) counts that blocking.
+        """
         cond = self._cond
         with cond:
             queue = self._queues[channel]
-            while len(queue) >= self.capacity:
-                if self._cancelled:
-                    raise Cancelled()
-                cond.wait(0.5)
+            if len(queue) >= self.capacity:
+                if pressure is not None:
+                    pressure.begin()
+                try:
+                    while len(queue) >= self.capacity:
+                        if self._cancelled:
+                            raise Cancelled()
+                        cond.wait(0.5)
+                finally:
+                    if pressure is not None:
+                        pressure.end()
             if self._cancelled:
                 raise Cancelled()
             queue.append(item)
@@ -89,17 +103,26 @@ class InputGate:
                         cond.notify_all()
                         return ch, item
                 if deadline is None:
-                    cond.wait()
+                    remaining = None
                 else:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return None
-                    cond.wait(remaining)
+                self.idle.begin()
+                cond.wait(remaining)
+                self.idle.end()
 
     def has_input(self) -> bool:
         """True if a non-blocked channel has an item (used to decide when to flush)."""
         with self._cond:
             return any(q and not self.blocked[ch] for ch, q in enumerate(self._queues))
+
+    def fill(self) -> float:
+        """How full the input channels are, 0.0 to 1.0 (a lock-free estimate for metrics)."""
+        if not self.num_channels:
+            return 0.0
+        queued = sum(len(q) for q in self._queues)
+        return min(queued / (self.num_channels * self.capacity), 1.0)
 
     def cancel(self) -> None:
         """Wake and fail every waiting producer and the consumer."""

@@ -13,6 +13,7 @@ Flow of one attempt::
     slot -> JM   SlotRunning
     JM -> slot   TriggerCheckpoint / NotifyCheckpointComplete / NotifyCheckpointAborted
     slot -> JM   AcknowledgeCheckpoint / DeclineCheckpoint / SourceExhausted / TaskFinished
+    slot -> JM   SlotMetrics                      every metrics interval while running
     JM -> slot   FinishSlot  (after the final checkpoint committed)  or CancelSlot
     slot -> JM   SlotClosed
 
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epochstream.runtime.events import CheckpointOptions
+from epochstream.runtime.metrics import TaskMetricsSample
 from epochstream.state.handles import OperatorRestore, OperatorSubtaskState
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "NotifyCheckpointComplete",
     "RegisterSlot",
     "SlotClosed",
+    "SlotMetrics",
     "SlotReady",
     "SlotRunning",
     "SourceExhausted",
@@ -164,6 +167,17 @@ class ConsoleOutput:
 
 
 @dataclass(frozen=True)
+class SlotMetrics:
+    """One sample of every task of a slot (sent every metrics interval).
+
+    Example: ``SlotMetrics(slot=0, samples=[sampler.sample(now=t, wall_ms=ms)])``
+    """
+
+    slot: int
+    samples: list[TaskMetricsSample]
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     """Sent every heartbeat interval by each slot."""
 
@@ -200,6 +214,8 @@ class DeploySlot:
     storage_options: dict[str, Any] | None = None
     #: The keyed-state backend configuration (a picklable ``StateBackend``).
     state_backend: Any = None
+    #: Seconds between SlotMetrics reports (0: none).
+    metrics_interval: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from epochstream.graph.transformations import Partitioning, describe_callable
 from epochstream.runtime.auth import FramedConnection
 from epochstream.runtime.batches import TimedBatch
 from epochstream.runtime.channels import InputGate
+from epochstream.runtime.metrics import WaitClock
 from epochstream.state.keygroups import KeyGroupAssigner, canonical_key_bytes
 
 __all__ = ["Channel", "LocalChannel", "NetworkChannel", "RecordWriter"]
@@ -47,16 +48,20 @@ class Channel:
 
 
 class LocalChannel(Channel):
-    """A channel to a task in the same slot: the gate's queue, no serialization."""
+    """A channel to a task in the same slot: the gate's queue, no serialization.
 
-    __slots__ = ("channel", "gate")
+    ``pressure``: the sending task's backpressure clock (time blocked on a full queue).
+    """
 
-    def __init__(self, gate: InputGate, channel: int) -> None:
+    __slots__ = ("channel", "gate", "pressure")
+
+    def __init__(self, gate: InputGate, channel: int, pressure: WaitClock | None = None) -> None:
         self.gate = gate
         self.channel = channel
+        self.pressure = pressure
 
     def send(self, item: Any) -> None:
-        self.gate.put(self.channel, item)
+        self.gate.put(self.channel, item, self.pressure)
 
 
 class NetworkChannel(Channel):
@@ -67,13 +72,20 @@ class NetworkChannel(Channel):
     cloudpickle instead, and the channel keeps using cloudpickle from then on. A record
     neither can pickle fails the task with :class:`SerializationError` naming the
     record and the edge.
+
+    ``pressure``: the sending task's backpressure clock. Time in the socket write counts
+    as backpressure: it blocks only while the peer's buffers are full (the peer's input
+    queue is full and its reader stopped reading).
     """
 
-    __slots__ = ("_dumps", "conn", "edge")
+    __slots__ = ("_dumps", "conn", "edge", "pressure")
 
-    def __init__(self, conn: FramedConnection, edge: str = "") -> None:
+    def __init__(
+        self, conn: FramedConnection, edge: str = "", pressure: WaitClock | None = None
+    ) -> None:
         self.conn = conn
         self.edge = edge
+        self.pressure = pressure or WaitClock()
         self._dumps: Callable[..., bytes] = pickle.dumps
 
     def send(self, item: Any) -> None:
@@ -81,7 +93,12 @@ class NetworkChannel(Channel):
             data = self._dumps(item, protocol=5)
         except Exception:  # plain pickle refused: try by-value pickling, then name the record
             data = self._by_value(item)
-        self.conn.send_bytes(data)
+        pressure = self.pressure
+        pressure.begin()
+        try:
+            self.conn.send_bytes(data)
+        finally:
+            pressure.end()
 
     def _by_value(self, item: Any) -> bytes:
         try:

@@ -21,6 +21,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,7 @@ import cloudpickle
 from epochstream.exceptions import SerializationError, TaskFailure
 from epochstream.graph.jobgraph import JobGraph
 from epochstream.runtime.auth import FramedConnection, connect
+from epochstream.runtime.clock import wall_ms
 from epochstream.runtime.messages import (
     CancelSlot,
     ConnectPeers,
@@ -41,13 +43,16 @@ from epochstream.runtime.messages import (
     NotifyCheckpointComplete,
     RegisterSlot,
     SlotClosed,
+    SlotMetrics,
     SlotReady,
     SlotRunning,
     TaskFailed,
     TriggerCheckpoint,
 )
+from epochstream.runtime.metrics import TaskSampler
 from epochstream.runtime.network import ChannelHello, DataPlaneServer, open_channel
 from epochstream.runtime.outputs import Channel, LocalChannel, NetworkChannel, RecordWriter
+from epochstream.runtime.slotlogs import ForwardLogs
 from epochstream.runtime.snapshots import SnapshotExecutor
 from epochstream.runtime.task import Task, TaskEnvironment
 
@@ -66,6 +71,8 @@ class SlotLaunch:
     master: tuple[str, int]
     secret: bytes
     heartbeat_interval: float = 1.0
+    #: Records at or above this level go to the driver's log (``SlotLog``).
+    log_level: int = logging.WARNING
 
 
 class _Slot:
@@ -79,6 +86,8 @@ class _Slot:
         self.snapshots = SnapshotExecutor(name=f"slot{index}-snapshots")
         self.data: DataPlaneServer | None = None
         self._stop = threading.Event()
+        self._metrics_stop = threading.Event()
+        self._samplers: list[TaskSampler] = []
         # Scratch space of this slot's keyed-state backends (RocksDB databases).
         self.local_dir = tempfile.mkdtemp(prefix=f"epochstream-{launch.job_id[:8]}-slot{index}-")
 
@@ -119,6 +128,8 @@ class _Slot:
             clock=graph.clock,
         )
         self.graph = graph
+        self.clock = env.clock
+        self.metrics_interval = msg.metrics_interval
         self.tasks = [Task(env, graph, graph.chain(d.chain_id), d) for d in msg.tasks]
         self.data = DataPlaneServer(self.host, self.launch.secret, self._route, self._broken)
         self.data.start()
@@ -187,13 +198,17 @@ class _Slot:
                         target = by_chain[edge.target_chain]
                         channels.append(
                             LocalChannel(
-                                target.gate, target.channel_index(edge.edge_id, self.index)
+                                target.gate,
+                                target.channel_index(edge.edge_id, self.index),
+                                task.metrics.backpressure,
                             )
                         )
                     else:
                         hello = ChannelHello(edge.edge_id, self.index, j)
                         conn = open_channel(addresses[j], self.launch.secret, hello)
-                        channels.append(NetworkChannel(conn, edge_name))
+                        channels.append(
+                            NetworkChannel(conn, edge_name, task.metrics.backpressure)
+                        )
                 task.writers[edge.edge_id] = RecordWriter(
                     channels,
                     partitioning=edge.partitioning,
@@ -207,12 +222,17 @@ class _Slot:
 
     def run(self) -> None:
         self.snapshots.start()
+        now = time.perf_counter()
+        self._samplers = [TaskSampler(task.metrics, now=now) for task in self.tasks]
         for task in self.tasks:
             t = threading.Thread(target=task.run, name=f"task-{task.name}", daemon=True)
             self.threads.append(t)
             t.start()
         hb = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
         hb.start()
+        reporter = threading.Thread(target=self._report_metrics, name="metrics", daemon=True)
+        if self.metrics_interval > 0:
+            reporter.start()
         sources = [t for t in self.tasks if t.chain.is_source]
         while True:
             msg = self.control.recv()
@@ -226,6 +246,10 @@ class _Slot:
                 for task in self.tasks:
                     task.gate.put_mail(msg)
                 self._join()
+                if reporter.is_alive():
+                    self._metrics_stop.set()
+                    reporter.join()
+                    self._send_metrics()  # the final counts, after the last record
                 self.snapshots.stop()
                 self.send(SlotClosed(self.index))
                 return
@@ -250,9 +274,22 @@ class _Slot:
             except OSError:
                 return  # the control connection is gone; the main loop reports that
 
+    def _report_metrics(self) -> None:
+        """Sample every task each interval and send the samples to the job master."""
+        while not self._metrics_stop.wait(self.metrics_interval):
+            try:
+                self._send_metrics()
+            except OSError:
+                return  # the control connection is gone; the main loop reports that
+
+    def _send_metrics(self) -> None:
+        now, wall = time.perf_counter(), wall_ms(self.clock)
+        self.send(SlotMetrics(self.index, [s.sample(now=now, wall_ms=wall) for s in self._samplers]))
+
     def shutdown(self) -> None:
         """Stop everything: cancel gates, close sockets, let threads end."""
         self._stop.set()
+        self._metrics_stop.set()
         for task in self.tasks:
             task.gate.cancel()
         if self.data is not None:
@@ -273,9 +310,11 @@ class _Slot:
 def run_slot(launch: SlotLaunch, *, index: int, host: str) -> None:
     """Run slot ``index`` of a job until the job master finishes or cancels it."""
     slot = _Slot(launch, index, host)
+    forward = ForwardLogs(slot.send, slot=index, attempt=launch.attempt, level=launch.log_level)
     try:
-        if slot.deploy():
-            slot.run()
+        with forward:
+            if slot.deploy():
+                slot.run()
     except (ConnectionError, OSError) as exc:
         if slot._stop.is_set():
             return

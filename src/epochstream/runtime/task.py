@@ -61,6 +61,7 @@ from epochstream.runtime.messages import (
     TaskKey,
     TriggerCheckpoint,
 )
+from epochstream.runtime.metrics import OperatorCounters, TaskMetrics
 from epochstream.runtime.operators import (
     Operator,
     OperatorContext,
@@ -146,6 +147,9 @@ class Task:
             clock=SystemClock(),
         )
         self.gate.blocked = self.barriers.blocked
+        self.metrics = TaskMetrics(
+            self.key, [(spec.uid, spec.name) for spec in chain.operators], self.gate
+        )
         self.valve = WatermarkValve(max(1, self.gate.num_channels))
         self._clock_ms = lambda: wall_ms(env.clock)
         self._timed: list[Operator] = []
@@ -201,7 +205,7 @@ class Task:
             )
             ctx.console = self.env.console
             ops[spec.uid] = create_operator(spec, ctx)
-        self.operators = wire_chain(self.chain, ops, self.writers)
+        self.operators = wire_chain(self.chain, ops, self.writers, self.metrics.operators)
         restored = self.deployment.restored_checkpoint
         for op in self.operators:
             try:
@@ -216,6 +220,7 @@ class Task:
             op.open()
         head = self.operators[0]
         if isinstance(head, SourceOperator):
+            head.emit_watermark = _watching(head.emit_watermark, self.metrics.head)
             head.assign_splits(self.deployment.splits)
         # Operators that act as processing time passes (timers, idleness, watermarks).
         self._timed = [op for op in self.operators if _follows_clock(op)]
@@ -282,6 +287,7 @@ class Task:
         two_inputs = isinstance(head, TwoInputOperator)
         p = self.graph.parallelism
         timeout = self.graph.buffer_timeout
+        counters = self.metrics.head
         while True:
             got = gate.take(timeout)
             if self._timed:
@@ -292,12 +298,14 @@ class Task:
             ch, item = got
             kind = type(item)
             if kind is list:
+                counters.records_in += len(item)
                 if two_inputs:
                     head.process_input(ch // p, item, None)  # type: ignore[attr-defined]
                 else:
                     head.process_batch(item, None)
                 self._maybe_flush()
             elif kind is TimedBatch:
+                counters.records_in += len(item.records)
                 if two_inputs:
                     head.process_input(ch // p, item.records, item.timestamps)  # type: ignore[attr-defined]
                 else:
@@ -313,6 +321,7 @@ class Task:
                 if idle is False:
                     head.process_status(False)  # active again before time moves on
                 if mark is not None:
+                    counters.watermark = mark
                     head.process_watermark(mark)
                 if idle:
                     head.process_status(True)
@@ -322,6 +331,7 @@ class Task:
             elif kind is EndOfInput:
                 mark = valve.on_end(ch)
                 if mark is not None:
+                    counters.watermark = mark
                     head.process_watermark(mark)
                 self._execute(self.barriers.on_end_of_input(ch))
             else:
@@ -539,6 +549,7 @@ class Task:
                 DeclineCheckpoint(checkpoint_id, self.key, f"async snapshot failed: {exc!r}")
             )
             return
+        self.metrics.last_checkpoint = stats
         self._tell_master(AcknowledgeCheckpoint(checkpoint_id, self.key, states, stats))
 
     def _tell_master(self, msg: Any) -> None:
@@ -552,6 +563,16 @@ class Task:
 
 def _safe(uid: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in uid)
+
+
+def _watching(emit: Callable[[int], None], counters: OperatorCounters) -> Callable[[int], None]:
+    """A source's watermark output that records its current watermark."""
+
+    def send(timestamp: int) -> None:
+        counters.watermark = timestamp
+        emit(timestamp)
+
+    return send
 
 
 def _follows_clock(op: Operator) -> bool:

@@ -1,0 +1,1 @@
+"""The web dashboard's static files, served by the job endpoint at ``/dashboard/``."""
