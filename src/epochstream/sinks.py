@@ -1,7 +1,8 @@
 """Sinks (the ``es.sinks`` namespace).
 
-- :class:`FileSink`: two-phase commit; committed ``.jsonl`` files appear only when
-  the checkpoint that covers them completes (exactly-once with checkpointing on).
+- :class:`FileSink`: two-phase commit; committed JSON-lines, CSV or Parquet files
+  appear only when the checkpoint that covers them completes (exactly-once with
+  checkpointing on); :class:`RollingPolicy` rolls row formats by records, bytes, age.
 - :class:`PrintSink`: stdout, at-least-once.
 - :class:`DiscardSink`: drops records (benchmarks).
 - :class:`TwoPhaseCommitSinkWriter`: base for your own transactional sinks.
@@ -12,7 +13,7 @@ Example::
 """
 
 from epochstream.connectors.base import AtLeastOnceSinkWriter, Sink, SinkContext, SinkWriter
-from epochstream.connectors.filesink import FileSink
+from epochstream.connectors.filesink import FileSink, RollingPolicy
 from epochstream.connectors.simple import DiscardSink, PrintSink
 from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter, TxnState
 
@@ -21,6 +22,7 @@ __all__ = [
     "DiscardSink",
     "FileSink",
     "PrintSink",
+    "RollingPolicy",
     "Sink",
     "SinkContext",
     "SinkWriter",

@@ -6,14 +6,18 @@ Example::
 """
 
 from epochstream.connectors.base import Source, SourceContext, SourceReader
+from epochstream.connectors.enumerators import SplitEnumerator
 from epochstream.connectors.files import TextFileSource
+from epochstream.connectors.formats import FileSource
 from epochstream.connectors.generators import CollectionSource, SequenceSource
 
 __all__ = [
     "CollectionSource",
+    "FileSource",
     "SequenceSource",
     "Source",
     "SourceContext",
     "SourceReader",
+    "SplitEnumerator",
     "TextFileSource",
 ]
