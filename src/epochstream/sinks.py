@@ -3,6 +3,8 @@
 - :class:`FileSink`: two-phase commit; committed JSON-lines, CSV or Parquet files
   appear only when the checkpoint that covers them completes (exactly-once with
   checkpointing on); :class:`RollingPolicy` rolls row formats by records, bytes, age.
+- :class:`PostgresSink`: two-phase commit (``PREPARE TRANSACTION``), exactly-once; or
+  idempotent upserts (``ON CONFLICT``).
 - :class:`PrintSink`: stdout, at-least-once.
 - :class:`DiscardSink`: drops records (benchmarks).
 - :class:`TwoPhaseCommitSinkWriter`: base for your own transactional sinks.
@@ -14,6 +16,7 @@ Example::
 
 from epochstream.connectors.base import AtLeastOnceSinkWriter, Sink, SinkContext, SinkWriter
 from epochstream.connectors.filesink import FileSink, RollingPolicy
+from epochstream.connectors.postgres import PostgresSink
 from epochstream.connectors.simple import DiscardSink, PrintSink
 from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter, TxnState
 
@@ -21,6 +24,7 @@ __all__ = [
     "AtLeastOnceSinkWriter",
     "DiscardSink",
     "FileSink",
+    "PostgresSink",
     "PrintSink",
     "RollingPolicy",
     "Sink",
