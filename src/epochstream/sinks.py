@@ -5,6 +5,8 @@
   checkpointing on); :class:`RollingPolicy` rolls row formats by records, bytes, age.
 - :class:`PostgresSink`: two-phase commit (``PREPARE TRANSACTION``), exactly-once; or
   idempotent upserts (``ON CONFLICT``).
+- :class:`JetStreamSink`: write-ahead, published after the checkpoint completes with
+  deterministic message ids: exactly-once within the stream's duplicate window.
 - :class:`PrintSink`: stdout, at-least-once.
 - :class:`DiscardSink`: drops records (benchmarks).
 - :class:`TwoPhaseCommitSinkWriter`: base for your own transactional sinks.
@@ -16,6 +18,7 @@ Example::
 
 from epochstream.connectors.base import AtLeastOnceSinkWriter, Sink, SinkContext, SinkWriter
 from epochstream.connectors.filesink import FileSink, RollingPolicy
+from epochstream.connectors.jetstream import JetStreamSink
 from epochstream.connectors.postgres import PostgresSink
 from epochstream.connectors.simple import DiscardSink, PrintSink
 from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter, TxnState
@@ -24,6 +27,7 @@ __all__ = [
     "AtLeastOnceSinkWriter",
     "DiscardSink",
     "FileSink",
+    "JetStreamSink",
     "PostgresSink",
     "PrintSink",
     "RollingPolicy",

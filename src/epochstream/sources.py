@@ -10,10 +10,12 @@ from epochstream.connectors.enumerators import SplitEnumerator
 from epochstream.connectors.files import TextFileSource
 from epochstream.connectors.formats import FileSource
 from epochstream.connectors.generators import CollectionSource, SequenceSource
+from epochstream.connectors.jetstream import JetStreamSource
 
 __all__ = [
     "CollectionSource",
     "FileSource",
+    "JetStreamSource",
     "SequenceSource",
     "Source",
     "SourceContext",

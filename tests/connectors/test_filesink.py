@@ -370,7 +370,7 @@ def test_text_source_to_file_sink_is_exactly_once_across_a_crash(tmp_path: Path)
         return readers, writers
 
     def checkpoint(cid: int, readers: list[Any], writers: list[Any]) -> tuple[list[Any], list[Any]]:
-        states = [s for r in readers for s in r.snapshot()]
+        states = [s for r in readers for s in r.snapshot(1)]
         entries = [e for w in writers for e in w.snapshot(cid)]
         return states, entries
 

@@ -42,7 +42,7 @@ def read_with_restarts(source: FileSource, batch: int) -> list[Any]:
         if reader.exhausted:
             return out
         out += reader.poll(batch)
-        splits = pickle.loads(pickle.dumps(reader.snapshot()))
+        splits = pickle.loads(pickle.dumps(reader.snapshot(1)))
         reader.close()
 
 

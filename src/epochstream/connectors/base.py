@@ -120,7 +120,7 @@ class SourceReader(ABC):
 
         reader.add_splits(splits)
         batch = reader.poll(500)      # [] when nothing is available right now
-        states = reader.snapshot()    # positioned after the last record of ``batch``
+        states = reader.snapshot(1)   # positioned after the last record of ``batch``
     """
 
     @abstractmethod
@@ -154,12 +154,14 @@ class SourceReader(ABC):
         return None
 
     @abstractmethod
-    def snapshot(self) -> list[Any]:
-        """Split states positioned after the last record returned by :meth:`poll`."""
+    def snapshot(self, checkpoint_id: int) -> list[Any]:
+        """Split states positioned after the last record returned by :meth:`poll`, for
+        checkpoint ``checkpoint_id`` (readers that acknowledge upstream remember what
+        this checkpoint covers, for :meth:`notify_checkpoint_complete`)."""
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:  # noqa: B027 - optional hook
-        """Checkpoint ``checkpoint_id`` (which holds this reader's last snapshot at or
-        before it) is durable: acknowledge or commit the positions it covers upstream.
+        """Checkpoint ``checkpoint_id`` is durable, and with it every snapshot this reader
+        took for it or earlier checkpoints: acknowledge or commit those positions upstream.
 
         The default does nothing: files and generators need no upstream bookkeeping.
         Readers of brokers that redeliver unacknowledged messages override it.

@@ -224,7 +224,7 @@ class TextFileReader(SourceReader):
         """A monitored input never ends: new files may still arrive."""
         return not self._cursors and self._error is None and not self._monitored
 
-    def snapshot(self) -> list[Any]:
+    def snapshot(self, checkpoint_id: int) -> list[Any]:
         return [cursor.state() for cursor in self._cursors]
 
     def close(self) -> None:

@@ -371,7 +371,7 @@ class ParquetReader(SourceReader):
     def exhausted(self) -> bool:
         return not self._splits and not self._monitored
 
-    def snapshot(self) -> list[Any]:
+    def snapshot(self, checkpoint_id: int) -> list[Any]:
         return list(self._splits)
 
     def close(self) -> None:

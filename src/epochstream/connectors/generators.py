@@ -236,7 +236,7 @@ class _RangeReader(SourceReader):
             return None  # records can be read right now
         return self._t0 + self._emitted / self._rate
 
-    def snapshot(self) -> list[Any]:
+    def snapshot(self, checkpoint_id: int) -> list[Any]:
         return [self._state(cursor) for cursor in self._cursors]
 
     def close(self) -> None:

@@ -142,7 +142,7 @@ class SourceOperator(Operator):
     def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
         state, self.enumerator_state = self.enumerator_state, None
         return SnapshotParts(
-            operator_lists={SPLITS: list(self.reader.snapshot())},
+            operator_lists={SPLITS: list(self.reader.snapshot(target.checkpoint_id))},
             union_lists={ENUMERATOR: [state]} if state is not None else {},
         )
 
