@@ -5,6 +5,8 @@
   checkpointing on); :class:`RollingPolicy` rolls row formats by records, bytes, age.
 - :class:`PostgresSink`: two-phase commit (``PREPARE TRANSACTION``), exactly-once; or
   idempotent upserts (``ON CONFLICT``).
+- :class:`DeltaSink`: one Delta transaction per checkpoint through a global committer,
+  with an application transaction id so a replayed commit is skipped: exactly-once.
 - :class:`JetStreamSink`: write-ahead, published after the checkpoint completes with
   deterministic message ids: exactly-once within the stream's duplicate window.
 - :class:`PrintSink`: stdout, at-least-once.
@@ -17,6 +19,7 @@ Example::
 """
 
 from epochstream.connectors.base import AtLeastOnceSinkWriter, Sink, SinkContext, SinkWriter
+from epochstream.connectors.delta import DeltaSink
 from epochstream.connectors.filesink import FileSink, RollingPolicy
 from epochstream.connectors.jetstream import JetStreamSink
 from epochstream.connectors.postgres import PostgresSink
@@ -25,6 +28,7 @@ from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter, TxnState
 
 __all__ = [
     "AtLeastOnceSinkWriter",
+    "DeltaSink",
     "DiscardSink",
     "FileSink",
     "JetStreamSink",
