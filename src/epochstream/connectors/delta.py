@@ -57,7 +57,9 @@ class DeltaFile:
 
 
 class DeltaSink(Sink):
-    """Appends records to the Delta table at ``path`` exactly-once (module docstring).
+    """Appends records to the Delta table at ``path`` (module docstring).
+
+    Guarantee: exactly-once (one Delta transaction per checkpoint, skipped on replay).
 
     ``sink_id`` names the application transaction (default: the directory's name).
 

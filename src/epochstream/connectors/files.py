@@ -68,6 +68,8 @@ class TextFileSplit:
 class TextFileSource(Source):
     """Lines of a file, of a directory's non-hidden regular files, or of a glob's files.
 
+    Guarantee: exactly-once (split byte offsets in every checkpoint).
+
     ``chunk_size`` is the read size in bytes. At least ``parallelism`` splits are made
     when the input totals ``parallelism * MIN_SPLIT_BYTES`` or more, else one per file;
     empty files get no split.
@@ -441,6 +443,8 @@ def list_files(path: str, *, owner: str, allow_none: bool) -> list[str]:
     Names starting with ``.`` are hidden (writers' in-progress files). A missing path or
     a glob matching nothing is a ConfigurationError naming ``owner``, unless
     ``allow_none`` (a monitored input that may still be empty).
+
+    Example: ``list_files("/in/*.jsonl", owner="from_files", allow_none=False)``
     """
     if os.path.isdir(path):
         with os.scandir(path) as entries:
@@ -460,7 +464,10 @@ def list_files(path: str, *, owner: str, allow_none: bool) -> list[str]:
 
 def byte_range_splits(files: list[str], parallelism: int, min_split_bytes: int) -> list[TextFileSplit]:
     """Byte ranges of ``files``: at least ``parallelism`` of them when the files total
-    ``parallelism * min_split_bytes`` or more, else one per file; empty files get none."""
+    ``parallelism * min_split_bytes`` or more, else one per file; empty files get none.
+
+    Example: ``byte_range_splits(["/in/a.txt"], parallelism=4, min_split_bytes=65536)``
+    """
     sizes = [(p, os.path.getsize(p)) for p in files]
     total = sum(size for _, size in sizes)
     # Floor division guarantees sum(ceil(size / target)) >= parallelism.

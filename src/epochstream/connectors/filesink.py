@@ -145,7 +145,9 @@ class FileTxn:
 
 
 class FileSink(Sink):
-    """Writes records into part files in ``path`` (module docstring), exactly-once.
+    """Writes records into part files in ``path`` (module docstring).
+
+    Guarantee: exactly-once with checkpointing on (two-phase commit), else at-least-once.
 
     ``format``: ``"jsonl"``, ``"csv"`` or ``"parquet"``. ``rolling``: a
     :class:`RollingPolicy`; ``roll_records=n`` is short for

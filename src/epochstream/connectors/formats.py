@@ -68,6 +68,8 @@ _LINE_LIMIT = 200
 class FileSource(Source):
     """Records of the files at a path, directory or glob (module docstring).
 
+    Guarantee: exactly-once (split positions and the seen files in every checkpoint).
+
     Example::
 
         env.from_source(FileSource("/in", format="csv", on_error="dead_letter"))

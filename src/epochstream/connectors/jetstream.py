@@ -92,7 +92,9 @@ class JetStreamSplit:
 
 
 class JetStreamSource(Source):
-    """A JetStream stream from a sequence on; exactly-once (module docstring).
+    """A JetStream stream from a sequence on (module docstring).
+
+    Guarantee: exactly-once (the stream sequence in every checkpoint; acks after completion).
 
     Example::
 
@@ -272,8 +274,10 @@ class WriteAheadEntry:
 
 
 class JetStreamSink(Sink):
-    """Publishes records to ``subject`` after the checkpoint covering them completes;
-    exactly-once within the stream's duplicate window (module docstring).
+    """Publishes records to ``subject`` after the checkpoint covering them completes.
+
+    Guarantee: exactly-once within the stream's duplicate window (write-ahead with
+    deterministic ``Nats-Msg-Id``; module docstring for the window's limit).
 
     ``sink_id`` names the sink in message ids (default: the subject).
 

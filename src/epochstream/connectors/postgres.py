@@ -55,7 +55,10 @@ _REPR_LIMIT = 200
 
 
 class PostgresSink(Sink):
-    """Writes records into a PostgreSQL table (module docstring for the guarantees).
+    """Writes records into a PostgreSQL table (module docstring).
+
+    Guarantee: ``mode="two_phase"`` exactly-once (PREPARE TRANSACTION / COMMIT
+    PREPARED); ``mode="upsert"`` idempotent, effectively exactly-once for keyed results.
 
     Example::
 

@@ -45,7 +45,9 @@ class SocketSplit:
 
 
 class SocketTextSource(Source):
-    """Lines from ``host:port``, at-most-once (module docstring).
+    """Lines from ``host:port`` (module docstring).
+
+    Guarantee: at-most-once (a socket cannot be replayed).
 
     Example::
 

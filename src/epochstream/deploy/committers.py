@@ -27,7 +27,14 @@ __all__ = ["GlobalCommits"]
 
 
 class GlobalCommits:
-    """The global committers of a job's sinks, by sink operator uid."""
+    """The global committers of a job's sinks, by sink operator uid.
+
+    Example::
+
+        commits = GlobalCommits(graph, job_id)
+        if commits:
+            commits.commit(n, completed.metadata)
+    """
 
     def __init__(self, graph: JobGraph, job_id: str) -> None:
         self._committers: dict[str, GlobalCommitter] = {}

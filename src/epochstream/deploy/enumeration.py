@@ -30,7 +30,10 @@ __all__ = ["SourceEnumerators", "restored_enumerator_state"]
 
 
 def restored_enumerator_state(restored: CompletedCheckpoint | None, source_uid: str) -> Any:
-    """The enumerator state checkpoint ``restored`` holds for ``source_uid`` (else None)."""
+    """The enumerator state checkpoint ``restored`` holds for ``source_uid`` (else None).
+
+    Example: ``restored_enumerator_state(coordinator.latest_completed, "files")``
+    """
     if restored is None:
         return None
     for state in restored.metadata.operators.get(source_uid, {}).values():
@@ -41,7 +44,13 @@ def restored_enumerator_state(restored: CompletedCheckpoint | None, source_uid: 
 
 
 class SourceEnumerators:
-    """Every source's enumerator for one attempt, with round-robin assignment."""
+    """Every source's enumerator for one attempt, with round-robin assignment.
+
+    Example::
+
+        enums = SourceEnumerators(graph, restored=None)
+        per_subtask = enums.initial_assignment()[chain_id]
+    """
 
     def __init__(self, graph: JobGraph, restored: CompletedCheckpoint | None) -> None:
         self._parallelism = graph.parallelism

@@ -99,7 +99,9 @@ class BloomState:
 
     Example::
 
-        state = aging.snapshot(); AgingBloomFilter.restore([state], ...)
+        state = aging.snapshot()           # stored in the checkpoint
+        restored = AgingBloomFilter(capacity, fp_rate, ttl, now)
+        restored.restore([state])
     """
 
     bits: int
