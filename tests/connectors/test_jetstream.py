@@ -173,3 +173,15 @@ def test_a_reader_restored_at_the_end_of_the_stream_polls_nothing(nats_url: str)
     publish(nats_url, "end.x", [b"next"])
     assert read(reader, 1) == [b"next"]
     reader.close()
+
+
+def test_a_large_checkpoint_is_published_in_windows(nats_url: str) -> None:
+    name = make_stream(nats_url, ["big.1"])
+    w = JetStreamSink(nats_url, "big.1").create_writer(sink_ctx())
+    w.restore([])
+    w.write_batch([f"r{i}" for i in range(5000)])
+    w.snapshot(1)
+    w.notify_checkpoint_complete(1)
+    got = stream_messages(nats_url, name)
+    assert [m[1] for m in got] == [f"r{i}".encode() for i in range(5000)], "all, once, in order"
+    w.close()

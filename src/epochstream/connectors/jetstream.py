@@ -50,6 +50,7 @@ T = TypeVar("T")
 
 _TIMEOUT = 30.0
 _FETCH_WAIT = 0.05
+_PUBLISH_WINDOW = 512
 
 
 class _EventLoop:
@@ -392,17 +393,24 @@ class JetStreamWriter(SinkWriter):
             self._nc, self._js = self._loop.run(connect())
         js, subject = self._js, self._sink.subject
 
+        messages = [
+            (data, entry.message_id(i)) for entry in entries for i, data in enumerate(entry.records)
+        ]
+
         async def publish() -> None:
-            # Pipelined: every publish is sent before the first ack is awaited.
-            acks = [
-                js.publish(subject, data, headers={"Nats-Msg-Id": entry.message_id(i)})
-                for entry in entries
-                for i, data in enumerate(entry.records)
-            ]
-            await asyncio.gather(*acks)
+            # Pipelined in windows: a window's publishes are all sent before its first ack
+            # is awaited, and a bounded number waits at once (each has its own timeout).
+            for start in range(0, len(messages), _PUBLISH_WINDOW):
+                window = messages[start : start + _PUBLISH_WINDOW]
+                await asyncio.gather(
+                    *(
+                        js.publish(subject, data, timeout=_TIMEOUT, headers={"Nats-Msg-Id": mid})
+                        for data, mid in window
+                    )
+                )
 
         try:
-            self._loop.run(publish(), timeout=_TIMEOUT + len(entries))
+            self._loop.run(publish(), timeout=_TIMEOUT * (1 + len(messages) // _PUBLISH_WINDOW))
         except Exception as exc:
             raise SinkError(
                 f"JetStreamSink {subject!r}: publishing checkpoint(s) "
