@@ -41,6 +41,7 @@ __all__ = [
     "TextFileSource",
     "TextFileSplit",
     "byte_range_splits",
+    "check_encoding",
     "list_files",
 ]
 
@@ -88,7 +89,7 @@ class TextFileSource(Source):
     ) -> None:
         # Absolute now, in the driver: slots may run with another working directory.
         self.path = os.path.abspath(os.fspath(path))
-        self.encoding = _check_encoding(encoding)
+        self.encoding = check_encoding(encoding)
         if chunk_size < 1:
             raise ConfigurationError(f"TextFileSource chunk_size must be >= 1, got {chunk_size}")
         self.chunk_size = chunk_size
@@ -483,8 +484,11 @@ def byte_range_splits(files: list[str], parallelism: int, min_split_bytes: int) 
     return splits
 
 
-def _check_encoding(encoding: str) -> str:
-    """Reject unknown encodings and those that do not write ``"\\n"`` as the byte ``\\n``."""
+def check_encoding(encoding: str) -> str:
+    """Reject unknown encodings and those that do not write ``"\\n"`` as the byte ``\\n``.
+
+    Example: ``check_encoding("latin-1")`` returns ``"latin-1"``; ``"utf-16"`` is refused.
+    """
     try:
         codecs.lookup(encoding)
     except LookupError as exc:

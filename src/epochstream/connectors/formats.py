@@ -45,8 +45,8 @@ from epochstream.connectors.files import (
     DeadLetter,
     TextFileReader,
     TextFileSplit,
-    _check_encoding,
     byte_range_splits,
+    check_encoding,
     list_files,
 )
 from epochstream.exceptions import ConfigurationError, SourceDecodeError
@@ -102,7 +102,7 @@ class FileSource(Source):
         self.format = format
         self.monitor_interval = monitor_interval
         self.on_error = on_error
-        self.encoding = _check_encoding(encoding)
+        self.encoding = check_encoding(encoding)
         self.chunk_size = chunk_size
         self.bounded = monitor_interval is None
         # Fail in the driver, not in every slot: a missing input is a configuration error.
