@@ -1,4 +1,8 @@
-"""Fixtures shared by the whole suite: a real S3 object store (SeaweedFS on loopback).
+"""Fixtures shared by the whole suite: a real S3 object store (SeaweedFS on loopback) and
+a real PostgreSQL server (``postgres_server``; ``postgres_dsn`` gives each test a fresh
+database; skipped only when the Debian ``postgresql`` package or psycopg is missing) and
+a NATS server with JetStream (``nats_url``; skipped only without ``nats-server`` or
+``nats-py``).
 
 ``s3_server`` starts one :class:`s3_server.SeaweedS3` for the session (about 3 s, only
 when a test asks for it); ``s3_bucket`` gives each test a fresh bucket as
@@ -25,6 +29,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 try:
+    from nats_server import NatsServer, nats_binary
+    from pg_server import PostgresServer, pg_bin_dir
     from s3_server import SeaweedS3, weed_binary
 finally:
     sys.path.pop(0)
@@ -64,3 +70,42 @@ def s3_options(s3_server: SeaweedS3) -> dict[str, str]:
         "secret_key": s3_server.secret_key,
         "region": s3_server.region,
     }
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One PostgreSQL server (loopback, random port, prepared transactions on) per session."""
+    if pg_bin_dir() is None:
+        pytest.skip("PostgreSQL server binaries not found (apt-get install postgresql)")
+    if importlib.util.find_spec("psycopg") is None:
+        pytest.skip("psycopg is not installed (pip install 'psycopg[binary]')")
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: PostgresServer) -> Iterator[str]:
+    """A fresh database for this test, as a libpq connection string."""
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield postgres_server.dsn.replace("dbname=postgres", f"dbname={name}")
+
+
+@pytest.fixture(scope="session")
+def nats_url() -> Iterator[str]:
+    """The URL of one NATS server with JetStream (loopback, random port) per session."""
+    if nats_binary() is None:
+        pytest.skip("nats-server not found (apt-get install nats-server)")
+    if importlib.util.find_spec("nats") is None:
+        pytest.skip("nats-py is not installed (pip install nats-py)")
+    server = NatsServer().start()
+    try:
+        yield server.url
+    finally:
+        server.stop()

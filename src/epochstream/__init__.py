@@ -19,6 +19,7 @@ from epochstream import restart, savepoint, sinks, sources, state, testing
 from epochstream.api.datastream import DataStream, DataStreamSink, KeyedStream
 from epochstream.api.environment import Environment
 from epochstream.api.functions import (
+    DEAD_LETTERS,
     CheckpointListener,
     CoFlatMapFunction,
     Collector,
@@ -90,6 +91,7 @@ from epochstream.state.descriptors import AggregateFunction
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEAD_LETTERS",
     "MAX_WATERMARK",
     "MIN_WATERMARK",
     "AggregateFunction",

@@ -6,14 +6,22 @@ Example::
 """
 
 from epochstream.connectors.base import Source, SourceContext, SourceReader
+from epochstream.connectors.enumerators import SplitEnumerator
 from epochstream.connectors.files import TextFileSource
+from epochstream.connectors.formats import FileSource
 from epochstream.connectors.generators import CollectionSource, SequenceSource
+from epochstream.connectors.jetstream import JetStreamSource
+from epochstream.connectors.socket import SocketTextSource
 
 __all__ = [
     "CollectionSource",
+    "FileSource",
+    "JetStreamSource",
     "SequenceSource",
+    "SocketTextSource",
     "Source",
     "SourceContext",
     "SourceReader",
+    "SplitEnumerator",
     "TextFileSource",
 ]

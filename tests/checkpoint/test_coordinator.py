@@ -60,7 +60,7 @@ class Recorder:
     def savepoint_done(self, checkpoint_id: int, path, error) -> None:
         self.events.append(("savepoint", checkpoint_id, path, error))
 
-    def notify_complete(self, checkpoint_id: int) -> None:
+    def notify_complete(self, checkpoint_id: int, metadata: object) -> None:
         self.events.append(("complete", checkpoint_id))
 
     def notify_aborted(self, checkpoint_id: int, reason: str) -> None:

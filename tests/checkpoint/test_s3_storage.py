@@ -577,7 +577,7 @@ class _Callbacks:
     def savepoint_done(self, checkpoint_id: int, path: str | None, error: str | None) -> None:
         self.savepoints.append((checkpoint_id, path, error))
 
-    def notify_complete(self, checkpoint_id: int) -> None:
+    def notify_complete(self, checkpoint_id: int, metadata: object) -> None:
         pass
 
     def notify_aborted(self, checkpoint_id: int, reason: str) -> None:

@@ -1,16 +1,18 @@
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import pickle
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from epochstream.connectors.base import SinkContext, SourceContext
 from epochstream.connectors.files import TextFileSource, TextFileSplit
-from epochstream.connectors.filesink import FileCommittable, FileSink, FileSinkWriter
+from epochstream.connectors.filesink import FileCommittable, FileSink, FileSinkWriter, RollingPolicy
 from epochstream.exceptions import ConfigurationError, SinkError
 from epochstream.runtime.clock import ManualClock
 
@@ -275,17 +277,77 @@ def test_unencodable_record_names_record_and_type(tmp_path: Path) -> None:
         w.write_batch([{(1, 2): "tuple key"}])
 
 
-def test_only_jsonl_format(tmp_path: Path) -> None:
-    with pytest.raises(ConfigurationError, match="csv"):
-        FileSink(tmp_path, format="csv")
+def test_bad_formats_and_rolling_are_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="xml"):
+        FileSink(tmp_path, format="xml")
     with pytest.raises(ConfigurationError, match="roll_records"):
         FileSink(tmp_path, roll_records=0)
+    with pytest.raises(ConfigurationError, match="max_bytes"):
+        RollingPolicy(max_bytes=0)
+    with pytest.raises(ConfigurationError, match="not both"):
+        FileSink(tmp_path, roll_records=3, rolling=RollingPolicy(max_seconds=1))
+
+
+def _commit_all(w: FileSinkWriter, batches: list[list[Any]], checkpoint_every: int) -> None:
+    w.restore([])
+    for n, batch in enumerate(batches, start=1):
+        w.write_batch(batch)
+        if n % checkpoint_every == 0:
+            w.snapshot(n)
+            w.notify_checkpoint_complete(n)
+    w.snapshot(len(batches) + 1)
+    w.notify_checkpoint_complete(len(batches) + 1)
+
+
+def test_csv_writes_a_header_per_file_and_rolls_by_bytes(tmp_path: Path) -> None:
+    rows = [{"id": i, "name": f"n,{i}"} for i in range(40)]
+    w = FileSink(tmp_path, format="csv", rolling=RollingPolicy(max_bytes=100)).create_writer(ctx())
+    _commit_all(w, [rows[i : i + 4] for i in range(0, 40, 4)], checkpoint_every=100)
+    names = visible(tmp_path)
+    assert len(names) > 1 and all(n.endswith(".csv") for n in names), names
+    back: list[dict[str, str]] = []
+    for name in names:
+        with open(tmp_path / name, newline="") as f:
+            back += list(csv.DictReader(f))
+    assert back == [{"id": str(r["id"]), "name": r["name"]} for r in rows]
+
+
+def test_csv_rejects_a_record_that_does_not_match_the_header(tmp_path: Path) -> None:
+    w = FileSink(tmp_path, format="csv").create_writer(ctx())
+    w.restore([])
+    w.write_batch([{"a": 1}])
+    with pytest.raises(SinkError, match=r"record \{'b': 2\} of type dict is not a dict with the columns \['a'\]"):
+        w.write_batch([{"b": 2}])
+
+
+def test_parquet_rolls_on_checkpoint_and_reads_back(tmp_path: Path) -> None:
+    w = FileSink(tmp_path, format="parquet").create_writer(ctx())
+    batches = [[{"k": f"w{i}", "n": i}] * 3 for i in range(6)]
+    _commit_all(w, batches, checkpoint_every=2)
+    names = visible(tmp_path)
+    assert len(names) == 3 and all(n.endswith(".parquet") for n in names), names
+    table = pq.read_table(tmp_path)
+    assert sorted(table.to_pylist(), key=lambda r: r["n"]) == [r for b in batches for r in b]
+
+
+def test_parquet_uncommitted_rows_are_not_visible(tmp_path: Path) -> None:
+    w = FileSink(tmp_path, format="parquet").create_writer(ctx())
+    w.restore([])
+    w.write_batch([{"a": 1}])
+    entries = w.snapshot(1)
+    assert visible(tmp_path) == [] and len(hidden(tmp_path)) == 1
+    w.write_batch([{"a": 2}])
+    w.close()  # crash before checkpoint 1 completes: a restore commits what it covers
+    again = FileSink(tmp_path, format="parquet").create_writer(ctx(attempt=1))
+    again.restore(entries)
+    assert pq.read_table(tmp_path).to_pylist() == [{"a": 1}]
+    assert hidden(tmp_path) == []
 
 
 def test_sink_is_picklable_and_transactional(tmp_path: Path) -> None:
     sink = pickle.loads(pickle.dumps(FileSink(tmp_path, roll_records=10)))
     assert sink.transactional is True
-    assert (sink.path, sink.roll_records) == (str(tmp_path), 10)
+    assert (sink.path, sink.rolling) == (str(tmp_path), RollingPolicy(max_records=10))
 
 
 def test_text_source_to_file_sink_is_exactly_once_across_a_crash(tmp_path: Path) -> None:
@@ -308,7 +370,7 @@ def test_text_source_to_file_sink_is_exactly_once_across_a_crash(tmp_path: Path)
         return readers, writers
 
     def checkpoint(cid: int, readers: list[Any], writers: list[Any]) -> tuple[list[Any], list[Any]]:
-        states = [s for r in readers for s in r.snapshot()]
+        states = [s for r in readers for s in r.snapshot(1)]
         entries = [e for w in writers for e in w.snapshot(cid)]
         return states, entries
 

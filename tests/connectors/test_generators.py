@@ -58,7 +58,7 @@ def test_sequence_snapshot_restore_at_every_position() -> None:
         before: list[int] = []
         while len(before) < cut:
             before.extend(reader.poll(min(5, cut - len(before))))
-        state = pickle.loads(pickle.dumps(reader.snapshot()))
+        state = pickle.loads(pickle.dumps(reader.snapshot(1)))
         assert all(isinstance(s, SequenceSplit) for s in state)
         restored = source.create_reader(ctx())
         restored.add_splits(state)
@@ -128,7 +128,7 @@ def test_restored_positions_take_the_new_jobs_rate() -> None:
     old = throttled.create_reader(ctx(clock))
     old.add_splits(throttled.create_splits(1))
     assert old.poll(100) == [0]
-    state = old.snapshot()
+    state = old.snapshot(1)
     assert not any("rate" in vars(split) for split in state)
     unthrottled = SequenceSource(0, 100)
     new = unthrottled.create_reader(ctx(clock))
@@ -166,7 +166,7 @@ def test_collection_snapshot_restore_and_redistribution(parallelism: int) -> Non
     first = source.create_reader(ctx())
     first.add_splits(splits)
     before = first.poll(13)
-    state = pickle.loads(pickle.dumps(first.snapshot()))
+    state = pickle.loads(pickle.dumps(first.snapshot(1)))
     after: list[Any] = []
     for k in range(2):
         reader = source.create_reader(ctx(subtask=k, parallelism=2))

@@ -89,7 +89,7 @@ def test_one_reader_reads_many_splits_in_order(tmp_path: Path) -> None:
     reader = TextFileSource(path, chunk_size=100).create_reader(ctx())
     reader.add_splits(range_splits(path, len(data), 333))
     assert drain(reader, max_records=17) == [f"line {i}" for i in range(500)]
-    assert reader.snapshot() == []
+    assert reader.snapshot(1) == []
 
 
 def test_create_splits_small_input_gives_one_split_per_non_empty_file(tmp_path: Path) -> None:
@@ -164,7 +164,7 @@ def test_zero_splits_is_exhausted_at_once(tmp_path: Path) -> None:
     reader = TextFileSource(tmp_path).create_reader(ctx())
     assert reader.exhausted
     assert reader.poll(10) == []
-    assert reader.snapshot() == []
+    assert reader.snapshot(1) == []
 
 
 @pytest.mark.parametrize("chunk_size", [1, 5, 1 << 20])
@@ -183,7 +183,7 @@ def test_snapshot_restore_at_every_position_resumes_exactly(
         before: list[str] = []
         while len(before) < cut:
             before.extend(first.poll(min(2, cut - len(before))))
-        state = pickle.loads(pickle.dumps(first.snapshot()))
+        state = pickle.loads(pickle.dumps(first.snapshot(1)))
         first.close()
         # Restore twice from the same states: realignment must be idempotent.
         for _ in range(2):
@@ -199,10 +199,10 @@ def test_snapshot_before_first_poll_keeps_unaligned_offset(tmp_path: Path) -> No
     split = TextFileSplit("s", str(path), 4, 15, 4)
     reader = TextFileSource(path).create_reader(ctx())
     reader.add_splits([split])
-    assert reader.snapshot() == [split]
+    assert reader.snapshot(1) == [split]
     assert reader.poll(10) == ["abc"]
     assert reader.exhausted
-    assert reader.snapshot() == []
+    assert reader.snapshot(1) == []
 
 
 def test_restored_states_can_be_redistributed_across_readers(tmp_path: Path) -> None:
@@ -216,7 +216,7 @@ def test_restored_states_can_be_redistributed_across_readers(tmp_path: Path) -> 
     for k, reader in enumerate(readers):
         reader.add_splits(splits[k::2])
         got.extend(reader.poll(7))
-    states = [s for r in readers for s in r.snapshot()]
+    states = [s for r in readers for s in r.snapshot(1)]
     for reader in readers:
         reader.close()
     restored = [source.create_reader(ctx()) for _ in range(3)]
@@ -243,7 +243,7 @@ def test_invalid_utf8_returns_earlier_lines_then_raises(tmp_path: Path, chunk_si
     assert reader.poll(100) == ["first", "second"]
     assert not reader.exhausted
     # The snapshot points at the bad line, so nothing accepted is lost or repeated.
-    assert [s.offset for s in reader.snapshot()] == [line_start]
+    assert [s.offset for s in reader.snapshot(1)] == [line_start]
     with pytest.raises(SourceDecodeError) as info:
         reader.poll(100)
     err = info.value
@@ -289,7 +289,7 @@ def test_dead_letter_offsets_stay_exact_across_restore(tmp_path: Path) -> None:
     reader = source.create_reader(ctx(dead_letter=dead.append))
     reader.add_splits(source.create_splits(1))
     assert reader.poll(2) == ["ok1", "ok2"]
-    state = reader.snapshot()
+    state = reader.snapshot(1)
     assert state[0].offset == len(b"ok1\n\xfe\nok2\n")
     restored = source.create_reader(ctx(dead_letter=dead.append))
     restored.add_splits(state)

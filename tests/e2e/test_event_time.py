@@ -377,7 +377,7 @@ class _TwoSplitReader(es.sources.SourceReader):
     def exhausted(self) -> bool:
         return False
 
-    def snapshot(self) -> list[Any]:
+    def snapshot(self, checkpoint_id: int) -> list[Any]:
         return [_Split(s.split_id, s.position) for s in self.splits]
 
     def close(self) -> None:

@@ -159,7 +159,7 @@ class _OnceReader(es.sources.SourceReader):
     def exhausted(self) -> bool:
         return False
 
-    def snapshot(self) -> list[Any]:
+    def snapshot(self, checkpoint_id: int) -> list[Any]:
         return [_Once(s.split_id, s.done) for s in self.splits]
 
     def close(self) -> None:

@@ -36,6 +36,7 @@ from epochstream.runtime.events import (
 )
 from epochstream.runtime.messages import (
     AcknowledgeCheckpoint,
+    AddSplits,
     DeclineCheckpoint,
     FinishSlot,
     NotifyCheckpointAborted,
@@ -899,3 +900,57 @@ def test_finish_before_the_input_ended_stops_the_task(
     assert control.sent == []
     warned = "asked to finish before its input ended" in caplog.text
     assert warned is not stopped
+
+
+# ---------------------------------------------------------------- split discovery and notifications
+
+
+class _NotedReader(CollectionReader):
+    """A collection reader that records the checkpoint completions it hears."""
+
+    def __init__(self, items: list[Any], ctx: SourceContext, completed: list[int]) -> None:
+        super().__init__(items, ctx.clock)
+        self.completed = completed
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.completed.append(checkpoint_id)
+
+
+class NotedSource(CollectionSource):
+    def __init__(self, items: list[Any]) -> None:
+        super().__init__(items)
+        self.completed: list[int] = []
+
+    def create_reader(self, ctx: SourceContext) -> CollectionReader:
+        return _NotedReader(self.items, ctx, self.completed)
+
+
+def test_source_task_reads_added_splits_stores_enumerator_state_and_tells_the_reader(
+    tmp_path: Path,
+) -> None:
+    source = NotedSource(list(range(6)))
+    graph = _source_graph(source, LogSink())
+    chain = chain_with(graph, "source")
+    control = Control()
+    task, outputs = make_task(graph, chain, tmp_path, control, splits=[])
+    (channels,) = outputs.values()
+    # Mail in the order the job master sends it: a discovered split, then a trigger that
+    # carries the enumerator's state as of that split, then the completion.
+    task.gate.put_mail(AddSplits(chain.chain_id, 0, [CollectionSplit("late", 0, 6, 0)]))
+
+    def react(msg: Any) -> None:
+        if isinstance(msg, SourceExhausted):
+            task.gate.put_mail(
+                TriggerCheckpoint(1, 1_001.0, final=True, enumerators={chain.chain_id: ["late"]})
+            )
+        elif isinstance(msg, AcknowledgeCheckpoint):
+            task.gate.put_mail(NotifyCheckpointComplete(1))
+            task.gate.put_mail(FinishSlot())
+
+    control.react = react
+    task.run()
+
+    (ack,) = control.of(AcknowledgeCheckpoint)
+    assert ack.states[chain.head.uid].union_lists == {"enumerator": [["late"]]}
+    assert sorted(r for c in channels for r in c.records) == [i * 10 for i in range(6)]
+    assert source.completed == [1], "the reader hears the completed checkpoint"

@@ -11,6 +11,7 @@ Example::
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -202,6 +203,33 @@ class DataStream(_Named, _Transforms):
                 raise ConfigurationError("union takes streams of the same (unexecuted) pipeline")
         t = self._add("map", "union", _identity, [s._edge() for s in (self, *others)])
         return DataStream(self._env, t)
+
+    def deduplicate(
+        self,
+        id_fn: Callable[[Any], Any],
+        ttl: _dt.timedelta | float,
+        *,
+        bloom_capacity: int = 100_000,
+        bloom_fp_rate: float = 0.01,
+    ) -> DataStream:
+        """Exactly-once processing over at-least-once input: each id once within ``ttl``.
+
+        Records are keyed by ``id_fn(record)`` (a stable key: str, int, tuple...); a
+        record whose id was seen less than ``ttl`` ago (processing time) is dropped. A
+        Bloom filter sized for ``bloom_capacity`` ids per ``ttl`` per subtask at
+        ``bloom_fp_rate`` spares the state lookup of new ids; the exact catalog of seen
+        ids is keyed state with TTL. Both are checkpointed. Give it a ``.uid()``.
+
+        Example: ``events.deduplicate(lambda e: e["event_id"], ttl=timedelta(hours=1))``
+        """
+        from epochstream.runtime.operators.dedup import DedupSpec
+        from epochstream.state.bloom import BloomFilter
+        from epochstream.state.ttl import TtlConfig
+
+        TtlConfig.of(ttl, "on_write")  # fail here, not in the slots
+        BloomFilter.sized(bloom_capacity, bloom_fp_rate)
+        spec = DedupSpec(ttl, bloom_capacity, bloom_fp_rate)
+        return self.key_by(id_fn)._then("deduplicate", "deduplicate", spec)
 
     def key_by(self, key_selector: Callable[[Any], Any]) -> KeyedStream:
         """Partition by key: records with equal keys go to the same subtask (by key group).

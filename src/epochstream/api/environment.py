@@ -288,6 +288,40 @@ class Environment:
             )
         return ds
 
+    def from_files(
+        self,
+        path_or_glob: str | os.PathLike[str],
+        format: str = "text",
+        *,
+        monitor_interval: float | None = None,
+        on_error: str = "fail",
+        encoding: str = "utf-8",
+        watermark_strategy: WatermarkStrategy | None = None,
+    ) -> DataStream:
+        """Records of a file, a directory's files or a glob's files, exactly-once.
+
+        ``format``: ``"text"``, ``"jsonl"``, ``"csv"`` (dicts keyed by the header) or
+        ``"parquet"`` (row groups as splits, rows as dicts). ``monitor_interval``
+        (seconds): keep listing the path and read new files as they appear (the stream
+        never ends). ``on_error="fail"`` (default) fails the job at a bad record naming
+        file, offset or row and reason; ``"dead_letter"`` sends such records, with that
+        context, to ``stream.get_side_output(es.DEAD_LETTERS)``, which must be consumed.
+        See :mod:`epochstream.connectors.formats`.
+
+        Example: ``env.from_files("in/*.jsonl", format="jsonl", monitor_interval=1.0)``
+        """
+        from epochstream.connectors.formats import FileSource
+
+        source = FileSource(
+            path_or_glob,
+            format,
+            monitor_interval=monitor_interval,
+            on_error=on_error,
+            encoding=encoding,
+        )
+        name = f"{format}({os.path.basename(os.fspath(path_or_glob))})"
+        return self.from_source(source, name=name, watermark_strategy=watermark_strategy)
+
     def from_collection(
         self, items: Iterable[Any], *, watermark_strategy: WatermarkStrategy | None = None
     ) -> DataStream:

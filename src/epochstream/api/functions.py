@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from epochstream.exceptions import ConfigurationError
 
 __all__ = [
+    "DEAD_LETTERS",
     "CheckpointListener",
     "CoFlatMapFunction",
     "CoMapFunction",
@@ -172,6 +173,20 @@ class OutputTag:
 
 #: Output names the runtime uses itself.
 _RESERVED_TAGS = frozenset({"main", "dead_letter"})
+
+
+def _reserved_tag(name: str) -> OutputTag:
+    tag = object.__new__(OutputTag)
+    object.__setattr__(tag, "name", name)
+    return tag
+
+
+#: The side output of records a source could not read, each a dict naming the place
+#: (``file``, ``offset`` or ``row_group``, ``error``, ``line``). Example::
+#:
+#:     stream = env.from_files("in/", format="jsonl", on_error="dead_letter")
+#:     stream.get_side_output(es.DEAD_LETTERS).sink_to(es.sinks.FileSink("bad/"))
+DEAD_LETTERS: OutputTag = _reserved_tag("dead_letter")
 
 
 class ProcessFunction(Function, ABC):

@@ -40,7 +40,7 @@ from typing import Protocol
 from epochstream.checkpoint.cleanup import StorageCleaner
 from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.checkpoint.filesystems import storage_fs
-from epochstream.checkpoint.metadata import CheckpointStats, task_key_str
+from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats, task_key_str
 from epochstream.checkpoint.pending import CompletedCheckpoint, PendingCheckpoint, PendingState
 from epochstream.checkpoint.registry import SharedStateRegistry
 from epochstream.checkpoint.storage import CheckpointStorage, write_metadata_file
@@ -63,7 +63,7 @@ class CoordinatorCallbacks(Protocol):
 
         class Master:
             def trigger_sources(self, checkpoint_id, timestamp, final, options): ...
-            def notify_complete(self, checkpoint_id): ...
+            def notify_complete(self, checkpoint_id, metadata): ...
             def notify_aborted(self, checkpoint_id, reason): ...
             def fail_job(self, reason): ...
             def run_io(self, work, done): io_thread.submit(work, then=done)
@@ -75,8 +75,8 @@ class CoordinatorCallbacks(Protocol):
     ) -> None:
         """Send ``TriggerCheckpoint`` to every source task."""
 
-    def notify_complete(self, checkpoint_id: int) -> None:
-        """Send ``NotifyCheckpointComplete`` to every task."""
+    def notify_complete(self, checkpoint_id: int, metadata: CheckpointMetadata) -> None:
+        """Commit global committers' entries of ``metadata``; send ``NotifyCheckpointComplete``."""
 
     def notify_aborted(self, checkpoint_id: int, reason: str) -> None:
         """Send ``NotifyCheckpointAborted`` to every task."""
@@ -508,7 +508,7 @@ class CheckpointCoordinator:
             log.info("job %s: completed savepoint %d at %s", self._job_id, n, pending.directory)
             if pending.options.terminate:
                 # Sinks commit what the savepoint covers before the job stops.
-                self._callbacks.notify_complete(n)
+                self._callbacks.notify_complete(n, metadata)
             self._callbacks.savepoint_done(n, pending.directory, None)
         else:
             self._last_completion = now
@@ -527,7 +527,7 @@ class CheckpointCoordinator:
                 len(pending.acks),
                 metadata.stats.duration,
             )
-            self._callbacks.notify_complete(n)
+            self._callbacks.notify_complete(n, metadata)
             for older in [
                 p for p in self._pending.values() if p.checkpoint_id < n and not p.is_savepoint
             ]:

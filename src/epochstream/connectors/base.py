@@ -1,15 +1,21 @@
 """The interfaces between connectors and the runtime (docs/architecture.md).
 
-Sources are split-based: :meth:`Source.create_splits` describes the whole input as
-picklable split states (each with a ``split_id``); the runtime hands split ``k`` to
-subtask ``k % parallelism`` and, on restore, redistributes the split states found in
-the checkpoint. A :class:`SourceReader` reads whatever splits it is given and reports
-their positions in :meth:`SourceReader.snapshot`, so a re-settable source resumes
-exactly where the checkpoint left it.
+Sources are split-based: :meth:`Source.create_enumerator` (in the job master) makes
+the initial splits and discovers new ones while the job runs (see
+:mod:`epochstream.connectors.enumerators`); the default enumerator serves
+:meth:`Source.create_splits`. Split ``k`` goes to subtask ``k % parallelism``; on
+restore, the split states found in the checkpoint are redistributed. A
+:class:`SourceReader` reads whatever splits it is given, reports their positions in
+:meth:`SourceReader.snapshot`, so a re-settable source resumes exactly where the
+checkpoint left it, and hears :meth:`SourceReader.notify_checkpoint_complete` to
+acknowledge or commit upstream (JetStream acks, Kafka offsets).
 
 Sinks write through a :class:`SinkWriter` per subtask. A transactional writer
 pre-commits at :meth:`SinkWriter.snapshot`, returns entries the runtime stores in the
-checkpoint, and commits on :meth:`SinkWriter.notify_checkpoint_complete`.
+checkpoint, and commits on :meth:`SinkWriter.notify_checkpoint_complete`. A sink whose
+commit must be one action per checkpoint (a Delta or Iceberg table) also has a
+:class:`GlobalCommitter` (:meth:`Sink.create_committer`): its writers only pre-commit,
+and the job master commits every writer's entries of a completed checkpoint at once.
 
 Example::
 
@@ -29,10 +35,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from epochstream.connectors.enumerators import SplitEnumerator, StaticSplitEnumerator
 from epochstream.runtime.clock import Clock
 
 __all__ = [
     "AtLeastOnceSinkWriter",
+    "GlobalCommitter",
     "Sink",
     "SinkContext",
     "SinkWriter",
@@ -95,6 +103,15 @@ class Source(ABC):
     def create_reader(self, ctx: SourceContext) -> SourceReader:
         """A reader for one subtask; it receives splits through ``add_splits``."""
 
+    def create_enumerator(self, parallelism: int, restored: Any) -> SplitEnumerator:
+        """The job master's enumerator of this source's splits.
+
+        ``restored`` is what the enumerator's ``snapshot()`` returned for the restored
+        checkpoint (None on a fresh start). The default serves :meth:`create_splits`
+        and discovers nothing; unbounded sources with changing inputs override it.
+        """
+        return StaticSplitEnumerator(lambda: self.create_splits(parallelism))
+
 
 class SourceReader(ABC):
     """Reads the splits assigned to one subtask.
@@ -103,7 +120,7 @@ class SourceReader(ABC):
 
         reader.add_splits(splits)
         batch = reader.poll(500)      # [] when nothing is available right now
-        states = reader.snapshot()    # positioned after the last record of ``batch``
+        states = reader.snapshot(1)   # positioned after the last record of ``batch``
     """
 
     @abstractmethod
@@ -137,8 +154,18 @@ class SourceReader(ABC):
         return None
 
     @abstractmethod
-    def snapshot(self) -> list[Any]:
-        """Split states positioned after the last record returned by :meth:`poll`."""
+    def snapshot(self, checkpoint_id: int) -> list[Any]:
+        """Split states positioned after the last record returned by :meth:`poll`, for
+        checkpoint ``checkpoint_id`` (readers that acknowledge upstream remember what
+        this checkpoint covers, for :meth:`notify_checkpoint_complete`)."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:  # noqa: B027 - optional hook
+        """Checkpoint ``checkpoint_id`` is durable, and with it every snapshot this reader
+        took for it or earlier checkpoints: acknowledge or commit those positions upstream.
+
+        The default does nothing: files and generators need no upstream bookkeeping.
+        Readers of brokers that redeliver unacknowledged messages override it.
+        """
 
     @abstractmethod
     def close(self) -> None:
@@ -180,6 +207,39 @@ class Sink(ABC):
     @abstractmethod
     def create_writer(self, ctx: SinkContext) -> SinkWriter:
         """A writer for one subtask."""
+
+    def create_committer(self, job_id: str) -> GlobalCommitter | None:
+        """The sink's global committer, or None (the default) when writers commit.
+
+        With a committer, the entries every writer returns from ``snapshot`` for a
+        completed checkpoint are handed to one :meth:`GlobalCommitter.commit` call.
+        """
+        return None
+
+
+class GlobalCommitter(ABC):
+    """Commits a whole checkpoint's pre-committed output as one action (job master).
+
+    The job master calls :meth:`commit` once per completed checkpoint with the union
+    of every writer's snapshot entries, and again for the restored checkpoint when an
+    attempt starts: ``commit`` must recognise a checkpoint it committed already (a
+    Delta application transaction id, for instance) and skip it.
+
+    Example::
+
+        class ManifestCommitter(GlobalCommitter):
+            def commit(self, checkpoint_id, entries):
+                if checkpoint_id <= self.last_committed():
+                    return                            # replayed after a restore
+                self.append_manifest(checkpoint_id, entries)
+    """
+
+    @abstractmethod
+    def commit(self, checkpoint_id: int, entries: list[Any]) -> None:
+        """Publish ``entries`` of completed checkpoint ``checkpoint_id``; idempotent."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections; the default holds none."""
 
 
 class SinkWriter(ABC):

@@ -30,12 +30,20 @@ import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from epochstream.connectors.base import Source, SourceContext, SourceReader
 from epochstream.exceptions import ConfigurationError, SourceDecodeError
 
-__all__ = ["TextFileReader", "TextFileSource", "TextFileSplit"]
+__all__ = [
+    "LineParser",
+    "TextFileReader",
+    "TextFileSource",
+    "TextFileSplit",
+    "byte_range_splits",
+    "check_encoding",
+    "list_files",
+]
 
 DeadLetter = Callable[[dict[str, Any]], None]
 
@@ -61,6 +69,8 @@ class TextFileSplit:
 class TextFileSource(Source):
     """Lines of a file, of a directory's non-hidden regular files, or of a glob's files.
 
+    Guarantee: exactly-once (split byte offsets in every checkpoint).
+
     ``chunk_size`` is the read size in bytes. At least ``parallelism`` splits are made
     when the input totals ``parallelism * MIN_SPLIT_BYTES`` or more, else one per file;
     empty files get no split.
@@ -79,48 +89,41 @@ class TextFileSource(Source):
     ) -> None:
         # Absolute now, in the driver: slots may run with another working directory.
         self.path = os.path.abspath(os.fspath(path))
-        self.encoding = _check_encoding(encoding)
+        self.encoding = check_encoding(encoding)
         if chunk_size < 1:
             raise ConfigurationError(f"TextFileSource chunk_size must be >= 1, got {chunk_size}")
         self.chunk_size = chunk_size
 
     def files(self) -> list[str]:
         """The files this source reads, in order; ConfigurationError if the path is missing."""
-        path = self.path
-        if os.path.isdir(path):
-            with os.scandir(path) as entries:
-                names = [e.path for e in entries if not e.name.startswith(".") and e.is_file()]
-            return sorted(names)
-        if os.path.isfile(path):
-            return [path]
-        if _GLOB_CHARS.intersection(path):
-            matches = sorted(p for p in glob.glob(path) if os.path.isfile(p))
-            if not matches:
-                raise ConfigurationError(f"TextFileSource: glob {path!r} matches no files")
-            return matches
-        raise ConfigurationError(f"TextFileSource: path {path!r} does not exist")
+        return list_files(self.path, owner="TextFileSource", allow_none=False)
 
     def create_splits(self, parallelism: int) -> list[TextFileSplit]:
         """Byte-range splits covering every non-empty file (see the class docstring)."""
         if parallelism < 1:
             raise ConfigurationError(f"parallelism must be >= 1, got {parallelism}")
-        sizes = [(p, os.path.getsize(p)) for p in self.files()]
-        total = sum(size for _, size in sizes)
-        # Floor division guarantees sum(ceil(size / target)) >= parallelism.
-        target = total // parallelism if total >= parallelism * self.MIN_SPLIT_BYTES else None
-        splits: list[TextFileSplit] = []
-        for path, size in sizes:
-            if size == 0:
-                continue
-            pieces = 1 if target is None else -(-size // target)
-            bounds = [size * i // pieces for i in range(pieces + 1)]
-            for start, end in itertools.pairwise(bounds):
-                splits.append(TextFileSplit(f"{path}:{start}", path, start, end, start))
-        return splits
+        return byte_range_splits(self.files(), parallelism, self.MIN_SPLIT_BYTES)
 
     def create_reader(self, ctx: SourceContext) -> TextFileReader:
         """A reader decoding with this source's encoding; bad lines go to ``ctx.dead_letter``."""
         return TextFileReader(self.encoding, self.chunk_size, ctx.dead_letter)
+
+
+class LineParser(Protocol):
+    """Turns decoded lines of ``path`` into records (JSON lines, CSV).
+
+    ``starts[i]`` is the byte offset of ``lines[i]``. A bad line goes to ``dead_letter``
+    when set; otherwise parsing stops there and the error (naming path and offset) is
+    returned with the records before it.
+
+    Example::
+
+        records, error = JsonLinesParser().parse("/in/a.jsonl", lines, starts, None)
+    """
+
+    def parse(
+        self, path: str, lines: list[str], starts: list[int], dead_letter: DeadLetter | None
+    ) -> tuple[list[Any], SourceDecodeError | None]: ...
 
 
 class TextFileReader(SourceReader):
@@ -136,10 +139,20 @@ class TextFileReader(SourceReader):
         reader.poll(10)
     """
 
-    def __init__(self, encoding: str, chunk_size: int, dead_letter: DeadLetter | None) -> None:
+    def __init__(
+        self,
+        encoding: str,
+        chunk_size: int,
+        dead_letter: DeadLetter | None,
+        parser: LineParser | None = None,
+        *,
+        monitored: bool = False,
+    ) -> None:
         self._encoding = encoding
         self._chunk_size = chunk_size
         self._dead_letter = dead_letter
+        self._parser = parser
+        self._monitored = monitored
         self._cursors: deque[_SplitCursor] = deque()
         self._error: SourceDecodeError | None = None
 
@@ -158,7 +171,7 @@ class TextFileReader(SourceReader):
         cursors = self._cursors
         while cursors and len(out) < max_records:
             cursor = cursors[0]
-            lines, error = cursor.read(max_records - len(out), self._dead_letter)
+            lines, error = self._read(cursor, max_records - len(out))
             if out:
                 out.extend(lines)
             else:
@@ -182,7 +195,7 @@ class TextFileReader(SourceReader):
         cursors = self._cursors
         while cursors and left > 0:
             cursor = cursors[0]
-            lines, error = cursor.read(left, self._dead_letter)
+            lines, error = self._read(cursor, left)
             left -= len(lines)
             if error is not None:
                 if not groups and not lines:
@@ -199,11 +212,22 @@ class TextFileReader(SourceReader):
                 cursors.popleft()
         return groups
 
+    def _read(self, cursor: _SplitCursor, n: int) -> tuple[list[Any], SourceDecodeError | None]:
+        parser = self._parser
+        if parser is None:
+            return cursor.read(n, self._dead_letter)
+        starts: list[int] = []
+        lines, error = cursor.read(n, self._dead_letter, starts)
+        records, parse_error = parser.parse(cursor.path, lines, starts, self._dead_letter)
+        # A bad record among the lines comes before a line that did not decode.
+        return records, parse_error or error
+
     @property
     def exhausted(self) -> bool:
-        return not self._cursors and self._error is None
+        """A monitored input never ends: new files may still arrive."""
+        return not self._cursors and self._error is None and not self._monitored
 
-    def snapshot(self) -> list[Any]:
+    def snapshot(self, checkpoint_id: int) -> list[Any]:
         return [cursor.state() for cursor in self._cursors]
 
     def close(self) -> None:
@@ -264,9 +288,13 @@ class _SplitCursor:
             self._file = None
 
     def read(
-        self, n: int, dead_letter: DeadLetter | None
+        self, n: int, dead_letter: DeadLetter | None, starts: list[int] | None = None
     ) -> tuple[list[str], SourceDecodeError | None]:
-        """Up to ``n`` lines; fewer only when the split is done or a line failed to decode."""
+        """Up to ``n`` lines; fewer only when the split is done or a line failed to decode.
+
+        ``starts``, when given, receives each returned line's byte offset (for parsers
+        that must name the place of a bad record).
+        """
         out: list[str] = []
         while len(out) < n:
             if self._li >= len(self._lines):
@@ -279,11 +307,15 @@ class _SplitCursor:
             terminated = not (self._eof_line and stop == len(self._lines))
             decoded = self._decode_batch(batch, terminated)
             if decoded is None:
-                error = self._decode_lines(batch, terminated, out, dead_letter)
+                error = self._decode_lines(batch, terminated, out, dead_letter, starts)
                 if error is not None:
                     return out, error
             else:
                 out.extend(decoded)
+                if starts is not None:
+                    starts.extend(
+                        itertools.accumulate((len(r) + 1 for r in batch[:-1]), initial=self.offset)
+                    )
                 self.offset += sum(map(len, batch)) + len(batch) - (0 if terminated else 1)
                 self._li = stop
         return out, None
@@ -309,6 +341,7 @@ class _SplitCursor:
         terminated: bool,
         out: list[str],
         dead_letter: DeadLetter | None,
+        starts: list[int] | None,
     ) -> SourceDecodeError | None:
         """Decode ``batch`` line by line into ``out``; stop at a bad line unless dead-lettered."""
         last = len(batch) - 1
@@ -329,6 +362,8 @@ class _SplitCursor:
                 if has_newline and line.endswith("\r"):
                     line = line[:-1]
                 out.append(line)
+                if starts is not None:
+                    starts.append(self.offset)
             self.offset += len(raw) + (1 if has_newline else 0)
             self._li += 1
         return None
@@ -403,8 +438,57 @@ class _SplitCursor:
         self.close()
 
 
-def _check_encoding(encoding: str) -> str:
-    """Reject unknown encodings and those that do not write ``"\\n"`` as the byte ``\\n``."""
+def list_files(path: str, *, owner: str, allow_none: bool) -> list[str]:
+    """The regular, non-hidden files of ``path`` (a file, a directory or a glob), sorted.
+
+    Names starting with ``.`` are hidden (writers' in-progress files). A missing path or
+    a glob matching nothing is a ConfigurationError naming ``owner``, unless
+    ``allow_none`` (a monitored input that may still be empty).
+
+    Example: ``list_files("/in/*.jsonl", owner="from_files", allow_none=False)``
+    """
+    if os.path.isdir(path):
+        with os.scandir(path) as entries:
+            names = [e.path for e in entries if not e.name.startswith(".") and e.is_file()]
+        return sorted(names)
+    if os.path.isfile(path):
+        return [path]
+    if _GLOB_CHARS.intersection(path):
+        matches = sorted(p for p in glob.glob(path) if os.path.isfile(p))
+        if not matches and not allow_none:
+            raise ConfigurationError(f"{owner}: glob {path!r} matches no files")
+        return matches
+    if allow_none and os.path.isdir(os.path.dirname(path) or "."):
+        return []
+    raise ConfigurationError(f"{owner}: path {path!r} does not exist")
+
+
+def byte_range_splits(files: list[str], parallelism: int, min_split_bytes: int) -> list[TextFileSplit]:
+    """Byte ranges of ``files``: at least ``parallelism`` of them when the files total
+    ``parallelism * min_split_bytes`` or more, else one per file; empty files get none.
+
+    Example: ``byte_range_splits(["/in/a.txt"], parallelism=4, min_split_bytes=65536)``
+    """
+    sizes = [(p, os.path.getsize(p)) for p in files]
+    total = sum(size for _, size in sizes)
+    # Floor division guarantees sum(ceil(size / target)) >= parallelism.
+    target = total // parallelism if total >= parallelism * min_split_bytes else None
+    splits: list[TextFileSplit] = []
+    for path, size in sizes:
+        if size == 0:
+            continue
+        pieces = 1 if target is None else -(-size // target)
+        bounds = [size * i // pieces for i in range(pieces + 1)]
+        for start, end in itertools.pairwise(bounds):
+            splits.append(TextFileSplit(f"{path}:{start}", path, start, end, start))
+    return splits
+
+
+def check_encoding(encoding: str) -> str:
+    """Reject unknown encodings and those that do not write ``"\\n"`` as the byte ``\\n``.
+
+    Example: ``check_encoding("latin-1")`` returns ``"latin-1"``; ``"utf-16"`` is refused.
+    """
     try:
         codecs.lookup(encoding)
     except LookupError as exc:

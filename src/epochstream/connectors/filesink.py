@@ -1,17 +1,25 @@
-"""An exactly-once JSON-lines file sink built on :class:`TwoPhaseCommitSinkWriter`.
+"""An exactly-once file sink built on :class:`TwoPhaseCommitSinkWriter`.
+
+Formats: ``"jsonl"`` (``json.dumps`` per record), ``"csv"`` (dict records under a
+header taken from the file's first record, or tuples/lists as bare rows) and
+``"parquet"`` (dict records, one Arrow table per file). JSON lines and CSV are row
+formats: a part file rolls by :class:`RollingPolicy` (records, bytes, age) and at every
+checkpoint. Parquet is a bulk format: its rows are buffered and the file is written
+whole when it rolls, at every checkpoint (or by ``max_records``).
 
 One transaction is one file, moving through three names in the sink directory::
 
-    .part-<subtask>-<job8>-a<attempt>-<seq>.jsonl.inprogress   being written
-    .part-<subtask>-<job8>-a<attempt>-<seq>.jsonl.pending      pre-committed (fsynced, closed)
-     part-<subtask>-<job8>-a<attempt>-<seq>.jsonl              committed (visible)
+    .part-<subtask>-<job8>-a<attempt>-<seq>.<ext>.inprogress   being written
+    .part-<subtask>-<job8>-a<attempt>-<seq>.<ext>.pending      pre-committed (fsynced, closed)
+     part-<subtask>-<job8>-a<attempt>-<seq>.<ext>              committed (visible)
 
 ``job8`` is the first 8 characters of the job id (characters other than letters,
 digits, ``_`` and ``-`` become ``_``), ``attempt`` the job's restart count and ``seq``
 a per-writer counter (6 digits, zero-padded), so names never collide across subtasks,
 checkpoints, attempts or jobs. Readers of the directory should ignore names starting
-with ``.`` or ``_``. Only one job should write into a sink directory at a time:
-recovery deletes the hidden files of other jobs and attempts.
+with ``.`` or ``_`` (Spark's ``spark.read.parquet(dir)`` does). Only one job should
+write into a sink directory at a time: recovery deletes the hidden files of other jobs
+and attempts.
 
 Commit is ``os.replace(pending, final)`` followed by an fsync of the directory; it is
 idempotent (final present and pending gone means committed already). On restore,
@@ -26,19 +34,25 @@ when the file was moved along with it. A pending file found in neither fails the
 at once (no restarts) naming both places: its records are covered by the checkpoint,
 so committing nothing would lose them silently.
 
+Guarantee: exactly-once with checkpointing on (two-phase commit); at-least-once
+without.
+
 Example::
 
-    sink = FileSink("/out/counts", roll_records=100_000)
+    sink = FileSink("/out/counts", format="parquet")
     writer = sink.create_writer(SinkContext(0, 2, attempt=0, job_id=job_id, checkpointing=True))
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import logging
 import os
 import re
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from epochstream._fs import fsync_directory
@@ -46,14 +60,15 @@ from epochstream.connectors.base import Sink, SinkContext
 from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter
 from epochstream.exceptions import ConfigurationError, SinkError
 
-__all__ = ["FileCommittable", "FileSink", "FileSinkWriter", "FileTxn"]
+__all__ = ["FileCommittable", "FileSink", "FileSinkWriter", "FileTxn", "RollingPolicy"]
 
 log = logging.getLogger(__name__)
 
 _INPROGRESS = ".inprogress"
 _PENDING = ".pending"
 # Every hidden file this sink's naming scheme produces, whatever job or attempt made it.
-_HIDDEN_PART = re.compile(r"^\.part-\d+-.*-a\d+-\d+\.jsonl\.(?:inprogress|pending)$")
+_HIDDEN_PART = re.compile(r"^\.part-\d+-.*-a\d+-\d+\.(?:jsonl|csv|parquet)\.(?:inprogress|pending)$")
+FORMATS = ("jsonl", "csv", "parquet")
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 _REPR_LIMIT = 200
 
@@ -77,9 +92,34 @@ class FileCommittable:
     directory: str | None = None
 
 
+@dataclass(frozen=True)
+class RollingPolicy:
+    """When a part file rolls besides at every checkpoint: after ``max_records`` records,
+    ``max_bytes`` bytes (row formats) or ``max_seconds`` since its first record (checked
+    as records arrive). None: no such limit.
+
+    Example::
+
+        FileSink("/out", rolling=RollingPolicy(max_bytes=128 << 20, max_seconds=60))
+    """
+
+    max_records: int | None = None
+    max_bytes: int | None = None
+    max_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_records", "max_bytes", "max_seconds"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ConfigurationError(f"RollingPolicy {name} must be > 0, got {value!r}")
+
+
 @dataclass
 class FileTxn:
     """One part file; the file is created on the first write, so empty txns leave none.
+
+    ``size`` counts bytes written, ``opened`` is the monotonic time of the first write,
+    ``rows`` buffers a bulk format's records and ``columns`` a CSV file's header.
 
     Example::
 
@@ -88,6 +128,10 @@ class FileTxn:
 
     base: str
     file: BinaryIO | None = None
+    size: int = 0
+    opened: float | None = None
+    rows: list[Any] = field(default_factory=list)
+    columns: list[str] | None = None
 
     @property
     def inprogress(self) -> str:
@@ -101,13 +145,17 @@ class FileTxn:
 
 
 class FileSink(Sink):
-    """Writes records as JSON lines (``json.dumps(record)``) into part files in ``path``.
+    """Writes records into part files in ``path`` (module docstring).
 
-    ``roll_records`` caps the records per part file. Only ``format="jsonl"`` exists.
+    Guarantee: exactly-once with checkpointing on (two-phase commit), else at-least-once.
+
+    ``format``: ``"jsonl"``, ``"csv"`` or ``"parquet"``. ``rolling``: a
+    :class:`RollingPolicy`; ``roll_records=n`` is short for
+    ``RollingPolicy(max_records=n)``.
 
     Example::
 
-        env.from_collection(data).sink_to(FileSink("/tmp/out"))
+        env.from_collection(data).sink_to(FileSink("/tmp/out", format="parquet"))
     """
 
     transactional = True
@@ -118,18 +166,23 @@ class FileSink(Sink):
         format: str = "jsonl",
         *,
         roll_records: int | None = None,
+        rolling: RollingPolicy | None = None,
     ) -> None:
-        if format != "jsonl":
-            raise ConfigurationError(f"FileSink supports format='jsonl' only, got {format!r}")
-        if roll_records is not None and roll_records < 1:
-            raise ConfigurationError(f"FileSink roll_records must be >= 1, got {roll_records}")
+        if format not in FORMATS:
+            raise ConfigurationError(f"FileSink format must be one of {FORMATS}, got {format!r}")
+        if roll_records is not None:
+            if rolling is not None:
+                raise ConfigurationError("FileSink: pass roll_records or rolling, not both")
+            if roll_records < 1:
+                raise ConfigurationError(f"FileSink roll_records must be >= 1, got {roll_records}")
+            rolling = RollingPolicy(max_records=roll_records)
         # Absolute now, in the driver: slots may run with another working directory.
         self.path = os.path.abspath(os.fspath(path))
         self.format = format
-        self.roll_records = roll_records
+        self.rolling = rolling or RollingPolicy()
 
     def create_writer(self, ctx: SinkContext) -> FileSinkWriter:
-        return FileSinkWriter(self.path, ctx, roll_records=self.roll_records)
+        return FileSinkWriter(self.path, ctx, format=self.format, rolling=self.rolling)
 
 
 class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
@@ -143,15 +196,23 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
     """
 
     def __init__(
-        self, directory: str, ctx: SinkContext, *, roll_records: int | None = None
+        self,
+        directory: str,
+        ctx: SinkContext,
+        *,
+        format: str = "jsonl",
+        rolling: RollingPolicy | None = None,
     ) -> None:
-        super().__init__(ctx, roll_records=roll_records)
+        rolling = rolling or RollingPolicy()
+        super().__init__(ctx, roll_records=rolling.max_records)
         self.directory = directory
+        self.format = format
+        self._rolling = rolling
         os.makedirs(directory, exist_ok=True)
         job8 = _UNSAFE_NAME_CHARS.sub("_", ctx.job_id[:8])
         self._stem = f"part-{ctx.subtask_index}-{job8}-a{ctx.attempt}-"
         self._own_attempt = re.compile(
-            rf"^\.part-\d+-{re.escape(job8)}-a{ctx.attempt}-\d+\.jsonl\.(?:inprogress|pending)$"
+            rf"^\.part-\d+-{re.escape(job8)}-a{ctx.attempt}-\d+\.{format}\.(?:inprogress|pending)$"
         )
         self._seq = 0
 
@@ -159,16 +220,34 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
 
     def begin_transaction(self) -> FileTxn:
         self._seq += 1
-        return FileTxn(base=f"{self._stem}{self._seq:06d}.jsonl")
+        return FileTxn(base=f"{self._stem}{self._seq:06d}.{self.format}")
 
     def write(self, txn: FileTxn, records: list[Any]) -> None:
-        data = self._encode(records)
+        if txn.opened is None:
+            txn.opened = time.monotonic()
+        if self.format == "parquet":
+            txn.rows.extend(records)  # a bulk format: written whole at pre-commit
+            return
+        data = self._encode_jsonl(records) if self.format == "jsonl" else self._encode_csv(txn, records)
         if txn.file is None:
             # "xb": a name clash would mean two writers share a file; fail instead.
             txn.file = open(self._path(txn.inprogress), "xb")
         txn.file.write(data)
+        txn.size += len(data)
+
+    def is_full(self, txn: FileTxn) -> bool:
+        policy = self._rolling
+        if policy.max_bytes is not None and txn.size >= policy.max_bytes:
+            return True
+        return (
+            policy.max_seconds is not None
+            and txn.opened is not None
+            and time.monotonic() - txn.opened >= policy.max_seconds
+        )
 
     def pre_commit(self, txn: FileTxn) -> None:
+        if txn.rows:
+            self._write_parquet(txn)
         f = txn.file
         if f is None:
             raise SinkError(f"FileSink: pre-commit of {self._path(txn.inprogress)} with no data")
@@ -183,6 +262,7 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
         self._commit_entry(self.txn_handle(txn))
 
     def abort(self, txn: FileTxn) -> None:
+        txn.rows = []
         if txn.file is not None:
             txn.file.close()
             txn.file = None
@@ -260,23 +340,65 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
                 except FileNotFoundError:
                     continue  # removed meanwhile (an abort of the same file)
 
-    def _encode(self, records: list[Any]) -> bytes:
+    def _encode_jsonl(self, records: list[Any]) -> bytes:
         try:
             text = "\n".join(map(json.dumps, records))
         except (TypeError, ValueError) as exc:
             raise self._encode_error(records, exc) from exc
         return (text + "\n").encode("utf-8")
 
+    def _encode_csv(self, txn: FileTxn, records: list[Any]) -> bytes:
+        buf = io.StringIO()
+        out = csv.writer(buf, lineterminator="\n")
+        if txn.columns is None and isinstance(records[0], dict):
+            txn.columns = list(records[0])
+            out.writerow(txn.columns)
+        columns = txn.columns
+        for record in records:
+            if columns is not None:
+                if not isinstance(record, dict) or list(record) != columns:
+                    raise self._record_error(record, f"is not a dict with the columns {columns}")
+                out.writerow(record.values())
+            elif isinstance(record, list | tuple):
+                out.writerow(record)
+            else:
+                raise self._record_error(record, "is neither a dict nor a tuple/list row")
+        return buf.getvalue().encode("utf-8")
+
+    def _write_parquet(self, txn: FileTxn) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            table = pa.Table.from_pylist(txn.rows)
+        except (TypeError, ValueError, pa.ArrowException) as exc:
+            raise SinkError(
+                f"FileSink {self.directory!r}: cannot build a Parquet table from "
+                f"{len(txn.rows)} records (first: {_short(txn.rows[0])}): {exc}"
+            ) from exc
+        txn.rows = []
+        txn.file = open(self._path(txn.inprogress), "xb")
+        pq.write_table(table, txn.file)
+        txn.size = txn.file.tell()
+
+    def _record_error(self, record: Any, problem: str) -> SinkError:
+        return SinkError(
+            f"FileSink {self.directory!r} ({self.format}): record {_short(record)} of type "
+            f"{type(record).__qualname__} {problem}"
+        )
+
     def _encode_error(self, records: list[Any], batch_exc: Exception) -> SinkError:
         for record in records:
             try:
                 json.dumps(record)
             except (TypeError, ValueError) as exc:
-                text = repr(record)
-                if len(text) > _REPR_LIMIT:
-                    text = text[:_REPR_LIMIT] + "..."
                 return SinkError(
-                    f"FileSink {self.directory!r}: cannot encode record {text} of type "
+                    f"FileSink {self.directory!r}: cannot encode record {_short(record)} of type "
                     f"{type(record).__qualname__} as JSON: {exc}"
                 )
         return SinkError(f"FileSink {self.directory!r}: cannot encode a batch: {batch_exc}")
+
+
+def _short(record: Any) -> str:
+    text = repr(record)
+    return text if len(text) <= _REPR_LIMIT else text[:_REPR_LIMIT] + "..."

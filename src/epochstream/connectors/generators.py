@@ -83,6 +83,8 @@ def _ranges(n: int, parallelism: int) -> list[tuple[int, int]]:
 class SequenceSource(Source):
     """The integers of ``range(start, stop)``, optionally at ``rate`` records/s in total.
 
+    Guarantee: exactly-once (the next number of each split in every checkpoint).
+
     The rate is divided evenly over the parallel subtasks; each releases its records on
     schedule from its first poll (one at once, then one every ``parallelism / rate`` s).
 
@@ -113,6 +115,8 @@ class SequenceSource(Source):
 
 class CollectionSource(Source):
     """The items of a collection (materialized into a list when the source is made).
+
+    Guarantee: exactly-once (each split's position in every checkpoint).
 
     Example::
 
@@ -236,7 +240,7 @@ class _RangeReader(SourceReader):
             return None  # records can be read right now
         return self._t0 + self._emitted / self._rate
 
-    def snapshot(self) -> list[Any]:
+    def snapshot(self, checkpoint_id: int) -> list[Any]:
         return [self._state(cursor) for cursor in self._cursors]
 
     def close(self) -> None:

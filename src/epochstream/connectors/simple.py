@@ -23,6 +23,8 @@ __all__ = ["DiscardSink", "DiscardWriter", "PrintSink", "PrintWriter"]
 class PrintSink(Sink):
     """Writes ``str(record)`` lines to ``sys.stdout``, flushed once per batch.
 
+    Guarantee: at-least-once (lines are written as records arrive; a restore replays).
+
     The line prefix is ``"<prefix>:<subtask>> "`` with a prefix at parallelism > 1,
     ``"<prefix>> "`` with a prefix at parallelism 1, ``"<subtask>> "`` without a
     prefix at parallelism > 1, and nothing otherwise.
@@ -75,6 +77,8 @@ class PrintWriter(AtLeastOnceSinkWriter):
 
 class DiscardSink(Sink):
     """Drops records; ``count`` sums the records of the writers made in this process.
+
+    Guarantee: none needed (nothing is written); for benchmarks.
 
     Example::
 

@@ -173,6 +173,14 @@ class TwoPhaseCommitSinkWriter(SinkWriter, Generic[Txn]):
     def txn_handle(self, txn: Txn) -> Any:
         """A picklable entry from which :meth:`recover` can commit ``txn``."""
 
+    def is_full(self, txn: Txn) -> bool:
+        """Whether ``txn`` should roll now (size or age), checked after each written batch.
+
+        The default never rolls early: transactions roll at ``roll_records`` and at
+        checkpoints only.
+        """
+        return False
+
     # -- SinkWriter --------------------------------------------------------------------
 
     def restore(self, entries: list[Any]) -> None:
@@ -192,6 +200,8 @@ class TwoPhaseCommitSinkWriter(SinkWriter, Generic[Txn]):
             current = self._current or self._begin()
             self.write(current.txn, records)
             current.records += len(records)
+            if self.is_full(current.txn):
+                self._roll()
             return
         i, n = 0, len(records)
         while i < n:
@@ -200,7 +210,7 @@ class TwoPhaseCommitSinkWriter(SinkWriter, Generic[Txn]):
             self.write(current.txn, records if take == n else records[i : i + take])
             current.records += take
             i += take
-            if current.records >= limit:
+            if current.records >= limit or self.is_full(current.txn):
                 self._roll()
 
     def snapshot(self, checkpoint_id: int) -> list[Any]:

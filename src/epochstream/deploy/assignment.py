@@ -20,6 +20,7 @@ from typing import Any
 from epochstream.checkpoint.filesystems import normalize_location, storage_fs
 from epochstream.checkpoint.pending import CompletedCheckpoint
 from epochstream.checkpoint.storage import METADATA_FILE, load_metadata, scan_checkpoints
+from epochstream.deploy.enumeration import SourceEnumerators
 from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.graph.jobgraph import JobGraph
 from epochstream.runtime.messages import TaskDeployment
@@ -108,16 +109,7 @@ def load_restore_point(
 
 def initial_splits(graph: JobGraph) -> dict[str, list[list[Any]]]:
     """Per source chain, the splits of each subtask on a fresh start."""
-    p = graph.parallelism
-    out: dict[str, list[list[Any]]] = {}
-    for chain in graph.chains:
-        if not chain.is_source:
-            continue
-        per_subtask: list[list[Any]] = [[] for _ in range(p)]
-        for k, split in enumerate(chain.head.payload.create_splits(p)):
-            per_subtask[k % p].append(split)
-        out[chain.chain_id] = per_subtask
-    return out
+    return SourceEnumerators(graph, None).initial_assignment()
 
 
 def task_deployments(

@@ -1,4 +1,4 @@
-"""The job master: control plane, checkpoint coordinator, split assignment, failover.
+"""The job master: control plane, checkpoint coordinator, split enumerators, failover.
 
 It runs in the driver on one event thread. Each *attempt* deploys every slot:
 
@@ -35,11 +35,14 @@ import cloudpickle
 
 from epochstream.api.result import JobResult
 from epochstream.checkpoint.coordinator import CheckpointCoordinator
+from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.checkpoint.pending import CompletedCheckpoint
 from epochstream.checkpoint.storage import CheckpointStorage
-from epochstream.deploy.assignment import initial_splits, task_deployments
+from epochstream.deploy.assignment import task_deployments
+from epochstream.deploy.committers import GlobalCommits
 from epochstream.deploy.control import ControlServer
 from epochstream.deploy.endpoint import JobEndpoint
+from epochstream.deploy.enumeration import SourceEnumerators
 from epochstream.deploy.failures import Failure, give_up, runner_lost
 from epochstream.deploy.metrics import JobMetrics, job_status
 from epochstream.deploy.registry import JobEntry, register, unregister
@@ -140,7 +143,8 @@ class JobMaster:
                 f"job {graph.name!r} cannot be shipped to the slots: a function or object in it "
                 f"does not pickle ({type(exc).__name__}: {exc})"
             ) from exc
-        self._splits = initial_splits(graph)
+        self._enumerators: SourceEnumerators | None = None  # per attempt
+        self._commits = GlobalCommits(graph, self.job_id)
         self._tasks: set[TaskKey] = {
             (c.chain_id, i) for c in graph.chains for i in range(graph.parallelism)
         }
@@ -188,7 +192,10 @@ class JobMaster:
     def trigger_sources(
         self, checkpoint_id: int, timestamp: float, final: bool, options: CheckpointOptions
     ) -> None:
-        self._broadcast(TriggerCheckpoint(checkpoint_id, timestamp, final, options))
+        # The enumerators' state is taken now, with the trigger: every split sent before
+        # reaches its reader before the trigger does, so both halves of the checkpoint agree.
+        states = self._enumerators.snapshot() if self._enumerators is not None else {}
+        self._broadcast(TriggerCheckpoint(checkpoint_id, timestamp, final, options, states))
 
     def run_io(
         self, work: Callable[[], None], done: Callable[[BaseException | None], None] | None
@@ -205,8 +212,14 @@ class JobMaster:
     def _stop_with(self) -> SavepointRequest | None:
         return self._savepoints.stopping
 
-    def notify_complete(self, checkpoint_id: int) -> None:
+    def notify_complete(self, checkpoint_id: int, metadata: CheckpointMetadata) -> None:
         log.info("job %s: checkpoint %d complete", self.job_id[:8], checkpoint_id)
+        try:
+            # On the event thread: the checkpoint counts as committed only once this ran.
+            self._commits.commit(checkpoint_id, metadata)
+        except Exception as exc:  # a restart commits it again from the restored checkpoint
+            log.error("job %s: %s", self.job_id[:8], exc)
+            self.fail_job(str(exc))
         self._broadcast(NotifyCheckpointComplete(checkpoint_id))
 
     def notify_aborted(self, checkpoint_id: int, reason: str) -> None:
@@ -315,6 +328,7 @@ class JobMaster:
             if self.coordinator is not None:
                 self.coordinator.stop_attempt("job ended")
             self.io.stop()
+            self._commits.close()
             self.runner.close()
             self._savepoints.fail_all("the job ended")
 
@@ -359,7 +373,13 @@ class JobMaster:
             restored = self.coordinator.latest_completed
         else:
             restored = self._restore[0] if self._restore else None
-        deployments = task_deployments(self.graph, restored, self._splits)
+        if restored is not None and self._commits:
+            try:
+                self._commits.commit(restored.checkpoint_id, restored.metadata)
+            except Exception as exc:
+                return Failure(str(exc))
+        self._enumerators = SourceEnumerators(self.graph, restored)
+        deployments = task_deployments(self.graph, restored, self._enumerators.initial_assignment())
         addresses: dict[int, tuple[str, int]] = {}
         running: set[int] = set()
         closed: set[int] = set()
@@ -384,6 +404,8 @@ class JobMaster:
                 due = self.coordinator.tick()
                 if due is not None:
                     timeout = min(timeout, max(due, 0.0))
+            if self.phase == Phase.RUNNING:
+                timeout = min(timeout, self._discover_splits())
             if self._fail_request is not None:
                 return Failure(self._fail_request)
             try:
@@ -519,6 +541,16 @@ class JobMaster:
             else:
                 log.warning("job %s: unexpected message %r", self.job_id[:8], msg)
             self._maybe_finish(finished)
+
+    def _discover_splits(self) -> float:
+        """Send what enumerators discovered to its subtasks; seconds until the next discovery."""
+        enumerators = self._enumerators
+        assert enumerators is not None
+        now = self.clock.now()
+        for msg in enumerators.discover(now):
+            self._slots[msg.subtask].send(msg)
+        due = enumerators.next_discovery()
+        return 1.0 if due is None else max(due - self.clock.now(), 0.0)
 
     def _maybe_finish(self, finished: set[TaskKey]) -> None:
         """Every task ended its input and the final checkpoint committed: close the slots."""

@@ -138,7 +138,7 @@ def _is_chained(t: Transformation, graph: LogicalGraph) -> bool:
 #: Operator kinds that keep state a restore must hand back (sources: positions;
 #: sinks: pending transactions; keyed operators: keyed state).
 STATEFUL_KINDS = frozenset(
-    {"source", "sink", "reduce", "process", "window", "co_process", "interval_join"}
+    {"source", "sink", "reduce", "process", "window", "co_process", "interval_join", "deduplicate"}
 )
 
 

@@ -40,11 +40,12 @@ KINDS = frozenset(
         "co_flat_map",
         "co_process",
         "interval_join",
+        "deduplicate",
         "sink",
     }
 )
 #: Kinds that need a keyed input (key-group hash partitioning and a key selector).
-KEYED_KINDS = frozenset({"reduce", "window", "interval_join"})
+KEYED_KINDS = frozenset({"reduce", "window", "interval_join", "deduplicate"})
 #: Kinds with exactly two inputs (first and second stream).
 TWO_INPUT_KINDS = frozenset({"co_map", "co_flat_map", "co_process", "interval_join"})
 

@@ -12,6 +12,7 @@ Flow of one attempt::
     JM -> slot   ConnectPeers(addresses)          once every slot is ready
     slot -> JM   SlotRunning
     JM -> slot   TriggerCheckpoint / NotifyCheckpointComplete / NotifyCheckpointAborted
+    JM -> slot   AddSplits                        splits an enumerator discovered
     slot -> JM   AcknowledgeCheckpoint / DeclineCheckpoint / SourceExhausted / TaskFinished
     slot -> JM   SlotMetrics                      every metrics interval while running
     JM -> slot   FinishSlot  (after the final checkpoint committed)  or CancelSlot
@@ -33,6 +34,7 @@ from epochstream.state.handles import OperatorRestore, OperatorSubtaskState
 
 __all__ = [
     "AcknowledgeCheckpoint",
+    "AddSplits",
     "CancelSlot",
     "ConnectPeers",
     "ConsoleOutput",
@@ -230,12 +232,24 @@ class TriggerCheckpoint:
     """Sources snapshot and emit barrier ``checkpoint_id``; ``final`` ends the input after it.
 
     ``options`` travel with the barrier (savepoint target, base checkpoint, terminate).
+    ``enumerators``: the split enumerators' states by source chain id, taken when the
+    trigger was sent; subtask 0 of each source stores its chain's in the checkpoint.
     """
 
     checkpoint_id: int
     timestamp: float
     final: bool = False
     options: CheckpointOptions = field(default_factory=CheckpointOptions)
+    enumerators: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AddSplits:
+    """Splits an enumerator discovered, for subtask ``subtask`` of source chain ``chain_id``."""
+
+    chain_id: str
+    subtask: int
+    splits: list[Any]
 
 
 @dataclass(frozen=True)

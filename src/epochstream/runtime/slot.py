@@ -33,6 +33,7 @@ from epochstream.graph.jobgraph import JobGraph
 from epochstream.runtime.auth import FramedConnection, connect
 from epochstream.runtime.clock import wall_ms
 from epochstream.runtime.messages import (
+    AddSplits,
     CancelSlot,
     ConnectPeers,
     ConsoleOutput,
@@ -239,6 +240,10 @@ class _Slot:
             if isinstance(msg, TriggerCheckpoint):
                 for task in sources:
                     task.gate.put_mail(msg)
+            elif isinstance(msg, AddSplits):
+                for task in sources:
+                    if task.chain.chain_id == msg.chain_id:
+                        task.gate.put_mail(msg)
             elif isinstance(msg, NotifyCheckpointComplete | NotifyCheckpointAborted):
                 for task in self.tasks:
                     task.gate.put_mail(msg)

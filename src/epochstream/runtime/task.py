@@ -48,6 +48,7 @@ from epochstream.runtime.events import (
 )
 from epochstream.runtime.messages import (
     AcknowledgeCheckpoint,
+    AddSplits,
     CancelSlot,
     DeclineCheckpoint,
     FinishSlot,
@@ -408,11 +409,18 @@ class Task:
                 )
                 return
             barrier = CheckpointBarrier(mail.checkpoint_id, mail.timestamp, mail.options)
+            head = self.operators[0]
+            if isinstance(head, SourceOperator) and self.subtask == 0:
+                head.enumerator_state = mail.enumerators.get(self.chain.chain_id)
             self._checkpoint(barrier, alignment_s=0.0)
             if mail.final:
                 self._end_of_input()
             elif mail.options.terminate:
                 self._stopping_for = mail.checkpoint_id
+        elif isinstance(mail, AddSplits):
+            head = self.operators[0]
+            assert isinstance(head, SourceOperator)
+            head.add_splits(mail.splits)
         elif isinstance(mail, NotifyCheckpointComplete):
             for op in self.operators:
                 op.notify_checkpoint_complete(mail.checkpoint_id)

@@ -2,8 +2,8 @@
 
 One module per operator family: ``basic`` (map, flat_map, filter, rolling reduce),
 ``process`` (process functions), ``timestamps`` (timestamps and watermarks),
-``windows`` (window operators), ``twoinput`` (connect, joins) and ``connectors``
-(source readers and sink writers).
+``windows`` (window operators), ``twoinput`` (connect, joins), ``dedup``
+(``deduplicate``) and ``connectors`` (source readers and sink writers).
 
 Example::
 
@@ -23,6 +23,7 @@ from epochstream.runtime.operators.basic import (
     MapOperator,
     ReduceOperator,
 )
+from epochstream.runtime.operators.dedup import DeduplicateOperator
 from epochstream.runtime.operators.process import KeyedProcessOperator, ProcessOperator
 from epochstream.runtime.operators.timestamps import TimestampsOperator
 from epochstream.runtime.operators.twoinput import (
@@ -38,6 +39,7 @@ __all__ = [
     "CoFlatMapOperator",
     "CoMapOperator",
     "CoProcessOperator",
+    "DeduplicateOperator",
     "Emit",
     "FilterOperator",
     "FlatMapOperator",
@@ -66,6 +68,7 @@ _FACTORIES: dict[str, type[Operator]] = {
     "co_flat_map": CoFlatMapOperator,
     "co_process": CoProcessOperator,
     "interval_join": IntervalJoinOperator,
+    "deduplicate": DeduplicateOperator,
 }
 
 

@@ -29,11 +29,13 @@ from epochstream.runtime.watermarks import TimestampsAndWatermarks
 from epochstream.state.backends.base import SnapshotTarget
 from epochstream.state.handles import OperatorRestore
 
-__all__ = ["DEAD_LETTER", "SinkOperator", "SourceOperator"]
+__all__ = ["DEAD_LETTER", "ENUMERATOR", "SinkOperator", "SourceOperator"]
 
 #: Side-output tag of records a source could not decode.
 DEAD_LETTER = "dead_letter"
 SPLITS = "splits"
+#: Union-list state holding the job master's enumerator state (read back by the job master).
+ENUMERATOR = "enumerator"
 TXNS = "txns"
 
 
@@ -51,6 +53,9 @@ class SourceOperator(Operator):
         super().__init__(spec, ctx)
         self.source: Source = spec.payload
         self._restored_splits: list[Any] | None = None
+        #: The job master's enumerator state sent with the checkpoint being taken
+        #: (subtask 0 only); stored as union-list state next to the split positions.
+        self.enumerator_state: Any = None
         self._dead: list[Any] = []
         self._timestamps: TimestampsAndWatermarks | None = None
 
@@ -83,7 +88,11 @@ class SourceOperator(Operator):
     def assign_splits(self, initial: list[Any] | None) -> None:
         """Give the reader its splits: the restored ones if any, else the initial assignment."""
         splits = self._restored_splits if self._restored_splits is not None else (initial or [])
-        self.reader.add_splits(list(splits))
+        self.add_splits(list(splits))
+
+    def add_splits(self, splits: list[Any]) -> None:
+        """Hand ``splits`` (initial, restored or newly discovered) to the reader."""
+        self.reader.add_splits(splits)
         if self._timestamps is not None:
             if type(self.reader).poll_splits is SourceReader.poll_splits:
                 # The reader does not tell splits apart: one watermark for all it reads.
@@ -131,7 +140,14 @@ class SourceOperator(Operator):
         return self.reader.next_available()
 
     def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
-        return SnapshotParts(operator_lists={SPLITS: list(self.reader.snapshot())})
+        state, self.enumerator_state = self.enumerator_state, None
+        return SnapshotParts(
+            operator_lists={SPLITS: list(self.reader.snapshot(target.checkpoint_id))},
+            union_lists={ENUMERATOR: [state]} if state is not None else {},
+        )
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.reader.notify_checkpoint_complete(checkpoint_id)
 
     def close(self) -> None:
         reader = getattr(self, "reader", None)

@@ -1,0 +1,369 @@
+"""PostgreSQL sink (psycopg 3): two-phase commit, or idempotent upserts.
+
+``mode="two_phase"`` (exactly-once): each subtask writes a checkpoint's rows into one
+database transaction with ``COPY``; at the checkpoint's barrier it runs
+``PREPARE TRANSACTION '<gid>'`` (the rows are durable but invisible) and, when the
+checkpoint completes, ``COMMIT PREPARED '<gid>'``. The transaction id names sink, job,
+attempt, subtask and checkpoint::
+
+    es-<sink>-<job8>-a<attempt>-s<subtask>-c<checkpoint>-<seq>
+
+``<sink>`` is ``sink_id`` (default: the table name, letters, digits and ``_`` kept).
+Recovery, by subtask 0 with every subtask's entries of the restored checkpoint, commits
+the prepared transactions the checkpoint recorded and rolls back every other prepared
+transaction whose id starts with ``es-<sink>-`` and that the current attempt did not
+make (left by a crash between a prepare and the checkpoint's completion), by scanning
+``pg_prepared_xacts``. The server needs ``max_prepared_transactions`` > 0 (checked at
+start). Two jobs must not write the same table under the same ``sink_id``.
+
+``COMMIT PREPARED`` of an id the server no longer has prepared counts as committed
+before (a restore repeats commits); a prepared transaction this sink's recovery rolled
+back was never in a completed checkpoint, so nothing committed is rolled back.
+
+``mode="upsert"`` (idempotent, effectively exactly-once for keyed results):
+``INSERT ... ON CONFLICT (key_columns) DO UPDATE`` in batches (``executemany``),
+committed at every checkpoint. Records replayed after a failure overwrite their keys
+again, so the table converges to the failure-free result; between a failure and the
+replay catching up, a key may show an older value.
+
+Records are dicts (keys are column names) or tuples in column order. ``columns``
+chooses the columns written (default: all of the table's, in table order).
+
+Example::
+
+    counts.sink_to(es.sinks.PostgresSink("host=127.0.0.1 dbname=app", "word_counts"))
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from epochstream.connectors.base import Sink, SinkContext, SinkWriter
+from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter
+from epochstream.exceptions import ConfigurationError, SinkError
+
+__all__ = ["PgTxn", "PostgresSink", "PostgresTwoPhaseWriter", "PostgresUpsertWriter"]
+
+log = logging.getLogger(__name__)
+
+MODES = ("two_phase", "upsert")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+_REPR_LIMIT = 200
+
+
+class PostgresSink(Sink):
+    """Writes records into a PostgreSQL table (module docstring).
+
+    Guarantee: ``mode="two_phase"`` exactly-once (PREPARE TRANSACTION / COMMIT
+    PREPARED); ``mode="upsert"`` idempotent, effectively exactly-once for keyed results.
+
+    Example::
+
+        es.sinks.PostgresSink(dsn, "counts", mode="upsert", key_columns=["word"])
+    """
+
+    transactional = True
+
+    def __init__(
+        self,
+        dsn: str,
+        table: str,
+        mode: str = "two_phase",
+        key_columns: list[str] | None = None,
+        *,
+        columns: list[str] | None = None,
+        sink_id: str | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ConfigurationError(f"PostgresSink mode must be one of {MODES}, got {mode!r}")
+        if mode == "upsert" and not key_columns:
+            raise ConfigurationError("PostgresSink mode='upsert' needs key_columns")
+        if mode == "two_phase" and key_columns:
+            raise ConfigurationError("PostgresSink key_columns apply to mode='upsert' only")
+        if not table:
+            raise ConfigurationError("PostgresSink needs a table name")
+        self.dsn = dsn
+        self.table = table
+        self.mode = mode
+        self.key_columns = list(key_columns or [])
+        self.columns = list(columns) if columns is not None else None
+        self.sink_id = _UNSAFE.sub("_", sink_id or table)
+        self.transactional = mode == "two_phase"
+
+    def create_writer(self, ctx: SinkContext) -> SinkWriter:
+        if self.mode == "two_phase":
+            return PostgresTwoPhaseWriter(self, ctx)
+        return PostgresUpsertWriter(self, ctx)
+
+
+class _Table:
+    """Connections, column order and row conversion shared by both writers."""
+
+    def __init__(self, sink: PostgresSink) -> None:
+        import psycopg
+        from psycopg import sql
+
+        self.sink = sink
+        try:
+            self.conn = psycopg.connect(sink.dsn)
+            self.admin = psycopg.connect(sink.dsn, autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise SinkError(f"PostgresSink {sink.table!r}: cannot connect: {exc}") from exc
+        self.columns = self._columns()
+        self.ident = sql.Identifier(*sink.table.split("."))
+        self.column_list = sql.SQL(", ").join(map(sql.Identifier, self.columns))
+
+    def _columns(self) -> list[str]:
+        schema, _, name = self.sink.table.rpartition(".")
+        rows = self.admin.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = coalesce(nullif(%s, ''), current_schema()) AND table_name = %s "
+            "ORDER BY ordinal_position",
+            (schema, name),
+        ).fetchall()
+        existing = [r[0] for r in rows]
+        if not existing:
+            raise ConfigurationError(f"PostgresSink: table {self.sink.table!r} does not exist")
+        wanted = self.sink.columns or existing
+        missing = [c for c in [*wanted, *self.sink.key_columns] if c not in existing]
+        if missing:
+            raise ConfigurationError(
+                f"PostgresSink: table {self.sink.table!r} has no columns {missing} "
+                f"(it has {existing})"
+            )
+        return wanted
+
+    def rows(self, records: list[Any]) -> list[tuple[Any, ...]]:
+        """Records as tuples in column order; SinkError naming a record that does not fit."""
+        columns = self.columns
+        width = len(columns)
+        try:
+            if isinstance(records[0], dict):
+                return [tuple([r[c] for c in columns]) for r in records]
+            out = [tuple(r) for r in records]
+        except (KeyError, TypeError):
+            out = []
+        if out and all(len(r) == width for r in out):
+            return out
+        return [self._row(record) for record in records]  # mixed or bad: one by one
+
+    def _row(self, record: Any) -> tuple[Any, ...]:
+        columns = self.columns
+        if isinstance(record, dict):
+            if not all(c in record for c in columns):
+                raise self.bad_record(record, f"lacks columns of {columns}")
+            return tuple([record[c] for c in columns])
+        if not isinstance(record, tuple | list) or len(record) != len(columns):
+            raise self.bad_record(record, f"is not a dict or a {len(columns)}-tuple for {columns}")
+        return tuple(record)
+
+    def bad_record(self, record: Any, problem: str) -> SinkError:
+        text = repr(record)
+        if len(text) > _REPR_LIMIT:
+            text = text[:_REPR_LIMIT] + "..."
+        return SinkError(
+            f"PostgresSink {self.sink.table!r}: record {text} {problem}", retryable=False
+        )
+
+    def close(self) -> None:
+        self.conn.close()
+        self.admin.close()
+
+
+@dataclass
+class PgTxn:
+    """One database transaction of a writer; ``gid`` is set when it is prepared.
+
+    Example::
+
+        PgTxn(seq=3, gid="es-counts-3f2a9c1e-a0-s1-c7-3")
+    """
+
+    seq: int
+    gid: str | None = None
+
+
+class PostgresTwoPhaseWriter(TwoPhaseCommitSinkWriter[PgTxn]):
+    """A subtask's two-phase-commit writer (``PREPARE TRANSACTION`` at the snapshot).
+
+    Example::
+
+        w = PostgresTwoPhaseWriter(sink, ctx); w.restore([]); w.write_batch(rows)
+        gids = w.snapshot(1); w.notify_checkpoint_complete(1)
+    """
+
+    def __init__(self, sink: PostgresSink, ctx: SinkContext) -> None:
+        super().__init__(ctx)
+        self._table = _Table(sink)
+        self._prefix = f"es-{sink.sink_id}-"
+        job8 = _UNSAFE.sub("_", ctx.job_id[:8])
+        self._own = f"{self._prefix}{job8}-a{ctx.attempt}-"
+        self._checkpoint_id = 0
+        self._seq = 0
+        prepared = self._table.admin.execute("SHOW max_prepared_transactions").fetchone()
+        if prepared is None or int(prepared[0]) < 1:
+            raise ConfigurationError(
+                f"PostgresSink {sink.table!r}: the server has max_prepared_transactions = 0; "
+                "set it above the sink's parallelism times the checkpoints in flight"
+            )
+
+    def snapshot(self, checkpoint_id: int) -> list[Any]:
+        self._checkpoint_id = checkpoint_id  # names the transaction prepared now
+        return super().snapshot(checkpoint_id)
+
+    def begin_transaction(self) -> PgTxn:
+        self._seq += 1
+        return PgTxn(self._seq)
+
+    def write(self, txn: PgTxn, records: list[Any]) -> None:
+        from psycopg import sql
+
+        rows = self._table.rows(records)
+        query = sql.SQL("COPY {} ({}) FROM STDIN").format(self._table.ident, self._table.column_list)
+        with self._table.conn.cursor() as cur, cur.copy(query) as copy:
+            for row in rows:
+                copy.write_row(row)
+
+    def pre_commit(self, txn: PgTxn) -> None:
+        gid = f"{self._own}s{self.ctx.subtask_index}-c{self._checkpoint_id}-{txn.seq}"
+        self._table.conn.execute(_gid_statement("PREPARE TRANSACTION", gid))
+        txn.gid = gid
+
+    def commit(self, txn: PgTxn) -> None:
+        assert txn.gid is not None
+        self._commit_gid(txn.gid)
+
+    def abort(self, txn: PgTxn) -> None:
+        if txn.gid is None:
+            self._table.conn.rollback()
+            return
+        self._rollback_gid(txn.gid)
+
+    def txn_handle(self, txn: PgTxn) -> str:
+        assert txn.gid is not None
+        return txn.gid
+
+    def recover(self, entries: list[Any]) -> None:
+        """Subtask 0 commits the recorded transactions and rolls back this sink's others."""
+        if self.ctx.subtask_index != 0:
+            return
+        recorded = set()
+        for gid in entries:
+            if not isinstance(gid, str) or not gid.startswith(self._prefix):
+                raise SinkError(
+                    f"PostgresSink {self._table.sink.table!r}: cannot recover entry {gid!r} "
+                    f"(not a transaction id of sink {self._table.sink.sink_id!r})",
+                    retryable=False,
+                )
+            recorded.add(gid)
+        for gid in sorted(recorded):
+            self._commit_gid(gid)
+        for gid in self._prepared():
+            if gid not in recorded and not gid.startswith(self._own):
+                log.info("PostgresSink %s: rolling back leftover %s", self._table.sink.table, gid)
+                self._rollback_gid(gid)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._table.close()
+
+    def _prepared(self) -> list[str]:
+        rows = self._table.admin.execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
+            "AND starts_with(gid, %s) ORDER BY gid",
+            (self._prefix,),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def _commit_gid(self, gid: str) -> None:
+        import psycopg
+
+        try:
+            self._table.admin.execute(_gid_statement("COMMIT PREPARED", gid))
+        except psycopg.errors.UndefinedObject:
+            log.debug("PostgresSink: %s was committed before", gid)
+
+    def _rollback_gid(self, gid: str) -> None:
+        import psycopg
+
+        try:
+            self._table.admin.execute(_gid_statement("ROLLBACK PREPARED", gid))
+        except psycopg.errors.UndefinedObject:
+            log.debug("PostgresSink: %s is gone already", gid)
+
+
+def _gid_statement(command: str, gid: str) -> Any:
+    """``command '<gid>'``: utility statements take no bound parameters, so a literal."""
+    from psycopg import sql
+
+    return sql.SQL(command + " {}").format(sql.Literal(gid))
+
+
+class PostgresUpsertWriter(SinkWriter):
+    """A subtask's upsert writer: ``INSERT ... ON CONFLICT DO UPDATE``, committed at each
+    checkpoint (and at the end of input).
+
+    Example::
+
+        w = PostgresUpsertWriter(sink, ctx); w.write_batch([{"word": "a", "n": 3}])
+    """
+
+    def __init__(self, sink: PostgresSink, ctx: SinkContext) -> None:
+        from psycopg import sql
+
+        self._table = _Table(sink)
+        cols = self._table.columns
+        keys = sink.key_columns
+        updates = [c for c in cols if c not in keys]
+        conflict = (
+            sql.SQL("DO UPDATE SET {}").format(
+                sql.SQL(", ").join(
+                    sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
+                    for c in updates
+                )
+            )
+            if updates
+            else sql.SQL("DO NOTHING")
+        )
+        self._query = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) {}").format(
+            self._table.ident,
+            self._table.column_list,
+            sql.SQL(", ").join(sql.Placeholder() * len(cols)),
+            sql.SQL(", ").join(map(sql.Identifier, keys)),
+            conflict,
+        )
+
+    def restore(self, entries: list[Any]) -> None:
+        """Nothing to recover: replayed records overwrite their keys."""
+
+    def write_batch(self, records: list[Any]) -> None:
+        if not records:
+            return
+        rows = self._table.rows(records)
+        # Upserts of one key in one batch must leave its last value: keep the last row.
+        index = [self._table.columns.index(k) for k in self._table.sink.key_columns]
+        last = {tuple(row[i] for i in index): row for row in rows}
+        with self._table.conn.cursor() as cur:
+            cur.executemany(self._query, list(last.values()))
+
+    def snapshot(self, checkpoint_id: int) -> list[Any]:
+        """Commit what was written: the checkpoint stores nothing for this sink."""
+        self._table.conn.commit()
+        return []
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Nothing to do: rows were committed at the snapshot."""
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Nothing to undo: upserts are idempotent."""
+
+    def end_input(self) -> None:
+        self._table.conn.commit()
+
+    def close(self) -> None:
+        self._table.close()

@@ -1,0 +1,116 @@
+"""``stream.deduplicate(id_fn, ttl=...)``: each id once within ``ttl``.
+
+The stream is keyed by the id. Per record, the operator asks an
+:class:`~epochstream.state.bloom.AgingBloomFilter` first: "never seen" (most new ids)
+needs no state read; "maybe seen" is settled by the exact catalog, a keyed value state
+with state TTL (:mod:`epochstream.state.ttl`), so an entry expires ``ttl`` after the id
+was seen. Both are checkpointed: the catalog as keyed state, the filter as union-list
+state that a restore ORs together (so a rescale never makes the filter say "never seen"
+for an id it saw). Expiry follows the job's clock (processing time).
+
+Example::
+
+    op = DeduplicateOperator(spec, ctx); op.open()
+    op.process_batch(["a", "b", "a"], None)   # emits ["a", "b"]
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from typing import Any
+
+from epochstream.exceptions import UserFunctionError
+from epochstream.runtime.operators.base import Operator, SnapshotParts
+from epochstream.state.backends.base import SnapshotTarget
+from epochstream.state.bloom import AgingBloomFilter
+from epochstream.state.descriptors import ValueStateDescriptor
+from epochstream.state.handles import OperatorRestore
+from epochstream.state.keygroups import canonical_key_bytes
+from epochstream.state.ttl import TtlConfig
+
+__all__ = ["DedupSpec", "DeduplicateOperator"]
+
+BLOOM = "_dedup_bloom"
+
+
+@dataclass(frozen=True)
+class DedupSpec:
+    """Settings of a deduplicate operator (the payload of its graph node).
+
+    Example::
+
+        DedupSpec(ttl=timedelta(hours=1), bloom_capacity=100_000, bloom_fp_rate=0.01)
+    """
+
+    ttl: _dt.timedelta | float
+    bloom_capacity: int
+    bloom_fp_rate: float
+
+    @property
+    def ttl_seconds(self) -> float:
+        return TtlConfig.of(self.ttl, "on_write").seconds
+
+
+class DeduplicateOperator(Operator):
+    """Emits a record only if its id was not seen within ``ttl`` (module docstring)."""
+
+    def __init__(self, spec: Any, ctx: Any) -> None:
+        super().__init__(spec, ctx)
+        self._dedup: DedupSpec = spec.payload
+        self._restored_filters: list[Any] = []
+
+    def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
+        super().initialize_state(restore, checkpoint_id)
+        if restore is not None:
+            self._restored_filters = list(restore.union_lists.get(BLOOM, []))
+
+    def open(self) -> None:
+        super().open()
+        assert self.keyed is not None and self.spec.key_selector is not None
+        spec = self._dedup
+        now = self.ctx.clock.wall()
+        self._bloom = AgingBloomFilter(spec.bloom_capacity, spec.bloom_fp_rate, spec.ttl_seconds, now)
+        if self._restored_filters:
+            self._bloom.restore(self._restored_filters)
+            self._restored_filters = []
+        self._seen = self.keyed.get_state(ValueStateDescriptor("_dedup_seen", ttl=spec.ttl))
+        self._key = self.spec.key_selector
+
+    def process_batch(self, records: list[Any], timestamps: list[Any] | None) -> None:
+        key_of, bloom, seen = self._key, self._bloom, self._seen
+        set_key = self.keyed.set_current_key  # type: ignore[union-attr]
+        now = self.ctx.clock.wall()
+        bloom.rotate(now)
+        positions_of = bloom.current.positions
+        maybe, add = bloom.might_contain_positions, bloom.current.add_positions
+        keep: list[int] = []
+        x = None
+        try:
+            for i, x in enumerate(records):
+                k = key_of(x)
+                positions = positions_of(canonical_key_bytes(k))
+                set_key(k)
+                # "Never seen" needs no state read; "maybe" is settled by the catalog.
+                if maybe(positions) and seen.value() is not None:
+                    continue
+                seen.update(True)
+                add(positions)
+                keep.append(i)
+        except Exception as exc:
+            raise UserFunctionError(self.ctx.task_name, x, exc) from exc
+        if len(keep) == len(records):
+            self.emit(records, timestamps)
+        elif keep:
+            self.emit(
+                [records[i] for i in keep],
+                None if timestamps is None else [timestamps[i] for i in keep],
+            )
+
+    def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
+        parts = super().snapshot(target)
+        return SnapshotParts(
+            keyed=parts.keyed,
+            operator_lists=parts.operator_lists,
+            union_lists={**parts.union_lists, BLOOM: [self._bloom.snapshot()]},
+        )

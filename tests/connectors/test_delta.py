@@ -1,0 +1,93 @@
+"""DeltaSink writers and its global committer against real Delta tables (deltalake)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from epochstream.connectors.base import SinkContext
+from epochstream.connectors.delta import DeltaFile, DeltaSink
+from epochstream.exceptions import ConfigurationError, SinkError
+
+deltalake = pytest.importorskip("deltalake")
+
+
+def ctx(subtask: int = 0, attempt: int = 0, checkpointing: bool = True) -> SinkContext:
+    return SinkContext(subtask, 2, attempt, "cafebabe00", checkpointing)
+
+
+def rows(path: Path) -> list[dict[str, Any]]:
+    table = deltalake.DeltaTable(str(path)).to_pyarrow_table()
+    return sorted(table.to_pylist(), key=lambda r: r["id"])
+
+
+def txn_versions(path: Path) -> list[tuple[str, int]]:
+    out = []
+    for log in sorted((path / "_delta_log").glob("*.json")):
+        for line in log.read_text().splitlines():
+            action = json.loads(line)
+            if "txn" in action:
+                out.append((action["txn"]["appId"], action["txn"]["version"]))
+    return out
+
+
+def test_one_delta_transaction_per_completed_checkpoint(tmp_path: Path) -> None:
+    sink = DeltaSink(tmp_path / "t")
+    writers = [sink.create_writer(ctx(subtask=i)) for i in range(2)]
+    committer = sink.create_committer("job")
+    for w in writers:
+        w.restore([])
+    writers[0].write_batch([{"id": 1, "v": "a"}, {"id": 2, "v": "b"}])
+    writers[1].write_batch([{"id": 3, "v": "c"}])
+    entries = [e for w in writers for e in w.snapshot(1)]
+    assert {e.checkpoint_id for e in entries} == {1} and len(entries) == 2
+    assert not deltalake.DeltaTable.is_deltatable(str(tmp_path / "t")), "nothing before commit"
+    committer.commit(1, entries)
+    for w in writers:
+        w.notify_checkpoint_complete(1)
+    assert [r["id"] for r in rows(tmp_path / "t")] == [1, 2, 3]
+    writers[1].write_batch([{"id": 4, "v": "d"}])
+    committer.commit(2, [e for w in writers for e in w.snapshot(2)])
+    assert [r["id"] for r in rows(tmp_path / "t")] == [1, 2, 3, 4]
+    assert txn_versions(tmp_path / "t") == [("epochstream-t", 1), ("epochstream-t", 2)]
+
+
+def test_replayed_commit_is_skipped_and_aborted_checkpoints_roll_into_the_next(tmp_path: Path) -> None:
+    sink = DeltaSink(tmp_path / "t", sink_id="orders")
+    w = sink.create_writer(ctx())
+    w.restore([])
+    w.write_batch([{"id": 1}])
+    first = w.snapshot(1)  # checkpoint 1 aborted
+    w.write_batch([{"id": 2}])
+    second = w.snapshot(2)
+    assert [f.checkpoint_id for f in second] == [1, 2], "checkpoint 1's file is still pending"
+    committer = sink.create_committer("job")
+    committer.commit(2, second)
+    committer.commit(2, second)  # a restore replays the commit of the restored checkpoint
+    sink.create_committer("job2").commit(2, second)
+    assert [r["id"] for r in rows(tmp_path / "t")] == [1, 2]
+    assert txn_versions(tmp_path / "t") == [("epochstream-orders", 2)]
+    # A writer that never heard of 2's completion re-sends both files with checkpoint 3.
+    w.write_batch([{"id": 3}])
+    committer.commit(3, w.snapshot(3))
+    assert [r["id"] for r in rows(tmp_path / "t")] == [1, 2, 3]
+    assert first[0] in second
+
+
+def test_missing_pre_committed_file_and_bad_settings_fail_clearly(tmp_path: Path) -> None:
+    sink = DeltaSink(tmp_path / "t")
+    gone = DeltaFile("part-x.parquet", 10, 1, 0, 1)
+    with pytest.raises(SinkError, match=r"part-x\.parquet.*is gone") as info:
+        sink.create_committer("job").commit(1, [gone])
+    assert info.value.suppress_restarts
+    with pytest.raises(ConfigurationError, match="append"):
+        DeltaSink(tmp_path / "t", mode="overwrite")
+    with pytest.raises(ConfigurationError, match="checkpointing"):
+        sink.create_writer(ctx(checkpointing=False))
+    w = sink.create_writer(ctx())
+    w.write_batch([{"id": 1}, 5])
+    with pytest.raises(SinkError, match="cannot build a table"):
+        w.snapshot(1)

@@ -1,0 +1,123 @@
+"""PostgresSink against a real PostgreSQL server (tests/pg_server.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from epochstream.connectors.base import SinkContext
+from epochstream.connectors.postgres import PostgresSink
+from epochstream.exceptions import ConfigurationError, SinkError
+
+psycopg = pytest.importorskip("psycopg")
+
+JOB = "feedc0de00000000"
+
+
+def ctx(subtask: int = 0, attempt: int = 0, job_id: str = JOB) -> SinkContext:
+    return SinkContext(subtask, 2, attempt, job_id, checkpointing=True)
+
+
+def query(dsn: str, sql: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(sql).fetchall()
+
+
+@pytest.fixture
+def dsn(postgres_dsn: str) -> str:
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE counts (word text, n bigint)")
+        conn.execute("CREATE TABLE latest (word text PRIMARY KEY, n bigint, note text)")
+    return postgres_dsn
+
+
+def prepared(dsn: str) -> list[str]:
+    return [r[0] for r in query(dsn, "SELECT gid FROM pg_prepared_xacts ORDER BY gid")]
+
+
+def test_prepare_at_snapshot_commit_on_completion(dsn: str) -> None:
+    w = PostgresSink(dsn, "counts").create_writer(ctx(subtask=1))
+    w.restore([])
+    w.write_batch([{"word": "a", "n": 1}, ("b", 2)])
+    w.write_batch([("c", 3)])
+    (gid,) = w.snapshot(4)
+    assert gid == "es-counts-feedc0de-a0-s1-c4-1", "names sink, job, attempt, subtask, checkpoint"
+    assert query(dsn, "SELECT count(*) FROM counts") == [(0,)], "prepared rows are invisible"
+    assert prepared(dsn) == [gid]
+    w.write_batch([("d", 4)])  # the next checkpoint's transaction
+    w.notify_checkpoint_complete(4)
+    assert sorted(query(dsn, "SELECT word, n FROM counts")) == [("a", 1), ("b", 2), ("c", 3)]
+    assert prepared(dsn) == []
+    w.close()
+    assert query(dsn, "SELECT count(*) FROM counts") == [(3,)], "the open transaction is dropped"
+
+
+def test_recovery_commits_recorded_and_rolls_back_other_prepared_transactions(dsn: str) -> None:
+    sink = PostgresSink(dsn, "counts")
+    old = [sink.create_writer(ctx(subtask=i)) for i in range(2)]
+    for i, w in enumerate(old):
+        w.restore([])
+        w.write_batch([(f"cp5-{i}", 5)])
+    entries = [e for w in old for e in w.snapshot(5)]  # checkpoint 5 completes ...
+    for i, w in enumerate(old):
+        w.write_batch([(f"cp6-{i}", 6)])
+    for w in old:
+        w.snapshot(6)  # ... checkpoint 6 is prepared but never completes: a crash
+    old[0].notify_checkpoint_complete(5)  # subtask 0 heard of 5 before the crash; 1 did not
+    for w in old:
+        w.close()
+    assert len(prepared(dsn)) == 3
+
+    new = [sink.create_writer(ctx(subtask=i, attempt=1)) for i in range(2)]
+    for w in new:
+        w.restore(entries)
+    assert sorted(query(dsn, "SELECT word FROM counts")) == [("cp5-0",), ("cp5-1",)]
+    assert prepared(dsn) == [], "checkpoint 6's transactions are rolled back"
+    for w in new:
+        w.close()
+
+
+def test_recovery_leaves_other_sinks_prepared_transactions_alone(dsn: str) -> None:
+    other = PostgresSink(dsn, "counts", sink_id="other").create_writer(ctx())
+    other.restore([])
+    other.write_batch([("x", 1)])
+    (gid,) = other.snapshot(1)
+    mine = PostgresSink(dsn, "counts").create_writer(ctx(attempt=3))
+    mine.restore([])
+    assert prepared(dsn) == [gid]
+    other.notify_checkpoint_complete(1)
+    for w in (other, mine):
+        w.close()
+
+
+def test_upsert_mode_keeps_the_last_value_per_key_and_is_idempotent(dsn: str) -> None:
+    sink = PostgresSink(dsn, "latest", mode="upsert", key_columns=["word"])
+    assert sink.transactional is False
+    for _ in range(2):  # the second run replays the same records
+        w = sink.create_writer(ctx())
+        w.restore([])
+        w.write_batch([{"word": "a", "n": 1, "note": "x"}, {"word": "b", "n": 1, "note": "y"}])
+        w.write_batch([{"word": "a", "n": 2, "note": "z"}, {"word": "a", "n": 3, "note": "w"}])
+        assert w.snapshot(1) == []
+        w.close()
+    assert sorted(query(dsn, "SELECT word, n, note FROM latest")) == [("a", 3, "w"), ("b", 1, "y")]
+
+
+def test_bad_configuration_and_records_are_named(dsn: str) -> None:
+    with pytest.raises(ConfigurationError, match="needs key_columns"):
+        PostgresSink(dsn, "latest", mode="upsert")
+    with pytest.raises(ConfigurationError, match="mode"):
+        PostgresSink(dsn, "latest", mode="merge")
+    with pytest.raises(ConfigurationError, match="'nope' does not exist"):
+        PostgresSink(dsn, "nope").create_writer(ctx())
+    with pytest.raises(ConfigurationError, match=r"no columns \['wrd'\]"):
+        PostgresSink(dsn, "counts", columns=["wrd"]).create_writer(ctx())
+    w = PostgresSink(dsn, "counts").create_writer(ctx())
+    w.restore([])
+    with pytest.raises(SinkError, match=r"record \{'word': 'a'\} lacks columns") as info:
+        w.write_batch([{"word": "a"}])
+    assert info.value.suppress_restarts
+    with pytest.raises(SinkError, match=r"record \('a',\) is not a dict or a 2-tuple"):
+        w.write_batch([("a",)])
+    w.close()
