@@ -186,7 +186,7 @@ class _StampedReader(es.sources.SourceReader):
             s.emitted >= int(self.seconds * self.rate) for s in self.splits
         )
 
-    def snapshot(self) -> list[Any]:
+    def snapshot(self, checkpoint_id: int) -> list[Any]:
         return [_Split(s.split_id, s.emitted) for s in self.splits]
 
     def close(self) -> None:

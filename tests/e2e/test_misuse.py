@@ -170,7 +170,7 @@ class Reader(es.sources.SourceReader):
     def exhausted(self):
         return all(p.pos >= p.end - p.start for p in self.parts)
 
-    def snapshot(self):
+    def snapshot(self):          # the form without the checkpoint id still works
         return [Part(p.split_id, p.start, p.end, p.pos) for p in self.parts]
 
     def close(self):

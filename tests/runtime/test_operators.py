@@ -607,3 +607,19 @@ def test_event_time_timers_fire_as_the_watermark_passes_them(backends: Backends)
     assert out.records == [("a", 1_000, 1_100), ("b", 1_050, 1_150)]
     assert out.timestamps[-1] == [1_100, 1_150], "timer outputs carry the timer's time"
     assert forwarded == [1_099, 1_150], "the watermark goes on after the timers it fired"
+
+
+def test_reader_snapshot_takes_the_checkpoint_id_or_not() -> None:
+    """Readers may define ``snapshot(self, checkpoint_id)`` or the older ``snapshot(self)``."""
+    from epochstream.runtime.operators.connectors import _reader_snapshot
+
+    class WithId:
+        def snapshot(self, checkpoint_id: int) -> list[Any]:
+            return [("with", checkpoint_id)]
+
+    class WithoutId:
+        def snapshot(self) -> list[Any]:
+            return ["without"]
+
+    assert _reader_snapshot(WithId())(7) == [("with", 7)]  # type: ignore[arg-type]
+    assert _reader_snapshot(WithoutId())(7) == ["without"]  # type: ignore[arg-type]

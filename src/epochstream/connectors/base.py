@@ -157,7 +157,8 @@ class SourceReader(ABC):
     def snapshot(self, checkpoint_id: int) -> list[Any]:
         """Split states positioned after the last record returned by :meth:`poll`, for
         checkpoint ``checkpoint_id`` (readers that acknowledge upstream remember what
-        this checkpoint covers, for :meth:`notify_checkpoint_complete`)."""
+        this checkpoint covers, for :meth:`notify_checkpoint_complete`). A reader that
+        needs no id may define ``snapshot(self)``: it is called without one."""
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:  # noqa: B027 - optional hook
         """Checkpoint ``checkpoint_id`` is durable, and with it every snapshot this reader

@@ -13,6 +13,8 @@ Example::
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 from epochstream.connectors.base import (
@@ -73,6 +75,7 @@ class SourceOperator(Operator):
                 dead_letter=self._dead.append if has_dead_letter else None,
             )
         )
+        self._snapshot_reader = _reader_snapshot(self.reader)
         strategy = self.spec.watermark_strategy
         if strategy is not None:
             self._timestamps = TimestampsAndWatermarks(
@@ -142,7 +145,7 @@ class SourceOperator(Operator):
     def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
         state, self.enumerator_state = self.enumerator_state, None
         return SnapshotParts(
-            operator_lists={SPLITS: list(self.reader.snapshot(target.checkpoint_id))},
+            operator_lists={SPLITS: list(self._snapshot_reader(target.checkpoint_id))},
             union_lists={ENUMERATOR: [state]} if state is not None else {},
         )
 
@@ -202,3 +205,16 @@ class SinkOperator(Operator):
         writer = getattr(self, "writer", None)
         if writer is not None:
             writer.close()
+
+
+def _reader_snapshot(reader: SourceReader) -> Callable[[int], list[Any]]:
+    """``reader.snapshot`` as a function of the checkpoint id. Readers written before
+    the id was passed define ``snapshot(self)``; they keep working unchanged."""
+    snapshot = reader.snapshot
+    try:
+        params = inspect.signature(snapshot).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: pass the id
+        return snapshot
+    if any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params):
+        return snapshot
+    return lambda checkpoint_id: snapshot()  # type: ignore[call-arg]
