@@ -178,10 +178,19 @@ class WindowOperator(Operator):
     # ------------------------------------------------------------------ records
 
     def process_batch(self, records: list[Any], timestamps: list[Any] | None) -> None:
-        if self._fast and timestamps is not None:
-            self._process_event_time_incremental(records, timestamps)
-            return
         self._out.start(timed=True)
+        try:
+            if self._fast and timestamps is not None:
+                self._add_event_time_incremental(records, timestamps)
+            else:
+                self._add_records(records, timestamps)
+        finally:
+            self._flush_touched()
+        self._out.flush(self.emit)
+        self._side.flush()
+
+    def _add_records(self, records: list[Any], timestamps: list[Any] | None) -> None:
+        """Assign each record to its windows, add it and run the trigger."""
         now = self.ctx.clock_ms()
         key_of = self._key
         backend = self.keyed
@@ -210,18 +219,13 @@ class WindowOperator(Operator):
             raise
         except Exception as exc:
             raise UserFunctionError(self.ctx.task_name, x, exc) from exc
-        finally:
-            self._flush_touched()
-        self._out.flush(self.emit)
-        self._side.flush()
 
-    def _process_event_time_incremental(self, records: list[Any], timestamps: list[Any]) -> None:
-        """``process_batch`` for non-merging event-time windows, aggregated incrementally,
+    def _add_event_time_incremental(self, records: list[Any], timestamps: list[Any]) -> None:
+        """``_add_records`` for non-merging event-time windows, aggregated incrementally,
         with the ``EventTimeTrigger``: what the general path does, without a trigger call
         and two timer registrations per record. A (key, window) pair's timers are set when
         its first record arrives (its contents were missing): later records find them set.
         """
-        self._out.start(timed=True)
         key_of = self._key
         assert self.keyed is not None and self.timers is not None
         set_key = self.keyed.set_current_key
@@ -270,10 +274,6 @@ class WindowOperator(Operator):
             raise
         except Exception as exc:
             raise UserFunctionError(self.ctx.task_name, x, exc) from exc
-        finally:
-            self._flush_touched()
-        self._out.flush(self.emit)
-        self._side.flush()
 
     def _window_late(self, window: Any) -> bool:
         return self._event_time and self._cleanup_time(window) <= self.timers.current_watermark  # type: ignore[union-attr]
