@@ -40,25 +40,27 @@ from epochstream.api.functions import (
 from epochstream.api.joins import ConnectedStreams, IntervalJoin, JoinedStreams, JoinFunction
 from epochstream.api.result import JobResult
 from epochstream.api.time import TimeDomain
-from epochstream.api.watermarks import WatermarkGenerator, WatermarkStrategy
-from epochstream.api.windowed import WindowedStream
-from epochstream.api.windowing import (
+from epochstream.api.triggers import (
     ContinuousEventTimeTrigger,
     ContinuousProcessingTimeTrigger,
     CountTrigger,
-    EventTimeSessionWindows,
     EventTimeTrigger,
+    ProcessingTimeTrigger,
+    PurgingTrigger,
+    Trigger,
+    TriggerResult,
+)
+from epochstream.api.watermarks import WatermarkGenerator, WatermarkStrategy
+from epochstream.api.windowed import WindowedStream
+from epochstream.api.windowing import (
+    EventTimeSessionWindows,
     GlobalWindow,
     GlobalWindows,
     ProcessingTimeSessionWindows,
-    ProcessingTimeTrigger,
     ProcessWindowFunction,
-    PurgingTrigger,
     SlidingEventTimeWindows,
     SlidingProcessingTimeWindows,
     TimeWindow,
-    Trigger,
-    TriggerResult,
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
     WindowAssigner,

@@ -316,8 +316,9 @@ class KeyedStream(_Named, _Transforms):
         """Windows of ``size`` records per key (a global window fired and purged every
         ``size`` records). Example: ``keyed.count_window(100).sum(1)``
         """
+        from epochstream.api.triggers import CountTrigger, PurgingTrigger
         from epochstream.api.windowed import WindowedStream
-        from epochstream.api.windowing import CountTrigger, GlobalWindows, PurgingTrigger
+        from epochstream.api.windowing import GlobalWindows
 
         return WindowedStream(self, GlobalWindows.create()).trigger(
             PurgingTrigger.of(CountTrigger.of(size))

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from epochstream.api.functions import OutputTag, ReduceFunction
 from epochstream.api.time import to_millis
-from epochstream.api.windowing import ProcessWindowFunction, Trigger, WindowAssigner
+from epochstream.api.triggers import Trigger
+from epochstream.api.windowing import ProcessWindowFunction, WindowAssigner
 from epochstream.exceptions import ConfigurationError
 from epochstream.state.descriptors import AggregateFunction
 

@@ -31,8 +31,8 @@ from typing import Any
 
 from epochstream.api.functions import ReduceFunction
 from epochstream.api.time import TimeDomain
+from epochstream.api.triggers import EventTimeTrigger
 from epochstream.api.windowed import WindowSpec
-from epochstream.api.windowing import EventTimeTrigger
 from epochstream.exceptions import StateError, UserFunctionError
 from epochstream.runtime.events import MAX_WATERMARK
 from epochstream.runtime.operators.base import Operator
