@@ -44,6 +44,7 @@ from epochstream.deploy.control import ControlServer
 from epochstream.deploy.endpoint import JobEndpoint
 from epochstream.deploy.enumeration import SourceEnumerators
 from epochstream.deploy.failures import Failure, give_up, runner_lost
+from epochstream.deploy.inbox import Inbox
 from epochstream.deploy.metrics import JobMetrics, job_status
 from epochstream.deploy.registry import JobEntry, register, unregister
 from epochstream.deploy.runners import Runner, RunnerLost
@@ -89,8 +90,6 @@ log = logging.getLogger(__name__)
 
 REGISTRATION_TIMEOUT = 180.0
 CANCEL_TIMEOUT = 60.0
-#: How long a secondary failure (a broken channel) waits for its primary cause.
-ROOT_CAUSE_GRACE = 1.0
 
 
 class Phase(enum.Enum):
@@ -134,6 +133,7 @@ class JobMaster:
         self.finished_at: float | None = None
         self.outcome: str | None = None
         self.metrics = JobMetrics(graph)
+        self.inbox = Inbox(self.events, self.clock, self.job_id, self.metrics)
         self._slots: dict[int, Any] = {}
         self._savepoints = SavepointRequests(self.job_id)
         try:
@@ -308,7 +308,7 @@ class JobMaster:
                     decision.delay,
                     decision.reason,
                 )
-                self._sleep(decision.delay)
+                self.inbox.sleep(decision.delay)
         except JobCancelled:
             self.outcome = "CANCELED"
             if self.coordinator is not None:
@@ -434,7 +434,7 @@ class JobMaster:
                 # In FINISHING every task ended and the final checkpoint committed; a clean
                 # exit may simply come before the last SlotClosed message.
                 if self.phase == Phase.FINISHING and (msg is None or self._stop_with):
-                    self._take_final_reports(attempt, closed)
+                    self.inbox.take_final_reports(self._slots, attempt, closed)
                     return None
                 if msg is None:
                     return Failure(f"slots of attempt {attempt} exited before the job finished")
@@ -532,7 +532,7 @@ class JobMaster:
                     continue
                 failure = Failure.of_task(msg)
                 if msg.secondary:
-                    return self._root_cause(failure, attempt, closed)
+                    return self.inbox.root_cause(failure, attempt, closed)
                 return failure
             elif isinstance(msg, SlotClosed):
                 closed.add(msg.slot)
@@ -561,49 +561,6 @@ class JobMaster:
         ):
             self.phase = Phase.FINISHING
             self._broadcast(FinishSlot())
-
-    def _take_final_reports(self, attempt: int, closed: set[int]) -> None:
-        """The slots exited cleanly: record the final metrics they sent before closing,
-        whose frames may still be on their way, for up to ROOT_CAUSE_GRACE."""
-        waiting = set(self._slots) - closed
-        deadline = self.clock.now() + ROOT_CAUSE_GRACE
-        while waiting and (remaining := deadline - self.clock.now()) > 0:
-            try:
-                kind, conn, msg = self.events.get(timeout=remaining)
-            except queue.Empty:
-                return
-            if kind == "io-done":
-                conn(msg)
-            elif kind in ("message", "closed") and conn.attempt == attempt:
-                if isinstance(msg, SlotMetrics):
-                    self.metrics.record(msg.samples, wall=self.clock.wall())
-                elif isinstance(msg, SlotLog):
-                    log_slot_record(msg)
-                elif kind == "closed" or isinstance(msg, SlotClosed):
-                    waiting.discard(conn.slot)
-            elif kind in ("cancel", "savepoint"):
-                self.events.put((kind, conn, msg))  # for run() to handle
-                return
-
-    def _root_cause(self, secondary: Failure, attempt: int, closed: set[int]) -> Failure:
-        """A broken channel is a symptom: wait briefly for the failure that caused it."""
-        deadline = self.clock.now() + ROOT_CAUSE_GRACE
-        while (remaining := deadline - self.clock.now()) > 0:
-            try:
-                kind, conn, msg = self.events.get(timeout=remaining)
-            except queue.Empty:
-                break
-            if kind == "cancel" or kind == "savepoint":
-                self.events.put((kind, conn, msg))
-                break
-            if kind == "io-done":
-                conn(msg)
-                continue
-            if kind == "closed" and conn.attempt == attempt and conn.slot not in closed:
-                return Failure.lost_slot(conn, msg)
-            if kind == "message" and isinstance(msg, TaskFailed) and not msg.secondary:
-                return Failure.of_task(msg)
-        return secondary
 
     def _deploy_message(self, slot: int, tasks: list[Any]) -> DeploySlot:
         config = self.checkpoint_config
@@ -643,43 +600,7 @@ class JobMaster:
                 self.attempt,
                 CANCEL_TIMEOUT,
             )
-        self._drain_stale_events()
-
-    def _between_attempts(self, event: tuple[Any, Any, Any]) -> bool:
-        """Handle an event that may come while no attempt runs; False to keep it."""
-        kind, conn, msg = event
-        if kind == "io-done":
-            conn(msg)
-            return True
-        if kind == "savepoint":
-            msg.fail(f"job {self.job_id} is restarting")
-            return True
-        return kind != "cancel"
-
-    def _drain_stale_events(self) -> None:
-        keep = []
-        while True:
-            try:
-                event = self.events.get_nowait()
-            except queue.Empty:
-                break
-            if not self._between_attempts(event):
-                keep.append(event)
-        for event in keep:
-            self.events.put(event)
-
-    def _sleep(self, seconds: float) -> None:
-        deadline = self.clock.now() + seconds
-        while True:
-            remaining = deadline - self.clock.now()
-            if remaining <= 0:
-                return
-            try:
-                event = self.events.get(timeout=remaining)
-            except queue.Empty:
-                return
-            if not self._between_attempts(event):
-                raise JobCancelled(f"job {self.job_id} was cancelled")
+        self.inbox.drain_stale()
 
     def _give_up(self, failure: Failure, reason: str) -> JobExecutionError:
         return give_up(self.job_id, self.failures, failure, reason)
