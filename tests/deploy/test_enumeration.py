@@ -200,6 +200,29 @@ def test_a_static_sources_splits_are_assigned_round_robin_at_deployment() -> Non
         enums.request("nope", 0)
 
 
+class Partitions(Growing):
+    """Splits read forever (Kafka-style partitions): pushed, not requested."""
+
+    assign_on_demand = False
+
+
+class PartitionSource(GrowingSource):
+    def create_enumerator(self, parallelism: int, restored: Any) -> SplitEnumerator:
+        return Partitions(self.arrivals, restored)
+
+
+def test_splits_that_never_finish_are_pushed_round_robin_as_discovered() -> None:
+    arrivals = ["a", "b", "c"]
+    graph = _graph(PartitionSource(arrivals))
+    enums = SourceEnumerators(graph, None)
+    chain_id = _source_chain(graph)
+    assert enums.initial_assignment() == {chain_id: [["a", "c"], ["b"]]}
+    arrivals += ["d", "e"]
+    assert enums.discover(1.0) == [AddSplits(chain_id, 0, ["e"]), AddSplits(chain_id, 1, ["d"])]
+    assert enums.request(chain_id, 0) == [], "nothing waits to be requested"
+    assert enums.snapshot() == {chain_id: ["a", "b", "c", "d", "e"]}
+
+
 def test_a_bounded_source_that_discovers_splits_is_refused() -> None:
     source = GrowingSource([])
     source.bounded = True

@@ -4,8 +4,8 @@ Sources are split-based: :meth:`Source.create_enumerator` (in the job master) ma
 the initial splits and discovers new ones while the job runs (see
 :mod:`epochstream.connectors.enumerators`); the default enumerator serves
 :meth:`Source.create_splits`. Split ``k`` goes to subtask ``k % parallelism``, unless
-the enumerator discovers splits: then a subtask gets the next split when its reader
-asks (:attr:`SourceReader.needs_splits`). On restore, the split states found in the
+the enumerator discovers splits: then, by default, a subtask gets the next split when
+its reader asks (:attr:`SourceReader.needs_splits`). On restore, the split states found in the
 checkpoint are redistributed. A
 :class:`SourceReader` reads whatever splits it is given, reports their positions in
 :meth:`SourceReader.snapshot`, so a re-settable source resumes exactly where the

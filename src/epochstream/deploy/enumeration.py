@@ -9,12 +9,15 @@ checkpoint's enumerator state (or fresh) and assigns splits in one of two ways:
   a subtask is exhausted exactly when its reader is: nothing is pending in the job
   master and nothing will be discovered. A bounded source whose enumerator discovers
   is refused (its subtasks could end before a discovered split reached them).
-- A source whose enumerator discovers (a monitored directory) is assigned *on
-  demand*: its initial and discovered splits wait here as *pending*, and each
+- A source whose enumerator discovers (a monitored directory) is by default assigned
+  *on demand*: its initial and discovered splits wait here as *pending*, and each
   :class:`RequestSplit` of a subtask whose reader ran out of splits gets the next
   pending split (:class:`AddSplits` to that subtask). A request with nothing pending
   is remembered and served when discovery finds something. A fast subtask asks more
   often and so reads more splits than a slow one: the load balances.
+- A discovering enumerator with ``assign_on_demand = False`` (splits read forever,
+  like Kafka partitions) gets its initial splits round-robin at deployment and its
+  discovered splits pushed round-robin as :class:`AddSplits` when found; nothing waits.
 
 :meth:`SourceEnumerators.snapshot` travels with each checkpoint trigger; source subtask 0
 stores it as union-list state ``enumerator`` of the source operator, so it lands in the
@@ -94,6 +97,8 @@ class SourceEnumerators:
         self._pending: dict[str, deque[Any]] = {}
         #: Subtasks that asked for a split and got none yet, in request order.
         self._waiting: dict[str, list[int]] = {}
+        #: Sources whose discovered splits are pushed: the subtask the next one goes to.
+        self._next_subtask: dict[str, int] = {}
         self._restored_heads: set[str] = set()
         for chain in graph.chains:
             if not chain.is_source:
@@ -113,8 +118,11 @@ class SourceEnumerators:
                         f"{type(enumerator).__qualname__} discovers splits: a bounded source "
                         "ends when its readers are exhausted and would miss later splits"
                     )
-                self._pending[chain.chain_id] = deque(pending)
-                self._waiting[chain.chain_id] = []
+                if enumerator.assign_on_demand:
+                    self._pending[chain.chain_id] = deque(pending)
+                    self._waiting[chain.chain_id] = []
+                else:
+                    self._next_subtask[chain.chain_id] = 0
             if restored is not None and uid in restored.metadata.operators:
                 self._restored_heads.add(chain.chain_id)
 
@@ -134,6 +142,8 @@ class SourceEnumerators:
             else:
                 for k, split in enumerate(splits):
                     per_subtask[k % p].append(split)
+                if chain_id in self._next_subtask:
+                    self._next_subtask[chain_id] = len(splits) % p
             out[chain_id] = per_subtask
         return out
 
@@ -144,15 +154,28 @@ class SourceEnumerators:
 
     def discover(self, now: float) -> list[AddSplits]:
         """Let every due enumerator discover; new splits become pending and serve the
-        requests waiting for them (the messages to send)."""
+        requests waiting for them, or are pushed round-robin (the messages to send)."""
         out: list[AddSplits] = []
         for chain_id, enumerator in self._enumerators.items():
             due = enumerator.next_discovery()
             if due is None or due > now:
                 continue
-            self._pending[chain_id].extend(enumerator.discover(now))
-            out += self._serve(chain_id)
+            found = enumerator.discover(now)
+            if chain_id in self._pending:
+                self._pending[chain_id].extend(found)
+                out += self._serve(chain_id)
+            else:
+                out += self._push(chain_id, found)
         return out
+
+    def _push(self, chain_id: str, splits: list[Any]) -> list[AddSplits]:
+        per_subtask: dict[int, list[Any]] = {}
+        nxt = self._next_subtask[chain_id]
+        for split in splits:
+            per_subtask.setdefault(nxt, []).append(split)
+            nxt = (nxt + 1) % self._parallelism
+        self._next_subtask[chain_id] = nxt
+        return [AddSplits(chain_id, i, group) for i, group in sorted(per_subtask.items())]
 
     def request(self, chain_id: str, subtask: int) -> list[AddSplits]:
         """Subtask ``subtask`` of source ``chain_id`` has no split left: the next pending
@@ -161,7 +184,7 @@ class SourceEnumerators:
         if waiting is None:
             if chain_id not in self._enumerators:
                 raise ValueError(f"split request of subtask {subtask} for unknown source {chain_id!r}")
-            return []  # every split was assigned at deployment: none will come
+            return []  # splits of this source are not assigned on request
         if subtask not in waiting:
             waiting.append(subtask)
         return self._serve(chain_id)

@@ -13,7 +13,7 @@ Flow of one attempt::
     slot -> JM   SlotRunning
     JM -> slot   TriggerCheckpoint / NotifyCheckpointComplete / NotifyCheckpointAborted
     slot -> JM   RequestSplit                     a source reader ran out of splits
-    JM -> slot   AddSplits                        the next pending split, for a request
+    JM -> slot   AddSplits                        a pending split for a request (or pushed)
     slot -> JM   AcknowledgeCheckpoint / DeclineCheckpoint / SourceExhausted / TaskFinished
     slot -> JM   SlotMetrics                      every metrics interval while running
     JM -> slot   FinishSlot  (after the final checkpoint committed)  or CancelSlot
@@ -260,7 +260,8 @@ class TriggerCheckpoint:
 
 @dataclass(frozen=True)
 class AddSplits:
-    """Splits for subtask ``subtask`` of source chain ``chain_id`` (it asked for them)."""
+    """Splits for subtask ``subtask`` of source chain ``chain_id``: the answer to its
+    RequestSplit, or discovered splits pushed round-robin (``assign_on_demand = False``)."""
 
     chain_id: str
     subtask: int
