@@ -5,8 +5,8 @@ the initial splits and discovers new ones while the job runs (see
 :mod:`epochstream.connectors.enumerators`); the default enumerator serves
 :meth:`Source.create_splits`. Split ``k`` goes to subtask ``k % parallelism``, unless
 the enumerator discovers splits: then, by default, a subtask gets the next split when
-its reader asks (:attr:`SourceReader.needs_splits`). On restore, the split states found in the
-checkpoint are redistributed. A
+its reader asks (:attr:`SourceReader.needs_splits`). On restore, the split states
+found in the checkpoint are redistributed. A
 :class:`SourceReader` reads whatever splits it is given, reports their positions in
 :meth:`SourceReader.snapshot`, so a re-settable source resumes exactly where the
 checkpoint left it, and hears :meth:`SourceReader.notify_checkpoint_complete` to
@@ -152,8 +152,8 @@ class SourceReader(ABC):
     def needs_splits(self) -> bool:
         """True when the reader has no unfinished split: the runtime then asks the job
         master for one (once each time this turns True). Splits a source's enumerator
-        discovers are handed out only on such requests, so the reader that finishes
-        first reads the next one.
+        discovers are handed out only on such requests (unless the enumerator sets
+        ``assign_on_demand = False``), so the reader that finishes first reads the next one.
 
         The default is :attr:`exhausted`, right for readers of bounded sources. A reader
         of an unbounded source whose enumerator discovers splits (its ``exhausted``
