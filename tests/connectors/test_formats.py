@@ -177,6 +177,25 @@ def test_monitoring_enumerator_turns_new_files_into_splits_once(tmp_path: Path) 
     assert [s.path for s in restored.initial_splits()] == [str(tmp_path / "c.jsonl")]
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_monitored_reader_asks_for_splits_when_it_read_all_it_has(tmp_path: Path, fmt: str) -> None:
+    path = tmp_path / f"x.{fmt}"
+    if fmt == "parquet":
+        write_parquet(path, [{"a": 1}, {"a": 2}], row_group_size=5)
+    else:
+        path.write_text('{"a": 1}\n{"a": 2}\n')
+    source = FileSource(tmp_path, fmt, monitor_interval=1.0)
+    reader = source.create_reader(ctx())
+    assert reader.needs_splits, "nothing assigned yet"
+    reader.add_splits(source.create_splits(1))
+    assert not reader.needs_splits
+    assert reader.poll(1) == [{"a": 1}]
+    assert not reader.needs_splits, "a split is still being read"
+    assert reader.poll(10) == [{"a": 2}]
+    assert reader.poll(10) == []
+    assert reader.needs_splits and not reader.exhausted
+
+
 def test_monitored_reader_never_ends_and_an_empty_glob_is_allowed(tmp_path: Path) -> None:
     source = FileSource(str(tmp_path / "*.parquet"), "parquet", monitor_interval=1.0)
     assert source.create_splits(2) == []

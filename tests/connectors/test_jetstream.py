@@ -95,7 +95,9 @@ def test_source_reads_by_sequence_resumes_from_a_snapshot_and_acks_on_completion
     (split,) = source.create_splits(4)
     assert split == JetStreamSplit(name, name, "in.a", 3)
     reader = source.create_reader(source_ctx())
+    assert reader.needs_splits, "a subtask without the stream asks (and waits)"
     reader.add_splits([split])
+    assert not reader.needs_splits, "a stream is never finished"
     first = read(reader, 10)
     assert first[:10] == [f"m{i}".encode() for i in range(2, 12)]
     state = pickle.loads(pickle.dumps(reader.snapshot(1)))

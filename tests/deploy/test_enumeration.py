@@ -1,4 +1,5 @@
-"""Split enumerators in the job master, enumerator state in checkpoints, global commits."""
+"""Split enumerators in the job master (on-demand assignment, pending splits in
+checkpoints), global commits."""
 
 from __future__ import annotations
 
@@ -20,8 +21,12 @@ from epochstream.connectors.base import (
 )
 from epochstream.connectors.enumerators import SplitEnumerator
 from epochstream.deploy.committers import GlobalCommits
-from epochstream.deploy.enumeration import SourceEnumerators, restored_enumerator_state
-from epochstream.exceptions import SinkError
+from epochstream.deploy.enumeration import (
+    EnumeratorCheckpoint,
+    SourceEnumerators,
+    restored_enumerator_state,
+)
+from epochstream.exceptions import ConfigurationError, SinkError
 from epochstream.graph.jobgraph import JobGraph
 from epochstream.runtime.messages import AddSplits
 from epochstream.runtime.operators.connectors import ENUMERATOR, TXNS
@@ -93,23 +98,75 @@ def _checkpoint(n: int, operators: dict[str, dict[int, OperatorSubtaskState]]) -
     return CompletedCheckpoint(n, f"/ck/chk-{n}", md)
 
 
-def test_initial_splits_round_robin_then_discoveries_continue_the_rotation() -> None:
+def _source_chain(graph: JobGraph) -> str:
+    (chain_id,) = [c.chain_id for c in graph.chains if c.is_source]
+    return chain_id
+
+
+def test_a_discovering_sources_splits_wait_as_pending_and_go_to_whoever_asks() -> None:
     arrivals = ["a", "b", "c"]
     graph = _graph(GrowingSource(arrivals))
     enums = SourceEnumerators(graph, None)
-    (chain_id,) = [c.chain_id for c in graph.chains if c.is_source]
-    assert enums.initial_assignment() == {chain_id: [["a", "c"], ["b"]]}
+    chain_id = _source_chain(graph)
+    assert enums.initial_assignment() == {chain_id: [[], []]}, "nothing pushed at deployment"
+    # Subtask 1 asks three times (it reads fast), subtask 0 once: no round-robin.
+    assert enums.request(chain_id, 1) == [AddSplits(chain_id, 1, ["a"])]
+    assert enums.request(chain_id, 1) == [AddSplits(chain_id, 1, ["b"])]
+    assert enums.request(chain_id, 0) == [AddSplits(chain_id, 0, ["c"])]
+    assert enums.request(chain_id, 1) == [], "nothing pending: the request is remembered"
+    assert enums.request(chain_id, 1) == [], "a repeated request is still one request"
+    assert enums.snapshot() == {chain_id: EnumeratorCheckpoint(["a", "b", "c"], ())}
+
+
+def test_a_request_before_discovery_is_served_when_discovery_finds_splits() -> None:
+    arrivals: list[str] = []
+    graph = _graph(GrowingSource(arrivals))
+    enums = SourceEnumerators(graph, None)
+    chain_id = _source_chain(graph)
+    enums.initial_assignment()
+    assert enums.request(chain_id, 0) == []
+    assert enums.request(chain_id, 1) == []
+    arrivals += ["d", "e", "f"]
     assert enums.discover(0.5) == [], "not due yet"
-    arrivals += ["d", "e"]
     assert enums.next_discovery() == 1.0
-    assert enums.discover(1.0) == [AddSplits(chain_id, 0, ["e"]), AddSplits(chain_id, 1, ["d"])]
-    assert enums.snapshot() == {chain_id: ["a", "b", "c", "d", "e"]}
+    # Waiting subtasks in request order, one split each; the rest stays pending.
+    assert enums.discover(1.0) == [AddSplits(chain_id, 0, ["d"]), AddSplits(chain_id, 1, ["e"])]
+    assert enums.snapshot() == {chain_id: EnumeratorCheckpoint(["d", "e", "f"], ("f",))}
+    assert enums.request(chain_id, 1) == [AddSplits(chain_id, 1, ["f"])]
+
+
+def test_pending_splits_survive_a_restore_and_requests_do_not() -> None:
+    arrivals = ["a", "b", "c"]
+    graph = _graph(GrowingSource(arrivals))
+    enums = SourceEnumerators(graph, None)
+    chain_id = _source_chain(graph)
+    enums.initial_assignment()
+    enums.request(chain_id, 0)  # gets "a"; "b" and "c" stay pending
+    stored = enums.snapshot()[chain_id]
+    enums.request(chain_id, 1)  # "b", sent after the trigger: still pending in ``stored``
+    restored = _checkpoint(
+        4,
+        {
+            "src": {
+                0: OperatorSubtaskState(
+                    operator_lists={"splits": ["a@1"]}, union_lists={ENUMERATOR: [stored]}
+                )
+            }
+        },
+    )
+    again = SourceEnumerators(graph, restored)
+    assert again.initial_assignment() == {}, "restored readers keep their positions"
+    assert again.discover(0.0) == [], "no request survives the restore"
+    assert again.request(chain_id, 1) == [AddSplits(chain_id, 1, ["b"])]
+    assert again.request(chain_id, 0) == [AddSplits(chain_id, 0, ["c"])]
+    assert again.request(chain_id, 0) == []
 
 
 def test_restore_gives_the_enumerator_its_checkpointed_state_and_no_initial_splits() -> None:
+    """A checkpoint taken before splits were requested holds the bare enumerator state."""
     source = GrowingSource(["a", "b", "x"])
     graph = _graph(source)
-    (chain_id,) = [c.chain_id for c in graph.chains if c.is_source]
+    chain_id = _source_chain(graph)
     restored = _checkpoint(
         3,
         {
@@ -126,7 +183,51 @@ def test_restore_gives_the_enumerator_its_checkpointed_state_and_no_initial_spli
     assert source.restored_with == [["a", "b"]]
     assert enums.initial_assignment() == {}, "restored readers keep their positions"
     # Only what the checkpoint did not know is new: no split is read twice.
-    assert enums.discover(0.0) == [AddSplits(chain_id, 0, ["x"])]
+    assert enums.discover(0.0) == []
+    assert enums.request(chain_id, 1) == [AddSplits(chain_id, 1, ["x"])]
+
+
+def test_a_static_sources_splits_are_assigned_round_robin_at_deployment() -> None:
+    graph = _graph(es.sources.CollectionSource(range(10)), parallelism=2)
+    enums = SourceEnumerators(graph, None)
+    chain_id = _source_chain(graph)
+    (first, second) = enums.initial_assignment()[chain_id]
+    assert (len(first), len(second)) == (1, 1)
+    assert enums.next_discovery() is None
+    assert enums.request(chain_id, 0) == [], "everything was assigned: nothing ever comes"
+    assert enums.snapshot() == {}
+    with pytest.raises(ValueError, match="unknown source 'nope'"):
+        enums.request("nope", 0)
+
+
+class Partitions(Growing):
+    """Splits read forever (Kafka-style partitions): pushed, not requested."""
+
+    assign_on_demand = False
+
+
+class PartitionSource(GrowingSource):
+    def create_enumerator(self, parallelism: int, restored: Any) -> SplitEnumerator:
+        return Partitions(self.arrivals, restored)
+
+
+def test_splits_that_never_finish_are_pushed_round_robin_as_discovered() -> None:
+    arrivals = ["a", "b", "c"]
+    graph = _graph(PartitionSource(arrivals))
+    enums = SourceEnumerators(graph, None)
+    chain_id = _source_chain(graph)
+    assert enums.initial_assignment() == {chain_id: [["a", "c"], ["b"]]}
+    arrivals += ["d", "e"]
+    assert enums.discover(1.0) == [AddSplits(chain_id, 0, ["e"]), AddSplits(chain_id, 1, ["d"])]
+    assert enums.request(chain_id, 0) == [], "nothing waits to be requested"
+    assert enums.snapshot() == {chain_id: ["a", "b", "c", "d", "e"]}
+
+
+def test_a_bounded_source_that_discovers_splits_is_refused() -> None:
+    source = GrowingSource([])
+    source.bounded = True
+    with pytest.raises(ConfigurationError, match=r"\(src\) is bounded but its enumerator Growing"):
+        SourceEnumerators(_graph(source), None)
 
 
 class Committables(Sink):

@@ -25,17 +25,20 @@ import epochstream as es
 from epochstream.checkpoint.storage import load_metadata
 from epochstream.connectors.base import GlobalCommitter, SinkWriter
 from epochstream.deploy.client import JobClient
+from epochstream.deploy.enumeration import EnumeratorCheckpoint
 from epochstream.deploy.jobmaster import JobMaster, Phase
 from epochstream.deploy.runners import OnExit, Runner, RunnerLost
 from epochstream.exceptions import CheckpointError, JobExecutionError
 from epochstream.runtime.clock import ManualClock
 from epochstream.runtime.messages import (
     AcknowledgeCheckpoint,
+    AddSplits,
     ConnectPeers,
     DeploySlot,
     FinishSlot,
     NotifyCheckpointComplete,
     RegisterSlot,
+    RequestSplit,
     SlotClosed,
     SlotMetrics,
     SlotReady,
@@ -751,7 +754,7 @@ def test_discovered_files_and_global_commits_are_exactly_once_across_a_failure(
     client, master = _running_client(env, "discover")
     try:
         _wait_for(lambda: bool(_commits(log)))
-        for k, name in enumerate(["c.jsonl", "d.jsonl", "e.jsonl"]):  # one lands on subtask 0
+        for k, name in enumerate(["c.jsonl", "d.jsonl", "e.jsonl"]):  # both subtasks wait for one
             _drop_jsonl(inbox, name, range(80 + 30 * k, 110 + 30 * k))
         _wait_for(lambda: sum(len(c[1]) for c in _commits(log)) >= 170 and master.attempt == 2)
     finally:
@@ -765,3 +768,48 @@ def test_discovered_files_and_global_commits_are_exactly_once_across_a_failure(
     assert committed == list(range(170)), "each record committed once, none skipped"
     ids = [cid for cid, _ in commits]
     assert ids == sorted(set(ids)), f"one commit per checkpoint: {ids}"
+
+
+def _split_files(conn: ScriptedConn) -> list[str]:
+    return [os.path.basename(s.path) for m in conn.sent if isinstance(m, AddSplits) for s in m.splits]
+
+
+def test_scripted_split_requests_get_pending_splits_then_discovered_ones(tmp_path: Path) -> None:
+    """Splits of a monitored directory go to the subtask that asks; a request with
+    nothing pending waits for discovery; triggers carry the pending splits."""
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    _drop_jsonl(inbox, "a.jsonl", range(0, 3))
+    _drop_jsonl(inbox, "b.jsonl", range(3, 6))
+    env = _env(tmp_path, interval=3_600.0)
+    env.from_files(str(inbox), format="jsonl", monitor_interval=0.05).sink_to(
+        es.sinks.DiscardSink()
+    )
+    runner = ScriptedRunner(2, bounded=False)
+    master = JobMaster(env, env.job_graph("requests"), runner=runner)
+    runner.master = master
+    client = JobClient(master)
+    client.wait_until_running(WAIT)
+    (chain_id,) = [c.chain_id for c in master.graph.chains if c.is_source]
+    first, second = runner.conns
+    try:
+        (deploy,) = [m for m in first.sent if isinstance(m, DeploySlot)]
+        assert [t.splits for t in deploy.tasks if t.chain_id == chain_id] == [[]]
+        second.reply(RequestSplit(chain_id, 1))
+        _wait_for(lambda: _split_files(second) == ["a.jsonl"])
+        master.request_savepoint(str(tmp_path / "sp"), terminate=False).wait(WAIT)
+        (trigger,) = [m for m in second.sent if isinstance(m, TriggerCheckpoint)]
+        stored = trigger.enumerators[chain_id]
+        assert isinstance(stored, EnumeratorCheckpoint)
+        assert [os.path.basename(s.path) for s in stored.pending] == ["b.jsonl"]
+        second.reply(RequestSplit(chain_id, 1))  # the fast subtask asks again first
+        first.reply(RequestSplit(chain_id, 0))
+        _wait_for(lambda: _split_files(second) == ["a.jsonl", "b.jsonl"])
+        time.sleep(0.2)  # discoveries run meanwhile and find nothing new
+        assert _split_files(first) == [], "nothing pending: the request waits"
+        _drop_jsonl(inbox, "c.jsonl", range(6, 9))
+        _wait_for(lambda: _split_files(first) == ["c.jsonl"])
+    finally:
+        client.cancel()
+    with pytest.raises(es.JobCancelled):
+        client.result(WAIT)

@@ -7,6 +7,8 @@
 2. Malformed JSON lines, CSV rows and Parquet files: the job fails at once naming file
    and place; with ``on_error="dead_letter"`` the valid output is complete and the dead
    letters are exactly the bad records.
+3. Files arriving in a monitored directory while one subtask is slow: splits are
+   assigned on request, so the fast subtask reads most of them; the output is exact.
 """
 
 from __future__ import annotations
@@ -173,3 +175,49 @@ def test_bad_records_fail_with_their_place_or_go_to_dead_letters(
     letters = es.testing.read_committed(dead)
     assert len(letters) == bad, letters
     assert all(str(path) in d["file"] and d["error"] for d in letters)
+
+
+class _SlowOnSubtask1(es.MapFunction):
+    """Tags each record with its subtask; subtask 1 takes 0.1 s per record."""
+
+    def open(self, ctx: Any) -> None:
+        self.subtask = ctx.subtask_index
+
+    def map(self, record: dict[str, Any]) -> dict[str, Any]:
+        if self.subtask == 1:
+            time.sleep(0.1)
+        return {**record, "subtask": self.subtask}
+
+
+def test_the_subtask_that_finishes_first_reads_the_next_file(spark: Any, tmp_path: Path) -> None:
+    inbox, out = tmp_path / "in", tmp_path / "out"
+    inbox.mkdir()
+    files, per_file = 8, 10
+    env = es.Environment(parallelism=2, spark=spark)
+    env.enable_checkpointing(0.3, storage=str(tmp_path / "ckpt"))
+    (
+        env.from_files(str(inbox), format="jsonl", monitor_interval=0.1)
+        .map(_SlowOnSubtask1())
+        .sink_to(es.sinks.FileSink(str(out)))
+    )
+    client = env.execute_async("on-demand")
+    try:
+        client.wait_for_checkpoint(1)
+        for no in range(files):  # all found by one or two discoveries, while running
+            _drop_file(inbox, f"f{no}.jsonl", [{"f": no, "i": i} for i in range(per_file)])
+        deadline = time.monotonic() + 90.0
+        while len(es.testing.read_committed(out) if out.exists() else []) < files * per_file:
+            assert time.monotonic() < deadline, "not every record was committed"
+            time.sleep(0.2)
+        time.sleep(0.5)  # a double read would commit more records by now
+    finally:
+        client.cancel()
+
+    rows = es.testing.read_committed(out)
+    assert sorted((r["f"], r["i"]) for r in rows) == [
+        (f, i) for f in range(files) for i in range(per_file)
+    ], "each record exactly once"
+    readers = {r["f"]: r["subtask"] for r in rows}
+    fast = sum(1 for subtask in readers.values() if subtask == 0)
+    # Round-robin would give each subtask 4 files; the fast one asks for more, sooner.
+    assert fast > files // 2, f"files per subtask: {readers}"

@@ -41,6 +41,7 @@ from epochstream.runtime.messages import (
     FinishSlot,
     NotifyCheckpointAborted,
     NotifyCheckpointComplete,
+    RequestSplit,
     SourceExhausted,
     TaskDeployment,
     TaskFailed,
@@ -954,3 +955,66 @@ def test_source_task_reads_added_splits_stores_enumerator_state_and_tells_the_re
     assert ack.states[chain.head.uid].union_lists == {"enumerator": [["late"]]}
     assert sorted(r for c in channels for r in c.records) == [i * 10 for i in range(6)]
     assert source.completed == [1], "the reader hears the completed checkpoint"
+
+
+class _HungryReader(CollectionReader):
+    """An unbounded collection reader: when its splits are read it waits for more."""
+
+    def __init__(self, source: HungrySource, ctx: SourceContext) -> None:
+        super().__init__(source.items, ctx.clock)
+        self.source = source
+
+    @property
+    def exhausted(self) -> bool:
+        return False
+
+    @property
+    def needs_splits(self) -> bool:
+        return not self._cursors
+
+    def poll(self, max_records: int) -> list[Any]:
+        records = super().poll(max_records)
+        if not records:
+            self.source.empty_polls += 1
+            self.source.on_empty(self.source.empty_polls)
+        return records
+
+
+class HungrySource(CollectionSource):
+    """Items read only through splits the test adds; ``on_empty`` hears each empty poll."""
+
+    bounded = False
+
+    def __init__(self, items: list[Any]) -> None:
+        super().__init__(items)
+        self.empty_polls = 0
+        self.on_empty: Callable[[int], None] = lambda polls: None
+
+    def create_reader(self, ctx: SourceContext) -> CollectionReader:
+        return _HungryReader(self, ctx)
+
+
+def test_a_source_without_splits_asks_once_each_time_its_reader_runs_out(tmp_path: Path) -> None:
+    source = HungrySource(list(range(6)))
+    graph = _source_graph(source, LogSink())
+    chain = chain_with(graph, "source")
+    control = Control()
+    task, outputs = make_task(graph, chain, tmp_path, control, splits=[])
+    asked_before_the_split: list[int] = []
+
+    def on_empty(polls: int) -> None:
+        # Several empty polls pass before each step: a request is not repeated per poll.
+        if polls == 5:
+            asked_before_the_split.append(len(control.of(RequestSplit)))
+            task.gate.put_mail(AddSplits(chain.chain_id, 0, [CollectionSplit("late", 0, 6, 0)]))
+        elif polls == 10:
+            task.gate.put_mail(FinishSlot(stopped=True))
+
+    source.on_empty = on_empty
+    task.run()
+
+    key = (chain.chain_id, 0)
+    assert asked_before_the_split == [1]
+    assert control.of(RequestSplit) == [RequestSplit(*key)] * 2, "once more when the split was read"
+    (channels,) = outputs.values()
+    assert sorted(r for c in channels for r in c.records) == [i * 10 for i in range(6)]

@@ -3,8 +3,10 @@
 Sources are split-based: :meth:`Source.create_enumerator` (in the job master) makes
 the initial splits and discovers new ones while the job runs (see
 :mod:`epochstream.connectors.enumerators`); the default enumerator serves
-:meth:`Source.create_splits`. Split ``k`` goes to subtask ``k % parallelism``; on
-restore, the split states found in the checkpoint are redistributed. A
+:meth:`Source.create_splits`. Split ``k`` goes to subtask ``k % parallelism``, unless
+the enumerator discovers splits: then, by default, a subtask gets the next split when
+its reader asks (:attr:`SourceReader.needs_splits`). On restore, the split states
+found in the checkpoint are redistributed. A
 :class:`SourceReader` reads whatever splits it is given, reports their positions in
 :meth:`SourceReader.snapshot`, so a re-settable source resumes exactly where the
 checkpoint left it, and hears :meth:`SourceReader.notify_checkpoint_complete` to
@@ -145,6 +147,19 @@ class SourceReader(ABC):
     @abstractmethod
     def exhausted(self) -> bool:
         """True when the source is bounded and every assigned split is fully read."""
+
+    @property
+    def needs_splits(self) -> bool:
+        """True when the reader has no unfinished split: the runtime then asks the job
+        master for one (once each time this turns True). Splits a source's enumerator
+        discovers are handed out only on such requests (unless the enumerator sets
+        ``assign_on_demand = False``), so the reader that finishes first reads the next one.
+
+        The default is :attr:`exhausted`, right for readers of bounded sources. A reader
+        of an unbounded source whose enumerator discovers splits (its ``exhausted``
+        stays False) must override it, or it never receives a discovered split.
+        """
+        return self.exhausted
 
     def next_available(self) -> float | None:
         """The ``clock.now()`` time more data becomes available, or None if not rate-limited.

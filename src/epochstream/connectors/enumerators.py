@@ -3,11 +3,16 @@
 A :class:`SplitEnumerator` runs in the job master, one per source. It produces the
 initial splits and, for an unbounded source, *discovers* new ones while the job runs
 (new files in a monitored directory; for a Kafka connector, new partitions of a topic).
-The job master assigns what it discovers to the source's subtasks and snapshots the
-enumerator's state at every checkpoint trigger, in the same event-loop step that sends
-the trigger: a split sent before the trigger reaches its reader before the trigger does
-(one ordered connection per slot), so the enumerator's state and the readers' positions
-in one checkpoint agree; no split is read twice or skipped after a restore.
+The job master assigns what it discovers to the source's subtasks, by default *on
+demand*: a split waits as pending until a subtask whose reader ran out of splits asks
+for one (see :mod:`epochstream.deploy.enumeration`). An enumerator whose splits never
+finish (Kafka partitions) sets ``assign_on_demand = False``: its discovered splits are
+pushed round-robin as they are found. The job master snapshots the enumerator's state
+(and the pending splits) at every checkpoint trigger, in the same event-loop step that
+sends the trigger: a split sent before the trigger reaches its reader before the
+trigger does (one ordered connection per slot), so the enumerator's state and the
+readers' positions in one checkpoint agree; no split is read twice or skipped after a
+restore.
 
 A restore hands every split back: readers get the split positions the checkpoint holds
 (redistributed round-robin at a new parallelism), the enumerator its checkpointed state,
@@ -40,7 +45,16 @@ class SplitEnumerator(ABC):
             def discover(self, now): return [PartitionSplit(p, 0) for p in self.new_ones()]
             def next_discovery(self): return self.due
             def snapshot(self): return sorted(self.known)
+            assign_on_demand = False   # a partition never finishes: push it
+
+    ``assign_on_demand`` matters only for an enumerator that discovers splits: True (the
+    default) hands each split to the next subtask that asks for one, so splits that end
+    (files) balance over fast and slow subtasks; False pushes discovered splits to the
+    subtasks round-robin, for splits that are read forever (a reader holding one would
+    never ask again).
     """
+
+    assign_on_demand: bool = True
 
     @abstractmethod
     def initial_splits(self) -> list[Any]:

@@ -225,7 +225,12 @@ class TextFileReader(SourceReader):
     @property
     def exhausted(self) -> bool:
         """A monitored input never ends: new files may still arrive."""
-        return not self._cursors and self._error is None and not self._monitored
+        return self.needs_splits and not self._monitored
+
+    @property
+    def needs_splits(self) -> bool:
+        """Every split is read (a reader that failed waits for the failure, not splits)."""
+        return not self._cursors and self._error is None
 
     def snapshot(self, checkpoint_id: int) -> list[Any]:
         return [cursor.state() for cursor in self._cursors]

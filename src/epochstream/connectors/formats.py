@@ -371,7 +371,11 @@ class ParquetReader(SourceReader):
 
     @property
     def exhausted(self) -> bool:
-        return not self._splits and not self._monitored
+        return self.needs_splits and not self._monitored
+
+    @property
+    def needs_splits(self) -> bool:
+        return not self._splits
 
     def snapshot(self, checkpoint_id: int) -> list[Any]:
         return list(self._splits)

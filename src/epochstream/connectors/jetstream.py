@@ -225,6 +225,12 @@ class JetStreamReader(SourceReader):
         """A stream never ends."""
         return False
 
+    @property
+    def needs_splits(self) -> bool:
+        """Only a subtask without the stream asks (its enumerator discovers nothing, so
+        the request stays unanswered): a reader reads one stream."""
+        return self._split is None
+
     def snapshot(self, checkpoint_id: int) -> list[Any]:
         if self._last_msg is not None:  # acked once this checkpoint completes
             self._to_ack[checkpoint_id] = self._last_msg

@@ -71,6 +71,7 @@ from epochstream.runtime.messages import (
     NotifyCheckpointAborted,
     NotifyCheckpointComplete,
     RegisterSlot,
+    RequestSplit,
     SlotClosed,
     SlotMetrics,
     SlotReady,
@@ -518,6 +519,10 @@ class JobMaster:
                 exhausted.add(msg.task)
                 if exhausted == self._sources and self.coordinator is not None:
                     self.coordinator.trigger_final()
+            elif isinstance(msg, RequestSplit):
+                assert self._enumerators is not None
+                for split_msg in self._enumerators.request(msg.chain_id, msg.subtask):
+                    conn.send(split_msg)
             elif isinstance(msg, TaskFinished):
                 finished.add(msg.task)
             elif isinstance(msg, TaskFailed):
@@ -543,7 +548,8 @@ class JobMaster:
             self._maybe_finish(finished)
 
     def _discover_splits(self) -> float:
-        """Send what enumerators discovered to its subtasks; seconds until the next discovery."""
+        """Let enumerators discover; send new splits to the subtasks waiting for one.
+        Seconds until the next discovery."""
         enumerators = self._enumerators
         assert enumerators is not None
         now = self.clock.now()

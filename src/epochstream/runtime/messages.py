@@ -12,7 +12,8 @@ Flow of one attempt::
     JM -> slot   ConnectPeers(addresses)          once every slot is ready
     slot -> JM   SlotRunning
     JM -> slot   TriggerCheckpoint / NotifyCheckpointComplete / NotifyCheckpointAborted
-    JM -> slot   AddSplits                        splits an enumerator discovered
+    slot -> JM   RequestSplit                     a source reader ran out of splits
+    JM -> slot   AddSplits                        a pending split for a request (or pushed)
     slot -> JM   AcknowledgeCheckpoint / DeclineCheckpoint / SourceExhausted / TaskFinished
     slot -> JM   SlotMetrics                      every metrics interval while running
     JM -> slot   FinishSlot  (after the final checkpoint committed)  or CancelSlot
@@ -45,6 +46,7 @@ __all__ = [
     "NotifyCheckpointAborted",
     "NotifyCheckpointComplete",
     "RegisterSlot",
+    "RequestSplit",
     "SlotClosed",
     "SlotMetrics",
     "SlotReady",
@@ -129,6 +131,19 @@ class SourceExhausted:
     """A bounded source subtask read all its splits (it waits for the final barrier)."""
 
     task: TaskKey
+
+
+@dataclass(frozen=True)
+class RequestSplit:
+    """Subtask ``subtask`` of source chain ``chain_id`` has no unfinished split: it asks
+    the job master for one (sent once each time its reader runs out, and again after a
+    restore; the job master answers with AddSplits when a split is pending).
+
+    Example: ``RequestSplit("files-1a2b", subtask=1)``
+    """
+
+    chain_id: str
+    subtask: int
 
 
 @dataclass(frozen=True)
@@ -245,7 +260,8 @@ class TriggerCheckpoint:
 
 @dataclass(frozen=True)
 class AddSplits:
-    """Splits an enumerator discovered, for subtask ``subtask`` of source chain ``chain_id``."""
+    """Splits for subtask ``subtask`` of source chain ``chain_id``: the answer to its
+    RequestSplit, or discovered splits pushed round-robin (``assign_on_demand = False``)."""
 
     chain_id: str
     subtask: int

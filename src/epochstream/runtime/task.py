@@ -54,6 +54,7 @@ from epochstream.runtime.messages import (
     FinishSlot,
     NotifyCheckpointAborted,
     NotifyCheckpointComplete,
+    RequestSplit,
     SourceExhausted,
     TaskCheckpointStats,
     TaskDeployment,
@@ -374,6 +375,8 @@ class Task:
                     if not self.env.checkpointing:
                         self._end_of_input()
                 continue
+            if src.should_request_split():
+                self.env.send(RequestSplit(*self.key))
             nxt = src.next_available()
             wait = self.graph.buffer_timeout if nxt is None else nxt - time.monotonic()
             idle_wait = min(max(wait, 0.0005), 0.1)

@@ -9,6 +9,8 @@ Example::
 
     src = SourceOperator(spec, ctx); src.open(); src.assign_splits(splits)
     count = src.poll(1024)
+    if not count and src.should_request_split():
+        send(RequestSplit(chain_id, subtask))
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class SourceOperator(Operator):
         self.enumerator_state: Any = None
         self._dead: list[Any] = []
         self._timestamps: TimestampsAndWatermarks | None = None
+        # The reader ran out of splits and the job master was asked for one.
+        self._asked = False
 
     def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
         if restore is not None and SPLITS in restore.operator_lists:
@@ -94,8 +98,9 @@ class SourceOperator(Operator):
         self.add_splits(list(splits))
 
     def add_splits(self, splits: list[Any]) -> None:
-        """Hand ``splits`` (initial, restored or newly discovered) to the reader."""
+        """Hand ``splits`` (initial, restored or requested) to the reader."""
         self.reader.add_splits(splits)
+        self._asked = False
         if self._timestamps is not None:
             if type(self.reader).poll_splits is SourceReader.poll_splits:
                 # The reader does not tell splits apart: one watermark for all it reads.
@@ -138,6 +143,14 @@ class SourceOperator(Operator):
     @property
     def exhausted(self) -> bool:
         return self.reader.exhausted
+
+    def should_request_split(self) -> bool:
+        """True once each time the reader runs out of splits (:attr:`SourceReader.needs_splits`):
+        the task then asks the job master for one. Checked when a poll read nothing."""
+        if self._asked or not self.reader.needs_splits:
+            return False
+        self._asked = True
+        return True
 
     def next_available(self) -> float | None:
         return self.reader.next_available()
