@@ -28,7 +28,6 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -57,12 +56,16 @@ class _EventLoop:
     """A private asyncio loop on a daemon thread: nats-py is async, readers are not."""
 
     def __init__(self, name: str) -> None:
+        # Imported here: asyncio costs every process ~35 ms, and only JetStream needs it.
+        import asyncio
+
+        self._asyncio = asyncio
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = _TIMEOUT) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        return self._asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -402,6 +405,8 @@ class JetStreamWriter(SinkWriter):
         messages = [
             (data, entry.message_id(i)) for entry in entries for i, data in enumerate(entry.records)
         ]
+
+        import asyncio
 
         async def publish() -> None:
             # Pipelined in windows: a window's publishes are all sent before its first ack
