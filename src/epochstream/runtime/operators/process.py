@@ -24,7 +24,7 @@ from epochstream.runtime.operators.base import Operator
 from epochstream.runtime.operators.collect import OutputBuffer, SideOutputs
 from epochstream.runtime.timers import TimerService
 
-__all__ = ["KeyedProcessOperator", "ProcessOperator"]
+__all__ = ["KeyedProcessOperator", "ProcessOperator", "UserTimersOperator"]
 
 
 class ProcessOperator(Operator):
@@ -57,19 +57,58 @@ class ProcessOperator(Operator):
         side.flush()
 
 
-class KeyedProcessOperator(Operator):
-    """Runs a KeyedProcessFunction with the record's key current, and its timers."""
+class UserTimersOperator(Operator):
+    """What operators running a user's process function share: outputs gathered per
+    batch, ``ctx.output`` side outputs, and (keyed) timers whose ``on_timer`` runs with
+    ``ctx.timestamp()`` and ``ctx.time_domain()`` set, its output emitted after firing.
 
-    def open(self) -> None:
-        assert self.keyed is not None and self.spec.key_selector is not None
+    Example: ``class KeyedProcessOperator(UserTimersOperator)``; ``open`` calls
+    ``self._open_outputs(timers=True)``.
+    """
+
+    def _open_outputs(self, *, timers: bool) -> None:
         self._out = OutputBuffer()
         self._timer_out = OutputBuffer()
         self._side = SideOutputs(self.side_emits)
         self.ctx._side = self._side.add
-        # Before the user's open(): it may ask for the timer service.
-        self.create_timer_service(self._fire)
-        assert self.timers is not None
-        self.ctx._timers = TimerService(self.timers)
+        if timers:
+            # Before the user's open(): it may ask for the timer service.
+            self.create_timer_service(self._fire)
+            assert self.timers is not None
+            self.ctx._timers = TimerService(self.timers)
+
+    def _fire(self, domain: TimeDomain, timestamp: int, key: Any, namespace: Any) -> None:
+        ctx = self.ctx
+        ctx._timestamp = timestamp
+        ctx._domain = domain
+        self._timer_out.ts = self._side.ts = timestamp if domain is TimeDomain.EVENT_TIME else None
+        try:
+            self.function.on_timer(timestamp, ctx, self._timer_out.collector)
+        except Exception as exc:
+            raise UserFunctionError(f"{ctx.task_name} on_timer", timestamp, exc) from exc
+        finally:
+            ctx._timestamp = None
+            ctx._domain = None
+
+    def process_watermark(self, watermark: int) -> None:
+        self._timer_out.start(timed=True)
+        super().process_watermark(watermark)
+
+    def on_processing_time(self, now_ms: int) -> None:
+        self._timer_out.start(timed=False)
+        super().on_processing_time(now_ms)
+
+    def flush_timer_output(self) -> None:
+        self._timer_out.flush(self.emit)
+        self._side.flush()
+
+
+class KeyedProcessOperator(UserTimersOperator):
+    """Runs a KeyedProcessFunction with the record's key current, and its timers."""
+
+    def open(self) -> None:
+        assert self.keyed is not None and self.spec.key_selector is not None
+        self._open_outputs(timers=True)
         super().open()
         self._key = self.spec.key_selector
 
@@ -98,29 +137,3 @@ class KeyedProcessOperator(Operator):
             raise UserFunctionError(ctx.task_name, x, exc) from exc
         out.flush(self.emit)
         side.flush()
-
-    def _fire(self, domain: TimeDomain, timestamp: int, key: Any, namespace: Any) -> None:
-        ctx = self.ctx
-        event_time = domain is TimeDomain.EVENT_TIME
-        ctx._timestamp = timestamp
-        ctx._domain = domain
-        self._timer_out.ts = self._side.ts = timestamp if event_time else None
-        try:
-            self.function.on_timer(timestamp, ctx, self._timer_out.collector)
-        except Exception as exc:
-            raise UserFunctionError(f"{ctx.task_name} on_timer", timestamp, exc) from exc
-        finally:
-            ctx._timestamp = None
-            ctx._domain = None
-
-    def process_watermark(self, watermark: int) -> None:
-        self._timer_out.start(timed=True)
-        super().process_watermark(watermark)
-
-    def on_processing_time(self, now_ms: int) -> None:
-        self._timer_out.start(timed=False)
-        super().on_processing_time(now_ms)
-
-    def flush_timer_output(self) -> None:
-        self._timer_out.flush(self.emit)
-        self._side.flush()

@@ -22,7 +22,7 @@ from epochstream.api.time import TimeDomain
 from epochstream.exceptions import UserFunctionError
 from epochstream.runtime.operators.base import Operator
 from epochstream.runtime.operators.collect import OutputBuffer, SideOutputs
-from epochstream.runtime.timers import TimerService
+from epochstream.runtime.operators.process import UserTimersOperator
 from epochstream.state.descriptors import MapStateDescriptor
 
 __all__ = [
@@ -110,19 +110,12 @@ class CoFlatMapOperator(CoMapOperator):
             self.emit(out, None if timestamps is None else out_ts)
 
 
-class CoProcessOperator(TwoInputOperator):
+class CoProcessOperator(UserTimersOperator, TwoInputOperator):
     """``process_element1`` / ``process_element2`` of a (Keyed)CoProcessFunction, with
     the record's key current and timers when keyed."""
 
     def open(self) -> None:
-        self._out = OutputBuffer()
-        self._timer_out = OutputBuffer()
-        self._side = SideOutputs(self.side_emits)
-        self.ctx._side = self._side.add
-        if self.keyed is not None:
-            self.create_timer_service(self._fire)
-            assert self.timers is not None
-            self.ctx._timers = TimerService(self.timers)
+        self._open_outputs(timers=self.keyed is not None)
         super().open()
         fn = self.function
         self._process = (fn.process_element1, fn.process_element2)
@@ -148,33 +141,6 @@ class CoProcessOperator(TwoInputOperator):
             raise UserFunctionError(f"{ctx.task_name} input {index + 1}", x, exc) from exc
         out.flush(self.emit)
         side.flush()
-
-    def _fire(self, domain: TimeDomain, timestamp: int, key: Any, namespace: Any) -> None:
-        ctx = self.ctx
-        ctx._timestamp = timestamp
-        ctx._domain = domain
-        self._timer_out.ts = self._side.ts = (
-            timestamp if domain is TimeDomain.EVENT_TIME else None
-        )
-        try:
-            self.function.on_timer(timestamp, ctx, self._timer_out.collector)
-        except Exception as exc:
-            raise UserFunctionError(f"{ctx.task_name} on_timer", timestamp, exc) from exc
-        finally:
-            ctx._timestamp = None
-            ctx._domain = None
-
-    def process_watermark(self, watermark: int) -> None:
-        self._timer_out.start(timed=True)
-        super().process_watermark(watermark)
-
-    def on_processing_time(self, now_ms: int) -> None:
-        self._timer_out.start(timed=False)
-        super().on_processing_time(now_ms)
-
-    def flush_timer_output(self) -> None:
-        self._timer_out.flush(self.emit)
-        self._side.flush()
 
 
 KeyedCoProcessOperator = CoProcessOperator
