@@ -89,5 +89,5 @@ def test_missing_pre_committed_file_and_bad_settings_fail_clearly(tmp_path: Path
         sink.create_writer(ctx(checkpointing=False))
     w = sink.create_writer(ctx())
     w.write_batch([{"id": 1}, 5])
-    with pytest.raises(SinkError, match="cannot build a table"):
+    with pytest.raises(SinkError, match="cannot build an Arrow table"):
         w.snapshot(1)

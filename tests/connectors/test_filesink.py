@@ -273,6 +273,7 @@ def test_unencodable_record_names_record_and_type(tmp_path: Path) -> None:
     assert "Point(999" in message and "Point" in message
     assert "9" * 300 not in message  # the repr is truncated
     assert "of type test_unencodable_record_names_record_and_type.<locals>.Point" in message
+    assert info.value.suppress_restarts, "the same record would come back after a restart"
     with pytest.raises(SinkError, match=r"\{\(1, 2\): 'tuple key'\}.*type dict"):
         w.write_batch([{(1, 2): "tuple key"}])
 
@@ -316,8 +317,10 @@ def test_csv_rejects_a_record_that_does_not_match_the_header(tmp_path: Path) -> 
     w = FileSink(tmp_path, format="csv").create_writer(ctx())
     w.restore([])
     w.write_batch([{"a": 1}])
-    with pytest.raises(SinkError, match=r"record \{'b': 2\} of type dict is not a dict with the columns \['a'\]"):
+    expected = r"record \{'b': 2\} of type dict is not a dict with the columns \['a'\]"
+    with pytest.raises(SinkError, match=expected) as info:
         w.write_batch([{"b": 2}])
+    assert info.value.suppress_restarts
 
 
 def test_parquet_rolls_on_checkpoint_and_reads_back(tmp_path: Path) -> None:
@@ -410,3 +413,12 @@ def test_text_source_to_file_sink_is_exactly_once_across_a_crash(tmp_path: Path)
         w.close()
     assert sorted(committed_records(out)) == sorted(lines)
     assert hidden(out) == []
+
+
+def test_parquet_rows_that_make_no_table_fail_without_restarts(tmp_path: Path) -> None:
+    w = FileSink(tmp_path, format="parquet").create_writer(ctx())
+    w.restore([])
+    w.write_batch([{"k": 1}, {"k": "not an int"}])
+    with pytest.raises(SinkError, match="cannot build an Arrow table from 2 records") as info:
+        w.snapshot(1)
+    assert info.value.suppress_restarts

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from epochstream.connectors.base import GlobalCommitter, Sink, SinkContext, SinkWriter
+from epochstream.connectors.filesink import rows_to_table
 from epochstream.exceptions import ConfigurationError, SinkError
 
 __all__ = ["DeltaCommitter", "DeltaFile", "DeltaSink", "DeltaWriter"]
@@ -134,17 +135,9 @@ class DeltaWriter(SinkWriter):
         self._rows = []
 
     def _write_file(self, checkpoint_id: int) -> DeltaFile:
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        try:
-            table = pa.Table.from_pylist(self._rows)
-        except (TypeError, ValueError, pa.ArrowException) as exc:
-            raise SinkError(
-                f"DeltaSink {self._path!r}: cannot build a table from {len(self._rows)} records "
-                f"(first: {self._rows[0]!r:.200}): {exc}",
-                retryable=False,
-            ) from exc
+        table = rows_to_table(self._rows, f"DeltaSink {self._path!r}")
         name = f"{self._stem}-c{checkpoint_id}-{uuid.uuid4().hex[:8]}.parquet"
         full = os.path.join(self._path, name)
         with open(full, "xb") as f:

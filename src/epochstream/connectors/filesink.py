@@ -366,16 +366,9 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
         return buf.getvalue().encode("utf-8")
 
     def _write_parquet(self, txn: FileTxn) -> None:
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        try:
-            table = pa.Table.from_pylist(txn.rows)
-        except (TypeError, ValueError, pa.ArrowException) as exc:
-            raise SinkError(
-                f"FileSink {self.directory!r}: cannot build a Parquet table from "
-                f"{len(txn.rows)} records (first: {_short(txn.rows[0])}): {exc}"
-            ) from exc
+        table = rows_to_table(txn.rows, f"FileSink {self.directory!r}")
         txn.rows = []
         txn.file = open(self._path(txn.inprogress), "xb")
         pq.write_table(table, txn.file)
@@ -384,7 +377,8 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
     def _record_error(self, record: Any, problem: str) -> SinkError:
         return SinkError(
             f"FileSink {self.directory!r} ({self.format}): record {_short(record)} of type "
-            f"{type(record).__qualname__} {problem}"
+            f"{type(record).__qualname__} {problem}",
+            retryable=False,
         )
 
     def _encode_error(self, records: list[Any], batch_exc: Exception) -> SinkError:
@@ -394,9 +388,28 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
             except (TypeError, ValueError) as exc:
                 return SinkError(
                     f"FileSink {self.directory!r}: cannot encode record {_short(record)} of type "
-                    f"{type(record).__qualname__} as JSON: {exc}"
+                    f"{type(record).__qualname__} as JSON: {exc}",
+                    retryable=False,  # the same record comes back after every restart
                 )
         return SinkError(f"FileSink {self.directory!r}: cannot encode a batch: {batch_exc}")
+
+
+def rows_to_table(rows: list[Any], where: str) -> Any:
+    """A ``pyarrow.Table`` of ``rows`` (dicts), or a ``SinkError`` naming ``where`` and the
+    first row when they do not make one (not retryable: the rows come back on restart).
+
+    Example: ``rows_to_table([{"a": 1}], "FileSink 'out'").num_rows == 1``
+    """
+    import pyarrow as pa
+
+    try:
+        return pa.Table.from_pylist(rows)
+    except (TypeError, ValueError, pa.ArrowException) as exc:
+        raise SinkError(
+            f"{where}: cannot build an Arrow table from {len(rows)} records "
+            f"(first: {_short(rows[0])}): {exc}",
+            retryable=False,
+        ) from exc
 
 
 def _short(record: Any) -> str:
