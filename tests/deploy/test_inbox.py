@@ -12,7 +12,7 @@ from epochstream.deploy.failures import Failure
 from epochstream.deploy.inbox import Inbox
 from epochstream.exceptions import JobCancelled
 from epochstream.runtime.clock import SystemClock
-from epochstream.runtime.messages import SlotClosed, TaskFailed
+from epochstream.runtime.messages import CancelSlot, RegisterSlot, SlotClosed, TaskFailed
 
 
 class FakeConn:
@@ -87,3 +87,25 @@ def test_final_reports_are_taken_until_every_slot_closed() -> None:
     inbox.events.put(("message", FakeConn(2, 1), SlotClosed(2)))  # not awaited: stays
     inbox.take_final_reports([0, 1], attempt=1, closed=set())
     assert inbox.events.qsize() == 1
+
+
+class FakeSlotConn(FakeConn):
+    def __init__(self, slot: int, attempt: int) -> None:
+        super().__init__(slot, attempt)
+        self.sent: list[Any] = []
+        self.closed = False
+
+    def send(self, msg: Any) -> None:
+        self.sent.append(msg)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_slot_registering_between_attempts_is_sent_away() -> None:
+    inbox = _inbox()
+    conn = FakeSlotConn(1, 2)
+    inbox.events.put(("message", conn, RegisterSlot(1, 2, 4242, "127.0.0.1")))
+    inbox.drain_stale()
+    assert len(conn.sent) == 1 and isinstance(conn.sent[0], CancelSlot) and conn.closed
+    assert "attempt 2 of job job-1 has ended" in conn.sent[0].reason

@@ -813,3 +813,50 @@ def test_scripted_split_requests_get_pending_splits_then_discovered_ones(tmp_pat
         client.cancel()
     with pytest.raises(es.JobCancelled):
         client.result(WAIT)
+
+
+def test_a_slot_that_registers_after_a_cancel_is_sent_away(tmp_path: Path) -> None:
+    """Cancelling while a slot is still starting: when it registers, after the attempt
+    ended, it is told to stop at once, so the cancel does not wait out the timeout."""
+
+    class LateSlot(ThreadRunner):
+        def __init__(self, parallelism: int, gate: threading.Event) -> None:
+            super().__init__(parallelism)
+            self.gate = gate
+
+        def start(self, launch: SlotLaunch, on_exit: OnExit) -> None:
+            def slot(index: int) -> None:
+                if index == 1:
+                    self.gate.wait(WAIT)
+                try:
+                    run_slot(launch, index=index, host="127.0.0.1")
+                except BaseException as exc:
+                    self.errors.append(exc)
+
+            self._threads = [
+                threading.Thread(target=slot, args=(i,), daemon=True) for i in range(self.parallelism)
+            ]
+            for t in self._threads:
+                t.start()
+
+    env = _env(tmp_path, checkpointing=False)
+    env.from_collection([1]).sink_to(es.sinks.DiscardSink())
+    gate = threading.Event()
+    master = JobMaster(env, env.job_graph("late-slot"), runner=LateSlot(2, gate))
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            master.run()
+        except BaseException as exc:
+            outcome.append(exc)
+
+    driver = threading.Thread(target=run, daemon=True)
+    driver.start()
+    _wait_for(lambda: len(master._slots) == 1)  # slot 0 registered, slot 1 still starting
+    master.cancel()
+    _wait_for(lambda: master.phase is Phase.FAILING)
+    gate.set()  # slot 1 registers only now
+    driver.join(20.0)  # the cancel timeout is 60 s
+    assert not driver.is_alive(), "the cancel waited for a slot that registered late"
+    assert len(outcome) == 1 and isinstance(outcome[0], es.JobCancelled)

@@ -25,7 +25,13 @@ from epochstream.deploy.failures import Failure
 from epochstream.deploy.metrics import JobMetrics
 from epochstream.exceptions import JobCancelled
 from epochstream.runtime.clock import Clock
-from epochstream.runtime.messages import SlotClosed, SlotMetrics, TaskFailed
+from epochstream.runtime.messages import (
+    CancelSlot,
+    RegisterSlot,
+    SlotClosed,
+    SlotMetrics,
+    TaskFailed,
+)
 from epochstream.runtime.slotlogs import SlotLog, log_slot_record
 
 __all__ = ["ROOT_CAUSE_GRACE", "Inbox"]
@@ -92,6 +98,12 @@ class Inbox:
         kind, conn, msg = event
         if kind == "io-done":
             conn(msg)
+            return True
+        if kind == "message" and isinstance(msg, RegisterSlot):
+            # A slot of the attempt that ended, which was still starting: without an
+            # answer it would wait for its deployment until the control server closes.
+            conn.send(CancelSlot(f"attempt {msg.attempt} of job {self._job_id} has ended"))
+            conn.close()
             return True
         if kind == "savepoint":
             msg.fail(f"job {self._job_id} is restarting")

@@ -599,7 +599,7 @@ class JobMaster:
             conn.send(CancelSlot(failure.cause.splitlines()[0]))
             conn.close()
         self.runner.cancel()
-        if not self.runner.wait(CANCEL_TIMEOUT):
+        if not self._wait_for_slots(CANCEL_TIMEOUT):
             log.error(
                 "job %s: slots of attempt %d did not stop within %.0fs",
                 self.job_id[:8],
@@ -607,6 +607,16 @@ class JobMaster:
                 CANCEL_TIMEOUT,
             )
         self.inbox.drain_stale()
+
+    def _wait_for_slots(self, timeout: float) -> bool:
+        """Wait until the ended attempt's slots are gone, sending away any that registers
+        only now (it was still starting); False if some are still there at ``timeout``."""
+        deadline = self.clock.now() + timeout
+        while not self.runner.wait(0.1):
+            if self.clock.now() >= deadline:
+                return False
+            self.inbox.drain_stale()
+        return True
 
     def _give_up(self, failure: Failure, reason: str) -> JobExecutionError:
         return give_up(self.job_id, self.failures, failure, reason)
