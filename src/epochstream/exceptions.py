@@ -51,6 +51,19 @@ __all__ = [
 ]
 
 
+def short_repr(value: object, limit: int = 200) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for error messages that name a record
+    (a failing ``__repr__`` is described instead of hiding the real error).
+
+    Example: ``short_repr("x" * 500)[-3:] == "..."``
+    """
+    try:
+        text = repr(value)
+    except Exception as exc:
+        text = f"<{type(value).__qualname__} with failing repr: {exc!r}>"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 class EpochstreamError(Exception):
     """Base class of every error epochstream raises.
 
@@ -216,9 +229,7 @@ class UserFunctionError(EpochstreamError):
     """
 
     def __init__(self, operator: str, record: object, cause: BaseException) -> None:
-        text = repr(record)
-        if len(text) > 200:
-            text = text[:200] + "..."
+        text = short_repr(record)
         super().__init__(f"{operator} failed on record {text}: {type(cause).__name__}: {cause}")
         self.operator = operator
         self.record_repr = text

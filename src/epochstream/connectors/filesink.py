@@ -58,7 +58,7 @@ from typing import Any, BinaryIO
 from epochstream._fs import fsync_directory
 from epochstream.connectors.base import Sink, SinkContext
 from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter
-from epochstream.exceptions import ConfigurationError, SinkError
+from epochstream.exceptions import ConfigurationError, SinkError, short_repr
 
 __all__ = ["FileCommittable", "FileSink", "FileSinkWriter", "FileTxn", "RollingPolicy"]
 
@@ -70,7 +70,6 @@ _PENDING = ".pending"
 _HIDDEN_PART = re.compile(r"^\.part-\d+-.*-a\d+-\d+\.(?:jsonl|csv|parquet)\.(?:inprogress|pending)$")
 FORMATS = ("jsonl", "csv", "parquet")
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
-_REPR_LIMIT = 200
 
 
 @dataclass(frozen=True)
@@ -376,7 +375,7 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
 
     def _record_error(self, record: Any, problem: str) -> SinkError:
         return SinkError(
-            f"FileSink {self.directory!r} ({self.format}): record {_short(record)} of type "
+            f"FileSink {self.directory!r} ({self.format}): record {short_repr(record)} of type "
             f"{type(record).__qualname__} {problem}",
             retryable=False,
         )
@@ -387,7 +386,7 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
                 json.dumps(record)
             except (TypeError, ValueError) as exc:
                 return SinkError(
-                    f"FileSink {self.directory!r}: cannot encode record {_short(record)} of type "
+                    f"FileSink {self.directory!r}: cannot encode record {short_repr(record)} of type "
                     f"{type(record).__qualname__} as JSON: {exc}",
                     retryable=False,  # the same record comes back after every restart
                 )
@@ -407,11 +406,8 @@ def rows_to_table(rows: list[Any], where: str) -> Any:
     except (TypeError, ValueError, pa.ArrowException) as exc:
         raise SinkError(
             f"{where}: cannot build an Arrow table from {len(rows)} records "
-            f"(first: {_short(rows[0])}): {exc}",
+            f"(first: {short_repr(rows[0])}): {exc}",
             retryable=False,
         ) from exc
 
 
-def _short(record: Any) -> str:
-    text = repr(record)
-    return text if len(text) <= _REPR_LIMIT else text[:_REPR_LIMIT] + "..."

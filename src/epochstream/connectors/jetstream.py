@@ -41,7 +41,7 @@ from epochstream.connectors.base import (
     SourceContext,
     SourceReader,
 )
-from epochstream.exceptions import ConfigurationError, SinkError
+from epochstream.exceptions import ConfigurationError, SinkError, short_repr
 
 __all__ = ["JetStreamSink", "JetStreamSource", "JetStreamSplit", "WriteAheadEntry"]
 
@@ -348,7 +348,7 @@ class JetStreamWriter(SinkWriter):
         except AttributeError:
             bad = next(r for r in records if not isinstance(r, bytes | str))
             raise SinkError(
-                f"JetStreamSink {self._sink.subject!r}: record {bad!r:.200} of type "
+                f"JetStreamSink {self._sink.subject!r}: record {short_repr(bad)} of type "
                 f"{type(bad).__qualname__} is neither bytes nor str",
                 retryable=False,
             ) from None

@@ -43,7 +43,7 @@ from typing import Any
 
 from epochstream.connectors.base import Sink, SinkContext, SinkWriter
 from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter
-from epochstream.exceptions import ConfigurationError, SinkError
+from epochstream.exceptions import ConfigurationError, SinkError, short_repr
 
 __all__ = ["PgTxn", "PostgresSink", "PostgresTwoPhaseWriter", "PostgresUpsertWriter"]
 
@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 
 MODES = ("two_phase", "upsert")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
-_REPR_LIMIT = 200
 
 
 class PostgresSink(Sink):
@@ -161,9 +160,7 @@ class _Table:
         return tuple(record)
 
     def bad_record(self, record: Any, problem: str) -> SinkError:
-        text = repr(record)
-        if len(text) > _REPR_LIMIT:
-            text = text[:_REPR_LIMIT] + "..."
+        text = short_repr(record)
         return SinkError(
             f"PostgresSink {self.sink.table!r}: record {text} {problem}", retryable=False
         )

@@ -24,7 +24,12 @@ from typing import Any
 
 import cloudpickle
 
-from epochstream.exceptions import KeyEncodingError, SerializationError, UserFunctionError
+from epochstream.exceptions import (
+    KeyEncodingError,
+    SerializationError,
+    UserFunctionError,
+    short_repr,
+)
 from epochstream.graph.transformations import Partitioning, describe_callable
 from epochstream.runtime.auth import FramedConnection
 from epochstream.runtime.batches import TimedBatch
@@ -251,7 +256,7 @@ class RecordWriter:
         """Say which key selector, edge and record failed, and why (off the hot path)."""
         key_of = self._key_selector
         selector = f"key selector {describe_callable(key_of)} on edge {self.edge}"
-        shown = _short_repr(record)
+        shown = short_repr(record)
         try:
             key = key_of(record)  # type: ignore[misc]
         except Exception as user_exc:  # the selector itself raised: a user function error
@@ -260,7 +265,7 @@ class RecordWriter:
             hash(key)
         except TypeError as hash_exc:
             return KeyEncodingError(
-                f"{selector} returned an unhashable key {_short_repr(key)} of type "
+                f"{selector} returned an unhashable key {short_repr(key)} of type "
                 f"{type(key).__qualname__} for record {shown}: keyed state is kept per key, "
                 f"so keys must be hashable; return a tuple instead of a list ({hash_exc})"
             )
@@ -305,17 +310,6 @@ class RecordWriter:
             channel.close()
 
 
-_REPR_LIMIT = 200
-
-
-def _short_repr(value: Any) -> str:
-    try:
-        text = repr(value)
-    except Exception as exc:  # a broken __repr__ must not hide the real error
-        text = f"<{type(value).__qualname__} with failing repr: {exc!r}>"
-    return text if len(text) <= _REPR_LIMIT else text[:_REPR_LIMIT] + "..."
-
-
 def _serialization_error(item: Any, edge: str, exc: Exception) -> Exception:
     """Find the record of a batch that does not pickle and name it with the edge."""
     if isinstance(item, TimedBatch):
@@ -327,7 +321,7 @@ def _serialization_error(item: Any, edge: str, exc: Exception) -> Exception:
             cloudpickle.dumps(record, protocol=5)
         except Exception as record_exc:
             return SerializationError(
-                f"record {_short_repr(record)} (type {type(record).__qualname__}, position "
+                f"record {short_repr(record)} (type {type(record).__qualname__}, position "
                 f"{index} of its batch) cannot cross edge {edge} to another slot: "
                 f"{type(record_exc).__name__}: {record_exc}. Records moving between slots are "
                 "pickled; keep them to picklable values (no open files, sockets, locks, "

@@ -27,7 +27,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from epochstream.api.watermarks import WatermarkGenerator, WatermarkStrategy
-from epochstream.exceptions import DataError, UserFunctionError
+from epochstream.exceptions import DataError, UserFunctionError, short_repr
 from epochstream.runtime.events import MAX_WATERMARK, MIN_WATERMARK
 
 __all__ = ["SplitTimestamps", "TimestampsAndWatermarks", "WatermarkValve"]
@@ -193,7 +193,7 @@ class TimestampsAndWatermarks:
             for record, ts in zip(records, timestamps, strict=True):
                 if type(ts) is not int:
                     raise DataError(
-                        f"{self.where}: the timestamp of record {_short(record)} is "
+                        f"{self.where}: the timestamp of record {short_repr(record)} is "
                         f"{type(ts).__name__} {ts!r}; timestamps are int milliseconds since "
                         "the epoch (for seconds s, return int(s * 1000))"
                     )
@@ -276,8 +276,3 @@ class TimestampsAndWatermarks:
         """All splits ended: event time is complete."""
         if self._emitted < MAX_WATERMARK:
             self._send(MAX_WATERMARK)
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 200 else text[:200] + "..."

@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import cloudpickle
 
-from epochstream.exceptions import StateError
+from epochstream.exceptions import StateError, short_repr
 
 __all__ = ["DEFAULT_SERIALIZER", "JsonSerializer", "PickleSerializer", "Serializer", "pickle_dumps"]
 
@@ -69,7 +69,7 @@ class PickleSerializer:
             return pickle_dumps(value)
         except Exception as exc:
             raise StateError(
-                f"state value {_short(value)} of type {type(value).__qualname__} cannot "
+                f"state value {short_repr(value, 120)} of type {type(value).__qualname__} cannot "
                 f"be pickled: {type(exc).__name__}: {exc}"
             ) from exc
 
@@ -96,7 +96,7 @@ class JsonSerializer:
         try:
             return json.dumps(value, separators=(",", ":")).encode("utf-8")
         except (TypeError, ValueError) as exc:
-            raise StateError(f"state value {_short(value)} is not JSON: {exc}") from exc
+            raise StateError(f"state value {short_repr(value, 120)} is not JSON: {exc}") from exc
 
     def loads(self, data: bytes) -> Any:
         return json.loads(bytes(data).decode("utf-8"))
@@ -112,6 +112,3 @@ class JsonSerializer:
 DEFAULT_SERIALIZER = PickleSerializer()
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 120 else text[:120] + "..."
