@@ -90,6 +90,8 @@ class JobExecutionError(EpochstreamError):
 
     ``cause`` is the first failure's description, ``history`` the list of
     failures seen (one per attempt), ``restarts`` how many restarts were made.
+
+    Example: ``except es.JobExecutionError as err: print(err.cause, err.restarts)``
     """
 
     def __init__(self, message: str, *, cause: str, history: list[str], restarts: int) -> None:
@@ -226,6 +228,8 @@ class UserFunctionError(EpochstreamError):
 
     The original exception is the ``__cause__``; restarts are suppressed when it asks
     for that (it is a :class:`DataError`, for example).
+
+    Example: ``except es.UserFunctionError as err: print(err.operator, err.record_repr)``
     """
 
     def __init__(self, operator: str, record: object, cause: BaseException) -> None:
@@ -252,7 +256,10 @@ def _rebuild_user_error(
 
 
 class TaskFailure(EpochstreamError):
-    """A task failed in a slot; ``remote_traceback`` holds the slot's traceback text."""
+    """A task failed in a slot; ``remote_traceback`` holds the slot's traceback text.
+
+    Example: ``except es.TaskFailure as err: print(err.remote_traceback)``
+    """
 
     def __init__(self, message: str, *, remote_traceback: str = "") -> None:
         super().__init__(message)

@@ -51,6 +51,11 @@ class RuntimeContext(Protocol):
     Keyed functions also have ``get_state(descriptor)``, ``get_list_state(ListStateDescriptor)``,
     ``get_map_state``, ``get_reducing_state`` and ``get_aggregating_state``, scoped to
     the current key, and ``timer_service()``.
+
+    Example::
+
+        def open(self, ctx):
+            self.count = ctx.get_state(es.state.ValueStateDescriptor("count", default=0))
     """
 
     subtask_index: int
@@ -60,11 +65,17 @@ class RuntimeContext(Protocol):
     job_id: str
     task_name: str
 
-    def get_list_state(self, state: Any) -> Any: ...
+    def get_list_state(self, state: Any) -> Any:
+        """Operator list state ``state`` (a name), or keyed list state (a descriptor)."""
+        ...
 
-    def get_union_list_state(self, state: Any) -> Any: ...
+    def get_union_list_state(self, state: Any) -> Any:
+        """Operator list state that every subtask gets whole on restore."""
+        ...
 
-    def get_state(self, descriptor: Any) -> Any: ...
+    def get_state(self, descriptor: Any) -> Any:
+        """Keyed value state of the current key (keyed functions only)."""
+        ...
 
 
 class Function:

@@ -146,7 +146,9 @@ class JoinFunction(Function):
 
 
 class JoinedStreams:
-    """``a.join(b)``: continue with ``where``, ``equal_to``, ``window``, ``apply``."""
+    """``a.join(b)``: continue with ``where``, ``equal_to``, ``window``, ``apply``.
+
+    Example: ``a.join(b).where(k1).equal_to(k2).window(es.TumblingEventTimeWindows.of(5_000)).apply(fn)``"""
 
     def __init__(self, left: DataStream, right: DataStream) -> None:
         _check_same_pipeline(left, right, "join")
@@ -250,7 +252,9 @@ class IntervalJoinSpec:
 
 
 class IntervalJoin:
-    """``left.interval_join(right)``: continue with ``between(lower, upper)`` and ``process``."""
+    """``left.interval_join(right)``: continue with ``between(lower, upper)`` and ``process``.
+
+    Example: ``a.key_by(k).interval_join(b.key_by(k)).between(-2_000, 1_000).process(fn)``"""
 
     def __init__(self, left: KeyedStream, right: KeyedStream) -> None:
         from epochstream.api.datastream import KeyedStream

@@ -23,6 +23,8 @@ class JobResult:
     run (id, trigger time, duration, state size, per-task alignment, synchronous and
     asynchronous durations); ``failures`` the description of each failure that led
     to a restart.
+
+    Example: ``result = env.execute("job"); print(result.restarts, len(result.checkpoints))``
     """
 
     job_id: str

@@ -28,7 +28,14 @@ log = logging.getLogger(__name__)
 
 
 class JobClient:
-    """Observe, wait for, or cancel a job started with ``execute_async``."""
+    """Observe, wait for, or cancel a job started with ``execute_async``.
+
+    Example::
+
+        client = env.execute_async("job")
+        client.wait_for_checkpoint()
+        path = client.trigger_savepoint("/savepoints")
+        client.cancel()"""
 
     def __init__(self, master: JobMaster) -> None:
         self._master = master
