@@ -1,0 +1,149 @@
+"""The benchmark harness's pure logic (bench/report.py) and the peer runner's log directory.
+
+No Spark and no peer installs: the dict-loop peer runs on this interpreter in a real
+subprocess over a few thousand events.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH / "peers"))
+sys.path.insert(0, str(BENCH))
+try:
+    import report
+    import run as bench_run
+finally:
+    del sys.path[:2]
+
+
+def _brute_force_w1(n: int) -> dict[int, int]:
+    sums: dict[int, int] = {}
+    for i in range(n):
+        k = i * 7919 % 100_000
+        sums[k] = sums.get(k, 0) + i % 1000
+    return sums
+
+
+@pytest.mark.parametrize("n", [0, 1, 999, 1000, 100_001, 250_123])
+def test_w1_closed_form_matches_a_running_sum(n: int) -> None:
+    expected = _brute_force_w1(n)
+    assert report.w1_expected_sums(n) == expected
+    assert report.w1_expected_total(n) == sum(expected.values())
+    assert report.check_w1(n, expected) == {"keys": len(expected), "total": sum(expected.values())}
+
+
+def test_w1_check_names_missing_extra_and_wrong_keys() -> None:
+    good = _brute_force_w1(300_000)
+    wrong = dict(good)
+    k = next(iter(k for k, v in good.items() if v))
+    wrong[k] += 1
+    with pytest.raises(report.W1ResultError, match=rf"wrong sums \(first: key {k} has"):
+        report.check_w1(300_000, wrong)
+    missing = dict(good)
+    del missing[k]
+    with pytest.raises(report.W1ResultError, match="1 keys missing"):
+        report.check_w1(300_000, missing)
+    with pytest.raises(report.W1ResultError, match="unexpected keys"):
+        report.check_w1(3, {0: 0, 7919: 1, 15838: 2, 5: 0})
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    values = [float(x) for x in range(100, 0, -1)]  # 100..1, unsorted
+    assert report.percentile(values, 50) == 50.0
+    assert report.percentile(values, 99) == 99.0
+    assert report.percentile(values, 100) == 100.0
+    assert report.percentile([7.0], 1) == 7.0
+    summary = report.latency_summary([0.002] * 98 + [0.5, 1.0])
+    assert summary == {"samples": 100, "p50_ms": 2.0, "p99_ms": 500.0, "max_ms": 1000.0}
+    with pytest.raises(ValueError, match="no values"):
+        report.percentile([], 50)
+
+
+def test_rate_series_bins_batches_and_fills_gaps() -> None:
+    samples = [(10.05, 100), (10.2, 100), (10.3, 50), (11.1, 25)]
+    assert report.rate_series(samples, bin_s=0.25) == [
+        (10.0, 800.0),
+        (10.25, 200.0),
+        (10.5, 0.0),
+        (10.75, 0.0),
+        (11.0, 100.0),
+    ]
+    assert report.rate_series([]) == []
+
+
+def _synthetic(kill: float, down_s: float, ramp_s: float, rate: float = 1000.0) -> list[tuple[float, int]]:
+    """A sink's batches: ``rate`` until the kill, nothing for ``down_s``, a linear ramp."""
+    samples = []
+    t = 0.0
+    while t < kill + down_s + ramp_s + 5:
+        if t < kill:
+            r = rate
+        elif t < kill + down_s:
+            r = 0.0
+        elif t < kill + down_s + ramp_s:
+            r = rate * (t - kill - down_s) / ramp_s
+        else:
+            r = rate
+        samples.append((t, round(r * 0.05)))
+        t = round(t + 0.05, 6)
+    return samples
+
+
+def test_recovery_time_from_a_synthetic_throughput_series() -> None:
+    series = report.rate_series(_synthetic(kill=10.0, down_s=4.0, ramp_s=2.0), bin_s=0.25)
+    out = report.recovery_time(series, kill_at=10.0)
+    assert out["baseline_rate"] == pytest.approx(1000.0)
+    assert out["dipped"] is True
+    # Back at 90 %: the trailing 1 s mean reaches 900/s once the ramp (90 % at 15.8 s) has
+    # been above that for most of a second: between 16 and 17 s after the start.
+    assert 6.0 <= out["recovery_s"] <= 7.0
+    never = report.rate_series(_synthetic(kill=10.0, down_s=60.0, ramp_s=1.0)[:300], bin_s=0.25)
+    assert report.recovery_time(never, kill_at=10.0)["recovery_s"] is None
+    with pytest.raises(ValueError, match="before the kill"):
+        report.recovery_time(series, kill_at=0.1)
+
+
+def test_results_table_renders_rates_overhead_latency_recovery_and_ratios() -> None:
+    doc = {
+        "machine": {"date": "2026-11-23T05:00:00+00:00", "nproc": 2, "cpu": "EPYC"},
+        "command": "bench/all.py --quick",
+        "rows": [
+            {"workload": "W1", "system": "epochstream row", "checkpoints": "1 s", "rate": 900.0, "ours": True},
+            {"workload": "W1", "system": "epochstream row", "checkpoints": "off", "rate": 1000.0, "ours": True},
+            {"workload": "W1", "system": "PyFlink SQL", "checkpoints": "1 s", "rate": 300.0},
+            {"workload": "W1", "system": "Bytewax", "checkpoints": "1 s", "error": "exited 1 | see log"},
+            {"workload": "q1", "system": "dict loop", "checkpoints": "off", "rate": 4000.0},
+            {"workload": "q1", "system": "epochstream row", "checkpoints": "off", "rate": 2000.0, "ours": True},
+        ],
+        "latency": [{"workload": "W1", "system": "epochstream row", "p50_ms": 12.5, "p99_ms": 80.0, "latency_rate": 450.0}],
+        "recovery": [{"workload": "W1", "system": "epochstream row", "recovery_s": 3.25}],
+    }
+    rows = {(r["workload"], r["system"]): r for r in report.summary_rows(doc)}
+    assert rows[("W1", "epochstream row")]["overhead_pct"] == pytest.approx(10.0)
+    assert rows[("W1", "PyFlink SQL")]["ratios"] == {"epochstream row": 3.0}
+    assert rows[("q1", "dict loop")]["ratios"] == {"epochstream row": 0.5}
+    text = report.markdown(doc)
+    assert "Command: `bench/all.py --quick`" in text
+    assert "| W1 | epochstream row | 900 | 1,000 | 10 % | 12.5 / 80.0 (at 450) | 3.2 |" in text
+    assert "| W1 | PyFlink SQL | 300 |  |  |  |  | epochstream row: 3.00x |" in text
+    assert "ckpt 1 s: exited 1 / see log" in text  # a '|' would break the table
+    assert text.count("\n| ") == 2 + 4  # header, rule, four (workload, system) rows
+
+
+def test_dict_loop_peer_runs_with_a_fresh_log_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh machine has no venv directory yet: the dict loop (no install) must not
+    fail opening its log there (it used to: FileNotFoundError .../dictloop-B.log)."""
+    root = tmp_path / "not-yet" / "bench-venvs"
+    monkeypatch.setenv("EPOCHSTREAM_BENCH_VENVS", str(root))
+    out = bench_run._run_peer("dictloop", "B", ["--n", "5000"])
+    assert out["events"] == 5000 and out["keys"] == 5000
+    assert (root / "dictloop-B.log").exists()
+    json.dumps(out)
