@@ -160,9 +160,7 @@ def rate_series(
         counts[b] = counts.get(b, 0) + n
     if not counts:
         return []
-    return [
-        (b * bin_s, counts.get(b, 0) / bin_s) for b in range(min(counts), max(counts) + 1)
-    ]
+    return [(b * bin_s, counts.get(b, 0) / bin_s) for b in range(min(counts), max(counts) + 1)]
 
 
 def recovery_time(

@@ -77,7 +77,9 @@ def test_rate_series_bins_batches_and_fills_gaps() -> None:
     assert report.rate_series([]) == []
 
 
-def _synthetic(kill: float, down_s: float, ramp_s: float, rate: float = 1000.0) -> list[tuple[float, int]]:
+def _synthetic(
+    kill: float, down_s: float, ramp_s: float, rate: float = 1000.0
+) -> list[tuple[float, int]]:
     """A sink's batches: ``rate`` until the kill, nothing for ``down_s``, a linear ramp."""
     samples = []
     t = 0.0
@@ -114,14 +116,45 @@ def test_results_table_renders_rates_overhead_latency_recovery_and_ratios() -> N
         "machine": {"date": "2026-11-23T05:00:00+00:00", "nproc": 2, "cpu": "EPYC"},
         "command": "bench/all.py --quick",
         "rows": [
-            {"workload": "W1", "system": "epochstream row", "checkpoints": "1 s", "rate": 900.0, "ours": True},
-            {"workload": "W1", "system": "epochstream row", "checkpoints": "off", "rate": 1000.0, "ours": True},
+            {
+                "workload": "W1",
+                "system": "epochstream row",
+                "checkpoints": "1 s",
+                "rate": 900.0,
+                "ours": True,
+            },
+            {
+                "workload": "W1",
+                "system": "epochstream row",
+                "checkpoints": "off",
+                "rate": 1000.0,
+                "ours": True,
+            },
             {"workload": "W1", "system": "PyFlink SQL", "checkpoints": "1 s", "rate": 300.0},
-            {"workload": "W1", "system": "Bytewax", "checkpoints": "1 s", "error": "exited 1 | see log"},
+            {
+                "workload": "W1",
+                "system": "Bytewax",
+                "checkpoints": "1 s",
+                "error": "exited 1 | see log",
+            },
             {"workload": "q1", "system": "dict loop", "checkpoints": "off", "rate": 4000.0},
-            {"workload": "q1", "system": "epochstream row", "checkpoints": "off", "rate": 2000.0, "ours": True},
+            {
+                "workload": "q1",
+                "system": "epochstream row",
+                "checkpoints": "off",
+                "rate": 2000.0,
+                "ours": True,
+            },
         ],
-        "latency": [{"workload": "W1", "system": "epochstream row", "p50_ms": 12.5, "p99_ms": 80.0, "latency_rate": 450.0}],
+        "latency": [
+            {
+                "workload": "W1",
+                "system": "epochstream row",
+                "p50_ms": 12.5,
+                "p99_ms": 80.0,
+                "latency_rate": 450.0,
+            }
+        ],
         "recovery": [{"workload": "W1", "system": "epochstream row", "recovery_s": 3.25}],
     }
     rows = {(r["workload"], r["system"]): r for r in report.summary_rows(doc)}
