@@ -1,0 +1,206 @@
+"""Measuring sinks for the harness: they run in the slots and report through files.
+
+A slot is a Spark task in another process, so each writer appends JSON lines to
+``<directory>/<kind>-<attempt>-<subtask>-<pid>.jsonl`` and the driver reads them with
+:func:`read_probe` once the job ended (or while it runs). Work is per batch: one
+clock read and one list append per ``write_batch``; only :class:`LatencySink` looks at
+records, every ``stride``-th of a batch.
+
+- :class:`SumsSink`: the last value per key (a running sum's final value), for the
+  closed-form check of W1; rows ``(k, v, ...)`` or Arrow batches with ``k``/``v``.
+- :class:`RateSink`: ``(wall time, records)`` per batch, flushed every 0.2 s, so a
+  SIGKILL loses at most that much; the recovery measurement's throughput series.
+- :class:`LatencySink`: sink wall time minus the creation wall time the job put in
+  the record (``record[ts_index]`` or the batch's ``ts`` column), sampled.
+
+This module is pickled by value: Spark's Python workers cannot import ``bench/``.
+
+Example::
+
+    sink = RateSink("/tmp/probe")
+    ...sink_to(sink); env.execute()
+    samples = [s for line in read_probe("/tmp/probe", "rate") for s in line["samples"]]
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import cloudpickle
+
+import epochstream as es
+
+__all__ = ["LatencySink", "RateSink", "SumsSink", "read_probe"]
+
+FLUSH_EVERY_S = 0.2
+
+
+def read_probe(directory: str, kind: str) -> list[dict[str, Any]]:
+    """Every JSON line the writers of ``kind`` wrote, each with its ``attempt`` and
+    ``subtask``; a line cut short by a kill is skipped.
+
+    Example: ``read_probe("/tmp/probe", "sums")[0]["attempt"] == 0``
+    """
+    out: list[dict[str, Any]] = []
+    for path in sorted(glob.glob(os.path.join(directory, f"{kind}-*.jsonl"))):
+        _, attempt, subtask, _pid = os.path.basename(path)[: -len(".jsonl")].split("-")
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    doc = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # the writer was killed mid-line
+                doc["attempt"] = int(attempt)
+                doc["subtask"] = int(subtask)
+                out.append(doc)
+    return out
+
+
+class _ProbeWriter(es.sinks.AtLeastOnceSinkWriter):
+    """Appends JSON lines to its own file; subclasses say what a line holds."""
+
+    def __init__(self, directory: str, kind: str, ctx: es.sinks.SinkContext) -> None:
+        os.makedirs(directory, exist_ok=True)
+        name = f"{kind}-{ctx.attempt}-{ctx.subtask_index}-{os.getpid()}.jsonl"
+        self._file = open(os.path.join(directory, name), "a", encoding="utf-8")
+
+    def _emit(self, doc: dict[str, Any]) -> None:
+        self._file.write(json.dumps(doc) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class SumsSink(es.sinks.Sink):
+    """Keeps the last ``v`` per ``k`` and writes them when the input ends.
+
+    ``columnar``: records are Arrow record batches with columns ``k`` and ``v``;
+    otherwise rows whose first two fields are ``k`` and ``v``. A running sum only grows,
+    so the last value is the maximum, and a replayed record re-emits the same value.
+
+    Example: ``stream.sink_to(SumsSink("/tmp/probe", columnar=False))``
+    """
+
+    def __init__(self, directory: str, *, columnar: bool = False) -> None:
+        self.directory = directory
+        self.columnar = columnar
+
+    def create_writer(self, ctx: es.sinks.SinkContext) -> es.sinks.SinkWriter:
+        return _SumsWriter(self.directory, ctx, self.columnar)
+
+
+class _SumsWriter(_ProbeWriter):
+    def __init__(self, directory: str, ctx: es.sinks.SinkContext, columnar: bool) -> None:
+        super().__init__(directory, "sums", ctx)
+        self._columnar = columnar
+        self._sums: dict[int, int] = {}
+        self._records = 0
+
+    def write_batch(self, records: list[Any]) -> None:
+        if self._columnar:
+            for b in records:
+                k, v = b.column("k").to_pylist(), b.column("v").to_pylist()
+                self._sums.update(zip(k, v, strict=True))
+                self._records += b.num_rows
+        else:
+            # dict.update takes (k, v) pairs at C speed; rows are (k, v) tuples.
+            self._sums.update(records)
+            self._records += len(records)
+
+    def end_input(self) -> None:
+        self._emit({"records": self._records, "sums": list(self._sums.items())})
+
+
+class RateSink(es.sinks.Sink):
+    """Records ``(wall time, records)`` per batch (Arrow batches count their rows).
+
+    Example: ``stream.sink_to(RateSink("/tmp/probe"))``
+    """
+
+    def __init__(self, directory: str, *, columnar: bool = False) -> None:
+        self.directory = directory
+        self.columnar = columnar
+
+    def create_writer(self, ctx: es.sinks.SinkContext) -> es.sinks.SinkWriter:
+        return _RateWriter(self.directory, ctx, self.columnar)
+
+
+class _RateWriter(_ProbeWriter):
+    def __init__(self, directory: str, ctx: es.sinks.SinkContext, columnar: bool) -> None:
+        super().__init__(directory, "rate", ctx)
+        self._columnar = columnar
+        self._samples: list[tuple[float, int]] = []
+        self._flushed = time.time()
+
+    def write_batch(self, records: list[Any]) -> None:
+        now = time.time()
+        n = sum(b.num_rows for b in records) if self._columnar else len(records)
+        self._samples.append((now, n))
+        if now - self._flushed >= FLUSH_EVERY_S:
+            self._flush(now)
+
+    def _flush(self, now: float) -> None:
+        self._emit({"samples": self._samples})
+        self._samples = []
+        self._flushed = now
+
+    def end_input(self) -> None:
+        self._flush(time.time())
+
+
+class LatencySink(es.sinks.Sink):
+    """Samples end-to-end latency: sink wall time - the record's creation wall time.
+
+    Rows carry the creation time at ``ts_index``; Arrow batches (``columnar``) in a
+    ``ts`` column. Every ``stride``-th record of a batch is sampled.
+
+    Example: ``stream.sink_to(LatencySink("/tmp/probe", ts_index=2))``
+    """
+
+    def __init__(
+        self, directory: str, *, ts_index: int = -1, columnar: bool = False, stride: int = 8
+    ) -> None:
+        self.directory = directory
+        self.ts_index = ts_index
+        self.columnar = columnar
+        self.stride = stride
+
+    def create_writer(self, ctx: es.sinks.SinkContext) -> es.sinks.SinkWriter:
+        return _LatencyWriter(self, ctx)
+
+
+class _LatencyWriter(_ProbeWriter):
+    def __init__(self, sink: LatencySink, ctx: es.sinks.SinkContext) -> None:
+        super().__init__(sink.directory, "latency", ctx)
+        self._sink = sink
+        self._samples: list[tuple[float, float]] = []
+        self._flushed = time.time()
+
+    def write_batch(self, records: list[Any]) -> None:
+        now = time.time()
+        stride = self._sink.stride
+        if self._sink.columnar:
+            created = [t for b in records for t in b.column("ts").to_pylist()[::stride]]
+        else:
+            i = self._sink.ts_index
+            created = [r[i] for r in records[::stride]]
+        self._samples.extend((now, now - c) for c in created)
+        if now - self._flushed >= 1.0:
+            self._flush(now)
+
+    def _flush(self, now: float) -> None:
+        self._emit({"samples": [(round(t, 4), round(lat, 6)) for t, lat in self._samples]})
+        self._samples = []
+        self._flushed = now
+
+    def end_input(self) -> None:
+        self._flush(time.time())
+
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -1,0 +1,307 @@
+"""Workload W1 (keyed running sum) on epochstream: the row path and the columnar path.
+
+W1: ``i`` for ``0 <= i < n`` becomes ``(i * 7919 % 100_000, i % 1000)``; the running
+sum of the value per key. The row job (the one of ``bench/epochstream_jobs.py``)::
+
+    env.from_sequence(0, n).map(lambda i: (i * 7919 % 100_000, i % 1000)) \\
+       .key_by(lambda t: t[0]).reduce(lambda a, b: (a[0], a[1] + b[1]))
+
+The columnar job (per input batch, one row ``(k, running sum)`` per key touched)::
+
+    env.from_sequence(0, n, batch_size=65_536).map_batches(to_kv).key_by("k").sum("v")
+
+Three measurements per path, each returning a JSON-ready dict:
+
+- :func:`run_throughput`: wall time of ``env.execute()``; the sink keeps the last sum
+  per key, checked against the closed form (``bench/report.py``).
+- :func:`run_latency`: the source throttled to ``rate``; each record carries its
+  creation wall time (when the throttled source released it, by its schedule,
+  stamped right after the source in the same chained task) and the sink samples
+  ``now - created``.
+- :func:`run_recovery`: an endless source, checkpoints every 1 s; once two
+  checkpoints completed and ``kill_after`` seconds passed, slot 0's process gets
+  SIGKILL (``es.testing.kill_slot``); the sinks' throughput series gives the time
+  until the output rate is back at 90 % of the rate before the kill.
+
+Example::
+
+    from epochstream.deploy.spark import create_session
+    spark = create_session("local[2]")
+    run_throughput("row", 1_000_000, spark=spark, checkpoint=1.0)["rate"]
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+import cloudpickle
+from probes import LatencySink, RateSink, SumsSink, read_probe
+from report import check_w1, latency_summary, rate_series, recovery_time
+
+import epochstream as es
+
+__all__ = ["PATHS", "ColumnarUnavailable", "run_latency", "run_recovery", "run_throughput"]
+
+PATHS = ("row", "columnar")
+KEYS = 100_000
+COLUMNAR_BATCH = 65_536
+SCRATCH = "/tmp/epochstream-bench/w1"
+
+
+class ColumnarUnavailable(RuntimeError):
+    """This checkout's epochstream lacks the columnar API the W1 columnar job uses."""
+
+
+def _require_columnar() -> None:
+    params = inspect.signature(es.Environment.from_sequence).parameters
+    missing = [
+        name
+        for name, ok in (
+            ("Environment.from_sequence(batch_size=)", "batch_size" in params),
+            ("DataStream.map_batches", hasattr(es.DataStream, "map_batches")),
+        )
+        if not ok
+    ]
+    if missing:
+        raise ColumnarUnavailable(
+            f"the columnar API is not in this checkout (missing {', '.join(missing)})"
+        )
+
+
+def _to_kv(b: Any) -> Any:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    v = b["value"]
+    return pa.record_batch(
+        [pc.remainder(pc.multiply(v, 7919), 100_000), pc.remainder(v, 1000)], names=["k", "v"]
+    )
+
+
+class _Schedule:
+    """When the throttled sequence source released ``i``: its reader releases the
+    first record of its split at once, then one every ``parallelism / rate`` s. The
+    first call anchors the schedule to the wall clock (the batch it sees was released
+    when its last record fell due), so later records get their due time, not the time
+    this chained operator happened to see them: a record waiting in a source batch
+    counts as latency.
+    """
+
+    def __init__(self, rate: float, parallelism: int) -> None:
+        self.step = parallelism / rate
+        self.anchor: tuple[float, int] | None = None
+
+    def due(self, first: int, last: int) -> float:
+        """The anchor time of index 0 of this subtask's schedule, set on the first call."""
+        if self.anchor is None:
+            self.anchor = (time.time() - (last - first) * self.step, first)
+        return self.anchor[0] - self.anchor[1] * self.step
+
+
+class _StampRow(es.MapFunction):
+    """``i -> (k, v, due time of i)``."""
+
+    def __init__(self, rate: float, parallelism: int) -> None:
+        self.schedule = _Schedule(rate, parallelism)
+
+    def map(self, i: int) -> tuple[int, int, float]:
+        return (i * 7919 % KEYS, i % 1000, self.schedule.due(i, i) + i * self.schedule.step)
+
+
+class _StampBatch:
+    """``_to_kv`` plus a ``ts`` column: each record's due time (for latency)."""
+
+    def __init__(self, rate: float, parallelism: int) -> None:
+        self.schedule = _Schedule(rate, parallelism)
+
+    def __call__(self, b: Any) -> Any:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        kv = _to_kv(b)
+        values = b["value"]
+        base = self.schedule.due(values[0].as_py(), values[len(values) - 1].as_py())
+        ts = pc.add(pc.multiply(pc.cast(values, pa.float64()), self.schedule.step), base)
+        return pa.record_batch([kv["k"], kv["v"], ts], names=["k", "v", "ts"])
+
+
+def _environment(
+    spark: Any, parallelism: int, checkpoint: float | None, name: str
+) -> es.Environment:
+    env = es.Environment(parallelism=parallelism, runner="spark", spark=spark)
+    if checkpoint is not None:
+        storage = os.path.join(SCRATCH, f"ck-{name}")
+        # A leftover checkpoint would make the job restore from it.
+        shutil.rmtree(storage, ignore_errors=True)
+        env.enable_checkpointing(checkpoint, storage=storage)
+    return env
+
+
+def _build(env: es.Environment, path: str, n: int, rate: float | None, stamped: bool) -> Any:
+    """The W1 pipeline up to (not including) the sink; ``stamped`` (needs ``rate``)
+    carries each record's due time as a third field / ``ts`` column."""
+    if stamped and rate is None:
+        raise ValueError("a stamped W1 job needs a rate (the due times follow it)")
+    if path == "row":
+        seq = env.from_sequence(0, n, rate=rate).uid("numbers")
+        if stamped and rate is not None:
+            keyed = seq.map(_StampRow(rate, env.parallelism))
+            summed = keyed.key_by(lambda t: t[0]).reduce(lambda a, b: (a[0], a[1] + b[1], b[2]))
+        else:
+            keyed = seq.map(lambda i: (i * 7919 % KEYS, i % 1000))
+            summed = keyed.key_by(lambda t: t[0]).reduce(lambda a, b: (a[0], a[1] + b[1]))
+        return summed.uid("sums")
+    if path == "columnar":
+        _require_columnar()
+        kwargs: dict[str, Any] = {"batch_size": COLUMNAR_BATCH}
+        if rate is not None:
+            kwargs["rate"] = rate
+        seq = env.from_sequence(0, n, **kwargs).uid("numbers")  # type: ignore[call-arg]
+        fn = _StampBatch(rate, env.parallelism) if stamped and rate is not None else _to_kv
+        mapped = seq.map_batches(fn)  # type: ignore[attr-defined]
+        return mapped.key_by("k").sum("v").uid("sums")
+    raise ValueError(f"unknown W1 path {path!r}; choose among {PATHS}")
+
+
+def _probe_dir(name: str) -> str:
+    os.makedirs(SCRATCH, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f"probe-{name}-", dir=SCRATCH)
+
+
+def run_throughput(
+    path: str,
+    n: int,
+    *,
+    spark: Any,
+    parallelism: int = 2,
+    checkpoint: float | None = 1.0,
+) -> dict[str, Any]:
+    """W1 over ``n`` events; its rate, checkpoint count and the closed-form check.
+
+    Example: ``run_throughput("row", 1_000_000, spark=spark)["check"]["keys"] == 100_000``
+    """
+    probe = _probe_dir(f"{path}-tp")
+    try:
+        env = _environment(spark, parallelism, checkpoint, f"{path}-tp")
+        _build(env, path, n, None, False).sink_to(SumsSink(probe, columnar=path == "columnar"))
+        start = time.perf_counter()
+        result = env.execute(f"w1-{path}")
+        wall = time.perf_counter() - start
+        lines = read_probe(probe, "sums")
+        if result.restarts:
+            raise RuntimeError(f"W1 {path} restarted {result.restarts} times: {result.failures}")
+        sums: dict[int, int] = {}
+        for line in lines:
+            sums.update((int(k), int(v)) for k, v in line["sums"])
+        return {
+            "events": n,
+            "seconds": wall,
+            "rate": n / wall,
+            "output_records": sum(line["records"] for line in lines),
+            "checkpoints_completed": len([c for c in result.checkpoints if c.kind == "checkpoint"]),
+            "check": check_w1(n, sums),
+        }
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def run_latency(
+    path: str,
+    rate: float,
+    seconds: float,
+    *,
+    spark: Any,
+    parallelism: int = 2,
+    checkpoint: float | None = 1.0,
+    warmup_s: float = 1.0,
+) -> dict[str, Any]:
+    """End-to-end latency at ``rate`` events/s for about ``seconds``; p50/p99 in ms.
+
+    Samples from the first ``warmup_s`` after the first output are left out (slot
+    start-up and the first batches' interpreter warm-up are not steady state).
+
+    Example: ``run_latency("row", 200_000, 10, spark=spark)["p99_ms"]``
+    """
+    probe = _probe_dir(f"{path}-lat")
+    try:
+        env = _environment(spark, parallelism, checkpoint, f"{path}-lat")
+        n = int(rate * seconds)
+        columnar = path == "columnar"
+        _build(env, path, n, rate, True).sink_to(LatencySink(probe, ts_index=2, columnar=columnar))
+        env.execute(f"w1-{path}-latency")
+        samples = [s for line in read_probe(probe, "latency") for s in line["samples"]]
+        if not samples:
+            raise RuntimeError(f"W1 {path} latency run produced no samples")
+        first = min(t for t, _ in samples)
+        steady = [lat for t, lat in samples if t >= first + warmup_s] or [lat for _, lat in samples]
+        return {"latency_rate": rate, "events": n, **latency_summary(steady)}
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def run_recovery(
+    path: str,
+    *,
+    spark: Any,
+    parallelism: int = 2,
+    kill_after: float = 6.0,
+    timeout: float = 60.0,
+    restart_delay: float = 0.0,
+) -> dict[str, Any]:
+    """SIGKILL slot 0 of a running W1 job; seconds until the throughput is back at 90 %.
+
+    The restart strategy is ``fixed_delay(attempts=3, delay=restart_delay)`` (0 s by
+    default: the figure is the engine's own; the default strategy adds 1 s).
+
+    Example: ``run_recovery("row", spark=spark)["recovery_s"]``
+    """
+    probe = _probe_dir(f"{path}-rec")
+    env = _environment(spark, parallelism, 1.0, f"{path}-rec")
+    env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=restart_delay))
+    columnar = path == "columnar"
+    _build(env, path, 10**15, None, False).sink_to(RateSink(probe, columnar=columnar))
+    client = env.execute_async(f"w1-{path}-recovery")
+    out: dict[str, Any] = {"restart_delay_s": restart_delay}
+    try:
+        client.wait_for_checkpoint(2, timeout=120)
+        started = min(
+            (s[0] for line in read_probe(probe, "rate") for s in line["samples"]),
+            default=time.time(),
+        )
+        time.sleep(max(0.0, started + kill_after - time.time()))
+        attempt = client.attempt
+        kill_at = time.time()
+        out["killed_pid"] = es.testing.kill_slot(client, 0)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not client.done:
+            time.sleep(0.5)
+            samples = [s for line in read_probe(probe, "rate") for s in line["samples"]]
+            measured = recovery_time(rate_series(samples), kill_at)
+            if measured["recovery_s"] is not None and client.attempt > attempt:
+                break
+        out.update(measured)
+        out["attempts"] = client.attempt
+    finally:
+        if not client.done:
+            client.cancel()
+        try:
+            client.result(timeout=120)
+        except es.JobCancelled:
+            pass
+        shutil.rmtree(probe, ignore_errors=True)
+    if out.get("recovery_s") is None:
+        raise RuntimeError(
+            f"W1 {path}: throughput not back at 90 % of {out.get('baseline_rate')} "
+            f"within {timeout:.0f} s of the kill (dipped: {out.get('dipped')})"
+        )
+    return out
+
+
+# The jobs' lambdas travel to Spark's Python workers, which cannot import bench/.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
