@@ -34,6 +34,7 @@ __all__ = [
     "C_WINDOW_MS",
     "TEXT_SEED",
     "VOCABULARY_SIZE",
+    "ensure_sequence_csv",
     "ensure_text",
     "ensure_timestamped_text",
     "expected_b_total",
@@ -68,6 +69,32 @@ def expected_b_total(n: int) -> int:
     """
     full, rest = divmod(n, 1000)
     return full * 499_500 + rest * (rest - 1) // 2
+
+
+def ensure_sequence_csv(directory: str, n: int, parts: int) -> str:
+    """W1's input for file-reading peers: ``0 .. n-1``, one per line, in ``parts`` files.
+
+    Reused when ``directory`` already holds the same ``n`` and ``parts``.
+
+    Example: ``ensure_sequence_csv("/tmp/epochstream-bench/seq-1000000", 1_000_000, 4)``
+    """
+    stamp = os.path.join(directory, ".source")
+    want = f"{n} {parts}\n"
+    if os.path.exists(stamp):
+        with open(stamp, encoding="ascii") as f:
+            if f.read() == want:
+                return directory
+    os.makedirs(directory, exist_ok=True)
+    per = -(-n // parts)
+    for p in range(parts):
+        lo, hi = p * per, min(n, (p + 1) * per)
+        with open(os.path.join(directory, f"part-{p:04d}.csv"), "w", encoding="ascii") as f:
+            if hi > lo:
+                f.write("\n".join(map(str, range(lo, hi))))
+                f.write("\n")
+    with open(stamp, "w", encoding="ascii") as f:
+        f.write(want)
+    return directory
 
 
 def vocabulary(seed: int = TEXT_SEED, size: int = VOCABULARY_SIZE) -> list[str]:

@@ -1,0 +1,131 @@
+"""The Nexmark files as each peer reads them, derived once from ``write_nexmark_files``.
+
+``write_nexmark_files(directory, config)`` (``epochstream.connectors.nexmark``) writes
+``person.parquet``, ``auction.parquet`` and ``bid.parquet``. Peers read those events:
+
+- Spark Structured Streaming reads Parquet, but one file is one micro-batch: it gets
+  each table cut into ``parts`` Parquet files (:func:`ensure_parquet_parts`).
+- PyFlink's pip package has no Parquet format (``flink-sql-parquet`` is a separate
+  jar that only Maven serves): it gets the same rows as headerless CSV parts
+  (:func:`ensure_csv_parts`), converted once, outside the timed run.
+- Bytewax reads the Parquet files itself (pyarrow in its venv).
+
+Needs pyarrow only (it runs in the peers' venvs too). Conversions are cached beside
+the files, keyed by the source file's size and modification time.
+
+Example::
+
+    parts = ensure_csv_parts("/tmp/nexmark", 4)     # {"bid": "/tmp/nexmark/csv-4/bid", ...}
+    total = event_count("/tmp/nexmark")
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["COLUMNS", "TABLES", "ensure_csv_parts", "ensure_parquet_parts", "event_count"]
+
+TABLES = ("person", "auction", "bid")
+# Field order of the spec (/tmp/nexmark_spec.md); CSV columns and DDLs follow it.
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "person": ("id", "name", "email_address", "credit_card", "city", "state", "date_time", "extra"),
+    "auction": (
+        "id",
+        "item_name",
+        "description",
+        "initial_bid",
+        "reserve",
+        "date_time",
+        "expires",
+        "seller",
+        "category",
+        "extra",
+    ),
+    "bid": ("auction", "bidder", "price", "channel", "url", "date_time", "extra"),
+}
+
+
+def _source(directory: str, table: str) -> str:
+    path = os.path.join(directory, f"{table}.parquet")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no Nexmark {table} file (write_nexmark_files writes it)")
+    return path
+
+
+def _stamp(path: str, parts: int) -> str:
+    st = os.stat(path)
+    return f"{st.st_size} {st.st_mtime_ns} {parts}\n"
+
+
+def _fresh(out_dir: str, want: str) -> bool:
+    stamp = os.path.join(out_dir, ".source")
+    if not os.path.exists(stamp):
+        return False
+    with open(stamp, encoding="ascii") as f:
+        return f.read() == want
+
+
+def _mark(out_dir: str, want: str) -> None:
+    with open(os.path.join(out_dir, ".source"), "w", encoding="ascii") as f:
+        f.write(want)
+
+
+def _cut(table: Any, parts: int) -> list[Any]:
+    per = -(-table.num_rows // parts) if table.num_rows else 0
+    return [table.slice(i * per, per) for i in range(parts)]
+
+
+def _convert(directory: str, parts: int, kind: str) -> dict[str, str]:
+    import shutil
+
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    out: dict[str, str] = {}
+    for table in TABLES:
+        src = _source(directory, table)
+        out_dir = os.path.join(directory, f"{kind}-{parts}", table)
+        out[table] = out_dir
+        want = _stamp(src, parts)
+        if _fresh(out_dir, want):
+            continue
+        shutil.rmtree(out_dir, ignore_errors=True)
+        os.makedirs(out_dir)
+        data = pq.read_table(src).select(list(COLUMNS[table]))
+        for i, piece in enumerate(_cut(data, parts)):
+            if kind == "csv":
+                options = pcsv.WriteOptions(include_header=False)
+                pcsv.write_csv(piece, os.path.join(out_dir, f"part-{i:04d}.csv"), options)
+            else:
+                pq.write_table(piece, os.path.join(out_dir, f"part-{i:04d}.parquet"))
+        _mark(out_dir, want)
+    return out
+
+
+def ensure_csv_parts(directory: str, parts: int) -> dict[str, str]:
+    """Each table as ``parts`` headerless CSV files in spec column order; table -> dir.
+
+    Example: ``ensure_csv_parts("/tmp/nexmark", 4)["bid"]``
+    """
+    return _convert(directory, parts, "csv")
+
+
+def ensure_parquet_parts(directory: str, parts: int) -> dict[str, str]:
+    """Each table as ``parts`` Parquet files (one micro-batch each for Spark); table -> dir.
+
+    Example: ``ensure_parquet_parts("/tmp/nexmark", 16)["bid"]``
+    """
+    return _convert(directory, parts, "parquet")
+
+
+def event_count(directory: str) -> dict[str, int]:
+    """Rows per table and ``"total"``: the events a query's rate is counted over.
+
+    Example: ``event_count("/tmp/nexmark")["total"]``
+    """
+    import pyarrow.parquet as pq
+
+    counts = {t: pq.ParquetFile(_source(directory, t)).metadata.num_rows for t in TABLES}
+    counts["total"] = sum(counts.values())
+    return counts
