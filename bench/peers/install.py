@@ -59,8 +59,8 @@ def java_home() -> str | None:
 class Peer:
     """One peer system: how to install it and how to start its job script.
 
-    ``requirement`` is a pip requirement installed into ``venv_root()/<name>``; an
-    empty one means the project's interpreter runs the script.
+    ``requirement`` holds the pip requirements (space-separated) installed into
+    ``venv_root()/<name>``; an empty one means the project's interpreter runs the script.
 
     Example::
 
@@ -104,7 +104,7 @@ class Peer:
         with open(log_path, "w", encoding="utf-8") as log:
             steps = [
                 [base, "-m", "venv", "--clear", self.venv],
-                [python, "-m", "pip", "install", "--quiet", self.requirement],
+                [python, "-m", "pip", "install", "--quiet", *self.requirement.split()],
                 [python, "-c", f"import {self.import_name or self.name}"],
             ]
             for step in steps:
@@ -156,7 +156,8 @@ class Peer:
 
 PEERS: dict[str, Peer] = {
     "dictloop": Peer("dictloop", "dictloop_job.py"),
-    "bytewax": Peer("bytewax", "bytewax_job.py", requirement="bytewax==0.21.1"),
+    # pyarrow: the Nexmark peer reads the Parquet files itself.
+    "bytewax": Peer("bytewax", "bytewax_job.py", requirement="bytewax==0.21.1 pyarrow>=15"),
     "spark-ss": Peer("spark-ss", "spark_ss_job.py", needs_java=True),
     "pyflink": Peer(
         "pyflink",
