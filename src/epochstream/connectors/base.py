@@ -88,6 +88,8 @@ class Source(ABC):
 
     ``bounded``: the input ends. ``replayable``: a reader restored from a snapshot
     re-reads from the snapshot's positions, which is what makes exactly-once possible.
+    ``columnar``: readers' ``poll`` returns ``pyarrow.RecordBatch`` objects (event
+    time, if any, in an int64 column ``_ts``) instead of lists of records.
 
     Example::
 
@@ -96,6 +98,7 @@ class Source(ABC):
 
     bounded: bool = True
     replayable: bool = True
+    columnar: bool = False
 
     @abstractmethod
     def create_splits(self, parallelism: int) -> list[Any]:
