@@ -222,6 +222,9 @@ class Sink(ABC):
     """
 
     transactional: bool = False
+    #: Its writers take ``pyarrow.RecordBatch`` objects from a columnar stream too (a
+    #: sink without it needs ``to_rows()`` in front of it).
+    accepts_batches: bool = False
 
     @abstractmethod
     def create_writer(self, ctx: SinkContext) -> SinkWriter:
