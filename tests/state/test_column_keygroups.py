@@ -88,3 +88,13 @@ def test_murmur_rows_equals_mmh3(length: int) -> None:
     rows = rng.integers(0, 256, size=(50, length), dtype=np.uint8)
     expected = [murmur3_32(bytes(row)) for row in rows]
     assert murmur3_32_rows(rows).tolist() == expected
+
+
+def test_dense_table_grows_and_matches_the_row_path() -> None:
+    small = list(range(0, 70_000, 7))
+    assert key_groups_of_column(pa.array(small), 128).tolist() == _row_path(small, 128)
+    larger = [0, 1, 200_000, 3_000_000, (1 << 22) - 1, 1 << 22, 5]
+    assert key_groups_of_column(pa.array(larger), 128).tolist() == _row_path(larger, 128)
+    unsigned = [0, 9, 60_000]
+    got = key_groups_of_column(pa.array(unsigned, pa.uint16()), 32768)
+    assert got.tolist() == _row_path(unsigned, 32768)

@@ -137,7 +137,8 @@ class ColumnarRouter:
                 self._add(0, batch)
                 return
             groups = batch.column(KG_COLUMN).to_numpy()
-            channels = (groups.astype(np.int64) * self._n) // self._max_parallelism
+            # int16 channels: NumPy's stable sort of 16-bit ints is a radix sort, O(rows).
+            channels = ((groups.astype(np.int32) * self._n) // self._max_parallelism).astype(np.int16)
             order = np.argsort(channels, kind="stable")
             counts = np.bincount(channels, minlength=self._n)
             ordered = batch.take(pa.array(order))

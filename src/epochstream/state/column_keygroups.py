@@ -13,6 +13,9 @@ NumPy, a few vector operations per 4-byte block instead of a Python call per row
 - string and binary columns: ``b"S"`` + UTF-8 bytes (``b"B"`` + bytes); rows are
   grouped by length and each length hashed as a matrix gathered from the Arrow
   buffers. Null rows hash like ``None``.
+- small non-negative integers (ids, the common key) are looked up in a table of the
+  key groups of ``0..n`` built with the integer path above, grown as larger values
+  arrive up to ``DENSE_LIMIT``: one gather per column;
 - anything else (floats, timestamps, dictionaries, nested types) goes through
   :func:`key_group_for_key` per distinct value: correct, not vectorized.
 
@@ -35,7 +38,12 @@ from epochstream.state.keygroups import key_group_for_key, validate_max_parallel
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["key_groups_of_column", "murmur3_32_rows"]
+__all__ = ["DENSE_LIMIT", "key_groups_of_column", "murmur3_32_rows"]
+
+#: Integer keys in ``0 <= key < DENSE_LIMIT`` use a lookup table (int16 per value).
+DENSE_LIMIT = 1 << 22
+# Per max_parallelism: key groups of 0..len-1 (a memo; equal whichever thread builds it).
+_DENSE_TABLES: dict[int, np.ndarray] = {}
 
 _C1 = np.uint32(0xCC9E2D51)
 _C2 = np.uint32(0x1B873593)
@@ -105,6 +113,20 @@ def _integer_key_groups(values: np.ndarray, max_parallelism: int) -> np.ndarray:
     return (out % np.uint32(max_parallelism)).astype(np.int32)
 
 
+def _dense_table(max_parallelism: int, upto: int) -> np.ndarray:
+    """The key groups of ``0..n-1`` for some ``n > upto`` (built and grown in powers of two)."""
+    table = _DENSE_TABLES.get(max_parallelism)
+    if table is None or len(table) <= upto:
+        size = max(1 << 16, 1 << int(upto).bit_length())
+        have = 0 if table is None else len(table)
+        grown = np.empty(size, dtype=np.int16)
+        if table is not None:
+            grown[:have] = table
+        grown[have:] = _integer_key_groups(np.arange(have, size, dtype=np.int64), max_parallelism)
+        _DENSE_TABLES[max_parallelism] = table = grown
+    return table
+
+
 def _binary_key_groups(column: pa.Array, tag: bytes, max_parallelism: int) -> np.ndarray:
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -172,6 +194,9 @@ def key_groups_of_column(column: pa.Array | pa.ChunkedArray, max_parallelism: in
             values = values.astype(np.uint64)
         else:
             values = values.astype(np.int64)
+        if len(values) and 0 <= values.min() and values.max() < DENSE_LIMIT:
+            table = _dense_table(max_parallelism, int(values.max()))
+            return table[values].astype(np.int32)  # type: ignore[no-any-return]
         return _integer_key_groups(values, max_parallelism)
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         return _binary_key_groups(column, b"S", max_parallelism)

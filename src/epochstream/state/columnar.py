@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.state.canonical import read_batches
-from epochstream.state.column_keygroups import key_groups_of_column
+from epochstream.state.column_keygroups import DENSE_LIMIT, key_groups_of_column
 from epochstream.state.handles import ColumnarSnapshotHandle, KeyedStateHandle
 
 if TYPE_CHECKING:
@@ -52,14 +52,19 @@ TS = "_ts"
 class KeyIndex:
     """Dense slots ``0..size-1`` for the distinct keys seen, in order of arrival.
 
-    Integer keys without nulls are found with a binary search over a sorted copy (one
-    NumPy call per batch); any other key type goes through a dict of Python values.
+    Three ways to find a key's slot, picked by what the keys are:
+
+    - integers in ``0 <= key < DENSE_LIMIT`` (ids): a table indexed by the key value,
+      so every row of a batch finds its slot with one gather (:meth:`row_slots`);
+    - other integers: a binary search over a sorted copy of the keys;
+    - any other type (strings, nulls...): a dict of Python values.
 
     Example::
 
         index = KeyIndex()
         index.slots(pa.array([7, 3]))[0].tolist() == [0, 1]
         index.slots(pa.array([3, 9]))[0].tolist() == [1, 2]
+        index.row_slots(pa.array([9, 9, 7]))[0].tolist() == [2, 2, 0]
     """
 
     def __init__(self) -> None:
@@ -67,23 +72,82 @@ class KeyIndex:
         self.key_type: pa.DataType | None = None
         self._numeric: bool | None = None
         self._values = np.empty(0, dtype=np.int64)  # numeric: key of each slot
-        self._sorted = np.empty(0, dtype=np.int64)
+        # Dense: slot of each key value (-1: none), while every key fits the table.
+        self._dense: np.ndarray | None = np.empty(0, dtype=np.int32)
+        self._sorted = np.empty(0, dtype=np.int64)  # sparse: keys sorted, and their slots
         self._sorted_slots = np.empty(0, dtype=np.int64)
         self._dict: dict[Any, int] = {}
         self._list: list[Any] = []  # generic: key of each slot
 
-    def slots(self, keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        """The slot of each key (all distinct) and a mask of the keys that were new."""
+    def _prepare(self, keys: pa.Array) -> bool:
+        """Note the key type; whether ``keys`` take the numeric paths."""
         if self.key_type is None:
             self.key_type = keys.type
             self._numeric = pa.types.is_integer(keys.type)
         if self._numeric and keys.null_count:
             self._to_generic()
-        if self._numeric:
-            return self._numeric_slots(keys.to_numpy().astype(np.int64, copy=False))
-        return self._generic_slots(keys.to_pylist())
+        return bool(self._numeric)
 
-    def _numeric_slots(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def row_slots(self, keys: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
+        """The slot of every row's key (repeats allowed) and the slots made for new
+        keys; ``None`` unless the keys are dense integers (then use :meth:`slots`)."""
+        if not self._prepare(keys) or self._dense is None:
+            return None
+        q = keys.to_numpy().astype(np.int64, copy=False)
+        if not len(q):
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        if q.min() < 0 or q.max() >= DENSE_LIMIT:
+            self._to_sparse()
+            return None
+        dense = self._dense_upto(int(q.max()))
+        slots = dense[q]
+        missing = slots < 0
+        if not missing.any():
+            return slots, np.empty(0, dtype=np.int64)
+        new_keys = np.unique(q[missing])
+        fresh = self._add_numeric(new_keys)
+        return dense[q], fresh
+
+    def slots(self, keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """The slot of each key (all distinct) and a mask of the keys that were new."""
+        if not self._prepare(keys):
+            return self._generic_slots(keys.to_pylist())
+        q = keys.to_numpy().astype(np.int64, copy=False)
+        if self._dense is not None and len(q) and (q.min() < 0 or q.max() >= DENSE_LIMIT):
+            self._to_sparse()
+        if self._dense is not None:
+            dense = self._dense_upto(int(q.max()) if len(q) else 0)
+            slots = dense[q].astype(np.int64)
+            new = slots < 0
+            if new.any():
+                slots[new] = self._add_numeric(q[new])
+            return slots, new
+        return self._sparse_slots(q)
+
+    def _dense_upto(self, top: int) -> np.ndarray:
+        dense = self._dense
+        assert dense is not None
+        if len(dense) <= top:
+            grown = np.full(max(1024, 1 << top.bit_length()), -1, dtype=np.int32)
+            grown[: len(dense)] = dense
+            self._dense = dense = grown
+        return dense
+
+    def _add_numeric(self, new_keys: np.ndarray) -> np.ndarray:
+        """Slots for ``new_keys`` (distinct, unseen), in the dense table if there is one."""
+        fresh = np.arange(self.size, self.size + len(new_keys), dtype=np.int64)
+        self.size += len(new_keys)
+        self._values = np.concatenate([self._values, new_keys])
+        if self._dense is not None:
+            self._dense[new_keys] = fresh
+        else:
+            merged = np.concatenate([self._sorted, new_keys])
+            order = np.argsort(merged, kind="stable")
+            self._sorted = merged[order]
+            self._sorted_slots = np.concatenate([self._sorted_slots, fresh])[order]
+        return fresh
+
+    def _sparse_slots(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         sorted_keys = self._sorted
         pos = np.searchsorted(sorted_keys, q)
         found = pos < len(sorted_keys)
@@ -91,17 +155,15 @@ class KeyIndex:
         slots = np.empty(len(q), dtype=np.int64)
         slots[found] = self._sorted_slots[pos[found]]
         new = ~found
-        count = int(new.sum())
-        if count:
-            fresh = np.arange(self.size, self.size + count, dtype=np.int64)
-            slots[new] = fresh
-            self.size += count
-            self._values = np.concatenate([self._values, q[new]])
-            merged = np.concatenate([sorted_keys, q[new]])
-            order = np.argsort(merged, kind="stable")
-            self._sorted = merged[order]
-            self._sorted_slots = np.concatenate([self._sorted_slots, fresh])[order]
+        if new.any():
+            slots[new] = self._add_numeric(q[new])
         return slots, new
+
+    def _to_sparse(self) -> None:
+        self._dense = None
+        order = np.argsort(self._values, kind="stable")
+        self._sorted = self._values[order]
+        self._sorted_slots = order.astype(np.int64)
 
     def _generic_slots(self, values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
         table = self._dict
@@ -121,6 +183,7 @@ class KeyIndex:
         self._list = self._values.tolist()
         self._dict = {k: i for i, k in enumerate(self._list)}
         self._numeric = False
+        self._dense = None
 
     def keys_at(self, slots: np.ndarray) -> pa.Array:
         """The keys of ``slots`` as an Arrow array of the key type."""
@@ -199,6 +262,9 @@ class ColumnarAggregates:
         """Fold ``batch`` in: (keys touched, their slots, their latest ``_ts`` or None)."""
         self._check_columns(batch)
         has_ts = TS in batch.schema.names
+        rows = self.index.row_slots(batch.column(self.key))
+        if rows is not None:
+            return self._fold_rows(batch, *rows, has_ts)
         columns = [self.key] + ([self.value] if self.value and self.value != self.key else [])
         table = pa.Table.from_batches([batch.select(columns + ([TS] if has_ts else []))])
         grouped = table.group_by(self.key, use_threads=False).aggregate(self._aggregations(has_ts))
@@ -210,6 +276,55 @@ class ColumnarAggregates:
         self._apply(grouped, slots)
         ts = grouped.column(f"{TS}_max").combine_chunks() if has_ts else None
         return keys, slots, ts
+
+    def _fold_rows(
+        self, batch: pa.RecordBatch, slots: np.ndarray, fresh: np.ndarray, has_ts: bool
+    ) -> tuple[pa.Array, np.ndarray, pa.Array | None]:
+        """Fold with a slot per row (dense integer keys): bincount and ufunc.at over the
+        slots, no hash group-by."""
+        n = self.index.size
+        self._grow(n)
+        if len(fresh):
+            self._init_slots(fresh, self.index.keys_at(fresh))
+        rows_per_slot = np.bincount(slots, minlength=n)
+        touched = np.flatnonzero(rows_per_slot)
+        kind, acc = self.kind, self._acc
+        if kind == "count":
+            acc[touched] += rows_per_slot[touched]
+        else:
+            column, value_slots = batch.column(self.value), slots
+            if column.null_count:
+                valid = pc.is_valid(column)
+                value_slots = slots[valid.to_numpy(zero_copy_only=False)]
+                column = column.filter(valid)
+                self._count[:n] += np.bincount(value_slots, minlength=n)
+            else:
+                self._count[touched] += rows_per_slot[touched]
+            values = column.to_numpy()
+            if kind in ("sum", "mean"):
+                self._add_sums(value_slots, values, n, touched)
+            elif kind == "min":
+                np.minimum.at(acc, value_slots, values.astype(acc.dtype, copy=False))
+            else:
+                np.maximum.at(acc, value_slots, values.astype(acc.dtype, copy=False))
+        ts = None
+        if has_ts:
+            latest = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+            np.maximum.at(latest, slots, batch.column(TS).to_numpy())
+            ts = pa.array(latest[touched])
+        return self.index.keys_at(touched), touched, ts
+
+    def _add_sums(self, slots: np.ndarray, values: np.ndarray, n: int, touched: np.ndarray) -> None:
+        acc = self._acc
+        if acc.dtype == np.float64:
+            acc[touched] += np.bincount(slots, weights=values, minlength=n)[touched]
+            return
+        # bincount sums in float64: exact while every partial sum stays below 2**53.
+        if len(values) and int(np.abs(values).max()) * len(values) < 2**53:
+            partial = np.bincount(slots, weights=values, minlength=n)[touched]
+            acc[touched] += np.rint(partial).astype(np.int64)
+        else:
+            np.add.at(acc, slots, values.astype(np.int64, copy=False))
 
     def _init_slots(self, slots: np.ndarray, keys: pa.Array) -> None:
         self._kg[slots] = key_groups_of_column(keys, self.max_parallelism)
