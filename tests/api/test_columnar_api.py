@@ -38,7 +38,12 @@ def test_columnar_flag_follows_the_operators() -> None:
         (lambda e: e.from_sequence(0, 9, batch_size=4).key_by("value").reduce(max), "reduce\\(\\) works on rows"),
         (lambda e: e.from_sequence(0, 9, batch_size=4).sink_to(es.sinks.FileSink("/tmp/x")), "call to_rows\\(\\)"),
         (lambda e: e.from_sequence(0, 9, batch_size=4).union(e.from_sequence(0, 9)), "one form"),
-        (lambda e: e.from_sequence(0, 9, batch_size=4).key_by("value").window(es.EventTimeSessionWindows.with_gap(5)), "tumbling or sliding"),
+        (
+            lambda e: e.from_sequence(0, 9, batch_size=4)
+            .key_by("value")
+            .window(es.EventTimeSessionWindows.with_gap(5)),
+            "tumbling or sliding",
+        ),
         (lambda e: e.from_sequence(0, 9).to_batches({"a": 1}), "needs a pyarrow.Schema"),
     ],
 )

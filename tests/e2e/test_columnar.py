@@ -114,6 +114,9 @@ def test_columnar_state_rescales_through_a_savepoint(spark: Any, tmp_path: Path)
     with pytest.raises(es.JobCancelled):
         client.result(timeout=60)
     assert 0 < len(es.testing.read_committed(out)), "the first job committed nothing"
+    # The savepoint's columnar state reads offline like any keyed state.
+    table = es.savepoint.read(path, "sums", "sum")
+    assert set(table.column("key").to_pylist()) == set(range(KEYS))
 
     second = _env(spark, 3, ckpt)
     _pipeline(second, out, rate=None)

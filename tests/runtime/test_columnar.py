@@ -97,7 +97,7 @@ def test_forward_and_broadcast() -> None:
 
 
 def test_keying_by_a_missing_column_names_it() -> None:
-    with pytest.raises(ConfigurationError, match="no column 'user'.*columns: k, v"):
+    with pytest.raises(ConfigurationError, match=r"no column 'user'.*columns: k, v"):
         with_key_groups(_batch([1]), ColumnKey("user"), MAX_P)
 
 

@@ -37,7 +37,9 @@ class Emitted:
         return [r for b in self.items for r in b.to_pylist()]
 
 
-def make(kind: str, payload: Any, *, key: str | None = None, subtask: int = 0, parallelism: int = 1) -> tuple[Any, Emitted]:
+def make(
+    kind: str, payload: Any, *, key: str | None = None, subtask: int = 0, parallelism: int = 1
+) -> tuple[Any, Emitted]:
     spec = OperatorSpec(
         uid=f"{kind}-1", name=kind, kind=kind, payload=payload,
         key_selector=ColumnKey(key) if key else None,
@@ -65,7 +67,7 @@ def test_map_batches_keeps_event_time_and_checks_the_result_type() -> None:
     op.process_batch(_kv([1, 2], [3, 4], ts=[10, 20]), None)
     assert out.rows() == [{"v2": 6, "_ts": 10}, {"v2": 8, "_ts": 20}]
     bad, _ = make("map_batches", lambda b: b.to_pylist())
-    with pytest.raises(DataError, match="returned list, not a pyarrow.RecordBatch"):
+    with pytest.raises(DataError, match=r"returned list, not a pyarrow.RecordBatch"):
         bad.process_batch(_kv([1], [1]), None)
     failing, _ = make("map_batches", lambda b: 1 / 0)
     with pytest.raises(UserFunctionError, match="batch of 1 rows: k, v"):
@@ -83,16 +85,18 @@ def test_filter_expression_and_its_error_names_the_schema() -> None:
 
 def test_to_rows_and_to_batches_round_trip_with_timestamps() -> None:
     to_rows, rows_out = make("to_rows", None)
-    to_rows.process_batch(_kv(["a", "b"], [1, 2], ts=[100, 200]).append_column("_kg", pa.array([0, 1], pa.int32())), None)
+    keyed = _kv(["a", "b"], [1, 2], ts=[100, 200]).append_column("_kg", pa.array([0, 1], pa.int32()))
+    to_rows.process_batch(keyed, None)
     assert rows_out.items == [[{"k": "a", "v": 1}, {"k": "b", "v": 2}]]
     assert rows_out.timestamps == [[100, 200]]
     schema = pa.schema([("k", pa.string()), ("v", pa.int64())])
     to_batches, batches_out = make("to_batches", schema)
     to_batches.process_batch(rows_out.items[0], rows_out.timestamps[0])
     to_batches.process_batch([("c", 3)], None)
-    assert batches_out.items[0].equals(_kv(["a", "b"], [1, 2], ts=[100, 200]).cast(schema.append(pa.field("_ts", pa.int64()))))
+    expected = _kv(["a", "b"], [1, 2], ts=[100, 200])
+    assert batches_out.items[0].equals(expected.cast(schema.append(pa.field("_ts", pa.int64()))))
     assert batches_out.rows()[-1] == {"k": "c", "v": 3}
-    with pytest.raises(DataError, match="record 1: .*'v': 'x'"):
+    with pytest.raises(DataError, match=r"record 1: .*'v': 'x'"):
         to_batches.process_batch([{"k": "d", "v": 1}, {"k": "e", "v": "x"}], None)
 
 
@@ -104,7 +108,7 @@ def _target(root: Path, checkpoint_id: int, name: str) -> SnapshotTarget:
 
 
 def test_aggregate_snapshot_restores_at_another_parallelism(tmp_path: Path) -> None:
-    op, out = make("columnar_aggregate", AggregateSpec("sum", key="k", value="v"), key="k")
+    op, _ = make("columnar_aggregate", AggregateSpec("sum", key="k", value="v"), key="k")
     keys = list(range(40))
     op.process_batch(_kv(keys, [1] * 40), None)
     op.process_batch(_kv(keys[:10], [5] * 10), None)
@@ -132,12 +136,16 @@ def test_aggregate_snapshot_restores_at_another_parallelism(tmp_path: Path) -> N
     assert final == {k: (106 if k < 10 else 101) for k in keys}
 
 
-def test_window_fires_at_the_watermark_drops_late_rows_and_restores_open_windows(tmp_path: Path) -> None:
+def test_window_fires_at_the_watermark_drops_late_rows_and_restores_open_windows(
+    tmp_path: Path,
+) -> None:
     spec = WindowAggregateSpec("count", key="k", value=None, size=1_000, slide=1_000)
     op, out = make("columnar_window", spec, key="k")
     op.process_batch(_kv(["a", "a", "b"], [1, 1, 1], ts=[10, 999, 1_500]), None)
     op.process_watermark(999)
-    assert out.rows() == [{"k": "a", "window_start": 0, "window_end": 1_000, "count": 2, "_ts": 999}]
+    assert out.rows() == [
+        {"k": "a", "window_start": 0, "window_end": 1_000, "count": 2, "_ts": 999}
+    ]
     assert out.watermarks == [999]
     op.process_batch(_kv(["a"], [1], ts=[500]), None)  # late: its window fired
     assert op.late_rows == 1
@@ -146,7 +154,9 @@ def test_window_fires_at_the_watermark_drops_late_rows_and_restores_open_windows
     restored.initialize_state(OperatorRestore(keyed=[handle]), 2)
     restored.process_batch(_kv(["b"], [1], ts=[1_200]), None)
     restored.process_watermark(2_000)
-    assert restored_out.rows() == [{"k": "b", "window_start": 1_000, "window_end": 2_000, "count": 2, "_ts": 1_999}]
+    assert restored_out.rows() == [
+        {"k": "b", "window_start": 1_000, "window_end": 2_000, "count": 2, "_ts": 1_999}
+    ]
 
 
 def test_sliding_windows_assign_each_row_to_every_window_it_falls_in() -> None:

@@ -81,7 +81,7 @@ def test_snapshot_restores_split_over_new_key_group_ranges(tmp_path: Path) -> No
         agg.update(batch)
     fs = storage_fs(str(tmp_path))
     handle = write_columnar_state(
-        fs, str(tmp_path / "s.arrow"), agg.state_table(), key_groups=range(0, MAX_P)
+        fs, str(tmp_path / "s.arrow"), agg.state_table(), key_groups=range(0, MAX_P), state="sum"
     )
     assert handle is not None
     before = dict(zip(*(c.to_pylist() for c in agg.result()), strict=True))

@@ -66,7 +66,7 @@ class PrintWriter(AtLeastOnceSinkWriter):
         if not len(records):
             return
         if type(records) is not list:  # a columnar batch: one line per row
-            records = records.to_pylist()
+            records = records.to_pylist()  # type: ignore[attr-defined]
         p = self.line_prefix
         text = "".join([f"{p}{r!s}\n" for r in records])
         if self.console is not None:

@@ -196,7 +196,7 @@ def key_groups_of_column(column: pa.Array | pa.ChunkedArray, max_parallelism: in
             values = values.astype(np.int64)
         if len(values) and 0 <= values.min() and values.max() < DENSE_LIMIT:
             table = _dense_table(max_parallelism, int(values.max()))
-            return table[values].astype(np.int32)  # type: ignore[no-any-return]
+            return table[values].astype(np.int32)
         return _integer_key_groups(values, max_parallelism)
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         return _binary_key_groups(column, b"S", max_parallelism)

@@ -38,6 +38,7 @@ __all__ = [
     "AGGREGATES",
     "ColumnarAggregates",
     "KeyIndex",
+    "columnar_rows",
     "read_columnar_state",
     "split_by_key_group",
     "write_columnar_state",
@@ -444,9 +445,10 @@ def split_by_key_group(table: pa.Table) -> Iterable[tuple[int, pa.RecordBatch]]:
 
 
 def write_columnar_state(
-    fs: StorageFS, path: str, table: pa.Table, *, key_groups: range
+    fs: StorageFS, path: str, table: pa.Table, *, key_groups: range, state: str
 ) -> ColumnarSnapshotHandle | None:
-    """Write ``table`` (with a ``_kg`` column) as one record batch per key group."""
+    """Write ``table`` (with a ``_kg`` column) as one record batch per key group;
+    ``state`` names it for ``es.savepoint.read`` (the aggregation: ``"sum"``...)."""
     if table.num_rows == 0:
         return None
     batches: dict[int, int] = {}
@@ -457,9 +459,8 @@ def write_columnar_state(
             writer.write_batch(batch)
         writer.close()
         size = raw.tell()
-    columns = {f.name: str(f.type) for f in table.schema if f.name != KG}
     return ColumnarSnapshotHandle(
-        key_groups=key_groups, path=path, file_size=size, batches=batches, states=columns
+        key_groups=key_groups, path=path, file_size=size, batches=batches, states={state: "columnar"}
     )
 
 
@@ -475,7 +476,28 @@ def read_columnar_state(
                 f"({type(handle).__name__}); a columnar aggregation restores only its own "
                 "state: give the new operator another uid"
             )
-        parts.extend(batch for _, batch in read_batches(fs_of(handle.path), handle, key_groups))
+        parts.extend(b for _, b in read_batches(fs_of(handle.path), handle, key_groups))
     if not parts:
         return None
     return pa.Table.from_batches(parts)
+
+
+#: Columns of a columnar state file besides the key.
+STATE_COLUMNS = (KG, "acc", "count", "_window_start")
+
+
+def columnar_rows(fs: StorageFS, handle: ColumnarSnapshotHandle) -> Iterable[tuple[Any, ...]]:
+    """``(key, value, key group, window start or None)`` of every entry (offline reads)."""
+    kind = next(iter(handle.states), "")
+    for kg, batch in read_batches(fs, handle, handle.key_groups):
+        cols = batch.to_pydict()
+        key_column = next(c for c in cols if c not in STATE_COLUMNS)
+        windows = cols.get("_window_start", [None] * batch.num_rows)
+        for key, acc, count, window in zip(cols[key_column], cols["acc"], cols["count"], windows, strict=True):
+            if kind == "mean":
+                value = acc / count if count else None
+            elif kind in ("min", "max", "sum") and not count:
+                value = None
+            else:
+                value = acc
+            yield key, value, kg, window

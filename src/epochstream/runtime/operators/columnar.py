@@ -195,15 +195,18 @@ class AggregateSpec:
 class _StateSnapshot(SnapshotJob):
     """Writes a copy of the columnar state taken at the barrier (snapshot thread)."""
 
-    def __init__(self, table: pa.Table, target: SnapshotTarget, key_groups: range) -> None:
+    def __init__(self, table: pa.Table, target: SnapshotTarget, key_groups: range, state: str) -> None:
         self.table = table
         self.target = target
         self.key_groups = key_groups
+        self.state = state
 
     def run(self) -> KeyedStateHandle | None:
         target = self.target
         path = target.fs.join(target.directory, f"{target.name}.columnar.arrow")
-        handle = write_columnar_state(target.fs, path, self.table, key_groups=self.key_groups)
+        handle = write_columnar_state(
+            target.fs, path, self.table, key_groups=self.key_groups, state=self.state
+        )
         self.bytes_written = handle.size if handle is not None else 0
         return handle
 
@@ -236,7 +239,9 @@ class ColumnarKeyedOperator(Operator):
 
     def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
         parts = super().snapshot(target)
-        parts.keyed = _StateSnapshot(self.state_table(), target, self.key_groups)
+        parts.keyed = _StateSnapshot(
+            self.state_table(), target, self.key_groups, self.spec.payload.kind
+        )
         return parts
 
 
