@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from epochstream.exceptions import ConfigurationError
+from epochstream.exceptions import ConfigurationError, DataError
 from epochstream.graph.transformations import ColumnKey, Partitioning
 from epochstream.runtime.columnar import (
     KG_COLUMN,
@@ -120,3 +120,14 @@ def test_rows_buffered_before_a_columnar_batch_leave_first() -> None:
     writer.flush()
     assert channel.items[0] == [1, 2]
     assert isinstance(channel.items[1], pa.RecordBatch)
+
+
+def test_batches_of_different_schemas_on_one_channel_are_bad_data() -> None:
+    router = ColumnarRouter(
+        1, kind="forward", key=None, max_parallelism=MAX_P, batch_size=100, subtask_index=0,
+        ship=lambda ch, b: None, edge="parse -> sums (forward)",
+    )
+    router.write(_batch([1]))
+    router.write(pa.record_batch([pa.array(["x"])], names=["other"]))
+    with pytest.raises(DataError, match="parse -> sums .*must share a schema"):
+        router.flush_channel(0)

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from epochstream.checkpoint.filesystems import storage_fs
-from epochstream.exceptions import ConfigurationError, StateError
+from epochstream.exceptions import ConfigurationError, DataError, StateError
 from epochstream.state.columnar import (
     ColumnarAggregates,
     KeyIndex,
@@ -104,3 +104,13 @@ def test_snapshot_restores_split_over_new_key_group_ranges(tmp_path: Path) -> No
 def test_state_of_another_operator_kind_is_refused() -> None:
     with pytest.raises(StateError, match="another kind of operator"):
         read_columnar_state(lambda p: None, [HeapSnapshotHandle(range(0, 1), ())], range(0, 1), "op")
+
+
+def test_a_column_changing_type_between_batches_is_bad_data() -> None:
+    agg = ColumnarAggregates("sum", key="k", value="v", max_parallelism=MAX_P, where="sum (1/1)")
+    agg.update(pa.record_batch([pa.array([1]), pa.array([1])], names=["k", "v"]))
+    agg.update(pa.record_batch([pa.array([1], pa.int32()), pa.array([2], pa.int16())], names=["k", "v"]))
+    with pytest.raises(DataError, match="column 'v' changed type from int64 to double"):
+        agg.update(pa.record_batch([pa.array([1]), pa.array([1.5])], names=["k", "v"]))
+    with pytest.raises(DataError, match="key column changed type from int64 to string"):
+        agg.update(pa.record_batch([pa.array(["a"]), pa.array([1])], names=["k", "v"]))

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from epochstream.exceptions import ConfigurationError
+from epochstream.exceptions import ConfigurationError, DataError
 from epochstream.graph.transformations import ColumnKey
 from epochstream.state.column_keygroups import key_groups_of_column
 
@@ -125,6 +125,7 @@ class ColumnarRouter:
         self._subtask = subtask_index
         self._next = subtask_index % max(n, 1)
         self._ship_one = ship
+        self._edge = edge
         self._pending: list[list[pa.RecordBatch]] = [[] for _ in range(n)]
         self._rows = [0] * n
 
@@ -168,4 +169,12 @@ class ColumnarRouter:
         if pending:
             self._pending[ch] = []
             self._rows[ch] = 0
-            self._ship_one(ch, concat(pending))
+            try:
+                batch = concat(pending)
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                schemas = sorted({str(b.schema).replace("\n", ", ") for b in pending})
+                raise DataError(
+                    f"edge {self._edge}: batches of one stream must share a schema; got "
+                    f"{' and '.join(schemas)}: {exc}"
+                ) from exc
+            self._ship_one(ch, batch)

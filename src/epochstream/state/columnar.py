@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from epochstream.exceptions import ConfigurationError, StateError
+from epochstream.exceptions import ConfigurationError, DataError, StateError
 from epochstream.state.canonical import read_batches
 from epochstream.state.column_keygroups import DENSE_LIMIT, key_groups_of_column
 from epochstream.state.handles import ColumnarSnapshotHandle, KeyedStateHandle
@@ -85,6 +85,13 @@ class KeyIndex:
         if self.key_type is None:
             self.key_type = keys.type
             self._numeric = pa.types.is_integer(keys.type)
+        elif keys.type != self.key_type and not (
+            pa.types.is_integer(keys.type) and pa.types.is_integer(self.key_type)
+        ):
+            raise DataError(
+                f"key column changed type from {self.key_type} to {keys.type} between "
+                "batches; keep one key type (cast in map_batches)"
+            )
         if self._numeric and keys.null_count:
             self._to_generic()
         return bool(self._numeric)
@@ -229,7 +236,16 @@ class ColumnarAggregates:
                 raise ConfigurationError(
                     f"{self.where}: the batch has no column {column!r} (columns: {', '.join(names)})"
                 )
-        if self.value and self._value_type is None:
+        if self.value and self._value_type is not None:
+            kind = batch.schema.field(self.value).type
+            if kind != self._value_type and pa.types.is_floating(kind) != pa.types.is_floating(
+                self._value_type
+            ):
+                raise DataError(
+                    f"{self.where}: column {self.value!r} changed type from {self._value_type} "
+                    f"to {kind} between batches; keep one type (cast in map_batches)"
+                )
+        elif self.value:
             kind = batch.schema.field(self.value).type
             if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
                 raise ConfigurationError(
