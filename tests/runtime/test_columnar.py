@@ -129,5 +129,5 @@ def test_batches_of_different_schemas_on_one_channel_are_bad_data() -> None:
     )
     router.write(_batch([1]))
     router.write(pa.record_batch([pa.array(["x"])], names=["other"]))
-    with pytest.raises(DataError, match="parse -> sums .*must share a schema"):
+    with pytest.raises(DataError, match=r"parse -> sums .*must share a schema"):
         router.flush_channel(0)
