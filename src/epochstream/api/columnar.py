@@ -26,10 +26,49 @@ from epochstream.graph.transformations import ColumnKey
 if TYPE_CHECKING:
     from epochstream.api.windowing import WindowAssigner
 
-__all__ = ["ColumnarKeyedStream"]
+__all__ = ["ColumnarAggregations", "ColumnarKeyedStream"]
 
 
-class ColumnarKeyedStream(KeyedStream):
+class ColumnarAggregations:
+    """The aggregations of the columnar path, on a keyed stream (rolling) or on its
+    windows (one result per key and window).
+
+    Example: ``keyed.sum("v")``, ``keyed.window(w).max("price")``, ``keyed.count()``
+    """
+
+    def _aggregate(self, kind: str, column: str | None) -> DataStream:
+        raise NotImplementedError
+
+    @staticmethod
+    def _column(kind: str, column: Any) -> str:
+        if not isinstance(column, str):
+            raise ConfigurationError(
+                f"{kind}() on a columnar stream takes a column name, got {column!r}"
+            )
+        return column
+
+    def sum(self, column: Any = None) -> DataStream:
+        """Sum of ``column`` per key. Example: ``keyed.sum("v")``"""
+        return self._aggregate("sum", self._column("sum", column))
+
+    def min(self, column: str) -> DataStream:
+        """Minimum of ``column`` per key. Example: ``keyed.min("price")``"""
+        return self._aggregate("min", self._column("min", column))
+
+    def max(self, column: str) -> DataStream:
+        """Maximum of ``column`` per key. Example: ``keyed.max("price")``"""
+        return self._aggregate("max", self._column("max", column))
+
+    def mean(self, column: str) -> DataStream:
+        """Mean (float64) of ``column`` per key. Example: ``keyed.mean("price")``"""
+        return self._aggregate("mean", self._column("mean", column))
+
+    def count(self) -> DataStream:
+        """Rows per key (column ``count``). Example: ``keyed.count()``"""
+        return self._aggregate("count", None)
+
+
+class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
     """A columnar stream keyed by a column (returned by ``key_by("column")``).
 
     ``sum``/``min``/``max``/``mean`` of a column and ``count()``: rolling aggregations
@@ -49,36 +88,10 @@ class ColumnarKeyedStream(KeyedStream):
         return self._key_selector.column
 
     def _aggregate(self, kind: str, column: str | None) -> DataStream:
-        if column is not None and not isinstance(column, str):
-            raise ConfigurationError(
-                f"{kind}() on a columnar stream takes a column name, got {column!r}"
-            )
         from epochstream.runtime.operators.columnar import AggregateSpec
 
         spec = AggregateSpec(kind, key=self.key_column, value=column)
         return self._then("columnar_aggregate", f"{kind}({column or ''})", spec)
-
-    def sum(self, position: Any = None) -> DataStream:
-        """Running sum of column ``position`` per key. Example: ``keyed.sum("v")``"""
-        if position is None:
-            raise ConfigurationError("sum() on a columnar stream needs the column to sum")
-        return self._aggregate("sum", position)
-
-    def min(self, column: str) -> DataStream:
-        """Running minimum of ``column`` per key. Example: ``keyed.min("price")``"""
-        return self._aggregate("min", column)
-
-    def max(self, column: str) -> DataStream:
-        """Running maximum of ``column`` per key. Example: ``keyed.max("price")``"""
-        return self._aggregate("max", column)
-
-    def mean(self, column: str) -> DataStream:
-        """Running mean (float64) of ``column`` per key. Example: ``keyed.mean("price")``"""
-        return self._aggregate("mean", column)
-
-    def count(self) -> DataStream:
-        """Running count of rows per key (column ``count``). Example: ``keyed.count()``"""
-        return self._aggregate("count", None)
 
     # Row-only operations on a keyed stream, refused with the way out.
     def _rows_only_keyed(self, method: str) -> Any:

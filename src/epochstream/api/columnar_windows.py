@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from epochstream.api.columnar import ColumnarAggregations
 from epochstream.api.datastream import DataStream
 from epochstream.api.windowing import (
     SlidingEventTimeWindows,
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["ColumnarWindowedStream"]
 
 
-class ColumnarWindowedStream:
+class ColumnarWindowedStream(ColumnarAggregations):
     """Tumbling or sliding event-time windows of a :class:`ColumnarKeyedStream`.
 
     Each aggregation fires once per key and window when the watermark passes the
@@ -51,31 +52,9 @@ class ColumnarWindowedStream:
         self._size, self._slide, self._offset = size, slide, assigner.offset
 
     def _aggregate(self, kind: str, column: str | None) -> DataStream:
-        if column is not None and not isinstance(column, str):
-            raise ConfigurationError(f"{kind}() on a columnar stream takes a column name, got {column!r}")
         from epochstream.runtime.operators.columnar import WindowAggregateSpec
 
         spec = WindowAggregateSpec(
             kind, self._keyed.key_column, column, self._size, self._slide, self._offset
         )
         return self._keyed._then("columnar_window", f"window {kind}({column or ''})", spec)
-
-    def sum(self, column: str) -> DataStream:
-        """Sum of ``column`` per key and window. Example: ``windowed.sum("price")``"""
-        return self._aggregate("sum", column)
-
-    def min(self, column: str) -> DataStream:
-        """Minimum of ``column`` per key and window. Example: ``windowed.min("price")``"""
-        return self._aggregate("min", column)
-
-    def max(self, column: str) -> DataStream:
-        """Maximum of ``column`` per key and window. Example: ``windowed.max("price")``"""
-        return self._aggregate("max", column)
-
-    def mean(self, column: str) -> DataStream:
-        """Mean of ``column`` per key and window. Example: ``windowed.mean("price")``"""
-        return self._aggregate("mean", column)
-
-    def count(self) -> DataStream:
-        """Rows per key and window (column ``count``). Example: ``windowed.count()``"""
-        return self._aggregate("count", None)
