@@ -66,6 +66,7 @@ from epochstream.api.windowing import (
     WindowAssigner,
 )
 from epochstream.checkpoint.config import CheckpointConfig
+from epochstream.connectors.nexmark import NexmarkConfig, NexmarkSource, write_nexmark_files
 from epochstream.checkpoint.metadata import CheckpointStats
 from epochstream.deploy.client import JobClient
 from epochstream.exceptions import (
@@ -137,6 +138,8 @@ __all__ = [
     "KeyedProcessFunction",
     "KeyedStream",
     "MapFunction",
+    "NexmarkConfig",
+    "NexmarkSource",
     "OutputTag",
     "ProcessFunction",
     "ProcessJoinFunction",
@@ -172,4 +175,5 @@ __all__ = [
     "sources",
     "state",
     "testing",
+    "write_nexmark_files",
 ]
