@@ -66,8 +66,8 @@ from epochstream.api.windowing import (
     WindowAssigner,
 )
 from epochstream.checkpoint.config import CheckpointConfig
-from epochstream.connectors.nexmark import NexmarkConfig, NexmarkSource, write_nexmark_files
 from epochstream.checkpoint.metadata import CheckpointStats
+from epochstream.connectors.nexmark import NexmarkConfig, NexmarkSource, write_nexmark_files
 from epochstream.deploy.client import JobClient
 from epochstream.exceptions import (
     AuthenticationError,

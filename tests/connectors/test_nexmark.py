@@ -191,11 +191,11 @@ def test_bad_sources_splits_and_ranges_are_refused() -> None:
     with pytest.raises(es.ConfigurationError, match="rate"):
         es.NexmarkSource(CONFIG, rate=0)
     reader = NexmarkReader(CONFIG, ManualClock())
-    with pytest.raises(es.ConfigurationError, match="nexmark-9 covers 0..20001"):
+    with pytest.raises(es.ConfigurationError, match=r"nexmark-9 covers 0\.\.20001"):
         reader.add_splits([NexmarkSplit("nexmark-9", 0, 20_001)])
     with pytest.raises(es.ConfigurationError, match="not a NexmarkSplit"):
         reader.add_splits([es.sources.SequenceSource(0, 3).create_splits(1)[0]])
-    with pytest.raises(es.ConfigurationError, match="outside the configured 0..20000"):
+    with pytest.raises(es.ConfigurationError, match=r"outside the configured 0\.\.20000"):
         nexmark_events(CONFIG, 19_000, 20_001)
     with pytest.raises(TypeError):
         es.NexmarkConfig(100)  # type: ignore[misc]  # keyword-only
@@ -229,3 +229,13 @@ def test_files_of_no_events_have_schemas(tmp_path: Path) -> None:
     assert counts == {"person": 0, "auction": 0, "bid": 0, "events": 0}
     assert pq.read_table(tmp_path / "bid.parquet").column_names == list(BID_FIELDS)
     assert pq.read_table(tmp_path / "events.parquet").num_rows == 0
+
+
+def test_only_the_readers_last_split_stays_open_when_read_to_the_end() -> None:
+    source = es.NexmarkSource(CONFIG)
+    reader = source.create_reader(SourceContext(0, 1, ManualClock()))
+    reader.add_splits(source.create_splits(2))
+    finished = []
+    while not reader.exhausted:
+        finished.extend((split_id, done) for split_id, _, done in reader.poll_splits(3_000) if done)
+    assert finished == [("nexmark-0", True)]  # nexmark-1 ends with the input, not before

@@ -224,6 +224,23 @@ class NexmarkReader(_RangeReader):
         super().__init__(clock, _BlockFetch(config), rate)
         self._events = config.events
 
+    def poll_splits(self, max_records: int) -> list[tuple[Any, list[Any], bool]]:
+        """As the base, except that the reader's last split is never reported finished.
+
+        Why: a source subtask with no split left declares itself idle until its end of
+        input, and a downstream task whose inputs are all idle at that moment fires its
+        timers on the final watermark without becoming active again; the records of
+        those timers then reach the next operator on a channel it ignores for event
+        time, and arrive late there (two-stage windows lost results). Keeping the last
+        split open changes nothing else: its watermark is superseded by the end-of-input
+        watermark right after.
+        """
+        groups = super().poll_splits(max_records)
+        if groups and self.exhausted:
+            split_id, records, _ = groups[-1]
+            groups[-1] = (split_id, records, False)
+        return groups
+
     def _cursor(self, split: Any) -> _RangeCursor:
         if not isinstance(split, NexmarkSplit):
             raise ConfigurationError(

@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 if TYPE_CHECKING:
     from epochstream.connectors.nexmark import NexmarkConfig
@@ -276,9 +275,11 @@ def _persons(config: NexmarkConfig, n: np.ndarray) -> pa.RecordBatch:
     digits = _digits(d.bits(3), 16, b"0123456789")
     space = np.full((len(n), 1), ord(" "), dtype=np.uint8)
     card = np.hstack([digits[:, 0:4], space, digits[:, 4:8], space, digits[:, 8:12], space, digits[:, 12:16]])
-    name = tables["name"].take(pa.array(d.below(0, len(tables["name"]))))
+    name_index = d.below(0, len(tables["name"]))
+    name = tables["name"].take(pa.array(name_index))
+    name_lengths = np.diff(np.frombuffer(tables["name"].buffers()[1], dtype=np.int32))
     # Sizes as the reference counts them: 8 bytes per number plus the strings.
-    current = 8 + 8 + np.asarray(pc.utf8_length(name), dtype=np.int64) + 17 + 19 + 16
+    current = 8 + 8 + name_lengths[name_index] + 17 + 19 + 16
     columns = {
         "id": _last_person(n) + FIRST_PERSON_ID,
         "name": name,
