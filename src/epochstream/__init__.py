@@ -16,6 +16,8 @@ Example::
 """
 
 from epochstream import restart, savepoint, sinks, sources, state, testing
+from epochstream.api.columnar import ColumnarKeyedStream
+from epochstream.api.columnar_windows import ColumnarWindowedStream
 from epochstream.api.datastream import DataStream, DataStreamSink, KeyedStream
 from epochstream.api.environment import Environment
 from epochstream.api.functions import (
@@ -107,6 +109,8 @@ __all__ = [
     "CoMapFunction",
     "CoProcessFunction",
     "Collector",
+    "ColumnarKeyedStream",
+    "ColumnarWindowedStream",
     "ConfigurationError",
     "ConnectedStreams",
     "ContinuousEventTimeTrigger",

@@ -26,7 +26,13 @@ from epochstream.api.functions import (
 )
 from epochstream.api.watermarks import WatermarkStrategy
 from epochstream.exceptions import ConfigurationError
-from epochstream.graph.transformations import Edge, Partitioning, Transformation
+from epochstream.graph.transformations import (
+    COLUMNAR_OUTPUT_KINDS,
+    ColumnKey,
+    Edge,
+    Partitioning,
+    Transformation,
+)
 
 if TYPE_CHECKING:
     from epochstream.api.environment import Environment
@@ -36,6 +42,20 @@ if TYPE_CHECKING:
     from epochstream.connectors.base import Sink
 
 __all__ = ["DataStream", "DataStreamSink", "KeyedStream"]
+
+
+def _is_expression(value: Any) -> bool:
+    """Whether ``value`` is an Arrow compute expression (without importing pyarrow)."""
+    cls = type(value)
+    return cls.__name__ == "Expression" and cls.__module__.startswith("pyarrow")
+
+
+def _check_sink_form(stream: Any, sink: Any) -> None:
+    if stream.columnar and not getattr(sink, "accepts_batches", False):
+        raise ConfigurationError(
+            f"{type(sink).__name__} takes rows and {stream._t.name!r} is a columnar stream: "
+            "call to_rows() before sink_to()"
+        )
 
 
 def _name_of(fn: Any, default: str) -> str:
@@ -69,7 +89,9 @@ class _Named:
                 f"{self._t.name!r} belongs to a pipeline that execute() already ran; each "
                 "execute() runs what was built since the last one, so build the stream again"
             )
-        return self._graph.add(kind, name, payload=payload, inputs=inputs)
+        t = self._graph.add(kind, name, payload=payload, inputs=inputs)
+        t.columnar = kind in COLUMNAR_OUTPUT_KINDS
+        return t
 
     def uid(self, uid: str) -> Any:
         """Give the last operator a stable identity, used to match its state across job versions.
@@ -96,21 +118,93 @@ class _Transforms:
 
     # Provided by DataStream (its own partitioning) and KeyedStream (hash by key).
     _then: Callable[[str, str, Any], DataStream]
+    _t: Transformation
+
+    @property
+    def columnar(self) -> bool:
+        """Whether the stream carries Arrow record batches (else rows).
+
+        Example: ``env.from_sequence(0, 10, batch_size=4).columnar is True``
+        """
+        # Side outputs (dead letters, late records) are rows whatever the main output is.
+        return self._t.columnar and getattr(self, "_tag", "main") == "main"
+
+    def _rows_only(self, method: str) -> None:
+        if self.columnar:
+            raise ConfigurationError(
+                f"{method}() works on rows, and {self._t.name!r} is a columnar stream of "
+                "Arrow record batches: use map_batches()/filter(expression), or call "
+                "to_rows() first"
+            )
 
     def map(self, fn: Callable[[Any], Any] | MapFunction) -> DataStream:
         """Apply ``fn`` to every record. Example: ``ds.map(lambda w: (w, 1))``."""
+        self._rows_only("map")
         _check_callable(fn, MapFunction, "map")
         return self._then("map", _name_of(fn, "map"), fn)
 
     def flat_map(self, fn: Callable[[Any], Iterable[Any]] | FlatMapFunction) -> DataStream:
         """Apply ``fn`` and emit every element of the iterable it returns. Example: ``ds.flat_map(str.split)``."""
+        self._rows_only("flat_map")
         _check_callable(fn, FlatMapFunction, "flat_map")
         return self._then("flat_map", _name_of(fn, "flat_map"), fn)
 
-    def filter(self, fn: Callable[[Any], bool] | FilterFunction) -> DataStream:
-        """Keep the records for which ``fn`` is true. Example: ``ds.filter(lambda n: n % 2 == 0)``."""
+    def filter(self, fn: Callable[[Any], bool] | FilterFunction | Any) -> DataStream:
+        """Keep the records for which ``fn`` is true; on a columnar stream ``fn`` is an
+        Arrow compute expression evaluated on whole batches.
+
+        Example: ``ds.filter(lambda n: n % 2 == 0)`` or ``batches.filter(pc.field("x") > 3)``
+        """
+        if _is_expression(fn):
+            if not self.columnar:
+                raise ConfigurationError(
+                    f"filter({fn}) takes an Arrow expression, which needs a columnar stream; "
+                    f"{self._t.name!r} carries rows: call to_batches(schema) first"
+                )
+            return self._then("filter_batches", f"filter({fn})", fn)
+        self._rows_only("filter")
         _check_callable(fn, FilterFunction, "filter")
         return self._then("filter", _name_of(fn, "filter"), fn)
+
+    def map_batches(self, fn: Callable[[Any], Any]) -> DataStream:
+        """Apply ``fn(pyarrow.RecordBatch) -> pyarrow.RecordBatch`` to every batch of a
+        columnar stream (vectorized; the ``_ts`` event-time column is carried over when
+        ``fn`` keeps rows one to one and drops it).
+
+        Example: ``ds.map_batches(lambda b: b.append_column("y", pc.multiply(b["x"], 2)))``
+        """
+        if not self.columnar:
+            raise ConfigurationError(
+                f"map_batches() needs a columnar stream; {self._t.name!r} carries rows: "
+                "call to_batches(schema) first, or use map()"
+            )
+        if not callable(fn):
+            raise ConfigurationError(f"map_batches needs a callable, got {type(fn).__name__}")
+        return self._then("map_batches", _name_of(fn, "map_batches"), fn)
+
+    def to_rows(self) -> DataStream:
+        """Convert a columnar stream to rows: one dict per row (``_ts`` becomes each
+        row's event timestamp). Example: ``batches.to_rows().map(lambda r: r["k"])``
+        """
+        if not self.columnar:
+            raise ConfigurationError(f"to_rows(): {self._t.name!r} carries rows already")
+        return self._then("to_rows", "to_rows", None)
+
+    def to_batches(self, schema: Any) -> DataStream:
+        """Convert rows (dicts by field name, or tuples in field order) to Arrow record
+        batches of ``schema`` (a ``pyarrow.Schema``); event timestamps become ``_ts``.
+
+        Example: ``rows.to_batches(pa.schema([("k", pa.int64()), ("v", pa.int64())]))``
+        """
+        import pyarrow as pa
+
+        if self.columnar:
+            raise ConfigurationError(f"to_batches(): {self._t.name!r} is columnar already")
+        if not isinstance(schema, pa.Schema):
+            raise ConfigurationError(
+                f"to_batches needs a pyarrow.Schema, got {type(schema).__name__}"
+            )
+        return self._then("to_batches", "to_batches", schema)
 
 
 class DataStream(_Named, _Transforms):
@@ -138,6 +232,7 @@ class DataStream(_Named, _Transforms):
         """Run a :class:`ProcessFunction` on every record (timestamps and side outputs;
         timers need ``key_by``). Example: ``ds.process(Split())``
         """
+        self._rows_only("process")
         if not isinstance(fn, ProcessFunction):
             raise ConfigurationError(
                 "DataStream.process() needs an es.ProcessFunction (a KeyedProcessFunction "
@@ -154,6 +249,7 @@ class DataStream(_Named, _Transforms):
                 es.WatermarkStrategy.bounded_out_of_orderness(timedelta(seconds=3))
                   .with_timestamp_assigner(lambda e, ts: e["ts"]))
         """
+        self._rows_only("assign_timestamps_and_watermarks")
         if not isinstance(strategy, WatermarkStrategy):
             raise ConfigurationError(
                 f"assign_timestamps_and_watermarks needs an es.WatermarkStrategy, got "
@@ -178,6 +274,7 @@ class DataStream(_Named, _Transforms):
         """
         from epochstream.api.joins import ConnectedStreams
 
+        self._rows_only("connect")
         return ConnectedStreams(self, other)
 
     def join(self, other: DataStream) -> JoinedStreams:
@@ -187,6 +284,7 @@ class DataStream(_Named, _Transforms):
         """
         from epochstream.api.joins import JoinedStreams
 
+        self._rows_only("join")
         return JoinedStreams(self, other)
 
     def union(self, *others: DataStream) -> DataStream:
@@ -201,7 +299,13 @@ class DataStream(_Named, _Transforms):
                 raise ConfigurationError("union takes DataStreams of the same Environment")
             if other._graph is not self._graph:
                 raise ConfigurationError("union takes streams of the same (unexecuted) pipeline")
-        t = self._add("map", "union", _identity, [s._edge() for s in (self, *others)])
+            if other.columnar != self.columnar:
+                raise ConfigurationError(
+                    "union takes streams of one form: convert with to_rows() or "
+                    "to_batches(schema) so all are rows or all are columnar"
+                )
+        kind = "map_batches" if self.columnar else "map"
+        t = self._add(kind, "union", _identity, [s._edge() for s in (self, *others)])
         return DataStream(self._env, t)
 
     def deduplicate(
@@ -231,17 +335,33 @@ class DataStream(_Named, _Transforms):
         spec = DedupSpec(ttl, bloom_capacity, bloom_fp_rate)
         return self.key_by(id_fn)._then("deduplicate", "deduplicate", spec)
 
-    def key_by(self, key_selector: Callable[[Any], Any]) -> KeyedStream:
+    def key_by(self, key_selector: Callable[[Any], Any] | str) -> KeyedStream:
         """Partition by key: records with equal keys go to the same subtask (by key group).
 
         Keys must have a stable encoding (str, int, float, bytes, bool, None, tuples of
         these...): routing never uses Python's per-process salted built-in hash.
 
-        Example: ``ds.key_by(lambda t: t[0])``
+        A column name keys a columnar stream by that column (key groups computed for
+        the whole column at once, equal to the row path's for the same values), or a
+        stream of dict rows by that field.
+
+        Example: ``ds.key_by(lambda t: t[0])`` or ``batches.key_by("user")``
         """
-        if not callable(key_selector):
-            raise ConfigurationError("key_by needs a callable key selector")
-        keyed = KeyedStream(self._env, self._t, key_selector, self._tag)
+        if isinstance(key_selector, str):
+            key_selector = ColumnKey(key_selector)
+        elif not callable(key_selector):
+            raise ConfigurationError("key_by needs a callable key selector or a column name")
+        if self.columnar:
+            from epochstream.api.columnar import ColumnarKeyedStream
+
+            if not isinstance(key_selector, ColumnKey):
+                raise ConfigurationError(
+                    f"{self._t.name!r} is a columnar stream: key it by a column name "
+                    "(key_by('column')), or call to_rows() first to key rows by a function"
+                )
+            keyed: KeyedStream = ColumnarKeyedStream(self._env, self._t, key_selector, self._tag)
+        else:
+            keyed = KeyedStream(self._env, self._t, key_selector, self._tag)
         keyed._graph = self._graph
         return keyed
 
@@ -267,6 +387,7 @@ class DataStream(_Named, _Transforms):
             raise ConfigurationError(
                 f"sink_to needs an epochstream Sink, got {type(sink).__name__}"
             )
+        _check_sink_form(self, sink)
         t = self._add("sink", type(sink).__name__, sink, [self._edge()])
         return DataStreamSink(self._env, t)
 
@@ -350,6 +471,7 @@ class KeyedStream(_Named, _Transforms):
             raise ConfigurationError(
                 f"sink_to needs an epochstream Sink, got {type(sink).__name__}"
             )
+        _check_sink_form(self, sink)
         return DataStreamSink(self._env, self._then("sink", type(sink).__name__, sink)._t)
 
     def print(self, prefix: str | None = None) -> DataStreamSink:

@@ -261,6 +261,7 @@ class Environment:
             )
         t = self._graph.add("source", name or type(source).__name__, payload=source)
         t.watermark_strategy = watermark_strategy
+        t.columnar = bool(getattr(source, "columnar", False))
         return DataStream(self, t)
 
     def from_text_file(
@@ -334,14 +335,47 @@ class Environment:
             CollectionSource(list(items)), name="collection", watermark_strategy=watermark_strategy
         )
 
-    def from_sequence(self, start: int, stop: int, *, rate: float | None = None) -> DataStream:
+    def from_sequence(
+        self, start: int, stop: int, *, rate: float | None = None, batch_size: int | None = None
+    ) -> DataStream:
         """Integers ``start <= i < stop``, optionally throttled to ``rate`` records/s in total.
 
-        Example: ``env.from_sequence(0, 10_000_000)``
+        With ``batch_size`` the stream is columnar: Arrow record batches of up to
+        ``batch_size`` rows with one int64 column ``value``.
+
+        Example: ``env.from_sequence(0, 10_000_000, batch_size=65_536)``
         """
         from epochstream.connectors.generators import SequenceSource
 
-        return self.from_source(SequenceSource(start, stop, rate=rate), name="sequence")
+        source = SequenceSource(start, stop, rate=rate, batch_size=batch_size)
+        return self.from_source(source, name="sequence")
+
+    def from_parquet(
+        self,
+        path_or_glob: str | os.PathLike[str],
+        *,
+        batch_size: int = 65_536,
+        monitor_interval: float | None = None,
+        on_error: str = "fail",
+        watermark_strategy: WatermarkStrategy | None = None,
+    ) -> DataStream:
+        """A columnar stream of Parquet files: each row group's rows as Arrow record
+        batches of up to ``batch_size`` rows (row groups are the splits; exactly-once).
+        Other arguments as :meth:`from_files`.
+
+        Example: ``env.from_parquet("events/*.parquet").filter(pc.field("price") > 100)``
+        """
+        from epochstream.connectors.formats import FileSource
+
+        source = FileSource(
+            path_or_glob,
+            "parquet",
+            monitor_interval=monitor_interval,
+            on_error=on_error,
+            batch_size=batch_size,
+        )
+        name = f"parquet({os.path.basename(os.fspath(path_or_glob))})"
+        return self.from_source(source, name=name, watermark_strategy=watermark_strategy)
 
     # ------------------------------------------------------------------ running
 

@@ -195,6 +195,8 @@ class WatermarkStrategy:
     generator_factory: Callable[[], WatermarkGenerator]
     timestamp_assigner: Callable[[Any, Any], Any] | None = None
     idle_timeout_ms: int | None = None
+    #: Columnar streams: the int64 millisecond column holding each row's event time.
+    timestamp_column: str | None = None
 
     # -------------------------------------------------------------- constructors
 
@@ -246,6 +248,16 @@ class WatermarkStrategy:
         if not callable(assigner):
             raise ConfigurationError("with_timestamp_assigner needs a callable")
         return replace(self, timestamp_assigner=_two_args(assigner))
+
+    def with_timestamp_column(self, column: str) -> WatermarkStrategy:
+        """Columnar sources: take each row's timestamp from ``column`` (int milliseconds,
+        or an Arrow timestamp); it is copied to the ``_ts`` event-time column.
+
+        Example: ``strategy.with_timestamp_column("date_time")``
+        """
+        if not isinstance(column, str) or not column:
+            raise ConfigurationError("with_timestamp_column needs a column name")
+        return replace(self, timestamp_column=column)
 
     def with_idleness(self, timeout: Any) -> WatermarkStrategy:
         """A split without records for ``timeout`` (ms or timedelta) stops holding back

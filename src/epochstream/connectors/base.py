@@ -88,6 +88,8 @@ class Source(ABC):
 
     ``bounded``: the input ends. ``replayable``: a reader restored from a snapshot
     re-reads from the snapshot's positions, which is what makes exactly-once possible.
+    ``columnar``: readers' ``poll`` returns ``pyarrow.RecordBatch`` objects (event
+    time, if any, in an int64 column ``_ts``) instead of lists of records.
 
     Example::
 
@@ -96,6 +98,7 @@ class Source(ABC):
 
     bounded: bool = True
     replayable: bool = True
+    columnar: bool = False
 
     @abstractmethod
     def create_splits(self, parallelism: int) -> list[Any]:
@@ -219,6 +222,9 @@ class Sink(ABC):
     """
 
     transactional: bool = False
+    #: Its writers take ``pyarrow.RecordBatch`` objects from a columnar stream too (a
+    #: sink without it needs ``to_rows()`` in front of it).
+    accepts_batches: bool = False
 
     @abstractmethod
     def create_writer(self, ctx: SinkContext) -> SinkWriter:

@@ -86,6 +86,7 @@ class FileSource(Source):
         on_error: str = "fail",
         encoding: str = "utf-8",
         chunk_size: int = 1 << 20,
+        batch_size: int | None = None,
     ) -> None:
         if format not in FORMATS:
             raise ConfigurationError(f"from_files: format must be one of {FORMATS}, got {format!r}")
@@ -97,6 +98,14 @@ class FileSource(Source):
             )
         if chunk_size < 1:
             raise ConfigurationError(f"from_files: chunk_size must be >= 1, got {chunk_size}")
+        if batch_size is not None and (format != "parquet" or batch_size < 1):
+            raise ConfigurationError(
+                f"from_files: batch_size (columnar record batches) is for Parquet and must "
+                f"be >= 1, got {batch_size!r} for format {format!r}"
+            )
+        #: Columnar: Parquet rows as Arrow record batches of up to this many rows.
+        self.batch_size = batch_size
+        self.columnar = batch_size is not None
         # Absolute now, in the driver: slots may run with another working directory.
         self.path = os.path.abspath(os.fspath(path))
         self.format = format
@@ -143,7 +152,7 @@ class FileSource(Source):
             dead_letter = ctx.dead_letter
         monitored = not self.bounded
         if self.format == "parquet":
-            return ParquetReader(dead_letter, monitored=monitored)
+            return ParquetReader(dead_letter, monitored=monitored, batch_size=self.batch_size)
         parser = {"text": None, "jsonl": JsonLinesParser(), "csv": CsvParser(self.encoding)}[
             self.format
         ]
@@ -305,7 +314,8 @@ def _row_group_splits(path: str) -> list[ParquetSplit]:
 
 
 class ParquetReader(SourceReader):
-    """Reads Parquet row groups as Arrow tables and delivers their rows as dicts.
+    """Reads Parquet row groups as Arrow tables and delivers their rows as dicts, or
+    with ``batch_size`` as record batches of up to that many rows (columnar).
 
     A row group that does not read fails with :class:`SourceDecodeError` naming file,
     row group and reason, or goes to ``dead_letter`` as one record.
@@ -317,7 +327,14 @@ class ParquetReader(SourceReader):
         reader.poll(1000)
     """
 
-    def __init__(self, dead_letter: DeadLetter | None, *, monitored: bool = False) -> None:
+    def __init__(
+        self,
+        dead_letter: DeadLetter | None,
+        *,
+        monitored: bool = False,
+        batch_size: int | None = None,
+    ) -> None:
+        self._batch_size = batch_size
         self._dead_letter = dead_letter
         self._monitored = monitored
         self._splits: deque[ParquetSplit] = deque()
@@ -331,7 +348,9 @@ class ParquetReader(SourceReader):
                 )
             self._splits.append(split)
 
-    def poll(self, max_records: int) -> list[Any]:
+    def poll(self, max_records: int) -> Any:
+        if self._batch_size is not None:
+            return self._poll_batch(self._batch_size)
         out: list[Any] = []
         while self._splits and len(out) < max_records:
             split = self._splits[0]
@@ -347,6 +366,23 @@ class ParquetReader(SourceReader):
                 self._splits.popleft()
                 self._table = None
         return out
+
+    def _poll_batch(self, size: int) -> Any:
+        """Up to ``size`` rows of the current row group as one record batch."""
+        while self._splits:
+            split = self._splits[0]
+            table = self._table if self._table is not None else self._read(split)
+            if table is None:
+                continue  # dead-lettered
+            take = min(size, table.num_rows - split.row)
+            part = table.slice(split.row, take)
+            self._splits[0] = replace(split, row=split.row + take)
+            if split.row + take >= table.num_rows:
+                self._splits.popleft()
+                self._table = None
+            if take > 0:
+                return part.combine_chunks().to_batches()[0]
+        return []
 
     def _read(self, split: ParquetSplit) -> Any:
         import pyarrow.parquet as pq

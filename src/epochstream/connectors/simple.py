@@ -35,6 +35,7 @@ class PrintSink(Sink):
     """
 
     transactional = False
+    accepts_batches = True
 
     def __init__(self, prefix: str | None = None) -> None:
         self.prefix = prefix
@@ -62,8 +63,10 @@ class PrintWriter(AtLeastOnceSinkWriter):
         self.console = console
 
     def write_batch(self, records: list[Any]) -> None:
-        if not records:
+        if not len(records):
             return
+        if type(records) is not list:  # a columnar batch: one line per row
+            records = records.to_pylist()  # type: ignore[attr-defined]
         p = self.line_prefix
         text = "".join([f"{p}{r!s}\n" for r in records])
         if self.console is not None:
@@ -76,7 +79,8 @@ class PrintWriter(AtLeastOnceSinkWriter):
 
 
 class DiscardSink(Sink):
-    """Drops records; ``count`` sums the records of the writers made in this process.
+    """Drops records (rows or columnar batches); ``count`` sums the records of the
+    writers made in this process.
 
     Guarantee: none needed (nothing is written); for benchmarks.
 
@@ -88,6 +92,7 @@ class DiscardSink(Sink):
     """
 
     transactional = False
+    accepts_batches = True
 
     def __init__(self) -> None:
         self._writers: list[DiscardWriter] = []

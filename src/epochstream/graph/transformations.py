@@ -16,8 +16,11 @@ from typing import Any
 from epochstream.exceptions import ConfigurationError
 
 __all__ = [
+    "COLUMNAR_OUTPUT_KINDS",
+    "COLUMNAR_STATE_KINDS",
     "KINDS",
     "TWO_INPUT_KINDS",
+    "ColumnKey",
     "Edge",
     "LogicalGraph",
     "Partitioning",
@@ -42,10 +45,24 @@ KINDS = frozenset(
         "interval_join",
         "deduplicate",
         "sink",
+        "map_batches",
+        "filter_batches",
+        "to_rows",
+        "to_batches",
+        "columnar_aggregate",
+        "columnar_window",
     }
 )
 #: Kinds that need a keyed input (key-group hash partitioning and a key selector).
-KEYED_KINDS = frozenset({"reduce", "window", "interval_join", "deduplicate"})
+KEYED_KINDS = frozenset(
+    {"reduce", "window", "interval_join", "deduplicate", "columnar_aggregate", "columnar_window"}
+)
+#: Kinds whose output is columnar (Arrow record batches).
+COLUMNAR_OUTPUT_KINDS = frozenset(
+    {"map_batches", "filter_batches", "to_batches", "columnar_aggregate", "columnar_window"}
+)
+#: Keyed kinds that keep columnar state themselves (no keyed-state backend).
+COLUMNAR_STATE_KINDS = frozenset({"columnar_aggregate", "columnar_window"})
 #: Kinds with exactly two inputs (first and second stream).
 TWO_INPUT_KINDS = frozenset({"co_map", "co_flat_map", "co_process", "interval_join"})
 
@@ -65,6 +82,25 @@ def describe_callable(fn: Any) -> str:
     if code is None:
         return name
     return f"{name} ({code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno})"
+
+
+@dataclass(frozen=True)
+class ColumnKey:
+    """The key selector of ``key_by("column")``: a column of a columnar stream.
+
+    Columnar batches are routed by the whole column at once (its key groups equal the
+    row path's for the same values); called on one row (a dict, after ``to_rows()``),
+    it returns that row's field, so the same key reaches the same subtask either way.
+
+    Example::
+
+        ColumnKey("user")({"user": "u7", "n": 1}) == "u7"
+    """
+
+    column: str
+
+    def __call__(self, record: Any) -> Any:
+        return record[self.column]
 
 
 @dataclass(frozen=True)
@@ -102,6 +138,8 @@ class Transformation:
     uid: str | None = None
     #: A source's watermark strategy (``from_source(..., watermark_strategy=)``).
     watermark_strategy: Any = None
+    #: Its output is columnar (Arrow record batches) rather than rows.
+    columnar: bool = False
 
     @property
     def key_selector(self) -> Callable[[Any], Any] | None:

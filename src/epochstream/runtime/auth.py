@@ -226,7 +226,10 @@ class FramedConnection:
     def recv(self) -> Any:
         """Block for the next frame and unpickle it; raises ConnectionError at end of
         stream, ``SerializationError`` when the frame arrived but does not unpickle."""
-        payload = self.recv_bytes()
+        return self.unpickle(self.recv_bytes())
+
+    def unpickle(self, payload: bytes) -> Any:
+        """Unpickle a received frame's payload (``SerializationError`` when it does not)."""
         try:
             return pickle.loads(payload)
         except Exception as exc:

@@ -3,7 +3,8 @@ channels to the right task's input gate.
 
 An upstream subtask opens one TCP connection per channel, proves the job secret,
 and sends a :class:`ChannelHello` naming (edge, upstream subtask, downstream
-subtask). A reader thread per connection then moves frames into the gate: it
+subtask). Frames are pickles (row batches, in-band events) or Arrow IPC streams
+(columnar batches), told apart by their first bytes. A reader thread per connection then moves frames into the gate: it
 blocks when the gate's channel is full, so the sender's socket fills up and the
 upstream task blocks too (backpressure).
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 
 from epochstream.runtime.auth import FramedConnection, connect
 from epochstream.runtime.channels import Cancelled, InputGate
+from epochstream.runtime.columnar import decode_ipc, is_ipc_frame
 from epochstream.runtime.events import EndOfInput
 from epochstream.runtime.listener import AuthenticatedListener
 
@@ -79,7 +81,8 @@ class DataPlaneServer:
                 )
             gate, channel = self._route(hello)
             while True:
-                item = conn.recv()
+                payload = conn.recv_bytes()
+                item = decode_ipc(payload) if is_ipc_frame(payload) else conn.unpickle(payload)
                 gate.put(channel, item)
                 if isinstance(item, EndOfInput):
                     return

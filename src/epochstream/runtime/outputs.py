@@ -7,8 +7,11 @@ batch when it reaches ``batch_size``, when the buffer timeout fires, or before a
 in-band event (barrier, end-of-input) so that order is kept.
 
 A channel is either :class:`LocalChannel` (same slot: the batch object is handed
-over, no serialization) or :class:`NetworkChannel` (pickled frame over an
-authenticated TCP connection).
+over, no serialization) or :class:`NetworkChannel` (one frame over an authenticated
+TCP connection: a pickle for a row batch, Arrow IPC for a columnar batch).
+
+Columnar batches (``pyarrow.RecordBatch``) take the :class:`ColumnarRouter`: whole
+batches routed at once, key groups computed per column on hash edges.
 
 Example::
 
@@ -34,6 +37,7 @@ from epochstream.graph.transformations import Partitioning, describe_callable
 from epochstream.runtime.auth import FramedConnection
 from epochstream.runtime.batches import TimedBatch
 from epochstream.runtime.channels import InputGate
+from epochstream.runtime.columnar import ColumnarRouter, RecordBatch, encode_ipc
 from epochstream.runtime.metrics import WaitClock
 from epochstream.state.keygroups import KeyGroupAssigner, canonical_key_bytes
 
@@ -94,10 +98,13 @@ class NetworkChannel(Channel):
         self._dumps: Callable[..., bytes] = pickle.dumps
 
     def send(self, item: Any) -> None:
-        try:
-            data = self._dumps(item, protocol=5)
-        except Exception:  # plain pickle refused: try by-value pickling, then name the record
-            data = self._by_value(item)
+        if type(item) is RecordBatch:
+            data = encode_ipc(item)
+        else:
+            try:
+                data = self._dumps(item, protocol=5)
+            except Exception:  # plain pickle refused: try by-value pickling, then name the record
+                data = self._by_value(item)
         pressure = self.pressure
         pressure.begin()
         try:
@@ -146,12 +153,33 @@ class RecordWriter:
         self.records_out = 0
         #: Names the edge in errors: "upstream-uid -> downstream chain (hash)".
         self.edge = edge
+        self._columnar: ColumnarRouter | None = None
+        self._partitioning = partitioning
+
+    def _router(self) -> ColumnarRouter:
+        """The columnar half, made on the first columnar batch (row edges never need it)."""
+        if self._columnar is None:
+            self._columnar = ColumnarRouter(
+                self._n,
+                kind=self.kind,
+                key=self._partitioning.key_selector,
+                max_parallelism=self._max_parallelism,
+                batch_size=self.batch_size,
+                subtask_index=self._subtask,
+                ship=lambda ch, batch: self.channels[ch].send(batch),
+                edge=self.edge,
+            )
+        return self._columnar
 
     def write(self, batch: list[Any], timestamps: list[Any] | None = None) -> None:
         """Partition ``batch`` (with its timestamps, if any) into the per-channel
         buffers, shipping full ones."""
         n = self._n
         self.records_out += len(batch)
+        if type(batch) is RecordBatch:
+            self._ship_rows_before_columns()
+            self._router().write(batch)
+            return
         if timestamps is not None:
             self._write_timed(batch, timestamps)
         elif self.kind == "hash":
@@ -294,9 +322,18 @@ class RecordWriter:
                 self._ts[ch] = None
                 self.channels[ch].send(TimedBatch(buf, ts))
 
+    def _ship_rows_before_columns(self) -> None:
+        # A stream switching forms keeps its order: buffered rows leave first.
+        if any(self._buffers):
+            for ch in range(self._n):
+                self._ship(ch)
+
     def flush(self) -> None:
         """Ship every non-empty buffer."""
+        columnar = self._columnar
         for ch in range(self._n):
+            if columnar is not None:
+                columnar.flush_channel(ch)
             self._ship(ch)
 
     def broadcast_event(self, event: Any) -> None:

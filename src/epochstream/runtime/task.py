@@ -28,6 +28,7 @@ from typing import Any
 from epochstream.checkpoint.filesystems import StorageFS, storage_fs
 from epochstream.exceptions import CorruptStateError
 from epochstream.graph.jobgraph import ChainSpec, JobGraph
+from epochstream.graph.transformations import COLUMNAR_STATE_KINDS
 from epochstream.runtime.barriers import (
     AbortAlignment,
     BarrierHandler,
@@ -38,6 +39,7 @@ from epochstream.runtime.batches import TimedBatch
 from epochstream.runtime.chain import wire_chain
 from epochstream.runtime.channels import MAIL, Cancelled, InputGate
 from epochstream.runtime.clock import SystemClock, wall_ms
+from epochstream.runtime.columnar import RecordBatch
 from epochstream.runtime.events import (
     END_OF_INPUT,
     CheckpointBarrier,
@@ -178,7 +180,7 @@ class Task:
         ops: dict[str, Operator] = {}
         for spec in self.chain.operators:
             keyed = None
-            if spec.key_selector is not None:
+            if spec.key_selector is not None and spec.kind not in COLUMNAR_STATE_KINDS:
                 keyed = self.env.state_backend.create(
                     KeyedBackendContext(
                         operator_uid=spec.uid,
@@ -206,6 +208,7 @@ class Task:
                 watermark_interval_ms=g.auto_watermark_interval,
             )
             ctx.console = self.env.console
+            ctx.storage_options = self.env.storage_options
             ops[spec.uid] = create_operator(spec, ctx)
         self.operators = wire_chain(self.chain, ops, self.writers, self.metrics.operators)
         restored = self.deployment.restored_checkpoint
@@ -312,6 +315,13 @@ class Task:
                     head.process_input(ch // p, item.records, item.timestamps)  # type: ignore[attr-defined]
                 else:
                     head.process_batch(item.records, item.timestamps)
+                self._maybe_flush()
+            elif kind is RecordBatch:
+                counters.records_in += item.num_rows
+                if two_inputs:
+                    head.process_input(ch // p, item, None)  # type: ignore[attr-defined]
+                else:
+                    head.process_batch(item, None)
                 self._maybe_flush()
             elif ch == MAIL:
                 self._on_mail(item)

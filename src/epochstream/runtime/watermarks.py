@@ -201,7 +201,10 @@ class TimestampsAndWatermarks:
 
     def process(self, split_id: Hashable, records: list[Any], previous: list[Any] | None) -> None:
         """Timestamp ``records`` of ``split_id``, emit them, and watermarks as needed."""
-        if not records:
+        if not len(records):
+            return
+        if type(records) is not list:
+            self._process_columnar(split_id, records)
             return
         split = self._split(split_id)
         timestamps = self._timestamps(records, previous)
@@ -231,6 +234,43 @@ class TimestampsAndWatermarks:
             self._emit(records, timestamps)
         else:
             self._emit(records[start:], timestamps[start:])
+        self._maybe_send()
+
+    def _process_columnar(self, split_id: Hashable, batch: Any) -> None:
+        """A record batch: ``_ts`` from the strategy's timestamp column, the split's
+        generator advanced by the batch's largest timestamp (a batch is not split
+        around late rows; they stay in it, behind the watermark already sent)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        column = self.strategy.timestamp_column
+        names = batch.schema.names
+        if column is None or column not in names:
+            raise DataError(
+                f"{self.where}: a columnar source needs the watermark strategy's timestamp "
+                f"column: add .with_timestamp_column(name) naming one of {', '.join(names)}"
+                + ("" if column is None else f" (there is no column {column!r})")
+            )
+        ts = batch.column(column)
+        if pa.types.is_timestamp(ts.type):
+            ts = ts.cast(pa.timestamp("ms")).cast(pa.int64())
+        elif not pa.types.is_integer(ts.type) or ts.null_count:
+            raise DataError(
+                f"{self.where}: timestamp column {column!r} is {ts.type}"
+                + (f" with {ts.null_count} nulls" if ts.null_count else "")
+                + "; event time is int milliseconds since the epoch (or an Arrow timestamp)"
+            )
+        ts = ts.cast(pa.int64())
+        index = batch.schema.get_field_index("_ts")
+        batch = batch.set_column(index, "_ts", ts) if index >= 0 else batch.append_column("_ts", ts)
+        split = self._split(split_id)
+        split.last_active_ms = self._now_ms()
+        split.idle = False
+        if self._idle:
+            self._idle = False
+            self._emit_status(False)
+        split.generator.on_event(None, int(pc.max(ts).as_py()))
+        self._emit(batch, None)  # type: ignore[arg-type]
         self._maybe_send()
 
     def _maybe_send(self) -> None:

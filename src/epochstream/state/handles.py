@@ -9,7 +9,9 @@ A task's asynchronous snapshot writes keyed state to files and describes them wi
   between incremental checkpoints, plus per-checkpoint MANIFEST/CURRENT/OPTIONS);
 - :class:`CanonicalSnapshotHandle`: the backend-independent savepoint format, an
   Arrow IPC file of ``(state, key group, key, namespace, user key, value)`` rows with one
-  record batch per key group.
+  record batch per key group;
+- :class:`ColumnarSnapshotHandle`: the state of columnar aggregations, an Arrow IPC
+  file of native columns, one record batch per key group.
 
 Handles hold full locations (paths or ``s3://`` URIs) in memory; in ``_metadata`` they
 are written relative to the directory holding the ``_metadata`` file, so a savepoint
@@ -37,6 +39,7 @@ from epochstream.exceptions import CheckpointError
 
 __all__ = [
     "CanonicalSnapshotHandle",
+    "ColumnarSnapshotHandle",
     "HeapSnapshotHandle",
     "HeapStateFile",
     "KeyedStateHandle",
@@ -379,8 +382,33 @@ class CanonicalSnapshotHandle(KeyedStateHandle):
         )
 
 
+@dataclass(frozen=True)
+class ColumnarSnapshotHandle(CanonicalSnapshotHandle):
+    """Columnar aggregation state (Arrow IPC file, one record batch per key group).
+
+    Rows are ``(_kg, key, window bounds if windowed, accumulators...)`` in native Arrow
+    types; ``states`` names the accumulator columns. Written by the columnar
+    aggregation operators, full each time (it is small: one row per key and window),
+    and read back by them, restricted to a subtask's key groups like any keyed handle.
+
+    Example::
+
+        ColumnarSnapshotHandle(key_groups=range(0, 64), path="/ck/chk-3/op-0.arrow",
+                               file_size=2048, batches={4: 0}, states={"v_sum": "int64"})
+    """
+
+    TYPE: ClassVar[str] = "columnar"
+    BACKEND: ClassVar[str | None] = "columnar"
+
+
 _HANDLE_TYPES: dict[str, type[KeyedStateHandle]] = {
-    t.TYPE: t for t in (HeapSnapshotHandle, RocksDBSnapshotHandle, CanonicalSnapshotHandle)
+    t.TYPE: t
+    for t in (
+        HeapSnapshotHandle,
+        RocksDBSnapshotHandle,
+        CanonicalSnapshotHandle,
+        ColumnarSnapshotHandle,
+    )
 }
 
 

@@ -1,7 +1,9 @@
 """Reading keyed state offline from a savepoint or checkpoint (``es.savepoint.read``).
 
-Every snapshot format (canonical savepoints, heap and RocksDB checkpoints) reads into
-the same table, one row per entry (list state: per element; map state: per user key):
+Every snapshot format (canonical savepoints, heap and RocksDB checkpoints, columnar
+aggregation state) reads into the same table, one row per entry (list state: per
+element; map state: per user key; columnar state: per key and window, under the
+aggregation's name, ``"sum"``, ``"count"``...; ``namespace`` is the window start):
 
     key        the key, in its canonical form (see :mod:`epochstream.state.keycodec`)
     value      the value (deserialized with the state's serializer)
@@ -36,8 +38,10 @@ from epochstream.state.backends.base import base_kind, is_namespaced
 from epochstream.state.backends.heap_files import merge_chain
 from epochstream.state.backends.rocksdb_snapshots import read_database_rows
 from epochstream.state.canonical import read_batches, read_state_meta
+from epochstream.state.columnar import columnar_rows
 from epochstream.state.handles import (
     CanonicalSnapshotHandle,
+    ColumnarSnapshotHandle,
     HeapSnapshotHandle,
     KeyedStateHandle,
     RocksDBSnapshotHandle,
@@ -105,7 +109,12 @@ def state_rows(
     handle: KeyedStateHandle, state_name: str, max_parallelism: int, options: Any = None
 ) -> Iterator[Row]:
     """The entries of one state in one keyed handle."""
-    if isinstance(handle, CanonicalSnapshotHandle):
+    if isinstance(handle, ColumnarSnapshotHandle):
+        if state_name in handle.states:
+            fs = storage_fs(handle.path, options)
+            for key, value, kg, window in columnar_rows(fs, handle):
+                yield key, value, kg, window, None, None
+    elif isinstance(handle, CanonicalSnapshotHandle):
         yield from _canonical_rows(handle, state_name, options)
     elif isinstance(handle, HeapSnapshotHandle):
         yield from _heap_rows(handle, state_name, max_parallelism, options)

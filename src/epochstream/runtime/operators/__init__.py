@@ -1,6 +1,8 @@
 """Stream operators: what runs inside a task, one batch at a time (see ``base``).
 
 One module per operator family: ``basic`` (map, flat_map, filter, rolling reduce),
+``columnar`` (Arrow batches: map_batches, expression filters, conversions, columnar
+aggregations),
 ``process`` (process functions), ``timestamps`` (timestamps and watermarks),
 ``windows`` (window operators), ``twoinput`` (connect, joins), ``dedup``
 (``deduplicate``) and ``connectors`` (source readers and sink writers).
@@ -23,6 +25,14 @@ from epochstream.runtime.operators.basic import (
     MapOperator,
     ReduceOperator,
 )
+from epochstream.runtime.operators.columnar import (
+    ColumnarAggregateOperator,
+    ColumnarWindowOperator,
+    FilterBatchesOperator,
+    MapBatchesOperator,
+    ToBatchesOperator,
+    ToRowsOperator,
+)
 from epochstream.runtime.operators.dedup import DeduplicateOperator
 from epochstream.runtime.operators.process import KeyedProcessOperator, ProcessOperator
 from epochstream.runtime.operators.timestamps import TimestampsOperator
@@ -39,12 +49,16 @@ __all__ = [
     "CoFlatMapOperator",
     "CoMapOperator",
     "CoProcessOperator",
+    "ColumnarAggregateOperator",
+    "ColumnarWindowOperator",
     "DeduplicateOperator",
     "Emit",
+    "FilterBatchesOperator",
     "FilterOperator",
     "FlatMapOperator",
     "IntervalJoinOperator",
     "KeyedProcessOperator",
+    "MapBatchesOperator",
     "MapOperator",
     "Operator",
     "OperatorContext",
@@ -52,6 +66,8 @@ __all__ = [
     "ReduceOperator",
     "SnapshotParts",
     "TimestampsOperator",
+    "ToBatchesOperator",
+    "ToRowsOperator",
     "TwoInputOperator",
     "WindowOperator",
     "create_operator",
@@ -69,6 +85,12 @@ _FACTORIES: dict[str, type[Operator]] = {
     "co_process": CoProcessOperator,
     "interval_join": IntervalJoinOperator,
     "deduplicate": DeduplicateOperator,
+    "map_batches": MapBatchesOperator,
+    "filter_batches": FilterBatchesOperator,
+    "to_rows": ToRowsOperator,
+    "to_batches": ToBatchesOperator,
+    "columnar_aggregate": ColumnarAggregateOperator,
+    "columnar_window": ColumnarWindowOperator,
 }
 
 

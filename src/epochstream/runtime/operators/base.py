@@ -112,6 +112,8 @@ class OperatorContext:
         self.watermark_interval_ms = watermark_interval_ms
         #: Console output of this subtask (print sinks); routed to the driver by the slot.
         self.console: Callable[[str], None] | None = None
+        #: Endpoint and credentials of object-store checkpoint storage (state files).
+        self.storage_options: dict[str, Any] | None = None
         # Per record, set by the operator running a process function.
         self._timestamp: int | None = None
         self._domain: TimeDomain | None = None

@@ -1,0 +1,129 @@
+"""The columnar keyed stream: vectorized keyed aggregations on Arrow record batches.
+
+``batches.key_by("k")`` on a columnar stream returns a :class:`ColumnarKeyedStream`.
+Its aggregations are rolling, as on the row path: for every input batch, one output
+row per key the batch touched, holding the key's new running value. The state lives
+in NumPy arrays (one slot per key), is checkpointed with the barriers like any keyed
+state, and restores at another parallelism by key group.
+
+Example::
+
+    (env.from_sequence(0, 10_000_000, batch_size=65_536)
+        .map_batches(to_kv)
+        .key_by("k")
+        .sum("v")                  # columns k, v (running sum)
+        .sink_to(sink))
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from epochstream.api.datastream import DataStream, KeyedStream
+from epochstream.exceptions import ConfigurationError
+from epochstream.graph.transformations import ColumnKey
+
+if TYPE_CHECKING:
+    from epochstream.api.windowing import WindowAssigner
+
+__all__ = ["ColumnarAggregations", "ColumnarKeyedStream"]
+
+
+class ColumnarAggregations:
+    """The aggregations of the columnar path, on a keyed stream (rolling) or on its
+    windows (one result per key and window).
+
+    Example: ``keyed.sum("v")``, ``keyed.window(w).max("price")``, ``keyed.count()``
+    """
+
+    def _aggregate(self, kind: str, column: str | None) -> DataStream:
+        raise NotImplementedError
+
+    @staticmethod
+    def _column(kind: str, column: Any) -> str:
+        if not isinstance(column, str):
+            raise ConfigurationError(
+                f"{kind}() on a columnar stream takes a column name, got {column!r}"
+            )
+        return column
+
+    def sum(self, column: Any = None) -> DataStream:
+        """Sum of ``column`` per key. Example: ``keyed.sum("v")``"""
+        return self._aggregate("sum", self._column("sum", column))
+
+    def min(self, column: str) -> DataStream:
+        """Minimum of ``column`` per key. Example: ``keyed.min("price")``"""
+        return self._aggregate("min", self._column("min", column))
+
+    def max(self, column: str) -> DataStream:
+        """Maximum of ``column`` per key. Example: ``keyed.max("price")``"""
+        return self._aggregate("max", self._column("max", column))
+
+    def mean(self, column: str) -> DataStream:
+        """Mean (float64) of ``column`` per key. Example: ``keyed.mean("price")``"""
+        return self._aggregate("mean", self._column("mean", column))
+
+    def count(self) -> DataStream:
+        """Rows per key (column ``count``). Example: ``keyed.count()``"""
+        return self._aggregate("count", None)
+
+
+class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
+    """A columnar stream keyed by a column (returned by ``key_by("column")``).
+
+    ``sum``/``min``/``max``/``mean`` of a column and ``count()``: rolling aggregations
+    whose output batches have the key column and the value column (``count`` for
+    counts), plus ``_ts`` (the latest event time of the key's rows) with event time.
+
+    Example::
+
+        batches.key_by("user").count()          # columns user, count
+    """
+
+    _key_selector: ColumnKey
+
+    @property
+    def key_column(self) -> str:
+        """The column the stream is keyed by. Example: ``batches.key_by("k").key_column == "k"``"""
+        return self._key_selector.column
+
+    def _aggregate(self, kind: str, column: str | None) -> DataStream:
+        from epochstream.runtime.operators.columnar import AggregateSpec
+
+        spec = AggregateSpec(kind, key=self.key_column, value=column)
+        return self._then("columnar_aggregate", f"{kind}({column or ''})", spec)
+
+    # Row-only operations on a keyed stream, refused with the way out.
+    def _rows_only_keyed(self, method: str) -> Any:
+        raise ConfigurationError(
+            f"{method}() works on rows; this keyed stream is columnar: use sum/count/min/"
+            "max/mean, or call to_rows() before key_by()"
+        )
+
+    def reduce(self, fn: Any) -> DataStream:
+        """Not for columnar streams (use the aggregations or ``to_rows()``)."""
+        return self._rows_only_keyed("reduce")
+
+    def process(self, fn: Any) -> DataStream:
+        """Not for columnar streams (use the aggregations or ``to_rows()``)."""
+        return self._rows_only_keyed("process")
+
+    def connect(self, other: Any) -> Any:
+        """Not for columnar streams (call ``to_rows()`` first)."""
+        return self._rows_only_keyed("connect")
+
+    def interval_join(self, other: Any) -> Any:
+        """Not for columnar streams (call ``to_rows()`` first)."""
+        return self._rows_only_keyed("interval_join")
+
+    def count_window(self, size: int) -> Any:
+        """Not for columnar streams (call ``to_rows()`` first)."""
+        return self._rows_only_keyed("count_window")
+
+    def window(self, assigner: WindowAssigner) -> Any:
+        """Event-time windows of a columnar keyed stream (tumbling or sliding), with
+        vectorized aggregations. Example: ``keyed.window(TumblingEventTimeWindows.of(10_000)).sum("v")``
+        """
+        from epochstream.api.columnar_windows import ColumnarWindowedStream
+
+        return ColumnarWindowedStream(self, assigner)

@@ -1,0 +1,381 @@
+"""Operators of the columnar path: whole Arrow record batches in, whole batches out.
+
+- :class:`MapBatchesOperator`: ``fn(batch) -> batch`` (``map_batches``);
+- :class:`FilterBatchesOperator`: rows where an Arrow compute expression holds;
+- :class:`ToRowsOperator` / :class:`ToBatchesOperator`: the explicit conversions
+  between the two forms (``_ts`` <-> the row path's timestamps list);
+- :class:`ColumnarAggregateOperator`: rolling keyed ``sum``/``count``/``min``/``max``/
+  ``mean`` over :class:`~epochstream.state.columnar.ColumnarAggregates`, checkpointed
+  as a :class:`~epochstream.state.handles.ColumnarSnapshotHandle`;
+- :class:`ColumnarWindowOperator`: the same aggregations per tumbling or sliding
+  event-time window, fired by the watermark.
+
+Event time rides in the ``_ts`` column; an operator whose function drops it gets it
+back when the output has the input's rows (``map_batches`` keeping rows one to one).
+
+Example::
+
+    op = FilterBatchesOperator(spec, ctx)      # spec.payload = pc.field("x") > 3
+    op.emit = lambda batch, timestamps: print(batch.num_rows)
+    op.process_batch(pa.record_batch([pa.array([1, 5])], names=["x"]), None)   # prints 1
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.exceptions import ConfigurationError, DataError, UserFunctionError
+from epochstream.runtime.columnar import KG_COLUMN, TS_COLUMN
+from epochstream.runtime.operators.base import Operator, SnapshotParts
+from epochstream.state.backends.base import SnapshotJob, SnapshotTarget
+from epochstream.state.columnar import (
+    ColumnarAggregates,
+    read_columnar_state,
+    write_columnar_state,
+)
+from epochstream.state.handles import KeyedStateHandle, OperatorRestore
+from epochstream.state.keygroups import key_group_range_for_operator
+
+__all__ = [
+    "AggregateSpec",
+    "ColumnarAggregateOperator",
+    "ColumnarWindowOperator",
+    "FilterBatchesOperator",
+    "MapBatchesOperator",
+    "ToBatchesOperator",
+    "ToRowsOperator",
+    "WindowAggregateSpec",
+]
+
+_INTERNAL = (KG_COLUMN, TS_COLUMN)
+
+
+def describe_batch(batch: Any) -> str:
+    """A short description of a batch for errors (its schema and size, not its rows)."""
+    if isinstance(batch, pa.RecordBatch):
+        return f"<batch of {batch.num_rows} rows: {', '.join(batch.schema.names)}>"
+    return f"<{type(batch).__name__}>"
+
+
+def _need_batch(op: Operator, item: Any) -> pa.RecordBatch:
+    if type(item) is not pa.RecordBatch:
+        raise ConfigurationError(
+            f"{op.ctx.task_name}: expects columnar batches (pyarrow.RecordBatch) but got "
+            f"{type(item).__name__}; convert rows with to_batches(schema) first"
+        )
+    return item
+
+
+class MapBatchesOperator(Operator):
+    """``fn(batch)`` per batch; the result must be a ``pyarrow.RecordBatch``."""
+
+    def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
+        batch = _need_batch(self, records)
+        try:
+            out = self.function(batch)
+        except Exception as exc:
+            raise UserFunctionError(self.ctx.task_name, _Described(batch), exc) from exc
+        if type(out) is not pa.RecordBatch:
+            raise DataError(
+                f"{self.ctx.task_name}: map_batches function returned {type(out).__name__}, "
+                "not a pyarrow.RecordBatch"
+            )
+        names = batch.schema.names
+        if TS_COLUMN in names and TS_COLUMN not in out.schema.names and out.num_rows == batch.num_rows:
+            out = out.append_column(TS_COLUMN, batch.column(TS_COLUMN))
+        if out.num_rows:
+            self.emit(out, None)
+
+
+class FilterBatchesOperator(Operator):
+    """The rows for which the Arrow compute expression (the payload) is true."""
+
+    def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
+        batch = _need_batch(self, records)
+        try:
+            out = batch.filter(self.function)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            raise DataError(
+                f"{self.ctx.task_name}: filter {self.function} cannot be evaluated on "
+                f"{describe_batch(batch)}: {exc}"
+            ) from exc
+        if out.num_rows:
+            self.emit(out, None)
+
+
+class ToRowsOperator(Operator):
+    """Each row as a dict (internal ``_kg``/``_ts`` columns dropped; ``_ts`` becomes the
+    row's timestamp)."""
+
+    def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
+        batch = _need_batch(self, records)
+        names = batch.schema.names
+        ts = batch.column(TS_COLUMN).to_pylist() if TS_COLUMN in names else None
+        keep = [n for n in names if n not in _INTERNAL]
+        if len(keep) != len(names):
+            batch = batch.select(keep)
+        self.emit(batch.to_pylist(), ts)
+
+
+class ToBatchesOperator(Operator):
+    """Rows (dicts by field name, or tuples in schema order) as batches of ``schema``."""
+
+    def open(self) -> None:
+        super().open()
+        self.schema: pa.Schema = self.function
+
+    def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
+        if type(records) is pa.RecordBatch:
+            raise ConfigurationError(f"{self.ctx.task_name}: the stream is columnar already")
+        if not records:
+            return
+        try:
+            if isinstance(records[0], dict):
+                batch = pa.RecordBatch.from_pylist(records, schema=self.schema)
+            else:
+                columns = list(zip(*records, strict=True))
+                batch = pa.RecordBatch.from_arrays(
+                    [pa.array(c, type=f.type) for c, f in zip(columns, self.schema, strict=True)],
+                    schema=self.schema,
+                )
+        except (TypeError, ValueError, pa.ArrowException) as exc:
+            raise DataError(
+                f"{self.ctx.task_name}: rows do not fit schema {self.schema.names} "
+                f"({_first_bad(records, self.schema)}): {exc}"
+            ) from exc
+        if timestamps is not None:
+            batch = batch.append_column(TS_COLUMN, pa.array(timestamps, pa.int64()))
+        self.emit(batch, None)
+
+
+def _first_bad(records: list[Any], schema: pa.Schema) -> str:
+    """Name the first record that does not convert on its own (off the hot path)."""
+    for index, record in enumerate(records):
+        try:
+            if isinstance(record, dict):
+                pa.RecordBatch.from_pylist([record], schema=schema)
+            else:
+                for value, f in zip(record, schema, strict=True):
+                    pa.array([value], type=f.type)
+        except Exception:  # the record we are looking for
+            return f"record {index}: {_Described(record)}"
+    return "the batch as a whole"
+
+
+class _Described:
+    """Wraps a value so errors show a short description instead of a long repr."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        if isinstance(self.value, pa.RecordBatch):
+            return describe_batch(self.value)
+        text = repr(self.value)
+        return text if len(text) <= 200 else text[:200] + "..."
+
+
+@dataclass(frozen=True)
+class AggregateSpec:
+    """What a columnar aggregation computes: ``kind`` of column ``value`` per ``key``.
+
+    Example: ``AggregateSpec("sum", key="k", value="v")``
+    """
+
+    kind: str
+    key: str
+    value: str | None
+
+
+class _StateSnapshot(SnapshotJob):
+    """Writes a copy of the columnar state taken at the barrier (snapshot thread)."""
+
+    def __init__(self, table: pa.Table, target: SnapshotTarget, key_groups: range, state: str) -> None:
+        self.table = table
+        self.target = target
+        self.key_groups = key_groups
+        self.state = state
+
+    def run(self) -> KeyedStateHandle | None:
+        target = self.target
+        path = target.fs.join(target.directory, f"{target.name}.columnar.arrow")
+        handle = write_columnar_state(
+            target.fs, path, self.table, key_groups=self.key_groups, state=self.state
+        )
+        self.bytes_written = handle.size if handle is not None else 0
+        return handle
+
+
+class ColumnarKeyedOperator(Operator):
+    """Base of columnar operators with keyed state: key-group range, restore, snapshot."""
+
+    def __init__(self, spec: Any, ctx: Any) -> None:
+        super().__init__(spec, ctx)
+        self.key_groups = key_group_range_for_operator(
+            ctx.max_parallelism, ctx.parallelism, ctx.subtask_index
+        )
+
+    def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
+        super().initialize_state(restore, checkpoint_id)
+        if restore is None or not restore.keyed:
+            return
+        options = self.ctx.storage_options
+        table = read_columnar_state(
+            lambda path: storage_fs(path, options), restore.keyed, self.key_groups, self.ctx.task_name
+        )
+        if table is not None:
+            self.restore_table(table)
+
+    def restore_table(self, table: pa.Table) -> None:
+        raise NotImplementedError
+
+    def state_table(self) -> pa.Table:
+        raise NotImplementedError
+
+    def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
+        parts = super().snapshot(target)
+        parts.keyed = _StateSnapshot(
+            self.state_table(), target, self.key_groups, self.spec.payload.kind
+        )
+        return parts
+
+
+class ColumnarAggregateOperator(ColumnarKeyedOperator):
+    """Rolling keyed aggregation: per input batch, one row per key touched with its new
+    running value (``key``, value column; ``count`` for counts)."""
+
+    def __init__(self, spec: Any, ctx: Any) -> None:
+        super().__init__(spec, ctx)
+        agg: AggregateSpec = spec.payload
+        self.state = ColumnarAggregates(
+            agg.kind,
+            key=agg.key,
+            value=agg.value,
+            max_parallelism=ctx.max_parallelism,
+            where=ctx.task_name,
+        )
+
+    def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
+        batch = _need_batch(self, records)
+        if batch.num_rows:
+            self.emit(self.state.update(batch), None)
+
+    def restore_table(self, table: pa.Table) -> None:
+        self.state.restore_rows(table)
+
+    def state_table(self) -> pa.Table:
+        return self.state.state_table()
+
+
+@dataclass(frozen=True)
+class WindowAggregateSpec:
+    """A columnar window aggregation: ``kind`` of ``value`` per ``key`` and event-time
+    window of ``size`` ms every ``slide`` ms (tumbling: ``slide == size``).
+
+    Example: ``WindowAggregateSpec("sum", key="k", value="v", size=10_000, slide=10_000)``
+    """
+
+    kind: str
+    key: str
+    value: str | None
+    size: int
+    slide: int
+    offset: int = 0
+
+
+class ColumnarWindowOperator(ColumnarKeyedOperator):
+    """Tumbling/sliding event-time window aggregation on record batches.
+
+    Each open window keeps a :class:`ColumnarAggregates`; rows are assigned to windows
+    with vector arithmetic on ``_ts``. When the watermark passes a window's end it emits
+    one batch: the key column, ``window_start``, ``window_end``, the value column
+    (``count`` for counts) and ``_ts = window_end - 1``. Rows of windows the watermark
+    passed already are late and dropped (counted in ``late_rows``).
+    """
+
+    def __init__(self, spec: Any, ctx: Any) -> None:
+        super().__init__(spec, ctx)
+        self.agg: WindowAggregateSpec = spec.payload
+        self.windows: dict[int, ColumnarAggregates] = {}
+        self.watermark = -(2**63)
+        self.late_rows = 0
+
+    def _window(self, start: int) -> ColumnarAggregates:
+        window = self.windows.get(start)
+        if window is None:
+            agg = self.agg
+            window = self.windows[start] = ColumnarAggregates(
+                agg.kind,
+                key=agg.key,
+                value=agg.value,
+                max_parallelism=self.ctx.max_parallelism,
+                where=self.ctx.task_name,
+            )
+        return window
+
+    def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
+        batch = _need_batch(self, records)
+        if not batch.num_rows:
+            return
+        if TS_COLUMN not in batch.schema.names:
+            raise DataError(
+                f"{self.ctx.task_name}: event-time windows need event time; give the source "
+                "a watermark strategy with .with_timestamp_column(name)"
+            )
+        ts = batch.column(TS_COLUMN).to_numpy()
+        agg = self.agg
+        last = ts - (ts - agg.offset) % agg.slide
+        for j in range(-(-agg.size // agg.slide)):
+            starts = last - j * agg.slide
+            valid = (starts > ts - agg.size) & (starts + agg.size - 1 > self.watermark)
+            self.late_rows += int(((starts > ts - agg.size) & ~valid).sum()) if j == 0 else 0
+            for start in np.unique(starts[valid]).tolist():
+                self._window(start).fold(batch.filter(pa.array(valid & (starts == start))))
+
+    def process_watermark(self, watermark: int) -> None:
+        self.watermark = watermark
+        size = self.agg.size
+        for start in sorted(s for s in self.windows if s + size - 1 <= watermark):
+            keys, values = self.windows.pop(start).result()
+            n = len(keys)
+            self.emit(
+                pa.record_batch(
+                    [
+                        keys,
+                        pa.array(np.full(n, start, dtype=np.int64)),
+                        pa.array(np.full(n, start + size, dtype=np.int64)),
+                        values,
+                        pa.array(np.full(n, start + size - 1, dtype=np.int64)),
+                    ],
+                    names=[self.agg.key, "window_start", "window_end", _out_name(self.agg), TS_COLUMN],
+                ),
+                None,
+            )
+        self.emit_watermark(watermark)
+
+    def state_table(self) -> pa.Table:
+        parts = []
+        for start, window in self.windows.items():
+            table = window.state_table()
+            parts.append(table.append_column(_WINDOW, pa.array(np.full(table.num_rows, start))))
+        if not parts:
+            return pa.table({KG_COLUMN: pa.array([], pa.int32())})
+        return pa.concat_tables(parts)
+
+    def restore_table(self, table: pa.Table) -> None:
+        starts = table.column(_WINDOW).to_numpy()
+        for start in np.unique(starts).tolist():
+            rows = table.filter(pa.array(starts == start)).drop_columns([_WINDOW])
+            self._window(start).restore_rows(rows)
+
+
+_WINDOW = "_window_start"
+
+
+def _out_name(agg: WindowAggregateSpec) -> str:
+    return "count" if agg.kind == "count" else str(agg.value)

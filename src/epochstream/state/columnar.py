@@ -1,0 +1,519 @@
+"""Columnar keyed aggregation state: one slot per key, accumulators in NumPy arrays.
+
+A batch updates the state with a handful of vectorized steps: Arrow's hash
+``group_by`` folds the batch per key, :class:`KeyIndex` maps the batch's distinct keys
+to dense slots (new keys get new slots), and NumPy applies the partial aggregates to
+the accumulator arrays at those slots. Nothing runs per record in Python.
+
+Checkpoints write the state as an Arrow IPC file of native columns with one record
+batch per key group (:class:`~epochstream.state.handles.ColumnarSnapshotHandle`), so a
+restore at another parallelism reads exactly the key groups of its new range, as
+keyed state does on the row path.
+
+Example::
+
+    agg = ColumnarAggregates("sum", key="k", value="v", max_parallelism=128)
+    out = agg.update(pa.record_batch([pa.array([1, 1, 2]), pa.array([5, 6, 7])], names=["k", "v"]))
+    out.to_pydict() == {"k": [1, 2], "v": [11, 7]}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from epochstream.exceptions import ConfigurationError, DataError, StateError
+from epochstream.state.canonical import read_batches
+from epochstream.state.column_keygroups import DENSE_LIMIT, key_groups_of_column
+from epochstream.state.handles import ColumnarSnapshotHandle, KeyedStateHandle
+
+if TYPE_CHECKING:
+    from epochstream.checkpoint.filesystems import StorageFS
+
+__all__ = [
+    "AGGREGATES",
+    "ColumnarAggregates",
+    "KeyIndex",
+    "columnar_rows",
+    "read_columnar_state",
+    "split_by_key_group",
+    "write_columnar_state",
+]
+
+#: The aggregations of the columnar path.
+AGGREGATES = ("sum", "count", "min", "max", "mean")
+KG = "_kg"
+TS = "_ts"
+
+
+class KeyIndex:
+    """Dense slots ``0..size-1`` for the distinct keys seen, in order of arrival.
+
+    Three ways to find a key's slot, picked by what the keys are:
+
+    - integers in ``0 <= key < DENSE_LIMIT`` (ids): a table indexed by the key value,
+      so every row of a batch finds its slot with one gather (:meth:`row_slots`);
+    - other integers: a binary search over a sorted copy of the keys;
+    - any other type (strings, nulls...): a dict of Python values.
+
+    Example::
+
+        index = KeyIndex()
+        index.slots(pa.array([7, 3]))[0].tolist() == [0, 1]
+        index.slots(pa.array([3, 9]))[0].tolist() == [1, 2]
+        index.row_slots(pa.array([9, 9, 7]))[0].tolist() == [2, 2, 0]
+    """
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.key_type: pa.DataType | None = None
+        self._numeric: bool | None = None
+        self._values = np.empty(0, dtype=np.int64)  # numeric: key of each slot
+        # Dense: slot of each key value (-1: none), while every key fits the table.
+        self._dense: np.ndarray | None = np.empty(0, dtype=np.int32)
+        self._sorted = np.empty(0, dtype=np.int64)  # sparse: keys sorted, and their slots
+        self._sorted_slots = np.empty(0, dtype=np.int64)
+        self._dict: dict[Any, int] = {}
+        self._list: list[Any] = []  # generic: key of each slot
+
+    def _prepare(self, keys: pa.Array) -> bool:
+        """Note the key type; whether ``keys`` take the numeric paths."""
+        if self.key_type is None:
+            self.key_type = keys.type
+            self._numeric = pa.types.is_integer(keys.type)
+        elif keys.type != self.key_type and not (
+            pa.types.is_integer(keys.type) and pa.types.is_integer(self.key_type)
+        ):
+            raise DataError(
+                f"key column changed type from {self.key_type} to {keys.type} between "
+                "batches; keep one key type (cast in map_batches)"
+            )
+        if self._numeric and keys.null_count:
+            self._to_generic()
+        return bool(self._numeric)
+
+    def row_slots(self, keys: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
+        """The slot of every row's key (repeats allowed) and the slots made for new
+        keys; ``None`` unless the keys are dense integers (then use :meth:`slots`)."""
+        if not self._prepare(keys) or self._dense is None:
+            return None
+        q = keys.to_numpy().astype(np.int64, copy=False)
+        if not len(q):
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        if q.min() < 0 or q.max() >= DENSE_LIMIT:
+            self._to_sparse()
+            return None
+        dense = self._dense_upto(int(q.max()))
+        slots = dense[q]
+        missing = slots < 0
+        if not missing.any():
+            return slots, np.empty(0, dtype=np.int64)
+        new_keys = np.unique(q[missing])
+        fresh = self._add_numeric(new_keys)
+        return dense[q], fresh
+
+    def slots(self, keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """The slot of each key (all distinct) and a mask of the keys that were new."""
+        if not self._prepare(keys):
+            return self._generic_slots(keys.to_pylist())
+        q = keys.to_numpy().astype(np.int64, copy=False)
+        if self._dense is not None and len(q) and (q.min() < 0 or q.max() >= DENSE_LIMIT):
+            self._to_sparse()
+        if self._dense is not None:
+            dense = self._dense_upto(int(q.max()) if len(q) else 0)
+            slots = dense[q].astype(np.int64)
+            new = slots < 0
+            if new.any():
+                slots[new] = self._add_numeric(q[new])
+            return slots, new
+        return self._sparse_slots(q)
+
+    def _dense_upto(self, top: int) -> np.ndarray:
+        dense = self._dense
+        assert dense is not None
+        if len(dense) <= top:
+            grown = np.full(max(1024, 1 << top.bit_length()), -1, dtype=np.int32)
+            grown[: len(dense)] = dense
+            self._dense = dense = grown
+        return dense
+
+    def _add_numeric(self, new_keys: np.ndarray) -> np.ndarray:
+        """Slots for ``new_keys`` (distinct, unseen), in the dense table if there is one."""
+        fresh = np.arange(self.size, self.size + len(new_keys), dtype=np.int64)
+        self.size += len(new_keys)
+        self._values = np.concatenate([self._values, new_keys])
+        if self._dense is not None:
+            self._dense[new_keys] = fresh
+        else:
+            merged = np.concatenate([self._sorted, new_keys])
+            order = np.argsort(merged, kind="stable")
+            self._sorted = merged[order]
+            self._sorted_slots = np.concatenate([self._sorted_slots, fresh])[order]
+        return fresh
+
+    def _sparse_slots(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        sorted_keys = self._sorted
+        pos = np.searchsorted(sorted_keys, q)
+        found = pos < len(sorted_keys)
+        found[found] = sorted_keys[pos[found]] == q[found]
+        slots = np.empty(len(q), dtype=np.int64)
+        slots[found] = self._sorted_slots[pos[found]]
+        new = ~found
+        if new.any():
+            slots[new] = self._add_numeric(q[new])
+        return slots, new
+
+    def _to_sparse(self) -> None:
+        self._dense = None
+        order = np.argsort(self._values, kind="stable")
+        self._sorted = self._values[order]
+        self._sorted_slots = order.astype(np.int64)
+
+    def _generic_slots(self, values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+        table = self._dict
+        slots = np.empty(len(values), dtype=np.int64)
+        new = np.zeros(len(values), dtype=bool)
+        for i, value in enumerate(values):
+            slot = table.get(value)
+            if slot is None:
+                slot = table[value] = self.size
+                self._list.append(value)
+                self.size += 1
+                new[i] = True
+            slots[i] = slot
+        return slots, new
+
+    def _to_generic(self) -> None:
+        self._list = self._values.tolist()
+        self._dict = {k: i for i, k in enumerate(self._list)}
+        self._numeric = False
+        self._dense = None
+
+    def keys_at(self, slots: np.ndarray) -> pa.Array:
+        """The keys of ``slots`` as an Arrow array of the key type."""
+        if self._numeric:
+            return pa.array(self._values[slots]).cast(self.key_type)
+        values = self._list
+        return pa.array([values[s] for s in slots.tolist()], type=self.key_type)
+
+
+class ColumnarAggregates:
+    """Running ``kind`` (sum, count, min, max, mean) of column ``value`` per key ``key``.
+
+    ``update(batch)`` folds a batch in and returns one row per key it touched with the
+    key's new running value (``_ts`` = the latest timestamp of its rows, when the batch
+    has event time). ``result()`` is every key's value (window firing).
+    """
+
+    def __init__(
+        self, kind: str, *, key: str, value: str | None, max_parallelism: int, where: str = ""
+    ) -> None:
+        if kind not in AGGREGATES:
+            raise ConfigurationError(f"unknown aggregation {kind!r} (known: {', '.join(AGGREGATES)})")
+        if kind != "count" and not value:
+            raise ConfigurationError(f"{kind}() needs the column to aggregate")
+        self.kind = kind
+        self.key = key
+        self.value = value
+        self.out_name = "count" if kind == "count" else str(value)
+        self.max_parallelism = max_parallelism
+        self.where = where or f"{kind}({value or ''})"
+        self.index = KeyIndex()
+        self._kg = np.empty(0, dtype=np.int32)
+        self._acc = np.empty(0, dtype=np.int64)  # sum / count / min / max
+        self._count = np.empty(0, dtype=np.int64)  # non-null values (min, max, mean)
+        self._value_type: pa.DataType | None = None
+
+    # ---------------------------------------------------------------- updates
+    def _check_columns(self, batch: pa.RecordBatch) -> None:
+        names = batch.schema.names
+        for column in (self.key, self.value):
+            if column and column not in names:
+                raise ConfigurationError(
+                    f"{self.where}: the batch has no column {column!r} (columns: {', '.join(names)})"
+                )
+        if self.value and self._value_type is not None:
+            kind = batch.schema.field(self.value).type
+            if kind != self._value_type and pa.types.is_floating(kind) != pa.types.is_floating(
+                self._value_type
+            ):
+                raise DataError(
+                    f"{self.where}: column {self.value!r} changed type from {self._value_type} "
+                    f"to {kind} between batches; keep one type (cast in map_batches)"
+                )
+        elif self.value:
+            kind = batch.schema.field(self.value).type
+            if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+                raise ConfigurationError(
+                    f"{self.where}: column {self.value!r} is {kind}; columnar aggregations "
+                    "take integer or floating-point columns"
+                )
+            self._value_type = kind
+            floating = pa.types.is_floating(kind) or self.kind == "mean"
+            self._acc = self._acc.astype(np.float64 if floating else np.int64)
+
+    def _grow(self, size: int) -> None:
+        if size <= len(self._kg):
+            return
+        capacity = max(size, 2 * len(self._kg), 1024)
+        self._kg = np.resize(self._kg, capacity)
+        self._acc = np.resize(self._acc, capacity)
+        self._count = np.resize(self._count, capacity)
+
+    def _aggregations(self, has_ts: bool) -> list[tuple[Any, str]]:
+        if self.kind == "count":
+            aggs: list[tuple[Any, str]] = [([], "count_all")]
+        elif self.kind == "mean":
+            aggs = [(self.value, "sum"), (self.value, "count")]
+        else:
+            aggs = [(self.value, self.kind), (self.value, "count")]
+        if has_ts:
+            aggs.append((TS, "max"))
+        return aggs
+
+    def fold(self, batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray, pa.Array | None]:
+        """Fold ``batch`` in: (keys touched, their slots, their latest ``_ts`` or None)."""
+        self._check_columns(batch)
+        has_ts = TS in batch.schema.names
+        rows = self.index.row_slots(batch.column(self.key))
+        if rows is not None:
+            return self._fold_rows(batch, *rows, has_ts)
+        columns = [self.key] + ([self.value] if self.value and self.value != self.key else [])
+        table = pa.Table.from_batches([batch.select(columns + ([TS] if has_ts else []))])
+        grouped = table.group_by(self.key, use_threads=False).aggregate(self._aggregations(has_ts))
+        keys = grouped.column(self.key).combine_chunks()
+        slots, new = self.index.slots(keys)
+        self._grow(self.index.size)
+        if new.any():
+            self._init_slots(slots[new], keys.filter(pa.array(new)))
+        self._apply(grouped, slots)
+        ts = grouped.column(f"{TS}_max").combine_chunks() if has_ts else None
+        return keys, slots, ts
+
+    def _fold_rows(
+        self, batch: pa.RecordBatch, slots: np.ndarray, fresh: np.ndarray, has_ts: bool
+    ) -> tuple[pa.Array, np.ndarray, pa.Array | None]:
+        """Fold with a slot per row (dense integer keys): bincount and ufunc.at over the
+        slots, no hash group-by."""
+        n = self.index.size
+        self._grow(n)
+        if len(fresh):
+            self._init_slots(fresh, self.index.keys_at(fresh))
+        rows_per_slot = np.bincount(slots, minlength=n)
+        touched = np.flatnonzero(rows_per_slot)
+        kind, acc = self.kind, self._acc
+        if kind == "count":
+            acc[touched] += rows_per_slot[touched]
+        else:
+            column, value_slots = batch.column(self.value), slots
+            if column.null_count:
+                valid = pc.is_valid(column)
+                value_slots = slots[valid.to_numpy(zero_copy_only=False)]
+                column = column.filter(valid)
+                self._count[:n] += np.bincount(value_slots, minlength=n)
+            else:
+                self._count[touched] += rows_per_slot[touched]
+            values = column.to_numpy()
+            if kind in ("sum", "mean"):
+                self._add_sums(value_slots, values, n, touched)
+            elif kind == "min":
+                np.minimum.at(acc, value_slots, values.astype(acc.dtype, copy=False))
+            else:
+                np.maximum.at(acc, value_slots, values.astype(acc.dtype, copy=False))
+        ts = None
+        if has_ts:
+            latest = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+            np.maximum.at(latest, slots, batch.column(TS).to_numpy())
+            ts = pa.array(latest[touched])
+        return self.index.keys_at(touched), touched, ts
+
+    def _add_sums(self, slots: np.ndarray, values: np.ndarray, n: int, touched: np.ndarray) -> None:
+        acc = self._acc
+        if acc.dtype == np.float64:
+            acc[touched] += np.bincount(slots, weights=values, minlength=n)[touched]
+            return
+        # bincount sums in float64: exact while every partial sum stays below 2**53.
+        if len(values) and int(np.abs(values).max()) * len(values) < 2**53:
+            partial = np.bincount(slots, weights=values, minlength=n)[touched]
+            acc[touched] += np.rint(partial).astype(np.int64)
+        else:
+            np.add.at(acc, slots, values.astype(np.int64, copy=False))
+
+    def _init_slots(self, slots: np.ndarray, keys: pa.Array) -> None:
+        self._kg[slots] = key_groups_of_column(keys, self.max_parallelism)
+        self._count[slots] = 0
+        if self.kind == "min":
+            self._acc[slots] = _identity(self._acc.dtype, high=True)
+        elif self.kind == "max":
+            self._acc[slots] = _identity(self._acc.dtype, high=False)
+        else:
+            self._acc[slots] = 0
+
+    def _apply(self, grouped: pa.Table, slots: np.ndarray) -> None:
+        kind, acc = self.kind, self._acc
+        if kind == "count":
+            acc[slots] += _numpy(grouped.column("count_all"), 0, np.int64)
+            return
+        value = self.value
+        partial = grouped.column(f"{value}_{'sum' if kind == 'mean' else kind}")
+        self._count[slots] += _numpy(grouped.column(f"{value}_count"), 0, np.int64)
+        if kind in ("sum", "mean"):
+            acc[slots] += _numpy(partial, 0, acc.dtype)
+        elif kind == "min":
+            acc[slots] = np.minimum(acc[slots], _numpy(partial, _identity(acc.dtype, True), acc.dtype))
+        else:
+            acc[slots] = np.maximum(acc[slots], _numpy(partial, _identity(acc.dtype, False), acc.dtype))
+
+    def update(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Fold ``batch`` in and return each touched key's running value."""
+        keys, slots, ts = self.fold(batch)
+        columns = [keys, self.values_at(slots)]
+        names = [self.key, self.out_name]
+        if ts is not None:
+            columns.append(ts)
+            names.append(TS)
+        return pa.record_batch(columns, names=names)
+
+    def values_at(self, slots: np.ndarray) -> pa.Array:
+        """The running values at ``slots`` (null where a key has seen only nulls)."""
+        if self.kind == "count":
+            return pa.array(self._acc[slots])
+        count = self._count[slots]
+        if self.kind == "mean":
+            with np.errstate(invalid="ignore", divide="ignore"):
+                values = self._acc[slots] / count
+        else:
+            values = self._acc[slots]
+        array = pa.array(values, mask=count == 0)
+        if self.kind in ("min", "max") and self._value_type is not None:
+            return array.cast(self._value_type)
+        return array
+
+    def result(self) -> tuple[pa.Array, pa.Array]:
+        """Every key and its value (for a window that fires)."""
+        slots = np.arange(self.index.size, dtype=np.int64)
+        return self.index.keys_at(slots), self.values_at(slots)
+
+    # ---------------------------------------------------------------- snapshots
+    def state_table(self) -> pa.Table:
+        """The state as columns ``_kg, key, acc, count`` (a copy: later updates do not
+        change it, so the asynchronous part of a snapshot can write it)."""
+        n = self.index.size
+        slots = np.arange(n, dtype=np.int64)
+        return pa.table(
+            {
+                KG: pa.array(self._kg[:n].copy()),
+                self.key: self.index.keys_at(slots),
+                "acc": pa.array(self._acc[:n].copy()),
+                "count": pa.array(self._count[:n].copy()),
+            }
+        )
+
+    def restore_rows(self, table: pa.Table) -> None:
+        """Add the rows of a :meth:`state_table` (keys not seen yet) to the state."""
+        if table.num_rows == 0:
+            return
+        keys = table.column(self.key).combine_chunks()
+        slots, new = self.index.slots(keys)
+        if not new.all():
+            raise StateError(f"{self.where}: restored state holds a key twice")
+        self._grow(self.index.size)
+        self._kg[slots] = table.column(KG).to_numpy()
+        acc = table.column("acc").to_numpy()
+        self._acc = self._acc.astype(acc.dtype) if self._acc.dtype != acc.dtype else self._acc
+        self._acc[slots] = acc
+        self._count[slots] = table.column("count").to_numpy()
+
+
+def _identity(dtype: np.dtype, high: bool) -> Any:
+    if np.issubdtype(dtype, np.floating):
+        return np.inf if high else -np.inf
+    info = np.iinfo(dtype)
+    return info.max if high else info.min
+
+
+def _numpy(column: pa.ChunkedArray | pa.Array, fill: Any, dtype: Any) -> np.ndarray:
+    filled = pc.fill_null(column, fill) if column.null_count else column
+    if isinstance(filled, pa.ChunkedArray):
+        filled = filled.combine_chunks()
+    return filled.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+
+
+def split_by_key_group(table: pa.Table) -> Iterable[tuple[int, pa.RecordBatch]]:
+    """The rows of ``table`` per key group (column ``_kg``), in ascending key group."""
+    if table.num_rows == 0:
+        return
+    groups = table.column(KG).to_numpy()
+    order = np.argsort(groups, kind="stable")
+    ordered = table.take(pa.array(order)).combine_chunks()
+    batch = ordered.to_batches()[0] if ordered.num_rows else None
+    assert batch is not None
+    sorted_groups = groups[order]
+    bounds = np.flatnonzero(np.diff(sorted_groups)) + 1
+    starts = np.concatenate([[0], bounds])
+    ends = np.concatenate([bounds, [len(sorted_groups)]])
+    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+        yield int(sorted_groups[start]), batch.slice(start, end - start)
+
+
+def write_columnar_state(
+    fs: StorageFS, path: str, table: pa.Table, *, key_groups: range, state: str
+) -> ColumnarSnapshotHandle | None:
+    """Write ``table`` (with a ``_kg`` column) as one record batch per key group;
+    ``state`` names it for ``es.savepoint.read`` (the aggregation: ``"sum"``...)."""
+    if table.num_rows == 0:
+        return None
+    batches: dict[int, int] = {}
+    with fs.open_write(path) as raw:
+        writer = pa.ipc.new_file(pa.PythonFile(raw, mode="w"), table.schema)
+        for kg, batch in split_by_key_group(table):
+            batches[kg] = len(batches)
+            writer.write_batch(batch)
+        writer.close()
+        size = raw.tell()
+    return ColumnarSnapshotHandle(
+        key_groups=key_groups, path=path, file_size=size, batches=batches, states={state: "columnar"}
+    )
+
+
+def read_columnar_state(
+    fs_of: Any, handles: list[KeyedStateHandle], key_groups: range, where: str
+) -> pa.Table | None:
+    """The rows of ``key_groups`` in ``handles`` (``fs_of(path)`` opens a file system)."""
+    parts: list[pa.RecordBatch] = []
+    for handle in handles:
+        if not isinstance(handle, ColumnarSnapshotHandle):
+            raise StateError(
+                f"{where}: this operator's state was written by another kind of operator "
+                f"({type(handle).__name__}); a columnar aggregation restores only its own "
+                "state: give the new operator another uid"
+            )
+        parts.extend(b for _, b in read_batches(fs_of(handle.path), handle, key_groups))
+    if not parts:
+        return None
+    return pa.Table.from_batches(parts)
+
+
+#: Columns of a columnar state file besides the key.
+STATE_COLUMNS = (KG, "acc", "count", "_window_start")
+
+
+def columnar_rows(fs: StorageFS, handle: ColumnarSnapshotHandle) -> Iterable[tuple[Any, ...]]:
+    """``(key, value, key group, window start or None)`` of every entry (offline reads)."""
+    kind = next(iter(handle.states), "")
+    for kg, batch in read_batches(fs, handle, handle.key_groups):
+        cols = batch.to_pydict()
+        key_column = next(c for c in cols if c not in STATE_COLUMNS)
+        windows = cols.get("_window_start", [None] * batch.num_rows)
+        for key, acc, count, window in zip(cols[key_column], cols["acc"], cols["count"], windows, strict=True):
+            if kind == "mean":
+                value = acc / count if count else None
+            elif kind in ("min", "max", "sum") and not count:
+                value = None
+            else:
+                value = acc
+            yield key, value, kg, window

@@ -1,0 +1,67 @@
+"""The columnar API: which operations each form takes, and the errors that say why."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import epochstream as es
+from epochstream.exceptions import ConfigurationError
+
+
+def _env() -> es.Environment:
+    return es.Environment(parallelism=1, runner="local")
+
+
+def test_columnar_flag_follows_the_operators() -> None:
+    env = _env()
+    batches = env.from_sequence(0, 10, batch_size=4)
+    assert batches.columnar
+    assert not env.from_sequence(0, 10).columnar
+    mapped = batches.map_batches(lambda b: b).filter(pc.field("value") > 3)
+    assert mapped.columnar
+    assert not mapped.to_rows().columnar
+    assert mapped.to_rows().to_batches(pa.schema([("value", pa.int64())])).columnar
+    keyed = mapped.key_by("value")
+    assert isinstance(keyed, es.ColumnarKeyedStream) and keyed.key_column == "value"
+    assert keyed.sum("value").columnar and keyed.count().columnar
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda e: e.from_sequence(0, 9, batch_size=4).map(str), "map\\(\\) works on rows"),
+        (lambda e: e.from_sequence(0, 9).map_batches(lambda b: b), "needs a columnar stream"),
+        (lambda e: e.from_sequence(0, 9).filter(pc.field("x") > 1), "needs a columnar stream"),
+        (lambda e: e.from_sequence(0, 9, batch_size=4).key_by(lambda r: r), "key it by a column name"),
+        (lambda e: e.from_sequence(0, 9, batch_size=4).key_by("value").reduce(max), "reduce\\(\\) works on rows"),
+        (lambda e: e.from_sequence(0, 9, batch_size=4).sink_to(es.sinks.FileSink("/tmp/x")), "call to_rows\\(\\)"),
+        (lambda e: e.from_sequence(0, 9, batch_size=4).union(e.from_sequence(0, 9)), "one form"),
+        (
+            lambda e: e.from_sequence(0, 9, batch_size=4)
+            .key_by("value")
+            .window(es.EventTimeSessionWindows.with_gap(5)),
+            "tumbling or sliding",
+        ),
+        (lambda e: e.from_sequence(0, 9).to_batches({"a": 1}), "needs a pyarrow.Schema"),
+    ],
+)
+def test_misuse_is_refused_when_the_job_is_built(build, message) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigurationError, match=message):
+        build(_env())
+
+
+def test_w1_columnar_program_builds_as_written() -> None:
+    def to_kv(b: pa.RecordBatch) -> pa.RecordBatch:
+        v = b["value"]
+        return pa.record_batch([pc.remainder(pc.multiply(v, 7919), 100_000), pc.remainder(v, 1000)], names=["k", "v"])
+
+    env = _env()
+    (env.from_sequence(0, 10_000_000, batch_size=65_536)
+        .map_batches(to_kv)
+        .key_by("k")
+        .sum("v")
+        .sink_to(es.sinks.DiscardSink()))
+    kinds = [op.kind for chain in env.job_graph().chains for op in chain.operators]
+    assert kinds == ["source", "map_batches", "columnar_aggregate", "sink"]

@@ -1,0 +1,133 @@
+"""Columnar batches in the writer and on the wire: routing, buffering, IPC frames."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from epochstream.exceptions import ConfigurationError, DataError
+from epochstream.graph.transformations import ColumnKey, Partitioning
+from epochstream.runtime.columnar import (
+    KG_COLUMN,
+    ColumnarRouter,
+    decode_ipc,
+    encode_ipc,
+    is_ipc_frame,
+    with_key_groups,
+)
+from epochstream.runtime.outputs import Channel, RecordWriter
+from epochstream.state.keygroups import key_group_for_key
+
+MAX_P = 128
+
+
+class Recorded(Channel):
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    def send(self, item: Any) -> None:
+        self.items.append(item)
+
+
+def _batch(keys: list[Any], values: list[int] | None = None) -> pa.RecordBatch:
+    values = values if values is not None else list(range(len(keys)))
+    return pa.record_batch([pa.array(keys), pa.array(values)], names=["k", "v"])
+
+
+def test_ipc_frames_round_trip_and_are_told_apart_from_pickles() -> None:
+    batch = _batch(["a", "b"], [1, 2]).append_column("_ts", pa.array([5, 6], pa.int64()))
+    frame = encode_ipc(batch)
+    assert is_ipc_frame(frame)
+    assert not is_ipc_frame(pickle.dumps([1, 2], protocol=5))
+    assert decode_ipc(frame).equals(batch)
+
+
+def test_hash_routing_sends_each_row_to_the_owner_of_its_key_group() -> None:
+    keys = [f"user-{i % 50}" for i in range(1_000)]
+    channels = [Recorded() for _ in range(3)]
+    writer = RecordWriter(
+        channels, partitioning=Partitioning("hash", ColumnKey("k")), max_parallelism=MAX_P,
+        batch_size=10_000, edge="src -> sums (hash)",
+    )
+    writer.write(_batch(keys))
+    writer.flush()
+    seen = 0
+    for ch, channel in enumerate(channels):
+        for batch in channel.items:
+            rows = batch.to_pylist()
+            seen += len(rows)
+            for row in rows:
+                kg = key_group_for_key(row["k"], MAX_P)
+                assert row[KG_COLUMN] == kg
+                assert kg * 3 // MAX_P == ch
+    assert seen == 1_000
+    assert writer.records_out == 1_000
+
+
+def test_small_parts_wait_for_batch_size_and_leave_on_flush() -> None:
+    shipped: list[tuple[int, int]] = []
+    router = ColumnarRouter(
+        2, kind="rebalance", key=None, max_parallelism=MAX_P, batch_size=5, subtask_index=0,
+        ship=lambda ch, b: shipped.append((ch, b.num_rows)), edge="e",
+    )
+    router.write(_batch([1, 2]))
+    router.write(_batch([3, 4]))
+    router.write(_batch([5, 6, 7, 8]))
+    assert shipped == [(0, 6)]  # channel 0 reached 5 rows; channel 1 holds 2
+    router.flush_channel(1)
+    assert shipped == [(0, 6), (1, 2)]
+
+
+def test_forward_and_broadcast() -> None:
+    got: list[tuple[int, int]] = []
+    forward = ColumnarRouter(
+        3, kind="forward", key=None, max_parallelism=MAX_P, batch_size=1, subtask_index=2,
+        ship=lambda ch, b: got.append((ch, b.num_rows)), edge="e",
+    )
+    forward.write(_batch([1]))
+    broadcast = ColumnarRouter(
+        2, kind="broadcast", key=None, max_parallelism=MAX_P, batch_size=1, subtask_index=0,
+        ship=lambda ch, b: got.append((ch, b.num_rows)), edge="e",
+    )
+    broadcast.write(_batch([1, 2]))
+    assert got == [(2, 1), (0, 2), (1, 2)]
+
+
+def test_keying_by_a_missing_column_names_it() -> None:
+    with pytest.raises(ConfigurationError, match=r"no column 'user'.*columns: k, v"):
+        with_key_groups(_batch([1]), ColumnKey("user"), MAX_P)
+
+
+def test_a_function_key_on_a_columnar_edge_is_refused() -> None:
+    writer = RecordWriter(
+        [Recorded()], partitioning=Partitioning("hash", lambda r: r[0]), max_parallelism=MAX_P,
+        batch_size=10, edge="a -> b (hash)",
+    )
+    with pytest.raises(ConfigurationError, match="keyed by a column name"):
+        writer.write(_batch([1]))
+
+
+def test_rows_buffered_before_a_columnar_batch_leave_first() -> None:
+    channel = Recorded()
+    writer = RecordWriter(
+        [channel], partitioning=Partitioning(), max_parallelism=MAX_P, batch_size=100, edge="e"
+    )
+    writer.write([1, 2])
+    writer.write(_batch([3]))
+    writer.flush()
+    assert channel.items[0] == [1, 2]
+    assert isinstance(channel.items[1], pa.RecordBatch)
+
+
+def test_batches_of_different_schemas_on_one_channel_are_bad_data() -> None:
+    router = ColumnarRouter(
+        1, kind="forward", key=None, max_parallelism=MAX_P, batch_size=100, subtask_index=0,
+        ship=lambda ch, b: None, edge="parse -> sums (forward)",
+    )
+    router.write(_batch([1]))
+    router.write(pa.record_batch([pa.array(["x"])], names=["other"]))
+    with pytest.raises(DataError, match=r"parse -> sums .*must share a schema"):
+        router.flush_channel(0)

@@ -1,0 +1,116 @@
+"""Columnar aggregation state against a per-row oracle; snapshots split by key group."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.exceptions import ConfigurationError, DataError, StateError
+from epochstream.state.columnar import (
+    ColumnarAggregates,
+    KeyIndex,
+    read_columnar_state,
+    write_columnar_state,
+)
+from epochstream.state.handles import HeapSnapshotHandle
+from epochstream.state.keygroups import key_group_for_key, key_group_range_for_operator
+
+MAX_P = 128
+
+
+def _batches(seed: int, keys: list[Any], count: int = 8) -> list[pa.RecordBatch]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        n = rng.randint(1, 300)
+        ks = [rng.choice(keys) for _ in range(n)]
+        vs = [rng.choice([None, *range(-50, 50)]) for _ in range(n)]
+        out.append(pa.record_batch([pa.array(ks), pa.array(vs, pa.int64())], names=["k", "v"]))
+    return out
+
+
+def _oracle(kind: str, values: list[Any]) -> Any:
+    present = [v for v in values if v is not None]
+    if kind == "count":
+        return len(values)
+    if not present:
+        return None
+    return {"sum": sum, "min": min, "max": max, "mean": lambda v: sum(v) / len(v)}[kind](present)
+
+
+@pytest.mark.parametrize("kind", ["sum", "count", "min", "max", "mean"])
+@pytest.mark.parametrize("keys", [list(range(-20, 20)), [f"u{i}" for i in range(30)]])
+def test_rolling_values_match_a_per_row_oracle(kind: str, keys: list[Any]) -> None:
+    agg = ColumnarAggregates(kind, key="k", value=None if kind == "count" else "v", max_parallelism=MAX_P)
+    seen: dict[Any, list[Any]] = defaultdict(list)
+    for batch in _batches(7, keys):
+        out = agg.update(batch).to_pylist()
+        for row in batch.to_pylist():
+            seen[row["k"]].append(row["v"])
+        touched = {row["k"] for row in batch.to_pylist()}
+        assert {r["k"] for r in out} == touched
+        name = "count" if kind == "count" else "v"
+        for r in out:
+            assert r[name] == pytest.approx(_oracle(kind, seen[r["k"]]))
+
+
+def test_key_index_switches_to_generic_keys_when_a_null_key_arrives() -> None:
+    index = KeyIndex()
+    assert index.slots(pa.array([5, 3]))[0].tolist() == [0, 1]
+    slots, new = index.slots(pa.array([3, None]))
+    assert slots.tolist() == [1, 2] and new.tolist() == [False, True]
+    assert index.keys_at(slots).to_pylist() == [3, None]
+
+
+def test_non_numeric_values_are_refused_with_the_column() -> None:
+    agg = ColumnarAggregates("sum", key="k", value="v", max_parallelism=MAX_P, where="sum (1/2)")
+    with pytest.raises(ConfigurationError, match="sum \\(1/2\\): column 'v' is string"):
+        agg.update(pa.record_batch([pa.array([1]), pa.array(["x"])], names=["k", "v"]))
+
+
+def test_snapshot_restores_split_over_new_key_group_ranges(tmp_path: Path) -> None:
+    keys = list(range(500))
+    agg = ColumnarAggregates("sum", key="k", value="v", max_parallelism=MAX_P)
+    for batch in _batches(3, keys, count=20):
+        agg.update(batch)
+    fs = storage_fs(str(tmp_path))
+    handle = write_columnar_state(
+        fs, str(tmp_path / "s.arrow"), agg.state_table(), key_groups=range(0, MAX_P), state="sum"
+    )
+    assert handle is not None
+    before = dict(zip(*(c.to_pylist() for c in agg.result()), strict=True))
+    after: dict[Any, Any] = {}
+    for index in range(3):  # restore at parallelism 3
+        mine = key_group_range_for_operator(MAX_P, 3, index)
+        part = handle.restricted_to(mine)
+        assert part is not None
+        table = read_columnar_state(lambda p: fs, [part], mine, "sums (1/3)")
+        assert table is not None
+        restored = ColumnarAggregates("sum", key="k", value="v", max_parallelism=MAX_P)
+        restored.restore_rows(table)
+        keys_back, values = restored.result()
+        for k, v in zip(keys_back.to_pylist(), values.to_pylist(), strict=True):
+            assert key_group_for_key(k, MAX_P) in mine
+            after[k] = v
+    assert after == before
+
+
+def test_state_of_another_operator_kind_is_refused() -> None:
+    with pytest.raises(StateError, match="another kind of operator"):
+        read_columnar_state(lambda p: None, [HeapSnapshotHandle(range(0, 1), ())], range(0, 1), "op")
+
+
+def test_a_column_changing_type_between_batches_is_bad_data() -> None:
+    agg = ColumnarAggregates("sum", key="k", value="v", max_parallelism=MAX_P, where="sum (1/1)")
+    agg.update(pa.record_batch([pa.array([1]), pa.array([1])], names=["k", "v"]))
+    agg.update(pa.record_batch([pa.array([1], pa.int32()), pa.array([2], pa.int16())], names=["k", "v"]))
+    with pytest.raises(DataError, match="column 'v' changed type from int64 to double"):
+        agg.update(pa.record_batch([pa.array([1]), pa.array([1.5])], names=["k", "v"]))
+    with pytest.raises(DataError, match="key column changed type from int64 to string"):
+        agg.update(pa.record_batch([pa.array(["a"]), pa.array([1])], names=["k", "v"]))
