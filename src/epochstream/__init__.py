@@ -69,6 +69,7 @@ from epochstream.api.windowing import (
 )
 from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.checkpoint.metadata import CheckpointStats
+from epochstream.connectors.nexmark import NexmarkConfig, NexmarkSource, write_nexmark_files
 from epochstream.deploy.client import JobClient
 from epochstream.exceptions import (
     AuthenticationError,
@@ -141,6 +142,8 @@ __all__ = [
     "KeyedProcessFunction",
     "KeyedStream",
     "MapFunction",
+    "NexmarkConfig",
+    "NexmarkSource",
     "OutputTag",
     "ProcessFunction",
     "ProcessJoinFunction",
@@ -176,4 +179,5 @@ __all__ = [
     "sources",
     "state",
     "testing",
+    "write_nexmark_files",
 ]

@@ -11,12 +11,14 @@ from epochstream.connectors.files import TextFileSource
 from epochstream.connectors.formats import FileSource
 from epochstream.connectors.generators import CollectionSource, SequenceSource
 from epochstream.connectors.jetstream import JetStreamSource
+from epochstream.connectors.nexmark import NexmarkSource
 from epochstream.connectors.socket import SocketTextSource
 
 __all__ = [
     "CollectionSource",
     "FileSource",
     "JetStreamSource",
+    "NexmarkSource",
     "SequenceSource",
     "SocketTextSource",
     "Source",

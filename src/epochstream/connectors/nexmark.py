@@ -1,0 +1,317 @@
+"""Nexmark: a deterministic generator of the benchmark's people, auctions and bids.
+
+``NexmarkConfig`` says what to generate; :func:`nexmark_events` gives the events at
+positions ``start..stop-1`` of the stream (a pure function: the same events whatever
+the split, parallelism or process); :class:`NexmarkSource` reads them as a bounded,
+replayable source whose splits are position ranges; :func:`write_nexmark_files` writes
+the same events as Parquet for peers and the DuckDB oracle. The event model and its
+differences from the reference generator are in
+:mod:`epochstream.connectors.nexmark_model`.
+
+Row form: each event is a plain dict with the spec's field names plus ``"type"``
+(``"person"``, ``"auction"`` or ``"bid"``). Dicts are what the file and JSON sources
+produce too, they pickle compactly enough between slots (the string-keyed dicts of a
+batch share their key objects) and queries read fields by name as in the SQL.
+
+Example::
+
+    config = es.NexmarkConfig(events=100_000, seed=7)
+    events = env.from_source(es.NexmarkSource(config), watermark_strategy=nexmark_watermarks())
+    bids = events.filter(lambda e: e["type"] == "bid")
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from epochstream.connectors.base import Source, SourceContext
+from epochstream.connectors.generators import _RangeCursor, _RangeReader, _ranges
+from epochstream.connectors.nexmark_model import KINDS, event_numbers, generate_columns
+from epochstream.exceptions import ConfigurationError
+from epochstream.runtime.clock import Clock
+
+__all__ = [
+    "NexmarkConfig",
+    "NexmarkReader",
+    "NexmarkSource",
+    "NexmarkSplit",
+    "nexmark_events",
+    "write_nexmark_files",
+]
+
+#: Positions generated at once by a reader (one numpy pass; polls slice it).
+_BLOCK = 8_192
+#: Positions per chunk when writing files (bounds memory).
+_FILE_CHUNK = 500_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class NexmarkConfig:
+    """What the Nexmark generator produces (keyword-only; defaults are the benchmark's).
+
+    ``events``: how many (positions ``0..events-1``). ``seed``: different seeds give
+    different events. ``events_per_second``: of event time (``date_time`` advances
+    ``1/events_per_second`` s per event number; at most 1,000,000). ``out_of_order_group_size``:
+    events are shuffled within groups of this many positions (1: in order).
+    ``base_time_ms``: ``date_time`` of event 0. ``num_active_people``,
+    ``num_in_flight_auctions`` and the ``hot_*_ratio`` shape the key skew as in the
+    reference generator.
+
+    Example: ``NexmarkConfig(events=1_000_000, seed=1, events_per_second=50_000)``
+    """
+
+    events: int = 1_000_000
+    seed: int = 0
+    events_per_second: float = 10_000.0
+    out_of_order_group_size: int = 1_000
+    base_time_ms: int = 1_700_000_000_000
+    num_active_people: int = 1_000
+    num_in_flight_auctions: int = 100
+    hot_auction_ratio: int = 2
+    hot_seller_ratio: int = 4
+    hot_bidder_ratio: int = 4
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "events_per_second":
+                ok = (
+                    isinstance(value, int | float)
+                    and not isinstance(value, bool)
+                    and math.isfinite(value)
+                    and 0 < value <= 1_000_000
+                )
+                if not ok:
+                    raise ConfigurationError(
+                        f"NexmarkConfig.events_per_second must be a number in (0, 1000000], got {value!r}"
+                    )
+                continue
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigurationError(f"NexmarkConfig.{f.name} must be an int, got {value!r}")
+            low = {"events": 0, "seed": 0, "base_time_ms": 0}.get(f.name, 1)
+            if value < low:
+                raise ConfigurationError(f"NexmarkConfig.{f.name} must be >= {low}, got {value}")
+        if self.seed >= 1 << 63:
+            raise ConfigurationError(f"NexmarkConfig.seed must be below 2**63, got {self.seed}")
+
+    @property
+    def inter_event_delay_us(self) -> int:
+        """Microseconds of event time between consecutive event numbers (at least 1)."""
+        return max(1, math.floor(1_000_000 / self.events_per_second + 0.5))
+
+
+def _check_range(config: NexmarkConfig, start: int, stop: int) -> None:
+    if not 0 <= start <= stop <= config.events:
+        raise ConfigurationError(
+            f"Nexmark positions {start}..{stop} are outside the configured 0..{config.events}"
+        )
+
+
+def nexmark_columns(
+    config: NexmarkConfig, start: int, stop: int
+) -> tuple[dict[str, pa.RecordBatch], dict[str, np.ndarray]]:
+    """Positions ``start..stop-1`` as one Arrow batch per kind plus each row's position.
+
+    Example: ``batches, where = nexmark_columns(config, 0, 1_000)``
+    """
+    _check_range(config, start, stop)
+    return generate_columns(config, start, stop)
+
+
+def nexmark_events(config: NexmarkConfig, start: int, stop: int) -> list[dict[str, Any]]:
+    """The events at positions ``start..stop-1`` as dicts with ``"type"`` (stream order).
+
+    Example: ``nexmark_events(NexmarkConfig(events=50), 0, 1)[0]["type"] == "person"``
+    (with the default shuffle groups the first position may hold another kind).
+    """
+    batches, where = nexmark_columns(config, start, stop)
+    out: list[Any] = [None] * (stop - start)
+    for kind in KINDS:
+        for i, row in zip((where[kind] - start).tolist(), batches[kind].to_pylist(), strict=True):
+            row["type"] = kind
+            out[i] = row
+    return out
+
+
+@dataclass(frozen=True)
+class NexmarkSplit:
+    """Positions ``next..stop-1`` of the Nexmark stream (a position, no settings).
+
+    Example: ``NexmarkSplit(split_id="nexmark-0", next=0, stop=500_000)``
+    """
+
+    split_id: str
+    next: int
+    stop: int
+
+
+class NexmarkSource(Source):
+    """The Nexmark events of ``config`` as dicts (see the module docstring).
+
+    Guarantee: exactly-once (each split's next position in every checkpoint). Splits
+    are ``min(parallelism, events)`` contiguous position ranges; an event's content
+    depends on its position only, so any split or parallelism gives the same events.
+    ``rate``: records/s in total (wall time), as ``SequenceSource``; None: as fast as
+    the job reads.
+
+    Example::
+
+        env.from_source(es.NexmarkSource(es.NexmarkConfig(events=1_000_000)))
+    """
+
+    bounded = True
+    replayable = True
+
+    def __init__(self, config: NexmarkConfig, *, rate: float | None = None) -> None:
+        if not isinstance(config, NexmarkConfig):
+            raise ConfigurationError(f"NexmarkSource needs a NexmarkConfig, got {type(config).__name__}")
+        if rate is not None and not (rate > 0 and math.isfinite(rate)):
+            raise ConfigurationError(f"NexmarkSource rate must be a positive number, got {rate}")
+        self.config = config
+        self.rate = rate
+
+    def create_splits(self, parallelism: int) -> list[NexmarkSplit]:
+        return [
+            NexmarkSplit(f"nexmark-{i}", lo, hi)
+            for i, (lo, hi) in enumerate(_ranges(self.config.events, parallelism))
+        ]
+
+    def create_reader(self, ctx: SourceContext) -> NexmarkReader:
+        rate = None if self.rate is None else self.rate / ctx.parallelism
+        return NexmarkReader(self.config, ctx.clock, rate=rate)
+
+
+class _BlockFetch:
+    """Generates aligned blocks of ``_BLOCK`` positions and serves slices of them, so a
+    reader polled for a few hundred records pays numpy's per-call cost once per block."""
+
+    def __init__(self, config: NexmarkConfig) -> None:
+        self._config = config
+        self._start = 0
+        self._events: list[dict[str, Any]] = []
+
+    def __call__(self, lo: int, hi: int) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        while lo < hi:
+            if not self._start <= lo < self._start + len(self._events):
+                self._start = lo // _BLOCK * _BLOCK
+                end = min(self._start + _BLOCK, self._config.events)
+                self._events = nexmark_events(self._config, self._start, end)
+            take = min(hi, self._start + len(self._events))
+            out.extend(self._events[lo - self._start : take - self._start])
+            lo = take
+        return out
+
+
+class NexmarkReader(_RangeReader):
+    """Reads :class:`NexmarkSplit` states; its snapshot is each split's next position.
+
+    Example::
+
+        reader = NexmarkReader(NexmarkConfig(events=100), ManualClock())
+        reader.add_splits([NexmarkSplit("nexmark-0", 0, 100)])
+        len(reader.poll(10)) == 10
+    """
+
+    def __init__(self, config: NexmarkConfig, clock: Clock, *, rate: float | None = None) -> None:
+        super().__init__(clock, _BlockFetch(config), rate)
+        self._events = config.events
+
+    def poll_splits(self, max_records: int) -> list[tuple[Any, list[Any], bool]]:
+        """As the base, except that the reader's last split is never reported finished.
+
+        Why: a source subtask with no split left declares itself idle until its end of
+        input, and a downstream task whose inputs are all idle at that moment fires its
+        timers on the final watermark without becoming active again; the records of
+        those timers then reach the next operator on a channel it ignores for event
+        time, and arrive late there (two-stage windows lost results). Keeping the last
+        split open changes nothing else: its watermark is superseded by the end-of-input
+        watermark right after.
+        """
+        groups = super().poll_splits(max_records)
+        if groups and self.exhausted:
+            split_id, records, _ = groups[-1]
+            groups[-1] = (split_id, records, False)
+        return groups
+
+    def _cursor(self, split: Any) -> _RangeCursor:
+        if not isinstance(split, NexmarkSplit):
+            raise ConfigurationError(
+                f"NexmarkReader got a {type(split).__qualname__} split, not a NexmarkSplit"
+            )
+        if not 0 <= split.next <= split.stop <= self._events:
+            raise ConfigurationError(
+                f"NexmarkSplit {split.split_id} covers {split.next}..{split.stop}, outside the "
+                f"source's 0..{self._events} events"
+            )
+        return _RangeCursor(split, split.next, split.stop)
+
+    def _state(self, cursor: _RangeCursor) -> NexmarkSplit:
+        split: NexmarkSplit = cursor.split
+        return NexmarkSplit(split.split_id, cursor.pos, cursor.end)
+
+
+def write_nexmark_files(directory: str | os.PathLike[str], config: NexmarkConfig) -> dict[str, int]:
+    """Write ``person.parquet``, ``auction.parquet``, ``bid.parquet`` (each kind's
+    columns) and ``events.parquet`` (every event in stream order: ``event_type`` 0/1/2,
+    ``seq`` the event number, the union of the fields, null where a kind lacks one)
+    into ``directory``; returns the row count per file stem.
+
+    Example: ``write_nexmark_files("/tmp/nexmark", NexmarkConfig(events=1_000_000))``
+    """
+    os.makedirs(directory, exist_ok=True)
+    writers: dict[str, pq.ParquetWriter] = {}
+    counts = dict.fromkeys((*KINDS, "events"), 0)
+    union_schema: pa.Schema | None = None
+    try:
+        # One pass over an empty range when there are no events: the files still get schemas.
+        for lo in range(0, max(config.events, 1), _FILE_CHUNK):
+            hi = min(lo + _FILE_CHUNK, config.events)
+            batches, where = nexmark_columns(config, lo, hi)
+            parts = []
+            numbers = event_numbers(config, lo, hi)
+            for event_type, kind in enumerate(KINDS):
+                batch = batches[kind]
+                table = pa.Table.from_batches([batch], schema=batch.schema)
+                _write(writers, directory, kind, table)
+                counts[kind] += batch.num_rows
+                extra = {
+                    "event_type": pa.array(np.full(batch.num_rows, event_type, dtype=np.int8)),
+                    "seq": pa.array(numbers[where[kind] - lo]),
+                    "_position": pa.array(where[kind]),
+                }
+                for name, column in extra.items():
+                    table = table.append_column(name, column)
+                parts.append(table)
+            merged = pa.concat_tables(parts, promote_options="default")
+            merged = merged.take(pa.array(np.argsort(merged.column("_position").to_numpy(), kind="stable")))
+            merged = merged.drop_columns(["_position"])
+            if union_schema is None:
+                union_schema = _union_schema(merged.schema)
+            _write(writers, directory, "events", merged.select(union_schema.names).cast(union_schema))
+            counts["events"] += merged.num_rows
+    finally:
+        for writer in writers.values():
+            writer.close()
+    return counts
+
+
+def _union_schema(schema: pa.Schema) -> pa.Schema:
+    """``event_type``, ``seq`` first, then every field (all nullable)."""
+    names = ["event_type", "seq", *(n for n in schema.names if n not in ("event_type", "seq"))]
+    return pa.schema([pa.field(n, schema.field(n).type, nullable=True) for n in names])
+
+
+def _write(writers: dict[str, pq.ParquetWriter], directory: Any, stem: str, table: pa.Table) -> None:
+    writer = writers.get(stem)
+    if writer is None:
+        path = os.path.join(os.fspath(directory), f"{stem}.parquet")
+        writer = writers[stem] = pq.ParquetWriter(path, table.schema)
+    writer.write_table(table)

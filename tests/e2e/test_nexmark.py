@@ -1,0 +1,92 @@
+"""Nexmark end to end on Spark: every query (bench/nexmark/queries.py) over generated
+events equals its DuckDB oracle (bench/nexmark/oracle.py) over the Parquet files of the
+same events; and stateful queries survive a SIGKILL with exactly-once output.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import cloudpickle
+import pytest
+
+import epochstream as es
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "nexmark"
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"nexmark_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+queries = _load("queries")
+oracle = _load("oracle")
+# Slots cannot import the bench folder: its functions travel by value, like a user's script.
+cloudpickle.register_pickle_by_value(queries)
+
+# 40 s of event time (4 tumbling windows, sessions that close), out of order by up to
+# 2 s: below the 4 s watermark bound, so no record is late and the oracle needs no lateness.
+CONFIG = es.NexmarkConfig(events=20_000, seed=5, events_per_second=500, out_of_order_group_size=1_000)
+
+
+@pytest.fixture(scope="module")
+def nexmark_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("nexmark")
+    es.write_nexmark_files(path, CONFIG)
+    return path
+
+
+def test_the_generator_stays_within_the_watermark_bound() -> None:
+    delay_ms = CONFIG.inter_event_delay_us / 1000
+    assert (CONFIG.out_of_order_group_size - 1) * delay_ms < queries.WATERMARK_BOUND_MS
+
+
+def test_every_query_equals_the_duckdb_oracle(spark: Any, tmp_path: Path, nexmark_files: Path) -> None:
+    env = es.Environment(parallelism=2, spark=spark)
+    events = queries.nexmark_stream(env, CONFIG)
+    for name, query in queries.QUERIES.items():
+        query(events).sink_to(es.sinks.FileSink(str(tmp_path / name))).uid(f"sink-{name}")
+    env.execute("nexmark-all")
+    for name in queries.QUERIES:
+        got = oracle.canonical(name, es.testing.read_committed(tmp_path / name))
+        expected = oracle.expected(name, nexmark_files)
+        assert got == expected, name
+        assert expected, f"{name} has no result rows over these events"
+
+
+def test_stateful_queries_after_a_crash_write_each_result_once(
+    spark: Any, tmp_path: Path, nexmark_files: Path, failure_markers: str
+) -> None:
+    env = es.Environment(parallelism=2, spark=spark)
+    env.enable_checkpointing(0.3, storage=str(tmp_path / "ckpt"))
+    env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.2))
+    events = queries.nexmark_stream(env, CONFIG, rate=8_000).map(
+        es.testing.FailOnce(after_records=4_000, after_checkpoints=2, subtask=1, crash=True, marker_dir=failure_markers)
+    )
+    for name in ("q4", "q5", "q11"):
+        queries.QUERIES[name](events).sink_to(es.sinks.FileSink(str(tmp_path / name))).uid(f"sink-{name}")
+    result = env.execute("nexmark-crash")
+    assert result.restarts == 1
+    for name in ("q5", "q11"):
+        assert oracle.canonical(name, es.testing.read_committed(tmp_path / name)) == oracle.expected(
+            name, nexmark_files
+        ), name
+    q4 = es.testing.read_committed(tmp_path / "q4")
+    assert oracle.canonical("q4", q4) == oracle.expected("q4", nexmark_files)
+    # Every update of a category's average once: its running counts are exactly 1..n.
+    counts = collections.defaultdict(list)
+    for category, _, count in q4:
+        counts[category].append(count)
+    assert all(sorted(c) == list(range(1, len(c) + 1)) for c in counts.values())
