@@ -8,6 +8,9 @@ records, every ``stride``-th of a batch.
 
 - :class:`SumsSink`: the last value per key (a running sum's final value), for the
   closed-form check of W1; rows ``(k, v, ...)`` or Arrow batches with ``k``/``v``.
+
+On a columnar stream a writer's ``write_batch`` gets one ``pyarrow.RecordBatch``, on
+a row stream a list of records.
 - :class:`RateSink`: ``(wall time, records)`` per batch, flushed every 0.2 s, so a
   SIGKILL loses at most that much; the recovery measurement's throughput series.
 - :class:`LatencySink`: sink wall time minus the creation wall time the job put in
@@ -87,6 +90,8 @@ class SumsSink(es.sinks.Sink):
     Example: ``stream.sink_to(SumsSink("/tmp/probe", columnar=False))``
     """
 
+    accepts_batches = True
+
     def __init__(self, directory: str, *, columnar: bool = False) -> None:
         self.directory = directory
         self.columnar = columnar
@@ -104,10 +109,9 @@ class _SumsWriter(_ProbeWriter):
 
     def write_batch(self, records: list[Any]) -> None:
         if self._columnar:
-            for b in records:
-                k, v = b.column("k").to_pylist(), b.column("v").to_pylist()
-                self._sums.update(zip(k, v, strict=True))
-                self._records += b.num_rows
+            k, v = records.column("k").to_pylist(), records.column("v").to_pylist()
+            self._sums.update(zip(k, v, strict=True))
+            self._records += records.num_rows
         else:
             # dict.update takes (k, v) pairs at C speed; rows are (k, v) tuples.
             self._sums.update(records)
@@ -122,6 +126,8 @@ class RateSink(es.sinks.Sink):
 
     Example: ``stream.sink_to(RateSink("/tmp/probe"))``
     """
+
+    accepts_batches = True
 
     def __init__(self, directory: str, *, columnar: bool = False) -> None:
         self.directory = directory
@@ -140,7 +146,7 @@ class _RateWriter(_ProbeWriter):
 
     def write_batch(self, records: list[Any]) -> None:
         now = time.time()
-        n = sum(b.num_rows for b in records) if self._columnar else len(records)
+        n = records.num_rows if self._columnar else len(records)
         self._samples.append((now, n))
         if now - self._flushed >= FLUSH_EVERY_S:
             self._flush(now)
@@ -162,6 +168,8 @@ class LatencySink(es.sinks.Sink):
 
     Example: ``stream.sink_to(LatencySink("/tmp/probe", ts_index=2))``
     """
+
+    accepts_batches = True
 
     def __init__(
         self, directory: str, *, ts_index: int = -1, columnar: bool = False, stride: int = 8
@@ -186,7 +194,7 @@ class _LatencyWriter(_ProbeWriter):
         now = time.time()
         stride = self._sink.stride
         if self._sink.columnar:
-            created = [t for b in records for t in b.column("ts").to_pylist()[::stride]]
+            created = records.column("ts").to_pylist()[::stride]
         else:
             i = self._sink.ts_index
             created = [r[i] for r in records[::stride]]

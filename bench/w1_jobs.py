@@ -17,7 +17,8 @@ Three measurements per path, each returning a JSON-ready dict:
 - :func:`run_latency`: the source throttled to ``rate``; each record carries its
   creation wall time (when the throttled source released it, by its schedule,
   stamped right after the source in the same chained task) and the sink samples
-  ``now - created``.
+  ``now - created``. The columnar job measures ``key_by("k").max("ts")`` in place of
+  ``sum("v")``: the same columnar keyed aggregation, but its output keeps the time.
 - :func:`run_recovery`: an endless source, checkpoints every 1 s; once two
   checkpoints completed and ``kill_after`` seconds passed, slot 0's process gets
   SIGKILL (``es.testing.kill_slot``); the sinks' throughput series gives the time
@@ -164,8 +165,14 @@ def _build(env: es.Environment, path: str, n: int, rate: float | None, stamped: 
             kwargs["rate"] = rate
         seq = env.from_sequence(0, n, **kwargs).uid("numbers")  # type: ignore[call-arg]
         fn = _StampBatch(rate, env.parallelism) if stamped and rate is not None else _to_kv
-        mapped = seq.map_batches(fn)  # type: ignore[attr-defined]
-        return mapped.key_by("k").sum("v").uid("sums")
+        keyed = seq.map_batches(fn).key_by("k")
+        if stamped:
+            # The sum's output is (k, v) only: nothing carries the creation time through
+            # it. The running max of ``ts`` per key has the same shape (columnar keyed
+            # aggregate, one row per key touched per batch) and outputs the newest
+            # record's creation time of each key it touched.
+            return keyed.max("ts").uid("sums")
+        return keyed.sum("v").uid("sums")
     raise ValueError(f"unknown W1 path {path!r}; choose among {PATHS}")
 
 

@@ -1,0 +1,81 @@
+"""The Nexmark queries of ``bench/nexmark/queries.py`` timed on epochstream, for ``bench/all.py``.
+
+One job per query: ``queries.nexmark_stream(env, config)`` (the events are generated in
+the source, deterministically the same as ``write_nexmark_files`` writes for the
+peers, so the generation is part of epochstream's time) into the query, results into
+``es.sinks.DiscardSink()``. The rate counts every event of the stream, as the peers'.
+
+Example::
+
+    run_query("q5", es.NexmarkConfig(events=1_000_000), spark=spark, checkpoint=1.0)["rate"]
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+import time
+from types import ModuleType
+from typing import Any
+
+import cloudpickle
+
+import epochstream as es
+
+__all__ = ["QUERY_NAMES", "queries", "run_query"]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRATCH = "/tmp/epochstream-bench/nexmark"
+
+
+def _load_queries() -> ModuleType:
+    path = os.path.join(HERE, "nexmark", "queries.py")
+    spec = importlib.util.spec_from_file_location("nexmark_queries", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the Nexmark queries from {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    # Slots cannot import bench/: the query functions travel by value.
+    cloudpickle.register_pickle_by_value(module)
+    return module
+
+
+queries = _load_queries()
+QUERY_NAMES: tuple[str, ...] = tuple(queries.QUERIES)
+
+
+def run_query(
+    name: str,
+    config: es.NexmarkConfig,
+    *,
+    spark: Any,
+    parallelism: int = 2,
+    checkpoint: float | None = 1.0,
+) -> dict[str, Any]:
+    """Run query ``name`` over ``config``'s events; wall time of ``env.execute()``.
+
+    Example: ``run_query("q1", es.NexmarkConfig(events=100_000), spark=spark)["seconds"]``
+    """
+    if name not in queries.QUERIES:
+        raise ValueError(f"unknown Nexmark query {name!r}; choose among {QUERY_NAMES}")
+    env = es.Environment(parallelism=parallelism, runner="spark", spark=spark)
+    if checkpoint is not None:
+        storage = os.path.join(SCRATCH, f"ck-{name}")
+        shutil.rmtree(storage, ignore_errors=True)  # a leftover would be restored
+        env.enable_checkpointing(checkpoint, storage=storage)
+    events = queries.nexmark_stream(env, config)
+    queries.QUERIES[name](events).sink_to(es.sinks.DiscardSink())
+    start = time.perf_counter()
+    result = env.execute(f"nexmark-{name}")
+    wall = time.perf_counter() - start
+    if result.restarts:
+        raise RuntimeError(f"Nexmark {name} restarted {result.restarts} times: {result.failures}")
+    return {
+        "events": config.events,
+        "seconds": wall,
+        "rate": config.events / wall,
+        "checkpoints_completed": len([c for c in result.checkpoints if c.kind == "checkpoint"]),
+    }
