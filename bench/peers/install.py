@@ -159,6 +159,10 @@ PEERS: dict[str, Peer] = {
     # pyarrow: the Nexmark peer reads the Parquet files itself.
     "bytewax": Peer("bytewax", "bytewax_job.py", requirement="bytewax==0.21.1 pyarrow>=15"),
     "spark-ss": Peer("spark-ss", "spark_ss_job.py", needs_java=True),
+    # Not a peer: bench/all.py draws its PNG there, keeping matplotlib out of .venv.
+    "plot": Peer(
+        "plot", "plot_results.py", requirement="matplotlib>=3.8", import_name="matplotlib"
+    ),
     "pyflink": Peer(
         "pyflink",
         "pyflink_job.py",
