@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,52 @@ def test_dict_loop_peer_runs_with_a_fresh_log_directory(
     assert out["events"] == 5000 and out["keys"] == 5000
     assert (root / "dictloop-B.log").exists()
     json.dumps(out)
+
+
+def test_probe_sinks_report_through_files_for_rows_and_batches(tmp_path: Path) -> None:
+    """The measuring sinks' writers, driven directly: rows and Arrow batches, read back."""
+    import pyarrow as pa
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        import probes
+    finally:
+        sys.path.pop(0)
+    import epochstream as es
+
+    def ctx(subtask: int) -> es.sinks.SinkContext:
+        return es.sinks.SinkContext(
+            subtask_index=subtask, parallelism=2, attempt=0, job_id="j", checkpointing=True
+        )
+
+    rows = probes.SumsSink(str(tmp_path)).create_writer(ctx(0))
+    rows.write_batch([(1, 5), (2, 7), (1, 9)])
+    rows.end_input()
+    rows.close()
+    columnar = probes.SumsSink(str(tmp_path), columnar=True).create_writer(ctx(1))
+    columnar.write_batch(pa.record_batch([pa.array([3, 4]), pa.array([1, 2])], names=["k", "v"]))
+    columnar.write_batch(pa.record_batch([pa.array([3]), pa.array([6])], names=["k", "v"]))
+    columnar.end_input()
+    columnar.close()
+    sums = {
+        (line["subtask"], k): v
+        for line in probes.read_probe(str(tmp_path), "sums")
+        for k, v in line["sums"]
+    }
+    assert sums == {(0, 1): 9, (0, 2): 7, (1, 3): 6, (1, 4): 2}
+
+    rate = probes.RateSink(str(tmp_path), columnar=True).create_writer(ctx(0))
+    rate.write_batch(pa.record_batch([pa.array([1, 2, 3])], names=["k"]))
+    rate.end_input()
+    rate.close()
+    (line,) = probes.read_probe(str(tmp_path), "rate")
+    assert [n for _, n in line["samples"]] == [3]
+
+    latency = probes.LatencySink(str(tmp_path), ts_index=2, stride=2).create_writer(ctx(1))
+    now = time.time()
+    latency.write_batch([(0, 0, now - 0.5), (0, 0, now), (0, 0, now - 0.25)])
+    latency.end_input()
+    latency.close()
+    (line,) = probes.read_probe(str(tmp_path), "latency")
+    lat = sorted(x for _, x in line["samples"])
+    assert len(lat) == 2 and 0.25 <= lat[0] < 0.3 and 0.5 <= lat[1] < 0.55
