@@ -281,7 +281,12 @@ def summary_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
             if ours.get(f"rate_{ck}") and e.get(f"rate_{ck}"):
                 ratios[s2] = ours[f"rate_{ck}"] / e[f"rate_{ck}"]
         e["ratios"] = ratios
-    return [merged[k] for k in order]
+    workloads = list(dict.fromkeys(w for w, _ in order))
+    # Grouped by workload (first-seen order), ours first, then systems as first seen.
+    return [
+        merged[k]
+        for k in sorted(order, key=lambda k: (workloads.index(k[0]), not merged[k]["ours"]))
+    ]
 
 
 def _num(x: float | None, fmt: str) -> str:

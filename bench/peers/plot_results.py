@@ -27,6 +27,7 @@ def main() -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     with open(src, encoding="utf-8") as f:
         doc = json.load(f)
@@ -60,7 +61,9 @@ def main() -> None:
         ax.grid(axis="y", which="both", alpha=0.3)
     axes[-1].set_xticks(range(len(workloads)))
     axes[-1].set_xticklabels(workloads, rotation=30, ha="right")
-    axes[0].legend(fontsize="small", ncol=2)
+    # Proxies: a system may have no bar in a panel, and still needs its legend entry.
+    handles = [Patch(color=colours(si % 10), label=s) for si, s in enumerate(systems)]
+    axes[0].legend(handles=handles, fontsize="small", ncol=2)
     m = doc.get("machine", {})
     fig.suptitle(
         f"epochstream vs peers, {m.get('date', '?')}, {m.get('nproc', '?')} CPUs "

@@ -158,7 +158,15 @@ def test_results_table_renders_rates_overhead_latency_recovery_and_ratios() -> N
         ],
         "recovery": [{"workload": "W1", "system": "epochstream row", "recovery_s": 3.25}],
     }
-    rows = {(r["workload"], r["system"]): r for r in report.summary_rows(doc)}
+    summary = report.summary_rows(doc)
+    assert [(r["workload"], r["system"]) for r in summary] == [
+        ("W1", "epochstream row"),
+        ("W1", "PyFlink SQL"),
+        ("W1", "Bytewax"),
+        ("q1", "epochstream row"),
+        ("q1", "dict loop"),
+    ]
+    rows = {(r["workload"], r["system"]): r for r in summary}
     assert rows[("W1", "epochstream row")]["overhead_pct"] == pytest.approx(10.0)
     assert rows[("W1", "PyFlink SQL")]["ratios"] == {"epochstream row": 3.0}
     assert rows[("q1", "dict loop")]["ratios"] == {"epochstream row": 0.5}
