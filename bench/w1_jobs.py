@@ -86,33 +86,42 @@ def _to_kv(b: Any) -> Any:
 
 
 class _Schedule:
-    """When the throttled sequence source released ``i``: its reader releases the
-    first record of its split at once, then one every ``parallelism / rate`` s. The
-    first call anchors the schedule to the wall clock (the batch it sees was released
-    when its last record fell due), so later records get their due time, not the time
-    this chained operator happened to see them: a record waiting in a source batch
-    counts as latency.
+    """When the throttled sequence source released record ``i`` of this subtask.
+
+    Its reader releases the first record of its split (``lo``) at ``t0`` and record
+    ``i`` at ``t0 + (i - lo) * parallelism / rate``. ``t0`` is the reader's and not
+    visible here, but a record seen at ``now`` was released by then, so
+    ``now - (i - lo) * step`` bounds ``t0`` from above; the schedule keeps the smallest
+    bound seen (records batched or queued before this operator make later ones only
+    looser), so the due times it gives are never late, and tighten within the first
+    batches that pass without waiting.
     """
 
     def __init__(self, rate: float, parallelism: int) -> None:
         self.step = parallelism / rate
-        self.anchor: tuple[float, int] | None = None
+        self.lo: int | None = None
+        self.t0 = float("inf")
 
-    def due(self, first: int, last: int) -> float:
-        """The anchor time of index 0 of this subtask's schedule, set on the first call."""
-        if self.anchor is None:
-            self.anchor = (time.time() - (last - first) * self.step, first)
-        return self.anchor[0] - self.anchor[1] * self.step
+    def observe(self, i: int) -> int:
+        """Tighten ``t0`` with record ``i`` seen now; returns ``lo``."""
+        if self.lo is None:
+            self.lo = i
+        self.t0 = min(self.t0, time.time() - (i - self.lo) * self.step)
+        return self.lo
 
 
 class _StampRow(es.MapFunction):
-    """``i -> (k, v, due time of i)``."""
+    """``i -> (k, v, due time of i)``; the clock is read every 256th record."""
 
     def __init__(self, rate: float, parallelism: int) -> None:
         self.schedule = _Schedule(rate, parallelism)
 
     def map(self, i: int) -> tuple[int, int, float]:
-        return (i * 7919 % KEYS, i % 1000, self.schedule.due(i, i) + i * self.schedule.step)
+        s = self.schedule
+        lo = s.lo
+        if lo is None or (i - lo) % 256 == 0:
+            lo = s.observe(i)
+        return (i * 7919 % KEYS, i % 1000, s.t0 + (i - lo) * s.step)
 
 
 class _StampBatch:
@@ -127,8 +136,12 @@ class _StampBatch:
 
         kv = _to_kv(b)
         values = b["value"]
-        base = self.schedule.due(values[0].as_py(), values[len(values) - 1].as_py())
-        ts = pc.add(pc.multiply(pc.cast(values, pa.float64()), self.schedule.step), base)
+        s = self.schedule
+        if s.lo is None:
+            s.lo = values[0].as_py()
+        lo = s.observe(values[len(values) - 1].as_py())
+        offsets = pc.subtract(pc.cast(values, pa.float64()), float(lo))
+        ts = pc.add(pc.multiply(offsets, s.step), s.t0)
         return pa.record_batch([kv["k"], kv["v"], ts], names=["k", "v", "ts"])
 
 
