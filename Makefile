@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint typecheck bench clean
+.PHONY: demo test test-fast lint typecheck bench bench-all clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "need Python 3.11+ (python3.11 on PATH)"; exit 1; }
@@ -30,6 +30,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/run.py
+
+bench-all: $(STAMP)
+	SPARK_LOCAL_IP=127.0.0.1 $(PY) bench/all.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

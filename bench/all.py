@@ -8,9 +8,10 @@ One command measures, on this machine and in this run:
   the checkpointed rate, and the recovery time after a SIGKILL of a slot process;
   PyFlink SQL (1 s checkpoints and off), Spark Structured Streaming (checkpoint
   location, micro-batches), Bytewax (recovery on, and off) and a plain dict loop.
-- **Nexmark** (``bench/nexmark/queries.py`` on epochstream, checkpoints 1 s and off;
-  the peers' versions in ``bench/peers/``: PyFlink SQL, Spark Structured Streaming,
-  Bytewax, each over the files ``write_nexmark_files`` wrote for the same events).
+- **Nexmark** (``bench/nexmark/queries.py`` on epochstream, checkpoints 1 s and off,
+  and the recovery time after a SIGKILL; the peers' versions in ``bench/peers/``:
+  PyFlink SQL, Spark Structured Streaming, Bytewax, each over the files
+  ``write_nexmark_files`` wrote for the same events).
 
 epochstream runs at parallelism ``--parallelism`` (2) on Spark ``local[P]``, one
 SparkSession for all its jobs (a first untimed job takes the session's warm-up).
@@ -144,6 +145,7 @@ def run_epochstream(results: Results, args: argparse.Namespace) -> None:
             import nexmark_jobs
 
             config = es.NexmarkConfig(events=args.nexmark_events)
+            long_config = es.NexmarkConfig(events=args.nexmark_recovery_events)
             for q in args.queries:
                 for ck in (1.0, None):
                     _measure(
@@ -160,6 +162,23 @@ def run_epochstream(results: Results, args: argparse.Namespace) -> None:
                                 q, config, spark=spark, parallelism=args.parallelism, checkpoint=ck
                             ),
                             args.repeat,
+                        ),
+                    )
+                if not args.no_recovery:
+                    _measure(
+                        results,
+                        "recovery",
+                        {
+                            "workload": f"nexmark {q}",
+                            "system": f"epochstream row (p={args.parallelism})",
+                            "ours": True,
+                        },
+                        lambda q=q: nexmark_jobs.run_recovery(
+                            q,
+                            long_config,
+                            spark=spark,
+                            parallelism=args.parallelism,
+                            kill_after=args.kill_after,
                         ),
                     )
     finally:
@@ -431,6 +450,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--w1-events", type=int, default=10_000_000)
     parser.add_argument("--nexmark-events", type=int, default=1_000_000)
+    parser.add_argument(
+        "--nexmark-recovery-events",
+        type=int,
+        default=20_000_000,
+        help="events of a Nexmark recovery run (it is cancelled once recovered)",
+    )
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument(
         "--repeat", type=int, default=3, help="runs per epochstream figure (median)"
@@ -464,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.w1_events = min(args.w1_events, 300_000)
         args.nexmark_events = min(args.nexmark_events, 50_000)
+        args.nexmark_recovery_events = min(args.nexmark_recovery_events, 2_000_000)
         args.repeat = 1
         args.latency_seconds = min(args.latency_seconds, 3.0)
         args.kill_after = min(args.kill_after, 3.0)

@@ -5,6 +5,12 @@ the source, deterministically the same as ``write_nexmark_files`` writes for the
 peers, so the generation is part of epochstream's time) into the query, results into
 ``es.sinks.DiscardSink()``. The rate counts every event of the stream, as the peers'.
 
+Recovery (:func:`run_recovery`): the same job, checkpoints every 1 s, with the event
+stream also going to a :class:`probes.RateSink`: the rate at which the source hands
+out events, which backpressure holds to what the query keeps up with (a query's own
+output is too bursty for it: windows fire in bursts). Slot 0 is killed as for W1
+(``bench/recovery.py``).
+
 Example::
 
     run_query("q5", es.NexmarkConfig(events=1_000_000), spark=spark, checkpoint=1.0)["rate"]
@@ -21,10 +27,12 @@ from types import ModuleType
 from typing import Any
 
 import cloudpickle
+from probes import RateSink
+from recovery import kill_and_measure
 
 import epochstream as es
 
-__all__ = ["QUERY_NAMES", "queries", "run_query"]
+__all__ = ["QUERY_NAMES", "queries", "run_query", "run_recovery"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRATCH = "/tmp/epochstream-bench/nexmark"
@@ -79,3 +87,41 @@ def run_query(
         "rate": config.events / wall,
         "checkpoints_completed": len([c for c in result.checkpoints if c.kind == "checkpoint"]),
     }
+
+
+def run_recovery(
+    name: str,
+    config: es.NexmarkConfig,
+    *,
+    spark: Any,
+    parallelism: int = 2,
+    kill_after: float = 6.0,
+    timeout: float = 60.0,
+) -> dict[str, Any]:
+    """SIGKILL slot 0 of query ``name`` running over ``config``'s events (enough of them
+    to last past the recovery); seconds until the event rate is back at 90 %.
+
+    Example: ``run_recovery("q5", es.NexmarkConfig(events=20_000_000), spark=spark)``
+    """
+    import tempfile
+
+    if name not in queries.QUERIES:
+        raise ValueError(f"unknown Nexmark query {name!r}; choose among {QUERY_NAMES}")
+    os.makedirs(SCRATCH, exist_ok=True)
+    probe = tempfile.mkdtemp(prefix=f"probe-{name}-rec-", dir=SCRATCH)
+    env = es.Environment(parallelism=parallelism, runner="spark", spark=spark)
+    storage = os.path.join(SCRATCH, f"ck-{name}-rec")
+    shutil.rmtree(storage, ignore_errors=True)
+    env.enable_checkpointing(1.0, storage=storage)
+    env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.0))
+    events = queries.nexmark_stream(env, config)
+    events.sink_to(RateSink(probe))
+    queries.QUERIES[name](events).sink_to(es.sinks.DiscardSink())
+    client = env.execute_async(f"nexmark-{name}-recovery")
+    try:
+        out = kill_and_measure(
+            client, probe, what=f"Nexmark {name}", kill_after=kill_after, timeout=timeout
+        )
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+    return {"restart_delay_s": 0.0, "events": config.events, **out}

@@ -22,7 +22,8 @@ Three measurements per path, each returning a JSON-ready dict:
 - :func:`run_recovery`: an endless source, checkpoints every 1 s; once two
   checkpoints completed and ``kill_after`` seconds passed, slot 0's process gets
   SIGKILL (``es.testing.kill_slot``); the sinks' throughput series gives the time
-  until the output rate is back at 90 % of the rate before the kill.
+  until the output rate is back at 90 % of the rate before the kill
+  (``bench/recovery.py``).
 
 Example::
 
@@ -43,7 +44,8 @@ from typing import Any
 
 import cloudpickle
 from probes import LatencySink, RateSink, SumsSink, read_probe
-from report import check_w1, latency_summary, rate_series, recovery_time
+from recovery import kill_and_measure
+from report import check_w1, latency_summary
 
 import epochstream as es
 
@@ -287,40 +289,13 @@ def run_recovery(
     columnar = path == "columnar"
     _build(env, path, 10**15, None, False).sink_to(RateSink(probe, columnar=columnar))
     client = env.execute_async(f"w1-{path}-recovery")
-    out: dict[str, Any] = {"restart_delay_s": restart_delay}
     try:
-        client.wait_for_checkpoint(2, timeout=120)
-        started = min(
-            (s[0] for line in read_probe(probe, "rate") for s in line["samples"]),
-            default=time.time(),
+        out = kill_and_measure(
+            client, probe, what=f"W1 {path}", kill_after=kill_after, timeout=timeout
         )
-        time.sleep(max(0.0, started + kill_after - time.time()))
-        attempt = client.attempt
-        kill_at = time.time()
-        out["killed_pid"] = es.testing.kill_slot(client, 0)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not client.done:
-            time.sleep(0.5)
-            samples = [s for line in read_probe(probe, "rate") for s in line["samples"]]
-            measured = recovery_time(rate_series(samples), kill_at)
-            if measured["recovery_s"] is not None and client.attempt > attempt:
-                break
-        out.update(measured)
-        out["attempts"] = client.attempt
     finally:
-        if not client.done:
-            client.cancel()
-        try:
-            client.result(timeout=120)
-        except es.JobCancelled:
-            pass
         shutil.rmtree(probe, ignore_errors=True)
-    if out.get("recovery_s") is None:
-        raise RuntimeError(
-            f"W1 {path}: throughput not back at 90 % of {out.get('baseline_rate')} "
-            f"within {timeout:.0f} s of the kill (dipped: {out.get('dipped')})"
-        )
-    return out
+    return {"restart_delay_s": restart_delay, **out}
 
 
 # The jobs' lambdas travel to Spark's Python workers, which cannot import bench/.
