@@ -199,7 +199,7 @@ def test_bad_sources_splits_and_ranges_are_refused() -> None:
     with pytest.raises(es.ConfigurationError, match=r"outside the configured 0\.\.20000"):
         nexmark_events(CONFIG, 19_000, 20_001)
     with pytest.raises(TypeError):
-        es.NexmarkConfig(100)  # type: ignore[misc]  # keyword-only
+        es.NexmarkConfig(100)  # type: ignore[call-arg]  # keyword-only
 
 
 def test_files_hold_the_same_events_as_the_source(tmp_path: Path) -> None:
@@ -236,7 +236,7 @@ def test_only_the_readers_last_split_stays_open_when_read_to_the_end() -> None:
     source = es.NexmarkSource(CONFIG)
     reader = source.create_reader(SourceContext(0, 1, ManualClock()))
     reader.add_splits(source.create_splits(2))
-    finished = []
+    finished: list[tuple[Any, bool]] = []
     while not reader.exhausted:
         finished.extend((split_id, done) for split_id, _, done in reader.poll_splits(3_000) if done)
     assert finished == [("nexmark-0", True)]  # nexmark-1 ends with the input, not before
