@@ -13,13 +13,16 @@ Arrow record batches (the kind's columns; a stream has one schema).
 
 Row form: each event is a plain dict with the spec's field names plus ``"type"``
 (``"person"``, ``"auction"`` or ``"bid"``). Dicts are what the file and JSON sources
-produce too, they pickle compactly enough between slots (the string-keyed dicts of a
-batch share their key objects) and queries read fields by name as in the SQL.
+produce too, and queries read fields by name as in the SQL. They cost little more than
+tuples between slots: the dicts of a batch share their key objects, which pickle memoizes
+(a bid pickles to about 178 bytes in a batch, 160 as a tuple).
 
 Example::
 
     config = es.NexmarkConfig(events=100_000, seed=7)
-    events = env.from_source(es.NexmarkSource(config), watermark_strategy=nexmark_watermarks())
+    strategy = es.WatermarkStrategy.bounded_out_of_orderness(4_000).with_timestamp_assigner(
+        lambda e: e["date_time"])
+    events = env.from_source(es.NexmarkSource(config), watermark_strategy=strategy)
     bids = events.filter(lambda e: e["type"] == "bid")
 """
 
@@ -133,8 +136,8 @@ def nexmark_columns(
 def nexmark_events(config: NexmarkConfig, start: int, stop: int) -> list[dict[str, Any]]:
     """The events at positions ``start..stop-1`` as dicts with ``"type"`` (stream order).
 
-    Example: ``nexmark_events(NexmarkConfig(events=50), 0, 1)[0]["type"] == "person"``
-    (with the default shuffle groups the first position may hold another kind).
+    Example: ``nexmark_events(NexmarkConfig(events=50), 0, 1)[0]["id"] == 1000`` (position
+    0 holds event 0, the first person; later positions of a group hold shuffled events).
     """
     batches, where = nexmark_columns(config, start, stop)
     out: list[Any] = [None] * (stop - start)
