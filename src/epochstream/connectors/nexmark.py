@@ -298,13 +298,15 @@ class NexmarkReader(_RangeReader):
     def poll_splits(self, max_records: int) -> list[tuple[Any, list[Any], bool]]:
         """As the base, except that the reader's last split is never reported finished.
 
-        Why: a source subtask with no split left declares itself idle until its end of
-        input, and a downstream task whose inputs are all idle at that moment fires its
-        timers on the final watermark without becoming active again; the records of
-        those timers then reach the next operator on a channel it ignores for event
-        time, and arrive late there (two-stage windows lost results). Keeping the last
-        split open changes nothing else: its watermark is superseded by the end-of-input
-        watermark right after.
+        Why (a runtime race, worked around here): a source subtask whose splits are all
+        finished declares itself idle at its next processing-time tick, just before it
+        sends the end-of-input watermark. The idleness travels through a window
+        operator whose inputs are all idle to the next stage; when one upstream window
+        task's final watermark reaches that stage while the other one is still marked
+        idle, the stage jumps to the final watermark at once, and the other task's
+        window results (fired by its own final watermark an instant later) arrive
+        late there and are dropped. Keeping the last split open keeps the subtask
+        active; nothing else changes, as the end-of-input watermark follows.
         """
         groups = super().poll_splits(max_records if self._batch_size is None else self._batch_size)
         if groups and self.exhausted:
