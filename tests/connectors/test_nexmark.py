@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -198,7 +199,7 @@ def test_bad_sources_splits_and_ranges_are_refused() -> None:
     with pytest.raises(es.ConfigurationError, match=r"outside the configured 0\.\.20000"):
         nexmark_events(CONFIG, 19_000, 20_001)
     with pytest.raises(TypeError):
-        es.NexmarkConfig(100)  # type: ignore[misc]  # keyword-only
+        es.NexmarkConfig(100)  # type: ignore[call-arg]  # keyword-only
 
 
 def test_files_hold_the_same_events_as_the_source(tmp_path: Path) -> None:
@@ -235,7 +236,62 @@ def test_only_the_readers_last_split_stays_open_when_read_to_the_end() -> None:
     source = es.NexmarkSource(CONFIG)
     reader = source.create_reader(SourceContext(0, 1, ManualClock()))
     reader.add_splits(source.create_splits(2))
-    finished = []
+    finished: list[tuple[Any, bool]] = []
     while not reader.exhausted:
         finished.extend((split_id, done) for split_id, _, done in reader.poll_splits(3_000) if done)
     assert finished == [("nexmark-0", True)]  # nexmark-1 ends with the input, not before
+
+
+def of_kind(kind: str) -> list[dict[str, Any]]:
+    """Every event of ``kind`` in stream order, without ``"type"``."""
+    events = nexmark_events(CONFIG, 0, CONFIG.events)
+    return [{k: v for k, v in e.items() if k != "type"} for e in events if e["type"] == kind]
+
+
+@pytest.mark.parametrize("kind", ["person", "auction", "bid"])
+def test_the_columnar_source_reads_one_kind_as_record_batches(kind: str) -> None:
+    rows = of_kind(kind)
+    source = es.NexmarkSource(CONFIG, batch_size=3_000, kind=kind)
+    assert source.columnar and not es.NexmarkSource(CONFIG).columnar
+    splits = source.create_splits(3)
+    got: list[Any] = []
+    for split in splits:
+        reader = source.create_reader(SourceContext(0, 3, ManualClock()))
+        reader.add_splits([split])
+        while not reader.exhausted:
+            batch = reader.poll(10)  # the hint is for rows: a columnar poll reads batch_size positions
+            assert isinstance(batch, pa.RecordBatch) and batch.schema.names == list(
+                {"person": PERSON_FIELDS, "auction": AUCTION_FIELDS, "bid": BID_FIELDS}[kind]
+            )
+            got.extend(batch.to_pylist())
+    assert got == rows
+
+
+def test_a_columnar_reader_resumes_from_its_snapshot() -> None:
+    source = es.NexmarkSource(CONFIG, batch_size=1_000, kind="bid")
+    reader = source.create_reader(SourceContext(0, 1, ManualClock()))
+    reader.add_splits(source.create_splits(2))
+    first = [reader.poll(1) for _ in range(7)]
+    groups = reader.poll_splits(1)
+    assert [len(records) > 0 for _, records, _ in groups] == [True]
+    restored = source.create_reader(SourceContext(0, 1, ManualClock()))
+    restored.add_splits(pickle.loads(pickle.dumps(reader.snapshot(1))))
+    rest = []
+    while not restored.exhausted:
+        rest.append(restored.poll(1))
+    together = pa.Table.from_batches([*first, groups[0][1], *rest]).to_pylist()
+    assert together == of_kind("bid")
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        ({"batch_size": 100}, "reads one kind"),
+        ({"kind": "bid"}, "reads one kind"),
+        ({"batch_size": 100, "kind": "bids"}, "reads one kind"),
+        ({"batch_size": 0, "kind": "bid"}, "batch_size must be a positive int"),
+    ],
+)
+def test_columnar_options_are_checked(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(es.ConfigurationError, match=message):
+        es.NexmarkSource(CONFIG, **options)

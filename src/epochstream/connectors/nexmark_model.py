@@ -360,10 +360,11 @@ def _bids(config: NexmarkConfig, n: np.ndarray) -> pa.RecordBatch:
 
 
 def generate_columns(
-    config: NexmarkConfig, start: int, stop: int
+    config: NexmarkConfig, start: int, stop: int, kinds: tuple[str, ...] = KINDS
 ) -> tuple[dict[str, pa.RecordBatch], dict[str, np.ndarray]]:
-    """The events at positions ``start..stop-1``, one Arrow batch per kind, with the
-    positions of each kind's rows (so callers can interleave them in stream order).
+    """The events of ``kinds`` at positions ``start..stop-1``, one Arrow batch per kind
+    (rows in stream order), with the positions of each kind's rows (so callers can
+    interleave them). Kinds not asked for are not generated.
 
     Example: ``batches, where = generate_columns(config, 0, 50)``; ``where["person"]`` is ``[p]``
     for the one position ``p`` holding a person.
@@ -377,5 +378,5 @@ def generate_columns(
         "bid": slot >= _PERSON_PROPORTION + _AUCTION_PROPORTION,
     }
     makers = {"person": _persons, "auction": _auctions, "bid": _bids}
-    batches = {kind: makers[kind](config, numbers[mask]) for kind, mask in masks.items()}
-    return batches, {kind: positions[mask] for kind, mask in masks.items()}
+    batches = {kind: makers[kind](config, numbers[masks[kind]]) for kind in kinds}
+    return batches, {kind: positions[masks[kind]] for kind in kinds}
