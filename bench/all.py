@@ -297,13 +297,12 @@ def _peer_w1(results: Results, args: argparse.Namespace, system: str) -> None:
     elif system == "dictloop":
         runs.append(("dict loop (1 core)", "off", "dictloop_job.py", ["B", "--n", str(n)]))
     for label, ck, script, argv in runs:
-        peer = "spark-ss" if system == "spark-ss" else system
         _measure(
             results,
             "rows",
             {"workload": "W1", "system": label, "checkpoints": ck},
-            lambda peer=peer, script=script, argv=argv, ck=ck: _run_peer(
-                peer, script, argv, f"{system}-W1-{ck.replace(' ', '')}"
+            lambda script=script, argv=argv, ck=ck: _run_peer(
+                system, script, argv, f"{system}-W1-{ck.replace(' ', '')}"
             ),
         )
 
