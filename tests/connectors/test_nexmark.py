@@ -232,16 +232,6 @@ def test_files_of_no_events_have_schemas(tmp_path: Path) -> None:
     assert pq.read_table(tmp_path / "events.parquet").num_rows == 0
 
 
-def test_only_the_readers_last_split_stays_open_when_read_to_the_end() -> None:
-    source = es.NexmarkSource(CONFIG)
-    reader = source.create_reader(SourceContext(0, 1, ManualClock()))
-    reader.add_splits(source.create_splits(2))
-    finished: list[tuple[Any, bool]] = []
-    while not reader.exhausted:
-        finished.extend((split_id, done) for split_id, _, done in reader.poll_splits(3_000) if done)
-    assert finished == [("nexmark-0", True)]  # nexmark-1 ends with the input, not before
-
-
 def of_kind(kind: str) -> list[dict[str, Any]]:
     """Every event of ``kind`` in stream order, without ``"type"``."""
     events = nexmark_events(CONFIG, 0, CONFIG.events)

@@ -1,5 +1,5 @@
 """Nexmark end to end on Spark: every query (bench/nexmark/queries.py) over generated
-events, and the columnar q0-q2 over the columnar bid source, equal their DuckDB oracle
+events, and the columnar q0-q2 and q5 over the columnar bid source, equal their DuckDB oracle
 (bench/nexmark/oracle.py) over the Parquet files of the same events; and stateful
 queries survive a SIGKILL with exactly-once output.
 """
@@ -48,6 +48,7 @@ COLUMNS = {
     "q0": ["auction", "bidder", "price", "date_time", "extra"],
     "q1": ["auction", "bidder", "price", "date_time", "extra"],
     "q2": ["auction", "price"],
+    "q5": ["window_start", "auction", "count"],
 }
 
 

@@ -33,6 +33,7 @@ from epochstream.runtime.events import (
     CheckpointOptions,
     EndOfInput,
     Watermark,
+    WatermarkStatus,
 )
 from epochstream.runtime.messages import (
     AcknowledgeCheckpoint,
@@ -1018,3 +1019,37 @@ def test_a_source_without_splits_asks_once_each_time_its_reader_runs_out(tmp_pat
     assert control.of(RequestSplit) == [RequestSplit(*key)] * 2, "once more when the split was read"
     (channels,) = outputs.values()
     assert sorted(r for c in channels for r in c.records) == [i * 10 for i in range(6)]
+
+
+def _event_time(record: int, previous: Any) -> int:
+    return record * 1_000
+
+
+def test_an_exhausted_source_sends_its_final_watermark_without_going_idle_first(
+    tmp_path: Path,
+) -> None:
+    # Idleness just before the final watermark let a two-stage window job drop the
+    # results of the slower upstream task (the stage passed ahead of them).
+    env = es.Environment(parallelism=2, runner="local", batch_size=3)
+    strategy = es.WatermarkStrategy.monotonous_timestamps().with_timestamp_assigner(_event_time)
+    env.from_source(CollectionSource(list(range(7))), watermark_strategy=strategy).map(
+        _times_ten
+    ).key_by(_mod2).reduce(_add).sink_to(LogSink())
+    graph = env.job_graph("idle-test")
+    chain = chain_with(graph, "source")
+    control = Control()
+    task, outputs = make_task(
+        graph,
+        chain,
+        tmp_path,
+        control,
+        checkpointing=False,
+        splits=initial_splits(graph)[chain.chain_id][1],
+        subtask=1,
+    )
+    finish_when_done(control, task)
+    task.run()
+    (channels,) = outputs.values()
+    for channel in channels:
+        assert not [e for e in channel.events if isinstance(e, WatermarkStatus)], channel.events
+        assert channel.events[-2:] == [END_OF_TIME, END_OF_INPUT]

@@ -174,8 +174,15 @@ class _RangeReader(SourceReader):
     """
 
     def __init__(
-        self, clock: Clock, fetch: Callable[[int, int], list[Any]], rate: float | None = None
+        self,
+        clock: Clock,
+        fetch: Callable[[int, int], Any],
+        rate: float | None = None,
+        batch_size: int | None = None,
     ) -> None:
+        # Columnar (``fetch`` returns record batches): each poll fills ``batch_size`` rows;
+        # the runtime's ``max_records`` hint is for rows.
+        self._batch_size = batch_size
         self._clock = clock
         self._fetch = fetch
         self._cursors: list[_RangeCursor] = []
@@ -206,6 +213,7 @@ class _RangeReader(SourceReader):
                 self._cursors.append(cursor)
 
     def poll(self, max_records: int) -> Any:
+        max_records = self._batch_size or max_records
         parts: list[Any] = []
         if self._rate is not None and self._cursors:
             max_records = min(max_records, self._due())
@@ -229,12 +237,17 @@ class _RangeReader(SourceReader):
         """One poll's result from the parts read from each cursor."""
         if len(parts) == 1:
             return parts[0]
+        if self._batch_size is not None and parts:
+            import pyarrow as pa
+
+            return pa.concat_batches(parts)
         out: list[Any] = []
         for part in parts:
             out.extend(part)
         return out
 
     def poll_splits(self, max_records: int) -> list[tuple[Any, list[Any], bool]]:
+        max_records = self._batch_size or max_records
         groups: list[tuple[Any, list[Any], bool]] = []
         if self._rate is not None and self._cursors:
             max_records = min(max_records, self._due())
@@ -283,21 +296,8 @@ class SequenceReader(_RangeReader):
     def __init__(
         self, clock: Clock, *, rate: float | None = None, batch_size: int | None = None
     ) -> None:
-        super().__init__(clock, _number_range if batch_size is None else _number_batch, rate)
-        self._batch_size = batch_size
-
-    def poll(self, max_records: int) -> Any:
-        # A columnar reader fills its own batch size; the runtime's hint is for rows.
-        return super().poll(max_records if self._batch_size is None else self._batch_size)
-
-    def _join(self, parts: list[Any]) -> Any:
-        if self._batch_size is None:
-            return super()._join(parts)
-        import pyarrow as pa
-
-        if not parts:
-            return []
-        return parts[0] if len(parts) == 1 else pa.concat_batches(parts)
+        fetch = _number_range if batch_size is None else _number_batch
+        super().__init__(clock, fetch, rate, batch_size)
 
     def _cursor(self, split: Any) -> _RangeCursor:
         if not isinstance(split, SequenceSplit):

@@ -281,38 +281,8 @@ class NexmarkReader(_RangeReader):
         if (batch_size is None) != (kind is None):
             raise ConfigurationError("NexmarkReader: batch_size and kind go together (columnar)")
         fetch = _BlockFetch(config) if kind is None else _KindBatches(config, kind)
-        super().__init__(clock, fetch, rate)
+        super().__init__(clock, fetch, rate, batch_size)
         self._events = config.events
-        self._batch_size = batch_size
-
-    def poll(self, max_records: int) -> Any:
-        return super().poll(max_records if self._batch_size is None else self._batch_size)
-
-    def _join(self, parts: list[Any]) -> Any:
-        if self._batch_size is None:
-            return super()._join(parts)
-        if not parts:
-            return []
-        return parts[0] if len(parts) == 1 else pa.concat_batches(parts)
-
-    def poll_splits(self, max_records: int) -> list[tuple[Any, list[Any], bool]]:
-        """As the base, except that the reader's last split is never reported finished.
-
-        Why (a runtime race, worked around here): a source subtask whose splits are all
-        finished declares itself idle at its next processing-time tick, just before it
-        sends the end-of-input watermark. The idleness travels through a window
-        operator whose inputs are all idle to the next stage; when one upstream window
-        task's final watermark reaches that stage while the other one is still marked
-        idle, the stage jumps to the final watermark at once, and the other task's
-        window results (fired by its own final watermark an instant later) arrive
-        late there and are dropped. Keeping the last split open keeps the subtask
-        active; nothing else changes, as the end-of-input watermark follows.
-        """
-        groups = super().poll_splits(max_records if self._batch_size is None else self._batch_size)
-        if groups and self.exhausted:
-            split_id, records, _ = groups[-1]
-            groups[-1] = (split_id, records, False)
-        return groups
 
     def _cursor(self, split: Any) -> _RangeCursor:
         if not isinstance(split, NexmarkSplit):

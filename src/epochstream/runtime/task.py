@@ -359,7 +359,10 @@ class Task:
         idle_wait: float | None = 0.0
         while True:
             got = gate.take(idle_wait)
-            if self._timed:
+            # Not while the input has just run out: the final watermark follows at once,
+            # and a tick before it would declare the subtask idle (no splits left); an
+            # idle input lets a downstream stage pass ahead of results still on their way.
+            if self._timed and not (src.exhausted and not self._exhausted_reported):
                 self._tick()
             if got is not None:
                 self._on_mail(got[1])

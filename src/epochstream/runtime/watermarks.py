@@ -288,6 +288,8 @@ class TimestampsAndWatermarks:
 
     def on_processing_time(self, now_ms: int) -> None:
         """Idleness and periodic emission when no records come."""
+        if self._emitted == MAX_WATERMARK:
+            return  # event time is complete: nothing follows the final watermark
         if not self._splits:
             # No split to read (more subtasks than splits): nothing to wait for here.
             if not self._idle:
