@@ -147,23 +147,32 @@ def run_epochstream(results: Results, args: argparse.Namespace) -> None:
             config = es.NexmarkConfig(events=args.nexmark_events)
             long_config = es.NexmarkConfig(events=args.nexmark_recovery_events)
             for q in args.queries:
-                for ck in (1.0, None):
-                    _measure(
-                        results,
-                        "rows",
-                        {
-                            "workload": f"nexmark {q}",
-                            "system": f"epochstream row (p={args.parallelism})",
-                            "checkpoints": "1 s" if ck else "off",
-                            "ours": True,
-                        },
-                        lambda q=q, ck=ck: _median_run(
-                            lambda: nexmark_jobs.run_query(
-                                q, config, spark=spark, parallelism=args.parallelism, checkpoint=ck
+                paths = ["row"] + (
+                    ["columnar"] if q in nexmark_jobs.queries.COLUMNAR_QUERIES else []
+                )
+                for path in paths:
+                    for ck in (1.0, None):
+                        _measure(
+                            results,
+                            "rows",
+                            {
+                                "workload": f"nexmark {q}",
+                                "system": f"epochstream {path} (p={args.parallelism})",
+                                "checkpoints": "1 s" if ck else "off",
+                                "ours": True,
+                            },
+                            lambda q=q, ck=ck, path=path: _median_run(
+                                lambda: nexmark_jobs.run_query(
+                                    q,
+                                    config,
+                                    spark=spark,
+                                    parallelism=args.parallelism,
+                                    checkpoint=ck,
+                                    path=path,
+                                ),
+                                args.repeat,
                             ),
-                            args.repeat,
-                        ),
-                    )
+                        )
                 if not args.no_recovery:
                     _measure(
                         results,
