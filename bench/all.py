@@ -145,6 +145,7 @@ def run_epochstream(results: Results, args: argparse.Namespace) -> None:
             import nexmark_jobs
 
             config = es.NexmarkConfig(events=args.nexmark_events)
+            files = _nexmark_files(args) if args.nexmark_source == "files" else None
             long_config = es.NexmarkConfig(events=args.nexmark_recovery_events)
             for q in args.queries:
                 paths = ["row"] + (
@@ -169,6 +170,7 @@ def run_epochstream(results: Results, args: argparse.Namespace) -> None:
                                     parallelism=args.parallelism,
                                     checkpoint=ck,
                                     path=path,
+                                    files=files,
                                 ),
                                 args.repeat,
                             ),
@@ -463,6 +465,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=20_000_000,
         help="events of a Nexmark recovery run (it is cancelled once recovered)",
+    )
+    parser.add_argument(
+        "--nexmark-source",
+        choices=["files", "generator"],
+        default="files",
+        help="epochstream's Nexmark input: the peers' files (default) or its own generator",
     )
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument(

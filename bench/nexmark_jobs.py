@@ -1,11 +1,12 @@
 """The Nexmark queries of ``bench/nexmark/queries.py`` timed on epochstream, for ``bench/all.py``.
 
-One job per query: ``queries.nexmark_stream(env, config)`` (the events are generated in
-the source, deterministically the same as ``write_nexmark_files`` writes for the
-peers, so the generation is part of epochstream's time) into the query, results into
-``es.sinks.DiscardSink()``. The rate counts every event of the stream, as the peers'
-(the columnar versions of q0, q1, q2 and q5 read a bids-only source; their rate is
-still over every event number of the config).
+One job per query, results into ``es.sinks.DiscardSink()``. The events come from the
+files ``write_nexmark_files`` wrote for the peers (``files=``: ``events.parquet`` as
+rows mapped back to the generator's event dicts, or ``bid.parquet`` as Arrow batches
+for the columnar versions of q0, q1, q2 and q5), or from the generator itself
+(``queries.nexmark_stream`` / ``queries.nexmark_batches``: the same events, with their
+generation in epochstream's time). The rate counts every event of the config, as the
+peers', whatever part of them a query reads.
 
 Recovery (:func:`run_recovery`): the same job, checkpoints every 1 s, with the event
 stream also going to a :class:`probes.RateSink`: the rate at which the source hands
@@ -37,6 +38,10 @@ import epochstream as es
 __all__ = ["QUERY_NAMES", "queries", "run_query", "run_recovery"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "peers"))
+
+from nexmark_files import COLUMNS  # noqa: E402
+
 SCRATCH = "/tmp/epochstream-bench/nexmark"
 
 
@@ -57,6 +62,36 @@ queries = _load_queries()
 QUERY_NAMES: tuple[str, ...] = tuple(queries.QUERIES)
 
 
+_KINDS = ("person", "auction", "bid")  # event_type 0, 1, 2 of events.parquet
+
+
+class _EventOfRow:
+    """A row of ``events.parquet`` (the union of the fields, null where a kind has none)
+    as the generator's event: its kind's fields and ``"type"``."""
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        kind = _KINDS[row["event_type"]]
+        event = {f: row[f] for f in COLUMNS[kind]}
+        event["type"] = kind
+        return event
+
+
+def _from_files(env: es.Environment, files: str, path: str) -> es.DataStream:
+    """The Nexmark events read from ``files``, with the same 4 s watermark bound."""
+    bound = es.WatermarkStrategy.bounded_out_of_orderness(queries.WATERMARK_BOUND_MS)
+    if path == "columnar":
+        return env.from_parquet(
+            os.path.join(files, "bid.parquet"),
+            watermark_strategy=bound.with_timestamp_column("date_time"),
+        ).uid("nexmark-bid-files")
+    rows = env.from_files(
+        os.path.join(files, "events.parquet"),
+        "parquet",
+        watermark_strategy=bound.with_timestamp_assigner(queries._date_time),
+    ).uid("nexmark-files")
+    return rows.map(_EventOfRow()).uid("nexmark-events")
+
+
 def run_query(
     name: str,
     config: es.NexmarkConfig,
@@ -65,11 +100,14 @@ def run_query(
     parallelism: int = 2,
     checkpoint: float | None = 1.0,
     path: str = "row",
+    files: str | None = None,
 ) -> dict[str, Any]:
     """Run query ``name`` over ``config``'s events; wall time of ``env.execute()``.
 
     ``path="columnar"``: the query's columnar version (``queries.COLUMNAR_QUERIES``,
     q0, q1, q2, q5) over the bids as Arrow batches (``queries.nexmark_batches``).
+    ``files``: read ``write_nexmark_files``' directory (of the same ``config``) instead
+    of generating the events: rows from ``events.parquet``, batches from ``bid.parquet``.
 
     Example: ``run_query("q1", es.NexmarkConfig(events=100_000), spark=spark)["seconds"]``
     """
@@ -81,7 +119,9 @@ def run_query(
         storage = os.path.join(SCRATCH, f"ck-{name}-{path}")
         shutil.rmtree(storage, ignore_errors=True)  # a leftover would be restored
         env.enable_checkpointing(checkpoint, storage=storage)
-    if path == "columnar":
+    if files is not None:
+        stream = _from_files(env, files, path)
+    elif path == "columnar":
         stream = queries.nexmark_batches(env, config, "bid")
     else:
         stream = queries.nexmark_stream(env, config)
@@ -135,3 +175,7 @@ def run_recovery(
     finally:
         shutil.rmtree(probe, ignore_errors=True)
     return {"restart_delay_s": 0.0, "events": config.events, **out}
+
+
+# _EventOfRow travels to Spark's Python workers, which cannot import bench/.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -238,3 +238,23 @@ def test_probe_sinks_report_through_files_for_rows_and_batches(tmp_path: Path) -
     (line,) = probes.read_probe(str(tmp_path), "latency")
     lat = sorted(x for _, x in line["samples"])
     assert len(lat) == 2 and 0.25 <= lat[0] < 0.3 and 0.5 <= lat[1] < 0.55
+
+
+def test_nexmark_file_rows_become_the_generators_events(tmp_path: Path) -> None:
+    """epochstream's Nexmark jobs read events.parquet like the peers: each row, mapped
+    back to an event, equals what the generator emits at that position."""
+    import pyarrow.parquet as pq
+
+    import epochstream as es
+    from epochstream.connectors.nexmark import nexmark_events
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        import nexmark_jobs
+    finally:
+        sys.path.pop(0)
+    config = es.NexmarkConfig(events=3000)
+    es.write_nexmark_files(tmp_path, config)
+    rows = pq.read_table(tmp_path / "events.parquet").to_pylist()
+    to_event = nexmark_jobs._EventOfRow()
+    assert [to_event(r) for r in rows] == nexmark_events(config, 0, 3000)
