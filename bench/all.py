@@ -27,7 +27,7 @@ in its own venv like the peers). ``<name>`` is ``all``, or ``quick`` with ``--qu
 
 Example::
 
-    .venv/bin/python bench/all.py                         # everything (about 40 minutes)
+    .venv/bin/python bench/all.py                         # everything (about 50 minutes)
     .venv/bin/python bench/all.py --quick                 # smoke run, under 3 minutes
     .venv/bin/python bench/all.py --only epochstream,pyflink --queries q0,q5
     .venv/bin/python bench/all.py --workloads nexmark --only spark-ss
