@@ -106,6 +106,8 @@ def test_recovery_time_from_a_synthetic_throughput_series() -> None:
     # Back at 90 %: the trailing 1 s mean reaches 900/s once the ramp (90 % at 15.8 s) has
     # been above that for most of a second: between 16 and 17 s after the start.
     assert 6.0 <= out["recovery_s"] <= 7.0
+    # Output at half the baseline again once the ramp passes 500/s: at 15 s.
+    assert out["resumed_s"] == pytest.approx(5.25)
     never = report.rate_series(_synthetic(kill=10.0, down_s=60.0, ramp_s=1.0)[:300], bin_s=0.25)
     assert report.recovery_time(never, kill_at=10.0)["recovery_s"] is None
     with pytest.raises(ValueError, match="before the kill"):
@@ -156,7 +158,9 @@ def test_results_table_renders_rates_overhead_latency_recovery_and_ratios() -> N
                 "latency_rate": 450.0,
             }
         ],
-        "recovery": [{"workload": "W1", "system": "epochstream row", "recovery_s": 3.25}],
+        "recovery": [
+            {"workload": "W1", "system": "epochstream row", "recovery_s": 3.25, "resumed_s": 1.5}
+        ],
     }
     summary = report.summary_rows(doc)
     assert [(r["workload"], r["system"]) for r in summary] == [
@@ -172,7 +176,9 @@ def test_results_table_renders_rates_overhead_latency_recovery_and_ratios() -> N
     assert rows[("q1", "dict loop")]["ratios"] == {"epochstream row": 0.5}
     text = report.markdown(doc)
     assert "Command: `bench/all.py --quick`" in text
-    assert "| W1 | epochstream row | 900 | 1,000 | 10 % | 12.5 / 80.0 (at 450) | 3.2 |" in text
+    assert (
+        "| W1 | epochstream row | 900 | 1,000 | 10 % | 12.5 / 80.0 (at 450) | 3.2 (1.5) |" in text
+    )
     assert "| W1 | PyFlink SQL | 300 |  |  |  |  | epochstream row: 3.00x |" in text
     assert "ckpt 1 s: exited 1 / see log" in text  # a '|' would break the table
     assert text.count("\n| ") == 2 + 4  # header, rule, four (workload, system) rows
