@@ -190,6 +190,7 @@ def run_epochstream(results: Results, args: argparse.Namespace) -> None:
                             spark=spark,
                             parallelism=args.parallelism,
                             kill_after=args.kill_after,
+                            timeout=args.recovery_timeout,
                         ),
                     )
     finally:
@@ -234,7 +235,11 @@ def _w1_path(results: Results, args: argparse.Namespace, spark: Any, path: str) 
             "recovery",
             base,
             lambda: w1_jobs.run_recovery(
-                path, spark=spark, parallelism=args.parallelism, kill_after=args.kill_after
+                path,
+                spark=spark,
+                parallelism=args.parallelism,
+                kill_after=args.kill_after,
+                timeout=args.recovery_timeout,
             ),
         )
 
@@ -480,6 +485,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--kill-after", type=float, default=8.0, help="seconds of output before the kill"
     )
+    parser.add_argument(
+        "--recovery-timeout",
+        type=float,
+        default=120.0,
+        help="seconds after the kill to wait for 90 %% of the throughput",
+    )
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--no-recovery", action="store_true")
     parser.add_argument("--ss-rows-per-batch", type=int, default=500_000)
@@ -509,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
         args.repeat = 1
         args.latency_seconds = min(args.latency_seconds, 3.0)
         args.kill_after = min(args.kill_after, 3.0)
+        args.recovery_timeout = min(args.recovery_timeout, 30.0)
         args.ss_rows_per_batch = min(args.ss_rows_per_batch, 100_000)
     # A smoke run starts each peer once: with checkpoints (each start costs a JVM).
     args.peer_checkpoints = ("1",) if args.quick else ("1", "0")
