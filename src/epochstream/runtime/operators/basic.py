@@ -116,8 +116,8 @@ class ReduceOperator(Operator):
     """Rolling reduce: one value per key, the updated value emitted per record.
 
     The per-key values live in a backend value table; the keys written are declared
-    to it once per batch (``touched``), which keeps the loop to one lookup and one
-    store per record. Each output has its input record's timestamp.
+    to it once per batch (``touched``: the batch's keys list), which keeps the loop to
+    one lookup and one store per record. Each output has its input record's timestamp.
     """
 
     STATE = ValueStateDescriptor("_reduce")
@@ -128,24 +128,21 @@ class ReduceOperator(Operator):
         self._table = self.keyed.value_table(self.STATE)
         fn = self.function
         self._fn = fn.reduce if isinstance(fn, ReduceFunction) else fn
-        selector = self.spec.key_selector
-        assert selector is not None
-        self._key = selector
 
     def process_batch(self, records: list[Any], timestamps: list[Any] | None) -> None:
-        key_of = self._key
+        self.process_keyed(records, self.keys_of(records), timestamps)
+
+    def process_keyed(
+        self, records: list[Any], keys: list[Any], timestamps: list[Any] | None
+    ) -> None:
         table = self._table
         get = table.get
         fn = self._fn
         out: list[Any] = []
         append = out.append
-        keys: list[Any] = []
-        remember = keys.append
         x = None
         try:
-            for x in records:
-                k = key_of(x)
-                remember(k)
+            for x, k in zip(records, keys, strict=True):
                 cur = get(k, _MISSING)
                 if cur is not _MISSING:
                     table[k] = cur = fn(cur, x)
