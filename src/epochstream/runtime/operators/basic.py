@@ -91,23 +91,23 @@ class FilterOperator(Operator):
         fn = self._fn
         out: list[Any] = []
         append = out.append
+        out_ts: list[Any] | None = None
         x = None
         try:
             if timestamps is None:
                 for x in records:
                     if fn(x):
                         append(x)
-                if out:
-                    self.emit(out, None)
-                return
-            out_ts: list[Any] = []
-            keep_ts = out_ts.append
-            for x, ts in zip(records, timestamps, strict=True):
-                if fn(x):
-                    append(x)
-                    keep_ts(ts)
+            else:
+                out_ts = []
+                keep_ts = out_ts.append
+                for x, ts in zip(records, timestamps, strict=True):
+                    if fn(x):
+                        append(x)
+                        keep_ts(ts)
         except Exception as exc:
             raise UserFunctionError(self.ctx.task_name, x, exc) from exc
+        # Emitting outside the try: an error downstream is not this filter's.
         if out:
             self.emit(out, out_ts)
 
