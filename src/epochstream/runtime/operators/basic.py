@@ -26,7 +26,8 @@ _MISSING = object()
 
 # The per-record loops below are plain ``for`` loops rather than comprehensions: when a
 # user function raises, the loop variable still holds the record, so the error can
-# name it at no cost on the normal path.
+# name it at no cost on the normal path. (Map runs its loop in C and finds the record
+# from the length of its partial output.)
 
 
 class MapOperator(Operator):
@@ -38,15 +39,13 @@ class MapOperator(Operator):
         self._fn = self._per_record(fn.map if isinstance(fn, MapFunction) else fn)
 
     def process_batch(self, records: list[Any], timestamps: list[Any] | None) -> None:
-        fn = self._fn
         out: list[Any] = []
-        append = out.append
-        x = None
         try:
-            for x in records:
-                append(fn(x))
+            # The loop runs in C; ``extend`` keeps the results before a failing record,
+            # so their count is the failing record's position.
+            out.extend(map(self._fn, records))
         except Exception as exc:
-            raise UserFunctionError(self.ctx.task_name, x, exc) from exc
+            raise UserFunctionError(self.ctx.task_name, records[len(out)], exc) from exc
         self.emit(out, timestamps)
 
 
