@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -623,3 +624,32 @@ def test_reader_snapshot_takes_the_checkpoint_id_or_not() -> None:
 
     assert _reader_snapshot(WithId())(7) == [("with", 7)]  # type: ignore[arg-type]
     assert _reader_snapshot(WithoutId())(7) == ["without"]  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- keys that travelled with the batch
+
+
+class KeyAndTime(es.KeyedProcessFunction):
+    """Emits (current key, value, timestamp) per record."""
+
+    def process_element(self, value: Any, ctx: Any, out: Any) -> None:
+        out.collect((ctx.current_key, value, ctx.timestamp()))
+
+
+def _never_called(record: Any) -> Any:
+    raise AssertionError("the operator ran its key selector on travelled keys")
+
+
+@pytest.mark.parametrize("timed", [False, True])
+def test_keyed_operators_take_the_travelled_keys_without_the_selector(
+    backends: Backends, timed: bool
+) -> None:
+    timestamps = [5, 6, 7] if timed else None
+    process, out = make("process", KeyAndTime(), key=_never_called, backend=backends.create("p"))
+    process.process_keyed(["a", "b", "c"], ["k1", "k2", "k1"], timestamps)
+    ts = timestamps or [None] * 3
+    assert out.records == [("k1", "a", ts[0]), ("k2", "b", ts[1]), ("k1", "c", ts[2])]
+
+    reduce, sums = make("reduce", operator.add, key=_never_called, backend=backends.create("r"))
+    reduce.process_keyed([1, 2, 3], ["x", "y", "x"], timestamps)
+    assert sums.records == [1, 2, 4] and sums.timestamps == [timestamps]

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from epochstream.graph.transformations import Partitioning
-from epochstream.runtime.batches import TimedBatch, split_item
+from epochstream.runtime.batches import KeyedBatch, TimedBatch, split_item
 from epochstream.runtime.events import END_OF_INPUT, CheckpointBarrier
 from epochstream.runtime.outputs import Channel, RecordWriter
 from epochstream.state.keygroups import key_group_for_key, operator_index_for_key_group
@@ -22,7 +22,8 @@ class ListChannel(Channel):
 
     @property
     def records(self) -> list[Any]:
-        return [r for item in self.items if isinstance(item, (list, TimedBatch)) for r in split_item(item)[0]]
+        batches = (list, TimedBatch, KeyedBatch)
+        return [r for item in self.items if isinstance(item, batches) for r in split_item(item)[0]]
 
 
 def _writer(
@@ -72,7 +73,7 @@ def test_timestamps_travel_with_their_records_whatever_the_partitioning(kind: st
     pairs = []
     for channel in channels:
         for item in channel.items:
-            assert isinstance(item, (list, TimedBatch))
+            assert isinstance(item, (list, TimedBatch, KeyedBatch))
             records, timestamps = split_item(item)
             if timestamps is None:
                 pairs += [(r, None) for r in records]
@@ -199,3 +200,55 @@ def test_network_channel_falls_back_to_by_value_pickling() -> None:
     channel.send([point_class(4)])
     assert [pickle.loads(f)[0].x for f in frames.frames] == [3, 4]
     assert channel._dumps is cloudpickle.dumps
+
+
+# ---------------------------------------------------------------- keys travel on hash edges
+
+
+@pytest.mark.parametrize("timed", [False, True])
+def test_hash_edge_ships_each_records_key_with_it(timed: bool) -> None:
+    calls: list[Any] = []
+
+    def key_of(record: tuple[str, int]) -> str:
+        calls.append(record)
+        return record[0]
+
+    w, channels = _writer("hash", 2, batch_size=1000, key=key_of)
+    records = [(f"k{i % 9}", i) for i in range(60)]
+    w.write(records, [1_000 + i for i in range(60)] if timed else None)
+    w.flush()
+    assert len(calls) == 60, "the selector runs once per record"
+    seen = []
+    for channel in channels:
+        for item in channel.items:
+            assert isinstance(item, KeyedBatch)
+            assert item.keys == [r[0] for r in item.records]
+            if timed:
+                assert item.timestamps == [1_000 + r[1] for r in item.records]
+            else:
+                assert item.timestamps is None
+            seen += item.records
+    assert sorted(seen) == sorted(records)
+
+
+def test_a_hash_batch_mixing_timed_and_untimed_records_keeps_keys_and_timestamps_aligned() -> None:
+    w, channels = _writer("hash", 1, batch_size=1000, key=lambda r: r % 3)
+    w.write([1, 2], [10, 20])
+    w.write([3, 4], None)
+    w.flush()
+    (item,) = channels[0].items
+    assert item == KeyedBatch([1, 2, 3, 4], [1, 2, 0, 1], [10, 20, None, None])
+
+
+def test_keyed_batches_cross_a_network_channel_whole() -> None:
+    batch = KeyedBatch([("a", 1), ("b", 2)], ["a", "b"], [5, None])
+    assert pickle.loads(pickle.dumps(batch, protocol=5)) == batch
+    assert split_item(batch) == ([("a", 1), ("b", 2)], [5, None])
+
+
+@pytest.mark.parametrize("kind", ["rebalance", "broadcast", "forward"])
+def test_edges_that_do_not_hash_ship_plain_batches(kind: str) -> None:
+    w, channels = _writer(kind, 2, batch_size=1000)
+    w.write([1, 2, 3])
+    w.flush()
+    assert all(type(item) is list for c in channels for item in c.items)

@@ -24,6 +24,7 @@ from epochstream.connectors.generators import CollectionReader, CollectionSource
 from epochstream.deploy.assignment import initial_splits
 from epochstream.exceptions import CorruptStateError, UserFunctionError
 from epochstream.graph.jobgraph import ChainSpec, JobGraph
+from epochstream.runtime.batches import KeyedBatch, TimedBatch, split_item
 from epochstream.runtime.channels import InputGate
 from epochstream.runtime.clock import ManualClock
 from epochstream.runtime.events import (
@@ -110,11 +111,11 @@ class ListChannel(Channel):
 
     @property
     def records(self) -> list[Any]:
-        return [r for item in self.items if isinstance(item, list) for r in item]
+        return [r for item in self.items if _is_batch(item) for r in split_item(item)[0]]
 
     @property
     def events(self) -> list[Any]:
-        return [item for item in self.items if not isinstance(item, list)]
+        return [item for item in self.items if not _is_batch(item)]
 
     def records_between(self, after: int | None, before: int | None) -> list[Any]:
         """Records after barrier ``after`` (None: from the start) and before barrier ``before``."""
@@ -126,9 +127,13 @@ class ListChannel(Channel):
                     inside = True
                 elif item.checkpoint_id == before:
                     return out
-            elif isinstance(item, list) and inside:
-                out.extend(item)
+            elif _is_batch(item) and inside:
+                out.extend(split_item(item)[0])
         return out
+
+
+def _is_batch(item: Any) -> bool:
+    return isinstance(item, (list, TimedBatch, KeyedBatch))
 
 
 @dataclass(frozen=True)
@@ -681,6 +686,70 @@ def test_keyed_snapshot_holds_the_state_at_the_barrier_and_restores_it(tmp_path:
     finish_when_done(control2, restored)
     restored.run()
     assert sink2.records == [("a", 104), ("c", 1)]
+
+
+def test_a_keyed_head_takes_the_keys_that_travelled_with_the_batch(tmp_path: Path) -> None:
+    sink = LogSink()
+    graph = _reduce_graph(sink)
+    chain = chain_with(graph, "reduce")
+    control = Control()
+    task, _ = make_task(graph, chain, tmp_path, control)
+    # Keys that differ from what the selector (_first) gives: the reduce groups by the
+    # travelled ones, so it never ran the selector itself.
+    feed(
+        task,
+        0,
+        KeyedBatch([("a", 1), ("a", 2)], ["x", "y"], None),
+        KeyedBatch([("a", 10)], ["x"], [7]),
+        END_OF_INPUT,
+    )
+    finish_when_done(control, task)
+    task.run()
+    assert task._keys_usable == [True]
+    assert sink.records == [("a", 1), ("a", 2), ("a", 11)]
+
+
+class _CountingKey:
+    """A key selector that counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, record: tuple[str, int]) -> str:
+        self.calls += 1
+        return record[0]
+
+
+def test_the_key_selector_runs_once_per_record_from_writer_to_keyed_state(tmp_path: Path) -> None:
+    selector = _CountingKey()
+    sink = LogSink()
+    env = es.Environment(parallelism=2, runner="local", batch_size=100)
+    env.from_collection([]).key_by(selector).reduce(_add_pairs).sink_to(sink)
+    graph = env.job_graph("keyed-once")
+    (edge,) = graph.edges
+    channels = [ListChannel(), ListChannel()]
+    writer = RecordWriter(
+        list(channels), partitioning=edge.partitioning, max_parallelism=MAX_P, batch_size=100
+    )
+    records = [(f"k{i % 7}", i) for i in range(50)]
+    writer.write(records)
+    writer.broadcast_event(END_OF_INPUT)
+    assert selector.calls == 50
+    for subtask, channel in enumerate(channels):
+        control = Control()
+        task, _ = make_task(graph, chain_with(graph, "reduce"), tmp_path, control, subtask=subtask)
+        # Upstream subtask 1 sent nothing but its end of input.
+        feed(task, 0, *channel.items)
+        feed(task, 1, END_OF_INPUT)
+        finish_when_done(control, task)
+        task.run()
+    results = sink.records
+    assert selector.calls == 50, "the reduce tasks used the keys that came with the records"
+    expected: dict[str, int] = {}
+    for key, value in records:
+        expected[key] = expected.get(key, 0) + value
+    final = {key: total for key, total in results}
+    assert final == expected and len(results) == 50
 
 
 def test_incremental_snapshot_writes_only_what_changed(tmp_path: Path) -> None:

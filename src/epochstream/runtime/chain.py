@@ -11,6 +11,9 @@ Metrics ride on the wiring: each output call adds its batch's length to the oper
 per batch); a chained consumer's watermark input records its current watermark. The
 task counts its head operator's input itself.
 
+Consecutive map / filter / flat_map operators are fused into one loop first (see
+``fusion``); ``fuse=False`` wires every operator on its own.
+
 Example::
 
     operators = wire_chain(chain, ops_by_uid, writers, counters)
@@ -23,6 +26,7 @@ from typing import Any
 
 from epochstream.graph.jobgraph import ChainSpec
 from epochstream.runtime.events import ACTIVE, IDLE, Watermark
+from epochstream.runtime.fusion import fuse_runs
 from epochstream.runtime.metrics import OperatorCounters
 from epochstream.runtime.operators import Operator
 from epochstream.runtime.outputs import RecordWriter
@@ -35,8 +39,12 @@ def wire_chain(
     ops: dict[str, Operator],
     writers: dict[int, RecordWriter],
     counters: dict[str, OperatorCounters],
+    *,
+    fuse: bool = True,
 ) -> list[Operator]:
     """Connect each operator of ``chain`` to its consumers; the operators in chain order."""
+    if fuse:
+        fuse_runs(chain, ops, counters)
     for spec in chain.operators:
         op = ops[spec.uid]
         records: dict[str, list[Callable[..., None]]] = {}

@@ -4,7 +4,9 @@ A :class:`RecordWriter` belongs to one network edge of one upstream subtask. It
 partitions each batch over the downstream subtasks (forward, rebalance, key-group
 hash or broadcast), accumulates per-channel buffers and ships a buffer as one
 batch when it reaches ``batch_size``, when the buffer timeout fires, or before an
-in-band event (barrier, end-of-input) so that order is kept.
+in-band event (barrier, end-of-input) so that order is kept. A hash edge ships
+:class:`~epochstream.runtime.batches.KeyedBatch` es: the keys it computed to route the
+records travel with them, so the keyed operator downstream does not compute them again.
 
 A channel is either :class:`LocalChannel` (same slot: the batch object is handed
 over, no serialization) or :class:`NetworkChannel` (one frame over an authenticated
@@ -35,7 +37,7 @@ from epochstream.exceptions import (
 )
 from epochstream.graph.transformations import Partitioning, describe_callable
 from epochstream.runtime.auth import FramedConnection
-from epochstream.runtime.batches import TimedBatch
+from epochstream.runtime.batches import KeyedBatch, TimedBatch
 from epochstream.runtime.channels import InputGate
 from epochstream.runtime.columnar import ColumnarRouter, RecordBatch, encode_ipc
 from epochstream.runtime.metrics import WaitClock
@@ -143,6 +145,10 @@ class RecordWriter:
         self._buffers: list[list[Any]] = [[] for _ in channels]
         # Timestamps parallel to each buffer, or None while its records carry none.
         self._ts: list[list[Any] | None] = [None for _ in channels]
+        # Keys parallel to each buffer (hash edges only): they ship with the records.
+        self._keys: list[list[Any]] | None = (
+            [[] for _ in channels] if partitioning.kind == "hash" else None
+        )
         self._n = len(channels)
         self._next = subtask_index % max(self._n, 1)
         self._subtask = subtask_index
@@ -226,6 +232,8 @@ class RecordWriter:
             assert key_of is not None
             cache = self._channel_of_key
             ts_lists = [self._timestamps_of(ch) for ch in range(self._n)]
+            assert self._keys is not None
+            key_lists = self._keys
             record = None
             try:
                 for record, ts in zip(batch, timestamps, strict=True):
@@ -234,6 +242,7 @@ class RecordWriter:
                     if ch is None:
                         ch = self._channel_for(key)
                     buffers[ch].append(record)
+                    key_lists[ch].append(key)
                     ts_lists[ch].append(ts)
             except Exception as exc:
                 raise self._routing_error(record, exc) from exc
@@ -260,7 +269,10 @@ class RecordWriter:
         key_of = self._key_selector
         assert key_of is not None
         cache = self._channel_of_key
-        buffers = self._buffers
+        # Bound appends per channel: the buffers are not swapped before the loop ends.
+        add = [buf.append for buf in self._buffers]
+        assert self._keys is not None
+        add_key = [keys.append for keys in self._keys]
         record = None
         try:
             for record in batch:
@@ -268,7 +280,8 @@ class RecordWriter:
                 ch = cache.get(key)
                 if ch is None:
                     ch = self._channel_for(key)
-                buffers[ch].append(record)
+                add[ch](record)
+                add_key[ch](key)
         except Exception as exc:
             raise self._routing_error(record, exc) from exc
         if any(ts is not None for ts in self._ts):
@@ -316,10 +329,15 @@ class RecordWriter:
         if buf:
             self._buffers[ch] = []
             ts = self._ts[ch]
-            if ts is None:
+            if ts is not None:
+                self._ts[ch] = None
+            keys = self._keys
+            if keys is not None:
+                shipped, keys[ch] = keys[ch], []
+                self.channels[ch].send(KeyedBatch(buf, shipped, ts))
+            elif ts is None:
                 self.channels[ch].send(buf)
             else:
-                self._ts[ch] = None
                 self.channels[ch].send(TimedBatch(buf, ts))
 
     def _ship_rows_before_columns(self) -> None:
@@ -349,7 +367,7 @@ class RecordWriter:
 
 def _serialization_error(item: Any, edge: str, exc: Exception) -> Exception:
     """Find the record of a batch that does not pickle and name it with the edge."""
-    if isinstance(item, TimedBatch):
+    if isinstance(item, (TimedBatch, KeyedBatch)):
         item = item.records
     if not isinstance(item, list):
         return exc

@@ -35,7 +35,7 @@ from epochstream.runtime.barriers import (
     EndOfAllInputs,
     TriggerSnapshot,
 )
-from epochstream.runtime.batches import TimedBatch
+from epochstream.runtime.batches import KeyedBatch, TimedBatch
 from epochstream.runtime.chain import wire_chain
 from epochstream.runtime.channels import MAIL, Cancelled, InputGate
 from epochstream.runtime.clock import SystemClock, wall_ms
@@ -157,6 +157,7 @@ class Task:
         self.valve = WatermarkValve(max(1, self.gate.num_channels))
         self._clock_ms = lambda: wall_ms(env.clock)
         self._timed: list[Operator] = []
+        self._keys_usable: list[bool] = []
         self.writers: dict[int, RecordWriter] = {}
         self.operators: list[Operator] = []
         self._barriers_seen: dict[int, CheckpointBarrier] = {}
@@ -229,6 +230,13 @@ class Task:
             head.assign_splits(self.deployment.splits)
         # Operators that act as processing time passes (timers, idleness, watermarks).
         self._timed = [op for op in self.operators if _follows_clock(op)]
+        # Per input edge: its batches' keys are the head's keys (same selector), so the
+        # head takes them as they came instead of computing them again.
+        self._keys_usable = [
+            edge.partitioning.kind == "hash"
+            and edge.partitioning.key_selector is self.chain.head.key_selector
+            for edge in self.chain.inputs
+        ]
 
     # ------------------------------------------------------------------ main loop
 
@@ -293,6 +301,7 @@ class Task:
         p = self.graph.parallelism
         timeout = self.graph.buffer_timeout
         counters = self.metrics.head
+        keys_usable = self._keys_usable
         while True:
             got = gate.take(timeout)
             if self._timed:
@@ -308,6 +317,16 @@ class Task:
                     head.process_input(ch // p, item, None)  # type: ignore[attr-defined]
                 else:
                     head.process_batch(item, None)
+                self._maybe_flush()
+            elif kind is KeyedBatch:
+                records = item.records
+                counters.records_in += len(records)
+                if two_inputs:
+                    head.process_input(ch // p, records, item.timestamps)  # type: ignore[attr-defined]
+                elif keys_usable[ch // p]:
+                    head.process_keyed(records, item.keys, item.timestamps)
+                else:
+                    head.process_batch(records, item.timestamps)
                 self._maybe_flush()
             elif kind is TimedBatch:
                 counters.records_in += len(item.records)

@@ -3,7 +3,10 @@
 Each operator gets ``process_batch(records, timestamps)`` (``timestamps`` is a list
 parallel to ``records``, or ``None`` when the records carry no event time) and hands
 its results to ``emit(records, timestamps)``: the next chained operator's
-``process_batch`` or a record writer. Watermarks arrive in ``process_watermark``:
+``process_batch`` or a record writer. A keyed operator fed by a hash edge gets
+``process_keyed(records, keys, timestamps)`` instead: the keys the upstream writer
+computed to route the records, so the key selector runs once per record in the whole
+job. Watermarks arrive in ``process_watermark``:
 an operator with timers fires the event-time timers it reached, then passes the
 watermark on (``emit_watermark``). The task calls ``on_processing_time`` as its clock
 moves, for processing-time timers and idleness.
@@ -29,7 +32,7 @@ from typing import Any
 
 from epochstream.api.functions import CheckpointListener, Function, OutputTag
 from epochstream.api.time import TimeDomain
-from epochstream.exceptions import ConfigurationError
+from epochstream.exceptions import ConfigurationError, UserFunctionError
 from epochstream.graph.jobgraph import OperatorSpec
 from epochstream.runtime.clock import Clock, SystemClock, wall_ms
 from epochstream.runtime.timers import InternalTimerService, TimerService
@@ -267,6 +270,29 @@ class Operator:
 
     def process_batch(self, records: list[Any], timestamps: list[Any] | None) -> None:
         raise NotImplementedError(f"{type(self).__name__} takes no input")
+
+    def process_keyed(
+        self, records: list[Any], keys: list[Any], timestamps: list[Any] | None
+    ) -> None:
+        """``records`` with their keys (by this operator's key selector), as a hash edge
+        delivers them. Operators that look keys up per record override it; the others
+        get ``process_batch``."""
+        self.process_batch(records, timestamps)
+
+    def keys_of(self, records: list[Any]) -> list[Any]:
+        """The key of each record, by this operator's key selector (input that did not
+        come over a hash edge: tests, operators driven directly)."""
+        key_of = self.spec.key_selector
+        assert key_of is not None
+        keys: list[Any] = []
+        append = keys.append
+        x = None
+        try:
+            for x in records:
+                append(key_of(x))
+        except Exception as exc:
+            raise UserFunctionError(self.ctx.task_name, x, exc) from exc
+        return keys
 
     def process_watermark(self, watermark: int) -> None:
         """Fire the event-time timers ``watermark`` reached, then pass it on."""

@@ -26,7 +26,8 @@ _MISSING = object()
 
 # The per-record loops below are plain ``for`` loops rather than comprehensions: when a
 # user function raises, the loop variable still holds the record, so the error can
-# name it at no cost on the normal path.
+# name it at no cost on the normal path. (Map runs its loop in C and finds the record
+# from the length of its partial output.)
 
 
 class MapOperator(Operator):
@@ -38,15 +39,13 @@ class MapOperator(Operator):
         self._fn = self._per_record(fn.map if isinstance(fn, MapFunction) else fn)
 
     def process_batch(self, records: list[Any], timestamps: list[Any] | None) -> None:
-        fn = self._fn
         out: list[Any] = []
-        append = out.append
-        x = None
         try:
-            for x in records:
-                append(fn(x))
+            # The loop runs in C; ``extend`` keeps the results before a failing record,
+            # so their count is the failing record's position.
+            out.extend(map(self._fn, records))
         except Exception as exc:
-            raise UserFunctionError(self.ctx.task_name, x, exc) from exc
+            raise UserFunctionError(self.ctx.task_name, records[len(out)], exc) from exc
         self.emit(out, timestamps)
 
 
@@ -91,23 +90,23 @@ class FilterOperator(Operator):
         fn = self._fn
         out: list[Any] = []
         append = out.append
+        out_ts: list[Any] | None = None
         x = None
         try:
             if timestamps is None:
                 for x in records:
                     if fn(x):
                         append(x)
-                if out:
-                    self.emit(out, None)
-                return
-            out_ts: list[Any] = []
-            keep_ts = out_ts.append
-            for x, ts in zip(records, timestamps, strict=True):
-                if fn(x):
-                    append(x)
-                    keep_ts(ts)
+            else:
+                out_ts = []
+                keep_ts = out_ts.append
+                for x, ts in zip(records, timestamps, strict=True):
+                    if fn(x):
+                        append(x)
+                        keep_ts(ts)
         except Exception as exc:
             raise UserFunctionError(self.ctx.task_name, x, exc) from exc
+        # Emitting outside the try: an error downstream is not this filter's.
         if out:
             self.emit(out, out_ts)
 
@@ -116,8 +115,8 @@ class ReduceOperator(Operator):
     """Rolling reduce: one value per key, the updated value emitted per record.
 
     The per-key values live in a backend value table; the keys written are declared
-    to it once per batch (``touched``), which keeps the loop to one lookup and one
-    store per record. Each output has its input record's timestamp.
+    to it once per batch (``touched``: the batch's keys list), which keeps the loop to
+    one lookup and one store per record. Each output has its input record's timestamp.
     """
 
     STATE = ValueStateDescriptor("_reduce")
@@ -128,24 +127,21 @@ class ReduceOperator(Operator):
         self._table = self.keyed.value_table(self.STATE)
         fn = self.function
         self._fn = fn.reduce if isinstance(fn, ReduceFunction) else fn
-        selector = self.spec.key_selector
-        assert selector is not None
-        self._key = selector
 
     def process_batch(self, records: list[Any], timestamps: list[Any] | None) -> None:
-        key_of = self._key
+        self.process_keyed(records, self.keys_of(records), timestamps)
+
+    def process_keyed(
+        self, records: list[Any], keys: list[Any], timestamps: list[Any] | None
+    ) -> None:
         table = self._table
         get = table.get
         fn = self._fn
         out: list[Any] = []
         append = out.append
-        keys: list[Any] = []
-        remember = keys.append
         x = None
         try:
-            for x in records:
-                k = key_of(x)
-                remember(k)
+            for x, k in zip(records, keys, strict=True):
                 cur = get(k, _MISSING)
                 if cur is not _MISSING:
                     table[k] = cur = fn(cur, x)

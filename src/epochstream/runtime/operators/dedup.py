@@ -75,20 +75,23 @@ class DeduplicateOperator(Operator):
             self._bloom.restore(self._restored_filters)
             self._restored_filters = []
         self._seen = self.keyed.get_state(ValueStateDescriptor("_dedup_seen", ttl=spec.ttl))
-        self._key = self.spec.key_selector
 
     def process_batch(self, records: list[Any], timestamps: list[Any] | None) -> None:
-        key_of, bloom, seen = self._key, self._bloom, self._seen
+        self.process_keyed(records, self.keys_of(records), timestamps)
+
+    def process_keyed(
+        self, records: list[Any], keys: list[Any], timestamps: list[Any] | None
+    ) -> None:
+        bloom, seen = self._bloom, self._seen
         set_key = self.keyed.set_current_key  # type: ignore[union-attr]
         now = self.ctx.clock.wall()
         bloom.rotate(now)
         positions_of = bloom.current.positions
         maybe, add = bloom.might_contain_positions, bloom.current.add_positions
         keep: list[int] = []
-        x = None
+        i = 0
         try:
-            for i, x in enumerate(records):
-                k = key_of(x)
+            for i, k in enumerate(keys):
                 positions = positions_of(canonical_key_bytes(k))
                 set_key(k)
                 # "Never seen" needs no state read; "maybe" is settled by the catalog.
@@ -98,7 +101,7 @@ class DeduplicateOperator(Operator):
                 add(positions)
                 keep.append(i)
         except Exception as exc:
-            raise UserFunctionError(self.ctx.task_name, x, exc) from exc
+            raise UserFunctionError(self.ctx.task_name, records[i], exc) from exc
         if len(keep) == len(records):
             self.emit(records, timestamps)
         elif keep:

@@ -110,13 +110,16 @@ class KeyedProcessOperator(UserTimersOperator):
         assert self.keyed is not None and self.spec.key_selector is not None
         self._open_outputs(timers=True)
         super().open()
-        self._key = self.spec.key_selector
 
     def process_batch(self, records: list[Any], timestamps: list[Any] | None) -> None:
+        self.process_keyed(records, self.keys_of(records), timestamps)
+
+    def process_keyed(
+        self, records: list[Any], keys: list[Any], timestamps: list[Any] | None
+    ) -> None:
         out, side, ctx = self._out, self._side, self.ctx
         out.start(timed=timestamps is not None)
         collector = out.collector
-        key_of = self._key
         backend = self.keyed
         assert backend is not None
         set_key = backend.set_current_key
@@ -124,12 +127,12 @@ class KeyedProcessOperator(UserTimersOperator):
         x = None
         try:
             if timestamps is None:
-                for x in records:
-                    set_key(key_of(x))
+                for x, k in zip(records, keys, strict=True):
+                    set_key(k)
                     process(x, ctx, collector)
             else:
-                for x, ts in zip(records, timestamps, strict=True):
-                    set_key(key_of(x))
+                for x, k, ts in zip(records, keys, timestamps, strict=True):
+                    set_key(k)
                     ctx._timestamp = out.ts = side.ts = ts
                     process(x, ctx, collector)
                 ctx._timestamp = side.ts = None
