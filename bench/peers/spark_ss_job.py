@@ -38,13 +38,14 @@ from typing import Any
 from workloads import C_BOUND_MS, C_WINDOW_MS, peer_arguments
 
 
-def _session(parallelism: int) -> Any:
+def session(parallelism: int, app_name: str = "bench-structured-streaming") -> Any:
+    """A local SparkSession for the Structured Streaming peers (loopback, no UI)."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (
         SparkSession.builder.master(f"local[{parallelism}]")
-        .appName("bench-structured-streaming")
+        .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
@@ -181,7 +182,7 @@ def main() -> None:
     parser.add_argument("--rows-per-batch", type=int, default=1_000_000)
     parser.add_argument("--files-per-batch", type=int, default=1)
     args = parser.parse_args()
-    spark = _session(args.parallelism)
+    spark = session(args.parallelism)
     ckdir = tempfile.mkdtemp(prefix="spark-ss-ck-")
     try:
         run = {"A": _run_a, "B": _run_b, "C": _run_c}[args.workload]

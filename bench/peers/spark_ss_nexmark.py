@@ -54,31 +54,13 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from nexmark_files import ensure_parquet_parts, event_count
+from spark_ss_job import session
 
 WATERMARK = "4 seconds"
 NOT_EXPRESSIBLE = {
     "q4": "two chained non-window aggregations (max per auction, then avg per category): "
     "Spark rejects the plan, and without retractions the average would be wrong anyway",
 }
-
-
-def _session(parallelism: int) -> Any:
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master(f"local[{parallelism}]")
-        .appName("bench-nexmark-structured-streaming")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        # One shuffle partition per core: the default 200 would dominate on 2 cores.
-        .config("spark.sql.shuffle.partitions", str(parallelism))
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 class Tables:
@@ -240,7 +222,7 @@ def main() -> None:
         raise SystemExit(f"unknown query {args.query!r}; choose among {sorted(QUERIES)}")
     parts = ensure_parquet_parts(args.path, args.parts)
     events = event_count(args.path)["total"]
-    spark = _session(args.parallelism)
+    spark = session(args.parallelism, "bench-nexmark-structured-streaming")
     ckdir = tempfile.mkdtemp(prefix="spark-ss-nexmark-ck-")
     try:
         df, mode = QUERIES[args.query](Tables(spark, parts))
