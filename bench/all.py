@@ -446,6 +446,24 @@ def run_peers(results: Results, args: argparse.Namespace, systems: list[str]) ->
 # ------------------------------------------------------------------ plot
 
 
+def merge_documents(paths: list[str]) -> dict[str, Any]:
+    """One results document from the documents of a run made in parts: the first one's
+    machine and settings, every part's command, and all their measurements.
+
+    Example: ``merge_documents(["/tmp/peers/all.json", "/tmp/ours/all.json"])["rows"]``
+    """
+    docs = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            docs.append(json.load(f))
+    merged = dict(docs[0])
+    merged["command"] = " ; ".join(str(d.get("command", "")) for d in docs)
+    merged["parts"] = [{"command": d.get("command"), "settings": d.get("settings")} for d in docs]
+    for section in ("rows", "latency", "recovery"):
+        merged[section] = [row for d in docs for row in d.get(section, [])]
+    return merged
+
+
 def plot(results: Results) -> None:
     """The PNG, drawn by ``plot_results.py`` in the plot venv (matplotlib)."""
     try:
@@ -507,10 +525,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ss-rows-per-batch", type=int, default=500_000)
     parser.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     parser.add_argument("--render", metavar="JSON", help="print a results file's table and exit")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="JSON",
+        help="combine the results of runs made in parts (e.g. per system) into "
+        "<out-dir>/all.{json,md,png} and exit",
+    )
     args = parser.parse_args(argv)
     if args.render:
         with open(args.render, encoding="utf-8") as f:
             print(markdown(json.load(f)), end="")
+        return 0
+    if args.merge:
+        merged = merge_documents(args.merge)
+        results = Results(args.out_dir, "all", merged)
+        results.save()
+        plot(results)
+        print(markdown(results.doc), end="")
         return 0
     systems = [s.strip() for s in args.only.split(",") if s.strip()]
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]

@@ -17,6 +17,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH / "peers"))
 sys.path.insert(0, str(BENCH))
 try:
+    import all as harness
     import report
     import run as bench_run
 finally:
@@ -264,3 +265,24 @@ def test_nexmark_file_rows_become_the_generators_events(tmp_path: Path) -> None:
     rows = pq.read_table(tmp_path / "events.parquet").to_pylist()
     to_event = nexmark_jobs._EventOfRow()
     assert [to_event(r) for r in rows] == nexmark_events(config, 0, 3000)
+
+
+def test_results_of_a_run_made_in_parts_merge_into_one_document(tmp_path: Path) -> None:
+    parts = []
+    for i, system in enumerate(("epochstream row (p=2)", "PyFlink 2.3 SQL (p=2)")):
+        doc = {
+            "command": f"bench/all.py --only part{i}",
+            "machine": {"cpus": 2},
+            "settings": {"repeat": i + 1},
+            "rows": [{"workload": "W1", "system": system, "checkpoints": "1 s", "rate": 10.0 * (i + 1)}],
+            "latency": [],
+            "recovery": [{"workload": "W1", "system": system}] if i == 0 else [],
+        }
+        path = tmp_path / f"part{i}.json"
+        path.write_text(json.dumps(doc))
+        parts.append(str(path))
+    merged = harness.merge_documents(parts)
+    assert [r["system"] for r in merged["rows"]] == ["epochstream row (p=2)", "PyFlink 2.3 SQL (p=2)"]
+    assert len(merged["recovery"]) == 1
+    assert merged["command"] == "bench/all.py --only part0 ; bench/all.py --only part1"
+    assert [p["settings"]["repeat"] for p in merged["parts"]] == [1, 2]
