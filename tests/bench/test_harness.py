@@ -237,8 +237,9 @@ def test_probe_sinks_report_through_files_for_rows_and_batches(tmp_path: Path) -
     (line,) = probes.read_probe(str(tmp_path), "rate")
     assert [n for _, n in line["samples"]] == [3]
 
-    latency = probes.LatencySink(str(tmp_path), ts_index=2, stride=2).create_writer(ctx(1))
+    latency = probes.LatencySink(str(tmp_path), ts_index=2, per_batch=2).create_writer(ctx(1))
     now = time.time()
+    # Two samples of the batch: its first and its last record.
     latency.write_batch([(0, 0, now - 0.5), (0, 0, now), (0, 0, now - 0.25)])
     latency.end_input()
     latency.close()
