@@ -55,7 +55,7 @@ sys.path.insert(0, os.path.join(HERE, "peers"))
 
 from install import PEERS, PeerUnavailable, java_home, venv_root  # noqa: E402
 from machine import machine_facts  # noqa: E402
-from report import markdown  # noqa: E402
+from report import markdown, merge_documents  # noqa: E402
 from workloads import ensure_sequence_csv  # noqa: E402
 
 SYSTEMS = ("epochstream", "pyflink", "spark-ss", "bytewax", "dictloop")
@@ -444,24 +444,6 @@ def run_peers(results: Results, args: argparse.Namespace, systems: list[str]) ->
 
 
 # ------------------------------------------------------------------ plot
-
-
-def merge_documents(paths: list[str]) -> dict[str, Any]:
-    """One results document from the documents of a run made in parts: the first one's
-    machine and settings, every part's command, and all their measurements.
-
-    Example: ``merge_documents(["/tmp/peers/all.json", "/tmp/ours/all.json"])["rows"]``
-    """
-    docs = []
-    for path in paths:
-        with open(path, encoding="utf-8") as f:
-            docs.append(json.load(f))
-    merged = dict(docs[0])
-    merged["command"] = " ; ".join(str(d.get("command", "")) for d in docs)
-    merged["parts"] = [{"command": d.get("command"), "settings": d.get("settings")} for d in docs]
-    for section in ("rows", "latency", "recovery"):
-        merged[section] = [row for d in docs for row in d.get(section, [])]
-    return merged
 
 
 def plot(results: Results) -> None:

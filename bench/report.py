@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -27,6 +28,7 @@ __all__ = [
     "check_w1",
     "latency_summary",
     "markdown",
+    "merge_documents",
     "overhead_pct",
     "percentile",
     "rate_series",
@@ -344,3 +346,21 @@ def markdown(doc: Mapping[str, Any]) -> str:
             f"| {'; '.join(e['errors']).replace('|', '/')} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def merge_documents(paths: list[str]) -> dict[str, Any]:
+    """One results document from the documents of a run made in parts: the first one's
+    machine and settings, every part's command, and all their measurements.
+
+    Example: ``merge_documents(["/tmp/peers/all.json", "/tmp/ours/all.json"])["rows"]``
+    """
+    docs = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            docs.append(json.load(f))
+    merged = dict(docs[0])
+    merged["command"] = " ; ".join(str(d.get("command", "")) for d in docs)
+    merged["parts"] = [{"command": d.get("command"), "settings": d.get("settings")} for d in docs]
+    for section in ("rows", "latency", "recovery"):
+        merged[section] = [row for d in docs for row in d.get(section, [])]
+    return merged

@@ -17,7 +17,6 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH / "peers"))
 sys.path.insert(0, str(BENCH))
 try:
-    import all as harness
     import report
     import run as bench_run
 finally:
@@ -282,7 +281,7 @@ def test_results_of_a_run_made_in_parts_merge_into_one_document(tmp_path: Path) 
         path = tmp_path / f"part{i}.json"
         path.write_text(json.dumps(doc))
         parts.append(str(path))
-    merged = harness.merge_documents(parts)
+    merged = report.merge_documents(parts)
     assert [r["system"] for r in merged["rows"]] == ["epochstream row (p=2)", "PyFlink 2.3 SQL (p=2)"]
     assert len(merged["recovery"]) == 1
     assert merged["command"] == "bench/all.py --only part0 ; bench/all.py --only part1"

@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 from epochstream.api.datastream import DataStream, KeyedStream
@@ -29,15 +30,16 @@ if TYPE_CHECKING:
 __all__ = ["ColumnarAggregations", "ColumnarKeyedStream"]
 
 
-class ColumnarAggregations:
+class ColumnarAggregations(ABC):
     """The aggregations of the columnar path, on a keyed stream (rolling) or on its
     windows (one result per key and window).
 
     Example: ``keyed.sum("v")``, ``keyed.window(w).max("price")``, ``keyed.count()``
     """
 
+    @abstractmethod
     def _aggregate(self, kind: str, column: str | None) -> DataStream:
-        raise NotImplementedError
+        """The stream of aggregation ``kind`` of ``column`` (None for counts)."""
 
     @staticmethod
     def _column(kind: str, column: Any) -> str:

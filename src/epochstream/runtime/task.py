@@ -25,7 +25,6 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from epochstream.checkpoint.filesystems import StorageFS, storage_fs
 from epochstream.exceptions import CorruptStateError
 from epochstream.graph.jobgraph import ChainSpec, JobGraph
 from epochstream.graph.transformations import COLUMNAR_STATE_KINDS
@@ -75,10 +74,9 @@ from epochstream.runtime.operators import (
 from epochstream.runtime.operators.connectors import SourceOperator
 from epochstream.runtime.operators.twoinput import TwoInputOperator
 from epochstream.runtime.outputs import RecordWriter
-from epochstream.runtime.snapshots import SnapshotExecutor
+from epochstream.runtime.taskenv import TaskEnvironment
 from epochstream.runtime.watermarks import WatermarkValve
-from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget, StateBackend
-from epochstream.state.backends.heap import HeapStateBackend
+from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
 from epochstream.state.handles import OperatorSubtaskState
 from epochstream.state.keygroups import key_group_range_for_operator
 from epochstream.state.operator import OperatorStateStore
@@ -87,43 +85,6 @@ from epochstream.state.serializers import pickle_dumps
 __all__ = ["Task", "TaskEnvironment"]
 
 log = logging.getLogger(__name__)
-
-
-class TaskEnvironment:
-    """What a slot gives its tasks: job identity, checkpoint settings, the control sender."""
-
-    def __init__(
-        self,
-        *,
-        job_id: str,
-        attempt: int,
-        checkpoint_dir: str | None,
-        checkpointing: bool,
-        exactly_once: bool,
-        send: Callable[[Any], None],
-        snapshots: SnapshotExecutor,
-        console: Callable[[str], None] | None = None,
-        state_backend: StateBackend | None = None,
-        storage_options: dict[str, Any] | None = None,
-        local_dir: str = "",
-        clock: Any = None,
-    ) -> None:
-        self.console = console
-        self.job_id = job_id
-        self.attempt = attempt
-        self.checkpoint_dir = checkpoint_dir
-        self.checkpointing = checkpointing
-        self.exactly_once = exactly_once
-        self.send = send
-        self.snapshots = snapshots
-        self.state_backend: StateBackend = state_backend or HeapStateBackend()
-        self.storage_options = storage_options
-        self.local_dir = local_dir
-        self.clock = clock or SystemClock()
-
-    def fs(self, location: str) -> StorageFS:
-        """The filesystem of a checkpoint or savepoint location."""
-        return storage_fs(location, self.storage_options)
 
 
 class _Stop(Exception):

@@ -22,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from epochstream.checkpoint.filesystems import storage_fs
-from epochstream.exceptions import ConfigurationError, DataError, UserFunctionError
+from epochstream.exceptions import ConfigurationError, DataError, UserFunctionError, short_repr
 from epochstream.runtime.columnar import KG_COLUMN, TS_COLUMN
 from epochstream.runtime.operators.base import Operator, SnapshotParts
 from epochstream.state.backends.base import SnapshotJob, SnapshotTarget
@@ -163,21 +164,18 @@ def _first_bad(records: list[Any], schema: pa.Schema) -> str:
                 for value, f in zip(record, schema, strict=True):
                     pa.array([value], type=f.type)
         except Exception:  # the record we are looking for
-            return f"record {index}: {_Described(record)}"
+            return f"record {index}: {short_repr(record)}"
     return "the batch as a whole"
 
 
 class _Described:
-    """Wraps a value so errors show a short description instead of a long repr."""
+    """A batch shown by its schema and size in errors (its rows could be millions)."""
 
-    def __init__(self, value: Any) -> None:
-        self.value = value
+    def __init__(self, batch: pa.RecordBatch) -> None:
+        self.batch = batch
 
     def __repr__(self) -> str:
-        if isinstance(self.value, pa.RecordBatch):
-            return describe_batch(self.value)
-        text = repr(self.value)
-        return text if len(text) <= 200 else text[:200] + "..."
+        return describe_batch(self.batch)
 
 
 @dataclass(frozen=True)
@@ -211,7 +209,7 @@ class _StateSnapshot(SnapshotJob):
         return handle
 
 
-class ColumnarKeyedOperator(Operator):
+class ColumnarKeyedOperator(Operator, ABC):
     """Base of columnar operators with keyed state: key-group range, restore, snapshot."""
 
     def __init__(self, spec: Any, ctx: Any) -> None:
@@ -231,11 +229,13 @@ class ColumnarKeyedOperator(Operator):
         if table is not None:
             self.restore_table(table)
 
+    @abstractmethod
     def restore_table(self, table: pa.Table) -> None:
-        raise NotImplementedError
+        """Add restored state rows (those of this subtask's key groups)."""
 
+    @abstractmethod
     def state_table(self) -> pa.Table:
-        raise NotImplementedError
+        """A copy of the state with a ``_kg`` column, for the snapshot thread to write."""
 
     def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
         parts = super().snapshot(target)
@@ -330,10 +330,11 @@ class ColumnarWindowOperator(ColumnarKeyedOperator):
         ts = batch.column(TS_COLUMN).to_numpy()
         agg = self.agg
         last = ts - (ts - agg.offset) % agg.slide
+        # A row is late when even its latest window (start ``last``) has fired.
+        self.late_rows += int((last + agg.size - 1 <= self.watermark).sum())
         for j in range(-(-agg.size // agg.slide)):
             starts = last - j * agg.slide
             valid = (starts > ts - agg.size) & (starts + agg.size - 1 > self.watermark)
-            self.late_rows += int(((starts > ts - agg.size) & ~valid).sum()) if j == 0 else 0
             for start in np.unique(starts[valid]).tolist():
                 self._window(start).fold(batch.filter(pa.array(valid & (starts == start))))
 
