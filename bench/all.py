@@ -149,7 +149,7 @@ def run_epochstream(results: Results, args: argparse.Namespace) -> None:
             long_config = es.NexmarkConfig(events=args.nexmark_recovery_events)
             for q in args.queries:
                 paths = ["row"] + (
-                    ["columnar"] if q in nexmark_jobs.queries.COLUMNAR_QUERIES else []
+                    ["columnar"] if q in nexmark_jobs.columnar.COLUMNAR_QUERIES else []
                 )
                 for path in paths:
                     for ck in (1.0, None):

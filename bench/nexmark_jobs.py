@@ -2,10 +2,10 @@
 
 One job per query, results into ``es.sinks.DiscardSink()``. The events come from the
 files ``write_nexmark_files`` wrote for the peers (``files=``: ``events.parquet`` as
-rows mapped back to the generator's event dicts, or ``bid.parquet`` as Arrow batches
-for the columnar versions of q0, q1, q2 and q5), or from the generator itself
-(``queries.nexmark_stream`` / ``queries.nexmark_batches``: the same events, with their
-generation in epochstream's time). The rate counts every event of the config, as the
+rows mapped back to the generator's event dicts, or ``<kind>.parquet`` as Arrow
+batches for the columnar versions in ``bench/nexmark/columnar.py``), or from the
+generator itself (``queries.nexmark_stream`` / ``columnar.NexmarkBatches.generated``:
+the same events, with their generation in epochstream's time). The rate counts every event of the config, as the
 peers', whatever part of them a query reads.
 
 Recovery (:func:`run_recovery`): the same job, checkpoints every 1 s, with the event
@@ -21,7 +21,6 @@ Example::
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import sys
@@ -45,20 +44,18 @@ from nexmark_files import COLUMNS  # noqa: E402
 SCRATCH = "/tmp/epochstream-bench/nexmark"
 
 
-def _load_queries() -> ModuleType:
-    path = os.path.join(HERE, "nexmark", "queries.py")
-    spec = importlib.util.spec_from_file_location("nexmark_queries", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load the Nexmark queries from {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+def _load_queries() -> tuple[ModuleType, ModuleType]:
+    """The row and columnar query modules of the ``bench/nexmark`` package."""
+    sys.path.insert(0, HERE)
+    import nexmark
+    from nexmark import columnar, queries
+
     # Slots cannot import bench/: the query functions travel by value.
-    cloudpickle.register_pickle_by_value(module)
-    return module
+    cloudpickle.register_pickle_by_value(nexmark)
+    return queries, columnar
 
 
-queries = _load_queries()
+queries, columnar = _load_queries()
 QUERY_NAMES: tuple[str, ...] = tuple(queries.QUERIES)
 
 
@@ -76,14 +73,9 @@ class _EventOfRow:
         return event
 
 
-def _from_files(env: es.Environment, files: str, path: str) -> es.DataStream:
+def _from_files(env: es.Environment, files: str) -> es.DataStream:
     """The Nexmark events read from ``files``, with the same 4 s watermark bound."""
     bound = es.WatermarkStrategy.bounded_out_of_orderness(queries.WATERMARK_BOUND_MS)
-    if path == "columnar":
-        return env.from_parquet(
-            os.path.join(files, "bid.parquet"),
-            watermark_strategy=bound.with_timestamp_column("date_time"),
-        ).uid("nexmark-bid-files")
     rows = env.from_files(
         os.path.join(files, "events.parquet"),
         "parquet",
@@ -104,14 +96,14 @@ def run_query(
 ) -> dict[str, Any]:
     """Run query ``name`` over ``config``'s events; wall time of ``env.execute()``.
 
-    ``path="columnar"``: the query's columnar version (``queries.COLUMNAR_QUERIES``,
-    q0, q1, q2, q5) over the bids as Arrow batches (``queries.nexmark_batches``).
+    ``path="columnar"``: the query's columnar version (``columnar.COLUMNAR_QUERIES``)
+    over Arrow batches of each kind (``columnar.NexmarkBatches``).
     ``files``: read ``write_nexmark_files``' directory (of the same ``config``) instead
-    of generating the events: rows from ``events.parquet``, batches from ``bid.parquet``.
+    of generating the events: rows from ``events.parquet``, batches from ``<kind>.parquet``.
 
     Example: ``run_query("q1", es.NexmarkConfig(events=100_000), spark=spark)["seconds"]``
     """
-    table = queries.COLUMNAR_QUERIES if path == "columnar" else queries.QUERIES
+    table = columnar.COLUMNAR_QUERIES if path == "columnar" else queries.QUERIES
     if name not in table:
         raise ValueError(f"no {path} Nexmark query {name!r}; choose among {sorted(table)}")
     env = es.Environment(parallelism=parallelism, runner="spark", spark=spark)
@@ -119,13 +111,16 @@ def run_query(
         storage = os.path.join(SCRATCH, f"ck-{name}-{path}")
         shutil.rmtree(storage, ignore_errors=True)  # a leftover would be restored
         env.enable_checkpointing(checkpoint, storage=storage)
-    if files is not None:
-        stream = _from_files(env, files, path)
-    elif path == "columnar":
-        stream = queries.nexmark_batches(env, config, "bid")
+    if path == "columnar":
+        streams = (
+            columnar.NexmarkBatches.generated(env, config)
+            if files is None
+            else columnar.NexmarkBatches.from_files(env, files)
+        )
+        columnar.COLUMNAR_QUERIES[name](streams).sink_to(es.sinks.DiscardSink())
     else:
-        stream = queries.nexmark_stream(env, config)
-    table[name](stream).sink_to(es.sinks.DiscardSink())
+        events = queries.nexmark_stream(env, config) if files is None else _from_files(env, files)
+        queries.QUERIES[name](events).sink_to(es.sinks.DiscardSink())
     start = time.perf_counter()
     result = env.execute(f"nexmark-{name}")
     wall = time.perf_counter() - start

@@ -25,12 +25,7 @@ choices where a stream API has to pick:
   time. A bounded input ends before its last windows' ends, so the trigger also fires
   them at the end of input (the end-of-input watermark), which Flink's does not.
 
-``q0_columnar``, ``q1_columnar`` and ``q2_columnar`` are the stateless queries on the
-columnar path, and ``q5_columnar`` counts bids per auction and sliding window there:
-they take the Arrow batches of :func:`nexmark_batches` (bids only) and return batches
-with the columns of the row queries' tuples (plus ``_ts``). The other queries need
-joins, sessions, processing time or whole rows (q7's highest bid with its bidder), which
-the columnar path does not have; they run on rows.
+The same queries on the columnar path (Arrow batches) are in ``columnar.py``.
 
 Example::
 
@@ -44,15 +39,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 import epochstream as es
 
 __all__ = [
-    "COLUMNAR_QUERIES", "QUERIES", "WATERMARK_BOUND_MS", "nexmark_batches", "nexmark_stream",
-    "q0", "q0_columnar", "q1", "q1_columnar", "q2", "q2_columnar", "q3", "q4", "q5", "q5_columnar", "q7",
-    "q8", "q11", "q12",
+    "QUERIES", "WATERMARK_BOUND_MS", "nexmark_stream",
+    "q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11", "q12",
 ]
 
 WATERMARK_BOUND_MS = 4_000
@@ -499,95 +490,6 @@ def q12(events: es.DataStream) -> es.DataStream:
         .uid("q12")
     )
 
-
-# ------------------------------------------------------------------ columnar q0-q2
-
-
-def nexmark_batches(
-    env: es.Environment, config: es.NexmarkConfig, kind: str, batch_size: int = 65_536
-) -> es.DataStream:
-    """A columnar stream of one kind's events (Arrow batches), event time from
-    ``date_time`` with the same 4 s watermark bound.
-
-    Example: ``bids = nexmark_batches(env, es.NexmarkConfig(events=10_000_000), "bid")``
-    """
-    strategy = es.WatermarkStrategy.bounded_out_of_orderness(WATERMARK_BOUND_MS).with_timestamp_column(
-        "date_time"
-    )
-    source = es.NexmarkSource(config, batch_size=batch_size, kind=kind)
-    return env.from_source(source, name=f"nexmark-{kind}", watermark_strategy=strategy).uid(
-        f"nexmark-{kind}-batches"
-    )
-
-
-_Q0_COLUMNS = ["auction", "bidder", "price", "date_time", "extra", "_ts"]
-
-
-def _q0_batch(b: pa.RecordBatch) -> pa.RecordBatch:
-    return b.select(_Q0_COLUMNS)
-
-
-def q0_columnar(bids: es.DataStream) -> es.DataStream:
-    """q0 on a columnar bid stream: the same columns, a batch at a time."""
-    return bids.map_batches(_q0_batch).uid("q0-columnar")
-
-
-def _q1_batch(b: pa.RecordBatch) -> pa.RecordBatch:
-    euros = pc.cast(pc.trunc(pc.multiply(pc.cast(b["price"], pa.float64()), 0.908)), pa.int64())
-    return b.select(_Q0_COLUMNS).set_column(2, "price", euros)
-
-
-def q1_columnar(bids: es.DataStream) -> es.DataStream:
-    """q1 on a columnar bid stream (the same double product and truncation as q1)."""
-    return bids.map_batches(_q1_batch).uid("q1-columnar")
-
-
-def _q2_columns(b: pa.RecordBatch) -> pa.RecordBatch:
-    return b.select(["auction", "price", "_ts"])
-
-
-def q2_columnar(bids: es.DataStream) -> es.DataStream:
-    """q2 on a columnar bid stream: (auction, price) where auction % 123 == 0, the
-    selection as an Arrow expression."""
-    selected = bids.filter(pc.equal(pc.remainder(pc.field("auction"), 123), 0)).uid("q2-filter")
-    return selected.map_batches(_q2_columns).uid("q2-columnar")
-
-
-_Q5_SCHEMA = pa.schema([("window_start", pa.int64()), ("auction", pa.int64()), ("count", pa.int64())])
-
-
-def _q5_row(r: dict[str, Any]) -> tuple[int, int, int]:
-    return (r["window_start"], r["auction"], r["count"])
-
-
-def q5_columnar(bids: es.DataStream) -> es.DataStream:
-    """q5 with the bid counts per auction and sliding window on the columnar path (the
-    bulk of the work), then the most-bid auctions of each window on rows, as in q5;
-    returns batches of (window_start, auction, count)."""
-    counts = (
-        bids.key_by("auction")
-        .window(es.SlidingEventTimeWindows.of(WINDOW_MS, SLIDE_MS))
-        .count()
-        .uid("q5-columnar-counts")
-    )
-    # A count's timestamp is its window's last ms (``_ts``), as in the row q5.
-    return (
-        counts.to_rows()
-        .map(_q5_row)
-        .key_by(_window_start)
-        .window(es.TumblingEventTimeWindows.of(SLIDE_MS))
-        .process(_MostBids())
-        .uid("q5-columnar-max")
-        .to_batches(_Q5_SCHEMA)
-    )
-
-
-COLUMNAR_QUERIES: dict[str, Callable[[es.DataStream], es.DataStream]] = {
-    "q0": q0_columnar,
-    "q1": q1_columnar,
-    "q2": q2_columnar,
-    "q5": q5_columnar,
-}
 
 QUERIES: dict[str, Callable[[es.DataStream], es.DataStream]] = {
     "q0": q0,

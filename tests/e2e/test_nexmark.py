@@ -1,5 +1,5 @@
 """Nexmark end to end on Spark: every query (bench/nexmark/queries.py) over generated
-events, and the columnar q0-q2 and q5 over the columnar bid source, equal their DuckDB oracle
+events, and the columnar ones (bench/nexmark/columnar.py) over columnar sources, equal their DuckDB oracle
 (bench/nexmark/oracle.py) over the Parquet files of the same events; and stateful
 queries survive a SIGKILL with exactly-once output.
 """
@@ -7,10 +7,8 @@ queries survive a SIGKILL with exactly-once output.
 from __future__ import annotations
 
 import collections
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import cloudpickle
@@ -22,22 +20,12 @@ import epochstream as es
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "nexmark"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import nexmark  # noqa: E402
+from nexmark import columnar, oracle, queries  # noqa: E402
 
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"nexmark_{name}", BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-queries = _load("queries")
-oracle = _load("oracle")
 # Slots cannot import the bench folder: its functions travel by value, like a user's script.
-cloudpickle.register_pickle_by_value(queries)
+cloudpickle.register_pickle_by_value(nexmark)
 
 # 40 s of event time (4 tumbling windows, sessions that close), out of order by up to
 # 2 s: below the 4 s watermark bound, so no record is late and the oracle needs no lateness.
@@ -71,11 +59,11 @@ def test_every_query_equals_the_duckdb_oracle(spark: Any, tmp_path: Path, nexmar
     events = queries.nexmark_stream(env, CONFIG)
     for name, query in queries.QUERIES.items():
         query(events).sink_to(es.sinks.FileSink(str(tmp_path / name))).uid(f"sink-{name}")
-    bids = queries.nexmark_batches(env, CONFIG, "bid", batch_size=4_096)
-    for name, query in queries.COLUMNAR_QUERIES.items():
+    streams = columnar.NexmarkBatches.generated(env, CONFIG, batch_size=4_096)
+    for name, query in columnar.COLUMNAR_QUERIES.items():
         columns = COLUMNS[name]
         (
-            query(bids)
+            query(streams)
             .to_rows()
             .map(lambda row, columns=columns: [row[c] for c in columns])
             .sink_to(es.sinks.FileSink(str(tmp_path / f"{name}-columnar")))
@@ -87,7 +75,7 @@ def test_every_query_equals_the_duckdb_oracle(spark: Any, tmp_path: Path, nexmar
         expected = oracle.expected(name, nexmark_files)
         assert got == expected, name
         assert expected, f"{name} has no result rows over these events"
-    for name in queries.COLUMNAR_QUERIES:
+    for name in columnar.COLUMNAR_QUERIES:
         got = oracle.canonical(name, es.testing.read_committed(tmp_path / f"{name}-columnar"))
         assert got == oracle.expected(name, nexmark_files), f"{name} columnar"
 
