@@ -147,6 +147,9 @@ def run_epochstream(results: Results, args: argparse.Namespace) -> None:
             config = es.NexmarkConfig(events=args.nexmark_events)
             files = _nexmark_files(args) if args.nexmark_source == "files" else None
             long_config = es.NexmarkConfig(events=args.nexmark_recovery_events)
+            # The columnar path reads millions of events a second: an input that outlasts
+            # the kill and the recovery (the run is cancelled once recovered).
+            columnar_long_config = es.NexmarkConfig(events=100 * args.nexmark_recovery_events)
             for q in args.queries:
                 paths = ["row"] + (
                     ["columnar"] if q in nexmark_jobs.columnar.COLUMNAR_QUERIES else []
@@ -175,20 +178,23 @@ def run_epochstream(results: Results, args: argparse.Namespace) -> None:
                                 args.repeat,
                             ),
                         )
-                if not args.no_recovery:
+                if args.no_recovery:
+                    continue
+                for path in paths:
                     _measure(
                         results,
                         "recovery",
                         {
                             "workload": f"nexmark {q}",
-                            "system": f"epochstream row (p={args.parallelism})",
+                            "system": f"epochstream {path} (p={args.parallelism})",
                             "ours": True,
                         },
-                        lambda q=q: nexmark_jobs.run_recovery(
+                        lambda q=q, path=path: nexmark_jobs.run_recovery(
                             q,
-                            long_config,
+                            long_config if path == "row" else columnar_long_config,
                             spark=spark,
                             parallelism=args.parallelism,
+                            path=path,
                             kill_after=args.kill_after,
                             timeout=args.recovery_timeout,
                         ),

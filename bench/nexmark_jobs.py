@@ -140,32 +140,43 @@ def run_recovery(
     *,
     spark: Any,
     parallelism: int = 2,
+    path: str = "row",
     kill_after: float = 6.0,
     timeout: float = 60.0,
 ) -> dict[str, Any]:
     """SIGKILL slot 0 of query ``name`` running over ``config``'s events (enough of them
     to last past the recovery); seconds until the event rate is back at 90 %.
 
+    The rate is that of the event stream (rows), or on the columnar path that of the
+    query's most frequent input kind (bids, else auctions, else persons).
+
     Example: ``run_recovery("q5", es.NexmarkConfig(events=20_000_000), spark=spark)``
     """
     import tempfile
 
-    if name not in queries.QUERIES:
-        raise ValueError(f"unknown Nexmark query {name!r}; choose among {QUERY_NAMES}")
+    table = columnar.COLUMNAR_QUERIES if path == "columnar" else queries.QUERIES
+    if name not in table:
+        raise ValueError(f"no {path} Nexmark query {name!r}; choose among {sorted(table)}")
     os.makedirs(SCRATCH, exist_ok=True)
     probe = tempfile.mkdtemp(prefix=f"probe-{name}-rec-", dir=SCRATCH)
     env = es.Environment(parallelism=parallelism, runner="spark", spark=spark)
-    storage = os.path.join(SCRATCH, f"ck-{name}-rec")
+    storage = os.path.join(SCRATCH, f"ck-{name}-{path}-rec")
     shutil.rmtree(storage, ignore_errors=True)
     env.enable_checkpointing(1.0, storage=storage)
     env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.0))
-    events = queries.nexmark_stream(env, config)
-    events.sink_to(RateSink(probe))
-    queries.QUERIES[name](events).sink_to(es.sinks.DiscardSink())
-    client = env.execute_async(f"nexmark-{name}-recovery")
+    if path == "columnar":
+        streams = columnar.NexmarkBatches.generated(env, config)
+        columnar.COLUMNAR_QUERIES[name](streams).sink_to(es.sinks.DiscardSink())
+        main_input = streams.of(streams.used()[-1])  # KINDS order: the last is the most frequent
+        main_input.sink_to(RateSink(probe, columnar=True))
+    else:
+        events = queries.nexmark_stream(env, config)
+        events.sink_to(RateSink(probe))
+        queries.QUERIES[name](events).sink_to(es.sinks.DiscardSink())
+    client = env.execute_async(f"nexmark-{name}-{path}-recovery")
     try:
         out = kill_and_measure(
-            client, probe, what=f"Nexmark {name}", kill_after=kill_after, timeout=timeout
+            client, probe, what=f"Nexmark {name} {path}", kill_after=kill_after, timeout=timeout
         )
     finally:
         shutil.rmtree(probe, ignore_errors=True)

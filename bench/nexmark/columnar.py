@@ -69,6 +69,13 @@ class NexmarkBatches:
 
         return cls(make)
 
+    def used(self) -> list[str]:
+        """The kinds a query asked for so far, in ``KINDS`` order.
+
+        Example: ``q3(streams); streams.used() == ["person", "auction"]``
+        """
+        return [kind for kind in KINDS if kind in self._streams]
+
     def of(self, kind: str) -> es.DataStream:
         """The columnar stream of ``kind``'s events. Example: ``streams.of("auction")``"""
         if kind not in KINDS:
