@@ -1,15 +1,16 @@
 """The Nexmark queries of ``bench/nexmark/queries.py`` timed on epochstream, for ``bench/all.py``.
 
 One job per query, results into ``es.sinks.DiscardSink()``. The events come from the
-files ``write_nexmark_files`` wrote for the peers (``files=``: ``events.parquet`` as
-rows mapped back to the generator's event dicts, or ``<kind>.parquet`` as Arrow
-batches for the columnar versions in ``bench/nexmark/columnar.py``), or from the
-generator itself (``queries.nexmark_stream`` / ``columnar.NexmarkBatches.generated``:
-the same events, with their generation in epochstream's time). The rate counts every event of the config, as the
-peers', whatever part of them a query reads.
+files ``write_nexmark_files`` wrote for the peers (``files=``: ``<kind>.parquet`` read
+as rows or, for the columnar versions in ``bench/nexmark/columnar.py``, as Arrow
+batches), or from the generator itself (``streams.NexmarkStreams.generated``: the same
+events, with their generation in epochstream's time). Either way a query reads only
+the kinds it needs, as the peers' SQL over its person, auction and bid tables. The
+rate counts every event of the config, as the peers', whatever part of them a query
+reads.
 
-Recovery (:func:`run_recovery`): the same job, checkpoints every 1 s, with the event
-stream also going to a :class:`probes.RateSink`: the rate at which the source hands
+Recovery (:func:`run_recovery`): the same job, checkpoints every 1 s, with the query's
+main input also going to a :class:`probes.RateSink`: the rate at which the source hands
 out events, which backpressure holds to what the query keeps up with (a query's own
 output is too bursty for it: windows fire in bursts). Slot 0 is killed as for W1
 (``bench/recovery.py``).
@@ -37,51 +38,22 @@ import epochstream as es
 __all__ = ["QUERY_NAMES", "queries", "run_query", "run_recovery"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "peers"))
-
-from nexmark_files import COLUMNS  # noqa: E402
-
 SCRATCH = "/tmp/epochstream-bench/nexmark"
 
 
-def _load_queries() -> tuple[ModuleType, ModuleType]:
-    """The row and columnar query modules of the ``bench/nexmark`` package."""
+def _load_queries() -> tuple[ModuleType, ModuleType, ModuleType]:
+    """The row and columnar query modules and the streams of the ``bench/nexmark`` package."""
     sys.path.insert(0, HERE)
     import nexmark
-    from nexmark import columnar, queries
+    from nexmark import columnar, queries, streams
 
     # Slots cannot import bench/: the query functions travel by value.
     cloudpickle.register_pickle_by_value(nexmark)
-    return queries, columnar
+    return queries, columnar, streams
 
 
-queries, columnar = _load_queries()
+queries, columnar, streams = _load_queries()
 QUERY_NAMES: tuple[str, ...] = tuple(queries.QUERIES)
-
-
-_KINDS = ("person", "auction", "bid")  # event_type 0, 1, 2 of events.parquet
-
-
-class _EventOfRow:
-    """A row of ``events.parquet`` (the union of the fields, null where a kind has none)
-    as the generator's event: its kind's fields and ``"type"``."""
-
-    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
-        kind = _KINDS[row["event_type"]]
-        event = {f: row[f] for f in COLUMNS[kind]}
-        event["type"] = kind
-        return event
-
-
-def _from_files(env: es.Environment, files: str) -> es.DataStream:
-    """The Nexmark events read from ``files``, with the same 4 s watermark bound."""
-    bound = es.WatermarkStrategy.bounded_out_of_orderness(queries.WATERMARK_BOUND_MS)
-    rows = env.from_files(
-        os.path.join(files, "events.parquet"),
-        "parquet",
-        watermark_strategy=bound.with_timestamp_assigner(queries._date_time),
-    ).uid("nexmark-files")
-    return rows.map(_EventOfRow()).uid("nexmark-events")
 
 
 def run_query(
@@ -97,7 +69,7 @@ def run_query(
     """Run query ``name`` over ``config``'s events; wall time of ``env.execute()``.
 
     ``path="columnar"``: the query's columnar version (``columnar.COLUMNAR_QUERIES``)
-    over Arrow batches of each kind (``columnar.NexmarkBatches``).
+    over Arrow batches of each kind (``streams.NexmarkStreams(columnar=True)``).
     ``files``: read ``write_nexmark_files``' directory (of the same ``config``) instead
     of generating the events: rows from ``events.parquet``, batches from ``<kind>.parquet``.
 
@@ -111,16 +83,13 @@ def run_query(
         storage = os.path.join(SCRATCH, f"ck-{name}-{path}")
         shutil.rmtree(storage, ignore_errors=True)  # a leftover would be restored
         env.enable_checkpointing(checkpoint, storage=storage)
-    if path == "columnar":
-        streams = (
-            columnar.NexmarkBatches.generated(env, config)
-            if files is None
-            else columnar.NexmarkBatches.from_files(env, files)
-        )
-        columnar.COLUMNAR_QUERIES[name](streams).sink_to(es.sinks.DiscardSink())
-    else:
-        events = queries.nexmark_stream(env, config) if files is None else _from_files(env, files)
-        queries.QUERIES[name](events).sink_to(es.sinks.DiscardSink())
+    columnar_path = path == "columnar"
+    inputs = (
+        streams.NexmarkStreams.generated(env, config, columnar=columnar_path)
+        if files is None
+        else streams.NexmarkStreams.from_files(env, files, columnar=columnar_path)
+    )
+    table[name](inputs).sink_to(es.sinks.DiscardSink())
     start = time.perf_counter()
     result = env.execute(f"nexmark-{name}")
     wall = time.perf_counter() - start
@@ -147,8 +116,8 @@ def run_recovery(
     """SIGKILL slot 0 of query ``name`` running over ``config``'s events (enough of them
     to last past the recovery); seconds until the event rate is back at 90 %.
 
-    The rate is that of the event stream (rows), or on the columnar path that of the
-    query's most frequent input kind (bids, else auctions, else persons).
+    The rate is that of the query's most frequent input kind (bids, else auctions,
+    else persons).
 
     Example: ``run_recovery("q5", es.NexmarkConfig(events=20_000_000), spark=spark)``
     """
@@ -164,15 +133,10 @@ def run_recovery(
     shutil.rmtree(storage, ignore_errors=True)
     env.enable_checkpointing(1.0, storage=storage)
     env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.0))
-    if path == "columnar":
-        streams = columnar.NexmarkBatches.generated(env, config)
-        columnar.COLUMNAR_QUERIES[name](streams).sink_to(es.sinks.DiscardSink())
-        main_input = streams.of(streams.used()[-1])  # KINDS order: the last is the most frequent
-        main_input.sink_to(RateSink(probe, columnar=True))
-    else:
-        events = queries.nexmark_stream(env, config)
-        events.sink_to(RateSink(probe))
-        queries.QUERIES[name](events).sink_to(es.sinks.DiscardSink())
+    inputs = streams.NexmarkStreams.generated(env, config, columnar=path == "columnar")
+    table[name](inputs).sink_to(es.sinks.DiscardSink())
+    main_input = inputs.of(inputs.used()[-1])  # KINDS order: the last is the most frequent
+    main_input.sink_to(RateSink(probe, columnar=path == "columnar"))
     client = env.execute_async(f"nexmark-{name}-{path}-recovery")
     try:
         out = kill_and_measure(
@@ -181,7 +145,3 @@ def run_recovery(
     finally:
         shutil.rmtree(probe, ignore_errors=True)
     return {"restart_delay_s": 0.0, "events": config.events, **out}
-
-
-# _EventOfRow travels to Spark's Python workers, which cannot import bench/.
-cloudpickle.register_pickle_by_value(sys.modules[__name__])

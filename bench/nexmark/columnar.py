@@ -1,13 +1,14 @@
 """The Nexmark queries on epochstream's columnar path (Arrow record batches).
 
-Each query takes :class:`NexmarkBatches` (one columnar source per event kind, created
-on first use) and returns batches with the columns of the row query's tuples (see
-``queries.py``, whose semantics these share) plus ``_ts``.
+Each query takes :class:`streams.NexmarkStreams` made with ``columnar=True`` (one
+columnar source per event kind, created on first use) and returns batches with the
+columns of the row query's tuples (see ``queries.py``, whose semantics these share)
+plus ``_ts``.
 
 Example::
 
     env = es.Environment(parallelism=2)
-    streams = NexmarkBatches.generated(env, es.NexmarkConfig(events=10_000_000))
+    streams = NexmarkStreams.generated(env, es.NexmarkConfig(events=10_000_000), columnar=True)
     COLUMNAR_QUERIES["q1"](streams).sink_to(es.sinks.DiscardSink())
     env.execute("nexmark-q1-columnar")
 """
@@ -22,70 +23,10 @@ import pyarrow.compute as pc
 
 import epochstream as es
 
-from .queries import SLIDE_MS, WATERMARK_BOUND_MS, WINDOW_MS, _MostBids, _window_start
+from .queries import SLIDE_MS, WINDOW_MS, _MostBids, _window_start
+from .streams import NexmarkStreams
 
-__all__ = ["COLUMNAR_QUERIES", "NexmarkBatches", "q0", "q1", "q2", "q5"]
-
-KINDS = ("person", "auction", "bid")
-
-
-class NexmarkBatches:
-    """The Nexmark events as one columnar stream per kind (``person``, ``auction``,
-    ``bid``), each with event time from ``date_time`` and the 4 s watermark bound.
-    A kind's source is created the first time a query asks for it, so a query over
-    bids alone reads bids alone.
-
-    Example: ``bids = NexmarkBatches.generated(env, config).of("bid")``
-    """
-
-    def __init__(self, make: Callable[[str, es.WatermarkStrategy], es.DataStream]) -> None:
-        self._make = make
-        self._streams: dict[str, es.DataStream] = {}
-
-    @classmethod
-    def generated(
-        cls, env: es.Environment, config: es.NexmarkConfig, *, batch_size: int = 65_536
-    ) -> NexmarkBatches:
-        """Batches of the deterministic generator (``es.NexmarkSource(kind=...)``).
-
-        Example: ``NexmarkBatches.generated(env, es.NexmarkConfig(events=1_000_000))``
-        """
-
-        def make(kind: str, strategy: es.WatermarkStrategy) -> es.DataStream:
-            source = es.NexmarkSource(config, batch_size=batch_size, kind=kind)
-            return env.from_source(source, name=f"nexmark-{kind}", watermark_strategy=strategy)
-
-        return cls(make)
-
-    @classmethod
-    def from_files(cls, env: es.Environment, directory: str) -> NexmarkBatches:
-        """Batches of ``es.write_nexmark_files``' ``<kind>.parquet`` files.
-
-        Example: ``NexmarkBatches.from_files(env, "/tmp/nexmark-1m")``
-        """
-
-        def make(kind: str, strategy: es.WatermarkStrategy) -> es.DataStream:
-            return env.from_parquet(f"{directory}/{kind}.parquet", watermark_strategy=strategy)
-
-        return cls(make)
-
-    def used(self) -> list[str]:
-        """The kinds a query asked for so far, in ``KINDS`` order.
-
-        Example: ``q3(streams); streams.used() == ["person", "auction"]``
-        """
-        return [kind for kind in KINDS if kind in self._streams]
-
-    def of(self, kind: str) -> es.DataStream:
-        """The columnar stream of ``kind``'s events. Example: ``streams.of("auction")``"""
-        if kind not in KINDS:
-            raise ValueError(f"no Nexmark event kind {kind!r}; choose among {KINDS}")
-        if kind not in self._streams:
-            strategy = es.WatermarkStrategy.bounded_out_of_orderness(
-                WATERMARK_BOUND_MS
-            ).with_timestamp_column("date_time")
-            self._streams[kind] = self._make(kind, strategy).uid(f"nexmark-{kind}-batches")
-        return self._streams[kind]
+__all__ = ["COLUMNAR_QUERIES", "q0", "q1", "q2", "q5"]
 
 
 # ------------------------------------------------------------------ q0, q1, q2
@@ -97,7 +38,7 @@ def _q0_batch(b: pa.RecordBatch) -> pa.RecordBatch:
     return b.select(_Q0_COLUMNS)
 
 
-def q0(streams: NexmarkBatches) -> es.DataStream:
+def q0(streams: NexmarkStreams) -> es.DataStream:
     """q0 on columnar bids: the same columns, a batch at a time."""
     return streams.of("bid").map_batches(_q0_batch).uid("q0-columnar")
 
@@ -107,7 +48,7 @@ def _q1_batch(b: pa.RecordBatch) -> pa.RecordBatch:
     return b.select(_Q0_COLUMNS).set_column(2, "price", euros)
 
 
-def q1(streams: NexmarkBatches) -> es.DataStream:
+def q1(streams: NexmarkStreams) -> es.DataStream:
     """q1 on columnar bids (the same double product and truncation as the row q1)."""
     return streams.of("bid").map_batches(_q1_batch).uid("q1-columnar")
 
@@ -116,7 +57,7 @@ def _q2_columns(b: pa.RecordBatch) -> pa.RecordBatch:
     return b.select(["auction", "price", "_ts"])
 
 
-def q2(streams: NexmarkBatches) -> es.DataStream:
+def q2(streams: NexmarkStreams) -> es.DataStream:
     """q2 on columnar bids: (auction, price) where auction % 123 == 0, the selection as
     an Arrow expression."""
     selected = streams.of("bid").filter(pc.equal(pc.remainder(pc.field("auction"), 123), 0))
@@ -132,7 +73,7 @@ def _q5_row(r: dict[str, Any]) -> tuple[int, int, int]:
     return (r["window_start"], r["auction"], r["count"])
 
 
-def q5(streams: NexmarkBatches) -> es.DataStream:
+def q5(streams: NexmarkStreams) -> es.DataStream:
     """q5 with the bid counts per auction and sliding window on the columnar path (the
     bulk of the work), then the most-bid auctions of each window on rows, as in the row
     q5; returns batches of (window_start, auction, count)."""
@@ -155,7 +96,7 @@ def q5(streams: NexmarkBatches) -> es.DataStream:
     )
 
 
-COLUMNAR_QUERIES: dict[str, Callable[[NexmarkBatches], es.DataStream]] = {
+COLUMNAR_QUERIES: dict[str, Callable[[NexmarkStreams], es.DataStream]] = {
     "q0": q0,
     "q1": q1,
     "q2": q2,

@@ -1,8 +1,9 @@
 """The Nexmark queries q0-q5, q7, q8, q11, q12 on epochstream's DataStream API.
 
-Each ``qN(events)`` takes the stream of Nexmark events (dicts with ``"type"``, from
-:func:`nexmark_stream`: timestamps from ``date_time``, watermarks 4 s behind the largest
-one seen) and returns the result stream; results are tuples (lists once written as JSON).
+Each ``qN(streams)`` takes :class:`streams.NexmarkStreams` (one row stream per event
+kind, dicts of the kind's fields: timestamps from ``date_time``, watermarks 4 s behind
+the largest one seen) and returns the result stream; results are tuples (lists once
+written as JSON). A query reads only the kinds it needs.
 Semantics are Flink's nexmark SQL (see docs/benchmarks.md, "Nexmark"), with these
 choices where a stream API has to pick:
 
@@ -30,7 +31,8 @@ The same queries on the columnar path (Arrow batches) are in ``columnar.py``.
 Example::
 
     env = es.Environment(parallelism=2)
-    q7(nexmark_stream(env, es.NexmarkConfig(events=1_000_000))).sink_to(es.sinks.DiscardSink())
+    streams = NexmarkStreams.generated(env, es.NexmarkConfig(events=1_000_000))
+    q7(streams).sink_to(es.sinks.DiscardSink())
     env.execute("nexmark-q7")
 """
 
@@ -41,48 +43,17 @@ from typing import Any
 
 import epochstream as es
 
+from .streams import NexmarkStreams
+
 __all__ = [
-    "QUERIES", "WATERMARK_BOUND_MS", "nexmark_stream",
+    "QUERIES",
     "q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11", "q12",
 ]
 
-WATERMARK_BOUND_MS = 4_000
 WINDOW_MS = 10_000
 SLIDE_MS = 2_000
 Q3_STATES = frozenset({"OR", "ID", "CA"})
 Q3_CATEGORY = 10
-
-
-def _date_time(event: dict[str, Any]) -> int:
-    return event["date_time"]
-
-
-def nexmark_stream(env: es.Environment, config: es.NexmarkConfig, **source_options: Any) -> es.DataStream:
-    """The events of ``config`` with event time from ``date_time`` (4 s out of order).
-
-    Example: ``events = nexmark_stream(env, es.NexmarkConfig(events=10_000))``
-    """
-    strategy = es.WatermarkStrategy.bounded_out_of_orderness(WATERMARK_BOUND_MS).with_timestamp_assigner(
-        _date_time
-    )
-    source = es.NexmarkSource(config, **source_options)
-    return env.from_source(source, name="nexmark", watermark_strategy=strategy).uid("nexmark-source")
-
-
-def _is_bid(e: dict[str, Any]) -> bool:
-    return e["type"] == "bid"
-
-
-def _is_auction(e: dict[str, Any]) -> bool:
-    return e["type"] == "auction"
-
-
-def _is_person(e: dict[str, Any]) -> bool:
-    return e["type"] == "person"
-
-
-def _bids(events: es.DataStream) -> es.DataStream:
-    return events.filter(_is_bid).name("bids")
 
 
 # ------------------------------------------------------------------ q0, q1, q2
@@ -92,42 +63,42 @@ def _q0_row(b: dict[str, Any]) -> tuple[Any, ...]:
     return (b["auction"], b["bidder"], b["price"], b["date_time"], b["extra"])
 
 
-def q0(events: es.DataStream) -> es.DataStream:
+def q0(streams: NexmarkStreams) -> es.DataStream:
     """Pass-through: (auction, bidder, price, date_time, extra) of every bid."""
-    return _bids(events).map(_q0_row).uid("q0")
+    return streams.of("bid").map(_q0_row).uid("q0")
 
 
 def _q1_row(b: dict[str, Any]) -> tuple[Any, ...]:
     return (b["auction"], b["bidder"], int(0.908 * b["price"]), b["date_time"], b["extra"])
 
 
-def q1(events: es.DataStream) -> es.DataStream:
+def q1(streams: NexmarkStreams) -> es.DataStream:
     """Currency conversion: the price in euros, ``CAST(0.908 * price AS BIGINT)`` (truncated)."""
-    return _bids(events).map(_q1_row).uid("q1")
+    return streams.of("bid").map(_q1_row).uid("q1")
 
 
 def _q2_keep(b: dict[str, Any]) -> bool:
-    return b["type"] == "bid" and b["auction"] % 123 == 0
+    return b["auction"] % 123 == 0
 
 
 def _q2_row(b: dict[str, Any]) -> tuple[int, int]:
     return (b["auction"], b["price"])
 
 
-def q2(events: es.DataStream) -> es.DataStream:
+def q2(streams: NexmarkStreams) -> es.DataStream:
     """Selection: (auction, price) of the bids on auctions whose id is a multiple of 123."""
-    return events.filter(_q2_keep).map(_q2_row).uid("q2")
+    return streams.of("bid").filter(_q2_keep).map(_q2_row).uid("q2")
 
 
 # ------------------------------------------------------------------ q3
 
 
 def _q3_auction(e: dict[str, Any]) -> bool:
-    return e["type"] == "auction" and e["category"] == Q3_CATEGORY
+    return e["category"] == Q3_CATEGORY
 
 
 def _q3_person(e: dict[str, Any]) -> bool:
-    return e["type"] == "person" and e["state"] in Q3_STATES
+    return e["state"] in Q3_STATES
 
 
 def _seller(a: dict[str, Any]) -> int:
@@ -160,11 +131,11 @@ class _Q3Join(es.KeyedCoProcessFunction):
         self.waiting.clear()
 
 
-def q3(events: es.DataStream) -> es.DataStream:
+def q3(streams: NexmarkStreams) -> es.DataStream:
     """Local item suggestion: (name, city, state, auction id) of category-10 auctions by
     sellers in OR, ID or CA."""
-    auctions = events.filter(_q3_auction).key_by(_seller)
-    persons = events.filter(_q3_person).key_by(_id)
+    auctions = streams.of("auction").filter(_q3_auction).key_by(_seller)
+    persons = streams.of("person").filter(_q3_person).key_by(_id)
     return auctions.connect(persons).process(_Q3Join()).uid("q3-join")
 
 
@@ -243,10 +214,10 @@ def _category(w: tuple[int, int, int]) -> int:
     return w[1]
 
 
-def q4(events: es.DataStream) -> es.DataStream:
+def q4(streams: NexmarkStreams) -> es.DataStream:
     """Average winning price per category: (category, average, auctions so far)."""
-    auctions = events.filter(_is_auction).key_by(_id)
-    bids = _bids(events).key_by(_auction_id)
+    auctions = streams.of("auction").key_by(_id)
+    bids = streams.of("bid").key_by(_auction_id)
     winners = auctions.connect(bids).process(_WinningBid()).uid("q4-winning-bids")
     return winners.key_by(_category).process(_CategoryAverage()).uid("q4-average")
 
@@ -291,11 +262,11 @@ class _MostBids(es.ProcessWindowFunction):
                 out.collect(r)
 
 
-def q5(events: es.DataStream) -> es.DataStream:
+def q5(streams: NexmarkStreams) -> es.DataStream:
     """Hot items: (window start, auction, bids) of the auctions with the most bids per
     10 s window sliding by 2 s."""
     counts = (
-        _bids(events)
+        streams.of("bid")
         .key_by(_auction_id)
         .window(es.SlidingEventTimeWindows.of(WINDOW_MS, SLIDE_MS))
         .aggregate(_Count(), _WindowCount())
@@ -338,12 +309,12 @@ def _top_bids(r: tuple[int, int, list[Any]]) -> list[tuple[Any, ...]]:
     return r[2]
 
 
-def q7(events: es.DataStream) -> es.DataStream:
+def q7(streams: NexmarkStreams) -> es.DataStream:
     """Highest bid: (auction, price, bidder, date_time, extra) of the highest bids of
     each 10 s tumbling window; per auction first, then per window."""
     window = es.TumblingEventTimeWindows.of(WINDOW_MS)
     per_auction = (
-        _bids(events)
+        streams.of("bid")
         .map(_q7_top)
         .key_by(_auction_of_top)
         .window(window)
@@ -415,11 +386,11 @@ class _NewSellers(es.ProcessWindowFunction):
                 out.collect((key, name, ctx.window.start))
 
 
-def q8(events: es.DataStream) -> es.DataStream:
+def q8(streams: NexmarkStreams) -> es.DataStream:
     """New users: (id, name, window start) of persons who registered and opened an
     auction in the same 10 s tumbling window."""
-    persons = events.filter(_is_person).map(_q8_person)
-    sellers = events.filter(_is_auction).map(_q8_auction)
+    persons = streams.of("person").map(_q8_person)
+    sellers = streams.of("auction").map(_q8_auction)
     return (
         persons.union(sellers)
         .key_by(_person_key)
@@ -444,10 +415,10 @@ class _BidderWindow(es.ProcessWindowFunction):
             out.collect((key, count, ctx.window.start, ctx.window.end))
 
 
-def q11(events: es.DataStream) -> es.DataStream:
+def q11(streams: NexmarkStreams) -> es.DataStream:
     """User sessions: (bidder, bids, start, end) per session with a 10 s gap."""
     return (
-        _bids(events)
+        streams.of("bid")
         .key_by(_bidder)
         .window(es.EventTimeSessionWindows.with_gap(WINDOW_MS))
         .aggregate(_Count(), _BidderWindow())
@@ -478,11 +449,11 @@ class ProcessingTimeOrEndOfInput(es.Trigger):
         ctx.delete_event_time_timer(es.MAX_WATERMARK)
 
 
-def q12(events: es.DataStream) -> es.DataStream:
+def q12(streams: NexmarkStreams) -> es.DataStream:
     """Processing-time windows: (bidder, bids, window start, window end) per 10 s window
     of the job's clock."""
     return (
-        _bids(events)
+        streams.of("bid")
         .key_by(_bidder)
         .window(es.TumblingProcessingTimeWindows.of(WINDOW_MS))
         .trigger(ProcessingTimeOrEndOfInput())
@@ -491,7 +462,7 @@ def q12(events: es.DataStream) -> es.DataStream:
     )
 
 
-QUERIES: dict[str, Callable[[es.DataStream], es.DataStream]] = {
+QUERIES: dict[str, Callable[[NexmarkStreams], es.DataStream]] = {
     "q0": q0,
     "q1": q1,
     "q2": q2,

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import nexmark  # noqa: E402
-from nexmark import columnar, oracle, queries  # noqa: E402
+from nexmark import columnar, oracle, queries, streams  # noqa: E402
 
 # Slots cannot import the bench folder: its functions travel by value, like a user's script.
 cloudpickle.register_pickle_by_value(nexmark)
@@ -51,19 +51,19 @@ def test_the_events_stay_within_the_watermark_bound(nexmark_files: Path) -> None
     """The oracle ignores lateness: no event may come later than the watermark bound."""
     times = pq.read_table(nexmark_files / "events.parquet", columns=["date_time"]).column(0).to_numpy()
     behind = np.maximum.accumulate(times) - times
-    assert 0 < behind.max() < queries.WATERMARK_BOUND_MS
+    assert 0 < behind.max() < streams.WATERMARK_BOUND_MS
 
 
 def test_every_query_equals_the_duckdb_oracle(spark: Any, tmp_path: Path, nexmark_files: Path) -> None:
     env = es.Environment(parallelism=2, spark=spark)
-    events = queries.nexmark_stream(env, CONFIG)
+    rows = streams.NexmarkStreams.generated(env, CONFIG)
     for name, query in queries.QUERIES.items():
-        query(events).sink_to(es.sinks.FileSink(str(tmp_path / name))).uid(f"sink-{name}")
-    streams = columnar.NexmarkBatches.generated(env, CONFIG, batch_size=4_096)
+        query(rows).sink_to(es.sinks.FileSink(str(tmp_path / name))).uid(f"sink-{name}")
+    batches = streams.NexmarkStreams.generated(env, CONFIG, columnar=True, batch_size=4_096)
     for name, query in columnar.COLUMNAR_QUERIES.items():
         columns = COLUMNS[name]
         (
-            query(streams)
+            query(batches)
             .to_rows()
             .map(lambda row, columns=columns: [row[c] for c in columns])
             .sink_to(es.sinks.FileSink(str(tmp_path / f"{name}-columnar")))
@@ -86,11 +86,18 @@ def test_stateful_queries_after_a_crash_write_each_result_once(
     env = es.Environment(parallelism=2, spark=spark)
     env.enable_checkpointing(0.3, storage=str(tmp_path / "ckpt"))
     env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.2))
-    events = queries.nexmark_stream(env, CONFIG, rate=8_000).map(
-        es.testing.FailOnce(after_records=4_000, after_checkpoints=2, subtask=1, crash=True, marker_dir=failure_markers)
+    crash = es.testing.FailOnce(
+        after_records=4_000, after_checkpoints=2, subtask=1, crash=True, marker_dir=failure_markers
     )
+
+    def make(kind: str, strategy: es.WatermarkStrategy) -> es.DataStream:
+        source = es.NexmarkSource(CONFIG, kind=kind, rate=8_000)
+        events = env.from_source(source, name=f"nexmark-{kind}", watermark_strategy=strategy)
+        return events.map(crash) if kind == "bid" else events
+
+    rows = streams.NexmarkStreams(make)
     for name in ("q4", "q5", "q11"):
-        queries.QUERIES[name](events).sink_to(es.sinks.FileSink(str(tmp_path / name))).uid(f"sink-{name}")
+        queries.QUERIES[name](rows).sink_to(es.sinks.FileSink(str(tmp_path / name))).uid(f"sink-{name}")
     result = env.execute("nexmark-crash")
     assert result.restarts == 1
     for name in ("q5", "q11"):
