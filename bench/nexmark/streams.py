@@ -42,16 +42,22 @@ class NexmarkStreams:
     the kind's fields) or, with ``columnar``, Arrow batches of the kind's columns.
 
     ``make(kind, strategy)`` creates a kind's stream with the given watermark strategy;
-    the classmethods are the usual ones.
+    the classmethods are the usual ones. ``name`` prefixes the streams' uids (two sets of
+    streams in one job need two names).
 
     Example: ``NexmarkStreams(lambda kind, wm: env.from_source(src[kind], watermark_strategy=wm))``
     """
 
     def __init__(
-        self, make: Callable[[str, es.WatermarkStrategy], es.DataStream], *, columnar: bool = False
+        self,
+        make: Callable[[str, es.WatermarkStrategy], es.DataStream],
+        *,
+        columnar: bool = False,
+        name: str = "nexmark",
     ) -> None:
         self._make = make
         self.columnar = columnar
+        self.name = name
         self._streams: dict[str, es.DataStream] = {}
 
     @classmethod
@@ -63,6 +69,7 @@ class NexmarkStreams:
         columnar: bool = False,
         batch_size: int = 65_536,
         rate: float | None = None,
+        name: str = "nexmark",
     ) -> NexmarkStreams:
         """The deterministic generator's events (``es.NexmarkSource(kind=...)``);
         ``rate``: positions/s of each kind's source.
@@ -74,12 +81,14 @@ class NexmarkStreams:
             source = es.NexmarkSource(
                 config, kind=kind, batch_size=batch_size if columnar else None, rate=rate
             )
-            return env.from_source(source, name=f"nexmark-{kind}", watermark_strategy=strategy)
+            return env.from_source(source, name=f"{name}-{kind}", watermark_strategy=strategy)
 
-        return cls(make, columnar=columnar)
+        return cls(make, columnar=columnar, name=name)
 
     @classmethod
-    def from_files(cls, env: es.Environment, directory: str, *, columnar: bool = False) -> NexmarkStreams:
+    def from_files(
+        cls, env: es.Environment, directory: str, *, columnar: bool = False, name: str = "nexmark"
+    ) -> NexmarkStreams:
         """The events of ``es.write_nexmark_files``' ``<kind>.parquet`` files.
 
         Example: ``NexmarkStreams.from_files(env, "/tmp/nexmark-1m")``
@@ -91,7 +100,7 @@ class NexmarkStreams:
                 return env.from_parquet(path, watermark_strategy=strategy)
             return env.from_files(path, "parquet", watermark_strategy=strategy)
 
-        return cls(make, columnar=columnar)
+        return cls(make, columnar=columnar, name=name)
 
     def used(self) -> list[str]:
         """The kinds asked for so far, in ``KINDS`` order (the last is the most frequent).
@@ -106,5 +115,5 @@ class NexmarkStreams:
             raise ValueError(f"no Nexmark event kind {kind!r}; choose among {KINDS}")
         if kind not in self._streams:
             form = "batches" if self.columnar else "rows"
-            self._streams[kind] = self._make(kind, _strategy(self.columnar)).uid(f"nexmark-{kind}-{form}")
+            self._streams[kind] = self._make(kind, _strategy(self.columnar)).uid(f"{self.name}-{kind}-{form}")
         return self._streams[kind]

@@ -247,24 +247,37 @@ def test_probe_sinks_report_through_files_for_rows_and_batches(tmp_path: Path) -
     assert len(lat) == 2 and 0.25 <= lat[0] < 0.3 and 0.5 <= lat[1] < 0.55
 
 
-def test_nexmark_file_rows_become_the_generators_events(tmp_path: Path) -> None:
-    """epochstream's Nexmark jobs read events.parquet like the peers: each row, mapped
-    back to an event, equals what the generator emits at that position."""
-    import pyarrow.parquet as pq
-
+def test_nexmark_streams_read_from_files_equal_the_generated_ones(tmp_path: Path) -> None:
+    """epochstream's Nexmark jobs read the peers' <kind>.parquet files: each kind's
+    stream, rows or batches, equals the generator's events of that kind in order."""
     import epochstream as es
-    from epochstream.connectors.nexmark import nexmark_events
 
     sys.path.insert(0, str(BENCH))
     try:
-        import nexmark_jobs
+        from nexmark.streams import KINDS, NexmarkStreams
     finally:
         sys.path.pop(0)
     config = es.NexmarkConfig(events=3000)
-    es.write_nexmark_files(tmp_path, config)
-    rows = pq.read_table(tmp_path / "events.parquet").to_pylist()
-    to_event = nexmark_jobs._EventOfRow()
-    assert [to_event(r) for r in rows] == nexmark_events(config, 0, 3000)
+    es.write_nexmark_files(tmp_path / "files", config)
+    env = es.Environment(parallelism=1, runner="local")
+    sources = {
+        "files-rows": NexmarkStreams.from_files(env, str(tmp_path / "files"), name="a"),
+        "files-batches": NexmarkStreams.from_files(env, str(tmp_path / "files"), columnar=True, name="b"),
+        "generated-rows": NexmarkStreams.generated(env, config, name="c"),
+    }
+    for name, streams in sources.items():
+        for kind in KINDS:
+            stream = streams.of(kind)
+            if streams.columnar:
+                stream = stream.to_rows()
+            stream.sink_to(es.sinks.FileSink(str(tmp_path / f"{name}-{kind}"))).uid(f"{name}-{kind}")
+    env.execute("nexmark-streams")
+    for kind in KINDS:
+        generated = es.testing.read_committed(tmp_path / f"generated-rows-{kind}")
+        assert len(generated) == {"person": 60, "auction": 180, "bid": 2760}[kind]
+        for name in ("files-rows", "files-batches"):
+            rows = es.testing.read_committed(tmp_path / f"{name}-{kind}")
+            assert [{k: v for k, v in r.items() if k != "_ts"} for r in rows] == generated, (name, kind)
 
 
 def test_results_of_a_run_made_in_parts_merge_into_one_document(tmp_path: Path) -> None:
