@@ -34,16 +34,40 @@ def drain(reader: SourceReader, max_records: int) -> list[Any]:
     raise AssertionError("reader never became exhausted")
 
 
+def positions(split: NexmarkSplit) -> list[int]:
+    """The stream positions of ``split``, in the order it reads them."""
+    return [p for lo, hi in split.stream_ranges(split.next, split.stop) for p in range(lo, hi)]
+
+
+def in_split_order(splits: list[NexmarkSplit], kind: str | None = None) -> list[Any]:
+    """The stream's events as one reader of ``splits`` reads them (split after split);
+    of one ``kind`` without ``"type"``."""
+    events = nexmark_events(CONFIG, 0, CONFIG.events)
+    ordered = [events[p] for split in splits for p in positions(split)]
+    if kind is None:
+        return ordered
+    return [{k: v for k, v in e.items() if k != "type"} for e in ordered if e["type"] == kind]
+
+
 def read_all(config: es.NexmarkConfig, parallelism: int, max_records: int = 777) -> list[Any]:
-    """Every event, read by ``parallelism`` readers, in split order."""
+    """Every event, read by ``parallelism`` readers, put back in stream order."""
     source = es.NexmarkSource(config)
-    splits = source.create_splits(parallelism)
-    out: list[Any] = []
-    for split in splits:  # splits are contiguous ranges: in split order is stream order
+    out: list[Any] = [None] * config.events
+    for split in source.create_splits(parallelism):
         reader = source.create_reader(SourceContext(0, parallelism, ManualClock()))
         reader.add_splits([split])
-        out.extend(drain(reader, max_records))
+        for position, event in zip(positions(split), drain(reader, max_records), strict=True):
+            out[position] = event
     return out
+
+
+def test_parallel_splits_take_turns_by_blocks_of_positions() -> None:
+    """Readers advance through event time together: split i reads blocks i, i+k, ..."""
+    splits = es.NexmarkSource(es.NexmarkConfig(events=40_000)).create_splits(2)
+    assert [(s.index, s.of, s.stop) for s in splits] == [(0, 2, 8_192 * 2 + 7_232), (1, 2, 8_192 * 2)]
+    assert splits[1].stream_ranges(8_000, 8_300) == [(8_192 + 8_000, 2 * 8_192), (3 * 8_192, 3 * 8_192 + 108)]
+    assert sorted(p for s in splits for p in positions(s)) == list(range(40_000))
+    assert [s.of for s in es.NexmarkSource(es.NexmarkConfig(events=100)).create_splits(4)] == [1]
 
 
 def test_the_same_events_whatever_the_parallelism_split_and_poll_size() -> None:
@@ -149,7 +173,7 @@ def test_a_reader_restored_from_its_snapshot_resumes_with_identical_events(cut: 
     reader.close()
     restored = source.create_reader(SourceContext(0, 1, ManualClock()))
     restored.add_splits(states)
-    assert before + drain(restored, 600) == nexmark_events(CONFIG, 0, CONFIG.events)
+    assert before + drain(restored, 600) == in_split_order(splits)
 
 
 def test_the_rate_releases_events_by_the_injected_clock() -> None:
@@ -194,6 +218,8 @@ def test_bad_sources_splits_and_ranges_are_refused() -> None:
     reader = NexmarkReader(CONFIG, ManualClock())
     with pytest.raises(es.ConfigurationError, match=r"nexmark-9 covers 0\.\.20001"):
         reader.add_splits([NexmarkSplit("nexmark-9", 0, 20_001)])
+    with pytest.raises(es.ConfigurationError, match=r"nexmark-8 covers 0\.\.11809 of part 0 of 2"):
+        reader.add_splits([NexmarkSplit("nexmark-8", 0, 11_809, 0, 2)])
     with pytest.raises(es.ConfigurationError, match="not a NexmarkSplit"):
         reader.add_splits([es.sources.SequenceSource(0, 3).create_splits(1)[0]])
     with pytest.raises(es.ConfigurationError, match=r"outside the configured 0\.\.20000"):
@@ -232,15 +258,8 @@ def test_files_of_no_events_have_schemas(tmp_path: Path) -> None:
     assert pq.read_table(tmp_path / "events.parquet").num_rows == 0
 
 
-def of_kind(kind: str) -> list[dict[str, Any]]:
-    """Every event of ``kind`` in stream order, without ``"type"``."""
-    events = nexmark_events(CONFIG, 0, CONFIG.events)
-    return [{k: v for k, v in e.items() if k != "type"} for e in events if e["type"] == kind]
-
-
 @pytest.mark.parametrize("kind", ["person", "auction", "bid"])
 def test_the_columnar_source_reads_one_kind_as_record_batches(kind: str) -> None:
-    rows = of_kind(kind)
     source = es.NexmarkSource(CONFIG, batch_size=3_000, kind=kind)
     assert source.columnar and not es.NexmarkSource(CONFIG).columnar
     splits = source.create_splits(3)
@@ -254,7 +273,7 @@ def test_the_columnar_source_reads_one_kind_as_record_batches(kind: str) -> None
                 {"person": PERSON_FIELDS, "auction": AUCTION_FIELDS, "bid": BID_FIELDS}[kind]
             )
             got.extend(batch.to_pylist())
-    assert got == rows
+    assert got == in_split_order(splits, kind)
 
 
 @pytest.mark.parametrize("kind", ["person", "auction", "bid"])
@@ -262,31 +281,34 @@ def test_a_row_source_of_one_kind_reads_its_events_as_dicts(kind: str) -> None:
     source = es.NexmarkSource(CONFIG, kind=kind)
     assert not source.columnar
     got: list[Any] = []
-    for split in source.create_splits(3):
-        reader = source.create_reader(SourceContext(0, 3, ManualClock()))
+    splits = source.create_splits(2)
+    for split in splits:
+        reader = source.create_reader(SourceContext(0, 2, ManualClock()))
         reader.add_splits([split])
         while not reader.exhausted:
             got.extend(reader.poll(777))  # polls cross the generator's blocks
-    assert got == of_kind(kind)
+    assert got == in_split_order(splits, kind)
 
 
 def test_a_row_reader_of_one_kind_resumes_from_its_snapshot() -> None:
     source = es.NexmarkSource(CONFIG, kind="auction")
     reader = source.create_reader(SourceContext(0, 1, ManualClock()))
-    reader.add_splits(source.create_splits(2))
+    splits = source.create_splits(2)
+    reader.add_splits(splits)
     first = [r for _ in range(9) for r in reader.poll(1_000)]
     restored = source.create_reader(SourceContext(0, 1, ManualClock()))
     restored.add_splits(pickle.loads(pickle.dumps(reader.snapshot(1))))
     rest: list[Any] = []
     while not restored.exhausted:
         rest.extend(restored.poll(1_000))
-    assert first + rest == of_kind("auction")
+    assert first + rest == in_split_order(splits, "auction")
 
 
 def test_a_columnar_reader_resumes_from_its_snapshot() -> None:
     source = es.NexmarkSource(CONFIG, batch_size=1_000, kind="bid")
     reader = source.create_reader(SourceContext(0, 1, ManualClock()))
-    reader.add_splits(source.create_splits(2))
+    splits = source.create_splits(2)
+    reader.add_splits(splits)
     first = [reader.poll(1) for _ in range(7)]
     groups = reader.poll_splits(1)
     assert [len(records) > 0 for _, records, _ in groups] == [True]
@@ -296,7 +318,7 @@ def test_a_columnar_reader_resumes_from_its_snapshot() -> None:
     while not restored.exhausted:
         rest.append(restored.poll(1))
     together = pa.Table.from_batches([*first, groups[0][1], *rest]).to_pylist()
-    assert together == of_kind("bid")
+    assert together == in_split_order(splits, "bid")
 
 
 @pytest.mark.parametrize(

@@ -224,7 +224,7 @@ class _RangeReader(SourceReader):
                 break
             take = min(left, cursor.end - cursor.pos)
             if take > 0:
-                parts.append(self._fetch(cursor.pos, cursor.pos + take))
+                parts.append(self._read(cursor, cursor.pos, cursor.pos + take))
                 cursor.pos += take
                 left -= take
                 finished = finished or cursor.pos >= cursor.end
@@ -232,6 +232,11 @@ class _RangeReader(SourceReader):
         if finished:
             self._cursors = [c for c in self._cursors if c.pos < c.end]
         return self._join(parts)
+
+    def _read(self, cursor: _RangeCursor, lo: int, hi: int) -> Any:
+        """The records of ``cursor``'s positions ``lo..hi-1``; a subclass whose split
+        positions are not the stream's own maps them here."""
+        return self._fetch(lo, hi)
 
     def _join(self, parts: list[Any]) -> Any:
         """One poll's result from the parts read from each cursor."""
@@ -257,7 +262,7 @@ class _RangeReader(SourceReader):
                 break
             take = min(left, cursor.end - cursor.pos)
             if take > 0:
-                records = self._fetch(cursor.pos, cursor.pos + take)
+                records = self._read(cursor, cursor.pos, cursor.pos + take)
                 cursor.pos += take
                 left -= take
                 groups.append((cursor.split.split_id, records, cursor.pos >= cursor.end))

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from epochstream.connectors.base import Source, SourceContext
-from epochstream.connectors.generators import _RangeCursor, _RangeReader, _ranges
+from epochstream.connectors.generators import _RangeCursor, _RangeReader
 from epochstream.connectors.nexmark_model import KINDS, event_numbers, generate_columns
 from epochstream.exceptions import ConfigurationError
 from epochstream.runtime.clock import Clock
@@ -150,22 +150,60 @@ def nexmark_events(config: NexmarkConfig, start: int, stop: int) -> list[dict[st
 
 @dataclass(frozen=True)
 class NexmarkSplit:
-    """Positions ``next..stop-1`` of the Nexmark stream (a position, no settings).
+    """Split ``index`` of ``of``: the blocks of ``block`` positions whose number is
+    ``index`` modulo ``of`` (block ``b`` holds positions ``b * block ..``), read from
+    the split's own position ``next`` (counted over its blocks) up to ``stop``. With
+    ``of=1`` the split is positions ``next..stop-1`` of the stream.
 
-    Example: ``NexmarkSplit(split_id="nexmark-0", next=0, stop=500_000)``
+    Example: ``NexmarkSplit(split_id="nexmark-0", next=0, stop=500_000, index=0, of=2)``
     """
 
     split_id: str
     next: int
     stop: int
+    index: int = 0
+    of: int = 1
+    block: int = 8_192
+
+    def stream_ranges(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The stream's position ranges of the split's positions ``lo..hi-1``, in order.
+
+        Example: ``NexmarkSplit("s", 0, 10, index=1, of=2, block=4).stream_ranges(3, 6) == [(7, 8), (12, 14)]``
+        """
+        if self.of == 1:
+            return [(lo, hi)]
+        out = []
+        while lo < hi:
+            rnd, offset = divmod(lo, self.block)
+            start = (rnd * self.of + self.index) * self.block + offset
+            take = min(hi - lo, self.block - offset)
+            out.append((start, start + take))
+            lo += take
+        return out
+
+
+def interleaved_splits(events: int, parallelism: int, block: int) -> list[NexmarkSplit]:
+    """``parallelism`` splits taking turns by blocks of ``block`` positions (fewer when
+    there are fewer blocks), so parallel readers advance through event time together.
+
+    Example: ``[s.stop for s in interleaved_splits(20_000, 2, 8_192)] == [11_808, 8_192]``
+    """
+    k = max(1, min(parallelism, -(-events // block)))
+    rounds, rest = divmod(events, k * block)
+    return [
+        NexmarkSplit(f"nexmark-{i}", 0, rounds * block + min(max(rest - i * block, 0), block), i, k, block)
+        for i in range(k)
+    ]
 
 
 class NexmarkSource(Source):
     """The Nexmark events of ``config`` (see the module docstring).
 
-    Guarantee: exactly-once (each split's next position in every checkpoint). Splits
-    are ``min(parallelism, events)`` contiguous position ranges; an event's content
-    depends on its position only, so any split or parallelism gives the same events.
+    Guarantee: exactly-once (each split's next position in every checkpoint). There are
+    up to ``parallelism`` splits, taking turns by blocks of 8,192 positions, so parallel
+    readers go through event time together (windows fire as the job goes, not when a
+    slower reader's range ends). An event's content depends on its position only, so
+    any split or parallelism gives the same events.
     ``rate``: positions/s in total (wall time), as ``SequenceSource``; None: as fast as
     the job reads.
 
@@ -215,10 +253,7 @@ class NexmarkSource(Source):
         self.columnar = batch_size is not None
 
     def create_splits(self, parallelism: int) -> list[NexmarkSplit]:
-        return [
-            NexmarkSplit(f"nexmark-{i}", lo, hi)
-            for i, (lo, hi) in enumerate(_ranges(self.config.events, parallelism))
-        ]
+        return interleaved_splits(self.config.events, parallelism, _BLOCK)
 
     def create_reader(self, ctx: SourceContext) -> NexmarkReader:
         rate = None if self.rate is None else self.rate / ctx.parallelism
@@ -279,7 +314,8 @@ def _rows_of(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     """A batch's rows as dicts; a few times faster than ``to_pylist`` on narrow batches
     (one list per column, then one dict per row)."""
     names = batch.schema.names
-    return [dict(zip(names, values, strict=True)) for values in zip(*(c.to_pylist() for c in batch.columns))]
+    columns = [c.to_pylist() for c in batch.columns]
+    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
 
 class _KindBatches:
@@ -332,16 +368,20 @@ class NexmarkReader(_RangeReader):
             raise ConfigurationError(
                 f"NexmarkReader got a {type(split).__qualname__} split, not a NexmarkSplit"
             )
-        if not 0 <= split.next <= split.stop <= self._events:
+        last = split.stream_ranges(split.stop - 1, split.stop)[-1][1] if split.stop else 0
+        if not (0 <= split.next <= split.stop and 0 <= split.index < split.of and last <= self._events):
             raise ConfigurationError(
-                f"NexmarkSplit {split.split_id} covers {split.next}..{split.stop}, outside the "
-                f"source's 0..{self._events} events"
+                f"NexmarkSplit {split.split_id} covers {split.next}..{split.stop} of part "
+                f"{split.index} of {split.of}, outside the source's 0..{self._events} events"
             )
         return _RangeCursor(split, split.next, split.stop)
 
+    def _read(self, cursor: _RangeCursor, lo: int, hi: int) -> Any:
+        return self._join([self._fetch(a, b) for a, b in cursor.split.stream_ranges(lo, hi)])
+
     def _state(self, cursor: _RangeCursor) -> NexmarkSplit:
         split: NexmarkSplit = cursor.split
-        return NexmarkSplit(split.split_id, cursor.pos, cursor.end)
+        return replace(split, next=cursor.pos)
 
 
 def write_nexmark_files(directory: str | os.PathLike[str], config: NexmarkConfig) -> dict[str, int]:
@@ -400,4 +440,6 @@ def _write(writers: dict[str, pq.ParquetWriter], directory: Any, stem: str, tabl
     if writer is None:
         path = os.path.join(os.fspath(directory), f"{stem}.parquet")
         writer = writers[stem] = pq.ParquetWriter(path, table.schema)
-    writer.write_table(table)
+    # Row groups of _BLOCK * 8 rows: Parquet sources split by row group and hand them out
+    # in turn, so parallel readers go through event time together, as the generator's.
+    writer.write_table(table, row_group_size=_BLOCK * 8)
