@@ -151,57 +151,69 @@ def run_epochstream(results: Results, args: argparse.Namespace) -> None:
             # the kill and the recovery (the run is cancelled once recovered).
             columnar_long_config = es.NexmarkConfig(events=100 * args.nexmark_recovery_events)
             for q in args.queries:
-                paths = ["row"] + (
+                for path in ["row"] + (
                     ["columnar"] if q in nexmark_jobs.columnar.COLUMNAR_QUERIES else []
-                )
-                for path in paths:
-                    for ck in (1.0, None):
-                        _measure(
-                            results,
-                            "rows",
-                            {
-                                "workload": f"nexmark {q}",
-                                "system": f"epochstream {path} (p={args.parallelism})",
-                                "checkpoints": "1 s" if ck else "off",
-                                "ours": True,
-                            },
-                            lambda q=q, ck=ck, path=path: _median_run(
-                                lambda: nexmark_jobs.run_query(
-                                    q,
-                                    config,
-                                    spark=spark,
-                                    parallelism=args.parallelism,
-                                    checkpoint=ck,
-                                    path=path,
-                                    files=files,
-                                ),
-                                args.repeat,
-                            ),
-                        )
-                if args.no_recovery:
-                    continue
-                for path in paths:
-                    _measure(
-                        results,
-                        "recovery",
-                        {
-                            "workload": f"nexmark {q}",
-                            "system": f"epochstream {path} (p={args.parallelism})",
-                            "ours": True,
-                        },
-                        lambda q=q, path=path: nexmark_jobs.run_recovery(
-                            q,
-                            long_config if path == "row" else columnar_long_config,
-                            spark=spark,
-                            parallelism=args.parallelism,
-                            path=path,
-                            kill_after=args.kill_after,
-                            timeout=args.recovery_timeout,
-                        ),
-                    )
+                ):
+                    recovery_config = long_config if path == "row" else columnar_long_config
+                    _nexmark_path(results, args, spark, q, path, config, files, recovery_config)
     finally:
         # Peers start their own JVMs; this one would only hold memory meanwhile.
         spark.stop()
+
+
+def _nexmark_path(
+    results: Results,
+    args: argparse.Namespace,
+    spark: Any,
+    q: str,
+    path: str,
+    config: Any,
+    files: str | None,
+    recovery_config: Any,
+) -> None:
+    """Nexmark query ``q`` on one path: throughput with checkpoints every 1 s and off,
+    latency at half the checkpointed rate, recovery after a SIGKILL."""
+    import nexmark_jobs
+
+    base = {"workload": f"nexmark {q}", "system": f"epochstream {path} (p={args.parallelism})", "ours": True}
+    rate_on = None
+    for ck in (1.0, None):
+        row = _measure(
+            results,
+            "rows",
+            {**base, "checkpoints": "1 s" if ck else "off"},
+            lambda ck=ck: _median_run(
+                lambda: nexmark_jobs.run_query(
+                    q, config, spark=spark, parallelism=args.parallelism, checkpoint=ck,
+                    path=path, files=files,
+                ),
+                args.repeat,
+            ),
+        )
+        if ck and "rate" in row:
+            rate_on = row["rate"]
+    if not args.no_latency and rate_on is None:
+        results.add("latency", {**base, "error": "no checkpointed rate to take half of"})
+    elif not args.no_latency and rate_on is not None:
+        _measure(
+            results,
+            "latency",
+            base,
+            lambda: nexmark_jobs.run_latency(
+                q, rate_on / 2, args.nexmark_latency_seconds, spark=spark,
+                parallelism=args.parallelism, path=path,
+            ),
+        )
+    if not args.no_recovery:
+        _measure(
+            results,
+            "recovery",
+            base,
+            lambda: nexmark_jobs.run_recovery(
+                q, recovery_config, spark=spark, parallelism=args.parallelism, path=path,
+                kill_after=args.kill_after, timeout=args.recovery_timeout,
+            ),
+        )
 
 
 def _w1_events(args: argparse.Namespace, path: str) -> int:
@@ -338,22 +350,10 @@ def _peer_w1(results: Results, args: argparse.Namespace, system: str) -> None:
 
 
 def _nexmark_files(args: argparse.Namespace) -> str:
-    """``write_nexmark_files`` for ``--nexmark-events``, reused while the config matches."""
-    import epochstream as es
+    """The Nexmark files of ``--nexmark-events`` (written once, reused)."""
+    import nexmark_jobs
 
-    config = es.NexmarkConfig(events=args.nexmark_events)
-    directory = os.path.join(DATA_DIR, f"nexmark-{args.nexmark_events}")
-    stamp = os.path.join(directory, ".config")
-    # The layout number changes with write_nexmark_files' layout (2: row groups of 64 k rows).
-    want = f"{config!r} layout 2\n"
-    if os.path.exists(stamp):
-        with open(stamp, encoding="utf-8") as f:
-            if f.read() == want:
-                return directory
-    es.write_nexmark_files(directory, config)
-    with open(stamp, "w", encoding="utf-8") as f:
-        f.write(want)
-    return directory
+    return nexmark_jobs.nexmark_files(args.nexmark_events, DATA_DIR)
 
 
 # Which peer has which query, and why not (shown in the table instead of a figure).
@@ -499,7 +499,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeat", type=int, default=3, help="runs per epochstream figure (median)"
     )
-    parser.add_argument("--latency-seconds", type=float, default=20.0)
+    parser.add_argument("--latency-seconds", type=float, default=20.0, help="W1 latency runs")
+    parser.add_argument(
+        "--nexmark-latency-seconds", type=float, default=10.0, help="Nexmark latency runs"
+    )
     parser.add_argument(
         "--kill-after", type=float, default=8.0, help="seconds of output before the kill"
     )
@@ -552,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
         args.nexmark_recovery_events = min(args.nexmark_recovery_events, 2_000_000)
         args.repeat = 1
         args.latency_seconds = min(args.latency_seconds, 3.0)
+        args.nexmark_latency_seconds = min(args.nexmark_latency_seconds, 3.0)
         args.kill_after = min(args.kill_after, 3.0)
         args.recovery_timeout = min(args.recovery_timeout, 30.0)
         args.ss_rows_per_batch = min(args.ss_rows_per_batch, 100_000)

@@ -15,6 +15,10 @@ a row stream a list of records.
   SIGKILL loses at most that much; the recovery measurement's throughput series.
 - :class:`LatencySink`: sink wall time minus the creation wall time the job put in
   the record (``record[ts_index]`` or the batch's ``ts`` column), sampled.
+- :class:`StampSink`: ``(wall time, value)`` of up to 16 records of each batch, the
+  value read from the record (``record[index]``, ``record[key]``) or a column, or the
+  batch's largest (``largest=True``); Nexmark's latency pairs the event times an input
+  reached with the timestamps of the results (``bench/nexmark_jobs.py``).
 
 This module is pickled by value: Spark's Python workers cannot import ``bench/``.
 
@@ -36,10 +40,12 @@ from typing import Any
 
 import cloudpickle
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 import epochstream as es
 
-__all__ = ["LatencySink", "RateSink", "SumsSink", "read_probe"]
+__all__ = ["LatencySink", "RateSink", "StampSink", "SumsSink", "read_probe"]
 
 FLUSH_EVERY_S = 0.2
 
@@ -212,8 +218,7 @@ class _LatencyWriter(_ProbeWriter):
         n = len(records)
         if not n:
             return
-        want = min(n, self._sink.per_batch)
-        picks = sorted({round(j * (n - 1) / max(want - 1, 1)) for j in range(want)})
+        picks = _picks(n, self._sink.per_batch)
         if self._sink.columnar:
             column = records.column("ts").to_numpy()
             created = [float(column[p]) for p in picks]
@@ -226,6 +231,84 @@ class _LatencyWriter(_ProbeWriter):
 
     def _flush(self, now: float) -> None:
         self._emit({"samples": [(round(t, 4), round(lat, 6)) for t, lat in self._samples]})
+        self._samples = []
+        self._flushed = now
+
+    def end_input(self) -> None:
+        self._flush(time.time())
+
+
+def _picks(n: int, want: int) -> list[int]:
+    """Up to ``want`` positions of ``n``, evenly spaced from the first to the last."""
+    want = min(n, want)
+    return sorted({round(j * (n - 1) / max(want - 1, 1)) for j in range(want)})
+
+
+class StampSink(es.sinks.Sink):
+    """Records ``(wall time, value)`` for every ``every``-th record (counted across
+    batches, so busy moments are sampled as often as quiet ones), the value being
+    ``record[field]`` (an index or a key) of rows or column ``field`` of Arrow batches
+    (``columnar``); with ``largest``, one pair per batch instead, with the largest
+    value of up to 16 records of it (of the whole column on batches).
+
+    Example: ``events.sink_to(StampSink("/tmp/probe", "clock", field="date_time", largest=True))``
+    """
+
+    accepts_batches = True
+
+    def __init__(
+        self,
+        directory: str,
+        kind: str,
+        *,
+        field: Any,
+        columnar: bool = False,
+        largest: bool = False,
+        every: int = 1,
+    ) -> None:
+        self.directory = directory
+        self.kind = kind
+        self.field = field
+        self.columnar = columnar
+        self.largest = largest
+        self.every = every
+
+    def create_writer(self, ctx: es.sinks.SinkContext) -> es.sinks.SinkWriter:
+        return _StampWriter(self, ctx)
+
+
+class _StampWriter(_ProbeWriter):
+    def __init__(self, sink: StampSink, ctx: es.sinks.SinkContext) -> None:
+        super().__init__(sink.directory, sink.kind, ctx)
+        self._sink = sink
+        self._samples: list[tuple[float, Any]] = []
+        self._flushed = time.time()
+        self._skip = 0  # records before the next sampled one
+
+    def write_batch(self, records: Any) -> None:
+        now = time.time()
+        sink = self._sink
+        n = records.num_rows if sink.columnar else len(records)
+        if not n:
+            return
+        if sink.largest:
+            if sink.columnar:
+                values = [pc.max(records.column(sink.field)).as_py()]
+            else:
+                values = [max(records[p][sink.field] for p in _picks(n, 16))]
+        else:
+            picks = range(self._skip, n, sink.every)
+            self._skip = (self._skip - n) % sink.every
+            if sink.columnar:
+                values = records.column(sink.field).take(pa.array(picks, pa.int64())).to_pylist()
+            else:
+                values = [records[p][sink.field] for p in picks]
+        self._samples.extend((now, v) for v in values)
+        if now - self._flushed >= FLUSH_EVERY_S:
+            self._flush(now)
+
+    def _flush(self, now: float) -> None:
+        self._emit({"samples": [(round(t, 4), v) for t, v in self._samples]})
         self._samples = []
         self._flushed = now
 

@@ -280,6 +280,42 @@ def test_nexmark_streams_read_from_files_equal_the_generated_ones(tmp_path: Path
             assert [{k: v for k, v in r.items() if k != "_ts"} for r in rows] == generated, (name, kind)
 
 
+def test_stamp_sinks_sample_every_nth_record_across_batches_or_the_largest(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    import epochstream as es
+    import probes
+
+    ctx = es.sinks.SinkContext(subtask_index=1, parallelism=2, attempt=0, job_id="j", checkpointing=True)
+    every = probes.StampSink(str(tmp_path), "stamps", field=0, every=3).create_writer(ctx)
+    for batch in ([(0,), (1,)], [(2,), (3,), (4,), (5,), (6,)], [], [(7,)], [(8,), (9,)]):
+        every.write_batch(batch)
+    every.end_input()
+    largest = probes.StampSink(str(tmp_path), "clock", field="t", columnar=True, largest=True).create_writer(ctx)
+    largest.write_batch(pa.record_batch({"t": [5, 9, 2]}))
+    largest.end_input()
+    (stamps,) = probes.read_probe(str(tmp_path), "stamps")
+    assert [v for _, v in stamps["samples"]] == [0, 3, 6, 9] and stamps["subtask"] == 1
+    (clock,) = probes.read_probe(str(tmp_path), "clock")
+    assert [v for _, v in clock["samples"]] == [9]
+
+
+def test_nexmark_results_are_ready_when_their_input_was_read() -> None:
+    """Element results: the subtask that read the event up to it (the other one jumped
+    past it); watermark results: every subtask past the time plus the bound; processing
+    time: the window's end."""
+    import nexmark_jobs
+
+    clock = {
+        0: [(1.0, 100), (2.0, 200), (3.0, 300), (9.0, 10_000)],  # reads 0..300, then a later block
+        1: [(1.0, 4_000), (2.0, 4_100), (3.0, 4_200)],  # reads a block of later times
+    }
+    assert nexmark_jobs.ready_times(clock, [150, 4_050, 290], "element", 1_000) == [2.0, 2.0, 3.0]
+    # Watermark: t + 1 + bound reached by both subtasks; past the end: never.
+    assert nexmark_jobs.ready_times(clock, [3_099, 3_199, 20_000], "watermark", 1_000) == [9.0, 9.0, None]
+    assert nexmark_jobs.ready_times({}, [1_999], "processing", 4_000) == [2.0]
+
+
 def test_results_of_a_run_made_in_parts_merge_into_one_document(tmp_path: Path) -> None:
     parts = []
     for i, system in enumerate(("epochstream row (p=2)", "PyFlink 2.3 SQL (p=2)")):
