@@ -501,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--latency-seconds", type=float, default=20.0, help="W1 latency runs")
     parser.add_argument(
-        "--nexmark-latency-seconds", type=float, default=10.0, help="Nexmark latency runs"
+        "--nexmark-latency-seconds", type=float, default=20.0, help="Nexmark latency runs"
     )
     parser.add_argument(
         "--kill-after", type=float, default=8.0, help="seconds of output before the kill"
