@@ -161,6 +161,35 @@ def run_epochstream(results: Results, args: argparse.Namespace) -> None:
         spark.stop()
 
 
+def _measure_path(
+    results: Results,
+    args: argparse.Namespace,
+    base: dict[str, Any],
+    throughput: Callable[[float | None], dict[str, Any]],
+    latency: Callable[[float], dict[str, Any]],
+    recovery: Callable[[], dict[str, Any]],
+) -> None:
+    """One workload on one path: ``throughput(checkpoint)`` with checkpoints every 1 s
+    and off, ``latency(rate)`` at half the checkpointed rate, ``recovery()``."""
+    rate_on = None
+    for ck in (1.0, None):
+        row = _measure(
+            results,
+            "rows",
+            {**base, "checkpoints": "1 s" if ck else "off"},
+            lambda ck=ck: _median_run(lambda: throughput(ck), args.repeat),
+        )
+        if ck and "rate" in row:
+            rate_on = row["rate"]
+    if not args.no_latency and rate_on is None:
+        results.add("latency", {**base, "error": "no checkpointed rate to take half of"})
+    elif not args.no_latency and rate_on is not None:
+        half = rate_on / 2
+        _measure(results, "latency", base, lambda: latency(half))
+    if not args.no_recovery:
+        _measure(results, "recovery", base, recovery)
+
+
 def _nexmark_path(
     results: Results,
     args: argparse.Namespace,
@@ -171,49 +200,25 @@ def _nexmark_path(
     files: str | None,
     recovery_config: Any,
 ) -> None:
-    """Nexmark query ``q`` on one path: throughput with checkpoints every 1 s and off,
-    latency at half the checkpointed rate, recovery after a SIGKILL."""
+    """Nexmark query ``q`` on one path (``_measure_path``)."""
     import nexmark_jobs
 
-    base = {"workload": f"nexmark {q}", "system": f"epochstream {path} (p={args.parallelism})", "ours": True}
-    rate_on = None
-    for ck in (1.0, None):
-        row = _measure(
-            results,
-            "rows",
-            {**base, "checkpoints": "1 s" if ck else "off"},
-            lambda ck=ck: _median_run(
-                lambda: nexmark_jobs.run_query(
-                    q, config, spark=spark, parallelism=args.parallelism, checkpoint=ck,
-                    path=path, files=files,
-                ),
-                args.repeat,
-            ),
-        )
-        if ck and "rate" in row:
-            rate_on = row["rate"]
-    if not args.no_latency and rate_on is None:
-        results.add("latency", {**base, "error": "no checkpointed rate to take half of"})
-    elif not args.no_latency and rate_on is not None:
-        _measure(
-            results,
-            "latency",
-            base,
-            lambda: nexmark_jobs.run_latency(
-                q, rate_on / 2, args.nexmark_latency_seconds, spark=spark,
-                parallelism=args.parallelism, path=path,
-            ),
-        )
-    if not args.no_recovery:
-        _measure(
-            results,
-            "recovery",
-            base,
-            lambda: nexmark_jobs.run_recovery(
-                q, recovery_config, spark=spark, parallelism=args.parallelism, path=path,
-                kill_after=args.kill_after, timeout=args.recovery_timeout,
-            ),
-        )
+    p = args.parallelism
+    _measure_path(
+        results,
+        args,
+        {"workload": f"nexmark {q}", "system": f"epochstream {path} (p={p})", "ours": True},
+        lambda ck: nexmark_jobs.run_query(
+            q, config, spark=spark, parallelism=p, checkpoint=ck, path=path, files=files
+        ),
+        lambda rate: nexmark_jobs.run_latency(
+            q, rate, args.nexmark_latency_seconds, spark=spark, parallelism=p, path=path
+        ),
+        lambda: nexmark_jobs.run_recovery(
+            q, recovery_config, spark=spark, parallelism=p, path=path,
+            kill_after=args.kill_after, timeout=args.recovery_timeout,
+        ),
+    )
 
 
 def _w1_events(args: argparse.Namespace, path: str) -> int:
@@ -224,50 +229,23 @@ def _w1_events(args: argparse.Namespace, path: str) -> int:
 
 
 def _w1_path(results: Results, args: argparse.Namespace, spark: Any, path: str) -> None:
+    """W1 on one path (``_measure_path``)."""
     import w1_jobs
 
-    system = f"epochstream {path} (p={args.parallelism})"
-    base = {"workload": "W1", "system": system, "ours": True}
-    rate_on = None
-    for ck in (1.0, None):
-        row = _measure(
-            results,
-            "rows",
-            {**base, "checkpoints": "1 s" if ck else "off"},
-            lambda ck=ck: _median_run(
-                lambda: w1_jobs.run_throughput(
-                    path, _w1_events(args, path), spark=spark, parallelism=args.parallelism,
-                    checkpoint=ck,
-                ),
-                args.repeat,
-            ),
-        )
-        if ck and "rate" in row:
-            rate_on = row["rate"]
-    if not args.no_latency and rate_on is None:
-        results.add("latency", {**base, "error": "no checkpointed rate to take half of"})
-    elif not args.no_latency and rate_on is not None:
-        _measure(
-            results,
-            "latency",
-            base,
-            lambda: w1_jobs.run_latency(
-                path, rate_on / 2, args.latency_seconds, spark=spark, parallelism=args.parallelism
-            ),
-        )
-    if not args.no_recovery:
-        _measure(
-            results,
-            "recovery",
-            base,
-            lambda: w1_jobs.run_recovery(
-                path,
-                spark=spark,
-                parallelism=args.parallelism,
-                kill_after=args.kill_after,
-                timeout=args.recovery_timeout,
-            ),
-        )
+    p = args.parallelism
+    _measure_path(
+        results,
+        args,
+        {"workload": "W1", "system": f"epochstream {path} (p={p})", "ours": True},
+        lambda ck: w1_jobs.run_throughput(
+            path, _w1_events(args, path), spark=spark, parallelism=p, checkpoint=ck
+        ),
+        lambda rate: w1_jobs.run_latency(path, rate, args.latency_seconds, spark=spark, parallelism=p),
+        lambda: w1_jobs.run_recovery(
+            path, spark=spark, parallelism=p, kill_after=args.kill_after,
+            timeout=args.recovery_timeout,
+        ),
+    )
 
 
 # ------------------------------------------------------------------ peers
