@@ -54,12 +54,27 @@ _ATOMIC: frozenset[type] = frozenset(
 )
 
 
+def _immutable(value: Any) -> bool:
+    """True for atomic immutables and tuples/frozensets of immutables, named tuples
+    included (their instances have no ``__dict__`` to change)."""
+    kind = type(value)
+    if kind in _ATOMIC:
+        return True
+    if kind is tuple or kind is frozenset or (issubclass(kind, tuple) and not hasattr(value, "__dict__")):
+        return _ATOMIC.issuperset(map(type, value)) or all(map(_immutable, value))
+    return False
+
+
 def copy_value(value: Any, memo: dict[int, Any] | None = None) -> Any:
     """A copy of ``value`` that later in-place changes of ``value`` cannot reach.
 
-    Atomic immutables (and tuples/frozensets of them) are returned as they are; lists
-    and dicts of atomics get a shallow copy; anything else is deep-copied (``memo``
-    keeps aliasing between the values of one snapshot).
+    Immutables (atomics, and tuples, named tuples and frozensets of immutables) are
+    returned as they are; lists and dicts of immutables get a shallow copy; anything
+    else is deep-copied (``memo`` keeps aliasing between the values of one snapshot).
+    Heap state copies what it stores and hands out, so that it behaves like a
+    serializing backend; skipping the copy of immutables keeps that cheap (a session
+    window operator's window set, a tuple of named-tuple windows, was deep-copied twice
+    per record).
 
     Example::
 
@@ -72,14 +87,13 @@ def copy_value(value: Any, memo: dict[int, Any] | None = None) -> Any:
     if kind in _ATOMIC:
         return value
     if kind is list:
-        if _ATOMIC.issuperset(map(type, value)):
+        if _ATOMIC.issuperset(map(type, value)) or all(map(_immutable, value)):
             return value.copy()
     elif kind is dict:
-        if _ATOMIC.issuperset(map(type, value.values())):
+        if _ATOMIC.issuperset(map(type, value.values())) or all(map(_immutable, value.values())):
             return value.copy()
-    elif kind is tuple or kind is frozenset:
-        if _ATOMIC.issuperset(map(type, value)):
-            return value
+    elif _immutable(value):
+        return value
     return copy.deepcopy(value, memo)
 
 
