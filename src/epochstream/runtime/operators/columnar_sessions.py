@@ -233,10 +233,9 @@ class _KeySlots:
             slots = distinct[encoded.indices.to_numpy(zero_copy_only=False)]
             fresh = distinct[new]
         if len(fresh):
-            grown = np.zeros(self.index.size, dtype=np.int32)
-            grown[: len(self.key_group)] = self.key_group
-            grown[fresh] = key_groups_of_column(self.index.keys_at(fresh), self.max_parallelism)
-            self.key_group = grown
+            if len(self.key_group) < self.index.size:  # doubling: O(1) amortized per key
+                self.key_group = np.resize(self.key_group, max(self.index.size, 2 * len(self.key_group)))
+            self.key_group[fresh] = key_groups_of_column(self.index.keys_at(fresh), self.max_parallelism)
         return slots.astype(np.int64, copy=False)
 
 
