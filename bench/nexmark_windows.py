@@ -32,10 +32,10 @@ def main() -> None:
     parser.add_argument("--parallelism", type=int, default=2)
     args = parser.parse_args()
 
+    import nexmark_jobs
+
     import epochstream as es
     from epochstream.deploy.spark import create_session
-
-    import nexmark_jobs
 
     spark = create_session(f"local[{args.parallelism}]", app_name="epochstream-bench-nexmark-windows")
     config = es.NexmarkConfig(events=args.events)
