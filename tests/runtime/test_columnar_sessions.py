@@ -309,6 +309,8 @@ def test_sliding_processing_time_windows_and_end_of_input() -> None:
     op.process_watermark(es.MAX_WATERMARK)  # the end of a bounded input fires every window
     assert sorted(_bounds(out.rows(), "v")) == [(1, 1_000, 2_000, 7), (1, 1_500, 2_500, 7)]
     assert out.watermarks == [es.MAX_WATERMARK] and op.next_processing_time() is None
+    with pytest.raises(ConfigurationError, match=r"columnar_processing_window \(1/1\): the batch has no column 'v'"):
+        op.process_batch(pa.record_batch([pa.array([1])], names=["k"]), None)
 
 
 def test_processing_time_windows_keep_their_starts_across_a_restore(tmp_path: Path) -> None:

@@ -258,6 +258,13 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
     sessions stay as they are. A watermark emits, in order of end, every session whose
     end - 1 it reached. ``late_rows`` counts the rows dropped because their session had
     fired.
+
+    Example::
+
+        op = create_operator(spec, ctx)     # kind "columnar_session_window", gap 100
+        op.process_batch(pa.record_batch([pa.array(["s", "s"]), pa.array([0, 100])],
+                                         names=["k", "_ts"]), None)
+        op.process_watermark(199)           # emits k="s", window_start=0, window_end=200, count=2
     """
 
     def __init__(self, spec: Any, ctx: Any) -> None:
@@ -413,6 +420,12 @@ class ColumnarProcessingTimeWindowOperator(ColumnarWindowOperator):
     windows, so restored windows are timed again without timer state). At the end of a
     bounded input (the final watermark) every open window fires, so nothing accepted is
     lost; Flink drops them there.
+
+    Example::
+
+        op = create_operator(spec, ctx)     # kind "columnar_processing_window", size 10 s
+        op.process_batch(batch, None)       # at 12:00:03 on ctx.clock: window [12:00:00, 12:00:10)
+        op.on_processing_time(op.next_processing_time())   # emits the window's rows
     """
 
     agg: WindowAggregateSpec
