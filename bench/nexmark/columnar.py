@@ -26,7 +26,7 @@ import epochstream as es
 from .queries import SLIDE_MS, WINDOW_MS, _MostBids, _window_start
 from .streams import NexmarkStreams
 
-__all__ = ["COLUMNAR_QUERIES", "q0", "q1", "q2", "q5"]
+__all__ = ["COLUMNAR_QUERIES", "q0", "q1", "q2", "q5", "q11", "q12"]
 
 
 # ------------------------------------------------------------------ q0, q1, q2
@@ -96,9 +96,47 @@ def q5(streams: NexmarkStreams) -> es.DataStream:
     )
 
 
+# ------------------------------------------------------------------ q11, q12
+
+_BIDDER_WINDOW_COLUMNS = ["bidder", "count", "window_start", "window_end", "_ts"]
+
+
+def _bidder_window(b: pa.RecordBatch) -> pa.RecordBatch:
+    return b.select(_BIDDER_WINDOW_COLUMNS)
+
+
+def q11(streams: NexmarkStreams) -> es.DataStream:
+    """q11 on columnar bids: (bidder, bids, session start, session end) per session
+    closed by 10 s without a bid, merged and counted with vector operations."""
+    return (
+        streams.of("bid")
+        .key_by("bidder")
+        .window(es.EventTimeSessionWindows.with_gap(WINDOW_MS))
+        .count()
+        .uid("q11-columnar")
+        .map_batches(_bidder_window)
+    )
+
+
+def q12(streams: NexmarkStreams) -> es.DataStream:
+    """q12 on columnar bids: (bidder, bids, window start, window end) per 10 s window of
+    processing time; the windows open at the end of a bounded input fire there, as the
+    row q12's trigger does."""
+    return (
+        streams.of("bid")
+        .key_by("bidder")
+        .window(es.TumblingProcessingTimeWindows.of(WINDOW_MS))
+        .count()
+        .uid("q12-columnar")
+        .map_batches(_bidder_window)
+    )
+
+
 COLUMNAR_QUERIES: dict[str, Callable[[NexmarkStreams], es.DataStream]] = {
     "q0": q0,
     "q1": q1,
     "q2": q2,
     "q5": q5,
+    "q11": q11,
+    "q12": q12,
 }

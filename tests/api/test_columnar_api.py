@@ -41,8 +41,20 @@ def test_columnar_flag_follows_the_operators() -> None:
         (
             lambda e: e.from_sequence(0, 9, batch_size=4)
             .key_by("value")
-            .window(es.EventTimeSessionWindows.with_gap(5)),
-            "tumbling or sliding",
+            .window(es.GlobalWindows.create()),
+            r"columnar windows are tumbling or sliding event-time windows.*GlobalWindows: call to_rows\(\)",
+        ),
+        (
+            lambda e: e.from_sequence(0, 9, batch_size=4)
+            .key_by("value")
+            .window(es.ProcessingTimeSessionWindows.with_gap(5)),
+            "ProcessingTimeSessionWindows: call to_rows",
+        ),
+        (
+            lambda e: e.from_sequence(0, 9, batch_size=4)
+            .key_by("value")
+            .window(es.EventTimeSessionWindows.with_dynamic_gap(lambda r: 5)),
+            r"fixed gap .*to_rows\(\)",
         ),
         (lambda e: e.from_sequence(0, 9).to_batches({"a": 1}), "needs a pyarrow.Schema"),
     ],
@@ -65,3 +77,16 @@ def test_w1_columnar_program_builds_as_written() -> None:
         .sink_to(es.sinks.DiscardSink()))
     kinds = [op.kind for chain in env.job_graph().chains for op in chain.operators]
     assert kinds == ["source", "map_batches", "columnar_aggregate", "sink"]
+
+
+def test_session_and_processing_time_windows_build_their_columnar_operators() -> None:
+    env = _env()
+    keyed = env.from_sequence(0, 9, batch_size=4).key_by("value")
+    sessions = keyed.window(es.EventTimeSessionWindows.with_gap(10_000)).sum("value")
+    tumbling = keyed.window(es.TumblingProcessingTimeWindows.of(10_000)).count()
+    sliding = keyed.window(es.SlidingProcessingTimeWindows.of(10_000, 5_000)).mean("value")
+    assert sessions.columnar and tumbling.columnar and sliding.columnar
+    kinds = [s._t.kind for s in (sessions, tumbling, sliding)]
+    assert kinds == ["columnar_session_window", "columnar_processing_window", "columnar_processing_window"]
+    assert sliding._t.payload.slide == 5_000
+    assert sessions._t.payload.gap == 10_000

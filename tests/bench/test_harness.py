@@ -281,10 +281,10 @@ def test_nexmark_streams_read_from_files_equal_the_generated_ones(tmp_path: Path
 
 
 def test_stamp_sinks_sample_every_nth_record_across_batches_or_the_largest(tmp_path: Path) -> None:
+    import probes
     import pyarrow as pa
 
     import epochstream as es
-    import probes
 
     ctx = es.sinks.SinkContext(subtask_index=1, parallelism=2, attempt=0, job_id="j", checkpointing=True)
     every = probes.StampSink(str(tmp_path), "stamps", field=0, every=3).create_writer(ctx)

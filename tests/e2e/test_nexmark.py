@@ -1,12 +1,15 @@
 """Nexmark end to end on Spark: every query (bench/nexmark/queries.py) over generated
 events, and the columnar ones (bench/nexmark/columnar.py) over columnar sources, equal their DuckDB oracle
 (bench/nexmark/oracle.py) over the Parquet files of the same events; and stateful
-queries survive a SIGKILL with exactly-once output.
+queries, row and columnar (sessions, processing-time windows), survive a crash or a
+SIGKILL with exactly-once output.
 """
 
 from __future__ import annotations
 
 import collections
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,7 @@ import cloudpickle
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from e2e_support import is_python_process
 
 import epochstream as es
 
@@ -37,6 +41,8 @@ COLUMNS = {
     "q1": ["auction", "bidder", "price", "date_time", "extra"],
     "q2": ["auction", "price"],
     "q5": ["window_start", "auction", "count"],
+    "q11": ["bidder", "count", "window_start", "window_end"],
+    "q12": ["bidder", "count", "window_start", "window_end"],
 }
 
 
@@ -111,3 +117,44 @@ def test_stateful_queries_after_a_crash_write_each_result_once(
     for category, _, count in q4:
         counts[category].append(count)
     assert all(sorted(c) == list(range(1, len(c) + 1)) for c in counts.values())
+
+
+def test_columnar_sessions_and_processing_time_windows_after_a_sigkill(
+    spark: Any, tmp_path: Path, nexmark_files: Path
+) -> None:
+    """Columnar q11 (sessions) and q12 (processing-time windows) with checkpoints and a
+    slot SIGKILLed: the sessions are the oracle's, each written once, and the processing-
+    time windows restored from the checkpoint lose and repeat no bid."""
+    env = es.Environment(parallelism=2, spark=spark)
+    env.enable_checkpointing(0.3, storage=str(tmp_path / "ckpt"))
+    env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.2))
+
+    def make(kind: str, strategy: es.WatermarkStrategy) -> es.DataStream:
+        source = es.NexmarkSource(CONFIG, batch_size=512, kind=kind, rate=6_000)
+        return env.from_source(source, name=f"nexmark-{kind}", watermark_strategy=strategy)
+
+    batches = streams.NexmarkStreams(make, columnar=True)  # one bid source feeds both queries
+    for name in ("q11", "q12"):
+        columns = COLUMNS[name]
+        (
+            columnar.COLUMNAR_QUERIES[name](batches)
+            .to_rows()
+            .map(lambda row, columns=columns: [row[c] for c in columns])
+            .sink_to(es.sinks.FileSink(str(tmp_path / name)))
+            .uid(f"sink-{name}")
+        )
+    client = env.execute_async("nexmark-columnar-sigkill")
+    try:
+        client.wait_for_checkpoint(2, timeout=120)
+        pid = client.slot_pids()[1]
+        assert is_python_process(pid)
+        assert not client.done, "the job finished before the kill"
+        os.kill(pid, signal.SIGKILL)
+        result = client.result(timeout=240)
+    finally:
+        if not client.done:
+            client.cancel()
+    assert result.restarts >= 1
+    for name in ("q11", "q12"):
+        got = oracle.canonical(name, es.testing.read_committed(tmp_path / name))
+        assert got == oracle.expected(name, nexmark_files), name

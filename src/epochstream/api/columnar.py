@@ -123,8 +123,9 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
         return self._rows_only_keyed("count_window")
 
     def window(self, assigner: WindowAssigner) -> Any:
-        """Event-time windows of a columnar keyed stream (tumbling or sliding), with
-        vectorized aggregations. Example: ``keyed.window(TumblingEventTimeWindows.of(10_000)).sum("v")``
+        """Windows of a columnar keyed stream (tumbling/sliding event-time, event-time
+        sessions with a fixed gap, tumbling/sliding processing-time), with vectorized
+        aggregations. Example: ``keyed.window(TumblingEventTimeWindows.of(10_000)).sum("v")``
         """
         from epochstream.api.columnar_windows import ColumnarWindowedStream
 

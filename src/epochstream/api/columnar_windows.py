@@ -1,21 +1,29 @@
-"""Event-time windows on a columnar keyed stream, aggregated with vectorized kernels.
+"""Windows on a columnar keyed stream, aggregated with vectorized kernels: tumbling and
+sliding event-time windows, event-time session windows, and tumbling and sliding
+processing-time windows.
 
 Example::
 
     (batches.key_by("auction")
         .window(es.SlidingEventTimeWindows.of(10_000, 2_000))
         .count())             # columns auction, window_start, window_end, count
+    (batches.key_by("bidder")
+        .window(es.EventTimeSessionWindows.with_gap(10_000))
+        .sum("price"))        # one row per bidder and session
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from epochstream.api.columnar import ColumnarAggregations
 from epochstream.api.datastream import DataStream
 from epochstream.api.windowing import (
+    EventTimeSessionWindows,
     SlidingEventTimeWindows,
+    SlidingProcessingTimeWindows,
     TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
     WindowAssigner,
 )
 from epochstream.exceptions import ConfigurationError
@@ -25,36 +33,71 @@ if TYPE_CHECKING:
 
 __all__ = ["ColumnarWindowedStream"]
 
+_SUPPORTED = (
+    "tumbling or sliding event-time windows, event-time session windows with a fixed gap, "
+    "or tumbling or sliding processing-time windows"
+)
+
 
 class ColumnarWindowedStream(ColumnarAggregations):
-    """Tumbling or sliding event-time windows of a :class:`ColumnarKeyedStream`.
+    """Windows of a :class:`ColumnarKeyedStream`: tumbling/sliding event-time windows,
+    ``EventTimeSessionWindows.with_gap`` sessions, or tumbling/sliding processing-time
+    windows.
 
-    Each aggregation fires once per key and window when the watermark passes the
-    window's end; output batches hold the key column, ``window_start``,
-    ``window_end`` (ms), the value column (``count`` for counts) and ``_ts``.
+    Each aggregation emits once per key and window: event-time windows and sessions when
+    the watermark passes the window's end (rows of a window that fired are late: dropped
+    and counted); processing-time windows when the operator's clock passes their end, or
+    at the end of a bounded input. Output batches hold the key column, ``window_start``,
+    ``window_end`` (ms), the value column (``count`` for counts) and ``_ts`` (end - 1).
 
     Example::
 
         keyed.window(es.TumblingEventTimeWindows.of(10_000)).max("price")
+        keyed.window(es.EventTimeSessionWindows.with_gap(10_000)).count()
+        keyed.window(es.TumblingProcessingTimeWindows.of(10_000)).mean("price")
     """
 
     def __init__(self, keyed: ColumnarKeyedStream, assigner: WindowAssigner) -> None:
-        if isinstance(assigner, TumblingEventTimeWindows):
-            size = slide = assigner.size
-        elif isinstance(assigner, SlidingEventTimeWindows):
-            size, slide = assigner.size, assigner.slide
-        else:
-            raise ConfigurationError(
-                f"columnar windows are tumbling or sliding event-time windows, got "
-                f"{type(assigner).__name__}: call to_rows() before key_by() for the others"
-            )
         self._keyed = keyed
-        self._size, self._slide, self._offset = size, slide, assigner.offset
+        self._kind, self._describe, self._params = _operator_for(assigner)
 
     def _aggregate(self, kind: str, column: str | None) -> DataStream:
         from epochstream.runtime.operators.columnar import WindowAggregateSpec
+        from epochstream.runtime.operators.columnar_sessions import SessionWindowSpec
 
-        spec = WindowAggregateSpec(
-            kind, self._keyed.key_column, column, self._size, self._slide, self._offset
-        )
-        return self._keyed._then("columnar_window", f"window {kind}({column or ''})", spec)
+        key = self._keyed.key_column
+        spec: Any
+        if self._kind == "columnar_session_window":
+            spec = SessionWindowSpec(kind, key, column, **self._params)
+        else:
+            spec = WindowAggregateSpec(kind, key, column, **self._params)
+        return self._keyed._then(self._kind, f"{self._describe} {kind}({column or ''})", spec)
+
+
+def _operator_for(assigner: WindowAssigner) -> tuple[str, str, dict[str, int]]:
+    """The operator kind, its name prefix and spec parameters for ``assigner``."""
+    if isinstance(assigner, TumblingEventTimeWindows):
+        return "columnar_window", "window", _fixed(assigner.size, assigner.size, assigner.offset)
+    if isinstance(assigner, SlidingEventTimeWindows):
+        return "columnar_window", "window", _fixed(assigner.size, assigner.slide, assigner.offset)
+    if isinstance(assigner, TumblingProcessingTimeWindows):
+        params = _fixed(assigner.size, assigner.size, assigner.offset)
+        return "columnar_processing_window", "processing-time window", params
+    if isinstance(assigner, SlidingProcessingTimeWindows):
+        params = _fixed(assigner.size, assigner.slide, assigner.offset)
+        return "columnar_processing_window", "processing-time window", params
+    if isinstance(assigner, EventTimeSessionWindows):
+        if assigner.gap is None:
+            raise ConfigurationError(
+                "columnar session windows take a fixed gap (EventTimeSessionWindows.with_gap); "
+                "for a dynamic gap call to_rows() before key_by()"
+            )
+        return "columnar_session_window", "session window", {"gap": assigner.gap}
+    raise ConfigurationError(
+        f"columnar windows are {_SUPPORTED}, got {type(assigner).__name__}: call to_rows() "
+        "before key_by() for the others"
+    )
+
+
+def _fixed(size: int, slide: int, offset: int) -> dict[str, int]:
+    return {"size": size, "slide": slide, "offset": offset}

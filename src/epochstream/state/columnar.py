@@ -499,7 +499,7 @@ def read_columnar_state(
 
 
 #: Columns of a columnar state file besides the key.
-STATE_COLUMNS = (KG, "acc", "count", "_window_start")
+STATE_COLUMNS = (KG, "acc", "count", "_window_start", "_window_end")
 
 
 def columnar_rows(fs: StorageFS, handle: ColumnarSnapshotHandle) -> Iterable[tuple[Any, ...]]:

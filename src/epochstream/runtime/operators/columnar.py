@@ -340,8 +340,13 @@ class ColumnarWindowOperator(ColumnarKeyedOperator):
 
     def process_watermark(self, watermark: int) -> None:
         self.watermark = watermark
+        self._fire_due(watermark)
+        self.emit_watermark(watermark)
+
+    def _fire_due(self, time: int) -> None:
+        """Emit and drop every window whose end - 1 ``time`` reached, oldest first."""
         size = self.agg.size
-        for start in sorted(s for s in self.windows if s + size - 1 <= watermark):
+        for start in sorted(s for s in self.windows if s + size - 1 <= time):
             keys, values = self.windows.pop(start).result()
             n = len(keys)
             self.emit(
@@ -357,7 +362,6 @@ class ColumnarWindowOperator(ColumnarKeyedOperator):
                 ),
                 None,
             )
-        self.emit_watermark(watermark)
 
     def state_table(self) -> pa.Table:
         parts = []

@@ -1,0 +1,84 @@
+"""The columnar session operator alone: rows per second it merges and counts, on one
+core, with no job around it (no source, shuffle or start).
+
+Nexmark-like bids: positions at 10,000 events/s of event time, out of order by up to
+100 ms; three bids in four from a hot bidder (one per 100 people), the others from one
+of the 1,000 most recent people; a 10 s gap; a watermark 4 s behind the latest row
+every ``--watermark-every`` rows (in a job a source sends one every 200 ms: about
+100,000 rows at the rates of bench/nexmark_windows.py; here 16,384 by default).
+
+Example::
+
+    PYTHONPATH=src .venv/bin/python bench/session_operator.py --rows 2000000 --batch-sizes 1024,4096,65536
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import pyarrow as pa
+
+from epochstream.graph.jobgraph import OperatorSpec
+from epochstream.graph.transformations import ColumnKey
+from epochstream.runtime.events import MAX_WATERMARK
+from epochstream.runtime.operators import OperatorContext, create_operator
+from epochstream.runtime.operators.columnar_sessions import SessionWindowSpec
+from epochstream.state.operator import OperatorStateStore
+
+
+def bids(rows: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Bidder ids and event times (ms) of ``rows`` Nexmark-like bids."""
+    rng = np.random.default_rng(seed)
+    pos = np.arange(rows)
+    people = 1000 + pos // 50
+    hot = 1000 + people // 100 * 100 - 1000 // 100 * 100
+    bidders = np.where(rng.random(rows) < 0.75, hot, people - rng.integers(0, 1000, rows))
+    return bidders, pos // 10 + rng.integers(0, 100, rows)
+
+
+def run(bidders: np.ndarray, times: np.ndarray, batch_size: int, watermark_every: int) -> tuple[float, int]:
+    """Rows/s through the operator and the number of sessions it emitted."""
+    spec = OperatorSpec(
+        uid="sessions", name="sessions", kind="columnar_session_window",
+        payload=SessionWindowSpec("count", "bidder", None, 10_000), key_selector=ColumnKey("bidder"),
+    )
+    ctx = OperatorContext(
+        subtask_index=0, parallelism=1, max_parallelism=128, attempt=0, job_id="bench",
+        task_name="sessions", operator_state=OperatorStateStore(),
+    )
+    op = create_operator(spec, ctx)
+    emitted: list[int] = []
+    op.emit = lambda batch, timestamps=None: emitted.append(batch.num_rows)
+    op.open()
+    batches = [
+        pa.record_batch([pa.array(bidders[i : i + batch_size]), pa.array(times[i : i + batch_size])],
+                        names=["bidder", "_ts"])
+        for i in range(0, len(times), batch_size)
+    ]
+    latest = np.maximum.accumulate(times)
+    start = time.perf_counter()
+    for index, batch in enumerate(batches):
+        op.process_batch(batch, None)
+        end = (index + 1) * batch_size
+        if end // watermark_every != index * batch_size // watermark_every:
+            op.process_watermark(int(latest[min(end, len(times)) - 1]) - 4_000)
+    op.process_watermark(MAX_WATERMARK)
+    return len(times) / (time.perf_counter() - start), sum(emitted)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--batch-sizes", default="1024,4096,65536")
+    parser.add_argument("--watermark-every", type=int, default=16_384)
+    args = parser.parse_args()
+    bidders, times = bids(args.rows)
+    for size in (int(s) for s in args.batch_sizes.split(",")):
+        rate, sessions = run(bidders, times, size, args.watermark_every)
+        print(f"batches of {size:>6} rows: {rate / 1e6:.2f} M rows/s ({sessions} sessions)")
+
+
+if __name__ == "__main__":
+    main()
