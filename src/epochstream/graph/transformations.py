@@ -51,20 +51,43 @@ KINDS = frozenset(
         "to_batches",
         "columnar_aggregate",
         "columnar_window",
+        "columnar_join",
+        "columnar_window_join",
     }
 )
 #: Kinds that need a keyed input (key-group hash partitioning and a key selector).
 KEYED_KINDS = frozenset(
-    {"reduce", "window", "interval_join", "deduplicate", "columnar_aggregate", "columnar_window"}
+    {
+        "reduce",
+        "window",
+        "interval_join",
+        "deduplicate",
+        "columnar_aggregate",
+        "columnar_window",
+        "columnar_join",
+        "columnar_window_join",
+    }
 )
 #: Kinds whose output is columnar (Arrow record batches).
 COLUMNAR_OUTPUT_KINDS = frozenset(
-    {"map_batches", "filter_batches", "to_batches", "columnar_aggregate", "columnar_window"}
+    {
+        "map_batches",
+        "filter_batches",
+        "to_batches",
+        "columnar_aggregate",
+        "columnar_window",
+        "columnar_join",
+        "columnar_window_join",
+    }
 )
 #: Keyed kinds that keep columnar state themselves (no keyed-state backend).
-COLUMNAR_STATE_KINDS = frozenset({"columnar_aggregate", "columnar_window"})
+COLUMNAR_STATE_KINDS = frozenset(
+    {"columnar_aggregate", "columnar_window", "columnar_join", "columnar_window_join"}
+)
 #: Kinds with exactly two inputs (first and second stream).
-TWO_INPUT_KINDS = frozenset({"co_map", "co_flat_map", "co_process", "interval_join"})
+TWO_INPUT_KINDS = frozenset(
+    {"co_map", "co_flat_map", "co_process", "interval_join", "columnar_join", "columnar_window_join"}
+)
 
 
 def describe_callable(fn: Any) -> str:

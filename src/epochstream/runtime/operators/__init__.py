@@ -2,7 +2,7 @@
 
 One module per operator family: ``basic`` (map, flat_map, filter, rolling reduce),
 ``columnar`` (Arrow batches: map_batches, expression filters, conversions, columnar
-aggregations),
+aggregations), ``columnar_joins`` (window and regular joins of batches),
 ``process`` (process functions), ``timestamps`` (timestamps and watermarks),
 ``windows`` (window operators), ``twoinput`` (connect, joins), ``dedup``
 (``deduplicate``) and ``connectors`` (source readers and sink writers).
@@ -33,6 +33,10 @@ from epochstream.runtime.operators.columnar import (
     ToBatchesOperator,
     ToRowsOperator,
 )
+from epochstream.runtime.operators.columnar_joins import (
+    ColumnarRegularJoinOperator,
+    ColumnarWindowJoinOperator,
+)
 from epochstream.runtime.operators.dedup import DeduplicateOperator
 from epochstream.runtime.operators.process import KeyedProcessOperator, ProcessOperator
 from epochstream.runtime.operators.timestamps import TimestampsOperator
@@ -50,6 +54,8 @@ __all__ = [
     "CoMapOperator",
     "CoProcessOperator",
     "ColumnarAggregateOperator",
+    "ColumnarRegularJoinOperator",
+    "ColumnarWindowJoinOperator",
     "ColumnarWindowOperator",
     "DeduplicateOperator",
     "Emit",
@@ -91,6 +97,8 @@ _FACTORIES: dict[str, type[Operator]] = {
     "to_batches": ToBatchesOperator,
     "columnar_aggregate": ColumnarAggregateOperator,
     "columnar_window": ColumnarWindowOperator,
+    "columnar_join": ColumnarRegularJoinOperator,
+    "columnar_window_join": ColumnarWindowJoinOperator,
 }
 
 
