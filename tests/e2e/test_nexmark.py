@@ -36,7 +36,9 @@ COLUMNS = {
     "q0": ["auction", "bidder", "price", "date_time", "extra"],
     "q1": ["auction", "bidder", "price", "date_time", "extra"],
     "q2": ["auction", "price"],
+    "q3": ["name", "city", "state", "auction"],
     "q5": ["window_start", "auction", "count"],
+    "q8": ["id", "name", "window_start"],
 }
 
 
