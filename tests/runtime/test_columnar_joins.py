@@ -159,6 +159,15 @@ def test_regular_join_in_both_arrival_orders_stamps_the_arriving_rows_time() -> 
     assert b.items[-1].to_pylist() == [{"id": 1, "seller": 7, "id_right": 7, "name": "ann2", "_ts": 50}]
 
 
+def test_regular_join_with_event_time_on_one_side_stamps_every_pair_with_it() -> None:
+    op, out = make(REGULAR)
+    op.process_input(0, auctions([1], [7], ts=[10]), None)
+    op.process_input(1, persons([7], ["ann"]), None)  # no event time on this side
+    op.process_input(0, auctions([2], [7], ts=[20]), None)
+    assert [b.schema.names for b in out.items] == [["id", "seller", "id_right", "name", "_ts"]] * 2
+    assert _pairs(out, "id", "_ts") == [(1, 10), (2, 20)]
+
+
 def test_regular_join_without_event_time_and_with_a_function() -> None:
     op, out = make(JoinSpec("seller", "id", function=lambda b: b.select(["name", "id"])))
     op.process_input(1, persons([7], ["ann"]), None)

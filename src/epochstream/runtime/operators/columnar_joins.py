@@ -253,7 +253,8 @@ class ColumnarRegularJoinOperator(_ColumnarJoinOperator):
     """Regular (unbounded) inner equi-join: a batch of one input is joined with every
     row of the other input received so far (Acero hashes the arriving batch and probes
     the other side's rows, so no hash table of the whole state is built per batch), then
-    appended to its own side. Output ``_ts`` is the arriving row's (with event time).
+    appended to its own side. Output ``_ts`` is the arriving row's (with event time; the
+    kept row's when only the kept side has it).
 
     State grows without bound: every row of both inputs is kept.
     """
@@ -269,7 +270,9 @@ class ColumnarRegularJoinOperator(_ColumnarJoinOperator):
         other = self.rows[1 - index].table()
         if other is not None:
             arriving = _payload(pa.Table.from_batches([batch]), keep_ts=True)
-            kept = _payload(other, keep_ts=False)
+            # One _ts per pair: the arriving row's, else (only the kept side has event
+            # time) the kept row's, so every output batch has the same columns.
+            kept = _payload(other, keep_ts=TS_COLUMN not in arriving.schema.names)
             pair = (arriving, kept) if index == 0 else (kept, arriving)
             self._emit_joined(join_tables(*pair, self.join, build=index, where=self.ctx.task_name))
         self.rows[index].add(batch, self.ctx.task_name)
