@@ -13,13 +13,14 @@ import pytest
 
 import epochstream as es
 from epochstream.checkpoint.filesystems import storage_fs
-from epochstream.exceptions import ConfigurationError, DataError, UserFunctionError
+from epochstream.exceptions import ConfigurationError, DataError, StateError, UserFunctionError
 from epochstream.graph.jobgraph import OperatorSpec
 from epochstream.graph.transformations import ColumnKey
 from epochstream.runtime.operators import OperatorContext, create_operator
 from epochstream.runtime.operators.columnar_joins import JoinSpec
 from epochstream.runtime.watermarks import WatermarkValve
 from epochstream.state.backends.base import SnapshotTarget
+from epochstream.state.columnar import columnar_rows
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.keygroups import key_group_for_key
 from epochstream.state.operator import OperatorStateStore
@@ -224,6 +225,8 @@ def test_snapshot_restores_both_sides_at_another_parallelism(tmp_path: Path, spe
     op.process_input(0, auctions([99], [0], ts=[300]), None)
     handle = parts.keyed.run()
     assert handle is not None and handle.TYPE == "columnar"
+    with pytest.raises(StateError, match=f"state '{spec.kind}' .* holds a columnar join's rows"):
+        list(columnar_rows(storage_fs(str(tmp_path)), handle))
     got: list[tuple[Any, ...]] = []
     for subtask in range(2):
         restored, out = make(spec, subtask=subtask, parallelism=2)

@@ -59,7 +59,7 @@ __all__ = [
 
 #: Appended to a right column whose name a left column has already.
 RIGHT_SUFFIX = "_right"
-SIDES = ("left", "right")
+_SIDES = ("left", "right")
 _WINDOW = "_window_start"
 # Compact a side's batches into one when it holds this many (fewer chunks to probe).
 _MAX_CHUNKS = 32
@@ -102,7 +102,7 @@ class _Inputs:
         position = batch.schema.get_field_index(key)
         if position < 0:
             raise ConfigurationError(
-                f"{self.where}: the {SIDES[index]} input has no key column {key!r} "
+                f"{self.where}: the {_SIDES[index]} input has no key column {key!r} "
                 f"(columns: {', '.join(batch.schema.names)})"
             )
         column = batch.column(position)
@@ -134,7 +134,7 @@ def _payload(table: pa.Table, keep_ts: bool) -> pa.Table:
     return table.drop_columns(drop) if drop else table
 
 
-def join_tables(
+def _join_tables(
     left: pa.Table, right: pa.Table, spec: JoinSpec, *, build: int, where: str
 ) -> pa.Table:
     """Inner equi-join of ``left`` and ``right`` (payload columns and at most one
@@ -187,7 +187,7 @@ class _ColumnarJoinOperator(ColumnarKeyedOperator, TwoInputOperator):
         struct column per side that has rows (null on the other side's rows)."""
         structs: dict[str, pa.StructArray] = {}
         keys: dict[str, pa.Table] = {}
-        for name, table in zip(SIDES, sides, strict=True):
+        for name, table in zip(_SIDES, sides, strict=True):
             if table is None or not table.num_rows:
                 continue
             table = table.combine_chunks()
@@ -257,6 +257,13 @@ class ColumnarRegularJoinOperator(_ColumnarJoinOperator):
     kept row's when only the kept side has it).
 
     State grows without bound: every row of both inputs is kept.
+
+    Example::
+
+        op = create_operator(spec, ctx)    # kind "columnar_join", JoinSpec("seller", "id")
+        op.process_input(1, pa.record_batch([pa.array([7]), pa.array(["ann"])], names=["id", "name"]), None)
+        op.process_input(0, pa.record_batch([pa.array([1]), pa.array([7])], names=["id", "seller"]), None)
+        # emits {"id": 1, "seller": 7, "id_right": 7, "name": "ann"}
     """
 
     def __init__(self, spec: Any, ctx: Any) -> None:
@@ -274,14 +281,14 @@ class ColumnarRegularJoinOperator(_ColumnarJoinOperator):
             # time) the kept row's, so every output batch has the same columns.
             kept = _payload(other, keep_ts=TS_COLUMN not in arriving.schema.names)
             pair = (arriving, kept) if index == 0 else (kept, arriving)
-            self._emit_joined(join_tables(*pair, self.join, build=index, where=self.ctx.task_name))
+            self._emit_joined(_join_tables(*pair, self.join, build=index, where=self.ctx.task_name))
         self.rows[index].add(batch, self.ctx.task_name)
 
     def state_table(self) -> pa.Table:
         return self._sides_table([rows.table() for rows in self.rows])
 
     def restore_table(self, table: pa.Table) -> None:
-        for index, side in enumerate(SIDES):
+        for index, side in enumerate(_SIDES):
             batch = self._side_rows(table, side)
             if batch is not None:
                 self.rows[index].add(self.inputs.prepare(index, batch), self.ctx.task_name)
@@ -293,6 +300,13 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
     joined and emitted as one batch (then the watermark moves on), with
     ``window_start``, ``window_end`` and ``_ts = window_end - 1``. A row whose windows
     have all fired is late: dropped and counted in ``late_rows``.
+
+    Example::
+
+        op = create_operator(spec, ctx)    # JoinSpec("seller", "id", size=1_000, slide=1_000)
+        op.process_input(0, auctions, None)   # rows with _ts in [0, 1000)
+        op.process_input(1, persons, None)
+        op.process_watermark(999)             # emits the window's pairs, then the watermark
     """
 
     def __init__(self, spec: Any, ctx: Any) -> None:
@@ -314,7 +328,7 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
         if TS_COLUMN not in batch.schema.names:
             raise DataError(
                 f"{self.ctx.task_name}: a window join needs event time on both inputs; give "
-                f"the {SIDES[index]} source a watermark strategy with .with_timestamp_column(name)"
+                f"the {_SIDES[index]} source a watermark strategy with .with_timestamp_column(name)"
             )
         join = self.join
         assert join.size is not None and join.slide is not None
@@ -333,7 +347,7 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
             left, right = (rows.table() for rows in self.windows.pop(start))
             if left is None or right is None:
                 continue
-            joined = join_tables(
+            joined = _join_tables(
                 _payload(left, keep_ts=False), _payload(right, keep_ts=False), self.join,
                 build=int(right.num_rows <= left.num_rows), where=self.ctx.task_name,
             )
@@ -355,7 +369,7 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
         return self._sides_table(sides)
 
     def restore_table(self, table: pa.Table) -> None:
-        for index, side in enumerate(SIDES):
+        for index, side in enumerate(_SIDES):
             batch = self._side_rows(table, side)
             if batch is None:
                 continue
