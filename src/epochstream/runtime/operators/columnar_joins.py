@@ -129,7 +129,9 @@ class _Inputs:
             )
 
 
-def _payload(table: pa.Table, keep_ts: bool) -> pa.Table:
+def _payload(table: Any, keep_ts: bool) -> Any:
+    """``table`` (a table or a batch) without ``_kg``/``_window_start`` (and ``_ts``
+    unless ``keep_ts``)."""
     drop = [n for n in table.schema.names if n in (KG_COLUMN, _WINDOW) or (n == TS_COLUMN and not keep_ts)]
     return table.drop_columns(drop) if drop else table
 
@@ -182,30 +184,35 @@ class _ColumnarJoinOperator(ColumnarKeyedOperator, TwoInputOperator):
             self.emit(batch, None)
 
     @staticmethod
-    def _sides_table(sides: list[pa.Table | None]) -> pa.Table:
-        """One table of both sides' rows: ``_kg``, ``_window_start`` when present, and a
-        struct column per side that has rows (null on the other side's rows)."""
-        structs: dict[str, pa.StructArray] = {}
-        keys: dict[str, pa.Table] = {}
-        for name, table in zip(_SIDES, sides, strict=True):
-            if table is None or not table.num_rows:
-                continue
-            table = table.combine_chunks()
-            payload = _payload(table, keep_ts=True)
-            structs[name] = pa.StructArray.from_arrays(
-                [c.chunk(0) for c in payload.columns], fields=list(payload.schema)
-            )
-            keys[name] = table.select([n for n in (KG_COLUMN, _WINDOW) if n in table.schema.names])
-        if not structs:
-            return pa.table({KG_COLUMN: pa.array([], pa.int32())})
+    def _sides_table(sides: list[list[tuple[pa.RecordBatch, int | None]]]) -> pa.Table:
+        """One table of both sides' rows (each side's batches, with their window start
+        or None): ``_kg``, ``_window_start`` for windows, and a struct column per side
+        that has rows (null on the other side's rows). The rows are not copied (the structs
+        wrap the batches' arrays); only the nulls and window starts are allocated."""
+        types = {
+            name: pa.struct(list(_payload(batches[0][0], keep_ts=True).schema))
+            for name, batches in zip(_SIDES, sides, strict=True)
+            if batches
+        }
         parts = []
-        for name, struct in structs.items():
-            part = keys[name]
-            for other, other_struct in structs.items():
-                column = struct if other == name else pa.nulls(len(struct), other_struct.type)
-                part = part.append_column(other, column)
-            parts.append(part)
-        return pa.concat_tables(parts)
+        for name, batches in zip(_SIDES, sides, strict=True):
+            for batch, start in batches:
+                n = batch.num_rows
+                columns, names = [batch.column(KG_COLUMN)], [KG_COLUMN]
+                if start is not None:
+                    columns.append(pa.array(np.full(n, start, dtype=np.int64)))
+                    names.append(_WINDOW)
+                for side, kind in types.items():
+                    if side == name:
+                        payload = _payload(batch, keep_ts=True)
+                        columns.append(pa.StructArray.from_arrays(payload.columns, fields=list(kind)))
+                    else:
+                        columns.append(pa.nulls(n, kind))
+                    names.append(side)
+                parts.append(pa.record_batch(columns, names=names))
+        if not parts:
+            return pa.table({KG_COLUMN: pa.array([], pa.int32())})
+        return pa.Table.from_batches(parts)
 
     @staticmethod
     def _side_rows(table: pa.Table, side: str) -> pa.RecordBatch | None:
@@ -285,7 +292,7 @@ class ColumnarRegularJoinOperator(_ColumnarJoinOperator):
         self.rows[index].add(batch, self.ctx.task_name)
 
     def state_table(self) -> pa.Table:
-        return self._sides_table([rows.table() for rows in self.rows])
+        return self._sides_table([[(b, None) for b in rows.batches] for rows in self.rows])
 
     def restore_table(self, table: pa.Table) -> None:
         for index, side in enumerate(_SIDES):
@@ -358,15 +365,12 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
         self.emit_watermark(watermark)
 
     def state_table(self) -> pa.Table:
-        sides: list[pa.Table | None] = []
-        for index in range(2):
-            parts = []
-            for start, window in self.windows.items():
-                table = window[index].table()
-                if table is not None:
-                    parts.append(table.append_column(_WINDOW, pa.array(np.full(table.num_rows, start))))
-            sides.append(pa.concat_tables(parts) if parts else None)
-        return self._sides_table(sides)
+        return self._sides_table(
+            [
+                [(b, start) for start, window in self.windows.items() for b in window[index].batches]
+                for index in range(2)
+            ]
+        )
 
     def restore_table(self, table: pa.Table) -> None:
         for index, side in enumerate(_SIDES):
