@@ -262,6 +262,15 @@ def test_the_api_builds_the_join_and_refuses_misuse() -> None:
     with pytest.raises(ConfigurationError, match="needs where"):
         left.join(right).apply()
     rows = env.from_collection([1, 2])
+    # Declared schemas are checked when the job is built.
+    ints = rows.to_batches(pa.schema([("k", pa.int32())]))
+    strings = rows.to_batches(pa.schema([("k", pa.string())]))
+    with pytest.raises(ConfigurationError, match="left 'k' is int32, right 'k' is string"):
+        ints.join(strings).where("k").equal_to("k").apply()
+    with pytest.raises(ConfigurationError, match="the right stream 'to_batches' has no column 'x'"):
+        ints.join(strings).where("k").equal_to("x").apply()
+    wide = rows.to_batches(pa.schema([("k", pa.int64())]))
+    assert ints.join(wide).where("k").equal_to("k").apply().columnar
     with pytest.raises(ConfigurationError, match="carries rows"):
         left.join(rows)
     with pytest.raises(ConfigurationError, match="carries rows and"):

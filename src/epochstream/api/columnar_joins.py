@@ -132,6 +132,40 @@ class ColumnarJoinedStreams:
             size, slide, offset = self._window
             spec = JoinSpec(left_key, right_key, fn, size=size, slide=slide, offset=offset)
             kind, name = "columnar_window_join", f"window-join({left_key}={right_key})"
+        _check_declared_key_types(self._left, left_key, self._right, right_key)
         left, right = self._left.key_by(left_key), self._right.key_by(right_key)
         t = self._left._add(kind, name, spec, [left._edge(), right._edge()])
         return DataStream(self._left._env, t)
+
+
+def _declared_schema(stream: DataStream) -> Any:
+    """The schema of ``stream``'s batches when the job declares it (``to_batches(schema)``,
+    possibly followed by filters), else None (known only at the first batch)."""
+    t = stream._t
+    while t.kind == "filter_batches":
+        t = stream._graph.get(t.inputs[0].source_id)
+    return t.payload if t.kind == "to_batches" else None
+
+
+def _check_declared_key_types(left: DataStream, left_key: str, right: DataStream, right_key: str) -> None:
+    """Fail at build time when the declared schemas already show a missing key column or
+    key types that cannot match (the operator checks the others at the first batch)."""
+    from epochstream.runtime.operators.columnar_joins import join_key_type
+
+    types = []
+    for side, stream, key in (("left", left, left_key), ("right", right, right_key)):
+        schema = _declared_schema(stream)
+        if schema is None:
+            return
+        if key not in schema.names:
+            raise ConfigurationError(
+                f"join(): the {side} stream {stream._t.name!r} has no column {key!r} "
+                f"(columns: {', '.join(schema.names)})"
+            )
+        types.append(schema.field(key).type)
+    if join_key_type(types[0]) != join_key_type(types[1]):
+        raise ConfigurationError(
+            f"join(): the keys have incompatible types: left {left_key!r} is {types[0]}, right "
+            f"{right_key!r} is {types[1]}; equal keys must have one type on both sides "
+            "(cast one in map_batches)"
+        )

@@ -55,6 +55,7 @@ __all__ = [
     "ColumnarRegularJoinOperator",
     "ColumnarWindowJoinOperator",
     "JoinSpec",
+    "join_key_type",
 ]
 
 #: Appended to a right column whose name a left column has already.
@@ -87,6 +88,15 @@ class JoinSpec:
         return "join" if self.size is None else "window_join"
 
 
+def join_key_type(kind: pa.DataType) -> pa.DataType:
+    """The type a key column is compared as: int64 for any integer (key groups do not
+    depend on the width), else its own; both sides' must be equal.
+
+    Example: ``join_key_type(pa.int16()) == pa.int64()``
+    """
+    return pa.int64() if pa.types.is_integer(kind) else kind
+
+
 class _Inputs:
     """Checks and normalizes each input's batches: key column present, key types of
     both sides compatible, integer keys as int64, null keys dropped, ``_kg`` present."""
@@ -106,8 +116,8 @@ class _Inputs:
                 f"(columns: {', '.join(batch.schema.names)})"
             )
         column = batch.column(position)
-        if pa.types.is_integer(column.type) and column.type != pa.int64():
-            column = column.cast(pa.int64())
+        if join_key_type(column.type) != column.type:
+            column = column.cast(join_key_type(column.type))
             batch = batch.set_column(position, key, column)
         self._check_type(index, column.type)
         if KG_COLUMN not in batch.schema.names:  # driven directly, not through a hash edge
