@@ -151,7 +151,7 @@ def _join_tables(
 ) -> pa.Table:
     """Inner equi-join of ``left`` and ``right`` (payload columns and at most one
     ``_ts``): the left columns, then the right ones (``_right`` on clashes), then ``_ts``.
-    ``build`` is the side Acero hashes (the smaller one); the other side is probed."""
+    ``build`` (0: left, 1: right) is the side Acero hashes; the other one is probed."""
     right_names = [n + RIGHT_SUFFIX if n in left.schema.names else n for n in right.schema.names]
     names = [n for n in left.schema.names + right_names if n != TS_COLUMN]
     if TS_COLUMN in left.schema.names or TS_COLUMN in right.schema.names:
@@ -354,7 +354,8 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
         )
         self.late_rows += late
         for start, rows in windows:
-            self._window(start)[index].add(batch.filter(pa.array(rows)), self.ctx.task_name)
+            part = batch if rows.all() else batch.filter(pa.array(rows))
+            self._window(start)[index].add(part, self.ctx.task_name)
 
     def process_watermark(self, watermark: int) -> None:
         self.watermark = watermark
