@@ -193,6 +193,8 @@ def test_errors_name_the_operator() -> None:
     narrow.process_input(0, auctions([1], pa.array([7], pa.int16())), None)
     narrow.process_input(1, persons(pa.array([7], pa.uint32()), ["ann"]), None)
     assert _pairs(out, "id", "name") == [(1, "ann")]
+    with pytest.raises(DataError, match=r"join \(1/1\): the right key column 'id' \(uint64\) does not fit int64"):
+        narrow.process_input(1, persons(pa.array([2**63], pa.uint64()), ["big"]), None)
     timeless, _ = make(WINDOW)
     with pytest.raises(DataError, match=r"join \(1/1\): a window join needs event time"):
         timeless.process_input(0, auctions([1], [7]), None)

@@ -117,7 +117,13 @@ class _Inputs:
             )
         column = batch.column(position)
         if join_key_type(column.type) != column.type:
-            column = column.cast(join_key_type(column.type))
+            try:
+                column = column.cast(join_key_type(column.type))
+            except pa.ArrowInvalid as exc:  # uint64 keys above the int64 range
+                raise DataError(
+                    f"{self.where}: the {_SIDES[index]} key column {key!r} ({column.type}) "
+                    f"does not fit int64: {exc}"
+                ) from exc
             batch = batch.set_column(position, key, column)
         self._check_type(index, column.type)
         if KG_COLUMN not in batch.schema.names:  # driven directly, not through a hash edge
