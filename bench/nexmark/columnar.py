@@ -23,10 +23,10 @@ import pyarrow.compute as pc
 
 import epochstream as es
 
-from .queries import SLIDE_MS, WINDOW_MS, _MostBids, _window_start
+from .queries import Q3_CATEGORY, Q3_STATES, SLIDE_MS, WINDOW_MS, _MostBids, _window_start
 from .streams import NexmarkStreams
 
-__all__ = ["COLUMNAR_QUERIES", "q0", "q1", "q2", "q5", "q11", "q12"]
+__all__ = ["COLUMNAR_QUERIES", "q0", "q1", "q2", "q3", "q5", "q8", "q11", "q12"]
 
 
 # ------------------------------------------------------------------ q0, q1, q2
@@ -64,6 +64,39 @@ def q2(streams: NexmarkStreams) -> es.DataStream:
     return selected.uid("q2-filter").map_batches(_q2_columns).uid("q2-columnar")
 
 
+# ------------------------------------------------------------------ q3
+
+
+def _q3_auction(b: pa.RecordBatch) -> pa.RecordBatch:
+    return b.select(["id", "seller", "_ts"])
+
+
+def _q3_person(b: pa.RecordBatch) -> pa.RecordBatch:
+    return b.select(["id", "name", "city", "state", "_ts"])
+
+
+def _q3_result(b: pa.RecordBatch) -> pa.RecordBatch:
+    # Joined columns: id, seller (auction), id_right, name, city, state (person), _ts.
+    return pa.record_batch(
+        [b["name"], b["city"], b["state"], b["id"], b["_ts"]],
+        names=["name", "city", "state", "auction", "_ts"],
+    )
+
+
+def q3(streams: NexmarkStreams) -> es.DataStream:
+    """q3 on batches: category-10 auctions joined (a regular join, unbounded state) with
+    their sellers in OR, ID or CA; returns (name, city, state, auction)."""
+    auctions = (
+        streams.of("auction").filter(pc.field("category") == Q3_CATEGORY).uid("q3-auctions")
+        .map_batches(_q3_auction).uid("q3-auction-columns")
+    )
+    persons = (
+        streams.of("person").filter(pc.field("state").isin(sorted(Q3_STATES))).uid("q3-persons")
+        .map_batches(_q3_person).uid("q3-person-columns")
+    )
+    return auctions.join(persons).where("seller").equal_to("id").apply(_q3_result).uid("q3-columnar")
+
+
 # ------------------------------------------------------------------ q5
 
 _Q5_SCHEMA = pa.schema([("window_start", pa.int64()), ("auction", pa.int64()), ("count", pa.int64())])
@@ -93,6 +126,40 @@ def q5(streams: NexmarkStreams) -> es.DataStream:
         .process(_MostBids())
         .uid("q5-columnar-max")
         .to_batches(_Q5_SCHEMA)
+    )
+
+
+# ------------------------------------------------------------------ q8
+
+
+def _q8_person(b: pa.RecordBatch) -> pa.RecordBatch:
+    return b.select(["id", "name", "_ts"])
+
+
+def _q8_auction(b: pa.RecordBatch) -> pa.RecordBatch:
+    return b.select(["seller", "_ts"])
+
+
+def _q8_new_sellers(b: pa.RecordBatch) -> pa.RecordBatch:
+    # All pairs of one window (of one subtask) come in one batch: distinct per window.
+    keys = ["id", "name", "window_start"]
+    grouped = pa.Table.from_batches([b.select(keys)]).group_by(keys, use_threads=False).aggregate([])
+    distinct = pa.concat_batches(grouped.select(keys).to_batches())
+    return distinct.append_column("_ts", pc.add(distinct["window_start"], WINDOW_MS - 1))
+
+
+def q8(streams: NexmarkStreams) -> es.DataStream:
+    """q8 on batches: persons joined with the auctions they opened in the same 10 s
+    tumbling window (a columnar window join); returns distinct (id, name, window_start)."""
+    persons = streams.of("person").map_batches(_q8_person).uid("q8-person-columns")
+    sellers = streams.of("auction").map_batches(_q8_auction).uid("q8-auction-columns")
+    return (
+        persons.join(sellers)
+        .where("id")
+        .equal_to("seller")
+        .window(es.TumblingEventTimeWindows.of(WINDOW_MS))
+        .apply(_q8_new_sellers)
+        .uid("q8-columnar")
     )
 
 
@@ -136,7 +203,9 @@ COLUMNAR_QUERIES: dict[str, Callable[[NexmarkStreams], es.DataStream]] = {
     "q0": q0,
     "q1": q1,
     "q2": q2,
+    "q3": q3,
     "q5": q5,
+    "q8": q8,
     "q11": q11,
     "q12": q12,
 }

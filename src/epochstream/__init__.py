@@ -17,6 +17,7 @@ Example::
 
 from epochstream import restart, savepoint, sinks, sources, state, testing
 from epochstream.api.columnar import ColumnarKeyedStream
+from epochstream.api.columnar_joins import ColumnarJoinedStreams
 from epochstream.api.columnar_windows import ColumnarWindowedStream
 from epochstream.api.datastream import DataStream, DataStreamSink, KeyedStream
 from epochstream.api.environment import Environment
@@ -109,6 +110,7 @@ __all__ = [
     "CoMapFunction",
     "CoProcessFunction",
     "Collector",
+    "ColumnarJoinedStreams",
     "ColumnarKeyedStream",
     "ColumnarWindowedStream",
     "ConfigurationError",

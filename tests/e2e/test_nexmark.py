@@ -40,7 +40,9 @@ COLUMNS = {
     "q0": ["auction", "bidder", "price", "date_time", "extra"],
     "q1": ["auction", "bidder", "price", "date_time", "extra"],
     "q2": ["auction", "price"],
+    "q3": ["name", "city", "state", "auction"],
     "q5": ["window_start", "auction", "count"],
+    "q8": ["id", "name", "window_start"],
     "q11": ["bidder", "count", "window_start", "window_end"],
     "q12": ["bidder", "count", "window_start", "window_end"],
 }

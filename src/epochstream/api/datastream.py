@@ -35,6 +35,7 @@ from epochstream.graph.transformations import (
 )
 
 if TYPE_CHECKING:
+    from epochstream.api.columnar_joins import ColumnarJoinedStreams
     from epochstream.api.environment import Environment
     from epochstream.api.joins import ConnectedStreams, IntervalJoin, JoinedStreams
     from epochstream.api.windowed import WindowedStream
@@ -277,14 +278,25 @@ class DataStream(_Named, _Transforms):
         self._rows_only("connect")
         return ConnectedStreams(self, other)
 
-    def join(self, other: DataStream) -> JoinedStreams:
-        """A window join: ``a.join(b).where(k1).equal_to(k2).window(w).apply(fn)``.
+    def join(self, other: DataStream) -> JoinedStreams | ColumnarJoinedStreams:
+        """A window join: ``a.join(b).where(k1).equal_to(k2).window(w).apply(fn)``. On
+        columnar streams the keys are column names, ``apply()`` takes an optional batch
+        function, and without ``window()`` it is a regular (unbounded) join (see
+        :class:`~epochstream.api.columnar_joins.ColumnarJoinedStreams`).
 
         Example: ``orders.join(payments).where(oid).equal_to(oid).window(w).apply(pair)``
+        or ``auctions.join(persons).where("seller").equal_to("id").apply()``
         """
+        from epochstream.api.columnar_joins import ColumnarJoinedStreams
         from epochstream.api.joins import JoinedStreams
 
-        self._rows_only("join")
+        if self.columnar:
+            return ColumnarJoinedStreams(self, other)
+        if getattr(other, "columnar", False):
+            raise ConfigurationError(
+                f"join(): {self._t.name!r} carries rows and {other._t.name!r} is columnar; "
+                "join two row streams (to_rows()) or two columnar streams (to_batches(schema))"
+            )
         return JoinedStreams(self, other)
 
     def union(self, *others: DataStream) -> DataStream:

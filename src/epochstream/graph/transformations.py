@@ -53,6 +53,8 @@ KINDS = frozenset(
         "columnar_window",
         "columnar_session_window",
         "columnar_processing_window",
+        "columnar_join",
+        "columnar_window_join",
     }
 )
 #: Kinds that need a keyed input (key-group hash partitioning and a key selector).
@@ -66,6 +68,8 @@ KEYED_KINDS = frozenset(
         "columnar_window",
         "columnar_session_window",
         "columnar_processing_window",
+        "columnar_join",
+        "columnar_window_join",
     }
 )
 #: Kinds whose output is columnar (Arrow record batches).
@@ -78,14 +82,25 @@ COLUMNAR_OUTPUT_KINDS = frozenset(
         "columnar_window",
         "columnar_session_window",
         "columnar_processing_window",
+        "columnar_join",
+        "columnar_window_join",
     }
 )
 #: Keyed kinds that keep columnar state themselves (no keyed-state backend).
 COLUMNAR_STATE_KINDS = frozenset(
-    {"columnar_aggregate", "columnar_window", "columnar_session_window", "columnar_processing_window"}
+    {
+        "columnar_aggregate",
+        "columnar_window",
+        "columnar_session_window",
+        "columnar_processing_window",
+        "columnar_join",
+        "columnar_window_join",
+    }
 )
 #: Kinds with exactly two inputs (first and second stream).
-TWO_INPUT_KINDS = frozenset({"co_map", "co_flat_map", "co_process", "interval_join"})
+TWO_INPUT_KINDS = frozenset(
+    {"co_map", "co_flat_map", "co_process", "interval_join", "columnar_join", "columnar_window_join"}
+)
 
 
 def describe_callable(fn: Any) -> str:

@@ -505,6 +505,11 @@ STATE_COLUMNS = (KG, "acc", "count", "_window_start", "_window_end")
 def columnar_rows(fs: StorageFS, handle: ColumnarSnapshotHandle) -> Iterable[tuple[Any, ...]]:
     """``(key, value, key group, window start or None)`` of every entry (offline reads)."""
     kind = next(iter(handle.states), "")
+    if kind not in AGGREGATES:
+        raise StateError(
+            f"state {kind!r} of {handle.path} holds a columnar join's rows, not one value "
+            "per key; read the file with pyarrow.ipc.open_file (columns _kg, left, right)"
+        )
     for kg, batch in read_batches(fs, handle, handle.key_groups):
         cols = batch.to_pydict()
         key_column = next(c for c in cols if c not in STATE_COLUMNS)

@@ -3,6 +3,7 @@
 One module per operator family: ``basic`` (map, flat_map, filter, rolling reduce),
 ``columnar`` (Arrow batches: map_batches, expression filters, conversions, columnar
 aggregations), ``columnar_sessions`` (columnar session and processing-time windows),
+``columnar_joins`` (window and regular joins of batches),
 ``process`` (process functions), ``timestamps`` (timestamps and watermarks),
 ``windows`` (window operators), ``twoinput`` (connect, joins), ``dedup``
 (``deduplicate``) and ``connectors`` (source readers and sink writers).
@@ -33,6 +34,10 @@ from epochstream.runtime.operators.columnar import (
     ToBatchesOperator,
     ToRowsOperator,
 )
+from epochstream.runtime.operators.columnar_joins import (
+    ColumnarRegularJoinOperator,
+    ColumnarWindowJoinOperator,
+)
 from epochstream.runtime.operators.columnar_sessions import (
     ColumnarProcessingTimeWindowOperator,
     ColumnarSessionOperator,
@@ -55,7 +60,9 @@ __all__ = [
     "CoProcessOperator",
     "ColumnarAggregateOperator",
     "ColumnarProcessingTimeWindowOperator",
+    "ColumnarRegularJoinOperator",
     "ColumnarSessionOperator",
+    "ColumnarWindowJoinOperator",
     "ColumnarWindowOperator",
     "DeduplicateOperator",
     "Emit",
@@ -99,6 +106,8 @@ _FACTORIES: dict[str, type[Operator]] = {
     "columnar_window": ColumnarWindowOperator,
     "columnar_session_window": ColumnarSessionOperator,
     "columnar_processing_window": ColumnarProcessingTimeWindowOperator,
+    "columnar_join": ColumnarRegularJoinOperator,
+    "columnar_window_join": ColumnarWindowJoinOperator,
 }
 
 

@@ -51,6 +51,8 @@ __all__ = [
     "ToBatchesOperator",
     "ToRowsOperator",
     "WindowAggregateSpec",
+    "apply_batch_function",
+    "window_starts",
 ]
 
 _INTERNAL = (KG_COLUMN, TS_COLUMN)
@@ -72,23 +74,44 @@ def _need_batch(op: Operator, item: Any) -> pa.RecordBatch:
     return item
 
 
+def apply_batch_function(fn: Any, batch: pa.RecordBatch, where: str, what: str) -> pa.RecordBatch:
+    """``fn(batch)``, checked to be a record batch; ``_ts`` is carried over when ``fn``
+    drops it and keeps the rows one to one. ``where`` names the operator in errors."""
+    try:
+        out = fn(batch)
+    except Exception as exc:
+        raise UserFunctionError(where, _Described(batch), exc) from exc
+    if type(out) is not pa.RecordBatch:
+        raise DataError(f"{where}: {what} function returned {type(out).__name__}, not a pyarrow.RecordBatch")
+    names = batch.schema.names
+    if TS_COLUMN in names and TS_COLUMN not in out.schema.names and out.num_rows == batch.num_rows:
+        out = out.append_column(TS_COLUMN, batch.column(TS_COLUMN))
+    return out
+
+
+def window_starts(
+    ts: np.ndarray, size: int, slide: int, offset: int, watermark: int
+) -> tuple[int, list[tuple[int, np.ndarray]]]:
+    """Rows of event times ``ts`` per tumbling/sliding window: the number of late rows
+    (even their latest window fired at ``watermark``) and ``(start, row mask)`` of every
+    open window a row falls in."""
+    last = ts - (ts - offset) % slide
+    late = int((last + size - 1 <= watermark).sum())
+    windows: list[tuple[int, np.ndarray]] = []
+    for j in range(-(-size // slide)):
+        starts = last - j * slide
+        valid = (starts > ts - size) & (starts + size - 1 > watermark)
+        for start in np.unique(starts[valid]).tolist():
+            windows.append((start, valid & (starts == start)))
+    return late, windows
+
+
 class MapBatchesOperator(Operator):
     """``fn(batch)`` per batch; the result must be a ``pyarrow.RecordBatch``."""
 
     def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
         batch = _need_batch(self, records)
-        try:
-            out = self.function(batch)
-        except Exception as exc:
-            raise UserFunctionError(self.ctx.task_name, _Described(batch), exc) from exc
-        if type(out) is not pa.RecordBatch:
-            raise DataError(
-                f"{self.ctx.task_name}: map_batches function returned {type(out).__name__}, "
-                "not a pyarrow.RecordBatch"
-            )
-        names = batch.schema.names
-        if TS_COLUMN in names and TS_COLUMN not in out.schema.names and out.num_rows == batch.num_rows:
-            out = out.append_column(TS_COLUMN, batch.column(TS_COLUMN))
+        out = apply_batch_function(self.function, batch, self.ctx.task_name, "map_batches")
         if out.num_rows:
             self.emit(out, None)
 
@@ -327,16 +350,13 @@ class ColumnarWindowOperator(ColumnarKeyedOperator):
                 f"{self.ctx.task_name}: event-time windows need event time; give the source "
                 "a watermark strategy with .with_timestamp_column(name)"
             )
-        ts = batch.column(TS_COLUMN).to_numpy()
         agg = self.agg
-        last = ts - (ts - agg.offset) % agg.slide
-        # A row is late when even its latest window (start ``last``) has fired.
-        self.late_rows += int((last + agg.size - 1 <= self.watermark).sum())
-        for j in range(-(-agg.size // agg.slide)):
-            starts = last - j * agg.slide
-            valid = (starts > ts - agg.size) & (starts + agg.size - 1 > self.watermark)
-            for start in np.unique(starts[valid]).tolist():
-                self._window(start).fold(batch.filter(pa.array(valid & (starts == start))))
+        late, windows = window_starts(
+            batch.column(TS_COLUMN).to_numpy(), agg.size, agg.slide, agg.offset, self.watermark
+        )
+        self.late_rows += late
+        for start, rows in windows:
+            self._window(start).fold(batch.filter(pa.array(rows)))
 
     def process_watermark(self, watermark: int) -> None:
         self.watermark = watermark

@@ -1,0 +1,400 @@
+"""Joins on the columnar path: two keyed streams of Arrow record batches, joined with
+Arrow's hash join (Acero).
+
+- :class:`ColumnarWindowJoinOperator`: every pair of left and right rows with equal
+  keys in the same tumbling or sliding event-time window, emitted when the watermark
+  (the minimum of both inputs') passes the window's end;
+- :class:`ColumnarRegularJoinOperator`: Flink SQL's regular (unbounded) inner
+  equi-join: each arriving batch is joined with the other side's rows so far, then kept.
+
+Both inputs arrive hash-partitioned by their key column (``_kg`` per row), so equal keys
+meet in one subtask. Integer keys are widened to int64 on arrival (their key groups do
+not depend on the width); other key types must be equal on both sides. Rows whose key
+is null never join (SQL semantics) and are dropped on arrival. Output batches hold the
+left columns, then the right ones (a right column whose name a left column has already
+gets the suffix ``_right``), then ``window_start``, ``window_end`` (window joins) and
+``_ts``; the internal ``_kg`` columns are dropped.
+
+State is each side's rows as the immutable batches they came in (with ``_kg``; window
+joins per window start). A snapshot refers to those batches at the barrier (nothing can
+change them afterwards) and the snapshot thread writes one Arrow IPC file with a record
+batch per key group whose columns are ``_kg``, ``_window_start`` (window joins) and one
+struct column per side (``left``, ``right``; null on the other side's rows), so a
+restore at another parallelism reads only its key groups.
+
+Example::
+
+    op = create_operator(spec, ctx)        # spec.payload = JoinSpec("seller", "id")
+    op.process_input(1, persons, None)     # kept: no auction yet
+    op.process_input(0, auctions, None)    # emits (auction columns..., person columns...)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from epochstream.exceptions import ConfigurationError, DataError
+from epochstream.graph.transformations import ColumnKey
+from epochstream.runtime.columnar import KG_COLUMN, TS_COLUMN, with_key_groups
+from epochstream.runtime.operators.columnar import (
+    ColumnarKeyedOperator,
+    _need_batch,
+    apply_batch_function,
+    window_starts,
+)
+from epochstream.runtime.operators.twoinput import TwoInputOperator
+
+__all__ = [
+    "RIGHT_SUFFIX",
+    "ColumnarRegularJoinOperator",
+    "ColumnarWindowJoinOperator",
+    "JoinSpec",
+    "join_key_type",
+]
+
+#: Appended to a right column whose name a left column has already.
+RIGHT_SUFFIX = "_right"
+_SIDES = ("left", "right")
+_WINDOW = "_window_start"
+# Compact a side's batches into one when it holds this many (fewer chunks to probe).
+_MAX_CHUNKS = 32
+
+
+@dataclass(frozen=True)
+class JoinSpec:
+    """A columnar join: ``left_key`` equal to ``right_key``; with ``size`` (ms) a window
+    join over windows of ``size`` every ``slide`` ms, else a regular join; ``function``
+    (optional) maps each joined batch.
+
+    Example: ``JoinSpec("seller", "id", size=10_000, slide=10_000)``
+    """
+
+    left_key: str
+    right_key: str
+    function: Callable[[pa.RecordBatch], pa.RecordBatch] | None = None
+    size: int | None = None
+    slide: int | None = None
+    offset: int = 0
+
+    @property
+    def kind(self) -> str:
+        """Names the state in snapshots: ``window_join`` or ``join``."""
+        return "join" if self.size is None else "window_join"
+
+
+def join_key_type(kind: pa.DataType) -> pa.DataType:
+    """The type a key column is compared as: int64 for any integer (key groups do not
+    depend on the width), else its own; both sides' must be equal.
+
+    Example: ``join_key_type(pa.int16()) == pa.int64()``
+    """
+    return pa.int64() if pa.types.is_integer(kind) else kind
+
+
+class _Inputs:
+    """Checks and normalizes each input's batches: key column present, key types of
+    both sides compatible, integer keys as int64, null keys dropped, ``_kg`` present."""
+
+    def __init__(self, spec: JoinSpec, where: str, max_parallelism: int) -> None:
+        self.keys = (spec.left_key, spec.right_key)
+        self.where = where
+        self.max_parallelism = max_parallelism
+        self.key_types: list[pa.DataType | None] = [None, None]
+
+    def prepare(self, index: int, batch: pa.RecordBatch) -> pa.RecordBatch:
+        key = self.keys[index]
+        position = batch.schema.get_field_index(key)
+        if position < 0:
+            raise ConfigurationError(
+                f"{self.where}: the {_SIDES[index]} input has no key column {key!r} "
+                f"(columns: {', '.join(batch.schema.names)})"
+            )
+        column = batch.column(position)
+        if join_key_type(column.type) != column.type:
+            try:
+                column = column.cast(join_key_type(column.type))
+            except pa.ArrowInvalid as exc:  # uint64 keys above the int64 range
+                raise DataError(
+                    f"{self.where}: the {_SIDES[index]} key column {key!r} ({column.type}) "
+                    f"does not fit int64: {exc}"
+                ) from exc
+            batch = batch.set_column(position, key, column)
+        self._check_type(index, column.type)
+        if KG_COLUMN not in batch.schema.names:  # driven directly, not through a hash edge
+            batch = with_key_groups(batch, ColumnKey(key), self.max_parallelism)
+        if column.null_count:
+            batch = batch.filter(pc.is_valid(column))
+        return batch
+
+    def _check_type(self, index: int, kind: pa.DataType) -> None:
+        if self.key_types[index] is None:
+            self.key_types[index] = kind
+        other = self.key_types[1 - index]
+        if other is not None and other != kind:
+            left, right = (kind, other) if index == 0 else (other, kind)
+            raise ConfigurationError(
+                f"{self.where}: the join keys have incompatible types: left "
+                f"{self.keys[0]!r} is {left}, right {self.keys[1]!r} is {right}; equal keys "
+                "must have one type on both sides (cast one in map_batches)"
+            )
+
+
+def _payload(table: Any, keep_ts: bool) -> Any:
+    """``table`` (a table or a batch) without ``_kg``/``_window_start`` (and ``_ts``
+    unless ``keep_ts``)."""
+    drop = [n for n in table.schema.names if n in (KG_COLUMN, _WINDOW) or (n == TS_COLUMN and not keep_ts)]
+    return table.drop_columns(drop) if drop else table
+
+
+def _join_tables(
+    left: pa.Table, right: pa.Table, spec: JoinSpec, *, build: int, where: str
+) -> pa.Table:
+    """Inner equi-join of ``left`` and ``right`` (payload columns and at most one
+    ``_ts``): the left columns, then the right ones (``_right`` on clashes), then ``_ts``.
+    ``build`` (0: left, 1: right) is the side Acero hashes; the other one is probed."""
+    right_names = [n + RIGHT_SUFFIX if n in left.schema.names else n for n in right.schema.names]
+    names = [n for n in left.schema.names + right_names if n != TS_COLUMN]
+    if TS_COLUMN in left.schema.names or TS_COLUMN in right.schema.names:
+        names.append(TS_COLUMN)
+    try:
+        if build == 1:  # Acero builds its hash table on the right table of the call
+            joined = left.join(
+                right, keys=spec.left_key, right_keys=spec.right_key, join_type="inner",
+                right_suffix=RIGHT_SUFFIX, coalesce_keys=False, use_threads=False,
+            )
+        else:
+            joined = right.join(
+                left, keys=spec.right_key, right_keys=spec.left_key, join_type="inner",
+                left_suffix=RIGHT_SUFFIX, coalesce_keys=False, use_threads=False,
+            )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise DataError(
+            f"{where}: cannot join left columns {left.schema.names} with right columns "
+            f"{right.schema.names}: {exc}"
+        ) from exc
+    return joined.select(names)
+
+
+class _ColumnarJoinOperator(ColumnarKeyedOperator, TwoInputOperator):
+    """Shared by both joins: input checks, output (with the optional function), state
+    tables of both sides."""
+
+    def __init__(self, spec: Any, ctx: Any) -> None:
+        super().__init__(spec, ctx)
+        self.join: JoinSpec = spec.payload
+        self.inputs = _Inputs(self.join, ctx.task_name, ctx.max_parallelism)
+
+    def _emit_joined(self, joined: pa.Table) -> None:
+        if not joined.num_rows:
+            return
+        batch = joined.combine_chunks().to_batches()[0]
+        if self.join.function is not None:
+            batch = apply_batch_function(self.join.function, batch, self.ctx.task_name, "join apply")
+        if batch.num_rows:
+            self.emit(batch, None)
+
+    @staticmethod
+    def _sides_table(sides: list[list[tuple[pa.RecordBatch, int | None]]]) -> pa.Table:
+        """One table of both sides' rows (each side's batches, with their window start
+        or None): ``_kg``, ``_window_start`` for windows, and a struct column per side
+        that has rows (null on the other side's rows). The rows are not copied (the structs
+        wrap the batches' arrays); only the nulls and window starts are allocated."""
+        types = {
+            name: pa.struct(list(_payload(batches[0][0], keep_ts=True).schema))
+            for name, batches in zip(_SIDES, sides, strict=True)
+            if batches
+        }
+        parts = []
+        for name, batches in zip(_SIDES, sides, strict=True):
+            for batch, start in batches:
+                n = batch.num_rows
+                columns, names = [batch.column(KG_COLUMN)], [KG_COLUMN]
+                if start is not None:
+                    columns.append(pa.array(np.full(n, start, dtype=np.int64)))
+                    names.append(_WINDOW)
+                for side, kind in types.items():
+                    if side == name:
+                        payload = _payload(batch, keep_ts=True)
+                        columns.append(pa.StructArray.from_arrays(payload.columns, fields=list(kind)))
+                    else:
+                        columns.append(pa.nulls(n, kind))
+                    names.append(side)
+                parts.append(pa.record_batch(columns, names=names))
+        if not parts:
+            return pa.table({KG_COLUMN: pa.array([], pa.int32())})
+        return pa.Table.from_batches(parts)
+
+    @staticmethod
+    def _side_rows(table: pa.Table, side: str) -> pa.RecordBatch | None:
+        """The rows of ``side`` in a restored :meth:`_sides_table` (``_kg`` and
+        ``_window_start`` included)."""
+        if side not in table.schema.names:
+            return None
+        rows = table.filter(pc.is_valid(table.column(side))).combine_chunks()
+        if not rows.num_rows:
+            return None
+        batch = pa.RecordBatch.from_struct_array(rows.column(side).chunk(0))
+        for name in (KG_COLUMN, _WINDOW):
+            if name in rows.schema.names:
+                batch = batch.append_column(name, rows.column(name).chunk(0))
+        return batch
+
+
+class _Rows:
+    """One side's rows as a list of immutable batches, compacted now and then."""
+
+    def __init__(self) -> None:
+        self.batches: list[pa.RecordBatch] = []
+
+    def add(self, batch: pa.RecordBatch, where: str) -> None:
+        batches = self.batches
+        if batches and batch.schema != batches[0].schema:
+            # Restored rows come back with their columns in the snapshot's order.
+            schema = batches[0].schema
+            try:
+                batch = batch.select(schema.names).cast(schema)
+            except (KeyError, ValueError, pa.ArrowException) as exc:
+                raise DataError(
+                    f"{where}: batches of one join input must share a schema; got "
+                    f"{batches[0].schema.names} and then {batch.schema.names}: {exc}"
+                ) from exc
+        batches.append(batch)
+        if len(self.batches) >= _MAX_CHUNKS:
+            self.batches = [pa.concat_batches(self.batches)]
+
+    def table(self) -> pa.Table | None:
+        return pa.Table.from_batches(self.batches) if self.batches else None
+
+
+class ColumnarRegularJoinOperator(_ColumnarJoinOperator):
+    """Regular (unbounded) inner equi-join: a batch of one input is joined with every
+    row of the other input received so far (Acero hashes the arriving batch and probes
+    the other side's rows, so no hash table of the whole state is built per batch), then
+    appended to its own side. Output ``_ts`` is the arriving row's (with event time; the
+    kept row's when only the kept side has it).
+
+    State grows without bound: every row of both inputs is kept.
+
+    Example::
+
+        op = create_operator(spec, ctx)    # kind "columnar_join", JoinSpec("seller", "id")
+        op.process_input(1, pa.record_batch([pa.array([7]), pa.array(["ann"])], names=["id", "name"]), None)
+        op.process_input(0, pa.record_batch([pa.array([1]), pa.array([7])], names=["id", "seller"]), None)
+        # emits {"id": 1, "seller": 7, "id_right": 7, "name": "ann"}
+    """
+
+    def __init__(self, spec: Any, ctx: Any) -> None:
+        super().__init__(spec, ctx)
+        self.rows = (_Rows(), _Rows())
+
+    def process_input(self, index: int, records: Any, timestamps: list[Any] | None) -> None:
+        batch = self.inputs.prepare(index, _need_batch(self, records))
+        if not batch.num_rows:
+            return
+        other = self.rows[1 - index].table()
+        if other is not None:
+            arriving = _payload(pa.Table.from_batches([batch]), keep_ts=True)
+            # One _ts per pair: the arriving row's, else (only the kept side has event
+            # time) the kept row's, so every output batch has the same columns.
+            kept = _payload(other, keep_ts=TS_COLUMN not in arriving.schema.names)
+            pair = (arriving, kept) if index == 0 else (kept, arriving)
+            self._emit_joined(_join_tables(*pair, self.join, build=index, where=self.ctx.task_name))
+        self.rows[index].add(batch, self.ctx.task_name)
+
+    def state_table(self) -> pa.Table:
+        return self._sides_table([[(b, None) for b in rows.batches] for rows in self.rows])
+
+    def restore_table(self, table: pa.Table) -> None:
+        for index, side in enumerate(_SIDES):
+            batch = self._side_rows(table, side)
+            if batch is not None:
+                self.rows[index].add(self.inputs.prepare(index, batch), self.ctx.task_name)
+
+
+class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
+    """Window join: each side's rows are kept per window (tumbling or sliding, assigned
+    from ``_ts``); when the watermark passes a window's end, the window's pairs are
+    joined and emitted as one batch (then the watermark moves on), with
+    ``window_start``, ``window_end`` and ``_ts = window_end - 1``. A row whose windows
+    have all fired is late: dropped and counted in ``late_rows``.
+
+    Example::
+
+        op = create_operator(spec, ctx)    # JoinSpec("seller", "id", size=1_000, slide=1_000)
+        op.process_input(0, auctions, None)   # rows with _ts in [0, 1000)
+        op.process_input(1, persons, None)
+        op.process_watermark(999)             # emits the window's pairs, then the watermark
+    """
+
+    def __init__(self, spec: Any, ctx: Any) -> None:
+        super().__init__(spec, ctx)
+        self.windows: dict[int, tuple[_Rows, _Rows]] = {}
+        self.watermark = -(2**63)
+        self.late_rows = 0
+
+    def _window(self, start: int) -> tuple[_Rows, _Rows]:
+        window = self.windows.get(start)
+        if window is None:
+            window = self.windows[start] = (_Rows(), _Rows())
+        return window
+
+    def process_input(self, index: int, records: Any, timestamps: list[Any] | None) -> None:
+        batch = self.inputs.prepare(index, _need_batch(self, records))
+        if not batch.num_rows:
+            return
+        if TS_COLUMN not in batch.schema.names:
+            raise DataError(
+                f"{self.ctx.task_name}: a window join needs event time on both inputs; give "
+                f"the {_SIDES[index]} source a watermark strategy with .with_timestamp_column(name)"
+            )
+        join = self.join
+        assert join.size is not None and join.slide is not None
+        late, windows = window_starts(
+            batch.column(TS_COLUMN).to_numpy(), join.size, join.slide, join.offset, self.watermark
+        )
+        self.late_rows += late
+        for start, rows in windows:
+            part = batch if rows.all() else batch.filter(pa.array(rows))
+            self._window(start)[index].add(part, self.ctx.task_name)
+
+    def process_watermark(self, watermark: int) -> None:
+        self.watermark = watermark
+        size = self.join.size
+        assert size is not None
+        for start in sorted(s for s in self.windows if s + size - 1 <= watermark):
+            left, right = (rows.table() for rows in self.windows.pop(start))
+            if left is None or right is None:
+                continue
+            joined = _join_tables(
+                _payload(left, keep_ts=False), _payload(right, keep_ts=False), self.join,
+                build=int(right.num_rows <= left.num_rows), where=self.ctx.task_name,
+            )
+            n = joined.num_rows
+            for name, value in (("window_start", start), ("window_end", start + size), (TS_COLUMN, start + size - 1)):
+                joined = joined.append_column(name, pa.array(np.full(n, value, dtype=np.int64)))
+            self._emit_joined(joined)
+        self.emit_watermark(watermark)
+
+    def state_table(self) -> pa.Table:
+        return self._sides_table(
+            [
+                [(b, start) for start, window in self.windows.items() for b in window[index].batches]
+                for index in range(2)
+            ]
+        )
+
+    def restore_table(self, table: pa.Table) -> None:
+        for index, side in enumerate(_SIDES):
+            batch = self._side_rows(table, side)
+            if batch is None:
+                continue
+            starts = batch.column(_WINDOW).to_numpy()
+            for start in np.unique(starts).tolist():
+                rows = batch.filter(pa.array(starts == start)).drop_columns([_WINDOW])
+                self._window(start)[index].add(self.inputs.prepare(index, rows), self.ctx.task_name)

@@ -1,0 +1,282 @@
+"""Columnar joins driven directly: pairs per window, watermarks of two inputs through
+the task's real watermark valve, late rows, regular joins in both arrival orders,
+duplicate and null keys, snapshots restored at another parallelism (a real snapshot
+target on the local file system), and the errors naming the operator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import epochstream as es
+from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.exceptions import ConfigurationError, DataError, StateError, UserFunctionError
+from epochstream.graph.jobgraph import OperatorSpec
+from epochstream.graph.transformations import ColumnKey
+from epochstream.runtime.operators import OperatorContext, create_operator
+from epochstream.runtime.operators.columnar_joins import JoinSpec
+from epochstream.runtime.watermarks import WatermarkValve
+from epochstream.state.backends.base import SnapshotTarget
+from epochstream.state.columnar import columnar_rows
+from epochstream.state.handles import OperatorRestore
+from epochstream.state.keygroups import key_group_for_key
+from epochstream.state.operator import OperatorStateStore
+
+MAX_P = 128
+
+
+class Emitted:
+    def __init__(self) -> None:
+        self.items: list[pa.RecordBatch] = []
+        self.watermarks: list[int] = []
+
+    def __call__(self, batch: Any, timestamps: Any = None) -> None:
+        self.items.append(batch)
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [r for b in self.items for r in b.to_pylist()]
+
+
+def make(spec: JoinSpec, *, subtask: int = 0, parallelism: int = 1) -> tuple[Any, Emitted]:
+    kind = "columnar_join" if spec.size is None else "columnar_window_join"
+    op_spec = OperatorSpec(
+        uid="join-1", name="join", kind=kind, payload=spec,
+        key_selector=ColumnKey(spec.left_key),
+        input_key_selectors=[ColumnKey(spec.left_key), ColumnKey(spec.right_key)],
+    )
+    ctx = OperatorContext(
+        subtask_index=subtask, parallelism=parallelism, max_parallelism=MAX_P, attempt=0,
+        job_id="job", task_name=f"join ({subtask + 1}/{parallelism})",
+        operator_state=OperatorStateStore(), checkpointing=True,
+    )
+    op = create_operator(op_spec, ctx)
+    out = Emitted()
+    op.emit = out
+    op.emit_watermark = out.watermarks.append
+    op.open()
+    return op, out
+
+
+def auctions(ids: list[Any], sellers: list[Any], ts: list[int] | None = None) -> pa.RecordBatch:
+    batch = pa.record_batch([pa.array(ids, pa.int64()), pa.array(sellers)], names=["id", "seller"])
+    return batch if ts is None else batch.append_column("_ts", pa.array(ts, pa.int64()))
+
+
+def persons(ids: list[Any], names: list[str], ts: list[int] | None = None) -> pa.RecordBatch:
+    batch = pa.record_batch([pa.array(ids), pa.array(names)], names=["id", "name"])
+    return batch if ts is None else batch.append_column("_ts", pa.array(ts, pa.int64()))
+
+
+WINDOW = JoinSpec("seller", "id", size=1_000, slide=1_000)
+REGULAR = JoinSpec("seller", "id")
+
+
+def _pairs(out: Emitted, *columns: str) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r[c] for c in columns) for r in out.rows())
+
+
+def test_window_join_emits_each_windows_pairs_as_one_batch_at_the_watermark() -> None:
+    op, out = make(WINDOW)
+    op.process_input(0, auctions([1, 2, 3], [7, 8, 7], ts=[100, 200, 1_100]), None)
+    op.process_input(1, persons([7, 8], ["ann", "bob"], ts=[900, 999]), None)
+    op.process_input(1, persons([7], ["ann"], ts=[1_500]), None)
+    assert out.items == []
+    op.process_watermark(999)
+    assert len(out.items) == 1 and out.watermarks == [999]
+    batch = out.items[0]
+    # Left columns, then right ones (clashes suffixed), then the window and _ts.
+    assert batch.schema.names == ["id", "seller", "id_right", "name", "window_start", "window_end", "_ts"]
+    assert _pairs(out, "id", "id_right", "name", "window_start", "_ts") == [
+        (1, 7, "ann", 0, 999), (2, 8, "bob", 0, 999)
+    ]
+    op.process_watermark(5_000)
+    assert _pairs(out, "id", "window_start")[-1] == (3, 1_000)
+    assert op.windows == {}
+
+
+def test_the_watermark_of_two_inputs_is_their_minimum() -> None:
+    op, out = make(WINDOW)
+    valve = WatermarkValve(2)  # channel 0: the left input, channel 1: the right one
+
+    def watermark(channel: int, ts: int) -> None:
+        mark, _ = valve.on_watermark(channel, ts)
+        if mark is not None:
+            op.process_watermark(mark)
+
+    op.process_input(0, auctions([1], [7], ts=[10]), None)
+    op.process_input(1, persons([7], ["ann"], ts=[20]), None)
+    watermark(0, 5_000)
+    assert out.items == []  # the right input is still at the start of time
+    watermark(1, 999)
+    assert _pairs(out, "id", "name") == [(1, "ann")] and out.watermarks == [999]
+
+
+def test_late_rows_are_dropped_and_counted() -> None:
+    op, out = make(WINDOW)
+    op.process_watermark(1_999)
+    op.process_input(0, auctions([1, 2], [7, 7], ts=[500, 2_500]), None)
+    op.process_input(1, persons([7, 7], ["old", "new"], ts=[1_999, 2_001]), None)
+    assert op.late_rows == 2
+    op.process_watermark(2_999)
+    assert _pairs(out, "id", "name") == [(2, "new")]
+
+
+def test_sliding_window_join_pairs_in_every_shared_window() -> None:
+    op, out = make(JoinSpec("seller", "id", size=1_000, slide=500))
+    op.process_input(0, auctions([1], [7], ts=[700]), None)
+    op.process_input(1, persons([7], ["ann"], ts=[900]), None)
+    op.process_watermark(10_000)
+    assert _pairs(out, "window_start", "window_end", "_ts") == [(0, 1_000, 999), (500, 1_500, 1_499)]
+
+
+def test_duplicate_keys_on_both_sides_give_every_pair_and_null_keys_never_join() -> None:
+    for spec in (WINDOW, REGULAR):
+        op, out = make(spec)
+        op.process_input(0, auctions([1, 2, 3, 4], [7, 7, None, None], ts=[1, 2, 3, 4]), None)
+        op.process_input(1, persons([7, 7, 7, None], ["a", "b", "c", "n"], ts=[5, 6, 7, 8]), None)
+        op.process_watermark(999)
+        assert _pairs(out, "id", "name") == [
+            (i, n) for i in (1, 2) for n in ("a", "b", "c")
+        ], spec.kind
+
+
+def test_regular_join_in_both_arrival_orders_stamps_the_arriving_rows_time() -> None:
+    left_first, a = make(REGULAR)
+    left_first.process_input(0, auctions([1, 2], [7, 8], ts=[10, 20]), None)
+    assert a.items == []
+    left_first.process_input(1, persons([7, 8], ["ann", "bob"], ts=[30, 40]), None)
+    right_first, b = make(REGULAR)
+    right_first.process_input(1, persons([7, 8], ["ann", "bob"], ts=[30, 40]), None)
+    right_first.process_input(0, auctions([1, 2], [7, 8], ts=[10, 20]), None)
+    assert a.items[0].schema == b.items[0].schema
+    assert a.items[0].schema.names == ["id", "seller", "id_right", "name", "_ts"]
+    assert _pairs(a, "id", "name", "_ts") == [(1, "ann", 30), (2, "bob", 40)]
+    assert _pairs(b, "id", "name", "_ts") == [(1, "ann", 10), (2, "bob", 20)]
+    # State is kept: a later person with seller 7's id joins the first auction again.
+    right_first.process_input(1, persons([7], ["ann2"], ts=[50]), None)
+    assert b.items[-1].to_pylist() == [{"id": 1, "seller": 7, "id_right": 7, "name": "ann2", "_ts": 50}]
+
+
+def test_regular_join_with_event_time_on_one_side_stamps_every_pair_with_it() -> None:
+    op, out = make(REGULAR)
+    op.process_input(0, auctions([1], [7], ts=[10]), None)
+    op.process_input(1, persons([7], ["ann"]), None)  # no event time on this side
+    op.process_input(0, auctions([2], [7], ts=[20]), None)
+    assert [b.schema.names for b in out.items] == [["id", "seller", "id_right", "name", "_ts"]] * 2
+    assert _pairs(out, "id", "_ts") == [(1, 10), (2, 20)]
+
+
+def test_regular_join_without_event_time_and_with_a_function() -> None:
+    op, out = make(JoinSpec("seller", "id", function=lambda b: b.select(["name", "id"])))
+    op.process_input(1, persons([7], ["ann"]), None)
+    for i in range(40):  # more batches than the side keeps before compacting
+        op.process_input(0, auctions([i], [7]), None)
+    assert [b.schema.names for b in out.items[:1]] == [["name", "id"]]
+    assert _pairs(out, "id") == [(i,) for i in range(40)]
+    op.process_input(1, persons([7], ["again"]), None)
+    assert len(out.items[-1]) == 40
+
+
+def test_errors_name_the_operator() -> None:
+    op, _ = make(REGULAR)
+    op.process_input(0, auctions([1], [7]), None)
+    with pytest.raises(ConfigurationError, match=r"join \(1/1\): the join keys have incompatible types: "
+                       r"left 'seller' is int64, right 'id' is string"):
+        op.process_input(1, persons(["7"], ["ann"]), None)
+    with pytest.raises(ConfigurationError, match=r"join \(1/1\): the right input has no key column 'id'"):
+        op.process_input(1, pa.record_batch([pa.array([1])], names=["x"]), None)
+    # Integer widths do not matter: keys are compared as int64.
+    narrow, out = make(REGULAR)
+    narrow.process_input(0, auctions([1], pa.array([7], pa.int16())), None)
+    narrow.process_input(1, persons(pa.array([7], pa.uint32()), ["ann"]), None)
+    assert _pairs(out, "id", "name") == [(1, "ann")]
+    with pytest.raises(DataError, match=r"join \(1/1\): the right key column 'id' \(uint64\) does not fit int64"):
+        narrow.process_input(1, persons(pa.array([2**63], pa.uint64()), ["big"]), None)
+    timeless, _ = make(WINDOW)
+    with pytest.raises(DataError, match=r"join \(1/1\): a window join needs event time"):
+        timeless.process_input(0, auctions([1], [7]), None)
+    failing, _ = make(JoinSpec("seller", "id", function=lambda b: 1 / 0))
+    failing.process_input(0, auctions([1], [7]), None)
+    with pytest.raises(UserFunctionError, match="batch of 1 rows"):
+        failing.process_input(1, persons([7], ["ann"]), None)
+    listing, _ = make(JoinSpec("seller", "id", function=lambda b: b.to_pylist()))
+    listing.process_input(0, auctions([1], [7]), None)
+    with pytest.raises(DataError, match="join apply function returned list"):
+        listing.process_input(1, persons([7], ["ann"]), None)
+
+
+def _target(root: Path, checkpoint_id: int) -> SnapshotTarget:
+    return SnapshotTarget(
+        fs=storage_fs(str(root)), checkpoint_id=checkpoint_id,
+        directory=str(root / f"chk-{checkpoint_id}"), shared_dir=None, name="join-0",
+    )
+
+
+@pytest.mark.parametrize("spec", [WINDOW, REGULAR], ids=["window", "regular"])
+def test_snapshot_restores_both_sides_at_another_parallelism(tmp_path: Path, spec: JoinSpec) -> None:
+    keys = list(range(40))
+    op, _ = make(spec)
+    op.process_input(0, auctions(keys, keys, ts=[100] * 40), None)
+    op.process_input(1, persons(keys[:20], [f"p{k}" for k in keys[:20]], ts=[200] * 20), None)
+    parts = op.snapshot(_target(tmp_path, 1))
+    assert parts.keyed is not None
+    # Rows after the barrier are not in the snapshot.
+    op.process_input(0, auctions([99], [0], ts=[300]), None)
+    handle = parts.keyed.run()
+    assert handle is not None and handle.TYPE == "columnar"
+    with pytest.raises(StateError, match=f"state '{spec.kind}' .* holds a columnar join's rows"):
+        list(columnar_rows(storage_fs(str(tmp_path)), handle))
+    got: list[tuple[Any, ...]] = []
+    for subtask in range(2):
+        restored, out = make(spec, subtask=subtask, parallelism=2)
+        part = handle.restricted_to(restored.key_groups)
+        restored.initialize_state(OperatorRestore(keyed=[part] if part else []), 1)
+        mine = [k for k in keys if key_group_for_key(k, MAX_P) in restored.key_groups]
+        # The right side's new rows meet the restored left rows of this subtask only.
+        restored.process_input(1, persons(keys, [f"q{k}" for k in keys], ts=[300] * 40), None)
+        restored.process_watermark(999)
+        pairs = _pairs(out, "id", "name")
+        assert {i for i, _ in pairs} == set(mine)
+        got.extend(pairs)
+    expected = [(k, f"q{k}") for k in keys]
+    if spec.size is not None:  # window join: the restored right rows pair too
+        expected += [(k, f"p{k}") for k in keys[:20]]
+    assert sorted(got) == sorted(expected)
+
+
+def test_the_api_builds_the_join_and_refuses_misuse() -> None:
+    env = es.Environment(parallelism=1, runner="local")
+    left = env.from_sequence(0, 10, batch_size=4)
+    right = env.from_sequence(0, 10, batch_size=4)
+    joined = left.join(right).where("value").equal_to("value").apply()
+    assert joined.columnar
+    windowed = left.join(right).where("value").equal_to("value")
+    windowed.window(es.SlidingEventTimeWindows.of(1_000, 500)).apply(lambda b: b)
+    kinds = [t.kind for t in env._graph.transformations]
+    assert kinds[-2:] == ["columnar_join", "columnar_window_join"]
+    with pytest.raises(ConfigurationError, match="takes a column name"):
+        left.join(right).where(lambda r: r["value"])
+    with pytest.raises(ConfigurationError, match="tumbling or sliding event-time windows"):
+        left.join(right).window(es.EventTimeSessionWindows.with_gap(1_000))
+    with pytest.raises(ConfigurationError, match="needs where"):
+        left.join(right).apply()
+    rows = env.from_collection([1, 2])
+    # Declared schemas are checked when the job is built.
+    ints = rows.to_batches(pa.schema([("k", pa.int32())]))
+    strings = rows.to_batches(pa.schema([("k", pa.string())]))
+    with pytest.raises(ConfigurationError, match="left 'k' is int32, right 'k' is string"):
+        ints.join(strings).where("k").equal_to("k").apply()
+    with pytest.raises(ConfigurationError, match="the right stream 'to_batches' has no column 'x'"):
+        ints.join(strings).where("k").equal_to("x").apply()
+    wide = rows.to_batches(pa.schema([("k", pa.int64())]))
+    assert ints.join(wide).where("k").equal_to("k").apply().columnar
+    with pytest.raises(ConfigurationError, match="carries rows"):
+        left.join(rows)
+    with pytest.raises(ConfigurationError, match="carries rows and"):
+        rows.join(left)
+    # Rows keep their window join: apply() without window() is refused as before.
+    with pytest.raises(ConfigurationError, match="needs where\\(\\), equal_to\\(\\) and window\\(\\)"):
+        rows.join(rows).where(lambda x: x).equal_to(lambda x: x).apply(lambda a, b: a)
