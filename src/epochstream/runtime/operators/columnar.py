@@ -311,22 +311,18 @@ class WindowAggregateSpec:
     offset: int = 0
 
 
-class ColumnarWindowOperator(ColumnarKeyedOperator):
-    """Tumbling/sliding event-time window aggregation on record batches.
+class ColumnarWindowAggregates(ColumnarKeyedOperator):
+    """What event-time and processing-time window aggregations on batches share: one
+    :class:`ColumnarAggregates` per open window (by start), firing, snapshots.
 
-    Each open window keeps a :class:`ColumnarAggregates`; rows are assigned to windows
-    with vector arithmetic on ``_ts``. When the watermark passes a window's end it emits
-    one batch: the key column, ``window_start``, ``window_end``, the value column
-    (``count`` for counts) and ``_ts = window_end - 1``. Rows of windows the watermark
-    passed already are late and dropped (counted in ``late_rows``).
+    A fired window is one batch: the key column, ``window_start``, ``window_end``, the
+    value column (``count`` for counts) and ``_ts = window_end - 1``.
     """
 
     def __init__(self, spec: Any, ctx: Any) -> None:
         super().__init__(spec, ctx)
         self.agg: WindowAggregateSpec = spec.payload
         self.windows: dict[int, ColumnarAggregates] = {}
-        self.watermark = -(2**63)
-        self.late_rows = 0
 
     def _window(self, start: int) -> ColumnarAggregates:
         window = self.windows.get(start)
@@ -340,28 +336,6 @@ class ColumnarWindowOperator(ColumnarKeyedOperator):
                 where=self.ctx.task_name,
             )
         return window
-
-    def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
-        batch = _need_batch(self, records)
-        if not batch.num_rows:
-            return
-        if TS_COLUMN not in batch.schema.names:
-            raise DataError(
-                f"{self.ctx.task_name}: event-time windows need event time; give the source "
-                "a watermark strategy with .with_timestamp_column(name)"
-            )
-        agg = self.agg
-        late, windows = window_starts(
-            batch.column(TS_COLUMN).to_numpy(), agg.size, agg.slide, agg.offset, self.watermark
-        )
-        self.late_rows += late
-        for start, rows in windows:
-            self._window(start).fold(batch.filter(pa.array(rows)))
-
-    def process_watermark(self, watermark: int) -> None:
-        self.watermark = watermark
-        self._fire_due(watermark)
-        self.emit_watermark(watermark)
 
     def _fire_due(self, time: int) -> None:
         """Emit and drop every window whose end - 1 ``time`` reached, oldest first."""
@@ -397,6 +371,42 @@ class ColumnarWindowOperator(ColumnarKeyedOperator):
         for start in np.unique(starts).tolist():
             rows = table.filter(pa.array(starts == start)).drop_columns([_WINDOW])
             self._window(start).restore_rows(rows)
+
+
+class ColumnarWindowOperator(ColumnarWindowAggregates):
+    """Tumbling/sliding event-time window aggregation on record batches.
+
+    Rows are assigned to windows with vector arithmetic on ``_ts``; a window fires when
+    the watermark passes its end. Rows of windows the watermark passed already are late
+    and dropped (counted in ``late_rows``).
+    """
+
+    def __init__(self, spec: Any, ctx: Any) -> None:
+        super().__init__(spec, ctx)
+        self.watermark = -(2**63)
+        self.late_rows = 0
+
+    def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
+        batch = _need_batch(self, records)
+        if not batch.num_rows:
+            return
+        if TS_COLUMN not in batch.schema.names:
+            raise DataError(
+                f"{self.ctx.task_name}: event-time windows need event time; give the source "
+                "a watermark strategy with .with_timestamp_column(name)"
+            )
+        agg = self.agg
+        late, windows = window_starts(
+            batch.column(TS_COLUMN).to_numpy(), agg.size, agg.slide, agg.offset, self.watermark
+        )
+        self.late_rows += late
+        for start, rows in windows:
+            self._window(start).fold(batch.filter(pa.array(rows)))
+
+    def process_watermark(self, watermark: int) -> None:
+        self.watermark = watermark
+        self._fire_due(watermark)
+        self.emit_watermark(watermark)
 
 
 _WINDOW = "_window_start"

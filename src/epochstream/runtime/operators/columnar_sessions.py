@@ -35,7 +35,7 @@ from epochstream.runtime.columnar import KG_COLUMN, TS_COLUMN
 from epochstream.runtime.events import MAX_WATERMARK
 from epochstream.runtime.operators.columnar import (
     ColumnarKeyedOperator,
-    ColumnarWindowOperator,
+    ColumnarWindowAggregates,
     WindowAggregateSpec,
     _need_batch,
 )
@@ -410,7 +410,7 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
         )
 
 
-class ColumnarProcessingTimeWindowOperator(ColumnarWindowOperator):
+class ColumnarProcessingTimeWindowOperator(ColumnarWindowAggregates):
     """Tumbling/sliding processing-time windows on record batches.
 
     A batch goes whole into the windows of ``ctx.clock_ms()`` when it arrives (the
