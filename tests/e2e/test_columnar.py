@@ -12,8 +12,6 @@
 from __future__ import annotations
 
 import collections
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from e2e_support import is_python_process
+from e2e_support import run_with_slot_killed
 
 import epochstream as es
 
@@ -87,17 +85,7 @@ def test_columnar_running_sum_survives_sigkill(spark: Any, tmp_path: Path) -> No
     out = tmp_path / "out"
     env = _env(spark, 2, tmp_path / "ckpt")
     _pipeline(env, out, rate=80_000)
-    client = env.execute_async("columnar-sigkill")
-    try:
-        client.wait_for_checkpoint(2, timeout=120)
-        pid = client.slot_pids()[1]
-        assert is_python_process(pid)
-        assert not client.done, "the job finished before the kill"
-        os.kill(pid, signal.SIGKILL)
-        result = client.result(timeout=240)
-    finally:
-        if not client.done:
-            client.cancel()
+    result = run_with_slot_killed(env, "columnar-sigkill")
     assert result.restarts >= 1
     assert _problems(es.testing.read_committed(out)) == []
 

@@ -9,16 +9,14 @@
 from __future__ import annotations
 
 import collections
-import os
 import random
-import signal
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from e2e_support import is_python_process
+from e2e_support import run_with_slot_killed
 
 import epochstream as es
 
@@ -134,17 +132,7 @@ def test_columnar_joins_survive_sigkill_with_exactly_once_output(spark: Any, tmp
     env.enable_checkpointing(0.3, storage=str(tmp_path / "ckpt"))
     env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.2))
     _pipeline(env, tmp_path)
-    client = env.execute_async("columnar-joins-sigkill")
-    try:
-        client.wait_for_checkpoint(2, timeout=120)
-        pid = client.slot_pids()[1]
-        assert is_python_process(pid)
-        assert not client.done, "the job finished before the kill"
-        os.kill(pid, signal.SIGKILL)
-        result = client.result(timeout=240)
-    finally:
-        if not client.done:
-            client.cancel()
+    result = run_with_slot_killed(env, "columnar-joins-sigkill")
     assert result.restarts >= 1
     assert _window_problems(es.testing.read_committed(tmp_path / "window")) == []
     regular = es.testing.read_committed(tmp_path / "regular")

@@ -8,8 +8,6 @@ SIGKILL with exactly-once output.
 from __future__ import annotations
 
 import collections
-import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ import cloudpickle
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from e2e_support import is_python_process
+from e2e_support import run_with_slot_killed
 
 import epochstream as es
 
@@ -145,17 +143,7 @@ def test_columnar_sessions_and_processing_time_windows_after_a_sigkill(
             .sink_to(es.sinks.FileSink(str(tmp_path / name)))
             .uid(f"sink-{name}")
         )
-    client = env.execute_async("nexmark-columnar-sigkill")
-    try:
-        client.wait_for_checkpoint(2, timeout=120)
-        pid = client.slot_pids()[1]
-        assert is_python_process(pid)
-        assert not client.done, "the job finished before the kill"
-        os.kill(pid, signal.SIGKILL)
-        result = client.result(timeout=240)
-    finally:
-        if not client.done:
-            client.cancel()
+    result = run_with_slot_killed(env, "nexmark-columnar-sigkill")
     assert result.restarts >= 1
     for name in ("q11", "q12"):
         got = oracle.canonical(name, es.testing.read_committed(tmp_path / name))

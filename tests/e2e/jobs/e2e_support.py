@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -216,3 +217,24 @@ def is_python_process(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return b"python" in cmdline.split(b"\0")[0].rsplit(b"/", 1)[-1]
+
+
+def run_with_slot_killed(
+    env: es.Environment, name: str, *, slot: int = 1, after_checkpoints: int = 2
+) -> Any:
+    """Run ``env``'s job, SIGKILL ``slot``'s process once ``after_checkpoints``
+    checkpoints completed (the job must still be running), and return its result.
+
+    Example: ``assert run_with_slot_killed(env, "crash").restarts >= 1``
+    """
+    client = env.execute_async(name)
+    try:
+        client.wait_for_checkpoint(after_checkpoints, timeout=120)
+        pid = client.slot_pids()[slot]
+        assert is_python_process(pid)
+        assert not client.done, "the job finished before the kill"
+        os.kill(pid, signal.SIGKILL)
+        return client.result(timeout=240)
+    finally:
+        if not client.done:
+            client.cancel()
