@@ -119,7 +119,7 @@ def test_late_rows_are_dropped_and_counted() -> None:
     op.process_watermark(1_999)
     op.process_input(0, auctions([1, 2], [7, 7], ts=[500, 2_500]), None)
     op.process_input(1, persons([7, 7], ["old", "new"], ts=[1_999, 2_001]), None)
-    assert op.late_rows == 2
+    assert op.counters.late_records_dropped == 2
     op.process_watermark(2_999)
     assert _pairs(out, "id", "name") == [(2, "new")]
 

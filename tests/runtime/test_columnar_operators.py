@@ -148,7 +148,7 @@ def test_window_fires_at_the_watermark_drops_late_rows_and_restores_open_windows
     ]
     assert out.watermarks == [999]
     op.process_batch(_kv(["a"], [1], ts=[500]), None)  # late: its window fired
-    assert op.late_rows == 1
+    assert op.counters.late_records_dropped == 1
     handle = op.snapshot(_target(tmp_path, 2, "win-0")).keyed.run()
     restored, restored_out = make("columnar_window", spec, key="k")
     restored.initialize_state(OperatorRestore(keyed=[handle]), 2)

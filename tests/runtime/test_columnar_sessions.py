@@ -114,7 +114,7 @@ def test_an_out_of_order_row_bridges_two_sessions() -> None:
     op.process_watermark(399)
     assert out.rows() == [{"k": "s", "window_start": 0, "window_end": 400, "v": 31, "_ts": 399}]
     assert out.watermarks == [98, 398, 399]
-    assert op.late_rows == 0 and len(op.start) == 0
+    assert op.counters.late_records_dropped == 0 and len(op.start) == 0
 
 
 def test_touching_sessions_merge_as_in_flink() -> None:
@@ -132,7 +132,7 @@ def test_rows_of_a_fired_session_are_late_unless_an_open_session_takes_them() ->
     # a@5 is late. b@95 touches b's open session; b@85 touches b@95's window, but only
     # once b@95 came: it is late here (it comes first), as on the row path.
     op.process_batch(_kv(["a", "b", "b", "b", "c"], [1, 1, 1, 1, 1], ts=[5, 85, 95, 87, 30]), None)
-    assert op.late_rows == 3  # a@5, b@85, c@30
+    assert op.counters.late_records_dropped == 3  # a@5, b@85, c@30
     op.process_watermark(es.MAX_WATERMARK)
     assert _bounds(out.rows()) == [("b", 87, 110, 3)]
 
@@ -266,7 +266,7 @@ def test_sessions_equal_the_row_path_on_random_data(seed: int) -> None:
     row_op.process_watermark(es.MAX_WATERMARK)
     for op, _ in outputs.values():
         op.process_watermark(es.MAX_WATERMARK)
-    late = {op.late_rows for op, _ in outputs.values()}
+    late = {op.counters.late_records_dropped for op, _ in outputs.values()}
     assert len(late) == 1 and late.pop() > 0, "every kind drops the same late rows, and some are late"
     for index, (kind, (_, out)) in enumerate(outputs.items()):
         column = "count" if kind == "count" else "v"

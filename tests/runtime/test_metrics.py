@@ -78,6 +78,7 @@ def test_sampler_turns_counters_into_rates_and_time_shares() -> None:
     metrics.operators["map"].records_in += 2000
     metrics.operators["map"].records_out += 1000
     metrics.head.watermark = 9_000
+    metrics.operators["map"].late_records_dropped += 3
     gate.idle._done = 0.25  # 250 ms idle in the 2 s interval below
     metrics.backpressure._done = 1.0  # 1 s backpressured
     metrics.last_checkpoint = TaskCheckpointStats(
@@ -87,6 +88,7 @@ def test_sampler_turns_counters_into_rates_and_time_shares() -> None:
     ops = {op.uid: op for op in sample.operators}
     assert ops["src"].records_out == 2000 and ops["src"].records_out_per_s == 1000.0
     assert ops["map"].records_in_per_s == 1000.0 and ops["map"].records_out_per_s == 500.0
+    assert ops["map"].late_records_dropped == 3 and ops["src"].late_records_dropped == 0
     assert sample.idle_ms_per_s == 125.0
     assert sample.backpressured_ms_per_s == 500.0
     assert sample.busy_ms_per_s == 375.0

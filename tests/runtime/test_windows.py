@@ -161,6 +161,18 @@ def test_late_records_go_to_the_side_output_and_lateness_refires(rig: Rig) -> No
     feed(op, (("a", 7), 30))  # too late for every window it belongs to
     assert out.take() == []
     assert late.records == [("a", 7)] and late.timestamps == [30]
+    assert op.counters.late_records_dropped == 0, "the side output took it"
+
+
+def test_late_records_without_a_side_output_are_dropped_and_counted(rig: Rig) -> None:
+    op, out, _ = rig.operator(lambda k: k.window(es.TumblingEventTimeWindows.of(1000)).sum(1))
+    feed(op, (("a", 1), 10))
+    op.process_watermark(1200)
+    assert out.take() == [("a", 1)]
+    feed(op, (("a", 5), 20), (("b", 2), 30), (("a", 3), 1300))
+    op.process_watermark(es.MAX_WATERMARK)
+    assert out.take() == [("a", 3)]
+    assert op.counters.late_records_dropped == 2
 
 
 def test_sliding_windows_give_each_record_to_size_over_slide_windows(rig: Rig) -> None:

@@ -130,6 +130,7 @@ class JobMetrics:
                     "records_in_per_s": sum(op.records_in_per_s for op in ops),
                     "records_out_per_s": sum(op.records_out_per_s for op in ops),
                     "watermark": min(marks) if len(marks) == len(ops) and marks else None,
+                    "late_records_dropped": sum(op.late_records_dropped for op in ops),
                 }
             )
         by_uid = {op["uid"]: op for op in operators}

@@ -15,6 +15,7 @@ and ``subtask`` on task families, plus ``operator`` on operator families)::
     epochstream_operator_records_out_total               counter
     epochstream_operator_records_in_per_second           gauge
     epochstream_operator_records_out_per_second          gauge
+    epochstream_operator_late_records_dropped_total      counter
     epochstream_task_busy_time_ms_per_second             gauge
     epochstream_task_idle_time_ms_per_second             gauge
     epochstream_task_backpressured_time_ms_per_second    gauge
@@ -89,6 +90,7 @@ FAMILIES = [
     "epochstream_operator_records_out",
     "epochstream_operator_records_in_per_second",
     "epochstream_operator_records_out_per_second",
+    "epochstream_operator_late_records_dropped",
     *(f"epochstream_task_{name}" for name, _, _ in _TASK_GAUGES),
 ]
 
@@ -169,6 +171,11 @@ class _JobCollector(Collector):
             "records_out_per_s": GaugeMetricFamily(
                 "epochstream_operator_records_out_per_second",
                 "Records out per second",
+                labels=_OPERATOR,
+            ),
+            "late_records_dropped": CounterMetricFamily(
+                "epochstream_operator_late_records_dropped",
+                "Late records dropped: their windows had fired, and no late side output took them",
                 labels=_OPERATOR,
             ),
         }

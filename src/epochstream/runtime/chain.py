@@ -47,6 +47,7 @@ def wire_chain(
         fuse_runs(chain, ops, counters)
     for spec in chain.operators:
         op = ops[spec.uid]
+        op.counters = counters[spec.uid]
         records: dict[str, list[Callable[..., None]]] = {}
         marks: list[Callable[[int], None]] = []
         statuses: list[Callable[[bool], None]] = []

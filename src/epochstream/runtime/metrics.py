@@ -70,14 +70,18 @@ class WaitClock:
 
 
 class OperatorCounters:
-    """Records into and out of one operator of a task, and its current watermark.
+    """Records into and out of one operator of a task, its current watermark, and the
+    late records it dropped.
 
     ``watermark`` is the last watermark the operator received (a source: emitted).
+    ``late_records_dropped``: records of event-time windows (or joins) that had fired
+    already, dropped without a late side output to take them (Flink's
+    ``numLateRecordsDropped``).
 
     Example: ``counters = OperatorCounters("map-1", "map"); counters.records_in += 1024``
     """
 
-    __slots__ = ("name", "records_in", "records_out", "uid", "watermark")
+    __slots__ = ("late_records_dropped", "name", "records_in", "records_out", "uid", "watermark")
 
     def __init__(self, uid: str, name: str) -> None:
         self.uid = uid
@@ -85,6 +89,7 @@ class OperatorCounters:
         self.records_in = 0
         self.records_out = 0
         self.watermark: int | None = None
+        self.late_records_dropped = 0
 
 
 class TaskMetrics:
@@ -118,6 +123,7 @@ class OperatorSample:
     records_in_per_s: float
     records_out_per_s: float
     watermark: int | None
+    late_records_dropped: int = 0
 
 
 @dataclass(frozen=True)
@@ -169,6 +175,7 @@ def vars_of(op: OperatorSample) -> dict[str, Any]:
         "records_in_per_s": op.records_in_per_s,
         "records_out_per_s": op.records_out_per_s,
         "watermark": op.watermark,
+        "late_records_dropped": op.late_records_dropped,
     }
 
 
@@ -210,6 +217,7 @@ class TaskSampler:
                     records_in_per_s=(records_in - before_in) / elapsed,
                     records_out_per_s=(records_out - before_out) / elapsed,
                     watermark=_real(c.watermark),
+                    late_records_dropped=c.late_records_dropped,
                 )
             )
         idle = m.gate.idle.total(now)

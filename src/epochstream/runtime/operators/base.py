@@ -35,6 +35,7 @@ from epochstream.api.time import TimeDomain
 from epochstream.exceptions import ConfigurationError, UserFunctionError
 from epochstream.graph.jobgraph import OperatorSpec
 from epochstream.runtime.clock import Clock, SystemClock, wall_ms
+from epochstream.runtime.metrics import OperatorCounters
 from epochstream.runtime.timers import InternalTimerService, TimerService
 from epochstream.state.backends.base import KeyedStateBackend, SnapshotJob, SnapshotTarget
 from epochstream.state.descriptors import (
@@ -231,6 +232,8 @@ class Operator:
         self.function: Any = spec.payload
         #: Event- and processing-time timers, for operators that use them.
         self.timers: InternalTimerService | None = None
+        #: The operator's metrics; the task's own once the chain is wired.
+        self.counters = OperatorCounters(spec.uid, spec.name)
 
     def _per_record(self, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """``fn`` as is on a plain stream; on a keyed stream, ``fn`` with its record's key

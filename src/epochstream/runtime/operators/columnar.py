@@ -378,13 +378,12 @@ class ColumnarWindowOperator(ColumnarWindowAggregates):
 
     Rows are assigned to windows with vector arithmetic on ``_ts``; a window fires when
     the watermark passes its end. Rows of windows the watermark passed already are late
-    and dropped (counted in ``late_rows``).
+    and dropped (counted in the ``late_records_dropped`` metric).
     """
 
     def __init__(self, spec: Any, ctx: Any) -> None:
         super().__init__(spec, ctx)
         self.watermark = -(2**63)
-        self.late_rows = 0
 
     def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
         batch = _need_batch(self, records)
@@ -399,7 +398,7 @@ class ColumnarWindowOperator(ColumnarWindowAggregates):
         late, windows = window_starts(
             batch.column(TS_COLUMN).to_numpy(), agg.size, agg.slide, agg.offset, self.watermark
         )
-        self.late_rows += late
+        self.counters.late_records_dropped += late
         for start, rows in windows:
             self._window(start).fold(batch.filter(pa.array(rows)))
 

@@ -322,7 +322,7 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
     from ``_ts``); when the watermark passes a window's end, the window's pairs are
     joined and emitted as one batch (then the watermark moves on), with
     ``window_start``, ``window_end`` and ``_ts = window_end - 1``. A row whose windows
-    have all fired is late: dropped and counted in ``late_rows``.
+    have all fired is late: dropped and counted in the ``late_records_dropped`` metric.
 
     Example::
 
@@ -336,7 +336,6 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
         super().__init__(spec, ctx)
         self.windows: dict[int, tuple[_Rows, _Rows]] = {}
         self.watermark = -(2**63)
-        self.late_rows = 0
 
     def _window(self, start: int) -> tuple[_Rows, _Rows]:
         window = self.windows.get(start)
@@ -358,7 +357,7 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
         late, windows = window_starts(
             batch.column(TS_COLUMN).to_numpy(), join.size, join.slide, join.offset, self.watermark
         )
-        self.late_rows += late
+        self.counters.late_records_dropped += late
         for start, rows in windows:
             part = batch if rows.all() else batch.filter(pa.array(rows))
             self._window(start)[index].add(part, self.ctx.task_name)

@@ -3,8 +3,8 @@
 - :class:`ColumnarSessionOperator`: event-time session windows (``EventTimeSessionWindows
   .with_gap``) with the semantics of the row path's window operator: a row opens the
   window ``[ts, ts + gap)``; windows of a key that overlap or touch merge; a session
-  fires when the watermark reaches its end - 1; a row is late (dropped, counted in
-  ``late_rows``) when the session it would join has fired already.
+  fires when the watermark reaches its end - 1; a row is late (dropped, counted in the
+  ``late_records_dropped`` metric) when the session it would join has fired already.
 - :class:`ColumnarProcessingTimeWindowOperator`: tumbling/sliding processing-time
   windows: a whole batch goes into the window(s) of the operator clock's time when it
   arrives; a window fires when the clock passes its end, and every open window fires at
@@ -256,8 +256,8 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
     count). A batch takes the open sessions of the keys it touches plus one interval
     ``[ts, ts + gap)`` per accepted row and :func:`merge_sessions` them; the other keys'
     sessions stay as they are. A watermark emits, in order of end, every session whose
-    end - 1 it reached. ``late_rows`` counts the rows dropped because their session had
-    fired.
+    end - 1 it reached. The ``late_records_dropped`` metric counts the rows dropped
+    because their session had fired.
 
     Example::
 
@@ -278,7 +278,6 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
         self.acc = np.empty(0, dtype=self.values.acc_dtype)
         self.count = np.empty(0, dtype=np.int64)
         self.watermark = -(2**63)
-        self.late_rows = 0
 
     def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
         batch = _need_batch(self, records)
@@ -290,7 +289,7 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
         acc, count = self.values.rows(batch)
         accepted = self._accepted(slots, ts)
         if accepted is not None:
-            self.late_rows += int(len(ts) - accepted.sum())
+            self.counters.late_records_dropped += int(len(ts) - accepted.sum())
             slots, ts, acc, count = slots[accepted], ts[accepted], acc[accepted], count[accepted]
             if not len(ts):
                 return

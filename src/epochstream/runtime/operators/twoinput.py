@@ -229,7 +229,8 @@ class IntervalJoinOperator(TwoInputOperator):
                 if ts is None:
                     raise ValueError("the record has no timestamp")
                 if ts < watermark:
-                    continue  # late: a partner may already be gone
+                    self.counters.late_records_dropped += 1  # a partner may already be gone
+                    continue
                 set_key(key_of(x))
                 self._add(index, x, ts)
         except Exception as exc:

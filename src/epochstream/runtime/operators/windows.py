@@ -296,6 +296,8 @@ class WindowOperator(Operator):
         if tag is not None:
             self._side.ts = ts
             self._side.add(tag, record)
+        else:
+            self.counters.late_records_dropped += 1
 
     def _add(self, key: Any, window: Any, state_window: Any, x: Any, ts: int | None) -> None:
         """Put ``x`` into ``window`` (contents in ``state_window``) and run the trigger."""
