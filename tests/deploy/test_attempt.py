@@ -79,6 +79,15 @@ def test_done_once_every_slot_closed_while_finishing() -> None:
     assert finishing.slot_closed(0, Phase.FINISHING) is Phase.DONE
 
 
+def test_a_closed_connection_loses_only_an_open_slot_of_this_attempt() -> None:
+    progress = _progress()
+    assert progress.lost(3, 0)
+    assert not progress.lost(2, 0)  # a slot of an earlier attempt
+    assert not progress.lost(None, None)  # closed before it registered
+    progress.slot_closed(0, Phase.RUNNING)
+    assert not progress.lost(3, 0)
+
+
 def test_registration_overdue_names_how_many_registered() -> None:
     progress = _progress(started=100.0, registration_timeout=10.0)
     progress.registered(1, now=101.0)

@@ -7,8 +7,12 @@ the job master switches phase and sends what the new phase needs (deployments, p
 addresses, ``FinishSlot``)::
 
     REGISTERING --every slot registered--> DEPLOYING --every slot ready--> CONNECTING
-    CONNECTING --every slot running--> RUNNING --every task finished, final
-    checkpoint committed--> FINISHING --every slot closed--> DONE
+    CONNECTING --every slot running--> RUNNING --every task finished and the final
+    checkpoint committed--> FINISHING --every slot closed (or the slots exited)--> DONE
+    any phase --a failure--> FAILING
+
+A stop-with-savepoint also moves RUNNING to FINISHING (once the savepoint completed),
+and the job master itself sets FAILING and DONE when it tears the attempt down.
 
 The progress holds no connections and sends nothing; the time comes in as ``now``
 from the job master's clock, so it is driven by plain values.
@@ -149,6 +153,11 @@ class AttemptProgress:
         if phase is Phase.FINISHING and len(self.closed) == self._parallelism:
             return Phase.DONE
         return None
+
+    def lost(self, attempt: int | None, slot: int | None) -> bool:
+        """Whether a control connection that closed loses a slot of this attempt: one
+        that registered with it and had not reported ``SlotClosed``."""
+        return attempt == self.attempt and slot is not None and slot not in self.closed
 
     # ------------------------------------------------------------------ time
 

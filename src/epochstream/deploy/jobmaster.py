@@ -5,6 +5,8 @@ It runs in the driver on one event thread. Each *attempt* deploys every slot:
     REGISTERING -> DEPLOYING -> CONNECTING -> RUNNING -> FINISHING -> done
          \\____________\\____________\\___________\\______ any failure -> FAILING
 
+The attempt's progress (which slots got how far) is an
+:class:`~epochstream.deploy.attempt.AttemptProgress` that says when the next phase starts.
 On a failure (a task's exception, a slot's lost connection or heartbeat, the
 Spark job failing) the job master cancels every slot of the attempt, asks the
 restart strategy, and deploys a new attempt that restores the latest completed
@@ -370,7 +372,6 @@ class JobMaster:
     ) -> Ended | None:
         """Handle one event of the running attempt; ``Ended`` when that ended it."""
         now = self.clock.now()
-        attempt = progress.attempt
         if kind == "cancel":
             self._end_attempt(Failure("cancelled"))
             raise JobCancelled(f"job {self.job_id} was cancelled")
@@ -386,18 +387,15 @@ class JobMaster:
         if kind == "runner-exit":
             return self._on_runner_exit(progress, conn, msg)
         if kind == "closed":
-            if (
-                conn.attempt == attempt
-                and conn.slot is not None
-                and conn.slot not in progress.closed
-            ):
-                return Ended(None if self._stop_with is not None else Failure.lost_slot(conn, msg))
-            return None
+            if not progress.lost(conn.attempt, conn.slot):
+                return None
+            # While stopping after the savepoint, nothing is lost.
+            return Ended(None if self._stop_with is not None else Failure.lost_slot(conn, msg))
         overdue = progress.registration_overdue(now, self.phase)
         if overdue is not None:
             return Ended(Failure(overdue))
         silent = progress.silent_slot(now)
-        if silent is not None:  # while stopping after the savepoint, nothing is lost
+        if silent is not None:
             return Ended(None if self._stop_with is not None else Failure(silent))
         if kind == "idle":
             return None
@@ -405,26 +403,32 @@ class JobMaster:
         if isinstance(msg, RegisterSlot):
             self._register(progress, deployments, conn, msg, now)
             return None
-        if conn.attempt != attempt:
+        if conn.attempt != progress.attempt:
             return None
         progress.heard_from(conn.slot, now)
+        return self._on_message(progress, conn, msg)
+
+    def _on_message(
+        self, progress: AttemptProgress, conn: SlotConnection, msg: Any
+    ) -> Ended | None:
+        """A message of a registered slot of the running attempt."""
         if isinstance(msg, (Heartbeat, SlotLog, SlotMetrics, ConsoleOutput)):
             self._report(msg)
             return None
         if isinstance(msg, TaskFailed):
-            if self._stop_with is None:
-                failure = Failure.of_task(msg)
-                return Ended(
-                    self.inbox.root_cause(failure, attempt, progress.closed)
-                    if msg.secondary
-                    else failure
+            if self._stop_with is not None:
+                # The job stops after a savepoint whose transactions sinks committed:
+                # restarting from an older checkpoint would write them again.
+                log.info(
+                    "job %s: ignoring a failure while stopping: %s",
+                    self.job_id[:8],
+                    msg.description,
                 )
-            # The job stops after a savepoint whose transactions sinks committed:
-            # restarting from an older checkpoint would write them again.
-            log.info(
-                "job %s: ignoring a failure while stopping: %s", self.job_id[:8], msg.description
-            )
-            return None
+                return None
+            failure = Failure.of_task(msg)
+            if msg.secondary:
+                failure = self.inbox.root_cause(failure, progress.attempt, progress.closed)
+            return Ended(failure)
         if isinstance(msg, SlotReady):
             if progress.ready(msg.slot, (msg.host, msg.port)) is Phase.CONNECTING:
                 self.phase = Phase.CONNECTING
@@ -471,11 +475,8 @@ class JobMaster:
         if error is None:
             return Ended(Failure(f"slots of attempt {attempt} exited before the job finished"))
         text, fatal = self.runner.describe_exit_error(error)
-        return Ended(
-            Failure(
-                f"slots of attempt {attempt} ended: {text}", suppress_restarts=fatal, error=error
-            )
-        )
+        cause = f"slots of attempt {attempt} ended: {text}"
+        return Ended(Failure(cause, suppress_restarts=fatal, error=error))
 
     def _register(
         self,
@@ -486,11 +487,8 @@ class JobMaster:
         now: float,
     ) -> None:
         if not progress.accepts(msg, self.phase):
-            conn.send(
-                CancelSlot(
-                    f"stale registration (attempt {msg.attempt}, current {progress.attempt})"
-                )
-            )
+            reason = f"stale registration (attempt {msg.attempt}, current {progress.attempt})"
+            conn.send(CancelSlot(reason))
             conn.close()
             return
         conn.slot, conn.attempt, conn.pid = msg.slot, msg.attempt, msg.pid
@@ -502,7 +500,7 @@ class JobMaster:
                 c.send(self._deploy_message(slot, deployments[slot]))
 
     def _report(self, msg: Heartbeat | SlotLog | SlotMetrics | ConsoleOutput) -> None:
-        """A slot's heartbeat, log record, metrics or console output."""
+        """A slot's heartbeat (nothing more to do), log record, metrics or console output."""
         if isinstance(msg, SlotLog):
             log_slot_record(msg)
         elif isinstance(msg, SlotMetrics):
