@@ -7,7 +7,9 @@ the job master feeds it messages (:meth:`CheckpointCoordinator.receive_ack`,
 seconds ``tick`` returns before calling it again. Storage I/O (writing ``_metadata``,
 deleting discarded checkpoints and unreferenced shared files) runs off the event
 thread through ``callbacks.run_io``; its completion comes back as an event
-(:meth:`~CheckpointCoordinator.on_persisted`).
+(:meth:`~CheckpointCoordinator.on_persisted`). Completed checkpoints go to a
+:class:`~epochstream.checkpoint.completed.CompletedCheckpointStore`, which knows the
+latest, its fallbacks and which checkpoints stay on storage.
 
 Each pending checkpoint is a small state machine::
 
@@ -38,6 +40,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from epochstream.checkpoint.cleanup import StorageCleaner
+from epochstream.checkpoint.completed import CompletedCheckpointStore
 from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats, task_key_str
@@ -135,6 +138,9 @@ class CheckpointCoordinator:
         self._next_id = max(storage.max_checkpoint_id() + 1, floor, 1)
         self.registry = SharedStateRegistry()
         self._cleaner = StorageCleaner(storage, callbacks.run_io)
+        self._store = CompletedCheckpointStore(
+            retained=config.retained, registry=self.registry, cleaner=self._cleaner, job_id=job_id
+        )
 
         self._tasks: frozenset[TaskKey] = frozenset()
         self._source_tasks: frozenset[TaskKey] = frozenset()
@@ -147,12 +153,6 @@ class CheckpointCoordinator:
         self._final_requested = False
         self._final_id: int | None = None
         self._final_completed = False
-
-        self._latest: CompletedCheckpoint | None = None
-        # Restorable checkpoints, newest first: the latest and the older ones to fall
-        # back to when it proves corrupt.
-        self._candidates: list[CompletedCheckpoint] = []
-        self._retained: list[int] = []  # completed checkpoints of this job, oldest first
         self._completed_stats: list[CheckpointStats] = []
 
     # ------------------------------------------------------------ queries
@@ -160,7 +160,7 @@ class CheckpointCoordinator:
     @property
     def latest_completed(self) -> CompletedCheckpoint | None:
         """The newest completed (or restored-from) checkpoint, ``None`` before any."""
-        return self._latest
+        return self._store.latest
 
     @property
     def completed_stats(self) -> list[CheckpointStats]:
@@ -190,7 +190,7 @@ class CheckpointCoordinator:
     @property
     def retained_ids(self) -> list[int]:
         """Completed checkpoints of this job still on storage, oldest first."""
-        return list(self._retained)
+        return self._store.retained_ids
 
     def pending_state(self, checkpoint_id: int) -> PendingState | None:
         """Where pending checkpoint ``checkpoint_id`` is, ``None`` if it is not pending."""
@@ -249,8 +249,7 @@ class CheckpointCoordinator:
         self.stop_attempt("job cancelled" if cancelled else "job finished")
         if cancelled and not self._config.retain_on_cancel:
             self._cleaner.delete_dir(self._storage.job_dir)
-            self._latest = None
-            self._retained = []
+            self._store.forget()
 
     def restore_from(self, candidates: list[CompletedCheckpoint]) -> None:
         """Start from ``candidates[0]`` (a checkpoint or savepoint of an earlier job),
@@ -262,31 +261,13 @@ class CheckpointCoordinator:
             )
         if not candidates:
             raise CheckpointError(f"job {self._job_id}: restore needs a checkpoint")
-        self._candidates = list(candidates)
-        self._latest = candidates[0]
+        self._store.restore_from(candidates)
         self._next_id = max(self._next_id, max(c.checkpoint_id for c in candidates) + 1)
 
     def discard_corrupt(self, checkpoint_id: int, reason: str) -> CompletedCheckpoint | None:
         """Checkpoint ``checkpoint_id`` could not be restored: fall back to the previous
         restorable one (returned; ``None`` when there is none left)."""
-        self._candidates = [c for c in self._candidates if c.checkpoint_id != checkpoint_id]
-        if checkpoint_id in self._retained:
-            self._retained.remove(checkpoint_id)
-            self._cleaner.delete_files(
-                self.registry.release(checkpoint_id, pending=set(self._pending))
-            )
-        fallback = self._candidates[0] if self._candidates else None
-        log.warning(
-            "job %s: checkpoint %d cannot be restored (%s); %s",
-            self._job_id,
-            checkpoint_id,
-            reason,
-            f"falling back to checkpoint {fallback.checkpoint_id} at {fallback.directory}"
-            if fallback
-            else "no older checkpoint is left",
-        )
-        self._latest = fallback
-        return fallback
+        return self._store.discard_corrupt(checkpoint_id, reason, pending=set(self._pending))
 
     # ------------------------------------------------------------ time
 
@@ -347,7 +328,7 @@ class CheckpointCoordinator:
         return self._trigger(self._clock.now(), final=False, options=options)
 
     def _base_id(self) -> int | None:
-        latest = self._latest
+        latest = self._store.latest
         return None if latest is None else latest.checkpoint_id
 
     def _checkpoint_options(self) -> CheckpointOptions:
@@ -394,7 +375,9 @@ class CheckpointCoordinator:
         log.debug(
             "job %s: triggering %s %d",
             self._job_id,
-            "savepoint" if options.is_savepoint else ("final checkpoint" if final else "checkpoint"),
+            "savepoint"
+            if options.is_savepoint
+            else ("final checkpoint" if final else "checkpoint"),
             checkpoint_id,
         )
         self._callbacks.trigger_sources(
@@ -512,10 +495,8 @@ class CheckpointCoordinator:
             self._callbacks.savepoint_done(n, pending.directory, None)
         else:
             self._last_completion = now
-            self._latest = CompletedCheckpoint(n, pending.directory, metadata)
-            self._candidates = [self._latest, *self._candidates]
-            self.registry.register(n, pending.shared_files())
-            self._retained.append(n)
+            checkpoint = CompletedCheckpoint(n, pending.directory, metadata)
+            self._store.add(checkpoint, pending.shared_files())
             if pending.final:
                 self._final_completed = True
             log.info(
@@ -532,27 +513,13 @@ class CheckpointCoordinator:
                 p for p in self._pending.values() if p.checkpoint_id < n and not p.is_savepoint
             ]:
                 self._drop(older, f"subsumed by completed checkpoint {n}", notify=True)
-            freed += self._prune()
+            freed += self._store.prune(pending=set(self._pending))
             self._consecutive_failures = 0
             if len(self._completed_stats) % _SWEEP_EVERY == 0:
                 self._cleaner.sweep_orphans(below=n, keep=self.registry.protected())
         freed += self.registry.checkpoint_ended(n)
         self._cleaner.delete_files(freed)
         self._maybe_trigger_final()
-
-    def _prune(self) -> list[str]:
-        """Keep the newest ``retained`` completed checkpoints; the rest leave storage."""
-        freed: list[str] = []
-        pending = set(self._pending)
-        while len(self._retained) > self._config.retained:
-            old = self._retained.pop(0)
-            freed += self.registry.release(old, pending=pending)
-            self._cleaner.discard(old)
-        kept = set(self._retained)
-        self._candidates = [c for c in self._candidates if c.checkpoint_id in kept or not c.owned]
-        latest = self._retained[-1] if self._retained else 0
-        self._cleaner.discard_leftovers(below=latest, keep=kept | pending)
-        return freed
 
     # ------------------------------------------------------------ failure
 

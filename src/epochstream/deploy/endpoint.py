@@ -38,11 +38,13 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
 
+from epochstream.deploy.registry import JobEntry, register
 from epochstream.exceptions import CheckpointError
 
 __all__ = ["JobEndpoint"]
@@ -341,6 +343,21 @@ class JobEndpoint:
     def start(self) -> None:
         """Start serving."""
         self._thread.start()
+
+    def announce(self, job_id: str, name: str, started_at: float) -> None:
+        """Start serving and list the job in this user's registry (for the CLI)."""
+        self.start()
+        register(
+            JobEntry(
+                job_id=job_id,
+                name=name,
+                endpoint=self.url,
+                token=self.token,
+                pid=os.getpid(),
+                started_at=started_at,
+            )
+        )
+        log.info("job %s (%s): endpoint %s", job_id, name, self.url)
 
     def close(self) -> None:
         """Stop serving and release the port."""

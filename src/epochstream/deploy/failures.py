@@ -5,20 +5,26 @@ Example::
     failure = Failure.of_task(msg)          # a task's exception with its traceback
     failure = Failure.lost_slot(conn, err)  # a slot's control connection closed
     raise give_up(job_id, failures, failure, "fixed_delay: 3 of 3 restarts used")
+    inbox.sleep(FailureHandler(job_id, tracker, coordinator).restart_delay(failure, failures))
 """
 
 from __future__ import annotations
 
+import logging
 import shlex
 import sys
 from dataclasses import dataclass
 
+from epochstream.checkpoint.coordinator import CheckpointCoordinator
 from epochstream.checkpoint.pending import CompletedCheckpoint
 from epochstream.deploy.control import SlotConnection
+from epochstream.deploy.restart import RestartTracker
 from epochstream.exceptions import CorruptStateError, JobExecutionError
 from epochstream.runtime.messages import TaskFailed
 
-__all__ = ["Failure", "give_up", "runner_lost"]
+__all__ = ["Failure", "FailureHandler", "give_up", "runner_lost"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -52,9 +58,54 @@ class Failure:
         return None
 
 
-def give_up(
-    job_id: str, failures: list[str], failure: Failure, reason: str
-) -> JobExecutionError:
+class FailureHandler:
+    """What follows a failed attempt: the delay before the next one, or the end of the job.
+
+    A checkpoint that failed to restore is dropped first (the next attempt falls back to
+    the one before it); an error that restarting cannot fix, or a restart strategy that
+    says no, ends the job.
+
+    Example::
+
+        handler = FailureHandler(job_id, strategy.create_tracker(clock), coordinator)
+        delay = handler.restart_delay(failure, failures)  # or raises JobExecutionError
+    """
+
+    def __init__(
+        self, job_id: str, tracker: RestartTracker, coordinator: CheckpointCoordinator | None
+    ) -> None:
+        self._job_id = job_id
+        self._tracker = tracker
+        self._coordinator = coordinator
+
+    def restart_delay(self, failure: Failure, failures: list[str]) -> float:
+        """Seconds to wait before the next attempt; raises the ``JobExecutionError`` that
+        ends the job instead when it must not restart (``failures``: every cause so far)."""
+        corrupt = failure.corrupt_checkpoint
+        if corrupt is not None and self._coordinator is not None:
+            assert corrupt.checkpoint_id is not None
+            fallback = self._coordinator.discard_corrupt(corrupt.checkpoint_id, str(corrupt))
+            if fallback is None:
+                raise give_up(self._job_id, failures, failure, "no restorable checkpoint is left")
+            log.warning(
+                "job %s: output that sinks committed after checkpoint %d may be written "
+                "again, since the job now restarts from there",
+                self._job_id[:8],
+                fallback.checkpoint_id,
+            )
+        if failure.suppress_restarts:
+            reason = "the error is not recoverable by restarting"
+            raise give_up(self._job_id, failures, failure, reason)
+        decision = self._tracker.on_failure()
+        if not decision.restart:
+            raise give_up(self._job_id, failures, failure, decision.reason)
+        log.warning(
+            "job %s: restarting in %.1fs (%s)", self._job_id[:8], decision.delay, decision.reason
+        )
+        return decision.delay
+
+
+def give_up(job_id: str, failures: list[str], failure: Failure, reason: str) -> JobExecutionError:
     """The error of a job that stops restarting: first cause and the history of attempts."""
     first = failures[0]
     history = "\n".join(f"  attempt {i + 1}: {f.splitlines()[0]}" for i, f in enumerate(failures))

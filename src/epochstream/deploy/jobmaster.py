@@ -5,6 +5,8 @@ It runs in the driver on one event thread. Each *attempt* deploys every slot:
     REGISTERING -> DEPLOYING -> CONNECTING -> RUNNING -> FINISHING -> done
          \\____________\\____________\\___________\\______ any failure -> FAILING
 
+The attempt's progress (which slots got how far) is an
+:class:`~epochstream.deploy.attempt.AttemptProgress` that says when the next phase starts.
 On a failure (a task's exception, a slot's lost connection or heartbeat, the
 Spark job failing) the job master cancels every slot of the attempt, asks the
 restart strategy, and deploys a new attempt that restores the latest completed
@@ -19,9 +21,7 @@ Example::
 
 from __future__ import annotations
 
-import enum
 import logging
-import os
 import queue
 import secrets
 import sys
@@ -39,22 +39,19 @@ from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.checkpoint.pending import CompletedCheckpoint
 from epochstream.checkpoint.storage import CheckpointStorage
 from epochstream.deploy.assignment import task_deployments
+from epochstream.deploy.attempt import AttemptProgress, Ended, Phase
 from epochstream.deploy.committers import GlobalCommits
-from epochstream.deploy.control import ControlServer
+from epochstream.deploy.control import ControlServer, SlotConnection
 from epochstream.deploy.endpoint import JobEndpoint
 from epochstream.deploy.enumeration import SourceEnumerators
-from epochstream.deploy.failures import Failure, give_up, runner_lost
+from epochstream.deploy.failures import Failure, FailureHandler, runner_lost
 from epochstream.deploy.inbox import Inbox
 from epochstream.deploy.metrics import JobMetrics, job_status
-from epochstream.deploy.registry import JobEntry, register, unregister
+from epochstream.deploy.registry import unregister
 from epochstream.deploy.runners import Runner, RunnerLost
 from epochstream.deploy.savepoints import SavepointRequest, SavepointRequests
 from epochstream.deploy.storage_io import StorageWorker
-from epochstream.exceptions import (
-    ConfigurationError,
-    JobCancelled,
-    JobExecutionError,
-)
+from epochstream.exceptions import ConfigurationError, JobCancelled, JobExecutionError
 from epochstream.graph.jobgraph import JobGraph
 from epochstream.runtime.auth import new_secret
 from epochstream.runtime.clock import Clock, SystemClock
@@ -77,6 +74,7 @@ from epochstream.runtime.messages import (
     SlotReady,
     SlotRunning,
     SourceExhausted,
+    TaskDeployment,
     TaskFailed,
     TaskFinished,
     TaskKey,
@@ -91,18 +89,8 @@ log = logging.getLogger(__name__)
 
 REGISTRATION_TIMEOUT = 180.0
 CANCEL_TIMEOUT = 60.0
-
-
-class Phase(enum.Enum):
-    """Where the current attempt is; each phase names what it waits for."""
-
-    REGISTERING = "waiting for every slot to register"
-    DEPLOYING = "waiting for every slot to open its data plane"
-    CONNECTING = "waiting for every slot to connect its channels"
-    RUNNING = "running; checkpoints are triggered"
-    FINISHING = "input ended and committed; waiting for slots to close"
-    FAILING = "cancelling the attempt"
-    DONE = "finished"
+#: What each slot of an attempt runs, by slot index.
+Deployments = dict[int, list[TaskDeployment]]
 
 
 class JobMaster:
@@ -261,9 +249,11 @@ class JobMaster:
         """Run attempts until the job finishes, is cancelled, or restarts run out."""
         started = time.monotonic()
         tracker = self.env.restart_strategy.create_tracker(self.clock)
+        handler = FailureHandler(self.job_id, tracker, self.coordinator)
         self.server.start()
         self.io.start()
-        self._announce()
+        if self.endpoint is not None:
+            self.endpoint.announce(self.job_id, self.graph.name, self.started_at)
         try:
             while True:
                 self.attempt += 1
@@ -286,30 +276,7 @@ class JobMaster:
                 log.warning(
                     "job %s attempt %d failed: %s", self.job_id[:8], self.attempt, failure.cause
                 )
-                corrupt = failure.corrupt_checkpoint
-                if corrupt is not None and self.coordinator is not None:
-                    assert corrupt.checkpoint_id is not None
-                    fallback = self.coordinator.discard_corrupt(corrupt.checkpoint_id, str(corrupt))
-                    if fallback is None:
-                        raise self._give_up(failure, "no restorable checkpoint is left")
-                    log.warning(
-                        "job %s: output that sinks committed after checkpoint %d may be written "
-                        "again, since the job now restarts from there",
-                        self.job_id[:8],
-                        fallback.checkpoint_id,
-                    )
-                if failure.suppress_restarts:
-                    raise self._give_up(failure, "the error is not recoverable by restarting")
-                decision = tracker.on_failure()
-                if not decision.restart:
-                    raise self._give_up(failure, decision.reason)
-                log.warning(
-                    "job %s: restarting in %.1fs (%s)",
-                    self.job_id[:8],
-                    decision.delay,
-                    decision.reason,
-                )
-                self.inbox.sleep(decision.delay)
+                self.inbox.sleep(handler.restart_delay(failure, self.failures))
         except JobCancelled:
             self.outcome = "CANCELED"
             if self.coordinator is not None:
@@ -333,23 +300,6 @@ class JobMaster:
             self.runner.close()
             self._savepoints.fail_all("the job ended")
 
-    def _announce(self) -> None:
-        """Serve the endpoint and list the job in this user's registry (for the CLI)."""
-        if self.endpoint is None:
-            return
-        self.endpoint.start()
-        register(
-            JobEntry(
-                job_id=self.job_id,
-                name=self.graph.name,
-                endpoint=self.endpoint.url,
-                token=self.endpoint.token,
-                pid=os.getpid(),
-                started_at=self.started_at,
-            )
-        )
-        log.info("job %s (%s): endpoint %s", self.job_id, self.graph.name, self.endpoint.url)
-
     # ------------------------------------------------------------------ attempts
 
     def _launch(self) -> SlotLaunch:
@@ -369,7 +319,6 @@ class JobMaster:
         self._slots = {}
         self._fail_request = None
         attempt = self.attempt
-        p = self.graph.parallelism
         if self.coordinator is not None:
             restored = self.coordinator.latest_completed
         else:
@@ -381,13 +330,15 @@ class JobMaster:
                 return Failure(str(exc))
         self._enumerators = SourceEnumerators(self.graph, restored)
         deployments = task_deployments(self.graph, restored, self._enumerators.initial_assignment())
-        addresses: dict[int, tuple[str, int]] = {}
-        running: set[int] = set()
-        closed: set[int] = set()
-        exhausted: set[TaskKey] = set()
-        finished: set[TaskKey] = set()
-        last_seen: dict[int, float] = {}
-        deadline = self.clock.now() + REGISTRATION_TIMEOUT
+        progress = AttemptProgress(
+            attempt=attempt,
+            parallelism=self.graph.parallelism,
+            tasks=self._tasks,
+            sources=self._sources,
+            started=self.clock.now(),
+            registration_timeout=REGISTRATION_TIMEOUT,
+            heartbeat_timeout=self.env.heartbeat_timeout,
+        )
         if restored is not None:
             log.warning(
                 "job %s attempt %d: restoring checkpoint %d",
@@ -398,7 +349,6 @@ class JobMaster:
         self.runner.start(
             self._launch(), lambda err: self.events.put(("runner-exit", attempt, err))
         )
-
         while True:
             timeout = 1.0
             if self.phase == Phase.RUNNING and self.coordinator is not None:
@@ -413,139 +363,151 @@ class JobMaster:
                 kind, conn, msg = self.events.get(timeout=timeout)
             except queue.Empty:
                 kind, conn, msg = "idle", None, None
-            now = self.clock.now()
-            if kind == "cancel":
-                self._end_attempt(Failure("cancelled"))
-                raise JobCancelled(f"job {self.job_id} was cancelled")
-            if kind == "io-done":
-                conn(msg)  # a storage callback (conn), with its error (msg)
-                self._maybe_finish(finished)
-                continue
-            if kind == "savepoint":
-                self._savepoints.start(
-                    msg,
-                    self.coordinator,
-                    self.checkpoint_config,
-                    running=self.phase is Phase.RUNNING,
+            ended = self._on_event(progress, deployments, kind, conn, msg)
+            if ended is not None:
+                return ended.failure
+
+    def _on_event(
+        self, progress: AttemptProgress, deployments: Deployments, kind: str, conn: Any, msg: Any
+    ) -> Ended | None:
+        """Handle one event of the running attempt; ``Ended`` when that ended it."""
+        now = self.clock.now()
+        if kind == "cancel":
+            self._end_attempt(Failure("cancelled"))
+            raise JobCancelled(f"job {self.job_id} was cancelled")
+        if kind == "io-done":
+            conn(msg)  # a storage callback (conn), with its error (msg)
+            self._maybe_finish(progress)
+            return None
+        if kind == "savepoint":
+            self._savepoints.start(
+                msg, self.coordinator, self.checkpoint_config, running=self.phase is Phase.RUNNING
+            )
+            return None
+        if kind == "runner-exit":
+            return self._on_runner_exit(progress, conn, msg)
+        if kind == "closed":
+            if not progress.lost(conn.attempt, conn.slot):
+                return None
+            # While stopping after the savepoint, nothing is lost.
+            return Ended(None if self._stop_with is not None else Failure.lost_slot(conn, msg))
+        overdue = progress.registration_overdue(now, self.phase)
+        if overdue is not None:
+            return Ended(Failure(overdue))
+        silent = progress.silent_slot(now)
+        if silent is not None:
+            return Ended(None if self._stop_with is not None else Failure(silent))
+        if kind == "idle":
+            return None
+        assert kind == "message"
+        if isinstance(msg, RegisterSlot):
+            self._register(progress, deployments, conn, msg, now)
+            return None
+        if conn.attempt != progress.attempt:
+            return None
+        progress.heard_from(conn.slot, now)
+        return self._on_message(progress, conn, msg)
+
+    def _on_message(
+        self, progress: AttemptProgress, conn: SlotConnection, msg: Any
+    ) -> Ended | None:
+        """A message of a registered slot of the running attempt."""
+        if isinstance(msg, (Heartbeat, SlotLog, SlotMetrics, ConsoleOutput)):
+            self._report(msg)
+            return None
+        if isinstance(msg, TaskFailed):
+            if self._stop_with is not None:
+                # The job stops after a savepoint whose transactions sinks committed:
+                # restarting from an older checkpoint would write them again.
+                log.info(
+                    "job %s: ignoring a failure while stopping: %s",
+                    self.job_id[:8],
+                    msg.description,
                 )
-                continue
-            if kind == "runner-exit":
-                if conn != attempt:
-                    continue
-                # In FINISHING every task ended and the final checkpoint committed; a clean
-                # exit may simply come before the last SlotClosed message.
-                if self.phase == Phase.FINISHING and (msg is None or self._stop_with):
-                    self.inbox.take_final_reports(self._slots, attempt, closed)
-                    return None
-                if msg is None:
-                    return Failure(f"slots of attempt {attempt} exited before the job finished")
-                text, fatal = self.runner.describe_exit_error(msg)
-                return Failure(
-                    f"slots of attempt {attempt} ended: {text}", suppress_restarts=fatal, error=msg
-                )
-            if kind == "closed":
-                if conn.attempt == attempt and conn.slot is not None and conn.slot not in closed:
-                    if self._stop_with is not None:
-                        return None  # stopping after the savepoint: nothing is lost
-                    return Failure.lost_slot(conn, msg)
-                continue
-            if self.phase == Phase.REGISTERING and now > deadline:
-                return Failure(
-                    f"only {len(self._slots)} of {p} slots registered within "
-                    f"{REGISTRATION_TIMEOUT:.0f}s (does the cluster have {p} free task slots?)"
-                )
-            for slot, seen in last_seen.items():
-                if now - seen > self.env.heartbeat_timeout and slot not in closed:
-                    if self._stop_with is not None:
-                        return None  # stopping after the savepoint: nothing is lost
-                    return Failure(f"slot {slot} missed heartbeats for {now - seen:.1f}s")
-            if kind == "idle":
-                continue
-            assert kind == "message"
-            if isinstance(msg, RegisterSlot):
-                if (
-                    msg.attempt != attempt
-                    or self.phase != Phase.REGISTERING
-                    or msg.slot in self._slots
-                ):
-                    conn.send(
-                        CancelSlot(f"stale registration (attempt {msg.attempt}, current {attempt})")
-                    )
-                    conn.close()
-                    continue
-                conn.slot, conn.attempt, conn.pid = msg.slot, msg.attempt, msg.pid
-                self._slots[msg.slot] = conn
-                self.slot_pids[msg.slot] = msg.pid
-                last_seen[msg.slot] = now
-                if len(self._slots) == p:
-                    self.phase = Phase.DEPLOYING
-                    for slot, c in self._slots.items():
-                        c.send(self._deploy_message(slot, deployments[slot]))
-                continue
-            if conn.attempt != attempt:
-                continue
-            last_seen[conn.slot] = now
-            if isinstance(msg, Heartbeat):
-                continue
-            if isinstance(msg, SlotLog):
-                log_slot_record(msg)
-                continue
-            if isinstance(msg, SlotMetrics):
-                self.metrics.record(msg.samples, wall=self.clock.wall())
-                continue
-            if isinstance(msg, ConsoleOutput):
-                sys.stdout.write(msg.text)
-                sys.stdout.flush()
-                continue
-            if isinstance(msg, SlotReady):
-                addresses[msg.slot] = (msg.host, msg.port)
-                if len(addresses) == p:
-                    self.phase = Phase.CONNECTING
-                    self._broadcast(ConnectPeers(dict(addresses)))
-            elif isinstance(msg, SlotRunning):
-                running.add(msg.slot)
-                if len(running) == p:
-                    self.phase = Phase.RUNNING
-                    self.running.set()
-                    if self.coordinator is not None:
-                        self.coordinator.start_attempt(set(self._tasks), set(self._sources))
-            elif isinstance(msg, AcknowledgeCheckpoint):
+                return None
+            failure = Failure.of_task(msg)
+            if msg.secondary:
+                failure = self.inbox.root_cause(failure, progress.attempt, progress.closed)
+            return Ended(failure)
+        if isinstance(msg, SlotReady):
+            if progress.ready(msg.slot, (msg.host, msg.port)) is Phase.CONNECTING:
+                self.phase = Phase.CONNECTING
+                self._broadcast(ConnectPeers(progress.addresses))
+        elif isinstance(msg, SlotRunning):
+            if progress.slot_running(msg.slot) is Phase.RUNNING:
+                self.phase = Phase.RUNNING
+                self.running.set()
                 if self.coordinator is not None:
-                    self.coordinator.receive_ack(msg)
-            elif isinstance(msg, DeclineCheckpoint):
-                if self.coordinator is not None:
-                    self.coordinator.receive_decline(msg)
-            elif isinstance(msg, SourceExhausted):
-                exhausted.add(msg.task)
-                if exhausted == self._sources and self.coordinator is not None:
-                    self.coordinator.trigger_final()
-            elif isinstance(msg, RequestSplit):
-                assert self._enumerators is not None
-                for split_msg in self._enumerators.request(msg.chain_id, msg.subtask):
-                    conn.send(split_msg)
-            elif isinstance(msg, TaskFinished):
-                finished.add(msg.task)
-            elif isinstance(msg, TaskFailed):
-                if self._stop_with is not None:
-                    # The job stops after a savepoint whose transactions sinks committed:
-                    # restarting from an older checkpoint would write them again.
-                    log.info(
-                        "job %s: ignoring a failure while stopping: %s",
-                        self.job_id[:8],
-                        msg.description,
-                    )
-                    continue
-                failure = Failure.of_task(msg)
-                if msg.secondary:
-                    return self.inbox.root_cause(failure, attempt, closed)
-                return failure
-            elif isinstance(msg, SlotClosed):
-                closed.add(msg.slot)
-                if self.phase == Phase.FINISHING and len(closed) == p:
-                    return None
-            else:
-                log.warning("job %s: unexpected message %r", self.job_id[:8], msg)
-            self._maybe_finish(finished)
+                    self.coordinator.start_attempt(set(self._tasks), set(self._sources))
+        elif isinstance(msg, AcknowledgeCheckpoint):
+            if self.coordinator is not None:
+                self.coordinator.receive_ack(msg)
+        elif isinstance(msg, DeclineCheckpoint):
+            if self.coordinator is not None:
+                self.coordinator.receive_decline(msg)
+        elif isinstance(msg, SourceExhausted):
+            if progress.source_exhausted(msg.task) and self.coordinator is not None:
+                self.coordinator.trigger_final()
+        elif isinstance(msg, RequestSplit):
+            assert self._enumerators is not None
+            for split_msg in self._enumerators.request(msg.chain_id, msg.subtask):
+                conn.send(split_msg)
+        elif isinstance(msg, TaskFinished):
+            progress.task_finished(msg.task)
+        elif isinstance(msg, SlotClosed):
+            if progress.slot_closed(msg.slot, self.phase) is Phase.DONE:
+                return Ended(None)
+        else:
+            log.warning("job %s: unexpected message %r", self.job_id[:8], msg)
+        self._maybe_finish(progress)
+        return None
+
+    def _on_runner_exit(
+        self, progress: AttemptProgress, attempt: int, error: BaseException | None
+    ) -> Ended | None:
+        if attempt != progress.attempt:
+            return None
+        # In FINISHING every task ended and the final checkpoint committed; a clean
+        # exit may simply come before the last SlotClosed message.
+        if self.phase == Phase.FINISHING and (error is None or self._stop_with):
+            self.inbox.take_final_reports(self._slots, attempt, progress.closed)
+            return Ended(None)
+        if error is None:
+            return Ended(Failure(f"slots of attempt {attempt} exited before the job finished"))
+        text, fatal = self.runner.describe_exit_error(error)
+        cause = f"slots of attempt {attempt} ended: {text}"
+        return Ended(Failure(cause, suppress_restarts=fatal, error=error))
+
+    def _register(
+        self,
+        progress: AttemptProgress,
+        deployments: Deployments,
+        conn: SlotConnection,
+        msg: RegisterSlot,
+        now: float,
+    ) -> None:
+        if not progress.accepts(msg, self.phase):
+            reason = f"stale registration (attempt {msg.attempt}, current {progress.attempt})"
+            conn.send(CancelSlot(reason))
+            conn.close()
+            return
+        conn.slot, conn.attempt, conn.pid = msg.slot, msg.attempt, msg.pid
+        self._slots[msg.slot] = conn
+        self.slot_pids[msg.slot] = msg.pid
+        if progress.registered(msg.slot, now) is Phase.DEPLOYING:
+            self.phase = Phase.DEPLOYING
+            for slot, c in self._slots.items():
+                c.send(self._deploy_message(slot, deployments[slot]))
+
+    def _report(self, msg: Heartbeat | SlotLog | SlotMetrics | ConsoleOutput) -> None:
+        """A slot's heartbeat (nothing more to do), log record, metrics or console output."""
+        if isinstance(msg, SlotLog):
+            log_slot_record(msg)
+        elif isinstance(msg, SlotMetrics):
+            self.metrics.record(msg.samples, wall=self.clock.wall())
+        elif isinstance(msg, ConsoleOutput):
+            sys.stdout.write(msg.text)
+            sys.stdout.flush()
 
     def _discover_splits(self) -> float:
         """Let enumerators discover; send new splits to the subtasks waiting for one.
@@ -558,13 +520,10 @@ class JobMaster:
         due = enumerators.next_discovery()
         return 1.0 if due is None else max(due - self.clock.now(), 0.0)
 
-    def _maybe_finish(self, finished: set[TaskKey]) -> None:
+    def _maybe_finish(self, progress: AttemptProgress) -> None:
         """Every task ended its input and the final checkpoint committed: close the slots."""
-        if (
-            self.phase == Phase.RUNNING
-            and finished == self._tasks
-            and (self.coordinator is None or self.coordinator.final_completed)
-        ):
+        final_committed = self.coordinator is None or self.coordinator.final_completed
+        if progress.finishing(self.phase, final_committed) is Phase.FINISHING:
             self.phase = Phase.FINISHING
             self._broadcast(FinishSlot())
 
@@ -617,9 +576,6 @@ class JobMaster:
                 return False
             self.inbox.drain_stale()
         return True
-
-    def _give_up(self, failure: Failure, reason: str) -> JobExecutionError:
-        return give_up(self.job_id, self.failures, failure, reason)
 
     def _runner_lost(self, lost: RunnerLost) -> JobExecutionError:
         latest = self.coordinator.latest_completed if self.coordinator else None

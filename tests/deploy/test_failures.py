@@ -1,0 +1,63 @@
+"""What follows a failed attempt, with a real restart tracker and a fake coordinator."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+
+import epochstream as es
+from epochstream.checkpoint.coordinator import CheckpointCoordinator
+from epochstream.checkpoint.pending import CompletedCheckpoint
+from epochstream.deploy.failures import Failure, FailureHandler
+from epochstream.exceptions import CorruptStateError, JobExecutionError
+from epochstream.runtime.clock import ManualClock
+
+
+class FakeCoordinator:
+    def __init__(self, fallback: CompletedCheckpoint | None) -> None:
+        self.fallback = fallback
+        self.discarded: list[int] = []
+
+    def discard_corrupt(self, checkpoint_id: int, reason: str) -> CompletedCheckpoint | None:
+        self.discarded.append(checkpoint_id)
+        return self.fallback
+
+
+def _handler(attempts: int, coordinator: Any = None) -> FailureHandler:
+    tracker = es.restart.fixed_delay(attempts=attempts, delay=0.5).create_tracker(ManualClock())
+    return FailureHandler("job-1", tracker, cast(CheckpointCoordinator | None, coordinator))
+
+
+def _corrupt(checkpoint_id: int) -> Failure:
+    error = CorruptStateError("truncated", path="/ck/j/chk-4/a.kst", checkpoint_id=checkpoint_id)
+    return Failure("restore failed", error=error)
+
+
+def test_restarts_after_the_strategys_delay_until_it_gives_up() -> None:
+    handler = _handler(attempts=1)
+    assert handler.restart_delay(Failure("boom"), ["boom"]) == 0.5
+    with pytest.raises(JobExecutionError, match="fixed_delay: 1 of 1 restarts used"):
+        handler.restart_delay(Failure("boom"), ["boom", "boom"])
+
+
+def test_an_unrecoverable_error_ends_the_job_without_using_a_restart() -> None:
+    handler = _handler(attempts=1)
+    with pytest.raises(JobExecutionError, match="not recoverable by restarting"):
+        handler.restart_delay(Failure("bad input", suppress_restarts=True), ["bad input"])
+    assert handler.restart_delay(Failure("boom"), ["bad input", "boom"]) == 0.5
+
+
+def test_a_corrupt_checkpoint_is_discarded_before_restarting_from_its_fallback() -> None:
+    fallback = CompletedCheckpoint(3, "/ck/j/chk-3", None)  # type: ignore[arg-type]
+    coordinator = FakeCoordinator(fallback)
+    handler = _handler(attempts=2, coordinator=coordinator)
+    assert handler.restart_delay(_corrupt(4), ["restore failed"]) == 0.5
+    assert coordinator.discarded == [4]
+
+
+def test_no_checkpoint_left_to_restore_ends_the_job() -> None:
+    coordinator = FakeCoordinator(None)
+    handler = _handler(attempts=2, coordinator=coordinator)
+    with pytest.raises(JobExecutionError, match="no restorable checkpoint is left"):
+        handler.restart_delay(_corrupt(4), ["restore failed"])
