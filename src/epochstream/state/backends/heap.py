@@ -139,7 +139,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self.key_group_range = kgr
         self.incremental = incremental
         self.max_chain = max_chain
-        self.assigner = KeyGroupAssigner(ctx.max_parallelism)
+        self.assigner = KeyGroupAssigner.shared(ctx.max_parallelism)
         self._key = KeyContext()
         self._tables: dict[str, HeapTable] = {}
         # What snapshot n took per state, until a completed checkpoint covers it.
