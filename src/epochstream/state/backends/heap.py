@@ -47,8 +47,10 @@ from epochstream.state.backends.heap_files import (
     DELETED,
     KeyGroupState,
     apply_segment,
+    key_groups_of,
     merge_chain,
-    write_segments,
+    split_key_groups,
+    write_block,
 )
 from epochstream.state.backends.heap_states import (
     HEAP_STATE_CLASSES,
@@ -267,11 +269,11 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             self.check_restorable(handle)
             fs = storage_fs(handle.files()[0] if handle.files() else "/", self.ctx.storage_options)
             if isinstance(handle, HeapSnapshotHandle):
-                merged = merge_chain(fs, handle.chain, owned_groups)
-                for segment in merged.values():
-                    for name, entries in segment.items():
-                        kind = handle.states.get(name, "value")
-                        self._restored_table(name, kind).data.update(entries)
+                namespaced = [n for n, kind in handle.states.items() if is_namespaced(kind)]
+                merged = merge_chain(fs, handle.chain, owned_groups, self.assigner, namespaced)
+                for name, entries in merged.items():
+                    kind = handle.states.get(name, "value")
+                    self._restored_table(name, kind).data.update(entries)
             elif isinstance(handle, CanonicalSnapshotHandle):
                 self._restore_canonical(fs, handle)
             else:
@@ -397,13 +399,16 @@ class _HeapSnapshotJob(SnapshotJob):
         # The delta holds every live entry of every state: it is a full snapshot itself.
         self.complete = complete
 
-    def _by_key_group(self) -> dict[int, KeyGroupState]:
+    def _namespaced(self) -> list[str]:
+        return [name for name, m in self.metas.items() if is_namespaced(m.kind)]
+
+    def _check_owned(self) -> None:
+        """A key outside the backend's key groups was set on the wrong subtask; its
+        state would be lost (or restored twice) at the next rescale."""
         owned = self.backend.key_group_range
-        groups: dict[int, KeyGroupState] = {}
         for name, entries in self.delta.items():
-            # Namespaced entries are (key, namespace) pairs: the key alone places them.
-            kgs = self.backend.assigner.key_groups(
-                [k[0] for k in entries] if is_namespaced(self.metas[name].kind) else entries
+            kgs = key_groups_of(
+                self.backend.assigner, entries, namespaced=is_namespaced(self.metas[name].kind)
             )
             if kgs and (min(kgs) < owned.start or max(kgs) >= owned.stop):
                 kg, key = next((g, k) for g, k in zip(kgs, entries, strict=True) if g not in owned)
@@ -412,39 +417,31 @@ class _HeapSnapshotJob(SnapshotJob):
                     f"backend's range {owned.start}..{owned.stop - 1}; the key was set on "
                     "the wrong subtask"
                 )
-            start = owned.start
-            buckets: list[dict[Any, Any]] = [{} for _ in owned]
-            for (key, value), kg in zip(entries.items(), kgs, strict=True):
-                buckets[kg - start][key] = value
-            for kg, bucket in zip(owned, buckets, strict=True):
-                if bucket:
-                    groups.setdefault(kg, {})[name] = bucket
-        return groups
 
-    def _full(self, groups: dict[int, KeyGroupState]) -> dict[int, KeyGroupState]:
+    def _full(self) -> KeyGroupState:
         if self.complete:
-            merged = groups  # every live entry, no deletions: nothing to merge
+            merged = self.delta  # every live entry, no deletions: nothing to merge
         else:
             base = self.base.chain if self.base is not None else ()
             # The chain lives in checkpoint storage; the target (a savepoint) may be elsewhere.
             fs = storage_fs(base[0].path, self.backend.ctx.storage_options) if base else self.target.fs
-            merged = merge_chain(fs, base, self.backend.key_group_range)
-            for kg, segment in groups.items():
-                apply_segment(merged.setdefault(kg, {}), segment)
+            merged = merge_chain(
+                fs, base, self.backend.key_group_range, self.backend.assigner, self._namespaced()
+            )
+            apply_segment(merged, self.delta)
         now = self.backend.ctx.clock.wall()
-        for segment in merged.values():
-            for name, ttl in self.ttls.items():
-                entries = segment.get(name)
-                if entries:
-                    _drop_expired(entries, self.metas[name].kind, ttl, now)
-        return {kg: s for kg, s in merged.items() if any(s.values())}
+        for name, ttl in self.ttls.items():
+            entries = merged.get(name)
+            if entries:
+                _drop_expired(entries, self.metas[name].kind, ttl, now)
+        return {name: entries for name, entries in merged.items() if entries}
 
     def run(self) -> KeyedStateHandle | None:
         target = self.target
         backend = self.backend
-        groups = self._by_key_group()
+        self._check_owned()
         if target.savepoint:
-            return self._write_canonical(self._full(groups))
+            return self._write_canonical(self._full())
         base = self.base
         chain = base.chain if base is not None else ()
         deltas = sum(f.size for f in chain if not f.full)
@@ -459,13 +456,14 @@ class _HeapSnapshotJob(SnapshotJob):
         kgr = backend.key_group_range
         kinds = {name: m.kind for name, m in self.metas.items()}
         if materialize:
-            full = self._full(groups)
+            full = self._full()
             handle = HeapSnapshotHandle(kgr, (), kinds)
             if full:
                 file = self._write(full, full_file=True)
                 handle = HeapSnapshotHandle(kgr, (file,), kinds)
-        elif groups:
-            delta = self._write(groups, full_file=False)
+        elif any(self.delta.values()):
+            changed = {name: entries for name, entries in self.delta.items() if entries}
+            delta = self._write(changed, full_file=False)
             handle = HeapSnapshotHandle(kgr, (*chain, delta), kinds)
         else:
             assert base is not None
@@ -473,7 +471,7 @@ class _HeapSnapshotJob(SnapshotJob):
         backend._record_handle(target.checkpoint_id, handle)
         return handle if handle.chain else None
 
-    def _write(self, groups: dict[int, KeyGroupState], *, full_file: bool) -> HeapStateFile:
+    def _write(self, state: KeyGroupState, *, full_file: bool) -> HeapStateFile:
         target = self.target
         shared = self.backend.incremental and target.shared_dir is not None
         if shared:
@@ -482,13 +480,14 @@ class _HeapSnapshotJob(SnapshotJob):
             path = target.fs.join(target.shared_dir, name)
         else:
             path = target.fs.join(target.directory, f"{target.name}.kst")
-        spans, size = write_segments(target.fs, path, groups)
+        spans, size = write_block(target.fs, path, state, self.backend.key_group_range)
         self.bytes_written += size
         return HeapStateFile(path=path, full=full_file, segments=spans, size=size, shared=shared)
 
-    def _write_canonical(self, full: dict[int, KeyGroupState]) -> KeyedStateHandle | None:
-        if not full:
+    def _write_canonical(self, state: KeyGroupState) -> KeyedStateHandle | None:
+        if not state:
             return None
+        full = split_key_groups(state, self.backend.assigner, self._namespaced())
         target = self.target
         path = target.fs.join(target.directory, f"{target.name}.arrow")
         metas = self.metas
