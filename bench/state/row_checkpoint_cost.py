@@ -15,12 +15,14 @@ heap as in a slot, and the collector thresholds are the slot's.
 
 The first checkpoint is reported apart (it pays for hashing the keys into key groups
 when no writer of the process did); the figure is the median of the others.
-``--base COMMIT`` exports that commit's ``src`` (``git archive``) and alternates the two
-trees, each round in a fresh process; the medians over rounds are printed.
+``--base COMMIT[,COMMIT...]`` exports each commit's ``src`` (``git archive``) and
+measures them and this tree in turn (the order alternating by round), each in a fresh
+process; the medians over rounds are printed.
 
 Example::
 
     .venv/bin/python bench/state/row_checkpoint_cost.py --base c153040 --rounds 5
+    .venv/bin/python bench/state/row_checkpoint_cost.py --base c153040,8cc442e --rounds 5
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ finally:
 
 
 def _export(commit: str, into: str) -> str:
+    os.makedirs(into)
     archive = subprocess.run(
         ["git", "-C", ROOT, "archive", commit, "src"], check=True, capture_output=True
     ).stdout
@@ -114,15 +117,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--base", help="commit to compare with (default: this tree only)")
+    parser.add_argument("--base", help="commits to compare with, comma-separated")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--checkpoints", type=int, default=8, help="timed, after the first")
     parser.add_argument("--tmp", default="/tmp")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="epochstream-base-") as scratch:
-        trees = {"this": os.path.join(ROOT, "src")}
-        if args.base:
-            trees = {"base": _export(args.base, scratch), **trees}
+        trees: dict[str, str] = {}
+        for commit in args.base.split(",") if args.base else []:
+            trees[commit] = _export(commit, os.path.join(scratch, commit))
+        trees["this"] = os.path.join(ROOT, "src")
         rows: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
         for round_no in range(args.rounds):
             order = list(trees) if round_no % 2 == 0 else list(reversed(trees))
