@@ -81,11 +81,19 @@ from epochstream.state.ttl import TtlConfig, TtlValue
 
 __all__ = ["HeapKeyedStateBackend", "HeapStateBackend"]
 
-#: State kinds whose stored values change in place (list appends, map puts, accumulators
-#: a user function updates): a snapshot copies them. Values of value state are copied on
-#: ``update`` and those of built-in value tables are never changed once stored (functions
-#: must not change the records they receive), so a snapshot shares them.
-_UNSHARED_KINDS = frozenset({"list", "map", "reducing", "aggregating"})
+#: State kinds whose stored values change in place: a snapshot copies them. Values of
+#: value state are copied on ``update`` and those of built-in value tables are never
+#: changed once stored (functions must not change the records they receive), so a
+#: snapshot shares them.
+#:
+#: - list and map state: the backend appends to and puts into the stored container, but
+#:   never changes an element (each is a copy made on write, and reads hand out copies),
+#:   so a shallow copy of the container is the snapshot's (a deep copy of a list of
+#:   dicts per changed key was most of a Nexmark join's synchronous part);
+#: - reducing and aggregating state: the user's function gets the stored accumulator
+#:   and may change it in place, so it is copied as a whole (``copy_value``).
+_CONTAINER_KINDS = frozenset({"list", "map"})
+_ACCUMULATOR_KINDS = frozenset({"reducing", "aggregating"})
 
 
 @dataclass(frozen=True)
@@ -248,7 +256,10 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def _copy_entries(table: HeapTable, keys: Iterable[Any], memo: dict[int, Any]) -> dict[Any, Any]:
         """The entries of ``keys`` as the snapshot keeps them (absent ones as deleted)."""
         data = table.data
-        if base_kind(table.kind) in _UNSHARED_KINDS:
+        kind = base_kind(table.kind)
+        if kind in _CONTAINER_KINDS:
+            return {k: (data[k].copy() if k in data else DELETED) for k in keys}
+        if kind in _ACCUMULATOR_KINDS:
             return {k: (_snapshot_copy(data[k], memo) if k in data else DELETED) for k in keys}
         # Never changed in place once stored: the snapshot may share the objects.
         if keys is data:
