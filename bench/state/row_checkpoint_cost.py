@@ -13,6 +13,11 @@ snapshot thread (files fsynced under ``--tmp``), then marks the checkpoint compl
 Garbage lists are allocated between writes so that the entries are spread over the
 heap as in a slot, and the collector thresholds are the slot's.
 
+``--workload join`` measures instead the state of a Nexmark-style join subtask: 1,000
+keys, each with a list state and a map state of event dicts (six fields), 4,000 events
+added to each state between checkpoints (``ListState.add``, ``MapState.put``), so
+every checkpoint copies the changed keys' growing lists and maps.
+
 The first checkpoint is reported apart (it pays for hashing the keys into key groups
 when no writer of the process did); the figure is the median of the others.
 ``--base COMMIT[,COMMIT...]`` exports each commit's ``src`` (``git archive``) and
@@ -23,6 +28,7 @@ Example::
 
     .venv/bin/python bench/state/row_checkpoint_cost.py --base c153040 --rounds 5
     .venv/bin/python bench/state/row_checkpoint_cost.py --base c153040,8cc442e --rounds 5
+    .venv/bin/python bench/state/row_checkpoint_cost.py --base 8439bda --workload join
 """
 
 from __future__ import annotations
@@ -44,7 +50,9 @@ from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.runtime.clock import SystemClock
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
 from epochstream.state.backends.heap import HeapStateBackend
-from epochstream.state.descriptors import ValueStateDescriptor
+from epochstream.state.descriptors import (
+    ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor,
+)
 from epochstream.state.keygroups import key_group_for_key
 
 gc.set_threshold(100_000, 10, 10)
@@ -59,9 +67,20 @@ try:
     table = backend.value_table(ValueStateDescriptor("_reduce"))
     keys = sorted({{i * 7919 % 100_000 for i in range(100_000)}})
     keys = [k for k in keys if key_group_for_key(k, 128) < 64]
+    lists = backend.get_state(ListStateDescriptor("auctions"))
+    maps = backend.get_state(MapStateDescriptor("persons"))
+    joined = [k for k in range(4_000) if key_group_for_key(k, 128) < 64][:1_000]
     junk = []
     sync, run, size = [], [], 0
     for n in range(1, {checkpoints} + 2):
+        if {workload!r} == "join":
+            for i in range((n - 1) * 4_000, n * 4_000):
+                backend.set_current_key(joined[i % 1_000])
+                event = {{"id": i, "seller": i % 997, "category": i % 10, "price": i * 3,
+                         "dateTime": 1_700_000_000_000 + i, "extra": "x" * 8}}
+                lists.add(event)
+                maps.put(i, event)
+            keys = ()
         for lo in range(0, len(keys), 1024):
             batch = keys[lo : lo + 1024]
             for k in batch:
@@ -85,7 +104,7 @@ try:
         del job
         backend.notify_checkpoint_complete(n)
     print(json.dumps({{
-        "keys": len(keys), "bytes": size,
+        "keys": len(joined) if {workload!r} == "join" else len(keys), "bytes": size,
         "first_sync_ms": sync[0] * 1e3, "first_async_ms": run[0] * 1e3,
         "sync_ms": statistics.median(sync[1:]) * 1e3, "async_ms": statistics.median(run[1:]) * 1e3,
     }}))
@@ -104,7 +123,7 @@ def _export(commit: str, into: str) -> str:
 
 
 def _measure(src: str, args: argparse.Namespace) -> dict[str, float]:
-    code = _RUN.format(tmp=args.tmp, checkpoints=args.checkpoints)
+    code = _RUN.format(tmp=args.tmp, checkpoints=args.checkpoints, workload=args.workload)
     env = {**os.environ, "PYTHONPATH": src}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
@@ -121,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--checkpoints", type=int, default=8, help="timed, after the first")
     parser.add_argument("--tmp", default="/tmp")
+    parser.add_argument("--workload", choices=["w1", "join"], default="w1")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="epochstream-base-") as scratch:
         trees: dict[str, str] = {}
