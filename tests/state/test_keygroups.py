@@ -290,6 +290,30 @@ def test_assigner_cache_is_bounded() -> None:
     assert assigner.cache_size() == 5  # cleared at 10, 20 and 30 entries
 
 
+def test_shared_assigner_is_one_per_max_parallelism_and_threads_share_it() -> None:
+    import threading
+
+    shared = KeyGroupAssigner.shared(96)
+    assert KeyGroupAssigner.shared(96) is shared
+    assert KeyGroupAssigner.shared(97) is not shared
+    keys = [f"shared-{i}" for i in range(2_000)]
+
+    def route(part: list[str]) -> None:
+        for key in part:
+            assert shared.key_group(key) == key_group_for_key(key, 96)
+
+    threads = [threading.Thread(target=route, args=(keys[i::4],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    before = shared.cache_size()
+    assert before >= len(keys)
+    # A backend of the same process finds the keys a writer routed already hashed.
+    assert shared.key_groups(keys) == [key_group_for_key(k, 96) for k in keys]
+    assert shared.cache_size() == before
+
+
 def test_assigner_handles_unhashable_keys() -> None:
     assigner = KeyGroupAssigner(128)
     assert assigner.key_group(["a", 1]) == assigner.key_group(("a", 1))

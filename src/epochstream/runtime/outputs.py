@@ -153,7 +153,7 @@ class RecordWriter:
         self._next = subtask_index % max(self._n, 1)
         self._subtask = subtask_index
         self._key_selector: Callable[[Any], Any] | None = partitioning.key_selector
-        self._assigner = KeyGroupAssigner(max_parallelism)
+        self._assigner = KeyGroupAssigner.shared(max_parallelism)
         self._max_parallelism = max_parallelism
         self._channel_of_key: dict[Any, int] = {}
         self.records_out = 0

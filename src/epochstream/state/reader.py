@@ -35,7 +35,7 @@ from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.checkpoint.storage import load_metadata
 from epochstream.exceptions import StateError
 from epochstream.state.backends.base import base_kind, is_namespaced
-from epochstream.state.backends.heap_files import merge_chain
+from epochstream.state.backends.heap_files import merge_chain, split_key_groups
 from epochstream.state.backends.rocksdb_snapshots import read_database_rows
 from epochstream.state.canonical import read_batches, read_state_meta
 from epochstream.state.columnar import columnar_rows
@@ -47,6 +47,7 @@ from epochstream.state.handles import (
     RocksDBSnapshotHandle,
 )
 from epochstream.state.keycodec import decode_key
+from epochstream.state.keygroups import KeyGroupAssigner
 from epochstream.state.ttl import TtlValue
 
 __all__ = ["read", "state_rows"]
@@ -154,7 +155,11 @@ def _heap_rows(
     fs = storage_fs(handle.chain[0].path, options)
     state_kind = handle.states.get(name, "value")
     kind, namespaced = base_kind(state_kind), is_namespaced(state_kind)
-    for kg, segment in sorted(merge_chain(fs, handle.chain, handle.key_groups).items()):
+    assigner = KeyGroupAssigner.shared(max_parallelism)
+    ns_names = [n for n, k in handle.states.items() if is_namespaced(k)]
+    merged = merge_chain(fs, handle.chain, handle.key_groups, assigner, ns_names)
+    state = {name: merged[name]} if name in merged else {}
+    for kg, segment in sorted(split_key_groups(state, assigner, ns_names).items()):
         for entry_key, stored in segment.get(name, {}).items():
             key, ns = entry_key if namespaced else (entry_key, None)
             if kind == "list":

@@ -8,7 +8,11 @@ from typing import Any
 from epochstream.state.backends.heap import HeapStateBackend
 from epochstream.state.backends.heap_files import DELETED
 from epochstream.state.backends.heap_states import UNTRACKED_MIN_KEYS
-from epochstream.state.descriptors import ListStateDescriptor, ValueStateDescriptor
+from epochstream.state.descriptors import (
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ValueStateDescriptor,
+)
 from epochstream.state.handles import HeapSnapshotHandle
 
 from .conftest import Harness
@@ -173,3 +177,36 @@ def test_restored_list_state_takes_the_new_ttl_setting(tmp_path: Any) -> None:
     assert timed.get() == ["a"]
     h.clock.advance(6)
     assert timed.get() == []
+
+
+def test_list_and_map_snapshots_copy_containers_not_elements(tmp_path: Any) -> None:
+    h = _harness(tmp_path)
+    backend = h.backend()
+    events = backend.get_state(ListStateDescriptor("events"))
+    people = backend.get_state(MapStateDescriptor("people"))
+    for k in range(3):
+        backend.set_current_key(k)
+        events.add({"id": k, "tags": ["a"]})
+        people.put(f"p{k}", {"name": "x", "ids": [k]})
+    job = backend.snapshot(h.target(1))
+    stored = backend._tables["events"].data[0]
+    # The container is copied (appends after the barrier must not reach the snapshot),
+    # its elements shared: the backend never changes one in place.
+    assert job.delta["events"][0] is not stored  # type: ignore[attr-defined]
+    assert job.delta["events"][0][0] is stored[0]  # type: ignore[attr-defined]
+    for k in range(3):  # after the barrier: appends, puts, and changes to what reads return
+        backend.set_current_key(k)
+        events.add({"id": 100 + k})
+        events.get()[0]["tags"].append("changed")
+        people.get(f"p{k}")["ids"].append(-1)
+        people.put(f"p{k}", {"name": "y"})
+        people.put("new", {"name": "z"})
+    handle = job.run()
+    restored = h.backend()
+    restored.restore([handle], checkpoint_id=1, owned=True)
+    r_events = restored.get_state(ListStateDescriptor("events"))
+    r_people = restored.get_state(MapStateDescriptor("people"))
+    for k in range(3):
+        restored.set_current_key(k)
+        assert r_events.get() == [{"id": k, "tags": ["a"]}]
+        assert r_people.items() == [(f"p{k}", {"name": "x", "ids": [k]})]

@@ -47,8 +47,10 @@ from epochstream.state.backends.heap_files import (
     DELETED,
     KeyGroupState,
     apply_segment,
+    key_groups_of,
     merge_chain,
-    write_segments,
+    split_key_groups,
+    write_block,
 )
 from epochstream.state.backends.heap_states import (
     HEAP_STATE_CLASSES,
@@ -79,11 +81,19 @@ from epochstream.state.ttl import TtlConfig, TtlValue
 
 __all__ = ["HeapKeyedStateBackend", "HeapStateBackend"]
 
-#: State kinds whose stored values change in place (list appends, map puts, accumulators
-#: a user function updates): a snapshot copies them. Values of value state are copied on
-#: ``update`` and those of built-in value tables are never changed once stored (functions
-#: must not change the records they receive), so a snapshot shares them.
-_UNSHARED_KINDS = frozenset({"list", "map", "reducing", "aggregating"})
+#: State kinds whose stored values change in place: a snapshot copies them. Values of
+#: value state are copied on ``update`` and those of built-in value tables are never
+#: changed once stored (functions must not change the records they receive), so a
+#: snapshot shares them.
+#:
+#: - list and map state: the backend appends to and puts into the stored container, but
+#:   never changes an element (each is a copy made on write, and reads hand out copies),
+#:   so a shallow copy of the container is the snapshot's (a deep copy of a list of
+#:   dicts per changed key was most of a Nexmark join's synchronous part);
+#: - reducing and aggregating state: the user's function gets the stored accumulator
+#:   and may change it in place, so it is copied as a whole (``copy_value``).
+_CONTAINER_KINDS = frozenset({"list", "map"})
+_ACCUMULATOR_KINDS = frozenset({"reducing", "aggregating"})
 
 
 @dataclass(frozen=True)
@@ -139,7 +149,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self.key_group_range = kgr
         self.incremental = incremental
         self.max_chain = max_chain
-        self.assigner = KeyGroupAssigner(ctx.max_parallelism)
+        self.assigner = KeyGroupAssigner.shared(ctx.max_parallelism)
         self._key = KeyContext()
         self._tables: dict[str, HeapTable] = {}
         # What snapshot n took per state, until a completed checkpoint covers it.
@@ -207,7 +217,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self._adopt_base(target.base_checkpoint_id)
         taken: dict[str, _Written] = {}
         delta: dict[str, dict[Any, Any]] = {}
-        whole: dict[str, list[Any]] = {}  # states whose delta holds every live entry
+        whole: dict[str, set[Any]] = {}  # states whose delta holds every live entry: changed keys
         memo: dict[int, Any] = {}
         for name, table in self._tables.items():
             data = table.data
@@ -221,7 +231,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             changed = written.keys.union(*(e.keys for e in earlier)) if earlier else written.keys
             every_key = written.every_key or any(e.every_key for e in earlier)
             if every_key or (len(changed) >= len(data) and changed.issuperset(data)):
-                whole[name] = list(changed.difference(data))  # gone since the base
+                whole[name] = changed
                 delta[name] = self._copy_entries(table, data, memo)
             elif changed:
                 delta[name] = self._copy_entries(table, changed, memo)
@@ -235,7 +245,10 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         complete = len(whole) == len(self._tables)
         if not complete:
             # Merged onto the base chain: keys gone since the base need their deletion.
-            for name, gone in whole.items():
+            # Only then: finding them costs a lookup per changed key, a third of the
+            # synchronous part of a table whose keys all changed.
+            for name, changed in whole.items():
+                gone = changed.difference(self._tables[name].data)
                 delta[name].update(zip(gone, repeat(DELETED)))
         return _HeapSnapshotJob(self, target, delta, base, metas, ttls, complete=complete)
 
@@ -243,7 +256,10 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def _copy_entries(table: HeapTable, keys: Iterable[Any], memo: dict[int, Any]) -> dict[Any, Any]:
         """The entries of ``keys`` as the snapshot keeps them (absent ones as deleted)."""
         data = table.data
-        if base_kind(table.kind) in _UNSHARED_KINDS:
+        kind = base_kind(table.kind)
+        if kind in _CONTAINER_KINDS:
+            return {k: (data[k].copy() if k in data else DELETED) for k in keys}
+        if kind in _ACCUMULATOR_KINDS:
             return {k: (_snapshot_copy(data[k], memo) if k in data else DELETED) for k in keys}
         # Never changed in place once stored: the snapshot may share the objects.
         if keys is data:
@@ -267,11 +283,11 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             self.check_restorable(handle)
             fs = storage_fs(handle.files()[0] if handle.files() else "/", self.ctx.storage_options)
             if isinstance(handle, HeapSnapshotHandle):
-                merged = merge_chain(fs, handle.chain, owned_groups)
-                for segment in merged.values():
-                    for name, entries in segment.items():
-                        kind = handle.states.get(name, "value")
-                        self._restored_table(name, kind).data.update(entries)
+                namespaced = [n for n, kind in handle.states.items() if is_namespaced(kind)]
+                merged = merge_chain(fs, handle.chain, owned_groups, self.assigner, namespaced)
+                for name, entries in merged.items():
+                    kind = handle.states.get(name, "value")
+                    self._restored_table(name, kind).data.update(entries)
             elif isinstance(handle, CanonicalSnapshotHandle):
                 self._restore_canonical(fs, handle)
             else:
@@ -397,13 +413,16 @@ class _HeapSnapshotJob(SnapshotJob):
         # The delta holds every live entry of every state: it is a full snapshot itself.
         self.complete = complete
 
-    def _by_key_group(self) -> dict[int, KeyGroupState]:
+    def _namespaced(self) -> list[str]:
+        return [name for name, m in self.metas.items() if is_namespaced(m.kind)]
+
+    def _check_owned(self) -> None:
+        """A key outside the backend's key groups was set on the wrong subtask; its
+        state would be lost (or restored twice) at the next rescale."""
         owned = self.backend.key_group_range
-        groups: dict[int, KeyGroupState] = {}
         for name, entries in self.delta.items():
-            # Namespaced entries are (key, namespace) pairs: the key alone places them.
-            kgs = self.backend.assigner.key_groups(
-                [k[0] for k in entries] if is_namespaced(self.metas[name].kind) else entries
+            kgs = key_groups_of(
+                self.backend.assigner, entries, namespaced=is_namespaced(self.metas[name].kind)
             )
             if kgs and (min(kgs) < owned.start or max(kgs) >= owned.stop):
                 kg, key = next((g, k) for g, k in zip(kgs, entries, strict=True) if g not in owned)
@@ -412,39 +431,31 @@ class _HeapSnapshotJob(SnapshotJob):
                     f"backend's range {owned.start}..{owned.stop - 1}; the key was set on "
                     "the wrong subtask"
                 )
-            start = owned.start
-            buckets: list[dict[Any, Any]] = [{} for _ in owned]
-            for (key, value), kg in zip(entries.items(), kgs, strict=True):
-                buckets[kg - start][key] = value
-            for kg, bucket in zip(owned, buckets, strict=True):
-                if bucket:
-                    groups.setdefault(kg, {})[name] = bucket
-        return groups
 
-    def _full(self, groups: dict[int, KeyGroupState]) -> dict[int, KeyGroupState]:
+    def _full(self) -> KeyGroupState:
         if self.complete:
-            merged = groups  # every live entry, no deletions: nothing to merge
+            merged = self.delta  # every live entry, no deletions: nothing to merge
         else:
             base = self.base.chain if self.base is not None else ()
             # The chain lives in checkpoint storage; the target (a savepoint) may be elsewhere.
             fs = storage_fs(base[0].path, self.backend.ctx.storage_options) if base else self.target.fs
-            merged = merge_chain(fs, base, self.backend.key_group_range)
-            for kg, segment in groups.items():
-                apply_segment(merged.setdefault(kg, {}), segment)
+            merged = merge_chain(
+                fs, base, self.backend.key_group_range, self.backend.assigner, self._namespaced()
+            )
+            apply_segment(merged, self.delta)
         now = self.backend.ctx.clock.wall()
-        for segment in merged.values():
-            for name, ttl in self.ttls.items():
-                entries = segment.get(name)
-                if entries:
-                    _drop_expired(entries, self.metas[name].kind, ttl, now)
-        return {kg: s for kg, s in merged.items() if any(s.values())}
+        for name, ttl in self.ttls.items():
+            entries = merged.get(name)
+            if entries:
+                _drop_expired(entries, self.metas[name].kind, ttl, now)
+        return {name: entries for name, entries in merged.items() if entries}
 
     def run(self) -> KeyedStateHandle | None:
         target = self.target
         backend = self.backend
-        groups = self._by_key_group()
+        self._check_owned()
         if target.savepoint:
-            return self._write_canonical(self._full(groups))
+            return self._write_canonical(self._full())
         base = self.base
         chain = base.chain if base is not None else ()
         deltas = sum(f.size for f in chain if not f.full)
@@ -459,13 +470,14 @@ class _HeapSnapshotJob(SnapshotJob):
         kgr = backend.key_group_range
         kinds = {name: m.kind for name, m in self.metas.items()}
         if materialize:
-            full = self._full(groups)
+            full = self._full()
             handle = HeapSnapshotHandle(kgr, (), kinds)
             if full:
                 file = self._write(full, full_file=True)
                 handle = HeapSnapshotHandle(kgr, (file,), kinds)
-        elif groups:
-            delta = self._write(groups, full_file=False)
+        elif any(self.delta.values()):
+            changed = {name: entries for name, entries in self.delta.items() if entries}
+            delta = self._write(changed, full_file=False)
             handle = HeapSnapshotHandle(kgr, (*chain, delta), kinds)
         else:
             assert base is not None
@@ -473,7 +485,7 @@ class _HeapSnapshotJob(SnapshotJob):
         backend._record_handle(target.checkpoint_id, handle)
         return handle if handle.chain else None
 
-    def _write(self, groups: dict[int, KeyGroupState], *, full_file: bool) -> HeapStateFile:
+    def _write(self, state: KeyGroupState, *, full_file: bool) -> HeapStateFile:
         target = self.target
         shared = self.backend.incremental and target.shared_dir is not None
         if shared:
@@ -482,13 +494,14 @@ class _HeapSnapshotJob(SnapshotJob):
             path = target.fs.join(target.shared_dir, name)
         else:
             path = target.fs.join(target.directory, f"{target.name}.kst")
-        spans, size = write_segments(target.fs, path, groups)
+        spans, size = write_block(target.fs, path, state, self.backend.key_group_range)
         self.bytes_written += size
         return HeapStateFile(path=path, full=full_file, segments=spans, size=size, shared=shared)
 
-    def _write_canonical(self, full: dict[int, KeyGroupState]) -> KeyedStateHandle | None:
-        if not full:
+    def _write_canonical(self, state: KeyGroupState) -> KeyedStateHandle | None:
+        if not state:
             return None
+        full = split_key_groups(state, self.backend.assigner, self._namespaced())
         target = self.target
         path = target.fs.join(target.directory, f"{target.name}.arrow")
         metas = self.metas

@@ -1,18 +1,31 @@
-"""The heap backend's snapshot files: one CRC-checked segment per key group.
+"""The heap backend's snapshot files: CRC-checked segments of pickled state.
 
-A file is a sequence of segments in key-group order. A segment is a 12-byte header
-(magic ``b"ESKG"``, key group, CRC-32 of the payload; big-endian) and a pickle of
-``{state_name: {key: value}}``. In a *delta* file a value may be :data:`DELETED`
-(the key was removed since the file the delta builds on). A snapshot is a chain of
-files: one full file and the deltas written after it, applied in order.
+A file holds the state of one subtask's key groups as ``{state_name: {key: value}}``
+pickles, each behind a header with a CRC-32 of the payload (big-endian):
 
-Reading checks the magic, the key group and the CRC of every segment; a mismatch is a
+- a *block* (written since 2026-11-23): one segment for a range of key groups, header
+  ``b"ESKB"``, first key group, number of key groups, CRC (16 bytes). Every key group of
+  the range maps to the block's span in :attr:`HeapStateFile.segments`. One C-level
+  ``pickle.dumps`` of the subtask's entries, with no split by key group on the snapshot
+  thread (splitting 50,000 entries into key groups one by one in Python, then pickling
+  each group, cost 1.7 times the whole asynchronous part without it). A reader that wants
+  only some of the block's key groups (a restore at another parallelism) keeps the
+  entries of its key groups, hashing their keys;
+- a *key-group segment* (files written before): header ``b"ESKG"``, key group, CRC
+  (12 bytes), one per key group in key-group order. Still read.
+
+In a *delta* file a value may be :data:`DELETED` (the key was removed since the file the
+delta builds on). A snapshot is a chain of files: one full file and the deltas written
+after it, applied in order.
+
+Reading checks the magic, the key groups and the CRC of every segment; a mismatch is a
 :class:`StateError` naming the file, key group and offset.
 
 Example::
 
-    spans, size = write_segments(fs, path, {3: {"count": {"a": 1}}})
-    read_segment(fs, path, 3, *spans[3]) == {"count": {"a": 1}}
+    spans, size = write_block(fs, path, {"count": {"a": 1}}, range(0, 64))
+    merge_chain(fs, [HeapStateFile(path, True, spans, size)], range(0, 64), assigner)
+    # {"count": {"a": 1}}
 """
 
 from __future__ import annotations
@@ -25,17 +38,28 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from epochstream.exceptions import CorruptStateError, StateError
 from epochstream.state.handles import HeapStateFile
+from epochstream.state.keygroups import KeyGroupAssigner
 from epochstream.state.serializers import pickle_dumps
 
 if TYPE_CHECKING:
     from epochstream.checkpoint.filesystems import StorageFS
 
-__all__ = ["DELETED", "KeyGroupState", "merge_chain", "read_segment", "write_segments"]
+__all__ = [
+    "DELETED",
+    "KeyGroupState",
+    "apply_segment",
+    "key_groups_of",
+    "merge_chain",
+    "split_key_groups",
+    "write_block",
+]
 
 _MAGIC = b"ESKG"
 _HEADER = struct.Struct(">4sII")
+_BLOCK_MAGIC = b"ESKB"
+_BLOCK_HEADER = struct.Struct(">4sIII")
 
-#: ``{state_name: {key: value}}`` of one key group.
+#: ``{state_name: {key: value}}`` of one key group, or of several (a block).
 KeyGroupState = dict[str, dict[Any, Any]]
 
 
@@ -59,41 +83,67 @@ class _Deleted:
 DELETED = _Deleted()
 
 
-def write_segments(
-    fs: StorageFS, path: str, groups: dict[int, KeyGroupState]
+def write_block(
+    fs: StorageFS, path: str, state: KeyGroupState, key_groups: range
 ) -> tuple[dict[int, tuple[int, int]], int]:
-    """Write one segment per key group (ascending); ``({kg: (offset, length)}, size)``."""
-    spans: dict[int, tuple[int, int]] = {}
-    position = 0
+    """Write ``state`` (entries of ``key_groups`` only) as one block;
+    ``({kg: (offset, length)}, size)`` with every key group mapped to the block."""
+    payload = pickle_dumps(state)
+    header = _BLOCK_HEADER.pack(_BLOCK_MAGIC, key_groups.start, len(key_groups), zlib.crc32(payload))
     try:
         with fs.open_write(path) as out:
-            for kg in sorted(groups):
-                payload = pickle_dumps(groups[kg])
-                header = _HEADER.pack(_MAGIC, kg, zlib.crc32(payload))
-                out.write(header)
-                out.write(payload)
-                length = len(header) + len(payload)
-                spans[kg] = (position, length)
-                position += length
+            out.write(header)
+            out.write(payload)
     except OSError as err:
         raise StateError(f"cannot write keyed state file {path}: {err}") from err
-    return spans, position
+    size = len(header) + len(payload)
+    return dict.fromkeys(key_groups, (0, size)), size
 
 
-def _check(path: str, kg: int, offset: int, length: int, data: bytes) -> KeyGroupState:
-    where = f"keyed state file {path}, key group {kg} at offset {offset}"
-    if len(data) != length or length < _HEADER.size:
-        raise CorruptStateError(
-            f"{where}: expected {length} bytes, found {len(data)} (file truncated?)", path=path
-        )
-    magic, stored_kg, crc = _HEADER.unpack_from(data)
-    payload = memoryview(data)[_HEADER.size :]
-    if magic != _MAGIC or stored_kg != kg:
-        raise CorruptStateError(
-            f"{where}: bad segment header (magic {magic!r}, key group {stored_kg})", path=path
-        )
+def key_groups_of(
+    assigner: KeyGroupAssigner, entries: dict[Any, Any], *, namespaced: bool
+) -> list[int]:
+    """The key group of every entry of ``entries``, in order (cached keys at C speed)."""
+    # Namespaced entries are (key, namespace) pairs: the key alone places them.
+    return assigner.key_groups([k[0] for k in entries] if namespaced else entries)
+
+
+def split_key_groups(
+    state: KeyGroupState,
+    assigner: KeyGroupAssigner,
+    namespaced: Iterable[str] = (),
+) -> dict[int, KeyGroupState]:
+    """``state`` split by key group, ``{kg: {state_name: {key: value}}}`` (entry by entry:
+    for savepoints and the state reader, not for checkpoints)."""
+    ns = frozenset(namespaced)
+    groups: dict[int, KeyGroupState] = {}
+    for name, entries in state.items():
+        kgs = key_groups_of(assigner, entries, namespaced=name in ns)
+        for (key, value), kg in zip(entries.items(), kgs, strict=True):
+            group = groups.get(kg)
+            if group is None:
+                group = groups[kg] = {}
+            table = group.get(name)
+            if table is None:
+                table = group[name] = {}
+            table[key] = value
+    return groups
+
+
+def _corrupt(where: str, path: str, what: str) -> CorruptStateError:
+    return CorruptStateError(f"{where}: {what}", path=path)
+
+
+def _payload(path: str, where: str, data: bytes, length: int, header: struct.Struct) -> tuple[Any, ...]:
+    if len(data) != length or length < header.size:
+        raise _corrupt(where, path, f"expected {length} bytes, found {len(data)} (file truncated?)")
+    return header.unpack_from(data)
+
+
+def _load(path: str, where: str, data: bytes, offset: int, crc: int) -> KeyGroupState:
+    payload = memoryview(data)[offset:]
     if zlib.crc32(payload) != crc:
-        raise CorruptStateError(f"{where}: checksum mismatch (file corrupt)", path=path)
+        raise _corrupt(where, path, "checksum mismatch (file corrupt)")
     try:
         loaded: KeyGroupState = pickle.loads(payload)
     except Exception as err:  # any unpickling failure means unusable state
@@ -101,21 +151,32 @@ def _check(path: str, kg: int, offset: int, length: int, data: bytes) -> KeyGrou
     return loaded
 
 
-def read_segment(fs: StorageFS, path: str, kg: int, offset: int, length: int) -> KeyGroupState:
-    """Read and verify one segment."""
-    try:
-        data = fs.read_range(path, offset, length)
-    except OSError as err:
-        raise CorruptStateError(f"cannot read keyed state file {path}: {err}", path=path) from err
-    return _check(path, kg, offset, length, data)
+def _check(path: str, kgs: list[int], offset: int, length: int, data: bytes) -> tuple[KeyGroupState, range]:
+    """The state in the segment at ``offset`` and the key groups it holds, verified to
+    hold ``kgs`` (the wanted key groups the file maps to this span)."""
+    where = f"keyed state file {path}, key group {kgs[0]} at offset {offset}"
+    magic = data[:4]
+    if magic == _BLOCK_MAGIC:
+        _, first, count, crc = _payload(path, where, data, length, _BLOCK_HEADER)
+        held = range(first, first + count)
+        if kgs[0] < held.start or kgs[-1] >= held.stop:
+            raise _corrupt(where, path, f"block of key groups {first}..{first + count - 1}")
+        return _load(path, where, data, _BLOCK_HEADER.size, crc), held
+    magic, stored_kg, crc = _payload(path, where, data, length, _HEADER)
+    if magic != _MAGIC or stored_kg != kgs[0] or len(kgs) != 1:
+        raise _corrupt(where, path, f"bad segment header (magic {magic!r}, key group {stored_kg})")
+    return _load(path, where, data, _HEADER.size, crc), range(stored_kg, stored_kg + 1)
 
 
-def read_file_segments(
-    fs: StorageFS, file: HeapStateFile, key_groups: Iterable[int]
-) -> Iterable[tuple[int, KeyGroupState]]:
-    """The verified segments of ``file`` for ``key_groups`` (those it has), in order."""
-    wanted = sorted((kg, file.segments[kg]) for kg in key_groups if kg in file.segments)
-    if not wanted:
+def _read_file(
+    fs: StorageFS, file: HeapStateFile, key_groups: range
+) -> Iterable[tuple[KeyGroupState, range]]:
+    """The verified segments of ``file`` that hold any of ``key_groups``, in file order,
+    each with the key groups it holds (more than wanted when a block is shared)."""
+    spans: dict[tuple[int, int], list[int]] = {}
+    for kg in sorted(kg for kg in file.segments if kg in key_groups):
+        spans.setdefault(file.segments[kg], []).append(kg)
+    if not spans:
         return
     try:
         stream: BinaryIO = fs.open_read(file.path)
@@ -124,17 +185,21 @@ def read_file_segments(
             f"cannot read keyed state file {file.path}: {err}", path=file.path
         ) from err
     with stream:
-        for kg, (offset, length) in wanted:
+        for (offset, length), kgs in sorted(spans.items()):
             stream.seek(offset)
-            yield kg, _check(file.path, kg, offset, length, stream.read(length))
+            yield _check(file.path, kgs, offset, length, stream.read(length))
 
 
-def apply_segment(target: KeyGroupState, segment: KeyGroupState) -> None:
-    """Apply a full or delta segment onto ``target`` (``DELETED`` removes a key)."""
+def apply_segment(target: KeyGroupState, segment: KeyGroupState, *, full: bool = False) -> None:
+    """Apply a full or delta segment onto ``target`` (``DELETED`` removes a key; a
+    ``full`` segment has no deletions and is applied at C speed)."""
     for name, entries in segment.items():
         table = target.get(name)
         if table is None:
             table = target[name] = {}
+        if full:
+            table.update(entries)
+            continue
         for key, value in entries.items():
             if value is DELETED:
                 table.pop(key, None)
@@ -142,13 +207,32 @@ def apply_segment(target: KeyGroupState, segment: KeyGroupState) -> None:
                 table[key] = value
 
 
+def _restrict(
+    segment: KeyGroupState, assigner: KeyGroupAssigner, key_groups: range, namespaced: frozenset[str]
+) -> KeyGroupState:
+    """The entries of ``segment`` in ``key_groups`` (a block read for part of its range)."""
+    kept: KeyGroupState = {}
+    for name, entries in segment.items():
+        kgs = key_groups_of(assigner, entries, namespaced=name in namespaced)
+        kept[name] = {k: v for (k, v), kg in zip(entries.items(), kgs, strict=True) if kg in key_groups}
+    return kept
+
+
 def merge_chain(
-    fs: StorageFS, chain: Iterable[HeapStateFile], key_groups: Iterable[int]
-) -> dict[int, KeyGroupState]:
-    """The state of ``key_groups`` after applying every file of ``chain`` in order."""
-    merged: dict[int, KeyGroupState] = {}
-    groups = list(key_groups)
+    fs: StorageFS,
+    chain: Iterable[HeapStateFile],
+    key_groups: range,
+    assigner: KeyGroupAssigner,
+    namespaced: Iterable[str] = (),
+) -> KeyGroupState:
+    """The state of ``key_groups`` after applying every file of ``chain`` in order
+    (``namespaced``: the names of namespaced states, whose keys are (key, namespace))."""
+    ns = frozenset(namespaced)
+    merged: KeyGroupState = {}
     for file in chain:
-        for kg, segment in read_file_segments(fs, file, groups):
-            apply_segment(merged.setdefault(kg, {}), segment)
+        for segment, held in _read_file(fs, file, key_groups):
+            inside = key_groups.start <= held.start and held.stop <= key_groups.stop
+            if not inside:
+                segment = _restrict(segment, assigner, key_groups, ns)
+            apply_segment(merged, segment, full=file.full)
     return merged

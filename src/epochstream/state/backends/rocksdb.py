@@ -193,7 +193,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self.config = config
         self.max_parallelism = ctx.max_parallelism
         self.key_group_range = ctx.key_group_range
-        self.assigner = KeyGroupAssigner(ctx.max_parallelism)
+        self.assigner = KeyGroupAssigner.shared(ctx.max_parallelism)
         self._access = KeyAccess()
         self._access.key_group = self.assigner.key_group
         if not ctx.local_dir:

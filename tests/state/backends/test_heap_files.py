@@ -1,0 +1,133 @@
+"""The heap backend's snapshot files: blocks, key-group segments of older files, checks."""
+
+from __future__ import annotations
+
+import pickle
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+
+from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.exceptions import CorruptStateError
+from epochstream.state.backends.heap import HeapStateBackend
+from epochstream.state.backends.heap_files import (
+    DELETED,
+    merge_chain,
+    split_key_groups,
+    write_block,
+)
+from epochstream.state.descriptors import ValueStateDescriptor
+from epochstream.state.handles import HeapSnapshotHandle, HeapStateFile
+from epochstream.state.keygroups import KeyGroupAssigner, key_group_for_key
+
+from .conftest import Harness
+
+MAX_P = 128
+ASSIGNER = KeyGroupAssigner.shared(MAX_P)
+
+
+def _keys_in(groups: range, n: int) -> list[str]:
+    keys = [f"k{i}" for i in range(n * 4)]
+    return [k for k in keys if key_group_for_key(k, MAX_P) in groups][:n]
+
+
+def _block(tmp_path: Path, name: str, state: dict, groups: range, *, full: bool = True) -> HeapStateFile:
+    fs = storage_fs(str(tmp_path))
+    path = str(tmp_path / name)
+    spans, size = write_block(fs, path, state, groups)
+    return HeapStateFile(path, full, spans, size, shared=False)
+
+
+def test_a_block_maps_every_key_group_to_one_segment_and_reads_back(tmp_path: Path) -> None:
+    groups = range(0, 64)
+    keys = _keys_in(groups, 200)
+    state = {"sums": {k: (k, i) for i, k in enumerate(keys)}}
+    file = _block(tmp_path, "a.kst", state, groups)
+    assert set(file.segments) == set(groups)
+    assert set(file.segments.values()) == {(0, file.size)}
+    fs = storage_fs(str(tmp_path))
+    assert merge_chain(fs, [file], groups, ASSIGNER) == state
+
+
+def test_a_restore_of_part_of_a_block_keeps_only_its_key_groups(tmp_path: Path) -> None:
+    groups = range(0, 64)
+    keys = _keys_in(groups, 300)
+    state = {
+        "sums": {k: i for i, k in enumerate(keys)},
+        "win": {(k, "ns"): [i] for i, k in enumerate(keys)},  # namespaced: (key, namespace)
+    }
+    file = _block(tmp_path, "a.kst", state, groups)
+    fs = storage_fs(str(tmp_path))
+    part = range(32, 64)
+    kept = file.restricted_to(part)
+    assert kept is not None
+    merged = merge_chain(fs, [kept], part, ASSIGNER, ["win"])
+    mine = [k for k in keys if key_group_for_key(k, MAX_P) in part]
+    assert 0 < len(mine) < len(keys)
+    assert merged["sums"] == {k: state["sums"][k] for k in mine}
+    assert merged["win"] == {(k, "ns"): state["win"][(k, "ns")] for k in mine}
+
+
+def test_deltas_apply_in_order_and_delete(tmp_path: Path) -> None:
+    groups = range(0, 64)
+    a, b, c = _keys_in(groups, 3)
+    full = _block(tmp_path, "full.kst", {"s": {a: 1, b: 2}}, groups)
+    delta = _block(tmp_path, "d1.kst", {"s": {a: DELETED, c: 3}, "t": {b: 9}}, groups, full=False)
+    fs = storage_fs(str(tmp_path))
+    assert merge_chain(fs, [full, delta], groups, ASSIGNER) == {"s": {b: 2, c: 3}, "t": {b: 9}}
+
+
+def test_split_key_groups_groups_entries_by_their_key_group() -> None:
+    keys = [f"x{i}" for i in range(100)]
+    state = {"s": {k: i for i, k in enumerate(keys)}, "n": {(k, 1): 0 for k in keys[:10]}}
+    groups = split_key_groups(state, ASSIGNER, ["n"])
+    for kg, segment in groups.items():
+        assert all(key_group_for_key(k, MAX_P) == kg for k in segment.get("s", {}))
+        assert all(key_group_for_key(k, MAX_P) == kg for k, _ in segment.get("n", {}))
+    assert sum(len(s.get("s", {})) for s in groups.values()) == 100
+
+
+def _old_format_file(tmp_path: Path, groups: dict[int, dict]) -> HeapStateFile:
+    """A file as heap snapshots wrote them before blocks: one segment per key group."""
+    path = tmp_path / "old.kst"
+    spans: dict[int, tuple[int, int]] = {}
+    data = b""
+    for kg in sorted(groups):
+        payload = pickle.dumps(groups[kg], protocol=5)
+        segment = struct.pack(">4sII", b"ESKG", kg, zlib.crc32(payload)) + payload
+        spans[kg] = (len(data), len(segment))
+        data += segment
+    path.write_bytes(data)
+    return HeapStateFile(str(path), True, spans, len(data), shared=False)
+
+
+def test_files_with_one_segment_per_key_group_still_restore(tmp_path: Path) -> None:
+    keys = _keys_in(range(0, 128), 100)
+    groups: dict[int, dict] = {}
+    for i, k in enumerate(keys):
+        groups.setdefault(key_group_for_key(k, MAX_P), {}).setdefault("_sum", {})[k] = (k, i)
+    file = _old_format_file(tmp_path, groups)
+    h = Harness("heap", tmp_path)
+    h.config = HeapStateBackend()
+    backend = h.backend(parallelism=2, subtask=1)  # key groups 64..127
+    handle = HeapSnapshotHandle(range(0, 128), (file,), {"_sum": "value"})
+    backend.restore([handle.restricted_to(range(64, 128))], checkpoint_id=1, owned=False)
+    table = backend.value_table(ValueStateDescriptor("_sum"))
+    expected = {k: (k, i) for i, k in enumerate(keys) if key_group_for_key(k, MAX_P) >= 64}
+    assert dict(table.items()) == expected
+
+
+def test_a_corrupt_or_truncated_block_is_reported_with_its_file(tmp_path: Path) -> None:
+    groups = range(0, 64)
+    file = _block(tmp_path, "a.kst", {"s": {k: 1 for k in _keys_in(groups, 50)}}, groups)
+    fs = storage_fs(str(tmp_path))
+    raw = bytearray(Path(file.path).read_bytes())
+    raw[-3] ^= 0xFF
+    Path(file.path).write_bytes(bytes(raw))
+    with pytest.raises(CorruptStateError, match=r"a\.kst, key group 0 at offset 0: checksum mismatch"):
+        merge_chain(fs, [file], groups, ASSIGNER)
+    Path(file.path).write_bytes(bytes(raw[:-10]))
+    with pytest.raises(CorruptStateError, match="file truncated"):
+        merge_chain(fs, [file], groups, ASSIGNER)
