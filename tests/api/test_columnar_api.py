@@ -57,6 +57,18 @@ def test_columnar_flag_follows_the_operators() -> None:
             r"fixed gap .*to_rows\(\)",
         ),
         (lambda e: e.from_sequence(0, 9).to_batches({"a": 1}), "needs a pyarrow.Schema"),
+        *(
+            (
+                lambda e, m=method: getattr(
+                    e.from_sequence(0, 9, batch_size=4).key_by("value").window(es.TumblingEventTimeWindows.of(5)), m
+                )(max),
+                rf"{method}\(\) works on windows of rows; these windows are columnar: .*to_rows\(\)",
+            )
+            for method in (
+                "reduce", "aggregate", "process", "min_by", "max_by", "trigger", "allowed_lateness",
+                "side_output_late_data",
+            )
+        ),
     ],
 )
 def test_misuse_is_refused_when_the_job_is_built(build, message) -> None:  # type: ignore[no-untyped-def]
