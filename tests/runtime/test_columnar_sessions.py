@@ -19,7 +19,7 @@ from epochstream.graph.jobgraph import OperatorSpec
 from epochstream.graph.transformations import ColumnKey
 from epochstream.runtime.clock import ManualClock, wall_ms
 from epochstream.runtime.operators import OperatorContext, create_operator
-from epochstream.runtime.operators.columnar import WindowAggregateSpec
+from epochstream.runtime.operators.columnar import AggregateSpec, WindowAggregateSpec
 from epochstream.runtime.operators.columnar_sessions import SessionWindowSpec, merge_sessions
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
 from epochstream.state.backends.heap import HeapStateBackend
@@ -328,3 +328,21 @@ def test_processing_time_windows_keep_their_starts_across_a_restore(tmp_path: Pa
         restored.on_processing_time(wall_ms(clock))
         got.extend(_bounds(out.rows(), "v"))
     assert sorted(got) == [(k, 3_000, 4_000, 1) for k in range(20)]
+
+
+@pytest.mark.parametrize(
+    ("kind", "payload"),
+    [
+        ("columnar_aggregate", AggregateSpec("max", "k", "v")),
+        ("columnar_session_window", SessionWindowSpec("count", "k", None, 100)),
+        ("columnar_window", WindowAggregateSpec("count", "k", None, 100, 100)),
+        ("columnar_processing_window", WindowAggregateSpec("max", "k", "v", 100, 100)),
+    ],
+)
+def test_a_null_event_time_is_a_data_error_naming_the_operator(kind: str, payload: Any) -> None:
+    """A null ``_ts`` (from map_batches or to_batches) was a session at -2**63 or a raw
+    ArrowInvalid that the restart strategy retried."""
+    op, out = make(kind, payload, clock=ManualClock(start=0))
+    with pytest.raises(DataError, match=rf"{kind} \(1/1\): 1 of 2 rows have no event time \(null _ts\)"):
+        op.process_batch(_kv(["a", "b"], [1, 2], ts=[5, None]), None)  # type: ignore[list-item]
+    assert out.items == []

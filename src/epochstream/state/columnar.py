@@ -39,6 +39,7 @@ __all__ = [
     "ColumnarAggregates",
     "KeyIndex",
     "columnar_rows",
+    "event_times",
     "read_columnar_state",
     "split_by_key_group",
     "write_columnar_state",
@@ -48,6 +49,22 @@ __all__ = [
 AGGREGATES = ("sum", "count", "min", "max", "mean")
 KG = "_kg"
 TS = "_ts"
+
+
+def event_times(batch: pa.RecordBatch, where: str) -> np.ndarray:
+    """The ``_ts`` column of ``batch`` as int64 milliseconds; a null event time (a
+    ``map_batches`` or ``to_batches`` that left one out) is a :class:`DataError` naming
+    ``where``, not a time of -2**63.
+
+    Example: ``event_times(pa.record_batch([pa.array([5])], names=["_ts"]), "op").tolist() == [5]``
+    """
+    column = batch.column(TS)
+    if column.null_count:
+        raise DataError(
+            f"{where}: {column.null_count} of {batch.num_rows} rows have no event time (null "
+            f"{TS}); give every row a timestamp (columns: {', '.join(batch.schema.names)})"
+        )
+    return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
 class KeyIndex:
@@ -279,6 +296,8 @@ class ColumnarAggregates:
         """Fold ``batch`` in: (keys touched, their slots, their latest ``_ts`` or None)."""
         self._check_columns(batch)
         has_ts = TS in batch.schema.names
+        if has_ts:
+            event_times(batch, self.where)
         rows = self.index.row_slots(batch.column(self.key))
         if rows is not None:
             return self._fold_rows(batch, *rows, has_ts)
@@ -327,7 +346,7 @@ class ColumnarAggregates:
         ts = None
         if has_ts:
             latest = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-            np.maximum.at(latest, slots, batch.column(TS).to_numpy())
+            np.maximum.at(latest, slots, event_times(batch, self.where))
             ts = pa.array(latest[touched])
         return self.index.keys_at(touched), touched, ts
 

@@ -36,6 +36,7 @@ from epochstream.runtime.operators.base import Operator, SnapshotParts
 from epochstream.state.backends.base import SnapshotJob, SnapshotTarget
 from epochstream.state.columnar import (
     ColumnarAggregates,
+    event_times,
     read_columnar_state,
     write_columnar_state,
 )
@@ -397,7 +398,7 @@ class ColumnarWindowOperator(ColumnarWindowAggregates):
             )
         agg = self.agg
         late, windows = window_starts(
-            batch.column(TS_COLUMN).to_numpy(), agg.size, agg.slide, agg.offset, self.watermark
+            event_times(batch, self.ctx.task_name), agg.size, agg.slide, agg.offset, self.watermark
         )
         self.late_rows += late
         for start, rows in windows:

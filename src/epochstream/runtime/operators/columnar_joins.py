@@ -49,6 +49,7 @@ from epochstream.runtime.operators.columnar import (
     window_starts,
 )
 from epochstream.runtime.operators.twoinput import TwoInputOperator
+from epochstream.state.columnar import event_times
 
 __all__ = [
     "RIGHT_SUFFIX",
@@ -356,7 +357,7 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
         join = self.join
         assert join.size is not None and join.slide is not None
         late, windows = window_starts(
-            batch.column(TS_COLUMN).to_numpy(), join.size, join.slide, join.offset, self.watermark
+            event_times(batch, self.ctx.task_name), join.size, join.slide, join.offset, self.watermark
         )
         self.late_rows += late
         for start, rows in windows:

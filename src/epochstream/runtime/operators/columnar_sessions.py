@@ -40,7 +40,7 @@ from epochstream.runtime.operators.columnar import (
     _need_batch,
 )
 from epochstream.state.column_keygroups import key_groups_of_column
-from epochstream.state.columnar import AGGREGATES, KeyIndex
+from epochstream.state.columnar import AGGREGATES, KeyIndex, event_times
 
 __all__ = [
     "ColumnarProcessingTimeWindowOperator",
@@ -285,7 +285,7 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
         if not batch.num_rows:
             return
         self.values.check(batch)
-        ts = batch.column(TS_COLUMN).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        ts = event_times(batch, self.ctx.task_name)
         slots = self.keys.of_rows(batch.column(self.agg.key))
         acc, count = self.values.rows(batch)
         accepted = self._accepted(slots, ts)
