@@ -112,5 +112,18 @@ def test_a_column_changing_type_between_batches_is_bad_data() -> None:
     agg.update(pa.record_batch([pa.array([1], pa.int32()), pa.array([2], pa.int16())], names=["k", "v"]))
     with pytest.raises(DataError, match="column 'v' changed type from int64 to double"):
         agg.update(pa.record_batch([pa.array([1]), pa.array([1.5])], names=["k", "v"]))
-    with pytest.raises(DataError, match="key column changed type from int64 to string"):
+    with pytest.raises(DataError, match=r"sum \(1/1\): key column 'k' changed type from int64 to string"):
         agg.update(pa.record_batch([pa.array(["a"]), pa.array([1])], names=["k", "v"]))
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_integer_keys_of_several_widths_come_out_as_int64(sparse: bool) -> None:
+    """A first batch of int8 keys and a later key of 1000 was a raw ArrowInvalid (the
+    key did not fit the first batch's type) that the restart strategy retried."""
+    agg = ColumnarAggregates("count", key="k", value=None, max_parallelism=MAX_P, where="count (1/1)")
+    first = [-1] if sparse else [1]
+    assert agg.update(pa.record_batch([pa.array(first, pa.int8())], names=["k"])).column("k").type == pa.int8()
+    out = agg.update(pa.record_batch([pa.array([1_000, 1_000], pa.int64())], names=["k"]))
+    assert out.to_pydict() == {"k": [1_000], "count": [2]} and out.column("k").type == pa.int64()
+    keys, counts = agg.result()
+    assert sorted(zip(keys.to_pylist(), counts.to_pylist(), strict=True)) == [(first[0], 1), (1_000, 2)]

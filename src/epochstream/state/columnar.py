@@ -85,7 +85,8 @@ class KeyIndex:
         index.row_slots(pa.array([9, 9, 7]))[0].tolist() == [2, 2, 0]
     """
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "key column") -> None:
+        self.name = name  # for errors: the operator and the column
         self.size = 0
         self.key_type: pa.DataType | None = None
         self._numeric: bool | None = None
@@ -102,13 +103,15 @@ class KeyIndex:
         if self.key_type is None:
             self.key_type = keys.type
             self._numeric = pa.types.is_integer(keys.type)
-        elif keys.type != self.key_type and not (
-            pa.types.is_integer(keys.type) and pa.types.is_integer(self.key_type)
-        ):
-            raise DataError(
-                f"key column changed type from {self.key_type} to {keys.type} between "
-                "batches; keep one key type (cast in map_batches)"
-            )
+        elif keys.type != self.key_type:
+            if not (pa.types.is_integer(keys.type) and pa.types.is_integer(self.key_type)):
+                raise DataError(
+                    f"{self.name} changed type from {self.key_type} to {keys.type} between "
+                    "batches; keep one key type (cast in map_batches)"
+                )
+            # Integer keys of several widths: the slots hold int64, so do the keys put out
+            # (a key of the wider type would not fit the first batch's type).
+            self.key_type = pa.int64()
         if self._numeric and keys.null_count:
             self._to_generic()
         return bool(self._numeric)
@@ -239,7 +242,7 @@ class ColumnarAggregates:
         self.out_name = "count" if kind == "count" else str(value)
         self.max_parallelism = max_parallelism
         self.where = where or f"{kind}({value or ''})"
-        self.index = KeyIndex()
+        self.index = KeyIndex(f"{self.where}: key column {key!r}")
         self._kg = np.empty(0, dtype=np.int32)
         self._acc = np.empty(0, dtype=np.int64)  # sum / count / min / max
         self._count = np.empty(0, dtype=np.int64)  # non-null values (min, max, mean)

@@ -217,8 +217,8 @@ class _WindowedValues:
 class _KeySlots:
     """Dense slots of the keys (a :class:`KeyIndex`) and each slot's key group."""
 
-    def __init__(self, max_parallelism: int) -> None:
-        self.index = KeyIndex()
+    def __init__(self, max_parallelism: int, name: str) -> None:
+        self.index = KeyIndex(name)
         self.max_parallelism = max_parallelism
         self.key_group = np.empty(0, dtype=np.int32)
 
@@ -271,7 +271,7 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
         super().__init__(spec, ctx)
         self.agg: SessionWindowSpec = spec.payload
         self.values = _WindowedValues(self.agg.kind, self.agg.key, self.agg.value, ctx.task_name)
-        self.keys = _KeySlots(ctx.max_parallelism)
+        self.keys = _KeySlots(ctx.max_parallelism, f"{ctx.task_name}: key column {self.agg.key!r}")
         self.slot = np.empty(0, dtype=np.int64)
         self.start = np.empty(0, dtype=np.int64)
         self.end = np.empty(0, dtype=np.int64)
