@@ -101,6 +101,14 @@ def test_keying_by_a_missing_column_names_it() -> None:
         with_key_groups(_batch([1]), ColumnKey("user"), MAX_P)
 
 
+@pytest.mark.parametrize("keys", [pa.array([[1, 2]]), pa.array([{"a": 1}])], ids=["list", "struct"])
+def test_keying_by_a_nested_column_is_refused_naming_it(keys: pa.Array) -> None:
+    """It was a raw ArrowNotImplementedError from dictionary_encode, retried by restarts."""
+    batch = pa.record_batch([keys], names=["user"])
+    with pytest.raises(ConfigurationError, match=r"key_by\('user'\): column 'user' is (list|struct)<.*to_rows\(\)"):
+        with_key_groups(batch, ColumnKey("user"), MAX_P)
+
+
 def test_a_function_key_on_a_columnar_edge_is_refused() -> None:
     writer = RecordWriter(
         [Recorded()], partitioning=Partitioning("hash", lambda r: r[0]), max_parallelism=MAX_P,

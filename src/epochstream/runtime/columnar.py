@@ -85,6 +85,15 @@ def with_key_groups(batch: pa.RecordBatch, key: ColumnKey, max_parallelism: int)
             f"key_by({key.column!r}): the batch has no column {key.column!r} "
             f"(columns: {', '.join(batch.schema.names)})"
         )
+    kind = batch.schema.field(index).type
+    if pa.types.is_nested(kind):
+        # Arrow can neither hash-group nor join such keys (and a struct's dicts have no
+        # stable key group); refuse them here, naming the column, not in a kernel.
+        raise ConfigurationError(
+            f"key_by({key.column!r}): column {key.column!r} is {kind}; columnar keys are "
+            "scalars (integers, strings, binary, floats, dates...): combine the parts into "
+            "one column in map_batches, or call to_rows() to key rows by a tuple"
+        )
     groups = pa.array(key_groups_of_column(batch.column(index), max_parallelism), pa.int32())
     existing = batch.schema.get_field_index(KG_COLUMN)
     if existing >= 0:
