@@ -346,3 +346,10 @@ def test_a_null_event_time_is_a_data_error_naming_the_operator(kind: str, payloa
     with pytest.raises(DataError, match=rf"{kind} \(1/1\): 1 of 2 rows have no event time \(null _ts\)"):
         op.process_batch(_kv(["a", "b"], [1, 2], ts=[5, None]), None)  # type: ignore[list-item]
     assert out.items == []
+
+
+def test_a_session_sum_that_would_wrap_int64_is_bad_data() -> None:
+    op, _ = sessions("sum", "v")
+    op.process_batch(_kv(["s", "s"], [2**62, 2**62 - 1], ts=[0, 10]), None)
+    with pytest.raises(DataError, match=r"\(1/1\): the sum of column 'v' overflows int64 for key 's'"):
+        op.process_batch(_kv(["s"], [1], ts=[20]), None)

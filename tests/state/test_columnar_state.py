@@ -127,3 +127,16 @@ def test_integer_keys_of_several_widths_come_out_as_int64(sparse: bool) -> None:
     assert out.to_pydict() == {"k": [1_000], "count": [2]} and out.column("k").type == pa.int64()
     keys, counts = agg.result()
     assert sorted(zip(keys.to_pylist(), counts.to_pylist(), strict=True)) == [(first[0], 1), (1_000, 2)]
+
+
+@pytest.mark.parametrize("keys", [[1, 1, 2], ["a", "a", "b"]], ids=["dense", "hashed"])
+def test_an_int64_sum_that_would_wrap_is_bad_data_naming_the_key(keys: list[Any]) -> None:
+    """NumPy and Arrow sums wrap around silently; the row path's Python ints do not."""
+    big = 2**62
+    agg = ColumnarAggregates("sum", key="k", value="v", max_parallelism=MAX_P, where="sum(v) (1/1)")
+    out = agg.update(pa.record_batch([pa.array(keys), pa.array([big, big - 1, -big])], names=["k", "v"]))
+    assert out.to_pydict()["v"] == [2**63 - 1, -big]  # at the limit, not past it
+    agg.update(pa.record_batch([pa.array(keys), pa.array([-big, 1, big])], names=["k", "v"]))
+    wraps = rf"sum\(v\) \(1/1\): the sum of column 'v' overflows int64 for key {keys[0]!r}"
+    with pytest.raises(DataError, match=wraps):
+        agg.update(pa.record_batch([pa.array(keys[:1]), pa.array([2**63 - 1])], names=["k", "v"]))

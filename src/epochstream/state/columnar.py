@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from epochstream.exceptions import ConfigurationError, DataError, StateError
+from epochstream.exceptions import ConfigurationError, DataError, StateError, short_repr
 from epochstream.state.canonical import read_batches
 from epochstream.state.column_keygroups import DENSE_LIMIT, key_groups_of_column
 from epochstream.state.handles import ColumnarSnapshotHandle, KeyedStateHandle
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AGGREGATES",
     "ColumnarAggregates",
+    "IntSumGuard",
     "KeyIndex",
     "columnar_rows",
     "event_times",
@@ -65,6 +66,54 @@ def event_times(batch: pa.RecordBatch, where: str) -> np.ndarray:
             f"{TS}); give every row a timestamp (columns: {', '.join(batch.schema.names)})"
         )
     return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+class IntSumGuard:
+    """Fails an int64 sum that would wrap around, as NumPy and Arrow sums do silently
+    (the row path's Python ints never wrap).
+
+    Cheap per batch: a running bound of every sum's magnitude grows by the batch's
+    largest magnitude times its values (one ``min_max``). Only when the bound passes
+    2**62 is it reset to the largest sum held, and if it is still that high the batch is
+    :meth:`risky`: the caller folds it and :meth:`check` compares the int64 results with
+    float64 ones, which differ by about 2**64 where a sum wrapped.
+
+    Example::
+
+        guard = IntSumGuard("sum(v) (1/1)", "v")
+        guard.risky(pa.array([1, 2]), held=lambda: 0.0)   # False: nothing near 2**63
+    """
+
+    _LIMIT = 2.0**62
+
+    def __init__(self, where: str, column: str) -> None:
+        self.where = where
+        self.column = column
+        self.bound = 0.0
+
+    def risky(self, values: pa.Array | pa.ChunkedArray, held: Any) -> bool:
+        """Whether folding ``values`` might wrap a sum; ``held()`` is the largest
+        magnitude of the sums held now (asked only when the bound is high)."""
+        low, high = pc.min_max(values).values()
+        if low.as_py() is None:
+            return False
+        step = float(max(abs(low.as_py()), abs(high.as_py()))) * (len(values) - values.null_count)
+        self.bound += step
+        if self.bound < self._LIMIT:
+            return False
+        self.bound = float(held()) + step
+        return self.bound >= self._LIMIT
+
+    def check(self, sums: np.ndarray, estimates: np.ndarray, keys: Any) -> None:
+        """Raise :class:`DataError` naming the first key whose int64 sum wrapped
+        (``estimates``: the same sums in float64; ``keys(i)``: the i-th key)."""
+        wrapped = np.flatnonzero(np.abs(sums.astype(np.float64) - estimates) > 2.0**62)
+        if len(wrapped):
+            raise DataError(
+                f"{self.where}: the sum of column {self.column!r} overflows int64 for key "
+                f"{short_repr(keys(int(wrapped[0])))} (about {estimates[wrapped[0]]:.3g}); cast "
+                "the column to float64 or decimal in map_batches"
+            )
 
 
 class KeyIndex:
@@ -247,6 +296,7 @@ class ColumnarAggregates:
         self._acc = np.empty(0, dtype=np.int64)  # sum / count / min / max
         self._count = np.empty(0, dtype=np.int64)  # non-null values (min, max, mean)
         self._value_type: pa.DataType | None = None
+        self._sums = IntSumGuard(self.where, str(value)) if kind == "sum" else None
 
     # ---------------------------------------------------------------- updates
     def _check_columns(self, batch: pa.RecordBatch) -> None:
@@ -301,6 +351,25 @@ class ColumnarAggregates:
         has_ts = TS in batch.schema.names
         if has_ts:
             event_times(batch, self.where)
+        guard = self._sums if self._acc.dtype == np.int64 else None
+        if guard is None or not guard.risky(batch.column(self.value), self._held):
+            return self._fold(batch, has_ts)
+        size, before = self.index.size, self._acc.copy()
+        keys, slots, ts = self._fold(batch, has_ts)
+        table = pa.table({"k": batch.column(self.key), "v": batch.column(self.value).cast(pa.float64(), safe=False)})
+        grouped = table.group_by("k", use_threads=False).aggregate([("v", "sum")])
+        group_slots, _ = self.index.slots(grouped.column("k").combine_chunks())
+        estimates = np.zeros(self.index.size)
+        estimates[:size] = before[:size]
+        estimates[group_slots] += _numpy(grouped.column("v_sum"), 0.0, np.float64)
+        guard.check(self._acc[slots], estimates[slots], lambda i: keys[i].as_py())
+        return keys, slots, ts
+
+    def _held(self) -> float:
+        held = self._acc[: self.index.size]
+        return float(np.abs(held.astype(np.float64)).max()) if len(held) else 0.0
+
+    def _fold(self, batch: pa.RecordBatch, has_ts: bool) -> tuple[pa.Array, np.ndarray, pa.Array | None]:
         rows = self.index.row_slots(batch.column(self.key))
         if rows is not None:
             return self._fold_rows(batch, *rows, has_ts)

@@ -40,7 +40,7 @@ from epochstream.runtime.operators.columnar import (
     _need_batch,
 )
 from epochstream.state.column_keygroups import key_groups_of_column
-from epochstream.state.columnar import AGGREGATES, KeyIndex, event_times
+from epochstream.state.columnar import AGGREGATES, IntSumGuard, KeyIndex, event_times
 
 __all__ = [
     "ColumnarProcessingTimeWindowOperator",
@@ -279,6 +279,7 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
         self.count = np.empty(0, dtype=np.int64)
         self.watermark = -(2**63)
         self.late_rows = 0
+        self.sums = IntSumGuard(ctx.task_name, str(self.agg.value)) if self.agg.kind == "sum" else None
 
     def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
         batch = _need_batch(self, records)
@@ -296,24 +297,38 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
                 return
         if self.acc.dtype != acc.dtype:
             self.acc = self.acc.astype(acc.dtype)
+        risky = (
+            self.sums is not None
+            and acc.dtype == np.int64
+            and self.sums.risky(batch.column(str(self.agg.value)), self._held)
+        )
         touched = np.zeros(self.keys.index.size, dtype=bool)
         touched[slots] = True
         involved = touched[self.slot]
         kept = ~involved
-        merged = merge_sessions(
+        parts = (
             np.concatenate([self.slot[involved], slots]),
             np.concatenate([self.start[involved], ts]),
             np.concatenate([self.end[involved], ts + self.agg.gap]),
             np.concatenate([self.acc[involved], acc]),
             np.concatenate([self.count[involved], count]),
-            self.agg.kind,
         )
+        merged = merge_sessions(*parts, self.agg.kind)
+        if risky:
+            assert self.sums is not None
+            shadow = merge_sessions(*parts[:3], parts[3].astype(np.float64), parts[4], self.agg.kind)
+            self.sums.check(
+                merged[3], shadow[3], lambda i: self.keys.index.keys_at(merged[0][i : i + 1])[0].as_py()
+            )
         self._set(
             *(
                 np.concatenate([old[kept], new])
                 for old, new in zip((self.slot, self.start, self.end, self.acc, self.count), merged, strict=True)
             )
         )
+
+    def _held(self) -> float:
+        return float(np.abs(self.acc.astype(np.float64)).max()) if len(self.acc) else 0.0
 
     def _set(self, slot: np.ndarray, start: np.ndarray, end: np.ndarray, acc: np.ndarray, count: np.ndarray) -> None:
         self.slot, self.start, self.end, self.acc, self.count = slot, start, end, acc, count
