@@ -100,6 +100,32 @@ def test_to_rows_and_to_batches_round_trip_with_timestamps() -> None:
         to_batches.process_batch([{"k": "d", "v": 1}, {"k": "e", "v": "x"}], None)
 
 
+def test_to_batches_refuses_rows_that_arrow_would_turn_into_nulls() -> None:
+    """Arrow made a tuple among dict rows, a dict with none of the fields, or a missing
+    non-nullable value a silent null; and an int beyond int64 was a raw OverflowError."""
+    schema = pa.schema([pa.field("k", pa.string(), nullable=False), ("v", pa.int64())])
+    to_batches, out = make("to_batches", schema)
+    bad = {
+        r"record 1 does not fit schema \['k', 'v'\] .*: \('b', 2\)": [{"k": "a", "v": 1}, ("b", 2)],
+        r"record 0 does not fit schema .*: \{'key': 'a'\}": [{"key": "a"}],
+        r"record 1 does not fit schema .*: 'ab'": [("x", 1), "ab"],
+        r"record 1 does not fit schema .*: \{'k': 'y', 'v': 2\}": [("x", 1), {"k": "y", "v": 2}],
+        r"field 'k' .* is not nullable, but record 1 has no value for it: \{'v': 2\}": [{"k": "a"}, {"v": 2}],
+        r"record 0: \{'k': 'a', 'v': 2\*\*70\}|record 0: \{'k': 'a', 'v': 1180591620717411303424\}": [
+            {"k": "a", "v": 2**70}
+        ],
+    }
+    for message, rows in bad.items():
+        with pytest.raises(DataError, match=rf"to_batches \(1/1\): .*{message}"):
+            to_batches.process_batch(rows, None)
+    # Optional fields may be missing, and an all-null row of dicts is still a row.
+    to_batches.process_batch([{"k": "a"}, {"k": "b", "v": None, "extra": 1}], None)
+    nullable, nullable_out = make("to_batches", pa.schema([("k", pa.string()), ("v", pa.int64())]))
+    nullable.process_batch([{"k": None, "v": None}, {}], None)
+    assert out.rows() == [{"k": "a", "v": None}, {"k": "b", "v": None}]
+    assert nullable_out.rows() == [{"k": None, "v": None}] * 2
+
+
 def _target(root: Path, checkpoint_id: int, name: str) -> SnapshotTarget:
     return SnapshotTarget(
         fs=storage_fs(str(root)), checkpoint_id=checkpoint_id,
