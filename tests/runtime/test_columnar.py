@@ -139,3 +139,17 @@ def test_batches_of_different_schemas_on_one_channel_are_bad_data() -> None:
     router.write(pa.record_batch([pa.array(["x"])], names=["other"]))
     with pytest.raises(DataError, match=r"parse -> sums .*must share a schema"):
         router.flush_channel(0)
+
+
+def test_batches_with_the_same_columns_in_another_order_are_concatenated() -> None:
+    """A union of streams whose columns come in different orders: the job failed or not
+    depending on whether two such batches met in one send buffer."""
+    shipped: list[pa.RecordBatch] = []
+    router = ColumnarRouter(
+        1, kind="forward", key=None, max_parallelism=MAX_P, batch_size=100, subtask_index=0,
+        ship=lambda ch, b: shipped.append(b), edge="union -> sums (forward)",
+    )
+    router.write(pa.record_batch([pa.array([1]), pa.array(["a"])], names=["k", "v"]))
+    router.write(pa.record_batch([pa.array(["b"]), pa.array([2])], names=["v", "k"]))
+    router.flush_channel(0)
+    assert [b.to_pydict() for b in shipped] == [{"k": [1, 2], "v": ["a", "b"]}]

@@ -101,6 +101,17 @@ def with_key_groups(batch: pa.RecordBatch, key: ColumnKey, max_parallelism: int)
     return batch.append_column(KG_COLUMN, groups)
 
 
+def _in_first_order(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """``batches`` with their columns in the first one's order when they have the same
+    names in another order (a union of streams that built their columns differently):
+    whether such batches met in one buffer must not decide whether the job fails."""
+    names = batches[0].schema.names
+    return [
+        b.select(names) if b.schema.names != names and sorted(b.schema.names) == sorted(names) else b
+        for b in batches
+    ]
+
+
 class ColumnarRouter:
     """Routes columnar batches of one writer to its channels; buffers small parts.
 
@@ -179,7 +190,7 @@ class ColumnarRouter:
             self._pending[ch] = []
             self._rows[ch] = 0
             try:
-                batch = concat(pending)
+                batch = concat(_in_first_order(pending))
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
                 schemas = sorted({str(b.schema).replace("\n", ", ") for b in pending})
                 raise DataError(
