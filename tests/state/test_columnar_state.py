@@ -140,3 +140,15 @@ def test_an_int64_sum_that_would_wrap_is_bad_data_naming_the_key(keys: list[Any]
     wraps = rf"sum\(v\) \(1/1\): the sum of column 'v' overflows int64 for key {keys[0]!r}"
     with pytest.raises(DataError, match=wraps):
         agg.update(pa.record_batch([pa.array(keys[:1]), pa.array([2**63 - 1])], names=["k", "v"]))
+
+
+def test_uint64_keys_above_the_int64_range_round_trip() -> None:
+    """They are held wrapped into int64; reading them back (a window firing, a
+    snapshot) was a raw ArrowInvalid."""
+    keys = pa.array([2**64 - 1, 5, 2**63], pa.uint64())
+    agg = ColumnarAggregates("count", key="k", value=None, max_parallelism=MAX_P)
+    agg.update(pa.record_batch([keys], names=["k"]))
+    assert agg.result()[0].to_pylist() == keys.to_pylist()
+    table = agg.state_table()
+    assert table.column("k").to_pylist() == keys.to_pylist()
+    assert table.column("_kg").to_pylist() == [key_group_for_key(k, MAX_P) for k in keys.to_pylist()]

@@ -265,7 +265,9 @@ class KeyIndex:
     def keys_at(self, slots: np.ndarray) -> pa.Array:
         """The keys of ``slots`` as an Arrow array of the key type."""
         if self._numeric:
-            return pa.array(self._values[slots]).cast(self.key_type)
+            # uint64 keys above 2**63 are held wrapped into int64; the unchecked cast
+            # wraps them back (every value came from the key type, so nothing truncates).
+            return pa.array(self._values[slots]).cast(self.key_type, safe=False)
         values = self._list
         return pa.array([values[s] for s in slots.tolist()], type=self.key_type)
 
