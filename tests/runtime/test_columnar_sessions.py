@@ -353,3 +353,21 @@ def test_a_session_sum_that_would_wrap_int64_is_bad_data() -> None:
     op.process_batch(_kv(["s", "s"], [2**62, 2**62 - 1], ts=[0, 10]), None)
     with pytest.raises(DataError, match=r"\(1/1\): the sum of column 'v' overflows int64 for key 's'"):
         op.process_batch(_kv(["s"], [1], ts=[20]), None)
+
+
+@pytest.mark.parametrize(
+    ("kind", "payload"),
+    [
+        ("columnar_aggregate", AggregateSpec("max", "k", "v")),
+        ("columnar_session_window", SessionWindowSpec("sum", "k", "v", 100)),
+    ],
+)
+def test_uint64_values_above_int64_are_bad_data(kind: str, payload: Any) -> None:
+    """The int64 accumulators wrapped them to negative numbers (then a raw ArrowInvalid)."""
+    op, _ = make(kind, payload)
+    batch = pa.record_batch(
+        [pa.array(["a", "a"]), pa.array([1, 2**64 - 1], pa.uint64()), pa.array([0, 1], pa.int64())],
+        names=["k", "v", "_ts"],
+    )
+    with pytest.raises(DataError, match=rf"{kind} \(1/1\): column 'v' holds 18446744073709551615, above the int64"):
+        op.process_batch(batch, None)

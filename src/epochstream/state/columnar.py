@@ -39,6 +39,7 @@ __all__ = [
     "ColumnarAggregates",
     "IntSumGuard",
     "KeyIndex",
+    "check_value_range",
     "columnar_rows",
     "event_times",
     "read_columnar_state",
@@ -66,6 +67,22 @@ def event_times(batch: pa.RecordBatch, where: str) -> np.ndarray:
             f"{TS}); give every row a timestamp (columns: {', '.join(batch.schema.names)})"
         )
     return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def check_value_range(column: pa.Array | pa.ChunkedArray, where: str, name: str) -> None:
+    """Accumulators are int64: a uint64 value above 2**63 - 1 is a :class:`DataError`
+    naming ``where`` and column ``name`` (NumPy would wrap it to a negative number).
+
+    Example: ``check_value_range(pa.array([1], pa.uint64()), "sum(v) (1/1)", "v")``
+    """
+    if column.type != pa.uint64() or column.null_count == len(column):
+        return
+    top = pc.max(column).as_py()
+    if top > 2**63 - 1:
+        raise DataError(
+            f"{where}: column {name!r} holds {top}, above the int64 range the aggregations "
+            "compute in; cast it to float64 or decimal in map_batches"
+        )
 
 
 class IntSumGuard:
@@ -308,6 +325,8 @@ class ColumnarAggregates:
                 raise ConfigurationError(
                     f"{self.where}: the batch has no column {column!r} (columns: {', '.join(names)})"
                 )
+        if self.value:
+            check_value_range(batch.column(self.value), self.where, self.value)
         if self.value and self._value_type is not None:
             kind = batch.schema.field(self.value).type
             if kind != self._value_type and pa.types.is_floating(kind) != pa.types.is_floating(

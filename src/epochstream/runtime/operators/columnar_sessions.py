@@ -40,7 +40,13 @@ from epochstream.runtime.operators.columnar import (
     _need_batch,
 )
 from epochstream.state.column_keygroups import key_groups_of_column
-from epochstream.state.columnar import AGGREGATES, IntSumGuard, KeyIndex, event_times
+from epochstream.state.columnar import (
+    AGGREGATES,
+    IntSumGuard,
+    KeyIndex,
+    check_value_range,
+    event_times,
+)
 
 __all__ = [
     "ColumnarProcessingTimeWindowOperator",
@@ -158,6 +164,7 @@ class _WindowedValues:
                 )
         if not self.value:
             return
+        check_value_range(batch.column(self.value), self.where, self.value)
         kind = batch.schema.field(self.value).type
         if self.value_type is None:
             if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
