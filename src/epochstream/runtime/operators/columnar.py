@@ -37,10 +37,10 @@ from epochstream.runtime.operators.base import Operator, SnapshotParts
 from epochstream.state.backends.base import SnapshotJob, SnapshotTarget
 from epochstream.state.columnar import (
     ColumnarAggregates,
-    event_times,
     read_columnar_state,
     write_columnar_state,
 )
+from epochstream.state.columnar_checks import event_times
 from epochstream.state.handles import KeyedStateHandle, OperatorRestore
 from epochstream.state.keygroups import key_group_range_for_operator
 

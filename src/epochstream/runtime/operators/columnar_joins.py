@@ -49,7 +49,7 @@ from epochstream.runtime.operators.columnar import (
     window_starts,
 )
 from epochstream.runtime.operators.twoinput import TwoInputOperator
-from epochstream.state.columnar import event_times
+from epochstream.state.columnar_checks import event_times
 
 __all__ = [
     "RIGHT_SUFFIX",

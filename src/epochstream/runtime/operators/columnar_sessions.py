@@ -40,13 +40,8 @@ from epochstream.runtime.operators.columnar import (
     _need_batch,
 )
 from epochstream.state.column_keygroups import key_groups_of_column
-from epochstream.state.columnar import (
-    AGGREGATES,
-    IntSumGuard,
-    KeyIndex,
-    check_value_range,
-    event_times,
-)
+from epochstream.state.columnar import AGGREGATES, KeyIndex
+from epochstream.state.columnar_checks import IntSumGuard, check_value_range, event_times
 
 __all__ = [
     "ColumnarProcessingTimeWindowOperator",
