@@ -185,6 +185,22 @@ def test_window_fires_at_the_watermark_drops_late_rows_and_restores_open_windows
     ]
 
 
+def test_windows_with_integer_keys_of_several_widths_snapshot_and_restore(tmp_path: Path) -> None:
+    """One window saw only int8 keys, the other int8 and int64 (held as int64): their
+    state tables did not concatenate, so every snapshot failed."""
+    spec = WindowAggregateSpec("count", key="k", value=None, size=1_000, slide=1_000)
+    op, _ = make("columnar_window", spec, key="k")
+    ts = pa.array([10], pa.int64())
+    op.process_batch(pa.record_batch([pa.array([1], pa.int8()), ts], names=["k", "_ts"]), None)
+    op.process_batch(pa.record_batch([pa.array([2], pa.int8()), pa.array([1_010])], names=["k", "_ts"]), None)
+    op.process_batch(pa.record_batch([pa.array([1_000], pa.int64()), pa.array([1_020])], names=["k", "_ts"]), None)
+    handle = op.snapshot(_target(tmp_path, 1, "win-0")).keyed.run()
+    restored, out = make("columnar_window", spec, key="k")
+    restored.initialize_state(OperatorRestore(keyed=[handle]), 1)
+    restored.process_watermark(2_000)
+    assert sorted((r["window_start"], r["k"]) for r in out.rows()) == [(0, 1), (1_000, 2), (1_000, 1_000)]
+
+
 def test_sliding_windows_assign_each_row_to_every_window_it_falls_in() -> None:
     spec = WindowAggregateSpec("sum", key="k", value="v", size=1_000, slide=500)
     op, out = make("columnar_window", spec, key="k")

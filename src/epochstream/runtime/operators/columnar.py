@@ -405,7 +405,9 @@ class ColumnarWindowAggregates(ColumnarKeyedOperator):
             parts.append(table.append_column(_WINDOW, pa.array(np.full(table.num_rows, start))))
         if not parts:
             return pa.table({KG_COLUMN: pa.array([], pa.int32())})
-        return pa.concat_tables(parts)
+        # Windows that saw integer keys of several widths hold them as int64, the others
+        # in their own type: the file takes the widest.
+        return pa.concat_tables(parts, promote_options="permissive")
 
     def restore_table(self, table: pa.Table) -> None:
         starts = table.column(_WINDOW).to_numpy()
