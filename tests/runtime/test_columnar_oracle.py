@@ -20,6 +20,7 @@ from epochstream.runtime.operators import OperatorContext, create_operator
 from epochstream.runtime.operators.columnar import AggregateSpec, WindowAggregateSpec
 from epochstream.runtime.operators.columnar_joins import JoinSpec
 from epochstream.runtime.operators.columnar_sessions import SessionWindowSpec
+from epochstream.state.keygroups import key_group_for_key
 from epochstream.state.operator import OperatorStateStore
 
 duckdb = pytest.importorskip("duckdb")
@@ -164,6 +165,11 @@ def test_aggregations_equal_duckdb(seed: int, key_type: str, value_type: str) ->
         expected = con.execute(f"SELECT k, {SQL[kind]} FROM t GROUP BY k").fetchall()
         if not _same(list(last.items()), expected):
             problems.append(f"rolling {kind}")
+        # The golden rule: the state's key groups are the row path's for the same keys.
+        state = rolling.state_table()
+        row_path = [key_group_for_key(k, 128) for k in state.column("k").to_pylist()]
+        if state.column("_kg").to_pylist() != row_path:
+            problems.append(f"rolling {kind}: key groups differ from the row path's")
 
         table, marks = _arrivals(batches, late=True)
         con.register("t", table)
