@@ -152,3 +152,15 @@ def test_uint64_keys_above_the_int64_range_round_trip() -> None:
     table = agg.state_table()
     assert table.column("k").to_pylist() == keys.to_pylist()
     assert table.column("_kg").to_pylist() == [key_group_for_key(k, MAX_P) for k in keys.to_pylist()]
+
+
+@pytest.mark.parametrize("keys", [[1, 1, 2], ["a", "a", "b"]], ids=["dense", "hashed"])
+@pytest.mark.parametrize("kind", ["min", "max"])
+def test_a_nan_value_gives_nan_whatever_the_key_type(kind: str, keys: list[Any]) -> None:
+    """Dense integer keys (NumPy) gave NaN and hashed keys (Arrow, which skips NaN) 1.0."""
+    agg = ColumnarAggregates(kind, key="k", value="v", max_parallelism=MAX_P)
+    out = agg.update(pa.record_batch([pa.array(keys), pa.array([float("nan"), 1.0, 2.0])], names=["k", "v"]))
+    values = dict(zip(out.column("k").to_pylist(), out.column("v").to_pylist(), strict=True))
+    assert values[keys[0]] != values[keys[0]] and values[keys[2]] == 2.0
+    later = agg.update(pa.record_batch([pa.array(keys[:1]), pa.array([0.5])], names=["k", "v"]))
+    assert later.column("v")[0].as_py() != later.column("v")[0].as_py()  # still NaN

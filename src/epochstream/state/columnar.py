@@ -49,6 +49,7 @@ __all__ = [
 AGGREGATES = ("sum", "count", "min", "max", "mean")
 KG = "_kg"
 TS = "_ts"
+_NAN = "_nan"
 
 
 class KeyIndex:
@@ -314,13 +315,20 @@ class ColumnarAggregates:
             return self._fold_rows(batch, *rows, has_ts)
         columns = [self.key] + ([self.value] if self.value and self.value != self.key else [])
         table = pa.Table.from_batches([batch.select(columns + ([TS] if has_ts else []))])
-        grouped = table.group_by(self.key, use_threads=False).aggregate(self._aggregations(has_ts))
+        aggregations = self._aggregations(has_ts)
+        nans = self.kind in ("min", "max") and self._acc.dtype == np.float64
+        if nans:  # Arrow's min/max skip NaN; NumPy's (the dense path, sessions) return it
+            table = table.append_column(_NAN, pc.is_nan(table.column(self.value)))
+            aggregations.append((_NAN, "any"))
+        grouped = table.group_by(self.key, use_threads=False).aggregate(aggregations)
         keys = grouped.column(self.key).combine_chunks()
         slots, new = self.index.slots(keys)
         self._grow(self.index.size)
         if new.any():
             self._init_slots(slots[new], keys.filter(pa.array(new)))
         self._apply(grouped, slots)
+        if nans:
+            self._acc[slots[_numpy(grouped.column(f"{_NAN}_any"), False, bool)]] = np.nan
         ts = grouped.column(f"{TS}_max").combine_chunks() if has_ts else None
         return keys, slots, ts
 
@@ -350,10 +358,10 @@ class ColumnarAggregates:
             values = column.to_numpy()
             if kind in ("sum", "mean"):
                 self._add_sums(value_slots, values, n, touched)
-            elif kind == "min":
-                np.minimum.at(acc, value_slots, values.astype(acc.dtype, copy=False))
             else:
-                np.maximum.at(acc, value_slots, values.astype(acc.dtype, copy=False))
+                ufunc = np.minimum if kind == "min" else np.maximum
+                with np.errstate(invalid="ignore"):  # a NaN value gives NaN, no warning
+                    ufunc.at(acc, value_slots, values.astype(acc.dtype, copy=False))
         ts = None
         if has_ts:
             latest = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
