@@ -100,6 +100,13 @@ def test_to_rows_and_to_batches_round_trip_with_timestamps() -> None:
         to_batches.process_batch([{"k": "d", "v": 1}, {"k": "e", "v": "x"}], None)
 
 
+def test_to_batches_with_a_schema_naming_ts_has_one_ts_column() -> None:
+    """The records' timestamps were appended as a second ``_ts`` column."""
+    to_batches, out = make("to_batches", pa.schema([("k", pa.string()), ("_ts", pa.int64())]))
+    to_batches.process_batch([{"k": "a", "_ts": 1}], [5])
+    assert out.items[0].schema.names == ["k", "_ts"] and out.rows() == [{"k": "a", "_ts": 5}]
+
+
 def test_to_batches_refuses_rows_that_arrow_would_turn_into_nulls() -> None:
     """Arrow made a tuple among dict rows, a dict with none of the fields, or a missing
     non-nullable value a silent null; and an int beyond int64 was a raw OverflowError."""

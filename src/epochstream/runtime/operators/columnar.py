@@ -184,7 +184,9 @@ class ToBatchesOperator(Operator):
             ) from exc
         self._check_fit(records, batch)
         if timestamps is not None:
-            batch = batch.append_column(TS_COLUMN, pa.array(timestamps, pa.int64()))
+            ts = pa.array(timestamps, pa.int64())
+            index = batch.schema.get_field_index(TS_COLUMN)  # a schema may name _ts itself
+            batch = batch.set_column(index, TS_COLUMN, ts) if index >= 0 else batch.append_column(TS_COLUMN, ts)
         self.emit(batch, None)
 
 
