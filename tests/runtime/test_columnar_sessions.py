@@ -373,13 +373,6 @@ def test_uint64_values_above_int64_are_bad_data(kind: str, payload: Any) -> None
         op.process_batch(batch, None)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="restored columnar state does not keep the value column's type: min/max put out "
-    "int64 for an int32 column until the next batch sets it again, so the output schema "
-    "changes across a restore (a downstream edge may then refuse to concatenate); the fix "
-    "needs the type in the state file",
-)
 @pytest.mark.parametrize(
     ("kind", "payload"),
     [
@@ -388,6 +381,8 @@ def test_uint64_values_above_int64_are_bad_data(kind: str, payload: Any) -> None
     ],
 )
 def test_min_max_keep_the_value_type_across_a_restore(kind: str, payload: Any, tmp_path: Path) -> None:
+    """Restored min/max came out as int64 for an int32 column until a new batch came,
+    so the output schema changed across a restore."""
     op, _ = make(kind, payload)
     batch = pa.record_batch(
         [pa.array(["a"]), pa.array([3], pa.int32()), pa.array([0], pa.int64())], names=["k", "v", "_ts"]

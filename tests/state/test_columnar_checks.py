@@ -8,7 +8,13 @@ import pyarrow as pa
 import pytest
 
 from epochstream.exceptions import DataError
-from epochstream.state.columnar_checks import IntSumGuard, check_value_range, event_times
+from epochstream.state.columnar_checks import (
+    IntSumGuard,
+    check_value_range,
+    event_times,
+    value_type_of,
+    with_value_type,
+)
 
 
 def test_event_times_refuse_nulls_naming_the_operator() -> None:
@@ -39,3 +45,10 @@ def test_the_sum_guard_stays_cheap_until_sums_near_the_limit() -> None:
     guard.check(np.array([2**62], dtype=np.int64), np.array([2.0**62]), lambda i: "a")
     with pytest.raises(DataError, match=r"sum\(v\) \(1/1\): the sum of column 'v' overflows int64 for key 'b'"):
         guard.check(np.array([5, -(2**63)], dtype=np.int64), np.array([5.0, 2.0**63]), lambda i: "ab"[i])
+
+
+def test_the_value_type_rides_in_the_state_tables_metadata() -> None:
+    table = pa.table({"acc": pa.array([1])})
+    assert value_type_of(table) is None and with_value_type(table, None) is table
+    noted = with_value_type(table, pa.int32())
+    assert value_type_of(noted) == pa.int32() and noted.column("acc").equals(table.column("acc"))

@@ -29,7 +29,13 @@ import pyarrow.compute as pc
 from epochstream.exceptions import ConfigurationError, DataError, StateError
 from epochstream.state.canonical import read_batches
 from epochstream.state.column_keygroups import DENSE_LIMIT, key_groups_of_column
-from epochstream.state.columnar_checks import IntSumGuard, check_value_range, event_times
+from epochstream.state.columnar_checks import (
+    IntSumGuard,
+    check_value_range,
+    event_times,
+    value_type_of,
+    with_value_type,
+)
 from epochstream.state.handles import ColumnarSnapshotHandle, KeyedStateHandle
 
 if TYPE_CHECKING:
@@ -442,7 +448,7 @@ class ColumnarAggregates:
         change it, so the asynchronous part of a snapshot can write it)."""
         n = self.index.size
         slots = np.arange(n, dtype=np.int64)
-        return pa.table(
+        table = pa.table(
             {
                 KG: pa.array(self._kg[:n].copy()),
                 self.key: self.index.keys_at(slots),
@@ -450,6 +456,7 @@ class ColumnarAggregates:
                 "count": pa.array(self._count[:n].copy()),
             }
         )
+        return with_value_type(table, self._value_type)
 
     def restore_rows(self, table: pa.Table) -> None:
         """Add the rows of a :meth:`state_table` (keys not seen yet) to the state."""
@@ -465,6 +472,8 @@ class ColumnarAggregates:
         self._acc = self._acc.astype(acc.dtype) if self._acc.dtype != acc.dtype else self._acc
         self._acc[slots] = acc
         self._count[slots] = table.column("count").to_numpy()
+        if self._value_type is None:
+            self._value_type = value_type_of(table)
 
 
 def _identity(dtype: np.dtype, high: bool) -> Any:

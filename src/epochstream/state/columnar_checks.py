@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from epochstream.exceptions import DataError, short_repr
 
-__all__ = ["IntSumGuard", "check_value_range", "event_times"]
+__all__ = ["IntSumGuard", "check_value_range", "event_times", "value_type_of", "with_value_type"]
 
 TS = "_ts"
 
@@ -102,3 +102,27 @@ class IntSumGuard:
                 f"{short_repr(keys(int(wrapped[0])))} (about {estimates[wrapped[0]]:.3g}); cast "
                 "the column to float64 or decimal in map_batches"
             )
+
+
+_VALUE_TYPE = b"epochstream.value_type"
+
+
+def with_value_type(table: pa.Table, kind: pa.DataType | None) -> pa.Table:
+    """``table`` (a state table) noting the aggregated column's type in its schema
+    metadata, so a restore puts out min/max in that type before any new batch.
+
+    Example: ``value_type_of(with_value_type(table, pa.int32())) == pa.int32()``
+    """
+    if kind is None:
+        return table
+    serialized = pa.schema([pa.field("value", kind)]).serialize().to_pybytes()
+    return table.replace_schema_metadata({_VALUE_TYPE: serialized})
+
+
+def value_type_of(table: pa.Table) -> pa.DataType | None:
+    """The type :func:`with_value_type` noted in ``table``, or None (older state)."""
+    metadata = table.schema.metadata or {}
+    serialized = metadata.get(_VALUE_TYPE)
+    if serialized is None:
+        return None
+    return pa.ipc.read_schema(pa.py_buffer(serialized)).field("value").type

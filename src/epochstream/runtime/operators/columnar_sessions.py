@@ -41,7 +41,13 @@ from epochstream.runtime.operators.columnar import (
 )
 from epochstream.state.column_keygroups import key_groups_of_column
 from epochstream.state.columnar import AGGREGATES, KeyIndex
-from epochstream.state.columnar_checks import IntSumGuard, check_value_range, event_times
+from epochstream.state.columnar_checks import (
+    IntSumGuard,
+    check_value_range,
+    event_times,
+    value_type_of,
+    with_value_type,
+)
 
 __all__ = [
     "ColumnarProcessingTimeWindowOperator",
@@ -395,6 +401,9 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
         self.emit_watermark(watermark)
 
     def state_table(self) -> pa.Table:
+        return with_value_type(self._state_columns(), self.values.value_type)
+
+    def _state_columns(self) -> pa.Table:
         return pa.table(
             {
                 KG_COLUMN: pa.array(self.keys.key_group[self.slot]),
@@ -418,6 +427,8 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
         slots = self.keys.of_rows(table.column(self.agg.key).combine_chunks())
         acc = table.column("acc").to_numpy()
         self.values.acc_dtype = acc.dtype
+        if self.values.value_type is None:
+            self.values.value_type = value_type_of(table)
         self._set(
             np.concatenate([self.slot, slots]),
             np.concatenate([self.start, table.column(_WINDOW_START).to_numpy()]),
