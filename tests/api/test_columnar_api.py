@@ -19,12 +19,12 @@ def test_columnar_flag_follows_the_operators() -> None:
     batches = env.from_sequence(0, 10, batch_size=4)
     assert batches.columnar
     assert not env.from_sequence(0, 10).columnar
-    mapped = batches.map_batches(lambda b: b).filter(pc.field("value") > 3)
+    mapped = batches.map_batches(lambda b: b.append_column("k", b["value"])).filter(pc.field("value") > 3)
     assert mapped.columnar
     assert not mapped.to_rows().columnar
     assert mapped.to_rows().to_batches(pa.schema([("value", pa.int64())])).columnar
-    keyed = mapped.key_by("value")
-    assert isinstance(keyed, es.ColumnarKeyedStream) and keyed.key_column == "value"
+    keyed = mapped.key_by("k")
+    assert isinstance(keyed, es.ColumnarKeyedStream) and keyed.key_column == "k"
     assert keyed.sum("value").columnar and keyed.count().columnar
 
 
@@ -57,6 +57,27 @@ def test_columnar_flag_follows_the_operators() -> None:
             r"fixed gap .*to_rows\(\)",
         ),
         (lambda e: e.from_sequence(0, 9).to_batches({"a": 1}), "needs a pyarrow.Schema"),
+        (
+            lambda e: e.from_sequence(0, 9, batch_size=4).key_by("value").sum("value"),
+            r"sum\('value'\) aggregates the key column",
+        ),
+        (
+            lambda e: e.from_sequence(0, 9, batch_size=4).key_by("value")
+            .window(es.TumblingEventTimeWindows.of(5)).max("value"),
+            r"max\('value'\) aggregates the key column",
+        ),
+        *(
+            (
+                lambda e, m=method: getattr(
+                    e.from_sequence(0, 9, batch_size=4).key_by("value").window(es.TumblingEventTimeWindows.of(5)), m
+                )(max),
+                rf"{method}\(\) works on windows of rows; these windows are columnar: .*to_rows\(\)",
+            )
+            for method in (
+                "reduce", "aggregate", "process", "min_by", "max_by", "trigger", "allowed_lateness",
+                "side_output_late_data",
+            )
+        ),
     ],
 )
 def test_misuse_is_refused_when_the_job_is_built(build, message) -> None:  # type: ignore[no-untyped-def]
@@ -81,7 +102,7 @@ def test_w1_columnar_program_builds_as_written() -> None:
 
 def test_session_and_processing_time_windows_build_their_columnar_operators() -> None:
     env = _env()
-    keyed = env.from_sequence(0, 9, batch_size=4).key_by("value")
+    keyed = env.from_sequence(0, 9, batch_size=4).map_batches(lambda b: b.append_column("k", b["value"])).key_by("k")
     sessions = keyed.window(es.EventTimeSessionWindows.with_gap(10_000)).sum("value")
     tumbling = keyed.window(es.TumblingProcessingTimeWindows.of(10_000)).count()
     sliding = keyed.window(es.SlidingProcessingTimeWindows.of(10_000, 5_000)).mean("value")

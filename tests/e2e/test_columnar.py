@@ -7,6 +7,8 @@
    by key group and the totals are exact.
 3. Parquet in, tumbling and sliding event-time window aggregations with checkpoints,
    compared with the same query in DuckDB over the same file.
+4. Session-window state and regular-join state through a savepoint from parallelism 2
+   to 3: the committed output equals the uninterrupted run's (closed forms).
 """
 
 from __future__ import annotations
@@ -158,3 +160,70 @@ def test_parquet_window_aggregations_match_duckdb(tmp_path: Path) -> None:
     ).fetchall()
     assert rows("tumbling", "price") == [tuple(r) for r in tumbling]
     assert rows("sliding", "price") == [tuple(r) for r in sliding]
+
+
+RUN = 100  # session test: key (value // RUN) % SESSION_KEYS, a run of RUN values per key
+SESSION_KEYS = 7
+GAP = 200  # ms; event time is the value: runs of a key are RUN * SESSION_KEYS ms apart
+SESSION_N = 70_000
+
+
+def _session_and_join(env: es.Environment, out: Path, *, rate: float | None) -> None:
+    from epochstream.connectors.generators import SequenceSource
+
+    strategy = es.WatermarkStrategy.bounded_out_of_orderness(0).with_timestamp_column("value")
+    source = SequenceSource(0, SESSION_N, rate=rate, batch_size=1_024)
+    numbers = (
+        env.from_source(source, name="numbers", watermark_strategy=strategy).uid("numbers")
+        .map_batches(lambda b: pa.record_batch(
+            [b["value"], pc.remainder(pc.divide(b["value"], RUN), SESSION_KEYS), b["_ts"]],
+            names=["value", "k", "_ts"],
+        ))
+        .uid("keys")
+    )
+    (
+        numbers.key_by("k").window(es.EventTimeSessionWindows.with_gap(GAP)).sum("value")
+        .uid("sessions").to_rows().sink_to(es.sinks.FileSink(str(out / "sessions"))).uid("session-files")
+    )
+    names = env.from_sequence(0, SESSION_KEYS, batch_size=4).uid("names").map_batches(
+        lambda b: pa.record_batch([b["value"], pc.multiply(b["value"], 10)], names=["id", "ten"])
+    ).uid("name-columns")
+    (
+        numbers.join(names).where("k").equal_to("id").apply().uid("join")
+        .to_rows().sink_to(es.sinks.FileSink(str(out / "joined"))).uid("join-files")
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_session_and_join_state_rescale_through_a_savepoint(spark: Any, tmp_path: Path) -> None:
+    ckpt, out, sp = tmp_path / "ckpt", tmp_path / "out", tmp_path / "sp"
+    first = _env(spark, 2, ckpt)
+    _session_and_join(first, out, rate=14_000)
+    client = first.execute_async("columnar-session-join-rescale")
+    client.wait_for_checkpoint(2, timeout=120)
+    path = client.cancel(savepoint=str(sp))
+    with pytest.raises(es.JobCancelled):
+        client.result(timeout=60)
+    assert es.testing.read_committed(out / "joined"), "the first job committed nothing"
+    # Both operators had state in flight: open sessions and the rows of both join inputs.
+    assert es.savepoint.read(path, "sessions", "sum").num_rows > 0
+    join_files = [f for f in Path(path).rglob("join-*.columnar.arrow")]
+    assert sum(pa.ipc.open_file(str(f)).read_all().num_rows for f in join_files) > 0
+
+    second = _env(spark, 3, ckpt)
+    _session_and_join(second, out, rate=None)
+    result = second.execute("columnar-session-join-rescale", from_savepoint=path)
+    assert result.restored_from == path and result.restarts == 0
+    sessions = sorted(
+        (r["k"], r["window_start"], r["window_end"], r["value"])
+        for r in es.testing.read_committed(out / "sessions")
+    )
+    expected = [
+        (run % SESSION_KEYS, run * RUN, run * RUN + RUN - 1 + GAP, sum(range(run * RUN, run * RUN + RUN)))
+        for run in range(SESSION_N // RUN)
+    ]
+    assert sessions == sorted(expected)
+    joined = es.testing.read_committed(out / "joined")
+    assert sorted(r["value"] for r in joined) == list(range(SESSION_N))
+    assert all(r["ten"] == 10 * r["k"] == 10 * r["id"] for r in joined)

@@ -101,6 +101,14 @@ def test_keying_by_a_missing_column_names_it() -> None:
         with_key_groups(_batch([1]), ColumnKey("user"), MAX_P)
 
 
+@pytest.mark.parametrize("keys", [pa.array([[1, 2]]), pa.array([{"a": 1}])], ids=["list", "struct"])
+def test_keying_by_a_nested_column_is_refused_naming_it(keys: pa.Array) -> None:
+    """It was a raw ArrowNotImplementedError from dictionary_encode, retried by restarts."""
+    batch = pa.record_batch([keys], names=["user"])
+    with pytest.raises(ConfigurationError, match=r"key_by\('user'\): column 'user' is (list|struct)<.*to_rows\(\)"):
+        with_key_groups(batch, ColumnKey("user"), MAX_P)
+
+
 def test_a_function_key_on_a_columnar_edge_is_refused() -> None:
     writer = RecordWriter(
         [Recorded()], partitioning=Partitioning("hash", lambda r: r[0]), max_parallelism=MAX_P,
@@ -131,3 +139,17 @@ def test_batches_of_different_schemas_on_one_channel_are_bad_data() -> None:
     router.write(pa.record_batch([pa.array(["x"])], names=["other"]))
     with pytest.raises(DataError, match=r"parse -> sums .*must share a schema"):
         router.flush_channel(0)
+
+
+def test_batches_with_the_same_columns_in_another_order_are_concatenated() -> None:
+    """A union of streams whose columns come in different orders: the job failed or not
+    depending on whether two such batches met in one send buffer."""
+    shipped: list[pa.RecordBatch] = []
+    router = ColumnarRouter(
+        1, kind="forward", key=None, max_parallelism=MAX_P, batch_size=100, subtask_index=0,
+        ship=lambda ch, b: shipped.append(b), edge="union -> sums (forward)",
+    )
+    router.write(pa.record_batch([pa.array([1]), pa.array(["a"])], names=["k", "v"]))
+    router.write(pa.record_batch([pa.array(["b"]), pa.array([2])], names=["v", "k"]))
+    router.flush_channel(0)
+    assert [b.to_pydict() for b in shipped] == [{"k": [1, 2], "v": ["a", "b"]}]

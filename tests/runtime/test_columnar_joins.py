@@ -198,6 +198,9 @@ def test_errors_name_the_operator() -> None:
     timeless, _ = make(WINDOW)
     with pytest.raises(DataError, match=r"join \(1/1\): a window join needs event time"):
         timeless.process_input(0, auctions([1], [7]), None)
+    timed, _ = make(WINDOW)
+    with pytest.raises(DataError, match=r"join \(1/1\): 1 of 2 rows have no event time \(null _ts\)"):
+        timed.process_input(0, auctions([1, 2], [7, 8], ts=[5, None]), None)  # type: ignore[list-item]
     failing, _ = make(JoinSpec("seller", "id", function=lambda b: 1 / 0))
     failing.process_input(0, auctions([1], [7]), None)
     with pytest.raises(UserFunctionError, match="batch of 1 rows"):

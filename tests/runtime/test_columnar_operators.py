@@ -100,6 +100,39 @@ def test_to_rows_and_to_batches_round_trip_with_timestamps() -> None:
         to_batches.process_batch([{"k": "d", "v": 1}, {"k": "e", "v": "x"}], None)
 
 
+def test_to_batches_with_a_schema_naming_ts_has_one_ts_column() -> None:
+    """The records' timestamps were appended as a second ``_ts`` column."""
+    to_batches, out = make("to_batches", pa.schema([("k", pa.string()), ("_ts", pa.int64())]))
+    to_batches.process_batch([{"k": "a", "_ts": 1}], [5])
+    assert out.items[0].schema.names == ["k", "_ts"] and out.rows() == [{"k": "a", "_ts": 5}]
+
+
+def test_to_batches_refuses_rows_that_arrow_would_turn_into_nulls() -> None:
+    """Arrow made a tuple among dict rows, a dict with none of the fields, or a missing
+    non-nullable value a silent null; and an int beyond int64 was a raw OverflowError."""
+    schema = pa.schema([pa.field("k", pa.string(), nullable=False), ("v", pa.int64())])
+    to_batches, out = make("to_batches", schema)
+    bad = {
+        r"record 1 does not fit schema \['k', 'v'\] .*: \('b', 2\)": [{"k": "a", "v": 1}, ("b", 2)],
+        r"record 0 does not fit schema .*: \{'key': 'a'\}": [{"key": "a"}],
+        r"record 1 does not fit schema .*: 'ab'": [("x", 1), "ab"],
+        r"record 1 does not fit schema .*: \{'k': 'y', 'v': 2\}": [("x", 1), {"k": "y", "v": 2}],
+        r"field 'k' .* is not nullable, but record 1 has no value for it: \{'v': 2\}": [{"k": "a"}, {"v": 2}],
+        r"record 0: \{'k': 'a', 'v': 2\*\*70\}|record 0: \{'k': 'a', 'v': 1180591620717411303424\}": [
+            {"k": "a", "v": 2**70}
+        ],
+    }
+    for message, rows in bad.items():
+        with pytest.raises(DataError, match=rf"to_batches \(1/1\): .*{message}"):
+            to_batches.process_batch(rows, None)
+    # Optional fields may be missing, and an all-null row of dicts is still a row.
+    to_batches.process_batch([{"k": "a"}, {"k": "b", "v": None, "extra": 1}], None)
+    nullable, nullable_out = make("to_batches", pa.schema([("k", pa.string()), ("v", pa.int64())]))
+    nullable.process_batch([{"k": None, "v": None}, {}], None)
+    assert out.rows() == [{"k": "a", "v": None}, {"k": "b", "v": None}]
+    assert nullable_out.rows() == [{"k": None, "v": None}] * 2
+
+
 def _target(root: Path, checkpoint_id: int, name: str) -> SnapshotTarget:
     return SnapshotTarget(
         fs=storage_fs(str(root)), checkpoint_id=checkpoint_id,
@@ -157,6 +190,22 @@ def test_window_fires_at_the_watermark_drops_late_rows_and_restores_open_windows
     assert restored_out.rows() == [
         {"k": "b", "window_start": 1_000, "window_end": 2_000, "count": 2, "_ts": 1_999}
     ]
+
+
+def test_windows_with_integer_keys_of_several_widths_snapshot_and_restore(tmp_path: Path) -> None:
+    """One window saw only int8 keys, the other int8 and int64 (held as int64): their
+    state tables did not concatenate, so every snapshot failed."""
+    spec = WindowAggregateSpec("count", key="k", value=None, size=1_000, slide=1_000)
+    op, _ = make("columnar_window", spec, key="k")
+    ts = pa.array([10], pa.int64())
+    op.process_batch(pa.record_batch([pa.array([1], pa.int8()), ts], names=["k", "_ts"]), None)
+    op.process_batch(pa.record_batch([pa.array([2], pa.int8()), pa.array([1_010])], names=["k", "_ts"]), None)
+    op.process_batch(pa.record_batch([pa.array([1_000], pa.int64()), pa.array([1_020])], names=["k", "_ts"]), None)
+    handle = op.snapshot(_target(tmp_path, 1, "win-0")).keyed.run()
+    restored, out = make("columnar_window", spec, key="k")
+    restored.initialize_state(OperatorRestore(keyed=[handle]), 1)
+    restored.process_watermark(2_000)
+    assert sorted((r["window_start"], r["k"]) for r in out.rows()) == [(0, 1), (1_000, 2), (1_000, 1_000)]
 
 
 def test_sliding_windows_assign_each_row_to_every_window_it_falls_in() -> None:

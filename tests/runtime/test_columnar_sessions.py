@@ -19,7 +19,7 @@ from epochstream.graph.jobgraph import OperatorSpec
 from epochstream.graph.transformations import ColumnKey
 from epochstream.runtime.clock import ManualClock, wall_ms
 from epochstream.runtime.operators import OperatorContext, create_operator
-from epochstream.runtime.operators.columnar import WindowAggregateSpec
+from epochstream.runtime.operators.columnar import AggregateSpec, WindowAggregateSpec
 from epochstream.runtime.operators.columnar_sessions import SessionWindowSpec, merge_sessions
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
 from epochstream.state.backends.heap import HeapStateBackend
@@ -328,3 +328,68 @@ def test_processing_time_windows_keep_their_starts_across_a_restore(tmp_path: Pa
         restored.on_processing_time(wall_ms(clock))
         got.extend(_bounds(out.rows(), "v"))
     assert sorted(got) == [(k, 3_000, 4_000, 1) for k in range(20)]
+
+
+@pytest.mark.parametrize(
+    ("kind", "payload"),
+    [
+        ("columnar_aggregate", AggregateSpec("max", "k", "v")),
+        ("columnar_session_window", SessionWindowSpec("count", "k", None, 100)),
+        ("columnar_window", WindowAggregateSpec("count", "k", None, 100, 100)),
+        ("columnar_processing_window", WindowAggregateSpec("max", "k", "v", 100, 100)),
+    ],
+)
+def test_a_null_event_time_is_a_data_error_naming_the_operator(kind: str, payload: Any) -> None:
+    """A null ``_ts`` (from map_batches or to_batches) was a session at -2**63 or a raw
+    ArrowInvalid that the restart strategy retried."""
+    op, out = make(kind, payload, clock=ManualClock(start=0))
+    with pytest.raises(DataError, match=rf"{kind} \(1/1\): 1 of 2 rows have no event time \(null _ts\)"):
+        op.process_batch(_kv(["a", "b"], [1, 2], ts=[5, None]), None)  # type: ignore[list-item]
+    assert out.items == []
+
+
+def test_a_session_sum_that_would_wrap_int64_is_bad_data() -> None:
+    op, _ = sessions("sum", "v")
+    op.process_batch(_kv(["s", "s"], [2**62, 2**62 - 1], ts=[0, 10]), None)
+    with pytest.raises(DataError, match=r"\(1/1\): the sum of column 'v' overflows int64 for key 's'"):
+        op.process_batch(_kv(["s"], [1], ts=[20]), None)
+
+
+@pytest.mark.parametrize(
+    ("kind", "payload"),
+    [
+        ("columnar_aggregate", AggregateSpec("max", "k", "v")),
+        ("columnar_session_window", SessionWindowSpec("sum", "k", "v", 100)),
+    ],
+)
+def test_uint64_values_above_int64_are_bad_data(kind: str, payload: Any) -> None:
+    """The int64 accumulators wrapped them to negative numbers (then a raw ArrowInvalid)."""
+    op, _ = make(kind, payload)
+    batch = pa.record_batch(
+        [pa.array(["a", "a"]), pa.array([1, 2**64 - 1], pa.uint64()), pa.array([0, 1], pa.int64())],
+        names=["k", "v", "_ts"],
+    )
+    with pytest.raises(DataError, match=rf"{kind} \(1/1\): column 'v' holds 18446744073709551615, above the int64"):
+        op.process_batch(batch, None)
+
+
+@pytest.mark.parametrize(
+    ("kind", "payload"),
+    [
+        ("columnar_session_window", SessionWindowSpec("min", "k", "v", 100)),
+        ("columnar_window", WindowAggregateSpec("max", "k", "v", 100, 100)),
+    ],
+)
+def test_min_max_keep_the_value_type_across_a_restore(kind: str, payload: Any, tmp_path: Path) -> None:
+    """Restored min/max came out as int64 for an int32 column until a new batch came,
+    so the output schema changed across a restore."""
+    op, _ = make(kind, payload)
+    batch = pa.record_batch(
+        [pa.array(["a"]), pa.array([3], pa.int32()), pa.array([0], pa.int64())], names=["k", "v", "_ts"]
+    )
+    op.process_batch(batch, None)
+    handle = op.snapshot(_target(tmp_path, 1)).keyed.run()
+    restored, out = make(kind, payload)
+    restored.initialize_state(OperatorRestore(keyed=[handle]), 1)
+    restored.process_watermark(es.MAX_WATERMARK)
+    assert out.items[0].schema.field("v").type == pa.int32()

@@ -49,6 +49,16 @@ class ColumnarAggregations(ABC):
             )
         return column
 
+    @staticmethod
+    def _spec_columns(kind: str, key: str, column: str | None) -> None:
+        """Refuse aggregating the key column: the output would have two columns named
+        ``key`` (and ``to_rows()`` would keep only one of them)."""
+        if column == key:
+            raise ConfigurationError(
+                f"{kind}({column!r}) aggregates the key column; the result has the key and the "
+                f"value under one name: copy the column under another name in map_batches first"
+            )
+
     def sum(self, column: Any = None) -> DataStream:
         """Sum of ``column`` per key. Example: ``keyed.sum("v")``"""
         return self._aggregate("sum", self._column("sum", column))
@@ -92,6 +102,7 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
     def _aggregate(self, kind: str, column: str | None) -> DataStream:
         from epochstream.runtime.operators.columnar import AggregateSpec
 
+        self._spec_columns(kind, self.key_column, column)
         spec = AggregateSpec(kind, key=self.key_column, value=column)
         return self._then("columnar_aggregate", f"{kind}({column or ''})", spec)
 

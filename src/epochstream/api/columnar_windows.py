@@ -66,12 +66,52 @@ class ColumnarWindowedStream(ColumnarAggregations):
         from epochstream.runtime.operators.columnar_sessions import SessionWindowSpec
 
         key = self._keyed.key_column
+        self._spec_columns(kind, key, column)
         spec: Any
         if self._kind == "columnar_session_window":
             spec = SessionWindowSpec(kind, key, column, **self._params)
         else:
             spec = WindowAggregateSpec(kind, key, column, **self._params)
         return self._keyed._then(self._kind, f"{self._describe} {kind}({column or ''})", spec)
+
+    # The row path's window operations, refused with the way out (not an AttributeError).
+    def _rows_only(self, method: str) -> Any:
+        raise ConfigurationError(
+            f"{method}() works on windows of rows; these windows are columnar: use sum/count/"
+            "min/max/mean, or call to_rows() before key_by()"
+        )
+
+    def reduce(self, fn: Any, *args: Any) -> Any:
+        """Not for columnar windows (use the aggregations or ``to_rows()``)."""
+        return self._rows_only("reduce")
+
+    def aggregate(self, fn: Any, *args: Any) -> Any:
+        """Not for columnar windows (use the aggregations or ``to_rows()``)."""
+        return self._rows_only("aggregate")
+
+    def process(self, fn: Any) -> Any:
+        """Not for columnar windows (use the aggregations or ``to_rows()``)."""
+        return self._rows_only("process")
+
+    def min_by(self, position: Any) -> Any:
+        """Not for columnar windows (use ``min`` or ``to_rows()``)."""
+        return self._rows_only("min_by")
+
+    def max_by(self, position: Any) -> Any:
+        """Not for columnar windows (use ``max`` or ``to_rows()``)."""
+        return self._rows_only("max_by")
+
+    def trigger(self, trigger: Any) -> Any:
+        """Not for columnar windows: they fire by the watermark or the clock only."""
+        return self._rows_only("trigger")
+
+    def allowed_lateness(self, lateness: Any) -> Any:
+        """Not for columnar windows: late rows are dropped and counted."""
+        return self._rows_only("allowed_lateness")
+
+    def side_output_late_data(self, tag: Any) -> Any:
+        """Not for columnar windows: late rows are dropped and counted."""
+        return self._rows_only("side_output_late_data")
 
 
 def _operator_for(assigner: WindowAssigner) -> tuple[str, str, dict[str, int]]:

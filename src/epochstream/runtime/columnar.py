@@ -85,11 +85,31 @@ def with_key_groups(batch: pa.RecordBatch, key: ColumnKey, max_parallelism: int)
             f"key_by({key.column!r}): the batch has no column {key.column!r} "
             f"(columns: {', '.join(batch.schema.names)})"
         )
+    kind = batch.schema.field(index).type
+    if pa.types.is_nested(kind):
+        # Arrow can neither hash-group nor join such keys (and a struct's dicts have no
+        # stable key group); refuse them here, naming the column, not in a kernel.
+        raise ConfigurationError(
+            f"key_by({key.column!r}): column {key.column!r} is {kind}; columnar keys are "
+            "scalars (integers, strings, binary, floats, dates...): combine the parts into "
+            "one column in map_batches, or call to_rows() to key rows by a tuple"
+        )
     groups = pa.array(key_groups_of_column(batch.column(index), max_parallelism), pa.int32())
     existing = batch.schema.get_field_index(KG_COLUMN)
     if existing >= 0:
         return batch.set_column(existing, KG_COLUMN, groups)
     return batch.append_column(KG_COLUMN, groups)
+
+
+def _in_first_order(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """``batches`` with their columns in the first one's order when they have the same
+    names in another order (a union of streams that built their columns differently):
+    whether such batches met in one buffer must not decide whether the job fails."""
+    names = batches[0].schema.names
+    return [
+        b.select(names) if b.schema.names != names and sorted(b.schema.names) == sorted(names) else b
+        for b in batches
+    ]
 
 
 class ColumnarRouter:
@@ -170,7 +190,7 @@ class ColumnarRouter:
             self._pending[ch] = []
             self._rows[ch] = 0
             try:
-                batch = concat(pending)
+                batch = concat(_in_first_order(pending))
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
                 schemas = sorted({str(b.schema).replace("\n", ", ") for b in pending})
                 raise DataError(

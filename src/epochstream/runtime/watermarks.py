@@ -252,7 +252,7 @@ class TimestampsAndWatermarks:
                 + ("" if column is None else f" (there is no column {column!r})")
             )
         ts = batch.column(column)
-        if pa.types.is_timestamp(ts.type):
+        if pa.types.is_timestamp(ts.type) and not ts.null_count:
             ts = ts.cast(pa.timestamp("ms")).cast(pa.int64())
         elif not pa.types.is_integer(ts.type) or ts.null_count:
             raise DataError(

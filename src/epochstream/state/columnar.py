@@ -29,6 +29,13 @@ import pyarrow.compute as pc
 from epochstream.exceptions import ConfigurationError, DataError, StateError
 from epochstream.state.canonical import read_batches
 from epochstream.state.column_keygroups import DENSE_LIMIT, key_groups_of_column
+from epochstream.state.columnar_checks import (
+    IntSumGuard,
+    check_value_range,
+    event_times,
+    value_type_of,
+    with_value_type,
+)
 from epochstream.state.handles import ColumnarSnapshotHandle, KeyedStateHandle
 
 if TYPE_CHECKING:
@@ -48,6 +55,7 @@ __all__ = [
 AGGREGATES = ("sum", "count", "min", "max", "mean")
 KG = "_kg"
 TS = "_ts"
+_NAN = "_nan"
 
 
 class KeyIndex:
@@ -68,7 +76,8 @@ class KeyIndex:
         index.row_slots(pa.array([9, 9, 7]))[0].tolist() == [2, 2, 0]
     """
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "key column") -> None:
+        self.name = name  # for errors: the operator and the column
         self.size = 0
         self.key_type: pa.DataType | None = None
         self._numeric: bool | None = None
@@ -85,13 +94,15 @@ class KeyIndex:
         if self.key_type is None:
             self.key_type = keys.type
             self._numeric = pa.types.is_integer(keys.type)
-        elif keys.type != self.key_type and not (
-            pa.types.is_integer(keys.type) and pa.types.is_integer(self.key_type)
-        ):
-            raise DataError(
-                f"key column changed type from {self.key_type} to {keys.type} between "
-                "batches; keep one key type (cast in map_batches)"
-            )
+        elif keys.type != self.key_type:
+            if not (pa.types.is_integer(keys.type) and pa.types.is_integer(self.key_type)):
+                raise DataError(
+                    f"{self.name} changed type from {self.key_type} to {keys.type} between "
+                    "batches; keep one key type (cast in map_batches)"
+                )
+            # Integer keys of several widths: the slots hold int64, so do the keys put out
+            # (a key of the wider type would not fit the first batch's type).
+            self.key_type = pa.int64()
         if self._numeric and keys.null_count:
             self._to_generic()
         return bool(self._numeric)
@@ -196,7 +207,9 @@ class KeyIndex:
     def keys_at(self, slots: np.ndarray) -> pa.Array:
         """The keys of ``slots`` as an Arrow array of the key type."""
         if self._numeric:
-            return pa.array(self._values[slots]).cast(self.key_type)
+            # uint64 keys above 2**63 are held wrapped into int64; the unchecked cast
+            # wraps them back (every value came from the key type, so nothing truncates).
+            return pa.array(self._values[slots]).cast(self.key_type, safe=False)
         values = self._list
         return pa.array([values[s] for s in slots.tolist()], type=self.key_type)
 
@@ -222,11 +235,12 @@ class ColumnarAggregates:
         self.out_name = "count" if kind == "count" else str(value)
         self.max_parallelism = max_parallelism
         self.where = where or f"{kind}({value or ''})"
-        self.index = KeyIndex()
+        self.index = KeyIndex(f"{self.where}: key column {key!r}")
         self._kg = np.empty(0, dtype=np.int32)
         self._acc = np.empty(0, dtype=np.int64)  # sum / count / min / max
         self._count = np.empty(0, dtype=np.int64)  # non-null values (min, max, mean)
         self._value_type: pa.DataType | None = None
+        self._sums = IntSumGuard(self.where, str(value)) if kind == "sum" else None
 
     # ---------------------------------------------------------------- updates
     def _check_columns(self, batch: pa.RecordBatch) -> None:
@@ -236,6 +250,8 @@ class ColumnarAggregates:
                 raise ConfigurationError(
                     f"{self.where}: the batch has no column {column!r} (columns: {', '.join(names)})"
                 )
+        if self.value:
+            check_value_range(batch.column(self.value), self.where, self.value)
         if self.value and self._value_type is not None:
             kind = batch.schema.field(self.value).type
             if kind != self._value_type and pa.types.is_floating(kind) != pa.types.is_floating(
@@ -279,18 +295,46 @@ class ColumnarAggregates:
         """Fold ``batch`` in: (keys touched, their slots, their latest ``_ts`` or None)."""
         self._check_columns(batch)
         has_ts = TS in batch.schema.names
+        if has_ts:
+            event_times(batch, self.where)
+        guard = self._sums if self._acc.dtype == np.int64 else None
+        if guard is None or not guard.risky(batch.column(self.value), self._held):
+            return self._fold(batch, has_ts)
+        size, before = self.index.size, self._acc.copy()
+        keys, slots, ts = self._fold(batch, has_ts)
+        table = pa.table({"k": batch.column(self.key), "v": batch.column(self.value).cast(pa.float64(), safe=False)})
+        grouped = table.group_by("k", use_threads=False).aggregate([("v", "sum")])
+        group_slots, _ = self.index.slots(grouped.column("k").combine_chunks())
+        estimates = np.zeros(self.index.size)
+        estimates[:size] = before[:size]
+        estimates[group_slots] += _numpy(grouped.column("v_sum"), 0.0, np.float64)
+        guard.check(self._acc[slots], estimates[slots], lambda i: keys[i].as_py())
+        return keys, slots, ts
+
+    def _held(self) -> float:
+        held = self._acc[: self.index.size]
+        return float(np.abs(held.astype(np.float64)).max()) if len(held) else 0.0
+
+    def _fold(self, batch: pa.RecordBatch, has_ts: bool) -> tuple[pa.Array, np.ndarray, pa.Array | None]:
         rows = self.index.row_slots(batch.column(self.key))
         if rows is not None:
             return self._fold_rows(batch, *rows, has_ts)
         columns = [self.key] + ([self.value] if self.value and self.value != self.key else [])
         table = pa.Table.from_batches([batch.select(columns + ([TS] if has_ts else []))])
-        grouped = table.group_by(self.key, use_threads=False).aggregate(self._aggregations(has_ts))
+        aggregations = self._aggregations(has_ts)
+        nans = self.kind in ("min", "max") and self._acc.dtype == np.float64
+        if nans:  # Arrow's min/max skip NaN; NumPy's (the dense path, sessions) return it
+            table = table.append_column(_NAN, pc.is_nan(table.column(self.value)))
+            aggregations.append((_NAN, "any"))
+        grouped = table.group_by(self.key, use_threads=False).aggregate(aggregations)
         keys = grouped.column(self.key).combine_chunks()
         slots, new = self.index.slots(keys)
         self._grow(self.index.size)
         if new.any():
             self._init_slots(slots[new], keys.filter(pa.array(new)))
         self._apply(grouped, slots)
+        if nans:
+            self._acc[slots[_numpy(grouped.column(f"{_NAN}_any"), False, bool)]] = np.nan
         ts = grouped.column(f"{TS}_max").combine_chunks() if has_ts else None
         return keys, slots, ts
 
@@ -320,14 +364,14 @@ class ColumnarAggregates:
             values = column.to_numpy()
             if kind in ("sum", "mean"):
                 self._add_sums(value_slots, values, n, touched)
-            elif kind == "min":
-                np.minimum.at(acc, value_slots, values.astype(acc.dtype, copy=False))
             else:
-                np.maximum.at(acc, value_slots, values.astype(acc.dtype, copy=False))
+                ufunc = np.minimum if kind == "min" else np.maximum
+                with np.errstate(invalid="ignore"):  # a NaN value gives NaN, no warning
+                    ufunc.at(acc, value_slots, values.astype(acc.dtype, copy=False))
         ts = None
         if has_ts:
             latest = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-            np.maximum.at(latest, slots, batch.column(TS).to_numpy())
+            np.maximum.at(latest, slots, event_times(batch, self.where))
             ts = pa.array(latest[touched])
         return self.index.keys_at(touched), touched, ts
 
@@ -404,7 +448,7 @@ class ColumnarAggregates:
         change it, so the asynchronous part of a snapshot can write it)."""
         n = self.index.size
         slots = np.arange(n, dtype=np.int64)
-        return pa.table(
+        table = pa.table(
             {
                 KG: pa.array(self._kg[:n].copy()),
                 self.key: self.index.keys_at(slots),
@@ -412,6 +456,7 @@ class ColumnarAggregates:
                 "count": pa.array(self._count[:n].copy()),
             }
         )
+        return with_value_type(table, self._value_type)
 
     def restore_rows(self, table: pa.Table) -> None:
         """Add the rows of a :meth:`state_table` (keys not seen yet) to the state."""
@@ -427,6 +472,8 @@ class ColumnarAggregates:
         self._acc = self._acc.astype(acc.dtype) if self._acc.dtype != acc.dtype else self._acc
         self._acc[slots] = acc
         self._count[slots] = table.column("count").to_numpy()
+        if self._value_type is None:
+            self._value_type = value_type_of(table)
 
 
 def _identity(dtype: np.dtype, high: bool) -> Any:

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError, UserFunctionError, short_repr
@@ -39,6 +40,7 @@ from epochstream.state.columnar import (
     read_columnar_state,
     write_columnar_state,
 )
+from epochstream.state.columnar_checks import event_times
 from epochstream.state.handles import KeyedStateHandle, OperatorRestore
 from epochstream.state.keygroups import key_group_range_for_operator
 
@@ -162,19 +164,60 @@ class ToBatchesOperator(Operator):
             if isinstance(records[0], dict):
                 batch = pa.RecordBatch.from_pylist(records, schema=self.schema)
             else:
+                # zip() would take a str or dict row apart into its characters or keys.
+                odd = next((i for i, r in enumerate(records) if not isinstance(r, (tuple, list))), None)
+                if odd is not None:
+                    raise DataError(
+                        f"{self.ctx.task_name}: record {odd} does not fit schema {self.schema.names} "
+                        "(rows are dicts by field name, or tuples in schema order, not both): "
+                        f"{short_repr(records[odd])}"
+                    )
                 columns = list(zip(*records, strict=True))
                 batch = pa.RecordBatch.from_arrays(
                     [pa.array(c, type=f.type) for c, f in zip(columns, self.schema, strict=True)],
                     schema=self.schema,
                 )
-        except (TypeError, ValueError, pa.ArrowException) as exc:
+        except (TypeError, ValueError, OverflowError, pa.ArrowException) as exc:
             raise DataError(
                 f"{self.ctx.task_name}: rows do not fit schema {self.schema.names} "
                 f"({_first_bad(records, self.schema)}): {exc}"
             ) from exc
+        self._check_fit(records, batch)
         if timestamps is not None:
-            batch = batch.append_column(TS_COLUMN, pa.array(timestamps, pa.int64()))
+            ts = pa.array(timestamps, pa.int64())
+            index = batch.schema.get_field_index(TS_COLUMN)  # a schema may name _ts itself
+            batch = batch.set_column(index, TS_COLUMN, ts) if index >= 0 else batch.append_column(TS_COLUMN, ts)
         self.emit(batch, None)
+
+
+    def _check_fit(self, records: list[Any], batch: pa.RecordBatch) -> None:
+        """What Arrow lets through silently: a row that is not a dict among dicts, or
+        has none of the fields, becomes all nulls; a null in a non-nullable field. Only
+        the rows that came out all null are looked at one by one."""
+        where, names = self.ctx.task_name, self.schema.names
+        if isinstance(records[0], dict) and batch.num_columns:
+            self._check_dict_rows(records, batch)
+        for f in self.schema:
+            column = batch.column(f.name)
+            if not f.nullable and column.null_count:
+                first = int(pc.index(pc.is_null(column), True).as_py())
+                raise DataError(
+                    f"{where}: field {f.name!r} of schema {names} is not nullable, but record "
+                    f"{first} has no value for it: {short_repr(records[first])}"
+                )
+
+    def _check_dict_rows(self, records: list[Any], batch: pa.RecordBatch) -> None:
+        names = self.schema.names
+        empty = pc.is_null(batch.column(0))
+        for column in batch.columns[1:]:
+            empty = pc.and_(empty, pc.is_null(column))
+        for index in np.flatnonzero(empty.to_numpy(zero_copy_only=False)).tolist():
+            record = records[index]
+            if not isinstance(record, dict) or (record and not any(n in record for n in names)):
+                raise DataError(
+                    f"{self.ctx.task_name}: record {index} does not fit schema {names} (rows are "
+                    f"dicts by field name, or tuples in schema order, not both): {short_repr(record)}"
+                )
 
 
 def _first_bad(records: list[Any], schema: pa.Schema) -> str:
@@ -364,7 +407,9 @@ class ColumnarWindowAggregates(ColumnarKeyedOperator):
             parts.append(table.append_column(_WINDOW, pa.array(np.full(table.num_rows, start))))
         if not parts:
             return pa.table({KG_COLUMN: pa.array([], pa.int32())})
-        return pa.concat_tables(parts)
+        # Windows that saw integer keys of several widths hold them as int64, the others
+        # in their own type: the file takes the widest.
+        return pa.concat_tables(parts, promote_options="permissive")
 
     def restore_table(self, table: pa.Table) -> None:
         starts = table.column(_WINDOW).to_numpy()
@@ -396,7 +441,7 @@ class ColumnarWindowOperator(ColumnarWindowAggregates):
             )
         agg = self.agg
         late, windows = window_starts(
-            batch.column(TS_COLUMN).to_numpy(), agg.size, agg.slide, agg.offset, self.watermark
+            event_times(batch, self.ctx.task_name), agg.size, agg.slide, agg.offset, self.watermark
         )
         self.counters.late_records_dropped += late
         for start, rows in windows:

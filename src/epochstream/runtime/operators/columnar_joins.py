@@ -49,6 +49,7 @@ from epochstream.runtime.operators.columnar import (
     window_starts,
 )
 from epochstream.runtime.operators.twoinput import TwoInputOperator
+from epochstream.state.columnar_checks import event_times
 
 __all__ = [
     "RIGHT_SUFFIX",
@@ -355,7 +356,7 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
         join = self.join
         assert join.size is not None and join.slide is not None
         late, windows = window_starts(
-            batch.column(TS_COLUMN).to_numpy(), join.size, join.slide, join.offset, self.watermark
+            event_times(batch, self.ctx.task_name), join.size, join.slide, join.offset, self.watermark
         )
         self.counters.late_records_dropped += late
         for start, rows in windows:

@@ -41,6 +41,13 @@ from epochstream.runtime.operators.columnar import (
 )
 from epochstream.state.column_keygroups import key_groups_of_column
 from epochstream.state.columnar import AGGREGATES, KeyIndex
+from epochstream.state.columnar_checks import (
+    IntSumGuard,
+    check_value_range,
+    event_times,
+    value_type_of,
+    with_value_type,
+)
 
 __all__ = [
     "ColumnarProcessingTimeWindowOperator",
@@ -158,6 +165,7 @@ class _WindowedValues:
                 )
         if not self.value:
             return
+        check_value_range(batch.column(self.value), self.where, self.value)
         kind = batch.schema.field(self.value).type
         if self.value_type is None:
             if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
@@ -217,8 +225,8 @@ class _WindowedValues:
 class _KeySlots:
     """Dense slots of the keys (a :class:`KeyIndex`) and each slot's key group."""
 
-    def __init__(self, max_parallelism: int) -> None:
-        self.index = KeyIndex()
+    def __init__(self, max_parallelism: int, name: str) -> None:
+        self.index = KeyIndex(name)
         self.max_parallelism = max_parallelism
         self.key_group = np.empty(0, dtype=np.int32)
 
@@ -271,20 +279,21 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
         super().__init__(spec, ctx)
         self.agg: SessionWindowSpec = spec.payload
         self.values = _WindowedValues(self.agg.kind, self.agg.key, self.agg.value, ctx.task_name)
-        self.keys = _KeySlots(ctx.max_parallelism)
+        self.keys = _KeySlots(ctx.max_parallelism, f"{ctx.task_name}: key column {self.agg.key!r}")
         self.slot = np.empty(0, dtype=np.int64)
         self.start = np.empty(0, dtype=np.int64)
         self.end = np.empty(0, dtype=np.int64)
         self.acc = np.empty(0, dtype=self.values.acc_dtype)
         self.count = np.empty(0, dtype=np.int64)
         self.watermark = -(2**63)
+        self.sums = IntSumGuard(ctx.task_name, str(self.agg.value)) if self.agg.kind == "sum" else None
 
     def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
         batch = _need_batch(self, records)
         if not batch.num_rows:
             return
         self.values.check(batch)
-        ts = batch.column(TS_COLUMN).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        ts = event_times(batch, self.ctx.task_name)
         slots = self.keys.of_rows(batch.column(self.agg.key))
         acc, count = self.values.rows(batch)
         accepted = self._accepted(slots, ts)
@@ -295,24 +304,38 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
                 return
         if self.acc.dtype != acc.dtype:
             self.acc = self.acc.astype(acc.dtype)
+        risky = (
+            self.sums is not None
+            and acc.dtype == np.int64
+            and self.sums.risky(batch.column(str(self.agg.value)), self._held)
+        )
         touched = np.zeros(self.keys.index.size, dtype=bool)
         touched[slots] = True
         involved = touched[self.slot]
         kept = ~involved
-        merged = merge_sessions(
+        parts = (
             np.concatenate([self.slot[involved], slots]),
             np.concatenate([self.start[involved], ts]),
             np.concatenate([self.end[involved], ts + self.agg.gap]),
             np.concatenate([self.acc[involved], acc]),
             np.concatenate([self.count[involved], count]),
-            self.agg.kind,
         )
+        merged = merge_sessions(*parts, self.agg.kind)
+        if risky:
+            assert self.sums is not None
+            shadow = merge_sessions(*parts[:3], parts[3].astype(np.float64), parts[4], self.agg.kind)
+            self.sums.check(
+                merged[3], shadow[3], lambda i: self.keys.index.keys_at(merged[0][i : i + 1])[0].as_py()
+            )
         self._set(
             *(
                 np.concatenate([old[kept], new])
                 for old, new in zip((self.slot, self.start, self.end, self.acc, self.count), merged, strict=True)
             )
         )
+
+    def _held(self) -> float:
+        return float(np.abs(self.acc.astype(np.float64)).max()) if len(self.acc) else 0.0
 
     def _set(self, slot: np.ndarray, start: np.ndarray, end: np.ndarray, acc: np.ndarray, count: np.ndarray) -> None:
         self.slot, self.start, self.end, self.acc, self.count = slot, start, end, acc, count
@@ -377,6 +400,9 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
         self.emit_watermark(watermark)
 
     def state_table(self) -> pa.Table:
+        return with_value_type(self._state_columns(), self.values.value_type)
+
+    def _state_columns(self) -> pa.Table:
         return pa.table(
             {
                 KG_COLUMN: pa.array(self.keys.key_group[self.slot]),
@@ -400,6 +426,8 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
         slots = self.keys.of_rows(table.column(self.agg.key).combine_chunks())
         acc = table.column("acc").to_numpy()
         self.values.acc_dtype = acc.dtype
+        if self.values.value_type is None:
+            self.values.value_type = value_type_of(table)
         self._set(
             np.concatenate([self.slot, slots]),
             np.concatenate([self.start, table.column(_WINDOW_START).to_numpy()]),
