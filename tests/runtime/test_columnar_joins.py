@@ -10,54 +10,24 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from columnar_support import MAX_P, Emitted, make_operator
 
 import epochstream as es
 from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError, StateError, UserFunctionError
-from epochstream.graph.jobgraph import OperatorSpec
-from epochstream.graph.transformations import ColumnKey
-from epochstream.runtime.operators import OperatorContext, create_operator
 from epochstream.runtime.operators.columnar_joins import JoinSpec
 from epochstream.runtime.watermarks import WatermarkValve
 from epochstream.state.backends.base import SnapshotTarget
 from epochstream.state.columnar import columnar_rows
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.keygroups import key_group_for_key
-from epochstream.state.operator import OperatorStateStore
-
-MAX_P = 128
-
-
-class Emitted:
-    def __init__(self) -> None:
-        self.items: list[pa.RecordBatch] = []
-        self.watermarks: list[int] = []
-
-    def __call__(self, batch: Any, timestamps: Any = None) -> None:
-        self.items.append(batch)
-
-    def rows(self) -> list[dict[str, Any]]:
-        return [r for b in self.items for r in b.to_pylist()]
 
 
 def make(spec: JoinSpec, *, subtask: int = 0, parallelism: int = 1) -> tuple[Any, Emitted]:
     kind = "columnar_join" if spec.size is None else "columnar_window_join"
-    op_spec = OperatorSpec(
-        uid="join-1", name="join", kind=kind, payload=spec,
-        key_selector=ColumnKey(spec.left_key),
-        input_key_selectors=[ColumnKey(spec.left_key), ColumnKey(spec.right_key)],
+    return make_operator(
+        kind, spec, keys=[spec.left_key, spec.right_key], subtask=subtask, parallelism=parallelism
     )
-    ctx = OperatorContext(
-        subtask_index=subtask, parallelism=parallelism, max_parallelism=MAX_P, attempt=0,
-        job_id="job", task_name=f"join ({subtask + 1}/{parallelism})",
-        operator_state=OperatorStateStore(), checkpointing=True,
-    )
-    op = create_operator(op_spec, ctx)
-    out = Emitted()
-    op.emit = out
-    op.emit_watermark = out.watermarks.append
-    op.open()
-    return op, out
 
 
 def auctions(ids: list[Any], sellers: list[Any], ts: list[int] | None = None) -> pa.RecordBatch:

@@ -8,53 +8,22 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from columnar_support import MAX_P, Emitted, make_operator
 
 from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.exceptions import DataError, UserFunctionError
-from epochstream.graph.jobgraph import OperatorSpec
-from epochstream.graph.transformations import ColumnKey
-from epochstream.runtime.operators import OperatorContext, create_operator
 from epochstream.runtime.operators.columnar import AggregateSpec, WindowAggregateSpec
 from epochstream.state.backends.base import SnapshotTarget
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.keygroups import key_group_for_key
-from epochstream.state.operator import OperatorStateStore
-
-MAX_P = 128
-
-
-class Emitted:
-    def __init__(self) -> None:
-        self.items: list[Any] = []
-        self.timestamps: list[Any] = []
-        self.watermarks: list[int] = []
-
-    def __call__(self, batch: Any, timestamps: Any = None) -> None:
-        self.items.append(batch)
-        self.timestamps.append(timestamps)
-
-    def rows(self) -> list[dict[str, Any]]:
-        return [r for b in self.items for r in b.to_pylist()]
 
 
 def make(
     kind: str, payload: Any, *, key: str | None = None, subtask: int = 0, parallelism: int = 1
 ) -> tuple[Any, Emitted]:
-    spec = OperatorSpec(
-        uid=f"{kind}-1", name=kind, kind=kind, payload=payload,
-        key_selector=ColumnKey(key) if key else None,
+    return make_operator(
+        kind, payload, keys=[key] if key else None, subtask=subtask, parallelism=parallelism
     )
-    ctx = OperatorContext(
-        subtask_index=subtask, parallelism=parallelism, max_parallelism=MAX_P, attempt=0,
-        job_id="job", task_name=f"{kind} ({subtask + 1}/{parallelism})",
-        operator_state=OperatorStateStore(), checkpointing=True,
-    )
-    op = create_operator(spec, ctx)
-    out = Emitted()
-    op.emit = out
-    op.emit_watermark = out.watermarks.append
-    op.open()
-    return op, out
 
 
 def _kv(keys: list[Any], values: list[Any], ts: list[int] | None = None) -> pa.RecordBatch:

@@ -12,57 +12,25 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from columnar_support import Emitted, make_operator
 
 import epochstream as es
-from epochstream.graph.jobgraph import OperatorSpec
-from epochstream.graph.transformations import ColumnKey
-from epochstream.runtime.operators import OperatorContext, create_operator
 from epochstream.runtime.operators.columnar import AggregateSpec, WindowAggregateSpec
 from epochstream.runtime.operators.columnar_joins import JoinSpec
 from epochstream.runtime.operators.columnar_sessions import SessionWindowSpec
 from epochstream.state.keygroups import key_group_for_key
-from epochstream.state.operator import OperatorStateStore
 
 duckdb = pytest.importorskip("duckdb")
 
 
-class Emitted:
-    def __init__(self) -> None:
-        self.items: list[pa.RecordBatch] = []
-
-    def __call__(self, batch: Any, timestamps: Any = None) -> None:
-        self.items.append(batch)
-
-    def rows(self) -> list[dict[str, Any]]:
-        rows = [r for b in self.items for r in b.to_pylist()]
-        self.items = []
-        return rows
-
-
-def _operator(kind: str, payload: Any, keys: list[str]) -> tuple[Any, Emitted]:
-    spec = OperatorSpec(
-        uid="op", name=kind, kind=kind, payload=payload, key_selector=ColumnKey(keys[0]),
-        input_key_selectors=[ColumnKey(k) for k in keys] if len(keys) > 1 else None,
-    )
-    ctx = OperatorContext(
-        subtask_index=0, parallelism=1, max_parallelism=128, attempt=0, job_id="job",
-        task_name=f"{kind} (1/1)", operator_state=OperatorStateStore(), checkpointing=True,
-    )
-    op = create_operator(spec, ctx)
-    out = Emitted()
-    op.emit = out
-    op.emit_watermark = lambda mark: None
-    op.open()
-    return op, out
-
-
 def make(kind: str, payload: Any) -> tuple[Any, Emitted]:
-    return _operator(kind, payload, [payload.key])
+    return make_operator(kind, payload, keys=[payload.key])
 
 
 def make_join(spec: JoinSpec) -> tuple[Any, Emitted]:
     kind = "columnar_join" if spec.size is None else "columnar_window_join"
-    return _operator(kind, spec, [spec.left_key, spec.right_key])
+    return make_operator(kind, spec, keys=[spec.left_key, spec.right_key])
+
 
 SQL = {"sum": "SUM(v)", "count": "COUNT(*)", "min": "MIN(v)", "max": "MAX(v)", "mean": "AVG(v)"}
 KINDS = tuple(SQL)
@@ -161,7 +129,7 @@ def test_aggregations_equal_duckdb(seed: int, key_type: str, value_type: str) ->
         last: dict[Any, Any] = {}
         for batch in batches:
             rolling.process_batch(batch, None)
-            last.update((r["k"], r[column]) for r in out.rows())
+            last.update((r["k"], r[column]) for r in out.take())
         expected = con.execute(f"SELECT k, {SQL[kind]} FROM t GROUP BY k").fetchall()
         if not _same(list(last.items()), expected):
             problems.append(f"rolling {kind}")
@@ -180,7 +148,7 @@ def test_aggregations_equal_duckdb(seed: int, key_type: str, value_type: str) ->
                 if mark is not None:
                     windows.process_watermark(mark)
             windows.process_watermark(es.MAX_WATERMARK)
-            got = [(r["k"], r["window_start"], r["window_end"], r[column]) for r in out.rows()]
+            got = [(r["k"], r["window_start"], r["window_end"], r[column]) for r in out.take()]
             expected = con.execute(
                 f"SELECT k, ws, ws + {size}, {SQL[kind]} FROM ({_windows_sql('t', size, slide, 'k, v')}) "
                 "GROUP BY k, ws"
@@ -196,7 +164,7 @@ def test_aggregations_equal_duckdb(seed: int, key_type: str, value_type: str) ->
         for batch in batches:
             sessions.process_batch(batch, None)
         sessions.process_watermark(es.MAX_WATERMARK)
-        got = [(r["k"], r["window_start"], r["window_end"], r[column]) for r in out.rows()]
+        got = [(r["k"], r["window_start"], r["window_end"], r[column]) for r in out.take()]
         expected = con.execute(
             f"""WITH ends AS (SELECT *, MAX(_ts + {gap}) OVER (PARTITION BY k ORDER BY _ts
                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach FROM t),
@@ -240,7 +208,7 @@ def test_joins_equal_duckdb(seed: int, left_type: pa.DataType, right_type: pa.Da
         regular.process_input(index, batch, None)
     con.register("l", pa.Table.from_batches(left))
     con.register("r", pa.Table.from_batches(right))
-    got = sorted((r["key"], r["lv"], r["rv"]) for r in out.rows())
+    got = sorted((r["key"], r["lv"], r["rv"]) for r in out.take())
     assert got == sorted(con.execute("SELECT l.key, lv, rv FROM l JOIN r ON l.key = r.key").fetchall())
 
     # Window joins, with a watermark after every batch (both inputs share it here).
@@ -261,7 +229,7 @@ def test_joins_equal_duckdb(seed: int, left_type: pa.DataType, right_type: pa.Da
                 mark = max(mark, max(batch.column("_ts").to_pylist()) - BOUND)
                 windowed.process_watermark(mark)
         windowed.process_watermark(es.MAX_WATERMARK)
-        got = sorted((r["key"], r["lv"], r["rv"], r["window_start"]) for r in out.rows())
+        got = sorted((r["key"], r["lv"], r["rv"], r["window_start"]) for r in out.take())
         expected = con.execute(
             f"SELECT a.key, lv, rv, a.ws FROM ({_windows_sql('l', size, slide, 'key, lv')}) a "
             f"JOIN ({_windows_sql('r', size, slide, 'key, rv')}) b ON a.key = b.key AND a.ws = b.ws"

@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from columnar_support import MAX_P, Emitted, make_operator
 
 import epochstream as es
 from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError, StateError
 from epochstream.graph.jobgraph import OperatorSpec
-from epochstream.graph.transformations import ColumnKey
 from epochstream.runtime.clock import ManualClock, wall_ms
 from epochstream.runtime.operators import OperatorContext, create_operator
 from epochstream.runtime.operators.columnar import AggregateSpec, WindowAggregateSpec
@@ -27,38 +27,13 @@ from epochstream.state.handles import OperatorRestore
 from epochstream.state.keygroups import key_group_for_key, key_group_range_for_operator
 from epochstream.state.operator import OperatorStateStore
 
-MAX_P = 128
-
-
-class Emitted:
-    def __init__(self) -> None:
-        self.items: list[pa.RecordBatch] = []
-        self.watermarks: list[int] = []
-
-    def __call__(self, batch: Any, timestamps: Any = None) -> None:
-        self.items.append(batch)
-
-    def rows(self) -> list[dict[str, Any]]:
-        rows = [r for b in self.items for r in b.to_pylist()]
-        self.items = []
-        return rows
-
 
 def make(
     kind: str, payload: Any, *, subtask: int = 0, parallelism: int = 1, clock: ManualClock | None = None
 ) -> tuple[Any, Emitted]:
-    spec = OperatorSpec(uid="w", name=kind, kind=kind, payload=payload, key_selector=ColumnKey(payload.key))
-    ctx = OperatorContext(
-        subtask_index=subtask, parallelism=parallelism, max_parallelism=MAX_P, attempt=0,
-        job_id="job", task_name=f"{kind} ({subtask + 1}/{parallelism})",
-        operator_state=OperatorStateStore(), checkpointing=True, clock=clock,
+    return make_operator(
+        kind, payload, keys=[payload.key], subtask=subtask, parallelism=parallelism, clock=clock, uid="w"
     )
-    op = create_operator(spec, ctx)
-    out = Emitted()
-    op.emit = out
-    op.emit_watermark = out.watermarks.append
-    op.open()
-    return op, out
 
 
 def sessions(kind: str = "count", value: str | None = None, gap: int = 100, **kw: Any) -> tuple[Any, Emitted]:
@@ -107,12 +82,12 @@ def test_an_out_of_order_row_bridges_two_sessions() -> None:
     op, out = sessions("sum", "v")
     op.process_batch(_kv(["s", "s", "t"], [1, 2, 5], ts=[0, 300, 10]), None)
     op.process_watermark(98)
-    assert out.rows() == []
+    assert out.take() == []
     op.process_batch(_kv(["s", "s", "s"], [4, 8, 16], ts=[90, 180, 270]), None)  # [0, 400)
     op.process_watermark(398)
-    assert _bounds(out.rows(), "v") == [("t", 10, 110, 5)]
+    assert _bounds(out.take(), "v") == [("t", 10, 110, 5)]
     op.process_watermark(399)
-    assert out.rows() == [{"k": "s", "window_start": 0, "window_end": 400, "v": 31, "_ts": 399}]
+    assert out.take() == [{"k": "s", "window_start": 0, "window_end": 400, "v": 31, "_ts": 399}]
     assert out.watermarks == [98, 398, 399]
     assert op.counters.late_records_dropped == 0 and len(op.start) == 0
 
@@ -121,20 +96,20 @@ def test_touching_sessions_merge_as_in_flink() -> None:
     op, out = sessions()
     op.process_batch(_kv(["s", "s", "s"], [1, 1, 1], ts=[100, 0, 201]), None)
     op.process_watermark(es.MAX_WATERMARK)
-    assert _bounds(out.rows()) == [("s", 0, 200, 2), ("s", 201, 301, 1)]
+    assert _bounds(out.take()) == [("s", 0, 200, 2), ("s", 201, 301, 1)]
 
 
 def test_rows_of_a_fired_session_are_late_unless_an_open_session_takes_them() -> None:
     op, out = sessions(gap=10)
     op.process_batch(_kv(["a", "b"], [1, 1], ts=[0, 100]), None)
     op.process_watermark(99)  # a's [0, 10) fires; b's [100, 110) stays open
-    assert _bounds(out.rows()) == [("a", 0, 10, 1)]
+    assert _bounds(out.take()) == [("a", 0, 10, 1)]
     # a@5 is late. b@95 touches b's open session; b@85 touches b@95's window, but only
     # once b@95 came: it is late here (it comes first), as on the row path.
     op.process_batch(_kv(["a", "b", "b", "b", "c"], [1, 1, 1, 1, 1], ts=[5, 85, 95, 87, 30]), None)
     assert op.counters.late_records_dropped == 3  # a@5, b@85, c@30
     op.process_watermark(es.MAX_WATERMARK)
-    assert _bounds(out.rows()) == [("b", 87, 110, 3)]
+    assert _bounds(out.take()) == [("b", 87, 110, 3)]
 
 
 def test_min_max_mean_and_null_values() -> None:
@@ -142,11 +117,11 @@ def test_min_max_mean_and_null_values() -> None:
         op, out = sessions(kind, "v")
         op.process_batch(_kv(["a", "a", "b"], [7, 2, None], ts=[0, 50, 0]), None)
         op.process_watermark(es.MAX_WATERMARK)
-        assert [r["v"] for r in sorted(out.rows(), key=lambda r: r["k"])] == expected, kind
+        assert [r["v"] for r in sorted(out.take(), key=lambda r: r["k"])] == expected, kind
     op, out = sessions("max", "v")
     op.process_batch(_kv([1, 1], [1.5, 2.5], ts=[0, 10]), None)
     op.process_watermark(es.MAX_WATERMARK)
-    assert out.rows()[0]["v"] == 2.5
+    assert out.take()[0]["v"] == 2.5
 
 
 def test_bad_input_errors_name_the_operator() -> None:
@@ -181,7 +156,7 @@ def test_sessions_restore_and_rescale_by_key_group(tmp_path: Path) -> None:
         mine = [k for k in keys if key_group_for_key(k, MAX_P) in restored.key_groups]
         restored.process_batch(_kv(mine, [100] * len(mine), ts=[50] * len(mine)), None)  # joins [0, 100)
         restored.process_watermark(es.MAX_WATERMARK)
-        got.extend(_bounds(out.rows(), "v"))
+        got.extend(_bounds(out.take(), "v"))
     expected = [(k, 0, 150, 101) for k in keys] + [(k, 500, 600, 5) for k in keys[:10]]
     assert sorted(got) == sorted(expected)
 
@@ -270,7 +245,7 @@ def test_sessions_equal_the_row_path_on_random_data(seed: int) -> None:
     assert len(late) == 1 and late.pop() > 0, "every kind drops the same late rows, and some are late"
     for index, (kind, (_, out)) in enumerate(outputs.items()):
         column = "count" if kind == "count" else "v"
-        got = sorted(_bounds(out.rows(), column))
+        got = sorted(_bounds(out.take(), column))
         expected = sorted((r[0], r[1], r[2], r[3 + index]) for r in row_out)
         assert got == expected, kind
     assert row_out, "no sessions"
@@ -296,9 +271,9 @@ def test_processing_time_windows_fire_when_the_clock_passes_their_end() -> None:
     assert op.next_processing_time() == 10_999
     op.process_watermark(10**12)  # watermarks pass through, they do not fire windows
     op.on_processing_time(10_998)
-    assert out.rows() == [] and out.watermarks == [10**12]
+    assert out.take() == [] and out.watermarks == [10**12]
     op.on_processing_time(10_999)
-    assert sorted(_bounds(out.rows(), "v")) == [("a", 10_000, 11_000, 14), ("b", 10_000, 11_000, 2)]
+    assert sorted(_bounds(out.take(), "v")) == [("a", 10_000, 11_000, 14), ("b", 10_000, 11_000, 2)]
     assert op.next_processing_time() is None
 
 
@@ -307,7 +282,7 @@ def test_sliding_processing_time_windows_and_end_of_input() -> None:
     op, out = processing(size=1_000, slide=500, clock=clock)
     op.process_batch(_kv([1], [7]), None)
     op.process_watermark(es.MAX_WATERMARK)  # the end of a bounded input fires every window
-    assert sorted(_bounds(out.rows(), "v")) == [(1, 1_000, 2_000, 7), (1, 1_500, 2_500, 7)]
+    assert sorted(_bounds(out.take(), "v")) == [(1, 1_000, 2_000, 7), (1, 1_500, 2_500, 7)]
     assert out.watermarks == [es.MAX_WATERMARK] and op.next_processing_time() is None
     with pytest.raises(ConfigurationError, match=r"columnar_processing_window \(1/1\): the batch has no column 'v'"):
         op.process_batch(pa.record_batch([pa.array([1])], names=["k"]), None)
@@ -326,7 +301,7 @@ def test_processing_time_windows_keep_their_starts_across_a_restore(tmp_path: Pa
         restored.initialize_state(OperatorRestore(keyed=[part] if part else []), 1)
         assert restored.next_processing_time() == 3_999  # timed again: due at once
         restored.on_processing_time(wall_ms(clock))
-        got.extend(_bounds(out.rows(), "v"))
+        got.extend(_bounds(out.take(), "v"))
     assert sorted(got) == [(k, 3_000, 4_000, 1) for k in range(20)]
 
 
