@@ -28,64 +28,6 @@ __all__ = [
     "describe_callable",
 ]
 
-#: Operator kinds the runtime knows how to run.
-KINDS = frozenset(
-    {
-        "source",
-        "map",
-        "flat_map",
-        "filter",
-        "reduce",
-        "process",
-        "timestamps",
-        "window",
-        "co_map",
-        "co_flat_map",
-        "co_process",
-        "interval_join",
-        "deduplicate",
-        "sink",
-        "map_batches",
-        "filter_batches",
-        "to_rows",
-        "to_batches",
-        "columnar_aggregate",
-        "columnar_window",
-        "columnar_session_window",
-        "columnar_processing_window",
-        "columnar_join",
-        "columnar_window_join",
-    }
-)
-#: Kinds that need a keyed input (key-group hash partitioning and a key selector).
-KEYED_KINDS = frozenset(
-    {
-        "reduce",
-        "window",
-        "interval_join",
-        "deduplicate",
-        "columnar_aggregate",
-        "columnar_window",
-        "columnar_session_window",
-        "columnar_processing_window",
-        "columnar_join",
-        "columnar_window_join",
-    }
-)
-#: Kinds whose output is columnar (Arrow record batches).
-COLUMNAR_OUTPUT_KINDS = frozenset(
-    {
-        "map_batches",
-        "filter_batches",
-        "to_batches",
-        "columnar_aggregate",
-        "columnar_window",
-        "columnar_session_window",
-        "columnar_processing_window",
-        "columnar_join",
-        "columnar_window_join",
-    }
-)
 #: Keyed kinds that keep columnar state themselves (no keyed-state backend).
 COLUMNAR_STATE_KINDS = frozenset(
     {
@@ -96,6 +38,30 @@ COLUMNAR_STATE_KINDS = frozenset(
         "columnar_join",
         "columnar_window_join",
     }
+)
+#: Kinds whose output is columnar (Arrow record batches).
+COLUMNAR_OUTPUT_KINDS = frozenset({"map_batches", "filter_batches", "to_batches"}) | COLUMNAR_STATE_KINDS
+#: Kinds that need a keyed input (key-group hash partitioning and a key selector).
+KEYED_KINDS = frozenset({"reduce", "window", "interval_join", "deduplicate"}) | COLUMNAR_STATE_KINDS
+#: Operator kinds the runtime knows how to run.
+KINDS = (
+    frozenset(
+        {
+            "source",
+            "map",
+            "flat_map",
+            "filter",
+            "process",
+            "timestamps",
+            "co_map",
+            "co_flat_map",
+            "co_process",
+            "sink",
+            "to_rows",
+        }
+    )
+    | KEYED_KINDS
+    | COLUMNAR_OUTPUT_KINDS
 )
 #: Kinds with exactly two inputs (first and second stream).
 TWO_INPUT_KINDS = frozenset(
