@@ -183,3 +183,14 @@ def test_sliding_windows_assign_each_row_to_every_window_it_falls_in() -> None:
     op.process_batch(_kv([1], [7], ts=[700]), None)
     op.process_watermark(10_000)
     assert [(r["window_start"], r["v"]) for r in out.rows()] == [(0, 7), (500, 7)]
+
+
+def test_a_window_value_column_turning_floating_point_is_refused_even_in_new_windows() -> None:
+    """Each window checks its own rows; the operator checks across windows, so a batch
+    touching only new windows cannot change the value type unnoticed."""
+    spec = WindowAggregateSpec("sum", key="k", value="v", size=1_000, slide=1_000)
+    op, _ = make("columnar_window", spec, key="k")
+    op.process_batch(_kv(["a"], pa.array([1], pa.int32()), ts=[10]), None)
+    op.process_batch(_kv(["a"], pa.array([2], pa.int64()), ts=[1_010]), None)  # widths may differ
+    with pytest.raises(DataError, match=r"column 'v' changed type from int32 to double"):
+        op.process_batch(_kv(["a"], [2.5], ts=[2_010]), None)

@@ -242,6 +242,14 @@ class ColumnarAggregates:
         self._value_type: pa.DataType | None = None
         self._sums = IntSumGuard(self.where, str(value)) if kind == "sum" else None
 
+    @property
+    def value_type(self) -> pa.DataType | None:
+        """The value column's type, once a batch (or a restore) set it.
+
+        Example: ``aggregates.value_type == pa.int64()``
+        """
+        return self._value_type
+
     # ---------------------------------------------------------------- updates
     def _check_columns(self, batch: pa.RecordBatch) -> None:
         names = batch.schema.names

@@ -366,6 +366,24 @@ class ColumnarWindowAggregates(ColumnarKeyedOperator):
         super().__init__(spec, ctx)
         self.agg: WindowAggregateSpec = spec.payload
         self.windows: dict[int, ColumnarAggregates] = {}
+        # The value column's first type: each window checks its own rows, and a batch
+        # touching only new windows would otherwise change the type unnoticed.
+        self._value_type: pa.DataType | None = None
+
+    def _check_value_type(self, batch: pa.RecordBatch) -> None:
+        """A value column that turned from integer to floating point (or back) between
+        batches is refused, as a rolling aggregation refuses it."""
+        value = self.agg.value
+        if not value or value not in batch.schema.names:
+            return  # no value column (counts), or the window's own check names it
+        kind = batch.schema.field(value).type
+        if self._value_type is None:
+            self._value_type = kind
+        elif pa.types.is_floating(kind) != pa.types.is_floating(self._value_type):
+            raise DataError(
+                f"{self.ctx.task_name}: column {value!r} changed type from {self._value_type} "
+                f"to {kind} between batches; keep one type (cast in map_batches)"
+            )
 
     def _window(self, start: int) -> ColumnarAggregates:
         window = self.windows.get(start)
@@ -415,7 +433,9 @@ class ColumnarWindowAggregates(ColumnarKeyedOperator):
         starts = table.column(_WINDOW).to_numpy()
         for start in np.unique(starts).tolist():
             rows = table.filter(pa.array(starts == start)).drop_columns([_WINDOW])
-            self._window(start).restore_rows(rows)
+            window = self._window(start)
+            window.restore_rows(rows)
+            self._value_type = self._value_type or window.value_type
 
 
 class ColumnarWindowOperator(ColumnarWindowAggregates):
@@ -439,6 +459,7 @@ class ColumnarWindowOperator(ColumnarWindowAggregates):
                 f"{self.ctx.task_name}: event-time windows need event time; give the source "
                 "a watermark strategy with .with_timestamp_column(name)"
             )
+        self._check_value_type(batch)
         agg = self.agg
         late, windows = window_starts(
             event_times(batch, self.ctx.task_name), agg.size, agg.slide, agg.offset, self.watermark
