@@ -153,3 +153,20 @@ def test_batches_with_the_same_columns_in_another_order_are_concatenated() -> No
     router.write(pa.record_batch([pa.array(["b"]), pa.array([2])], names=["v", "k"]))
     router.flush_channel(0)
     assert [b.to_pydict() for b in shipped] == [{"k": [1, 2], "v": ["a", "b"]}]
+
+
+def test_rows_of_gives_what_to_pylist_gives() -> None:
+    from epochstream.runtime.columnar import rows_of
+
+    batch = pa.record_batch(
+        {
+            "i": pa.array([1, None, 3], pa.int32()),
+            "s": ["a", None, "c"],
+            "l": pa.array([[1, 2], None, []], pa.list_(pa.int64())),
+            "st": pa.array([{"x": 1}, None, {"x": None}], pa.struct([("x", pa.int64())])),
+            "t": pa.array([0, 1_000, None], pa.timestamp("ms")),
+        }
+    )
+    assert rows_of(batch) == batch.to_pylist()
+    assert rows_of(pa.Table.from_batches([batch, batch])) == batch.to_pylist() * 2
+    assert rows_of(batch.slice(0, 0)) == []

@@ -50,6 +50,7 @@ from epochstream.connectors.files import (
     list_files,
 )
 from epochstream.exceptions import ConfigurationError, SourceDecodeError
+from epochstream.runtime.columnar import rows_of
 
 __all__ = [
     "CsvParser",
@@ -359,7 +360,7 @@ class ParquetReader(SourceReader):
                 continue  # dead-lettered
             take = min(max_records - len(out), table.num_rows - split.row)
             if take > 0:
-                out += table.slice(split.row, take).to_pylist()
+                out += rows_of(table.slice(split.row, take))
                 split = replace(split, row=split.row + take)
                 self._splits[0] = split
             if split.row >= table.num_rows:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from epochstream.connectors.base import AtLeastOnceSinkWriter, Sink, SinkContext
+from epochstream.runtime.columnar import rows_of
 
 __all__ = ["DiscardSink", "DiscardWriter", "PrintSink", "PrintWriter"]
 
@@ -66,7 +67,7 @@ class PrintWriter(AtLeastOnceSinkWriter):
         if not len(records):
             return
         if type(records) is not list:  # a columnar batch: one line per row
-            records = records.to_pylist()  # type: ignore[attr-defined]
+            records = rows_of(records)
         p = self.line_prefix
         text = "".join([f"{p}{r!s}\n" for r in records])
         if self.console is not None:

@@ -32,6 +32,7 @@ from epochstream.state.column_keygroups import DENSE_LIMIT, key_groups_of_column
 from epochstream.state.columnar_checks import (
     IntSumGuard,
     check_value_range,
+    checked_value_type,
     event_times,
     value_type_of,
     with_value_type,
@@ -260,25 +261,13 @@ class ColumnarAggregates:
                 )
         if self.value:
             check_value_range(batch.column(self.value), self.where, self.value)
-        if self.value and self._value_type is not None:
+        if self.value:
+            first = self._value_type
             kind = batch.schema.field(self.value).type
-            if kind != self._value_type and pa.types.is_floating(kind) != pa.types.is_floating(
-                self._value_type
-            ):
-                raise DataError(
-                    f"{self.where}: column {self.value!r} changed type from {self._value_type} "
-                    f"to {kind} between batches; keep one type (cast in map_batches)"
-                )
-        elif self.value:
-            kind = batch.schema.field(self.value).type
-            if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
-                raise ConfigurationError(
-                    f"{self.where}: column {self.value!r} is {kind}; columnar aggregations "
-                    "take integer or floating-point columns"
-                )
-            self._value_type = kind
-            floating = pa.types.is_floating(kind) or self.kind == "mean"
-            self._acc = self._acc.astype(np.float64 if floating else np.int64)
+            self._value_type = checked_value_type(first, kind, self.where, self.value)
+            if first is None:
+                floating = pa.types.is_floating(kind) or self.kind == "mean"
+                self._acc = self._acc.astype(np.float64 if floating else np.int64)
 
     def _grow(self, size: int) -> None:
         if size <= len(self._kg):

@@ -17,9 +17,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from epochstream.exceptions import DataError, short_repr
+from epochstream.exceptions import ConfigurationError, DataError, short_repr
 
-__all__ = ["IntSumGuard", "check_value_range", "event_times", "value_type_of", "with_value_type"]
+__all__ = [
+    "IntSumGuard",
+    "check_value_range",
+    "checked_value_type",
+    "event_times",
+    "value_type_of",
+    "with_value_type",
+]
 
 TS = "_ts"
 
@@ -38,6 +45,30 @@ def event_times(batch: pa.RecordBatch, where: str) -> np.ndarray:
             f"{TS}); give every row a timestamp (columns: {', '.join(batch.schema.names)})"
         )
     return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def checked_value_type(
+    first: pa.DataType | None, kind: pa.DataType, where: str, column: str
+) -> pa.DataType:
+    """The value column's type to keep: ``kind`` on the first batch (integer or floating
+    point only), ``first`` after it. A column that turns from integer to floating point
+    or back between batches is a :class:`DataError`; integer widths may differ.
+
+    Example: ``kind = checked_value_type(kind, batch.schema.field("v").type, "sum(v) (1/2)", "v")``
+    """
+    if first is None:
+        if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+            raise ConfigurationError(
+                f"{where}: column {column!r} is {kind}; columnar aggregations take integer "
+                "or floating-point columns"
+            )
+        return kind
+    if pa.types.is_floating(kind) != pa.types.is_floating(first):
+        raise DataError(
+            f"{where}: column {column!r} changed type from {first} to {kind} between "
+            "batches; keep one type (cast in map_batches)"
+        )
+    return first
 
 
 def check_value_range(column: pa.Array | pa.ChunkedArray, where: str, name: str) -> None:

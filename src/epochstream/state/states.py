@@ -92,6 +92,8 @@ def copy_value(value: Any, memo: dict[int, Any] | None = None) -> Any:
     elif kind is dict:
         if _ATOMIC.issuperset(map(type, value.values())) or all(map(_immutable, value.values())):
             return value.copy()
+    elif kind is tuple and _ATOMIC.issuperset(map(type, value)):
+        return value  # the common case, without a call
     elif _immutable(value):
         return value
     return copy.deepcopy(value, memo)

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError, UserFunctionError, short_repr
-from epochstream.runtime.columnar import KG_COLUMN, TS_COLUMN
+from epochstream.runtime.columnar import KG_COLUMN, TS_COLUMN, rows_of
 from epochstream.runtime.operators.base import Operator, SnapshotParts
 from epochstream.state.backends.base import SnapshotJob, SnapshotTarget
 from epochstream.state.columnar import (
@@ -40,7 +40,7 @@ from epochstream.state.columnar import (
     read_columnar_state,
     write_columnar_state,
 )
-from epochstream.state.columnar_checks import event_times
+from epochstream.state.columnar_checks import checked_value_type, event_times
 from epochstream.state.handles import KeyedStateHandle, OperatorRestore
 from epochstream.state.keygroups import key_group_range_for_operator
 
@@ -145,7 +145,7 @@ class ToRowsOperator(Operator):
         keep = [n for n in names if n not in _INTERNAL]
         if len(keep) != len(names):
             batch = batch.select(keep)
-        self.emit(batch.to_pylist(), ts)
+        self.emit(rows_of(batch), ts)
 
 
 class ToBatchesOperator(Operator):
@@ -377,13 +377,7 @@ class ColumnarWindowAggregates(ColumnarKeyedOperator):
         if not value or value not in batch.schema.names:
             return  # no value column (counts), or the window's own check names it
         kind = batch.schema.field(value).type
-        if self._value_type is None:
-            self._value_type = kind
-        elif pa.types.is_floating(kind) != pa.types.is_floating(self._value_type):
-            raise DataError(
-                f"{self.ctx.task_name}: column {value!r} changed type from {self._value_type} "
-                f"to {kind} between batches; keep one type (cast in map_batches)"
-            )
+        self._value_type = checked_value_type(self._value_type, kind, self.ctx.task_name, value)
 
     def _window(self, start: int) -> ColumnarAggregates:
         window = self.windows.get(start)

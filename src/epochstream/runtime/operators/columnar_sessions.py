@@ -44,6 +44,7 @@ from epochstream.state.columnar import AGGREGATES, KeyIndex
 from epochstream.state.columnar_checks import (
     IntSumGuard,
     check_value_range,
+    checked_value_type,
     event_times,
     value_type_of,
     with_value_type,
@@ -166,21 +167,11 @@ class _WindowedValues:
         if not self.value:
             return
         check_value_range(batch.column(self.value), self.where, self.value)
+        first = self.value_type
         kind = batch.schema.field(self.value).type
-        if self.value_type is None:
-            if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
-                raise ConfigurationError(
-                    f"{self.where}: column {self.value!r} is {kind}; columnar aggregations "
-                    "take integer or floating-point columns"
-                )
-            self.value_type = kind
-            if pa.types.is_floating(kind):
-                self.acc_dtype = np.float64
-        elif pa.types.is_floating(kind) != pa.types.is_floating(self.value_type):
-            raise DataError(
-                f"{self.where}: column {self.value!r} changed type from {self.value_type} "
-                f"to {kind} between batches; keep one type (cast in map_batches)"
-            )
+        self.value_type = checked_value_type(first, kind, self.where, self.value)
+        if first is None and pa.types.is_floating(kind):
+            self.acc_dtype = np.float64
 
     def identity(self) -> Any:
         if self.kind not in ("min", "max"):
