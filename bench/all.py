@@ -5,7 +5,9 @@ One command measures, on this machine and in this run:
 - **W1** (keyed running sum, ``i -> (i * 7919 % 100_000, i % 1000)``): epochstream's
   row path and columnar path (``bench/w1_jobs.py``, results checked against the closed
   form) with checkpoints every 1 s and off, their end-to-end latency p50/p99 at half
-  the checkpointed rate, and the recovery time after a SIGKILL of a slot process;
+  the checkpointed rate (or at half of the latency job's own rate, when carrying the
+  records' times makes it slower: ``w1_jobs.run_capacity``), and the recovery time
+  after a SIGKILL of a slot process;
   PyFlink SQL (1 s checkpoints and off), Spark Structured Streaming (checkpoint
   location, micro-batches), Bytewax (recovery on, and off) and a plain dict loop.
 - **Nexmark** (``bench/nexmark/queries.py`` on epochstream, checkpoints 1 s and off,
@@ -14,7 +16,8 @@ One command measures, on this machine and in this run:
   ``write_nexmark_files`` wrote for the same events).
 
 epochstream runs at parallelism ``--parallelism`` (2) on Spark ``local[P]``, one
-SparkSession for all its jobs (a first untimed job takes the session's warm-up).
+SparkSession for all its jobs (``--warmup-runs`` untimed W1 jobs take the session's
+warm-up first). Runs with checkpoints and without alternate.
 Peers run in their own processes, installed on first use into ``/tmp/bench-venvs``
 (``bench/peers/install.py``); a peer that cannot run becomes a row with the reason.
 Ratios are epochstream's rate over the peer's, both with checkpoints (a peer with only
@@ -41,20 +44,22 @@ import os
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import argparse
+import compileall
 import json
 import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "peers"))
 
-from install import PEERS, PeerUnavailable, java_home, venv_root  # noqa: E402
+from install import PEERS, java_home, venv_root  # noqa: E402
 from machine import machine_facts  # noqa: E402
+from measure import DATA_DIR, Results, measure, nexmark_files  # noqa: E402
+from ours import run_epochstream  # noqa: E402
 from report import markdown, merge_documents  # noqa: E402
 from workloads import ensure_sequence_csv  # noqa: E402
 
@@ -62,190 +67,9 @@ SYSTEMS = ("epochstream", "pyflink", "spark-ss", "bytewax", "dictloop")
 WORKLOADS = ("W1", "nexmark")
 ALL_QUERIES = ("q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11", "q12")
 QUICK_QUERIES = ("q1",)
-DATA_DIR = "/tmp/epochstream-bench"
 PEER_TIMEOUT_S = 900.0
 # Slow peers get a share of W1's events so one run stays near a minute; rates are per event.
 W1_SHARE = {"pyflink": 0.1, "bytewax": 0.2}
-
-
-class Results:
-    """The results document, saved (JSON, Markdown) after every measurement."""
-
-    def __init__(self, out_dir: str, name: str, doc: dict[str, Any]) -> None:
-        os.makedirs(out_dir, exist_ok=True)
-        self.json_path = os.path.join(out_dir, f"{name}.json")
-        self.md_path = os.path.join(out_dir, f"{name}.md")
-        self.png_path = os.path.join(out_dir, f"{name}.png")
-        self.doc = doc
-
-    def add(self, section: str, row: dict[str, Any]) -> None:
-        self.doc[section].append(row)
-        shown = {k: v for k, v in row.items() if k not in ("rates", "check")}
-        print(f"[{section}] {json.dumps(shown, default=str)}", flush=True)
-        self.save()
-
-    def save(self) -> None:
-        tmp = f"{self.json_path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(self.doc, f, indent=2, sort_keys=True, default=str)
-            f.write("\n")
-        os.replace(tmp, self.json_path)
-        with open(self.md_path, "w", encoding="utf-8") as f:
-            f.write(markdown(self.doc))
-
-
-def _median_run(fn: Callable[[], dict[str, Any]], repeat: int) -> dict[str, Any]:
-    """The median run of ``repeat`` (by rate), with every run's rate in ``rates``."""
-    runs = [fn() for _ in range(repeat)]
-    ordered = sorted(runs, key=lambda r: r["rate"])
-    out = dict(ordered[(len(ordered) - 1) // 2])
-    out["rates"] = [r["rate"] for r in runs]
-    return out
-
-
-def _measure(
-    results: Results,
-    section: str,
-    base: dict[str, Any],
-    fn: Callable[[], dict[str, Any]],
-) -> dict[str, Any]:
-    """Run one measurement; a failure becomes the row's ``error`` (never dropped)."""
-    row = dict(base)
-    row["load1_before"] = round(os.getloadavg()[0], 2)
-    try:
-        row.update(fn())
-    except PeerUnavailable as exc:
-        row["error"] = f"unavailable: {exc}"
-    except Exception as exc:  # recorded in the results and the table
-        row["error"] = f"{type(exc).__name__}: {exc}"
-    results.add(section, row)
-    return row
-
-
-# ------------------------------------------------------------------ epochstream
-
-
-def run_epochstream(results: Results, args: argparse.Namespace) -> None:
-    """W1 (row, columnar) and the Nexmark queries on epochstream."""
-    import epochstream as es
-    from epochstream.deploy.spark import create_session
-
-    start = time.perf_counter()
-    spark = create_session(f"local[{args.parallelism}]", app_name="epochstream-bench-all")
-    results.doc["settings"]["spark_session_start_s"] = time.perf_counter() - start
-    try:
-        import w1_jobs
-
-        warm = w1_jobs.run_throughput("row", 1000, spark=spark, parallelism=args.parallelism)
-        results.doc["settings"]["spark_first_job_s"] = warm["seconds"]
-        if "W1" in args.workloads:
-            for path in w1_jobs.PATHS:
-                _w1_path(results, args, spark, path)
-        if "nexmark" in args.workloads:
-            import nexmark_jobs
-
-            config = es.NexmarkConfig(events=args.nexmark_events)
-            files = _nexmark_files(args) if args.nexmark_source == "files" else None
-            long_config = es.NexmarkConfig(events=args.nexmark_recovery_events)
-            # The columnar path reads millions of events a second: an input that outlasts
-            # the kill and the recovery (the run is cancelled once recovered).
-            columnar_long_config = es.NexmarkConfig(events=100 * args.nexmark_recovery_events)
-            for q in args.queries:
-                for path in ["row"] + (
-                    ["columnar"] if q in nexmark_jobs.columnar.COLUMNAR_QUERIES else []
-                ):
-                    recovery_config = long_config if path == "row" else columnar_long_config
-                    _nexmark_path(results, args, spark, q, path, config, files, recovery_config)
-    finally:
-        # Peers start their own JVMs; this one would only hold memory meanwhile.
-        spark.stop()
-
-
-def _measure_path(
-    results: Results,
-    args: argparse.Namespace,
-    base: dict[str, Any],
-    throughput: Callable[[float | None], dict[str, Any]],
-    latency: Callable[[float], dict[str, Any]],
-    recovery: Callable[[], dict[str, Any]],
-) -> None:
-    """One workload on one path: ``throughput(checkpoint)`` with checkpoints every 1 s
-    and off, ``latency(rate)`` at half the checkpointed rate, ``recovery()``."""
-    rate_on = None
-    for ck in (1.0, None):
-        row = _measure(
-            results,
-            "rows",
-            {**base, "checkpoints": "1 s" if ck else "off"},
-            lambda ck=ck: _median_run(lambda: throughput(ck), args.repeat),
-        )
-        if ck and "rate" in row:
-            rate_on = row["rate"]
-    if not args.no_latency and rate_on is None:
-        results.add("latency", {**base, "error": "no checkpointed rate to take half of"})
-    elif not args.no_latency and rate_on is not None:
-        half = rate_on / 2
-        _measure(results, "latency", base, lambda: latency(half))
-    if not args.no_recovery:
-        _measure(results, "recovery", base, recovery)
-
-
-def _nexmark_path(
-    results: Results,
-    args: argparse.Namespace,
-    spark: Any,
-    q: str,
-    path: str,
-    config: Any,
-    files: str | None,
-    recovery_config: Any,
-) -> None:
-    """Nexmark query ``q`` on one path (``_measure_path``)."""
-    import nexmark_jobs
-
-    p = args.parallelism
-    _measure_path(
-        results,
-        args,
-        {"workload": f"nexmark {q}", "system": f"epochstream {path} (p={p})", "ours": True},
-        lambda ck: nexmark_jobs.run_query(
-            q, config, spark=spark, parallelism=p, checkpoint=ck, path=path, files=files
-        ),
-        lambda rate: nexmark_jobs.run_latency(
-            q, rate, args.nexmark_latency_seconds, spark=spark, parallelism=p, path=path
-        ),
-        lambda: nexmark_jobs.run_recovery(
-            q, recovery_config, spark=spark, parallelism=p, path=path,
-            kill_after=args.kill_after, timeout=args.recovery_timeout,
-        ),
-    )
-
-
-def _w1_events(args: argparse.Namespace, path: str) -> int:
-    """Events of a W1 throughput run. The columnar path reads 10 M events in well under a
-    second, so the job's start (slot deployment, a few seconds) would be most of its
-    wall time: it runs ``--w1-columnar-events`` (100 M) instead, start included."""
-    return args.w1_columnar_events if path == "columnar" else args.w1_events
-
-
-def _w1_path(results: Results, args: argparse.Namespace, spark: Any, path: str) -> None:
-    """W1 on one path (``_measure_path``)."""
-    import w1_jobs
-
-    p = args.parallelism
-    _measure_path(
-        results,
-        args,
-        {"workload": "W1", "system": f"epochstream {path} (p={p})", "ours": True},
-        lambda ck: w1_jobs.run_throughput(
-            path, _w1_events(args, path), spark=spark, parallelism=p, checkpoint=ck
-        ),
-        lambda rate: w1_jobs.run_latency(path, rate, args.latency_seconds, spark=spark, parallelism=p),
-        lambda: w1_jobs.run_recovery(
-            path, spark=spark, parallelism=p, kill_after=args.kill_after,
-            timeout=args.recovery_timeout,
-        ),
-    )
 
 
 # ------------------------------------------------------------------ peers
@@ -317,7 +141,7 @@ def _peer_w1(results: Results, args: argparse.Namespace, system: str) -> None:
     elif system == "dictloop":
         runs.append(("dict loop (1 core)", "off", "dictloop_job.py", ["B", "--n", str(n)]))
     for label, ck, script, argv in runs:
-        _measure(
+        measure(
             results,
             "rows",
             {"workload": "W1", "system": label, "checkpoints": ck},
@@ -325,13 +149,6 @@ def _peer_w1(results: Results, args: argparse.Namespace, system: str) -> None:
                 system, script, argv, f"{system}-W1-{ck.replace(' ', '')}"
             ),
         )
-
-
-def _nexmark_files(args: argparse.Namespace) -> str:
-    """The Nexmark files of ``--nexmark-events`` (written once, reused)."""
-    import nexmark_jobs
-
-    return nexmark_jobs.nexmark_files(args.nexmark_events, DATA_DIR)
 
 
 # Which peer has which query, and why not (shown in the table instead of a figure).
@@ -345,7 +162,7 @@ def _peer_nexmark(results: Results, args: argparse.Namespace, system: str, path:
         workload = f"nexmark {q}"
         if system == "pyflink":
             for ck in args.peer_checkpoints:
-                _measure(
+                measure(
                     results,
                     "rows",
                     {
@@ -379,7 +196,7 @@ def _peer_nexmark(results: Results, args: argparse.Namespace, system: str, path:
             if q in SPARK_MISSING:
                 results.add("rows", {**base, "error": SPARK_MISSING[q]})
                 continue
-            _measure(
+            measure(
                 results,
                 "rows",
                 base,
@@ -403,7 +220,7 @@ def _peer_nexmark(results: Results, args: argparse.Namespace, system: str, path:
                             "rows", {**base, "error": "not written (see bytewax_nexmark.py)"}
                         )
                     continue
-                _measure(
+                measure(
                     results,
                     "rows",
                     base,
@@ -420,7 +237,7 @@ def run_peers(results: Results, args: argparse.Namespace, systems: list[str]) ->
     """W1 and the Nexmark queries on every selected peer."""
     path = ""
     if "nexmark" in args.workloads and any(s != "dictloop" for s in systems):
-        path = _nexmark_files(args)
+        path = nexmark_files(args)
     for system in systems:
         if "W1" in args.workloads:
             _peer_w1(results, args, system)
@@ -477,6 +294,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeat", type=int, default=3, help="runs per epochstream figure (median)"
     )
+    parser.add_argument(
+        "--warmup-runs", type=int, default=2, help="untimed W1 row jobs before measuring"
+    )
+    parser.add_argument("--warmup-events", type=int, default=5_000_000)
     parser.add_argument("--latency-seconds", type=float, default=20.0, help="W1 latency runs")
     parser.add_argument(
         "--nexmark-latency-seconds", type=float, default=20.0, help="Nexmark latency runs"
@@ -514,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
         plot(results)
         print(markdown(results.doc), end="")
         return 0
+    # Every job starts fresh slot processes that import epochstream: with bytecode
+    # writes off (PYTHONDONTWRITEBYTECODE) each would compile it again, inside the figures.
+    compileall.compile_dir(os.path.join(os.path.dirname(HERE), "src"), quiet=1)
     systems = [s.strip() for s in args.only.split(",") if s.strip()]
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     queries = args.queries or ",".join(QUICK_QUERIES if args.quick else ALL_QUERIES)
@@ -532,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         args.nexmark_events = min(args.nexmark_events, 50_000)
         args.nexmark_recovery_events = min(args.nexmark_recovery_events, 2_000_000)
         args.repeat = 1
+        args.warmup_runs = min(args.warmup_runs, 1)
+        args.warmup_events = min(args.warmup_events, 300_000)
         args.latency_seconds = min(args.latency_seconds, 3.0)
         args.nexmark_latency_seconds = min(args.nexmark_latency_seconds, 3.0)
         args.kill_after = min(args.kill_after, 3.0)

@@ -49,7 +49,14 @@ from report import check_w1, latency_summary
 
 import epochstream as es
 
-__all__ = ["PATHS", "ColumnarUnavailable", "run_latency", "run_recovery", "run_throughput"]
+__all__ = [
+    "PATHS",
+    "ColumnarUnavailable",
+    "run_capacity",
+    "run_latency",
+    "run_recovery",
+    "run_throughput",
+]
 
 PATHS = ("row", "columnar")
 KEYS = 100_000
@@ -229,6 +236,34 @@ def run_throughput(
             "checkpoints_completed": len([c for c in result.checkpoints if c.kind == "checkpoint"]),
             "check": check_w1(n, sums),
         }
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def run_capacity(
+    path: str, n: int, *, spark: Any, parallelism: int = 2, checkpoint: float | None = 1.0
+) -> float:
+    """Events/s of the job :func:`run_latency` measures, unthrottled: W1 plus the due
+    time each record carries (a third field, a ``ts`` column) and the latency probe.
+    Carrying the time costs the row job some 15-25 %, so half of W1's own rate would
+    be above half of this one's.
+
+    Example: ``run_latency("row", run_capacity("row", 4_000_000, spark=spark) / 2, 20, spark=spark)``
+    """
+    probe = _probe_dir(f"{path}-cap")
+    try:
+        env = _environment(spark, parallelism, checkpoint, f"{path}-cap")
+        # A rate far above any reachable one: the source never waits, records still carry
+        # due times (all about the start), and the probe samples as in a latency run.
+        _build(env, path, n, 1e12, True).sink_to(
+            LatencySink(probe, ts_index=2, columnar=path == "columnar")
+        )
+        start = time.perf_counter()
+        result = env.execute(f"w1-{path}-capacity")
+        wall = time.perf_counter() - start
+        if result.restarts:
+            raise RuntimeError(f"W1 {path} capacity run restarted: {result.failures}")
+        return n / wall
     finally:
         shutil.rmtree(probe, ignore_errors=True)
 

@@ -1,4 +1,4 @@
-"""The benchmark harness's pure logic (bench/report.py) and the peer runner's log directory.
+"""The benchmark harness's pure logic (bench/report.py, bench/measure.py) and the peer runner's log directory.
 
 No Spark and no peer installs: the dict-loop peer runs on this interpreter in a real
 subprocess over a few thousand events.
@@ -17,6 +17,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH / "peers"))
 sys.path.insert(0, str(BENCH))
 try:
+    import measure
     import report
     import run as bench_run
 finally:
@@ -335,3 +336,31 @@ def test_results_of_a_run_made_in_parts_merge_into_one_document(tmp_path: Path) 
     assert len(merged["recovery"]) == 1
     assert merged["command"] == "bench/all.py --only part0 ; bench/all.py --only part1"
     assert [p["settings"]["repeat"] for p in merged["parts"]] == [1, 2]
+
+
+def test_runs_with_and_without_checkpoints_alternate_and_give_medians() -> None:
+    calls: list[float | None] = []
+    rates = iter([5.0, 50.0, 1.0, 30.0, 3.0, 40.0])
+
+    def throughput(ck: float | None) -> dict[str, object]:
+        calls.append(ck)
+        return {"rate": next(rates), "ck": ck}
+
+    runs = measure.alternating(throughput, 3)
+    assert calls == [1.0, None, 1.0, None, 1.0, None]
+    on = measure.median_of(runs[1.0])
+    assert (on["rate"], on["rates"], on["ck"]) == (3.0, [5.0, 1.0, 3.0], 1.0)
+    assert measure.median_of(runs[None])["rate"] == 40.0
+
+
+def test_a_failed_run_is_kept_and_becomes_the_rows_error() -> None:
+    def throughput(ck: float | None) -> dict[str, object]:
+        if ck is None:
+            raise RuntimeError("slot lost")
+        return {"rate": 1.0}
+
+    runs = measure.alternating(throughput, 2)
+    assert len(runs[None]) == 2  # the series went on after the failure
+    assert measure.median_of(runs[1.0])["rate"] == 1.0
+    with pytest.raises(RuntimeError, match="slot lost"):
+        measure.median_of(runs[None])
