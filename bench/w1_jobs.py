@@ -203,6 +203,17 @@ def _probe_dir(name: str) -> str:
     return tempfile.mkdtemp(prefix=f"probe-{name}-", dir=SCRATCH)
 
 
+def _execute_timed(env: es.Environment, name: str) -> tuple[Any, float]:
+    """Run the job; its result and wall seconds. A restart would make the time mean
+    something else, so it fails the measurement."""
+    start = time.perf_counter()
+    result = env.execute(name)
+    wall = time.perf_counter() - start
+    if result.restarts:
+        raise RuntimeError(f"{name} restarted {result.restarts} times: {result.failures}")
+    return result, wall
+
+
 def run_throughput(
     path: str,
     n: int,
@@ -219,12 +230,8 @@ def run_throughput(
     try:
         env = _environment(spark, parallelism, checkpoint, f"{path}-tp")
         _build(env, path, n, None, False).sink_to(SumsSink(probe, columnar=path == "columnar"))
-        start = time.perf_counter()
-        result = env.execute(f"w1-{path}")
-        wall = time.perf_counter() - start
+        result, wall = _execute_timed(env, f"w1-{path}")
         lines = read_probe(probe, "sums")
-        if result.restarts:
-            raise RuntimeError(f"W1 {path} restarted {result.restarts} times: {result.failures}")
         sums: dict[int, int] = {}
         for line in lines:
             sums.update((int(k), int(v)) for k, v in line["sums"])
@@ -258,12 +265,7 @@ def run_capacity(
         _build(env, path, n, 1e12, True).sink_to(
             LatencySink(probe, ts_index=2, columnar=path == "columnar")
         )
-        start = time.perf_counter()
-        result = env.execute(f"w1-{path}-capacity")
-        wall = time.perf_counter() - start
-        if result.restarts:
-            raise RuntimeError(f"W1 {path} capacity run restarted: {result.failures}")
-        return n / wall
+        return n / _execute_timed(env, f"w1-{path}-capacity")[1]
     finally:
         shutil.rmtree(probe, ignore_errors=True)
 
