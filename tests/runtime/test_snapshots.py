@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from epochstream.runtime.snapshots import SnapshotExecutor
+from epochstream.runtime.snapshots import (
+    SNAPSHOT_SWITCH_INTERVAL_S,
+    SnapshotExecutor,
+    switch_interval,
+)
 
 
 @pytest.fixture
@@ -99,3 +104,39 @@ def test_stop_twice_is_harmless(executor: SnapshotExecutor) -> None:
     executor.stop()
     executor.stop()
     assert ran == [1]
+
+
+def test_jobs_run_at_the_snapshot_switch_interval_and_it_is_restored_after(
+    executor: SnapshotExecutor,
+) -> None:
+    before = sys.getswitchinterval()
+    seen: list[float] = []
+    executor.submit(lambda: seen.append(sys.getswitchinterval()))
+    executor.stop()
+    assert seen == [pytest.approx(min(SNAPSHOT_SWITCH_INTERVAL_S, before))]
+    assert sys.getswitchinterval() == before
+
+
+def test_overlapping_switch_intervals_restore_the_first_value_when_the_last_ends() -> None:
+    before = sys.getswitchinterval()
+    with switch_interval(0.002):
+        assert sys.getswitchinterval() == pytest.approx(0.002)
+        with switch_interval(0.001):
+            assert sys.getswitchinterval() == pytest.approx(0.001)
+        # An inner block ending does not restore while another block is still inside.
+        assert sys.getswitchinterval() == pytest.approx(0.001)
+    assert sys.getswitchinterval() == before
+    with switch_interval(1.0):  # never longer than the interval it found
+        assert sys.getswitchinterval() == pytest.approx(before)
+    assert sys.getswitchinterval() == before
+
+
+def test_the_switch_interval_is_restored_when_a_job_fails(executor: SnapshotExecutor) -> None:
+    before = sys.getswitchinterval()
+
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    executor.submit(boom)
+    executor.stop()
+    assert sys.getswitchinterval() == before

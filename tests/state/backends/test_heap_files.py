@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import pickle
 import struct
 import zlib
@@ -13,7 +14,9 @@ from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.exceptions import CorruptStateError
 from epochstream.state.backends.heap import HeapStateBackend
 from epochstream.state.backends.heap_files import (
+    CHUNK_ENTRIES,
     DELETED,
+    chunks,
     merge_chain,
     split_key_groups,
     write_block,
@@ -131,3 +134,42 @@ def test_a_corrupt_or_truncated_block_is_reported_with_its_file(tmp_path: Path) 
     Path(file.path).write_bytes(bytes(raw[:-10]))
     with pytest.raises(CorruptStateError, match="file truncated"):
         merge_chain(fs, [file], groups, ASSIGNER)
+
+
+def test_chunks_split_entries_in_order_and_keep_an_empty_state() -> None:
+    entries = {i: i * i for i in range(5)}
+    assert [list(c) for c in chunks(entries, 2)] == [[0, 1], [2, 3], [4]]
+    assert list(chunks({}, 2)) == [{}]
+    assert [len(c) for c in chunks(dict.fromkeys(range(4)), 2)] == [2, 2]
+
+
+def test_a_block_is_pickled_in_chunks_and_reads_back_whole(tmp_path: Path) -> None:
+    groups = range(0, 64)
+    keys = _keys_in(groups, CHUNK_ENTRIES + 10)
+    state = {"sums": {k: (k, i) for i, k in enumerate(keys)}, "empty": {}, "one": {keys[0]: DELETED}}
+    fs = storage_fs(str(tmp_path))
+    path = str(tmp_path / "c.kst")
+    spans, size = write_block(fs, path, state, groups)
+    raw = Path(path).read_bytes()
+    assert raw[:4] == b"ESKC"
+    stream = io.BytesIO(raw[16:])  # after the header
+    pickles = []
+    while stream.tell() < len(raw) - 16:
+        pickles.append(pickle.load(stream))
+    assert [(name, len(part)) for p in pickles for name, part in p.items()] == [
+        ("sums", CHUNK_ENTRIES), ("sums", 10), ("empty", 0), ("one", 1)
+    ]
+    file = HeapStateFile(path, False, spans, size, shared=False)
+    assert merge_chain(fs, [file], groups, ASSIGNER) == {"sums": state["sums"], "empty": {}, "one": {}}
+
+
+def test_blocks_of_one_pickle_written_before_chunks_still_restore(tmp_path: Path) -> None:
+    groups = range(0, 64)
+    state = {"sums": {k: (k, i) for i, k in enumerate(_keys_in(groups, 100))}}
+    payload = pickle.dumps(state, protocol=5)
+    header = struct.pack(">4sIII", b"ESKB", groups.start, len(groups), zlib.crc32(payload))
+    path = tmp_path / "old.kst"
+    path.write_bytes(header + payload)
+    size = len(header) + len(payload)
+    file = HeapStateFile(str(path), True, dict.fromkeys(groups, (0, size)), size, shared=False)
+    assert merge_chain(storage_fs(str(tmp_path)), [file], groups, ASSIGNER) == state

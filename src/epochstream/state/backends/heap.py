@@ -47,6 +47,7 @@ from epochstream.state.backends.heap_files import (
     DELETED,
     KeyGroupState,
     apply_segment,
+    chunks,
     key_groups_of,
     merge_chain,
     split_key_groups,
@@ -418,19 +419,21 @@ class _HeapSnapshotJob(SnapshotJob):
 
     def _check_owned(self) -> None:
         """A key outside the backend's key groups was set on the wrong subtask; its
-        state would be lost (or restored twice) at the next rescale."""
+        state would be lost (or restored twice) at the next rescale. Checked chunk by
+        chunk: one C call over every key would hold the GIL for milliseconds."""
         owned = self.backend.key_group_range
+        assigner = self.backend.assigner
         for name, entries in self.delta.items():
-            kgs = key_groups_of(
-                self.backend.assigner, entries, namespaced=is_namespaced(self.metas[name].kind)
-            )
-            if kgs and (min(kgs) < owned.start or max(kgs) >= owned.stop):
-                kg, key = next((g, k) for g, k in zip(kgs, entries, strict=True) if g not in owned)
-                raise StateError(
-                    f"state {name!r}: key {key!r:.80} is in key group {kg}, outside this "
-                    f"backend's range {owned.start}..{owned.stop - 1}; the key was set on "
-                    "the wrong subtask"
-                )
+            namespaced = is_namespaced(self.metas[name].kind)
+            for part in chunks(entries):
+                kgs = key_groups_of(assigner, part, namespaced=namespaced)
+                if kgs and (min(kgs) < owned.start or max(kgs) >= owned.stop):
+                    kg, key = next((g, k) for g, k in zip(kgs, part, strict=True) if g not in owned)
+                    raise StateError(
+                        f"state {name!r}: key {key!r:.80} is in key group {kg}, outside this "
+                        f"backend's range {owned.start}..{owned.stop - 1}; the key was set on "
+                        "the wrong subtask"
+                    )
 
     def _full(self) -> KeyGroupState:
         if self.complete:

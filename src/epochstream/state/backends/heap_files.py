@@ -3,16 +3,23 @@
 A file holds the state of one subtask's key groups as ``{state_name: {key: value}}``
 pickles, each behind a header with a CRC-32 of the payload (big-endian):
 
-- a *block* (written since 2026-11-23): one segment for a range of key groups, header
-  ``b"ESKB"``, first key group, number of key groups, CRC (16 bytes). Every key group of
-  the range maps to the block's span in :attr:`HeapStateFile.segments`. One C-level
-  ``pickle.dumps`` of the subtask's entries, with no split by key group on the snapshot
-  thread (splitting 50,000 entries into key groups one by one in Python, then pickling
-  each group, cost 1.7 times the whole asynchronous part without it). A reader that wants
-  only some of the block's key groups (a restore at another parallelism) keeps the
-  entries of its key groups, hashing their keys;
-- a *key-group segment* (files written before): header ``b"ESKG"``, key group, CRC
-  (12 bytes), one per key group in key-group order. Still read.
+- a *chunked block* (written since 2026-11-23): one segment for a range of key groups,
+  header ``b"ESKC"``, first key group, number of key groups, CRC (16 bytes), then a
+  sequence of pickles, each ``{state_name: {key: value}}`` for at most
+  :data:`CHUNK_ENTRIES` entries. Every key group of the range maps to the block's span in
+  :attr:`HeapStateFile.segments`. Chunks, not one ``pickle.dumps`` of everything: a C
+  call holds the GIL until it returns, and pickling 50,000 entries at once stalled the
+  task thread for 8-20 ms at every checkpoint. Between chunks CPython can hand the GIL
+  to a waiting thread (after the slot's switch interval, see
+  :mod:`epochstream.runtime.slot`), so the task thread waits for at most one chunk. No split
+  by key group on the snapshot thread (splitting 50,000 entries into key groups one by
+  one in Python cost 1.7 times the whole asynchronous part); a reader that wants only
+  some of the block's key groups (a restore at another parallelism) keeps the entries of
+  its key groups, hashing their keys;
+- a *block* (written before): the same header with ``b"ESKB"`` and one pickle of all
+  entries. Still read;
+- a *key-group segment* (older still): header ``b"ESKG"``, key group, CRC (12 bytes), one
+  per key group in key-group order. Still read.
 
 In a *delta* file a value may be :data:`DELETED` (the key was removed since the file the
 delta builds on). A snapshot is a chain of files: one full file and the deltas written
@@ -30,10 +37,12 @@ Example::
 
 from __future__ import annotations
 
+import io
 import pickle
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from itertools import islice
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from epochstream.exceptions import CorruptStateError, StateError
@@ -45,9 +54,11 @@ if TYPE_CHECKING:
     from epochstream.checkpoint.filesystems import StorageFS
 
 __all__ = [
+    "CHUNK_ENTRIES",
     "DELETED",
     "KeyGroupState",
     "apply_segment",
+    "chunks",
     "key_groups_of",
     "merge_chain",
     "split_key_groups",
@@ -57,7 +68,12 @@ __all__ = [
 _MAGIC = b"ESKG"
 _HEADER = struct.Struct(">4sII")
 _BLOCK_MAGIC = b"ESKB"
+_CHUNKED_MAGIC = b"ESKC"
 _BLOCK_HEADER = struct.Struct(">4sIII")
+
+#: Entries per pickled chunk: pickling 2,048 (key, tuple) entries takes about 0.3 ms,
+#: so the snapshot thread can hand the GIL over at least that often.
+CHUNK_ENTRIES = 2048
 
 #: ``{state_name: {key: value}}`` of one key group, or of several (a block).
 KeyGroupState = dict[str, dict[Any, Any]]
@@ -83,20 +99,42 @@ class _Deleted:
 DELETED = _Deleted()
 
 
+def chunks(entries: dict[Any, Any], size: int = CHUNK_ENTRIES) -> Iterator[dict[Any, Any]]:
+    """``entries`` in dicts of at most ``size`` entries, in order (one empty dict for an
+    empty ``entries``, so a state without entries still has a chunk).
+
+    Example: ``[len(c) for c in chunks(dict.fromkeys(range(5)), 2)] == [2, 2, 1]``
+    """
+    items = iter(entries.items())
+    part = dict(islice(items, size))
+    yield part
+    while len(part) == size:
+        part = dict(islice(items, size))
+        if part:
+            yield part
+
+
 def write_block(
     fs: StorageFS, path: str, state: KeyGroupState, key_groups: range
 ) -> tuple[dict[int, tuple[int, int]], int]:
-    """Write ``state`` (entries of ``key_groups`` only) as one block;
+    """Write ``state`` (entries of ``key_groups`` only) as one chunked block;
     ``({kg: (offset, length)}, size)`` with every key group mapped to the block."""
-    payload = pickle_dumps(state)
-    header = _BLOCK_HEADER.pack(_BLOCK_MAGIC, key_groups.start, len(key_groups), zlib.crc32(payload))
+    parts: list[bytes] = []
+    crc = 0
+    for name, entries in state.items():
+        for part in chunks(entries):
+            pickled = pickle_dumps({name: part})
+            crc = zlib.crc32(pickled, crc)
+            parts.append(pickled)
+    header = _BLOCK_HEADER.pack(_CHUNKED_MAGIC, key_groups.start, len(key_groups), crc)
     try:
         with fs.open_write(path) as out:
             out.write(header)
-            out.write(payload)
+            for pickled in parts:
+                out.write(pickled)
     except OSError as err:
         raise StateError(f"cannot write keyed state file {path}: {err}") from err
-    size = len(header) + len(payload)
+    size = len(header) + sum(map(len, parts))
     return dict.fromkeys(key_groups, (0, size)), size
 
 
@@ -140,15 +178,22 @@ def _payload(path: str, where: str, data: bytes, length: int, header: struct.Str
     return header.unpack_from(data)
 
 
-def _load(path: str, where: str, data: bytes, offset: int, crc: int) -> KeyGroupState:
+def _load(path: str, where: str, data: bytes, offset: int, crc: int, *, chunked: bool = False) -> KeyGroupState:
     payload = memoryview(data)[offset:]
     if zlib.crc32(payload) != crc:
         raise _corrupt(where, path, "checksum mismatch (file corrupt)")
     try:
-        loaded: KeyGroupState = pickle.loads(payload)
+        if not chunked:
+            loaded: KeyGroupState = pickle.loads(payload)
+            return loaded
+        merged: KeyGroupState = {}
+        stream = io.BytesIO(payload)
+        while stream.tell() < len(payload):
+            for name, entries in pickle.Unpickler(stream).load().items():
+                merged.setdefault(name, {}).update(entries)
+        return merged
     except Exception as err:  # any unpickling failure means unusable state
         raise StateError(f"{where}: cannot unpickle state: {err!r}") from err
-    return loaded
 
 
 def _check(path: str, kgs: list[int], offset: int, length: int, data: bytes) -> tuple[KeyGroupState, range]:
@@ -156,12 +201,13 @@ def _check(path: str, kgs: list[int], offset: int, length: int, data: bytes) -> 
     hold ``kgs`` (the wanted key groups the file maps to this span)."""
     where = f"keyed state file {path}, key group {kgs[0]} at offset {offset}"
     magic = data[:4]
-    if magic == _BLOCK_MAGIC:
+    if magic in (_CHUNKED_MAGIC, _BLOCK_MAGIC):
         _, first, count, crc = _payload(path, where, data, length, _BLOCK_HEADER)
         held = range(first, first + count)
         if kgs[0] < held.start or kgs[-1] >= held.stop:
             raise _corrupt(where, path, f"block of key groups {first}..{first + count - 1}")
-        return _load(path, where, data, _BLOCK_HEADER.size, crc), held
+        chunked = magic == _CHUNKED_MAGIC
+        return _load(path, where, data, _BLOCK_HEADER.size, crc, chunked=chunked), held
     magic, stored_kg, crc = _payload(path, where, data, length, _HEADER)
     if magic != _MAGIC or stored_kg != kgs[0] or len(kgs) != 1:
         raise _corrupt(where, path, f"bad segment header (magic {magic!r}, key group {stored_kg})")
