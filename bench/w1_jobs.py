@@ -279,11 +279,15 @@ def run_latency(
     parallelism: int = 2,
     checkpoint: float | None = 1.0,
     warmup_s: float = 1.0,
+    detail: bool = False,
 ) -> dict[str, Any]:
     """End-to-end latency at ``rate`` events/s for about ``seconds``; p50/p99 in ms.
 
     Samples from the first ``warmup_s`` after the first output are left out (slot
     start-up and the first batches' interpreter warm-up are not steady state).
+    ``detail``: also ``samples`` (the steady ``(sink wall time, latency s)`` pairs) and
+    ``checkpoints`` (the job's :class:`~epochstream.CheckpointStats`), to place the
+    tail against the checkpoints.
 
     Example: ``run_latency("row", 200_000, 10, spark=spark)["p99_ms"]``
     """
@@ -293,13 +297,16 @@ def run_latency(
         n = int(rate * seconds)
         columnar = path == "columnar"
         _build(env, path, n, rate, True).sink_to(LatencySink(probe, ts_index=2, columnar=columnar))
-        env.execute(f"w1-{path}-latency")
+        result = env.execute(f"w1-{path}-latency")
         samples = [s for line in read_probe(probe, "latency") for s in line["samples"]]
         if not samples:
             raise RuntimeError(f"W1 {path} latency run produced no samples")
         first = min(t for t, _ in samples)
-        steady = [lat for t, lat in samples if t >= first + warmup_s] or [lat for _, lat in samples]
-        return {"latency_rate": rate, "events": n, **latency_summary(steady)}
+        steady = [(t, lat) for t, lat in samples if t >= first + warmup_s] or samples
+        out = {"latency_rate": rate, "events": n, **latency_summary([lat for _, lat in steady])}
+        if detail:
+            out.update(samples=sorted(steady), checkpoints=result.checkpoints)
+        return out
     finally:
         shutil.rmtree(probe, ignore_errors=True)
 
