@@ -314,6 +314,20 @@ def test_shared_assigner_is_one_per_max_parallelism_and_threads_share_it() -> No
     assert shared.cache_size() == before
 
 
+def test_key_group_set_is_the_distinct_key_groups_cached_or_not() -> None:
+    assigner = KeyGroupAssigner(128)
+    keys: list[object] = [f"k{i}" for i in range(500)] + [f"k{i}" for i in range(100)]
+    expected = {key_group_for_key(k, 128) for k in keys}
+    assigner.key_groups(keys[:200])  # some cached, the rest not
+    assert assigner.key_group_set(keys) == expected
+    assert assigner.key_group_set(keys) == expected  # all cached now
+    assert assigner.key_group_set([]) == set()
+    assert assigner.key_group_set(["a", ["a", 1]]) == {
+        key_group_for_key("a", 128),
+        key_group_for_key(("a", 1), 128),
+    }
+
+
 def test_assigner_handles_unhashable_keys() -> None:
     assigner = KeyGroupAssigner(128)
     assert assigner.key_group(["a", 1]) == assigner.key_group(("a", 1))

@@ -505,6 +505,23 @@ class KeyGroupAssigner:
             out = [key_group(key) if kg is None else kg for key, kg in zip(keys, out, strict=True)]
         return out  # type: ignore[return-value]
 
+    def key_group_set(self, keys: list[object]) -> set[int]:
+        """The distinct key groups of ``keys`` (cached keys at C speed, with no list of
+        one key group per key: checking where a subtask's keys belong needs only these).
+
+        Example: ``KeyGroupAssigner(128).key_group_set(["a", "a"]) == {key_group_for_key("a", 128)}``
+        """
+        get = self._cache.get
+        try:
+            groups: set[int | None] = set(map(get, keys))
+        except TypeError:  # an unhashable key: the uncached path handles it
+            return {self.key_group(key) for key in keys}
+        if None in groups:
+            groups.discard(None)
+            key_group = self.key_group
+            groups.update(key_group(key) for key in keys if get(key) is None)
+        return groups  # type: ignore[return-value]
+
     def cache_size(self) -> int:
         """How many keys are memoised (for metrics and tests)."""
         return len(self._cache)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from epochstream.exceptions import StateError
 from epochstream.state.backends.heap import HeapStateBackend
 from epochstream.state.backends.heap_files import DELETED
 from epochstream.state.backends.heap_states import UNTRACKED_MIN_KEYS
@@ -210,3 +213,23 @@ def test_list_and_map_snapshots_copy_containers_not_elements(tmp_path: Any) -> N
         restored.set_current_key(k)
         assert r_events.get() == [{"id": k, "tags": ["a"]}]
         assert r_people.items() == [(f"p{k}", {"name": "x", "ids": [k]})]
+
+
+def test_a_key_outside_the_subtasks_key_groups_fails_the_snapshot_with_its_name(
+    tmp_path: Any,
+) -> None:
+    h = _harness(tmp_path)
+    backend = h.backend(parallelism=2, subtask=0)  # key groups 0..63 of 128
+    assigner = backend.assigner
+    ours = [k for k in range(20_000) if assigner.key_group(k) < 64][:5_000]
+    stray = next(k for k in range(20_000) if assigner.key_group(k) >= 64)
+    table = backend.value_table(SUMS)
+    for k in ours:
+        table[k] = (k, 1)
+    table[stray] = (stray, 1)  # after two chunks of owned keys
+    table.touched([*ours, stray])
+    with pytest.raises(StateError, match=rf"key {stray} is in key group {assigner.key_group(stray)}, outside"):
+        backend.snapshot(h.target(1)).run()
+    del table[stray]
+    table.touched([stray])
+    assert backend.snapshot(h.target(2)).run() is not None

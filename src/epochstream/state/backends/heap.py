@@ -44,11 +44,10 @@ from epochstream.state.backends.base import (
     is_namespaced,
 )
 from epochstream.state.backends.heap_files import (
+    CHUNK_ENTRIES,
     DELETED,
     KeyGroupState,
     apply_segment,
-    chunks,
-    key_groups_of,
     merge_chain,
     split_key_groups,
     write_block,
@@ -419,16 +418,22 @@ class _HeapSnapshotJob(SnapshotJob):
 
     def _check_owned(self) -> None:
         """A key outside the backend's key groups was set on the wrong subtask; its
-        state would be lost (or restored twice) at the next rescale. Checked chunk by
-        chunk: one C call over every key would hold the GIL for milliseconds."""
+        state would be lost (or restored twice) at the next rescale. Checked a chunk of
+        keys at a time (one C call over every key would hold the GIL for milliseconds),
+        on the set of a chunk's key groups (at most the subtask's few dozen)."""
         owned = self.backend.key_group_range
         assigner = self.backend.assigner
         for name, entries in self.delta.items():
             namespaced = is_namespaced(self.metas[name].kind)
-            for part in chunks(entries):
-                kgs = key_groups_of(assigner, part, namespaced=namespaced)
-                if kgs and (min(kgs) < owned.start or max(kgs) >= owned.stop):
-                    kg, key = next((g, k) for g, k in zip(kgs, part, strict=True) if g not in owned)
+            # Namespaced entries are (key, namespace) pairs: the key alone places them.
+            keys = [k[0] for k in entries] if namespaced else list(entries)
+            for start in range(0, len(keys), CHUNK_ENTRIES):
+                part = keys[start : start + CHUNK_ENTRIES]
+                groups = assigner.key_group_set(part)
+                if min(groups) < owned.start or max(groups) >= owned.stop:
+                    kg, key = next(
+                        (g, k) for k in part if (g := assigner.key_group(k)) not in owned
+                    )
                     raise StateError(
                         f"state {name!r}: key {key!r:.80} is in key group {kg}, outside this "
                         f"backend's range {owned.start}..{owned.stop - 1}; the key was set on "

@@ -5,17 +5,19 @@ pickles, each behind a header with a CRC-32 of the payload (big-endian):
 
 - a *chunked block* (written since 2026-11-23): one segment for a range of key groups,
   header ``b"ESKC"``, first key group, number of key groups, CRC (16 bytes), then a
-  sequence of pickles, each ``{state_name: {key: value}}`` for at most
-  :data:`CHUNK_ENTRIES` entries. Every key group of the range maps to the block's span in
+  sequence of pickles, each ``(state_name, [key, ...], [value, ...])`` for at most
+  :data:`CHUNK_ENTRIES` entries (one with empty lists for a state without entries).
+  Every key group of the range maps to the block's span in
   :attr:`HeapStateFile.segments`. Chunks, not one ``pickle.dumps`` of everything: a C
   call holds the GIL until it returns, and pickling 50,000 entries at once stalled the
-  task thread for 8-20 ms at every checkpoint. Between chunks CPython can hand the GIL
-  to a waiting thread (after the slot's switch interval, see
-  :mod:`epochstream.runtime.slot`), so the task thread waits for at most one chunk. No split
-  by key group on the snapshot thread (splitting 50,000 entries into key groups one by
-  one in Python cost 1.7 times the whole asynchronous part); a reader that wants only
-  some of the block's key groups (a restore at another parallelism) keeps the entries of
-  its key groups, hashing their keys;
+  task thread for 8-20 ms at every checkpoint. Between chunks CPython hands the GIL to
+  a waiting thread after the switch interval, which the snapshot thread lowers to 1 ms
+  while it works (see :mod:`epochstream.runtime.snapshots`), so the task thread waits
+  about that long. Key and value lists, because slicing them costs less than building
+  a dict per chunk. No split by key group on the snapshot thread (splitting 50,000
+  entries into key groups one by one in Python cost 1.7 times the whole asynchronous
+  part); a reader that wants only some of the block's key groups (a restore at another
+  parallelism) keeps the entries of its key groups, hashing their keys;
 - a *block* (written before): the same header with ``b"ESKB"`` and one pickle of all
   entries. Still read;
 - a *key-group segment* (older still): header ``b"ESKG"``, key group, CRC (12 bytes), one
@@ -41,8 +43,7 @@ import io
 import pickle
 import struct
 import zlib
-from collections.abc import Iterable, Iterator
-from itertools import islice
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from epochstream.exceptions import CorruptStateError, StateError
@@ -58,7 +59,6 @@ __all__ = [
     "DELETED",
     "KeyGroupState",
     "apply_segment",
-    "chunks",
     "key_groups_of",
     "merge_chain",
     "split_key_groups",
@@ -99,21 +99,6 @@ class _Deleted:
 DELETED = _Deleted()
 
 
-def chunks(entries: dict[Any, Any], size: int = CHUNK_ENTRIES) -> Iterator[dict[Any, Any]]:
-    """``entries`` in dicts of at most ``size`` entries, in order (one empty dict for an
-    empty ``entries``, so a state without entries still has a chunk).
-
-    Example: ``[len(c) for c in chunks(dict.fromkeys(range(5)), 2)] == [2, 2, 1]``
-    """
-    items = iter(entries.items())
-    part = dict(islice(items, size))
-    yield part
-    while len(part) == size:
-        part = dict(islice(items, size))
-        if part:
-            yield part
-
-
 def write_block(
     fs: StorageFS, path: str, state: KeyGroupState, key_groups: range
 ) -> tuple[dict[int, tuple[int, int]], int]:
@@ -122,8 +107,11 @@ def write_block(
     parts: list[bytes] = []
     crc = 0
     for name, entries in state.items():
-        for part in chunks(entries):
-            pickled = pickle_dumps({name: part})
+        # Slices of key and value lists: cheaper to cut than a dict per chunk.
+        keys, values = list(entries), list(entries.values())
+        for start in range(0, max(len(keys), 1), CHUNK_ENTRIES):
+            end = start + CHUNK_ENTRIES
+            pickled = pickle_dumps((name, keys[start:end], values[start:end]))
             crc = zlib.crc32(pickled, crc)
             parts.append(pickled)
     header = _BLOCK_HEADER.pack(_CHUNKED_MAGIC, key_groups.start, len(key_groups), crc)
@@ -189,8 +177,8 @@ def _load(path: str, where: str, data: bytes, offset: int, crc: int, *, chunked:
         merged: KeyGroupState = {}
         stream = io.BytesIO(payload)
         while stream.tell() < len(payload):
-            for name, entries in pickle.Unpickler(stream).load().items():
-                merged.setdefault(name, {}).update(entries)
+            name, keys, values = pickle.Unpickler(stream).load()
+            merged.setdefault(name, {}).update(zip(keys, values, strict=True))
         return merged
     except Exception as err:  # any unpickling failure means unusable state
         raise StateError(f"{where}: cannot unpickle state: {err!r}") from err
