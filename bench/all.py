@@ -9,7 +9,10 @@ One command measures, on this machine and in this run:
   records' times makes it slower: ``w1_jobs.run_capacity``), and the recovery time
   after a SIGKILL of a slot process;
   PyFlink SQL (1 s checkpoints and off), Spark Structured Streaming (checkpoint
-  location, micro-batches), Bytewax (recovery on, and off) and a plain dict loop.
+  location, micro-batches), Bytewax (recovery on, and off) and a plain dict loop;
+  Spark SS's and Bytewax's latency p50/p99 at half their own checkpointed rate
+  (``spark_ss_job.py`` / ``bytewax_job.py`` with ``--rate``: a throttled source whose
+  events carry their due time; PyFlink SQL's is not measured, the table says why).
 - **Nexmark** (``bench/nexmark/queries.py`` on epochstream, checkpoints 1 s and off,
   and the recovery time after a SIGKILL; the peers' versions in ``bench/peers/``:
   PyFlink SQL, Spark Structured Streaming, Bytewax, each over the files
@@ -75,8 +78,11 @@ W1_SHARE = {"pyflink": 0.1, "bytewax": 0.2}
 # ------------------------------------------------------------------ peers
 
 
-def _run_peer(peer_name: str, script: str, argv: list[str], log_name: str) -> dict[str, Any]:
-    """Run a peer's script in its interpreter; its JSON line, or an error naming the log."""
+def _run_peer(
+    peer_name: str, script: str, argv: list[str], log_name: str, *, throughput: bool = True
+) -> dict[str, Any]:
+    """Run a peer's script in its interpreter; its JSON line, or an error naming the log.
+    A ``throughput`` run's line gets its ``rate`` (events over the job's time)."""
     peer = PEERS[peer_name]
     python = peer.ensure()
     log_path = os.path.join(venv_root(), f"{log_name}.log")
@@ -98,10 +104,11 @@ def _run_peer(peer_name: str, script: str, argv: list[str], log_name: str) -> di
             f"{peer_name} {script} exited {done.returncode} {tail[0][:200]!r}; see {log_path}"
         )
     out: dict[str, Any] = json.loads(lines[-1])
-    # PyFlink's wall time includes starting its MiniCluster (the analogue of the
-    # SparkSession, which epochstream's figures leave out): its job's own net runtime
-    # is the comparable time.
-    out["rate"] = out["events"] / out.get("net_seconds", out["seconds"])
+    if throughput:
+        # PyFlink's wall time includes starting its MiniCluster (the analogue of the
+        # SparkSession, which epochstream's figures leave out): its job's own net runtime
+        # is the comparable time.
+        out["rate"] = out["events"] / out.get("net_seconds", out["seconds"])
     if peer.install_seconds is not None:
         out["install_seconds"] = peer.install_seconds
         peer.install_seconds = None
@@ -140,8 +147,9 @@ def _peer_w1(results: Results, args: argparse.Namespace, system: str) -> None:
             )
     elif system == "dictloop":
         runs.append(("dict loop (1 core)", "off", "dictloop_job.py", ["B", "--n", str(n)]))
+    rate_on: float | None = None
     for label, ck, script, argv in runs:
-        measure(
+        row = measure(
             results,
             "rows",
             {"workload": "W1", "system": label, "checkpoints": ck},
@@ -149,6 +157,46 @@ def _peer_w1(results: Results, args: argparse.Namespace, system: str) -> None:
                 system, script, argv, f"{system}-W1-{ck.replace(' ', '')}"
             ),
         )
+        if ck != "off":
+            rate_on = row.get("rate")
+    if system != "dictloop" and not args.no_latency:
+        _peer_w1_latency(results, args, system, runs[0][0], rate_on)
+
+
+# Why PyFlink SQL has no W1 latency figure (shown in the table's notes).
+PYFLINK_LATENCY_GAP = (
+    "not measured: of Flink SQL's built-in sinks, those taking the running sum's updates "
+    "(blackhole, print) cannot report when each result was emitted, and the W1 job reads "
+    "files, not a throttled source; a Python UDF or collecting the results to the client "
+    "would change the job measured"
+)
+
+
+def _peer_w1_latency(
+    results: Results, args: argparse.Namespace, system: str, label: str, rate_on: float | None
+) -> None:
+    """W1's end-to-end latency on a peer at half its checkpointed W1 rate, with its
+    checkpoints or recovery as in that run: Spark SS micro-batches on the ``rate`` source,
+    Bytewax with 1 s snapshots (the scripts' docstrings say what exactly is measured)."""
+    base = {"workload": "W1", "system": label}
+    if system == "pyflink":
+        results.add("latency", {**base, "error": PYFLINK_LATENCY_GAP})
+        return
+    if rate_on is None:
+        results.add("latency", {**base, "error": "no checkpointed rate to take half of"})
+        return
+    p, batch = str(args.parallelism), str(args.ss_rows_per_batch)  # batch: Spark's warm-up job
+    script, argv = {
+        "spark-ss": ("spark_ss_job.py", ["B", "--parallelism", p, "--rows-per-batch", batch]),
+        "bytewax": ("bytewax_job.py", ["B", "--checkpoint", "1"]),
+    }[system]
+    argv = [*argv, "--rate", f"{rate_on / 2:.0f}", "--seconds", str(args.latency_seconds)]
+    measure(
+        results,
+        "latency",
+        {**base, "throughput_rate": rate_on},
+        lambda: _run_peer(system, script, argv, f"{system}-W1-latency", throughput=False),
+    )
 
 
 # Which peer has which query, and why not (shown in the table instead of a figure).
@@ -394,8 +442,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _expected_gap(row: dict[str, Any]) -> bool:
-    """A query a peer cannot express is a documented gap, not a failed run."""
-    return str(row.get("error", "")).startswith(("not expressible", "not written"))
+    """A query a peer cannot express, or a figure it cannot give, is a documented gap,
+    not a failed run."""
+    gaps = ("not expressible", "not written", "not measured")
+    return str(row.get("error", "")).startswith(gaps)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,34 @@ chosen so a batch takes roughly the checkpoint interval of the epochstream runs.
 A and B write in ``update`` mode to the ``noop`` sink. Expressions run in the JVM
 (no Python UDF), as a Spark user would write them. Prints one JSON line.
 
+Latency, B with ``--rate R`` (:func:`_run_b_latency`): after an untimed warm-up job (B
+over ``--warmup-batches`` batches of ``--rows-per-batch``, as epochstream's latency
+runs come after warm-up jobs in their session: a fresh JVM runs its first batches
+slower), the ``rate`` source releases ``R`` rows a second, ``value = 0, 1, 2, ...``,
+each with its ``timestamp``: the wall time the source's schedule made it due, its
+creation time. The same aggregation, checkpoint location, ``update`` mode and ``noop``
+sink as B, and the default trigger (the next micro-batch starts as soon as the
+previous one ended and new rows are there): what a Spark user runs for low latency; a
+``ProcessingTime`` trigger only adds waiting for the next tick. The source offers
+whole seconds of its schedule (its offsets are seconds) once each second has passed,
+so while a batch takes under a second the batches are one second of rows each, the
+cadence of epochstream's checkpoints. Every row's result is visible once its
+micro-batch committed, so a row's latency is the batch's end (trigger start plus
+``triggerExecution`` in the query progress: the sink written, state and offsets
+committed) minus the row's ``timestamp``. ``observe`` takes each batch's input rows'
+count, first ``timestamp`` and ``QUANTILES`` quantiles of their timestamps
+(``percentile_approx``) in the JVM; the batch contributes one sample per
+``R / QUANTILES`` of its rows, drawn from those quantiles. The run lasts until
+``--seconds`` of the schedule were processed after the first batch (which holds every
+row due during the query's start-up); batches ending in the first second of output are
+left out (warm-up). A row waits 0-1 s in the source before any batch can read it: that
+is part of the figure, as for any job on this source; ``offered_p50_ms`` /
+``offered_p99_ms`` are the latency from the moment it was offered.
+
 Example::
 
     .venv/bin/python bench/peers/spark_ss_job.py B --n 10000000 --rows-per-batch 1000000
+    .venv/bin/python bench/peers/spark_ss_job.py B --rate 250000 --seconds 20 --rows-per-batch 500000
 """
 
 from __future__ import annotations
@@ -35,7 +60,15 @@ import tempfile
 import time
 from typing import Any
 
+# bench/, for report.latency_summary; last, so that it shadows nothing installed.
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from latency_samples import WARMUP_S, batch_end, offered_ms, pick, steady
+from report import latency_summary
 from workloads import C_BOUND_MS, C_WINDOW_MS, peer_arguments
+
+# Quantiles of each micro-batch's creation times taken in the JVM (latency runs).
+QUANTILES = 200
 
 
 def session(parallelism: int, app_name: str = "bench-structured-streaming") -> Any:
@@ -96,6 +129,90 @@ def _run_b(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[str, Any]:
     wall = time.perf_counter() - start
     query.stop()
     return _result(rows, wall, batches)
+
+
+def _run_b_latency(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[str, Any]:
+    """W1 fed by the ``rate`` source at ``--rate`` rows/s for ``--seconds`` of its
+    schedule after the first batch; latency p50/p99 (see the module docstring for what
+    is measured)."""
+    from pyspark.sql import functions as F
+
+    # A fresh JVM runs its first batches slower (class loading, JIT); epochstream's
+    # latency runs come after warm-up jobs in their session, these after this one.
+    warmup_start = time.perf_counter()
+    warmup_rows = args.warmup_batches * args.rows_per_batch
+    _run_b(spark, argparse.Namespace(**{**vars(args), "n": warmup_rows}), f"{ckdir}-warmup")
+    warmup_s = time.perf_counter() - warmup_start
+    rows_per_second = max(1, round(args.rate))
+    df = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", rows_per_second)
+        .option("numPartitions", args.parallelism)
+        .load()
+    )
+    created = F.unix_millis(F.col("timestamp"))
+    fractions = [(j + 0.5) / QUANTILES for j in range(QUANTILES)]
+    observed = df.observe(
+        "created",
+        F.count(F.lit(1)).alias("rows"),
+        F.min(created).alias("first_ms"),
+        F.percentile_approx(created, fractions, 10_000).alias("ms"),
+    )
+    agg = (
+        observed.select(
+            (F.col("value") * 7919 % 100000).alias("k"), (F.col("value") % 1000).alias("v")
+        )
+        .groupBy("k")
+        .agg(F.sum("v").alias("total"))
+    )
+    start = time.perf_counter()
+    query = (
+        agg.writeStream.outputMode("update")
+        .format("noop")
+        .option("checkpointLocation", ckdir)
+        .start()
+    )
+    batches: dict[int, Any] = {}
+    want = rows_per_second * args.seconds
+    after_first = 0
+    # The source's schedule starts with the query, so the first batch holds every row
+    # due during the query's start-up: the run's length counts from its end.
+    while after_first < want:
+        if query.exception() is not None:
+            raise SystemExit(f"structured streaming query failed: {query.exception()}")
+        for p in query.recentProgress:
+            # Progress reports of idle triggers carry no rows and no observed metrics.
+            if p["numInputRows"] and "created" in p["observedMetrics"]:
+                batches.setdefault(p["batchId"], p)
+        after_first = sum(p["numInputRows"] for b, p in batches.items() if b > min(batches))
+        # Each poll parses every retained progress report (with its quantiles): rarely,
+        # so that the driver takes little CPU from the query it measures.
+        time.sleep(0.5)
+    wall = time.perf_counter() - start
+    query.stop()
+    ordered = [batches[b] for b in sorted(batches)]
+    origin = min(p["observedMetrics"]["created"]["first_ms"] for p in ordered)
+    emitted: list[tuple[float, list[float]]] = []
+    offered: list[tuple[float, list[float]]] = []
+    for p in ordered:
+        end = batch_end(p["timestamp"], p["durationMs"]["triggerExecution"])
+        metrics = p["observedMetrics"]["created"]
+        picks = pick(metrics["ms"], metrics["rows"], rows_per_second / QUANTILES)
+        emitted.append((end, [end - ms / 1000.0 for ms in picks]))
+        offered.append((end, [end - offered_ms(ms, origin) / 1000.0 for ms in picks]))
+    since_offered = latency_summary(steady(offered, WARMUP_S))
+    return {
+        **_result(sum(p["numInputRows"] for p in ordered), wall, ordered),
+        "latency_rate": rows_per_second,
+        "trigger": "default",
+        "warmup_job_s": warmup_s,
+        **latency_summary(steady(emitted, WARMUP_S)),
+        "offered_p50_ms": since_offered["p50_ms"],
+        "offered_p99_ms": since_offered["p99_ms"],
+        # Per batch: input rows and seconds of triggerExecution (how the run went).
+        "batch_rows": [p["numInputRows"] for p in ordered],
+        "batch_s": [p["durationMs"]["triggerExecution"] / 1000.0 for p in ordered],
+    }
 
 
 def _run_a(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[str, Any]:
@@ -181,15 +298,23 @@ def main() -> None:
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--rows-per-batch", type=int, default=1_000_000)
     parser.add_argument("--files-per-batch", type=int, default=1)
+    parser.add_argument("--rate", type=float, default=0.0, help="B: latency run at R rows/s")
+    parser.add_argument("--seconds", type=float, default=20.0, help="B: latency run's length")
+    parser.add_argument(
+        "--warmup-batches", type=int, default=4, help="B latency: batches of the warm-up job"
+    )
     args = parser.parse_args()
     spark = session(args.parallelism)
     ckdir = tempfile.mkdtemp(prefix="spark-ss-ck-")
     try:
-        run = {"A": _run_a, "B": _run_b, "C": _run_c}[args.workload]
+        run = {"A": _run_a, "B": _run_b_latency if args.rate else _run_b, "C": _run_c}[
+            args.workload
+        ]
         result = run(spark, args, ckdir)
     finally:
         spark.stop()
         shutil.rmtree(ckdir, ignore_errors=True)
+        shutil.rmtree(f"{ckdir}-warmup", ignore_errors=True)
     print(json.dumps(result))
 
 

@@ -1,0 +1,95 @@
+"""bench/all.py's peer W1 latency wiring, with the peers' scripts replaced by a stub.
+
+No peer runs: ``_run_peer`` is monkeypatched, so this checks only which runs are
+asked for (half of the checkpointed rate, the latency length, recovery on) and that
+their figures reach the results table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+_saved_path = list(sys.path)
+try:
+    sys.path[:0] = [str(BENCH), str(BENCH / "peers")]
+    _spec = importlib.util.spec_from_file_location("bench_all", BENCH / "all.py")
+    assert _spec is not None and _spec.loader is not None
+    bench_all = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(bench_all)
+    import measure
+    import report
+finally:
+    sys.path[:] = _saved_path
+
+
+def _args(**overrides: Any) -> argparse.Namespace:
+    args = {
+        "w1_events": 1000,
+        "parallelism": 2,
+        "ss_rows_per_batch": 100,
+        "peer_checkpoints": ("1", "0"),
+        "no_latency": False,
+        "latency_seconds": 5.0,
+    }
+    return argparse.Namespace(**{**args, **overrides})
+
+
+def test_peer_latency_runs_at_half_the_checkpointed_rate_and_fills_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[str, str, list[str], bool]] = []
+    rates = {"1": 60_000.0, "0": 150_000.0, "micro-batch": 500_000.0}
+
+    def run_peer(
+        system: str, script: str, argv: list[str], log_name: str, *, throughput: bool = True
+    ) -> dict[str, Any]:
+        calls.append((system, script, argv, throughput))
+        if throughput:
+            ck = argv[argv.index("--checkpoint") + 1] if "--checkpoint" in argv else "micro-batch"
+            return {"events": 1, "seconds": 1.0, "rate": rates[ck]}
+        rate = float(argv[argv.index("--rate") + 1])
+        return {"latency_rate": rate, "samples": 10, "p50_ms": 500.0, "p99_ms": 990.0}
+
+    monkeypatch.setattr(bench_all, "_run_peer", run_peer)
+    doc: dict[str, Any] = {"rows": [], "latency": [], "recovery": []}
+    results = measure.Results(str(tmp_path), "t", doc)
+    for system in ("spark-ss", "bytewax"):
+        bench_all._peer_w1(results, _args(), system)
+    latency_calls = [(s, script, argv) for s, script, argv, tp in calls if not tp]
+    assert latency_calls == [
+        (
+            "spark-ss",
+            "spark_ss_job.py",
+            ["B", "--parallelism", "2", "--rows-per-batch", "100", "--rate", "250000", "--seconds", "5.0"],
+        ),
+        # Half of the rate with recovery on (1 s snapshots), not of the one without.
+        ("bytewax", "bytewax_job.py", ["B", "--checkpoint", "1", "--rate", "30000", "--seconds", "5.0"]),
+    ]
+    bench_all._peer_w1_latency(results, _args(), "pyflink", "PyFlink 2.3 SQL (p=2)", 200_000.0)
+    text = report.markdown(doc)
+    assert "| W1 | Spark Structured Streaming (local[2]) | 500,000 |  |  | 500.0 / 990.0 (at 250,000) |" in text
+    assert "| W1 | Bytewax 0.21 (1 worker) | 60,000 | 150,000 | 60 % | 500.0 / 990.0 (at 30,000) |" in text
+    assert "latency: not measured: of Flink SQL's built-in sinks" in text
+    assert all(bench_all._expected_gap(r) for r in doc["latency"] if "error" in r)
+
+
+def test_no_peer_latency_without_a_checkpointed_rate_or_with_no_latency(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing_peer(*_: Any, **__: Any) -> dict[str, Any]:
+        raise RuntimeError("exited 1")
+
+    monkeypatch.setattr(bench_all, "_run_peer", failing_peer)
+    doc: dict[str, Any] = {"rows": [], "latency": [], "recovery": []}
+    results = measure.Results(str(tmp_path), "t", doc)
+    bench_all._peer_w1(results, _args(peer_checkpoints=("1",)), "bytewax")
+    assert [r["error"] for r in doc["latency"]] == ["no checkpointed rate to take half of"]
+    bench_all._peer_w1(results, _args(no_latency=True), "spark-ss")
+    assert len(doc["latency"]) == 1
