@@ -91,28 +91,38 @@ def session(parallelism: int, app_name: str = "bench-structured-streaming") -> A
     return spark
 
 
-def _run_b(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[str, Any]:
+def _w1_sums(df: Any) -> Any:
+    """W1 over a ``value`` column: key ``value * 7919 % 100000``, running sum of
+    ``value % 1000`` per key (in the JVM, no Python UDF)."""
     from pyspark.sql import functions as F
 
+    return (
+        df.select((F.col("value") * 7919 % 100000).alias("k"), (F.col("value") % 1000).alias("v"))
+        .groupBy("k")
+        .agg(F.sum("v").alias("total"))
+    )
+
+
+def _start_w1(df: Any, ckdir: str, *, trigger: str | None) -> Any:
+    """The W1 streaming query over ``df``, started: update mode into the ``noop`` sink,
+    checkpointing to ``ckdir``; ``trigger``: a processing-time interval, or ``None``
+    for Spark's default (the next micro-batch as soon as the previous one ends)."""
+    writer = _w1_sums(df).writeStream.outputMode("update").format("noop")
+    writer = writer.option("checkpointLocation", ckdir)
+    if trigger is not None:
+        writer = writer.trigger(processingTime=trigger)
+    return writer.start()
+
+
+def _run_b(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[str, Any]:
     df = (
         spark.readStream.format("rate-micro-batch")
         .option("rowsPerBatch", args.rows_per_batch)
         .option("numPartitions", args.parallelism)
         .load()
     )
-    agg = (
-        df.select((F.col("value") * 7919 % 100000).alias("k"), (F.col("value") % 1000).alias("v"))
-        .groupBy("k")
-        .agg(F.sum("v").alias("total"))
-    )
     start = time.perf_counter()
-    query = (
-        agg.writeStream.outputMode("update")
-        .format("noop")
-        .option("checkpointLocation", ckdir)
-        .trigger(processingTime="0 seconds")
-        .start()
-    )
+    query = _start_w1(df, ckdir, trigger="0 seconds")
     rows = 0
     batches: list[dict[str, Any]] = []
     while rows < args.n:
@@ -158,20 +168,8 @@ def _run_b_latency(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[str
         F.min(created).alias("first_ms"),
         F.percentile_approx(created, fractions, 10_000).alias("ms"),
     )
-    agg = (
-        observed.select(
-            (F.col("value") * 7919 % 100000).alias("k"), (F.col("value") % 1000).alias("v")
-        )
-        .groupBy("k")
-        .agg(F.sum("v").alias("total"))
-    )
     start = time.perf_counter()
-    query = (
-        agg.writeStream.outputMode("update")
-        .format("noop")
-        .option("checkpointLocation", ckdir)
-        .start()
-    )
+    query = _start_w1(observed, ckdir, trigger=None)
     batches: dict[int, Any] = {}
     want = rows_per_second * args.seconds
     after_first = 0
