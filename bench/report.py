@@ -24,6 +24,7 @@ from typing import Any
 __all__ = [
     "W1_KEYS",
     "W1_MULTIPLIER",
+    "WARMUP_S",
     "W1ResultError",
     "check_w1",
     "latency_summary",
@@ -33,6 +34,7 @@ __all__ = [
     "percentile",
     "rate_series",
     "recovery_time",
+    "steady",
     "summary_rows",
     "w1_expected_sums",
     "w1_expected_total",
@@ -139,6 +141,25 @@ def latency_summary(latencies_s: Sequence[float]) -> dict[str, float]:
         "p99_ms": percentile(latencies_s, 99) * 1e3,
         "max_ms": max(latencies_s) * 1e3,
     }
+
+
+#: Output of a latency run's first second is left out (start-up is not steady state);
+#: epochstream's W1 runs and the peers' alike.
+WARMUP_S = 1.0
+
+
+def steady(emitted: Iterable[tuple[float, Sequence[float]]], warmup_s: float) -> list[float]:
+    """The latencies of ``(emit wall time, latencies)`` pairs emitted at least ``warmup_s``
+    after the first emit (start-up is not steady state); all of them if none was.
+
+    Example: ``steady([(5.0, [0.9]), (5.5, [0.2]), (6.0, [0.1, 0.3])], 1.0) == [0.1, 0.3]``
+    """
+    pairs = [(t, lats) for t, lats in emitted if lats]
+    if not pairs:
+        return []
+    first = min(t for t, _ in pairs)
+    late = [lat for t, lats in pairs if t >= first + warmup_s for lat in lats]
+    return late or [lat for _, lats in pairs for lat in lats]
 
 
 # ------------------------------------------------------------------ recovery

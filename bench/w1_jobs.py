@@ -45,7 +45,7 @@ from typing import Any
 import cloudpickle
 from probes import LatencySink, RateSink, SumsSink, read_probe
 from recovery import kill_and_measure
-from report import check_w1, latency_summary
+from report import WARMUP_S, check_w1, latency_summary, steady
 
 import epochstream as es
 
@@ -278,14 +278,13 @@ def run_latency(
     spark: Any,
     parallelism: int = 2,
     checkpoint: float | None = 1.0,
-    warmup_s: float = 1.0,
     detail: bool = False,
 ) -> dict[str, Any]:
     """End-to-end latency at ``rate`` events/s for about ``seconds``; p50/p99 in ms.
 
-    Samples from the first ``warmup_s`` after the first output are left out (slot
+    Samples of the first second of output are left out (``report.steady``: slot
     start-up and the first batches' interpreter warm-up are not steady state).
-    ``detail``: also ``samples`` (the steady ``(sink wall time, latency s)`` pairs) and
+    ``detail``: also ``samples`` (every ``(sink wall time, latency s)`` pair) and
     ``checkpoints`` (the job's :class:`~epochstream.CheckpointStats`), to place the
     tail against the checkpoints.
 
@@ -301,11 +300,10 @@ def run_latency(
         samples = [s for line in read_probe(probe, "latency") for s in line["samples"]]
         if not samples:
             raise RuntimeError(f"W1 {path} latency run produced no samples")
-        first = min(t for t, _ in samples)
-        steady = [(t, lat) for t, lat in samples if t >= first + warmup_s] or samples
-        out = {"latency_rate": rate, "events": n, **latency_summary([lat for _, lat in steady])}
+        latencies = steady([(t, (lat,)) for t, lat in samples], WARMUP_S)
+        out = {"latency_rate": rate, "events": n, **latency_summary(latencies)}
         if detail:
-            out.update(samples=sorted(steady), checkpoints=result.checkpoints)
+            out.update(samples=sorted(samples), checkpoints=result.checkpoints)
         return out
     finally:
         shutil.rmtree(probe, ignore_errors=True)

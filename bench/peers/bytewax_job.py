@@ -44,8 +44,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # bench/, for report.latency_summary; last, so that it shadows nothing installed.
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from latency_samples import WARMUP_S, Schedule, steady
-from report import latency_summary
+from latency_samples import Schedule
+from report import WARMUP_S, latency_summary, steady
 from workloads import B_KEYS, peer_arguments
 
 

@@ -9,7 +9,6 @@ Standard library only: the Bytewax peer imports it from its own virtualenv.
 - :func:`offered_ms`: when Spark's ``rate`` source offered a row to the query (it
   offers whole seconds of its schedule, once each second has passed).
 - :func:`batch_end`: a micro-batch's end wall time from its progress report.
-- :func:`steady`: the samples emitted after the warm-up.
 
 Example::
 
@@ -17,24 +16,19 @@ Example::
     schedule.released(101.0)                                  # 1001 events due by then
     created = pick([1000, 1500, 2000], rows=400, rows_per_sample=200)   # [1000, 2000]
     latencies = [2.5 - ms / 1000 for ms in created]
-    steady([(2.5, latencies), (3.6, [0.4])], warmup_s=1.0)     # [0.4]
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
-__all__ = ["WARMUP_S", "Schedule", "batch_end", "offered_ms", "pick", "steady"]
+__all__ = ["Schedule", "batch_end", "offered_ms", "pick"]
 
 Q = TypeVar("Q", int, float)
-
-# Output of the first second is left out, as in epochstream's W1 latency runs.
-WARMUP_S = 1.0
-
 
 @dataclass(frozen=True)
 class Schedule:
@@ -98,17 +92,3 @@ def batch_end(timestamp: str, trigger_execution_ms: int) -> float:
     Example: ``batch_end("1970-01-01T00:00:10.250Z", 500) == 10.75``
     """
     return datetime.fromisoformat(timestamp).timestamp() + trigger_execution_ms / 1000.0
-
-
-def steady(emitted: Iterable[tuple[float, Sequence[float]]], warmup_s: float) -> list[float]:
-    """The latencies of ``(emit wall time, latencies)`` pairs emitted at least ``warmup_s``
-    after the first emit (start-up is not steady state); all of them if none was.
-
-    Example: ``steady([(5.0, [0.9]), (5.5, [0.2]), (6.0, [0.1, 0.3])], 1.0) == [0.1, 0.3]``
-    """
-    pairs = [(t, lats) for t, lats in emitted if lats]
-    if not pairs:
-        return []
-    first = min(t for t, _ in pairs)
-    late = [lat for t, lats in pairs if t >= first + warmup_s for lat in lats]
-    return late or [lat for _, lats in pairs for lat in lats]

@@ -63,8 +63,8 @@ from typing import Any
 # bench/, for report.latency_summary; last, so that it shadows nothing installed.
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from latency_samples import WARMUP_S, batch_end, offered_ms, pick, steady
-from report import latency_summary
+from latency_samples import batch_end, offered_ms, pick
+from report import WARMUP_S, latency_summary, steady
 from workloads import C_BOUND_MS, C_WINDOW_MS, peer_arguments
 
 # Quantiles of each micro-batch's creation times taken in the JVM (latency runs).

@@ -364,3 +364,12 @@ def test_a_failed_run_is_kept_and_becomes_the_rows_error() -> None:
     assert measure.median_of(runs[1.0])["rate"] == 1.0
     with pytest.raises(RuntimeError, match="slot lost"):
         measure.median_of(runs[None])
+
+
+def test_steady_leaves_out_the_first_second_of_output() -> None:
+    emitted = [(5.0, [0.9, 0.8]), (5.2, []), (5.99, [0.5]), (6.0, [0.1]), (7.5, [0.2, 0.3])]
+    assert report.steady(emitted, 1.0) == [0.1, 0.2, 0.3]
+    assert report.steady(emitted, 0.0) == [0.9, 0.8, 0.5, 0.1, 0.2, 0.3]
+    # Output shorter than the warm-up: all of it rather than nothing.
+    assert report.steady([(5.0, [0.9]), (5.5, [0.4])], 1.0) == [0.9, 0.4]
+    assert report.steady([(5.0, [])], 1.0) == []

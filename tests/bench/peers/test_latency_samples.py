@@ -80,12 +80,3 @@ def test_micro_batch_latency_from_end_and_creation_quantiles() -> None:
     assert min(latencies) == pytest.approx(12.2 - 11.99)
     since_offered = [end - ls.offered_ms(ms, 11_000) / 1000 for ms in picks]
     assert since_offered == [pytest.approx(0.2)] * 50  # all offered at 12.0 s
-
-
-def test_steady_leaves_out_the_first_second_of_output() -> None:
-    emitted = [(5.0, [0.9, 0.8]), (5.2, []), (5.99, [0.5]), (6.0, [0.1]), (7.5, [0.2, 0.3])]
-    assert ls.steady(emitted, 1.0) == [0.1, 0.2, 0.3]
-    assert ls.steady(emitted, 0.0) == [0.9, 0.8, 0.5, 0.1, 0.2, 0.3]
-    # Output shorter than the warm-up: all of it rather than nothing.
-    assert ls.steady([(5.0, [0.9]), (5.5, [0.4])], 1.0) == [0.9, 0.4]
-    assert ls.steady([(5.0, [])], 1.0) == []

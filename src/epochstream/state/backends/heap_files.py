@@ -1,7 +1,8 @@
 """The heap backend's snapshot files: CRC-checked segments of pickled state.
 
-A file holds the state of one subtask's key groups as ``{state_name: {key: value}}``
-pickles, each behind a header with a CRC-32 of the payload (big-endian):
+A file holds the state of one subtask's key groups as pickles of its entries, each
+segment behind a header with a CRC-32 of the payload (big-endian); read back, a segment
+is ``{state_name: {key: value}}``:
 
 - a *chunked block* (written since 2026-11-23): one segment for a range of key groups,
   header ``b"ESKC"``, first key group, number of key groups, CRC (16 bytes), then a
