@@ -33,7 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 _RUN = r"""
-import gc, json, os, queue, shutil, tempfile, threading, time
+import json, os, queue, shutil, tempfile, threading, time
 from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.runtime.clock import SystemClock
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
@@ -41,7 +41,6 @@ from epochstream.state.backends.heap import HeapStateBackend
 from epochstream.state.descriptors import ValueStateDescriptor
 from epochstream.state.keygroups import key_group_for_key
 
-gc.set_threshold(100_000, 10, 10)
 root = tempfile.mkdtemp(prefix="lateness-", dir={tmp!r})
 try:
     fs = storage_fs(root)

@@ -11,7 +11,7 @@ thread (``time.thread_time``): ``backend.snapshot(target)``, the synchronous par
 task thread runs at the barrier, and ``job.run()``, the asynchronous part on the
 snapshot thread (files fsynced under ``--tmp``), then marks the checkpoint complete.
 Garbage lists are allocated between writes so that the entries are spread over the
-heap as in a slot, and the collector thresholds are the slot's.
+heap as in a slot (which runs with CPython's collector thresholds).
 
 ``--workload join`` measures instead the state of a Nexmark-style join subtask: 1,000
 keys, each with a list state and a map state of event dicts (six fields), 4,000 events
@@ -45,7 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 _RUN = r"""
-import gc, json, os, shutil, statistics, tempfile, time
+import json, os, shutil, statistics, tempfile, time
 from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.runtime.clock import SystemClock
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
@@ -55,7 +55,6 @@ from epochstream.state.descriptors import (
 )
 from epochstream.state.keygroups import key_group_for_key
 
-gc.set_threshold(100_000, 10, 10)
 root = tempfile.mkdtemp(prefix="row-ckpt-", dir={tmp!r})
 try:
     fs = storage_fs(root)

@@ -8,6 +8,7 @@ import pytest
 
 from epochstream.connectors.base import SourceContext, SourceReader
 from epochstream.connectors.generators import (
+    RELEASE_STEP_S,
     CollectionSource,
     CollectionSplit,
     SequenceSource,
@@ -91,6 +92,32 @@ def test_rate_limit_releases_records_by_clock() -> None:
     assert reader.poll(1000) == list(range(57, 100))
     assert reader.exhausted
     assert reader.next_available() is None
+
+
+def test_a_fast_rate_releases_a_milliseconds_worth_at_a_time() -> None:
+    """At 100,000 records/s a step is 100 records: a task polling as fast as it can
+    gets batches of a step, not one record per poll, and no record before it is due."""
+    assert RELEASE_STEP_S == 0.001
+    clock = ManualClock(start=0.0)
+    source = SequenceSource(0, 1_000, rate=100_000.0)
+    reader = source.create_reader(ctx(clock))
+    reader.add_splits(source.create_splits(1))
+    assert reader.poll(1024) == []  # only record 0 is due: not a whole step yet
+    assert reader.next_available() == pytest.approx(0.00099)  # when record 99 is due
+    clock.advance(0.0005)
+    assert reader.poll(1024) == []  # 51 due
+    clock.advance(0.00049)
+    assert reader.poll(1024) == list(range(100))
+    clock.advance(0.0001)
+    assert reader.poll(1024) == []  # 10 more due: not a step
+    assert reader.next_available() == pytest.approx(0.00199)
+    clock.advance(0.0052)
+    assert reader.poll(1024) == list(range(100, 630))  # all that is due, beyond a step
+    assert reader.poll(64) == []  # a smaller poll caps the step: 64 records
+    clock.advance(0.00064)
+    assert reader.poll(64) == list(range(630, 694))
+    clock.advance(1.0)
+    assert drain(reader) == list(range(694, 1_000))  # the last records, fewer than a step
 
 
 def test_rate_is_total_and_divided_over_subtasks() -> None:

@@ -45,6 +45,15 @@ __all__ = [
 # Tolerance for float error in elapsed * rate, so a record due at exactly t is released at t.
 _DUE_EPSILON = 1e-6
 
+#: A rate-limited reader releases its due records a step at a time: at least this
+#: long's worth of its rate (one record at the least, a full poll at the most). Released
+#: the moment each came due, a fast task loop polled them one or two at a time, so every
+#: record paid a whole batch's way through the chain, the partitioner and the channels:
+#: W1's source task then held the GIL for 65 % of the time at half load, and any other
+#: work in the slot (a snapshot) stalled the records behind it (docs/benchmarks.md,
+#: "Paced sources release a step at a time").
+RELEASE_STEP_S = 0.001
+
 
 @dataclass(frozen=True)
 class SequenceSplit:
@@ -89,7 +98,9 @@ class SequenceSource(Source):
     Guarantee: exactly-once (the next number of each split in every checkpoint).
 
     The rate is divided evenly over the parallel subtasks; each releases its records on
-    schedule from its first poll (one at once, then one every ``parallelism / rate`` s).
+    schedule from its first poll (record k of a subtask is due ``k * parallelism / rate``
+    s after it), those due within a millisecond together (:data:`RELEASE_STEP_S`:
+    records released one by one each paid a whole batch's overhead downstream).
     With ``batch_size`` the reader returns Arrow record batches (column ``value``,
     int64) of up to ``batch_size`` rows instead of lists of ints.
 
@@ -170,7 +181,8 @@ class _RangeReader(SourceReader):
     """Reads contiguous index ranges; subclasses map ranges to records and split states.
 
     With a ``rate`` (records/s of this reader) record k is due at ``t0 + k / rate``,
-    ``t0`` being the first poll.
+    ``t0`` being the first poll; due records are released a step at a time
+    (:data:`RELEASE_STEP_S`).
     """
 
     def __init__(
@@ -189,6 +201,23 @@ class _RangeReader(SourceReader):
         self._rate = rate
         self._t0: float | None = None
         self._emitted = 0
+        self._poll_size = 1  # the latest poll's max_records: a step is at most that
+
+    def _releasable(self, max_records: int) -> int:
+        """How many records a poll of up to ``max_records`` may hand out now: all of
+        them without a rate, else those due, once a whole step is (see
+        :data:`RELEASE_STEP_S`)."""
+        if self._rate is None or not self._cursors:
+            return max_records
+        self._poll_size = max_records
+        due = self._due()
+        return min(max_records, due) if due >= self._step() else 0
+
+    def _step(self) -> int:
+        """Records per release step: a step's worth of the rate, at least one, at most
+        the last poll's size."""
+        assert self._rate is not None
+        return max(1, min(self._poll_size, int(self._rate * RELEASE_STEP_S)))
 
     def _due(self) -> int:
         """How many records may be released now."""
@@ -215,8 +244,7 @@ class _RangeReader(SourceReader):
     def poll(self, max_records: int) -> Any:
         max_records = self._batch_size or max_records
         parts: list[Any] = []
-        if self._rate is not None and self._cursors:
-            max_records = min(max_records, self._due())
+        max_records = self._releasable(max_records)
         left = max_records
         finished = False
         for cursor in self._cursors:
@@ -254,8 +282,7 @@ class _RangeReader(SourceReader):
     def poll_splits(self, max_records: int) -> list[tuple[Any, list[Any], bool]]:
         max_records = self._batch_size or max_records
         groups: list[tuple[Any, list[Any], bool]] = []
-        if self._rate is not None and self._cursors:
-            max_records = min(max_records, self._due())
+        max_records = self._releasable(max_records)
         left = max_records
         for cursor in self._cursors:
             if left <= 0:
@@ -278,7 +305,8 @@ class _RangeReader(SourceReader):
     def next_available(self) -> float | None:
         if self._rate is None or self._t0 is None or not self._cursors:
             return None  # records can be read right now
-        return self._t0 + self._emitted / self._rate
+        # Record k (from 0) is due at t0 + k / rate; the next release is a whole step.
+        return self._t0 + (self._emitted + self._step() - 1) / self._rate
 
     def snapshot(self, checkpoint_id: int) -> list[Any]:
         return [self._state(cursor) for cursor in self._cursors]

@@ -111,12 +111,18 @@ class Partitioning:
 
     kind: str = "forward"
     key_selector: Callable[[Any], Any] | None = None
+    #: The key selector's :func:`describe_callable`, taken where the job is built: a
+    #: function shipped to the slots by value may lose its file name on the way
+    #: (cloudpickle 3.1.3 names its code ``<dynamic-code>``), and errors should name it.
+    selector_label: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if self.kind not in ("forward", "rebalance", "hash", "broadcast"):
             raise ConfigurationError(f"unknown partitioning {self.kind!r}")
         if self.kind == "hash" and self.key_selector is None:
             raise ConfigurationError("hash partitioning needs a key selector")
+        if self.key_selector is not None and not self.selector_label:
+            object.__setattr__(self, "selector_label", describe_callable(self.key_selector))
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from epochstream.exceptions import (
     UserFunctionError,
     short_repr,
 )
-from epochstream.graph.transformations import Partitioning, describe_callable
+from epochstream.graph.transformations import Partitioning
 from epochstream.runtime.auth import FramedConnection
 from epochstream.runtime.batches import KeyedBatch, TimedBatch
 from epochstream.runtime.channels import InputGate
@@ -296,7 +296,7 @@ class RecordWriter:
     def _routing_error(self, record: Any, exc: Exception) -> Exception:
         """Say which key selector, edge and record failed, and why (off the hot path)."""
         key_of = self._key_selector
-        selector = f"key selector {describe_callable(key_of)} on edge {self.edge}"
+        selector = f"key selector {self._partitioning.selector_label} on edge {self.edge}"
         shown = short_repr(record)
         try:
             key = key_of(record)  # type: ignore[misc]

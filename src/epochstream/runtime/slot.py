@@ -32,7 +32,6 @@ from epochstream.exceptions import SerializationError, TaskFailure
 from epochstream.graph.jobgraph import JobGraph
 from epochstream.runtime.auth import FramedConnection, connect
 from epochstream.runtime.clock import wall_ms
-from epochstream.runtime.collector import slot_collector
 from epochstream.runtime.messages import (
     AddSplits,
     CancelSlot,
@@ -318,7 +317,7 @@ def run_slot(launch: SlotLaunch, *, index: int, host: str) -> None:
     slot = _Slot(launch, index, host)
     forward = ForwardLogs(slot.send, slot=index, attempt=launch.attempt, level=launch.log_level)
     try:
-        with forward, slot_collector():
+        with forward:
             if slot.deploy():
                 slot.run()
     except (ConnectionError, OSError) as exc:

@@ -233,3 +233,18 @@ def test_a_key_outside_the_subtasks_key_groups_fails_the_snapshot_with_its_name(
     del table[stray]
     table.touched([stray])
     assert backend.snapshot(h.target(2)).run() is not None
+
+
+def test_a_namespaced_entry_of_a_key_outside_the_key_groups_is_named_too(tmp_path: Any) -> None:
+    h = _harness(tmp_path)
+    backend = h.backend(parallelism=2, subtask=0)  # key groups 0..63 of 128
+    assigner = backend.assigner
+    ours = [k for k in range(20_000) if assigner.key_group(k) < 64][:3_000]
+    stray = next(k for k in range(20_000) if assigner.key_group(k) >= 64)
+    contents = backend.get_namespaced_state(ValueStateDescriptor("contents"))
+    for k in [*ours, stray]:  # the stray key's entry comes in the second chunk
+        backend.set_current_key(k)
+        contents.set_namespace(("window", k % 3))
+        contents.update(k)
+    with pytest.raises(StateError, match=rf"state 'contents': key {stray} is in key group"):
+        backend.snapshot(h.target(1)).run()

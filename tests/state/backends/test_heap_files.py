@@ -168,3 +168,29 @@ def test_blocks_of_one_pickle_written_before_chunks_still_restore(tmp_path: Path
     size = len(header) + len(payload)
     file = HeapStateFile(str(path), True, dict.fromkeys(groups, (0, size)), size, shared=False)
     assert merge_chain(storage_fs(str(tmp_path)), [file], groups, ASSIGNER) == state
+
+
+def test_chunks_are_pickled_without_the_memo_and_values_come_back_equal(tmp_path: Path) -> None:
+    groups = range(0, 64)
+    keys = _keys_in(groups, 3)
+    shared = ("same", 1)
+    state = {"pairs": {k: shared for k in keys}}
+    file = _block(tmp_path, "m.kst", state, groups)
+    raw = Path(file.path).read_bytes()
+    # Without the memo a repeated object is written out each time (no BINPUT/MEMOIZE).
+    assert raw.count(b"same") == len(keys)
+    restored = merge_chain(storage_fs(str(tmp_path)), [file], groups, ASSIGNER)
+    assert restored == state
+
+
+def test_values_the_memo_less_pickler_refuses_still_round_trip(tmp_path: Path) -> None:
+    groups = range(0, 64)
+    a, b = _keys_in(groups, 2)
+    cyclic: list = ["loop"]
+    cyclic.append(cyclic)
+    offset = 3
+    state = {"odd": {a: cyclic, b: lambda x: x + offset}}  # a cycle; a lambda (cloudpickle)
+    restored = merge_chain(storage_fs(str(tmp_path)), [_block(tmp_path, "o.kst", state, groups)], groups, ASSIGNER)
+    back = restored["odd"][a]
+    assert back[0] == "loop" and back[1] is back
+    assert restored["odd"][b](4) == 7

@@ -28,7 +28,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import islice, repeat
 from typing import Any, ClassVar
 
 from epochstream.checkpoint.filesystems import storage_fs
@@ -425,10 +425,11 @@ class _HeapSnapshotJob(SnapshotJob):
         assigner = self.backend.assigner
         for name, entries in self.delta.items():
             namespaced = is_namespaced(self.metas[name].kind)
-            # Namespaced entries are (key, namespace) pairs: the key alone places them.
-            keys = [k[0] for k in entries] if namespaced else list(entries)
-            for start in range(0, len(keys), CHUNK_ENTRIES):
-                part = keys[start : start + CHUNK_ENTRIES]
+            keys = iter(entries)  # a chunk at a time: no second list of the whole state
+            for _ in range(0, len(entries), CHUNK_ENTRIES):
+                part = list(islice(keys, CHUNK_ENTRIES))
+                if namespaced:  # (key, namespace) pairs: the key alone places them
+                    part = [k[0] for k in part]
                 groups = assigner.key_group_set(part)
                 if min(groups) < owned.start or max(groups) >= owned.stop:
                     kg, key = next(
