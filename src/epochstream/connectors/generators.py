@@ -51,7 +51,7 @@ _DUE_EPSILON = 1e-6
 #: record paid a whole batch's way through the chain, the partitioner and the channels:
 #: W1's source task then held the GIL for 65 % of the time at half load, and any other
 #: work in the slot (a snapshot) stalled the records behind it (docs/benchmarks.md,
-#: "Paced sources release a step at a time").
+#: "Row latency at checkpoints, found").
 RELEASE_STEP_S = 0.001
 
 

@@ -16,10 +16,11 @@ is ``{state_name: {key: value}}``:
   while it works (see :mod:`epochstream.runtime.snapshots`), so the task thread waits
   about that long. Key and value lists, because they cost less than a dict per chunk,
   taken from the dict's iterators a chunk at a time (:func:`_chunked`), and pickled
-  without the memo (:func:`_pickle_chunk`). No split by key group on the snapshot thread (splitting 50,000
-  entries into key groups one by one in Python cost 1.7 times the whole asynchronous
-  part); a reader that wants only some of the block's key groups (a restore at another
-  parallelism) keeps the entries of its key groups, hashing their keys;
+  without the memo (:func:`_pickle_chunk`). No split by key group on the snapshot
+  thread (splitting 50,000 entries into key groups one by one in Python cost 1.7
+  times the whole asynchronous part); a reader that wants only some of the block's
+  key groups (a restore at another parallelism) keeps the entries of its key groups,
+  hashing their keys;
 - a *block* (written before): the same header with ``b"ESKB"`` and one pickle of all
   entries. Still read;
 - a *key-group segment* (older still): header ``b"ESKG"``, key group, CRC (12 bytes), one
