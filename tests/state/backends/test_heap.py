@@ -3,6 +3,7 @@ incremental chains stay bounded, and files are shared between checkpoints."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -41,7 +42,8 @@ def test_synchronous_part_copies_only_changed_entries(tmp_path: Any) -> None:
     backend = h.backend()
     _write(backend, range(10_000), 1)
     first = backend.snapshot(h.target(1))
-    assert sum(len(e) for e in first.delta.values()) == 10_000  # type: ignore[attr-defined]
+    # The whole state changed: pickled at the barrier, nothing copied for later.
+    assert first.encoded is not None and first.delta == {}  # type: ignore[attr-defined]
     first.run()
     backend.notify_checkpoint_complete(1)
     _write(backend, range(100), 2)
@@ -185,13 +187,16 @@ def test_restored_list_state_takes_the_new_ttl_setting(tmp_path: Any) -> None:
 def test_list_and_map_snapshots_copy_containers_not_elements(tmp_path: Any) -> None:
     h = _harness(tmp_path)
     backend = h.backend()
+    _write(backend, range(5), 1)  # unchanged below: the snapshot is a delta, copied
+    backend.snapshot(h.target(1)).run()
+    backend.notify_checkpoint_complete(1)
     events = backend.get_state(ListStateDescriptor("events"))
     people = backend.get_state(MapStateDescriptor("people"))
     for k in range(3):
         backend.set_current_key(k)
         events.add({"id": k, "tags": ["a"]})
         people.put(f"p{k}", {"name": "x", "ids": [k]})
-    job = backend.snapshot(h.target(1))
+    job = backend.snapshot(h.target(2, base=1))
     stored = backend._tables["events"].data[0]
     # The container is copied (appends after the barrier must not reach the snapshot),
     # its elements shared: the backend never changes one in place.
@@ -206,7 +211,7 @@ def test_list_and_map_snapshots_copy_containers_not_elements(tmp_path: Any) -> N
         people.put("new", {"name": "z"})
     handle = job.run()
     restored = h.backend()
-    restored.restore([handle], checkpoint_id=1, owned=True)
+    restored.restore([handle], checkpoint_id=2, owned=True)
     r_events = restored.get_state(ListStateDescriptor("events"))
     r_people = restored.get_state(MapStateDescriptor("people"))
     for k in range(3):
@@ -248,3 +253,42 @@ def test_a_namespaced_entry_of_a_key_outside_the_key_groups_is_named_too(tmp_pat
         contents.update(k)
     with pytest.raises(StateError, match=rf"state 'contents': key {stray} is in key group"):
         backend.snapshot(h.target(1)).run()
+
+
+def test_a_whole_state_snapshot_is_pickled_at_the_barrier(tmp_path: Any) -> None:
+    """Writes after the barrier do not reach it; the snapshot thread only writes the file."""
+    h = _harness(tmp_path)
+    backend = h.backend()
+    _write(backend, range(5_000), 1)
+    backend.snapshot(h.target(1)).run()
+    backend.notify_checkpoint_complete(1)
+    _write(backend, range(5_000), 2)  # every key changed: the delta is the whole state
+    job = backend.snapshot(h.target(2, base=1))
+    assert job.complete and job.encoded is not None  # type: ignore[attr-defined]
+    assert job.delta == {}, "no copy of the state is kept for the snapshot thread"  # type: ignore[attr-defined]
+    _write(backend, range(10), 3)  # after the barrier
+    backend.value_table(SUMS).delete(11)
+    backend.value_table(SUMS).touched([11])
+    handle = job.run()
+    assert isinstance(handle, HeapSnapshotHandle) and len(handle.chain) == 1 and handle.chain[0].full
+    restored = h.backend()
+    restored.restore([handle], checkpoint_id=2, owned=True)
+    assert dict(restored.value_table(SUMS).items()) == {k: (k, 2) for k in range(5_000)}
+
+
+def test_snapshots_with_a_ttl_or_for_a_savepoint_are_not_pickled_at_the_barrier(tmp_path: Any) -> None:
+    h = _harness(tmp_path)
+    backend = h.backend()
+    ttl = backend.get_state(ValueStateDescriptor("seen", ttl=timedelta(seconds=5)))
+    backend.set_current_key(1)
+    ttl.update("x")
+    job = backend.snapshot(h.target(1))
+    assert job.complete and job.encoded is None  # type: ignore[attr-defined]
+    h.clock.advance(10.0)  # expired by the time the snapshot thread writes it
+    assert job.run() is None, "expired entries are dropped when the snapshot is written"
+
+    plain = h.backend()
+    _write(plain, range(100), 1)
+    savepoint = plain.snapshot(h.target(2, savepoint="sp"))
+    assert savepoint.encoded is None  # type: ignore[attr-defined]
+    assert savepoint.run() is not None

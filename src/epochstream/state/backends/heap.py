@@ -46,11 +46,13 @@ from epochstream.state.backends.base import (
 from epochstream.state.backends.heap_files import (
     CHUNK_ENTRIES,
     DELETED,
+    EncodedBlock,
     KeyGroupState,
     apply_segment,
+    encode_block,
     merge_chain,
     split_key_groups,
-    write_block,
+    write_encoded,
 )
 from epochstream.state.backends.heap_states import (
     HEAP_STATE_CLASSES,
@@ -250,7 +252,10 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             for name, changed in whole.items():
                 gone = changed.difference(self._tables[name].data)
                 delta[name].update(zip(gone, repeat(DELETED)))
-        return _HeapSnapshotJob(self, target, delta, base, metas, ttls, complete=complete)
+        job = _HeapSnapshotJob(self, target, delta, base, metas, ttls, complete=complete)
+        if complete and not ttls and not target.savepoint:
+            job.encode_at_barrier()
+        return job
 
     @staticmethod
     def _copy_entries(table: HeapTable, keys: Iterable[Any], memo: dict[int, Any]) -> dict[Any, Any]:
@@ -412,6 +417,8 @@ class _HeapSnapshotJob(SnapshotJob):
         self.ttls = ttls
         # The delta holds every live entry of every state: it is a full snapshot itself.
         self.complete = complete
+        # The block of a complete snapshot pickled at the barrier (encode_at_barrier).
+        self.encoded: EncodedBlock | None = None
 
     def _namespaced(self) -> list[str]:
         return [name for name, m in self.metas.items() if is_namespaced(m.kind)]
@@ -440,6 +447,29 @@ class _HeapSnapshotJob(SnapshotJob):
                         f"backend's range {owned.start}..{owned.stop - 1}; the key was set on "
                         "the wrong subtask"
                     )
+
+    def encode_at_barrier(self) -> None:
+        """Pickle a complete snapshot now, on the task thread, and drop the copy.
+
+        A complete snapshot (every live entry changed since the base, so the delta is
+        the whole state) is written whole anyway. Pickled here it costs the task thread
+        a few milliseconds more at the barrier (about 100 ns per entry), and leaves the
+        snapshot thread only the file to write: no copy of the whole state for the young
+        collections to walk while it waits, and no pickling that shares the GIL with the
+        task threads for the 50-200 ms it took there (docs/benchmarks.md, "Row latency
+        at checkpoints, found"). Not for states with a TTL (expired entries are dropped
+        when written). A key outside the key groups is left to :meth:`run`, which fails
+        the snapshot as for any other.
+        """
+        state = {name: entries for name, entries in self.delta.items() if entries}
+        if not state:
+            return
+        try:
+            self._check_owned()
+        except StateError:
+            return
+        self.encoded = encode_block(state)
+        self.delta = {}
 
     def _full(self) -> KeyGroupState:
         if self.complete:
@@ -478,15 +508,18 @@ class _HeapSnapshotJob(SnapshotJob):
         )
         kgr = backend.key_group_range
         kinds = {name: m.kind for name, m in self.metas.items()}
-        if materialize:
+        if self.encoded is not None:  # complete, so materialized: pickled at the barrier
+            file = self._write(self.encoded, full_file=True)
+            handle = HeapSnapshotHandle(kgr, (file,), kinds)
+        elif materialize:
             full = self._full()
             handle = HeapSnapshotHandle(kgr, (), kinds)
             if full:
-                file = self._write(full, full_file=True)
+                file = self._write(encode_block(full), full_file=True)
                 handle = HeapSnapshotHandle(kgr, (file,), kinds)
         elif any(self.delta.values()):
             changed = {name: entries for name, entries in self.delta.items() if entries}
-            delta = self._write(changed, full_file=False)
+            delta = self._write(encode_block(changed), full_file=False)
             handle = HeapSnapshotHandle(kgr, (*chain, delta), kinds)
         else:
             assert base is not None
@@ -494,7 +527,7 @@ class _HeapSnapshotJob(SnapshotJob):
         backend._record_handle(target.checkpoint_id, handle)
         return handle if handle.chain else None
 
-    def _write(self, state: KeyGroupState, *, full_file: bool) -> HeapStateFile:
+    def _write(self, block: EncodedBlock, *, full_file: bool) -> HeapStateFile:
         target = self.target
         shared = self.backend.incremental and target.shared_dir is not None
         if shared:
@@ -503,7 +536,7 @@ class _HeapSnapshotJob(SnapshotJob):
             path = target.fs.join(target.shared_dir, name)
         else:
             path = target.fs.join(target.directory, f"{target.name}.kst")
-        spans, size = write_block(target.fs, path, state, self.backend.key_group_range)
+        spans, size = write_encoded(target.fs, path, block, self.backend.key_group_range)
         self.bytes_written += size
         return HeapStateFile(path=path, full=full_file, segments=spans, size=size, shared=shared)
 

@@ -47,6 +47,7 @@ import pickle
 import struct
 import zlib
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -61,12 +62,15 @@ if TYPE_CHECKING:
 __all__ = [
     "CHUNK_ENTRIES",
     "DELETED",
+    "EncodedBlock",
     "KeyGroupState",
     "apply_segment",
+    "encode_block",
     "key_groups_of",
     "merge_chain",
     "split_key_groups",
     "write_block",
+    "write_encoded",
 ]
 
 _MAGIC = b"ESKG"
@@ -103,28 +107,53 @@ class _Deleted:
 DELETED = _Deleted()
 
 
-def write_block(
-    fs: StorageFS, path: str, state: KeyGroupState, key_groups: range
-) -> tuple[dict[int, tuple[int, int]], int]:
-    """Write ``state`` (entries of ``key_groups`` only) as one chunked block;
-    ``({kg: (offset, length)}, size)`` with every key group mapped to the block."""
-    parts: list[bytes] = []
+@dataclass(frozen=True)
+class EncodedBlock:
+    """A chunked block's payload before it is written: its pickled chunks, in order,
+    and their CRC-32 (see the module docstring).
+
+    Example: ``write_encoded(fs, path, encode_block({"count": {"a": 1}}), range(0, 64))``
+    """
+
+    chunks: list[bytes]
+    crc: int
+
+
+def encode_block(state: KeyGroupState) -> EncodedBlock:
+    """The chunked block of ``state``: pickled a chunk at a time, without the memo."""
+    chunks: list[bytes] = []
     crc = 0
     for name, entries in state.items():
         for keys, values in _chunked(entries):
             pickled = _pickle_chunk((name, keys, values))
             crc = zlib.crc32(pickled, crc)
-            parts.append(pickled)
-    header = _BLOCK_HEADER.pack(_CHUNKED_MAGIC, key_groups.start, len(key_groups), crc)
+            chunks.append(pickled)
+    return EncodedBlock(chunks, crc)
+
+
+def write_encoded(
+    fs: StorageFS, path: str, block: EncodedBlock, key_groups: range
+) -> tuple[dict[int, tuple[int, int]], int]:
+    """Write ``block`` (entries of ``key_groups`` only) to ``path``;
+    ``({kg: (offset, length)}, size)`` with every key group mapped to the block."""
+    header = _BLOCK_HEADER.pack(_CHUNKED_MAGIC, key_groups.start, len(key_groups), block.crc)
     try:
         with fs.open_write(path) as out:
             out.write(header)
-            for pickled in parts:
+            for pickled in block.chunks:
                 out.write(pickled)
     except OSError as err:
         raise StateError(f"cannot write keyed state file {path}: {err}") from err
-    size = len(header) + sum(map(len, parts))
+    size = len(header) + sum(map(len, block.chunks))
     return dict.fromkeys(key_groups, (0, size)), size
+
+
+def write_block(
+    fs: StorageFS, path: str, state: KeyGroupState, key_groups: range
+) -> tuple[dict[int, tuple[int, int]], int]:
+    """Write ``state`` (entries of ``key_groups`` only) as one chunked block;
+    ``({kg: (offset, length)}, size)`` with every key group mapped to the block."""
+    return write_encoded(fs, path, encode_block(state), key_groups)
 
 
 def _chunked(entries: dict[Any, Any]) -> Iterator[tuple[list[Any], list[Any]]]:
