@@ -37,6 +37,19 @@ def _write(backend: Any, keys: range, value: int) -> None:
     table.touched(keys)
 
 
+def _complete_checkpoint(h: Harness, backend: Any, checkpoint_id: int) -> None:
+    """Take snapshot ``checkpoint_id`` (no base), write it and mark it completed."""
+    backend.snapshot(h.target(checkpoint_id)).run()
+    backend.notify_checkpoint_complete(checkpoint_id)
+
+
+def _restored_sums(h: Harness, handle: Any, checkpoint_id: int) -> dict[Any, Any]:
+    """The ``SUMS`` entries of a new backend restored from ``handle``."""
+    restored = h.backend()
+    restored.restore([handle], checkpoint_id=checkpoint_id, owned=True)
+    return dict(restored.value_table(SUMS).items())
+
+
 def test_synchronous_part_copies_only_changed_entries(tmp_path: Any) -> None:
     h = _harness(tmp_path)
     backend = h.backend()
@@ -63,10 +76,7 @@ def test_unconfirmed_changes_are_carried_until_a_checkpoint_completes(tmp_path: 
     _write(backend, range(10, 20), 3)
     third = backend.snapshot(h.target(3, base=1))
     assert set(third.delta["_sum"]) == set(range(20))  # type: ignore[attr-defined]
-    handle = third.run()
-    restored = h.backend()
-    restored.restore([handle], checkpoint_id=3, owned=True)
-    values = dict(restored.value_table(SUMS).items())
+    values = _restored_sums(h, third.run(), 3)
     assert [values[k][1] for k in (0, 15, 30)] == [2, 3, 1]
 
 
@@ -78,8 +88,7 @@ def test_table_stops_tracking_when_most_keys_change_and_deltas_stay_exact(tmp_pa
     _write(backend, range(n), 1)
     backend.value_table(other)[7] = "kept"
     backend.value_table(other).touched([7])
-    backend.snapshot(h.target(1)).run()
-    backend.notify_checkpoint_complete(1)
+    _complete_checkpoint(h, backend, 1)
 
     table = backend.value_table(SUMS)
     _write(backend, range(n // 2), 2)
@@ -110,8 +119,7 @@ def test_small_tables_keep_tracking_so_snapshots_stay_deltas(tmp_path: Any) -> N
     h = _harness(tmp_path)
     backend = h.backend()
     _write(backend, range(100), 1)
-    backend.snapshot(h.target(1)).run()
-    backend.notify_checkpoint_complete(1)
+    _complete_checkpoint(h, backend, 1)
     _write(backend, range(90), 2)
     assert not backend._tables["_sum"].all_dirty
     second = backend.snapshot(h.target(2, base=1))
@@ -126,8 +134,7 @@ def test_an_unconfirmed_whole_table_snapshot_is_carried(tmp_path: Any) -> None:
     other[0] = 0
     other.touched([0])
     _write(backend, range(n), 1)
-    backend.snapshot(h.target(1)).run()
-    backend.notify_checkpoint_complete(1)
+    _complete_checkpoint(h, backend, 1)
     _write(backend, range(n - 10), 2)  # most keys: the table stops tracking
     assert backend._tables["_sum"].all_dirty
     backend.snapshot(h.target(2, base=1)).run()  # never completes
@@ -188,8 +195,7 @@ def test_list_and_map_snapshots_copy_containers_not_elements(tmp_path: Any) -> N
     h = _harness(tmp_path)
     backend = h.backend()
     _write(backend, range(5), 1)  # unchanged below: the snapshot is a delta, copied
-    backend.snapshot(h.target(1)).run()
-    backend.notify_checkpoint_complete(1)
+    _complete_checkpoint(h, backend, 1)
     events = backend.get_state(ListStateDescriptor("events"))
     people = backend.get_state(MapStateDescriptor("people"))
     for k in range(3):
@@ -260,8 +266,7 @@ def test_a_whole_state_snapshot_is_pickled_at_the_barrier(tmp_path: Any) -> None
     h = _harness(tmp_path)
     backend = h.backend()
     _write(backend, range(5_000), 1)
-    backend.snapshot(h.target(1)).run()
-    backend.notify_checkpoint_complete(1)
+    _complete_checkpoint(h, backend, 1)
     _write(backend, range(5_000), 2)  # every key changed: the delta is the whole state
     job = backend.snapshot(h.target(2, base=1))
     assert job.complete and job.encoded is not None  # type: ignore[attr-defined]
@@ -271,9 +276,7 @@ def test_a_whole_state_snapshot_is_pickled_at_the_barrier(tmp_path: Any) -> None
     backend.value_table(SUMS).touched([11])
     handle = job.run()
     assert isinstance(handle, HeapSnapshotHandle) and len(handle.chain) == 1 and handle.chain[0].full
-    restored = h.backend()
-    restored.restore([handle], checkpoint_id=2, owned=True)
-    assert dict(restored.value_table(SUMS).items()) == {k: (k, 2) for k in range(5_000)}
+    assert _restored_sums(h, handle, 2) == {k: (k, 2) for k in range(5_000)}
 
 
 def test_snapshots_with_a_ttl_or_for_a_savepoint_are_not_pickled_at_the_barrier(tmp_path: Any) -> None:
