@@ -16,9 +16,10 @@ from epochstream.state.backends.heap import HeapStateBackend
 from epochstream.state.backends.heap_files import (
     CHUNK_ENTRIES,
     DELETED,
+    encode_block,
     merge_chain,
     split_key_groups,
-    write_block,
+    write_encoded,
 )
 from epochstream.state.descriptors import ValueStateDescriptor
 from epochstream.state.handles import HeapSnapshotHandle, HeapStateFile
@@ -38,7 +39,7 @@ def _keys_in(groups: range, n: int) -> list[str]:
 def _block(tmp_path: Path, name: str, state: dict, groups: range, *, full: bool = True) -> HeapStateFile:
     fs = storage_fs(str(tmp_path))
     path = str(tmp_path / name)
-    spans, size = write_block(fs, path, state, groups)
+    spans, size = write_encoded(fs, path, encode_block(state), groups)
     return HeapStateFile(path, full, spans, size, shared=False)
 
 
@@ -141,7 +142,7 @@ def test_a_block_is_pickled_in_chunks_and_reads_back_whole(tmp_path: Path) -> No
     state = {"sums": {k: (k, i) for i, k in enumerate(keys)}, "empty": {}, "one": {keys[0]: DELETED}}
     fs = storage_fs(str(tmp_path))
     path = str(tmp_path / "c.kst")
-    spans, size = write_block(fs, path, state, groups)
+    spans, size = write_encoded(fs, path, encode_block(state), groups)
     raw = Path(path).read_bytes()
     assert raw[:4] == b"ESKC"
     stream = io.BytesIO(raw[16:])  # after the header

@@ -25,10 +25,9 @@ Example::
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import islice, repeat
+from itertools import repeat
 from typing import Any, ClassVar
 
 from epochstream.checkpoint.filesystems import storage_fs
@@ -44,16 +43,10 @@ from epochstream.state.backends.base import (
     is_namespaced,
 )
 from epochstream.state.backends.heap_files import (
-    CHUNK_ENTRIES,
     DELETED,
-    EncodedBlock,
-    KeyGroupState,
-    apply_segment,
-    encode_block,
     merge_chain,
-    split_key_groups,
-    write_encoded,
 )
+from epochstream.state.backends.heap_snapshot import HeapSnapshotJob
 from epochstream.state.backends.heap_states import (
     HEAP_STATE_CLASSES,
     NO_KEY,
@@ -62,20 +55,17 @@ from epochstream.state.backends.heap_states import (
     KeyContext,
 )
 from epochstream.state.canonical import (
-    CanonicalRow,
     StateMeta,
     read_batches,
     read_state_meta,
-    write_canonical,
 )
 from epochstream.state.descriptors import StateDescriptor, ValueStateDescriptor
 from epochstream.state.handles import (
     CanonicalSnapshotHandle,
     HeapSnapshotHandle,
-    HeapStateFile,
     KeyedStateHandle,
 )
-from epochstream.state.keycodec import decode_key, encode_key
+from epochstream.state.keycodec import decode_key
 from epochstream.state.keygroups import KeyGroupAssigner, validate_max_parallelism
 from epochstream.state.serializers import DEFAULT_SERIALIZER
 from epochstream.state.states import copy_value
@@ -252,7 +242,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             for name, changed in whole.items():
                 gone = changed.difference(self._tables[name].data)
                 delta[name].update(zip(gone, repeat(DELETED)))
-        job = _HeapSnapshotJob(self, target, delta, base, metas, ttls, complete=complete)
+        job = HeapSnapshotJob(self, target, delta, base, metas, ttls, complete=complete)
         if complete and not ttls and not target.savepoint:
             job.encode_at_barrier()
         return job
@@ -393,215 +383,3 @@ def _adopt_ttl(table: HeapTable, ttl: TtlConfig | None, now: float) -> None:
             table.data[key] = {uk: convert(v) for uk, v in value.items()}
         else:
             table.data[key] = convert(value)
-
-
-class _HeapSnapshotJob(SnapshotJob):
-    """Writes a heap snapshot on the snapshot thread (see the module docstring)."""
-
-    def __init__(
-        self,
-        backend: HeapKeyedStateBackend,
-        target: SnapshotTarget,
-        delta: dict[str, dict[Any, Any]],
-        base: HeapSnapshotHandle | None,
-        metas: dict[str, StateMeta],
-        ttls: dict[str, TtlConfig],
-        *,
-        complete: bool = False,
-    ) -> None:
-        self.backend = backend
-        self.target = target
-        self.delta = delta
-        self.base = base
-        self.metas = metas
-        self.ttls = ttls
-        # The delta holds every live entry of every state: it is a full snapshot itself.
-        self.complete = complete
-        # The block of a complete snapshot pickled at the barrier (encode_at_barrier).
-        self.encoded: EncodedBlock | None = None
-
-    def _namespaced(self) -> list[str]:
-        return [name for name, m in self.metas.items() if is_namespaced(m.kind)]
-
-    def _check_owned(self) -> None:
-        """A key outside the backend's key groups was set on the wrong subtask; its
-        state would be lost (or restored twice) at the next rescale. Checked a chunk of
-        keys at a time (one C call over every key would hold the GIL for milliseconds),
-        on the set of a chunk's key groups (at most the subtask's few dozen)."""
-        owned = self.backend.key_group_range
-        assigner = self.backend.assigner
-        for name, entries in self.delta.items():
-            namespaced = is_namespaced(self.metas[name].kind)
-            keys = iter(entries)  # a chunk at a time: no second list of the whole state
-            for _ in range(0, len(entries), CHUNK_ENTRIES):
-                part = list(islice(keys, CHUNK_ENTRIES))
-                if namespaced:  # (key, namespace) pairs: the key alone places them
-                    part = [k[0] for k in part]
-                groups = assigner.key_group_set(part)
-                if min(groups) < owned.start or max(groups) >= owned.stop:
-                    kg, key = next(
-                        (g, k) for k in part if (g := assigner.key_group(k)) not in owned
-                    )
-                    raise StateError(
-                        f"state {name!r}: key {key!r:.80} is in key group {kg}, outside this "
-                        f"backend's range {owned.start}..{owned.stop - 1}; the key was set on "
-                        "the wrong subtask"
-                    )
-
-    def encode_at_barrier(self) -> None:
-        """Pickle a complete snapshot now, on the task thread, and drop the copy.
-
-        A complete snapshot (every live entry changed since the base, so the delta is
-        the whole state) is written whole anyway. Pickled here it costs the task thread
-        a few milliseconds more at the barrier (about 100 ns per entry), and leaves the
-        snapshot thread only the file to write: no copy of the whole state for the young
-        collections to walk while it waits, and no pickling that shares the GIL with the
-        task threads for the 50-200 ms it took there (docs/benchmarks.md, "Row latency
-        at checkpoints, found"). Not for states with a TTL (expired entries are dropped
-        when written). A key outside the key groups is left to :meth:`run`, which fails
-        the snapshot as for any other.
-        """
-        state = {name: entries for name, entries in self.delta.items() if entries}
-        if not state:
-            return
-        try:
-            self._check_owned()
-        except StateError:
-            return
-        self.encoded = encode_block(state)
-        self.delta = {}
-
-    def _full(self) -> KeyGroupState:
-        if self.complete:
-            merged = self.delta  # every live entry, no deletions: nothing to merge
-        else:
-            base = self.base.chain if self.base is not None else ()
-            # The chain lives in checkpoint storage; the target (a savepoint) may be elsewhere.
-            fs = storage_fs(base[0].path, self.backend.ctx.storage_options) if base else self.target.fs
-            merged = merge_chain(
-                fs, base, self.backend.key_group_range, self.backend.assigner, self._namespaced()
-            )
-            apply_segment(merged, self.delta)
-        now = self.backend.ctx.clock.wall()
-        for name, ttl in self.ttls.items():
-            entries = merged.get(name)
-            if entries:
-                _drop_expired(entries, self.metas[name].kind, ttl, now)
-        return {name: entries for name, entries in merged.items() if entries}
-
-    def run(self) -> KeyedStateHandle | None:
-        target = self.target
-        backend = self.backend
-        self._check_owned()
-        if target.savepoint:
-            return self._write_canonical(self._full())
-        base = self.base
-        chain = base.chain if base is not None else ()
-        deltas = sum(f.size for f in chain if not f.full)
-        full_size = sum(f.size for f in chain if f.full)
-        materialize = (
-            self.complete
-            or not backend.incremental
-            or not chain
-            or len(chain) >= backend.max_chain
-            or deltas > full_size
-        )
-        kgr = backend.key_group_range
-        kinds = {name: m.kind for name, m in self.metas.items()}
-        if self.encoded is not None:  # complete, so materialized: pickled at the barrier
-            file = self._write(self.encoded, full_file=True)
-            handle = HeapSnapshotHandle(kgr, (file,), kinds)
-        elif materialize:
-            full = self._full()
-            handle = HeapSnapshotHandle(kgr, (), kinds)
-            if full:
-                file = self._write(encode_block(full), full_file=True)
-                handle = HeapSnapshotHandle(kgr, (file,), kinds)
-        elif any(self.delta.values()):
-            changed = {name: entries for name, entries in self.delta.items() if entries}
-            delta = self._write(encode_block(changed), full_file=False)
-            handle = HeapSnapshotHandle(kgr, (*chain, delta), kinds)
-        else:
-            assert base is not None
-            handle = HeapSnapshotHandle(kgr, chain, kinds)
-        backend._record_handle(target.checkpoint_id, handle)
-        return handle if handle.chain else None
-
-    def _write(self, block: EncodedBlock, *, full_file: bool) -> HeapStateFile:
-        target = self.target
-        shared = self.backend.incremental and target.shared_dir is not None
-        if shared:
-            assert target.shared_dir is not None
-            name = f"{target.checkpoint_id}-{target.name}-{uuid.uuid4().hex[:12]}.kst"
-            path = target.fs.join(target.shared_dir, name)
-        else:
-            path = target.fs.join(target.directory, f"{target.name}.kst")
-        spans, size = write_encoded(target.fs, path, block, self.backend.key_group_range)
-        self.bytes_written += size
-        return HeapStateFile(path=path, full=full_file, segments=spans, size=size, shared=shared)
-
-    def _write_canonical(self, state: KeyGroupState) -> KeyedStateHandle | None:
-        if not state:
-            return None
-        full = split_key_groups(state, self.backend.assigner, self._namespaced())
-        target = self.target
-        path = target.fs.join(target.directory, f"{target.name}.arrow")
-        metas = self.metas
-        handle = write_canonical(
-            target.fs,
-            path,
-            {name: metas[name] for name in metas},
-            ((kg, _rows(full[kg], metas)) for kg in sorted(full)),
-            key_groups=self.backend.key_group_range,
-        )
-        self.bytes_written = 0 if handle is None else handle.size
-        return handle
-
-
-def _drop_expired(entries: dict[Any, Any], kind: str, ttl: TtlConfig, now: float) -> None:
-    kind = base_kind(kind)
-    for key in list(entries):
-        value = entries[key]
-        if kind == "list":
-            live = [e for e in value if not ttl.expired(e, now)]
-            if live:
-                entries[key] = live
-            else:
-                del entries[key]
-        elif kind == "map":
-            live_map = {uk: v for uk, v in value.items() if not ttl.expired(v, now)}
-            if live_map:
-                entries[key] = live_map
-            else:
-                del entries[key]
-        elif ttl.expired(value, now):
-            del entries[key]
-
-
-def _rows(segment: KeyGroupState, metas: dict[str, StateMeta]) -> list[CanonicalRow]:
-    rows: list[CanonicalRow] = []
-    for name, entries in sorted(segment.items()):
-        meta = metas[name]
-        dumps = meta.serializer.dumps
-        namespaced = is_namespaced(meta.kind)
-        kind = base_kind(meta.kind)
-        for key, value in entries.items():
-            ns_bytes = None
-            if namespaced:
-                key, ns = key
-                ns_bytes = encode_key(ns)
-            key_bytes = encode_key(key)
-            for user_key, element in _elements(kind, value):
-                ttl_ts = None
-                if type(element) is TtlValue:
-                    ttl_ts, element = element.timestamp, element.value
-                rows.append((name, key_bytes, ns_bytes, user_key, dumps(element), ttl_ts))
-    return rows
-
-
-def _elements(kind: str, value: Any) -> Iterable[tuple[bytes | None, Any]]:
-    if kind == "list":
-        return ((None, e) for e in value)
-    if kind == "map":
-        return ((encode_key(uk), v) for uk, v in value.items())
-    return ((None, value),)

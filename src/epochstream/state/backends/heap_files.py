@@ -35,7 +35,7 @@ Reading checks the magic, the key groups and the CRC of every segment; a mismatc
 
 Example::
 
-    spans, size = write_block(fs, path, {"count": {"a": 1}}, range(0, 64))
+    spans, size = write_encoded(fs, path, encode_block({"count": {"a": 1}}), range(0, 64))
     merge_chain(fs, [HeapStateFile(path, True, spans, size)], range(0, 64), assigner)
     # {"count": {"a": 1}}
 """
@@ -69,7 +69,6 @@ __all__ = [
     "key_groups_of",
     "merge_chain",
     "split_key_groups",
-    "write_block",
     "write_encoded",
 ]
 
@@ -146,14 +145,6 @@ def write_encoded(
         raise StateError(f"cannot write keyed state file {path}: {err}") from err
     size = len(header) + sum(map(len, block.chunks))
     return dict.fromkeys(key_groups, (0, size)), size
-
-
-def write_block(
-    fs: StorageFS, path: str, state: KeyGroupState, key_groups: range
-) -> tuple[dict[int, tuple[int, int]], int]:
-    """Write ``state`` (entries of ``key_groups`` only) as one chunked block;
-    ``({kg: (offset, length)}, size)`` with every key group mapped to the block."""
-    return write_encoded(fs, path, encode_block(state), key_groups)
 
 
 def _chunked(entries: dict[Any, Any]) -> Iterator[tuple[list[Any], list[Any]]]:
