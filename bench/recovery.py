@@ -23,10 +23,14 @@ from report import rate_series, recovery_time
 
 import epochstream as es
 
-__all__ = ["kill_and_measure"]
+__all__ = ["kill_and_measure", "throughput_series"]
 
 
-def _series(probe: str) -> list[tuple[float, float]]:
+def throughput_series(probe: str) -> list[tuple[float, float]]:
+    """The ``rate`` samples every writer put in ``probe``, binned (``report.rate_series``).
+
+    Example: ``throughput_series("/tmp/probe")[0] == (1764170000.0, 412000.0)``
+    """
     return rate_series(s for line in read_probe(probe, "rate") for s in line["samples"])
 
 
@@ -46,7 +50,7 @@ def kill_and_measure(
     out: dict[str, Any] = {}
     try:
         client.wait_for_checkpoint(2, timeout=120)
-        series = _series(probe)
+        series = throughput_series(probe)
         started = series[0][0] if series else time.time()
         time.sleep(max(0.0, started + kill_after - time.time()))
         attempt = client.attempt
@@ -55,7 +59,7 @@ def kill_and_measure(
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not client.done:
             time.sleep(0.5)
-            out.update(recovery_time(_series(probe), kill_at))
+            out.update(recovery_time(throughput_series(probe), kill_at))
             if out["recovery_s"] is not None and client.attempt > attempt:
                 break
         out["attempts"] = client.attempt

@@ -15,11 +15,20 @@ time through the map and the running sum. The sink takes one wall-clock reading 
 batch Bytewax hands it; an event's latency is that reading minus its creation time,
 for every event. Batches emitted in the first second are left out (warm-up).
 
+B with ``--probe DIR`` (recovery, driven by ``bench/recovery.py``'s
+``kill_and_restart``): the throughput run over ``--n`` events with its recovery
+partition in ``--recovery-dir`` (created by attempt 0, resumed from by a restarted
+process), the sink writing ``(wall time, records)`` per batch to the probe
+(``rate_probe.RateProbe``). A restarted process writes ``restore-<attempt>.json``:
+the source position its snapshot resumed it at.
+
 Example::
 
     /tmp/bench-venvs/bytewax/bin/python bench/peers/bytewax_job.py B --n 1000000 --checkpoint 1
     /tmp/bench-venvs/bytewax/bin/python bench/peers/bytewax_job.py B --rate 30000 --seconds 20 \\
         --checkpoint 1
+    /tmp/bench-venvs/bytewax/bin/python bench/peers/bytewax_job.py B --n 100000000 \
+        --checkpoint 1 --probe /tmp/probe --recovery-dir /tmp/bytewax-db --attempt 0
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from latency_samples import Schedule
+from rate_probe import RateProbe, write_restore
 from report import WARMUP_S, latency_summary, steady
 from workloads import B_KEYS, peer_arguments
 
@@ -99,6 +109,38 @@ class _LatencySink(DynamicSink[Any]):
         return _LatencyPartition(self.emitted)
 
 
+class _ProbePartition(StatelessSinkPartition[Any]):
+    def __init__(self, probe: RateProbe) -> None:
+        self.probe = probe
+
+    def write_batch(self, items: list[Any]) -> None:
+        self.probe.add(time.time(), len(items))
+
+
+class _ProbeSink(DynamicSink[Any]):
+    """``(wall time, records)`` per batch into a :class:`RateProbe`, then drops them."""
+
+    def __init__(self, probe: RateProbe) -> None:
+        self.probe = probe
+
+    def build(self, step_id: str, worker_index: int, worker_count: int) -> _ProbePartition:
+        return _ProbePartition(self.probe)
+
+
+class _ResumeRecordingSource(TestingSource):
+    """``TestingSource`` that records where a restarted run's snapshot resumed it."""
+
+    def __init__(self, n: int, batch_size: int, probe: str, attempt: int) -> None:
+        super().__init__(range(n), batch_size=batch_size)
+        self.probe = probe
+        self.attempt = attempt
+
+    def build_part(self, step_id: str, for_part: str, resume_state: int | None) -> Any:
+        if self.attempt:
+            write_restore(self.probe, self.attempt, {"source_position": resume_state})
+        return super().build_part(step_id, for_part, resume_state)
+
+
 class _SchedulePartition(StatefulSourcePartition[tuple[int, float], int]):
     def __init__(self, rate: float, n: int, first: int, batch_size: int) -> None:
         # A resumed partition goes on from ``first``, due now.
@@ -147,11 +189,24 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--rate", type=float, default=0.0, help="B: latency run at R events/s")
     parser.add_argument("--seconds", type=float, default=20.0, help="B: latency run's length")
+    parser.add_argument("--probe", default="", help="B: recovery run's probe directory")
+    parser.add_argument("--attempt", type=int, default=0, help="recovery: 0, then 1 restarted")
+    parser.add_argument("--recovery-dir", default="", help="recovery: kept recovery partition")
     args = parser.parse_args()
+    if args.probe and (args.workload != "B" or args.rate or not args.recovery_dir):
+        raise SystemExit("--probe runs workload B's throughput job and needs --recovery-dir")
 
     flow = Dataflow(f"bytewax-{args.workload}")
-    sink: _DiscardSink | _LatencySink
-    if args.workload == "B" and args.rate:
+    sink: _DiscardSink | _LatencySink | _ProbeSink
+    probe: RateProbe | None = None
+    if args.probe:
+        probe = RateProbe(args.probe, attempt=args.attempt)
+        source = _ResumeRecordingSource(args.n, args.batch_size, args.probe, args.attempt)
+        nums = op.input("seq", flow, source)
+        keyed = op.map("record", nums, lambda i: (str(i * 7919 % B_KEYS), i % 1000))
+        sums = op.stateful_map("sum", keyed, _running_sum)
+        sink = _ProbeSink(probe)
+    elif args.workload == "B" and args.rate:
         args.n = round(args.rate * args.seconds)
         stamped = op.input("seq", flow, _ScheduledSource(args.rate, args.n, args.batch_size))
         pairs = op.map(
@@ -176,15 +231,23 @@ def main() -> None:
     kwargs: dict[str, Any] = {}
     db_dir = ""
     if args.checkpoint > 0:
-        db_dir = tempfile.mkdtemp(prefix="bytewax-recovery-")
-        init_db_dir(Path(db_dir), 1)
+        if args.recovery_dir:
+            db_dir = args.recovery_dir
+            if not args.attempt:
+                os.makedirs(db_dir, exist_ok=True)
+                init_db_dir(Path(db_dir), 1)
+        else:
+            db_dir = tempfile.mkdtemp(prefix="bytewax-recovery-")
+            init_db_dir(Path(db_dir), 1)
         kwargs["epoch_interval"] = timedelta(seconds=args.checkpoint)
         kwargs["recovery_config"] = RecoveryConfig(Path(db_dir))
     start = time.perf_counter()
     run_main(flow, **kwargs)
     wall = time.perf_counter() - start
     out: dict[str, Any] = {"events": args.n, "seconds": wall, "recovery_dir": db_dir}
-    if isinstance(sink, _LatencySink):
+    if probe is not None:
+        probe.close()
+    elif isinstance(sink, _LatencySink):
         emitted = sum(len(lats) for _, lats in sink.emitted)
         if emitted != args.n:
             raise SystemExit(f"bytewax emitted {emitted} records, expected {args.n}")

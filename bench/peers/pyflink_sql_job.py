@@ -31,16 +31,24 @@ Example::
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import time
+import urllib.request
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from nexmark_files import ensure_csv_parts, event_count
+from rate_probe import RateProbe, write_restore
+
+# How often the MiniCluster refreshes the metrics its REST API serves (recovery runs).
+METRICS_INTERVAL_MS = 200
 
 _TYPES = {
     "person": "id BIGINT, name STRING, email_address STRING, credit_card STRING, city STRING, "
@@ -122,11 +130,38 @@ GROUP BY bidder, window_start, window_end""",
 }
 
 
-def _table_env(args: argparse.Namespace) -> tuple[object, str]:
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def latest_checkpoint(ckdir: str) -> str | None:
+    """The newest completed checkpoint under ``ckdir`` (``<job id>/chk-<n>`` holding its
+    ``_metadata``; one being written when the process died has none), or None."""
+    done = glob.glob(os.path.join(ckdir, "*", "chk-*", "_metadata"))
+    if not done:
+        return None
+    return os.path.dirname(max(done, key=os.path.getmtime))
+
+
+def _table_env(args: argparse.Namespace, rest_port: int | None) -> tuple[Any, str]:
+    from pyflink.common import Configuration
     from pyflink.table import EnvironmentSettings, TableEnvironment
 
-    ckdir = tempfile.mkdtemp(prefix="pyflink-sql-ck-")
-    t_env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+    ckdir = args.checkpoint_dir or tempfile.mkdtemp(prefix="pyflink-sql-ck-")
+    settings = EnvironmentSettings.new_instance().in_streaming_mode()
+    if rest_port is not None:
+        # The MiniCluster takes these when it starts: they must be there at creation.
+        cluster = Configuration()
+        cluster.set_string("rest.bind-address", "127.0.0.1")
+        cluster.set_string("rest.address", "127.0.0.1")
+        cluster.set_string("rest.bind-port", str(rest_port))
+        cluster.set_string("rest.port", str(rest_port))
+        cluster.set_string("metrics.fetcher.update-interval", str(METRICS_INTERVAL_MS))
+        settings = settings.with_configuration(cluster)
+    t_env = TableEnvironment.create(settings.build())
     conf = t_env.get_config()
     conf.set("parallelism.default", str(args.parallelism))
     conf.set("restart-strategy.type", "none")  # a failure ends the run with an error
@@ -135,7 +170,39 @@ def _table_env(args: argparse.Namespace) -> tuple[object, str]:
     if args.checkpoint > 0:
         conf.set("execution.checkpointing.interval", f"{int(args.checkpoint * 1000)} ms")
         conf.set("execution.checkpointing.mode", "EXACTLY_ONCE")
+    if args.attempt:
+        restore = latest_checkpoint(ckdir)
+        if restore is None:
+            raise SystemExit(f"attempt {args.attempt}: no completed checkpoint in {ckdir}")
+        conf.set("execution.state-recovery.path", f"file://{restore}")
+        write_restore(args.probe, args.attempt, {"checkpoint": restore})
     return t_env, ckdir
+
+
+def _get(port: int, path: str) -> Any:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+        return json.load(r)
+
+
+def _probe_until_done(result: Any, port: int, probe: RateProbe) -> None:
+    """Write the last vertex's input count (the aggregation's: W1's events) to the
+    probe, as increments, every poll, until the job ends."""
+    job = str(result.get_job_client().get_job_id())
+    vertex = _get(port, f"/jobs/{job}")["vertices"][-1]["id"]
+    seen = 0.0
+    while True:
+        state = _get(port, f"/jobs/{job}")["state"]
+        if state in ("FINISHED", "FAILED", "CANCELED"):
+            if state == "FAILED":
+                raise SystemExit(f"flink job {job} failed (see the log)")
+            return
+        (metric,) = _get(
+            port, f"/jobs/{job}/vertices/{vertex}/subtasks/metrics?get=numRecordsIn&agg=sum"
+        ) or [{"sum": 0.0}]
+        if metric["sum"] > seen:
+            probe.add(time.time(), int(metric["sum"] - seen))
+            seen = metric["sum"]
+        time.sleep(METRICS_INTERVAL_MS / 2000.0)
 
 
 def _files(path: str) -> str:
@@ -177,8 +244,16 @@ def main() -> None:
     parser.add_argument("--parts", type=int, default=4, help="nexmark: CSV files per table")
     parser.add_argument("--checkpoint", type=float, default=1.0)
     parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--probe", default="", help="W1: recovery run's probe directory")
+    parser.add_argument("--attempt", type=int, default=0, help="recovery: 0, then 1 restarted")
+    parser.add_argument("--checkpoint-dir", default="", help="recovery: kept checkpoints")
     args = parser.parse_args()
-    t_env, ckdir = _table_env(args)
+    if args.probe and (args.workload != "W1" or not args.checkpoint_dir):
+        raise SystemExit("--probe runs W1 and needs --checkpoint-dir")
+    if args.attempt and not args.probe:
+        raise SystemExit("--attempt is for recovery runs (--probe)")
+    port = _free_port() if args.probe else None
+    t_env, ckdir = _table_env(args, port)
     try:
         from pyflink.table import TableDescriptor
 
@@ -186,13 +261,18 @@ def main() -> None:
         # A blackhole sink whose schema Flink derives from the query's own row type.
         blackhole = TableDescriptor.for_connector("blackhole").build()
         start = time.perf_counter()
-        result = t_env.sql_query(select).execute_insert(blackhole)  # type: ignore[attr-defined]
+        result = t_env.sql_query(select).execute_insert(blackhole)
+        if port is not None:
+            probe = RateProbe(args.probe, attempt=args.attempt)
+            _probe_until_done(result, port, probe)
+            probe.close()
         result.wait()
         wall = time.perf_counter() - start
         job = result.get_job_client().get_job_execution_result().result()
         net = job.get_net_runtime() / 1000.0
     finally:
-        shutil.rmtree(ckdir, ignore_errors=True)
+        if not args.checkpoint_dir:
+            shutil.rmtree(ckdir, ignore_errors=True)
     out = {"events": events, "seconds": wall, "net_seconds": net}
     print(json.dumps(out if args.workload == "W1" else {**out, "query": args.query}))
 

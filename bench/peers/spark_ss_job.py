@@ -43,10 +43,19 @@ left out (warm-up). A row waits 0-1 s in the source before any batch can read it
 is part of the figure, as for any job on this source; ``offered_p50_ms`` /
 ``offered_p99_ms`` are the latency from the moment it was offered.
 
+Recovery, B with ``--probe DIR`` (:func:`_run_b_recovery`, driven by
+``bench/recovery.py``'s ``kill_and_restart``): B without an end, checkpointing to
+``--checkpoint-dir`` (kept, so that the restarted process resumes from it), each
+micro-batch's rows written to the probe as processed evenly over the batch's
+execution (``rate_probe.spread``), until ``--seconds`` pass or the process is killed.
+A restarted process (``--attempt 1``) writes ``restore-1.json``: the last batch
+committed before the kill and the first batch it ran.
+
 Example::
 
     .venv/bin/python bench/peers/spark_ss_job.py B --n 10000000 --rows-per-batch 1000000
     .venv/bin/python bench/peers/spark_ss_job.py B --rate 250000 --seconds 20 --rows-per-batch 500000
+    .venv/bin/python bench/peers/spark_ss_job.py B --probe /tmp/probe --checkpoint-dir /tmp/ss-ck
 """
 
 from __future__ import annotations
@@ -64,6 +73,7 @@ from typing import Any
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from latency_samples import batch_end, offered_ms, pick
+from rate_probe import RateProbe, spread, write_restore
 from report import WARMUP_S, latency_summary, steady
 from workloads import C_BOUND_MS, C_WINDOW_MS, peer_arguments
 
@@ -114,15 +124,19 @@ def _start_w1(df: Any, ckdir: str, *, trigger: str | None) -> Any:
     return writer.start()
 
 
-def _run_b(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[str, Any]:
-    df = (
+def _sequence(spark: Any, args: argparse.Namespace) -> Any:
+    """``value = 0, 1, 2, ...``, ``--rows-per-batch`` a micro-batch (not tied to wall time)."""
+    return (
         spark.readStream.format("rate-micro-batch")
         .option("rowsPerBatch", args.rows_per_batch)
         .option("numPartitions", args.parallelism)
         .load()
     )
+
+
+def _run_b(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[str, Any]:
     start = time.perf_counter()
-    query = _start_w1(df, ckdir, trigger="0 seconds")
+    query = _start_w1(_sequence(spark, args), ckdir, trigger="0 seconds")
     rows = 0
     batches: list[dict[str, Any]] = []
     while rows < args.n:
@@ -213,6 +227,50 @@ def _run_b_latency(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[str
     }
 
 
+def _committed_batches(ckdir: str) -> list[int]:
+    """Ids of the micro-batches committed in the checkpoint location ``ckdir``."""
+    commits = os.path.join(ckdir, "commits")
+    if not os.path.isdir(commits):
+        return []
+    return sorted(int(name) for name in os.listdir(commits) if name.isdigit())
+
+
+def _run_b_recovery(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[str, Any]:
+    """B without an end, its throughput written to ``--probe`` until killed (or until
+    ``--seconds`` passed); see the module docstring."""
+    probe = RateProbe(args.probe, attempt=args.attempt)
+    committed = _committed_batches(ckdir)
+    query = _start_w1(_sequence(spark, args), ckdir, trigger="0 seconds")
+    seen: set[int] = set()
+    deadline = time.monotonic() + args.seconds
+    while time.monotonic() < deadline:
+        if query.exception() is not None:
+            raise SystemExit(f"structured streaming query failed: {query.exception()}")
+        for p in query.recentProgress:
+            if p["batchId"] in seen or not p["numInputRows"]:
+                continue
+            if not seen and args.attempt:
+                write_restore(
+                    args.probe,
+                    args.attempt,
+                    {
+                        "last_committed_batch": committed[-1] if committed else None,
+                        "first_batch": p["batchId"],
+                    },
+                )
+            seen.add(p["batchId"])
+            end = batch_end(p["timestamp"], p["durationMs"]["triggerExecution"])
+            begin = end - p["durationMs"]["triggerExecution"] / 1000.0
+            for at, rows in spread(begin, end, p["numInputRows"]):
+                probe.add(at, rows)
+        probe.flush()
+        # Each poll parses every retained progress report: not more often than this.
+        time.sleep(0.25)
+    query.stop()
+    probe.close()
+    return {"batches": len(seen), "seconds": args.seconds}
+
+
 def _run_a(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
@@ -301,8 +359,20 @@ def main() -> None:
     parser.add_argument(
         "--warmup-batches", type=int, default=4, help="B latency: batches of the warm-up job"
     )
+    parser.add_argument("--probe", default="", help="B: recovery run's probe directory")
+    parser.add_argument("--attempt", type=int, default=0, help="recovery: 0, then 1 restarted")
+    parser.add_argument("--checkpoint-dir", default="", help="recovery: kept checkpoint location")
     args = parser.parse_args()
     spark = session(args.parallelism)
+    if args.probe:
+        if args.workload != "B" or not args.checkpoint_dir:
+            raise SystemExit("--probe runs workload B and needs --checkpoint-dir")
+        try:
+            result = _run_b_recovery(spark, args, args.checkpoint_dir)
+        finally:
+            spark.stop()
+        print(json.dumps(result))
+        return
     ckdir = tempfile.mkdtemp(prefix="spark-ss-ck-")
     try:
         run = {"A": _run_a, "B": _run_b_latency if args.rate else _run_b, "C": _run_c}[
