@@ -265,7 +265,9 @@ def summary_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     epochstream), ``doc["latency"]`` and ``doc["recovery"]`` the latency and recovery
     measurements (``workload``, ``system`` and their figures). ``ratios`` maps each of
     our systems of the workload to our rate with checkpoints / this system's (peers
-    only, checkpoints on; a peer without a checkpointed figure is compared off to off).
+    only, checkpoints on; a peer without a checkpointed figure is compared off to off);
+    ``recovery_ratios`` to our recovery time / this system's (below 1: we are back
+    sooner), where both were measured.
     """
     order: list[tuple[str, str]] = []
     merged: dict[tuple[str, str], dict[str, Any]] = {}
@@ -310,13 +312,17 @@ def summary_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
         if e["ours"]:
             continue
         ratios: dict[str, float] = {}
+        recovery_ratios: dict[str, float] = {}
         for (w2, s2), ours in merged.items():
             if w2 != workload or not ours["ours"]:
                 continue
             ck = "on" if e.get("rate_on") else "off"
             if ours.get(f"rate_{ck}") and e.get(f"rate_{ck}"):
                 ratios[s2] = ours[f"rate_{ck}"] / e[f"rate_{ck}"]
+            if ours.get("recovery_s") and e.get("recovery_s"):
+                recovery_ratios[s2] = ours["recovery_s"] / e["recovery_s"]
         e["ratios"] = ratios
+        e["recovery_ratios"] = recovery_ratios
     workloads = list(dict.fromkeys(w for w, _ in order))
     # Grouped by workload (first-seen order), ours first, then systems as first seen.
     return [
@@ -354,7 +360,12 @@ def markdown(doc: Mapping[str, Any]) -> str:
             latency = f"{e['p50_ms']:,.1f} / {e['p99_ms']:,.1f}"
             if e.get("latency_rate"):
                 latency += f" (at {e['latency_rate']:,.0f})"
-        ratios = ", ".join(f"{s}: {r:.2f}x" for s, r in sorted(e.get("ratios", {}).items()))
+        recovery_ratios = e.get("recovery_ratios", {})
+        ratios = ", ".join(
+            f"{s}: {r:.2f}x"
+            + (f" (recovery time {recovery_ratios[s]:.2f}x)" if s in recovery_ratios else "")
+            for s, r in sorted(e.get("ratios", {}).items())
+        )
         overhead = e.get("overhead_pct")
         recovery = _num(e.get("recovery_s"), ".1f")
         if recovery and e.get("resumed_s") is not None:

@@ -1,8 +1,10 @@
-"""bench/all.py's peer W1 latency wiring, with the peers' scripts replaced by a stub.
+"""bench/all.py's peer W1 latency and recovery wiring, with the peers' scripts replaced
+by a stub.
 
-No peer runs: ``_run_peer`` is monkeypatched, so this checks only which runs are
-asked for (half of the checkpointed rate, the latency length, recovery on) and that
-their figures reach the results table.
+No peer runs: ``_run_peer`` (and for recovery ``_start_peer`` and
+``kill_and_restart``) are monkeypatched, so this checks only which runs are asked for
+(half of the checkpointed rate, the latency length, recovery on; the recovery runs'
+kept state and attempts) and that their figures reach the results table.
 """
 
 from __future__ import annotations
@@ -36,7 +38,11 @@ def _args(**overrides: Any) -> argparse.Namespace:
         "ss_rows_per_batch": 100,
         "peer_checkpoints": ("1", "0"),
         "no_latency": False,
+        "no_recovery": True,
         "latency_seconds": 5.0,
+        "kill_after": 3.0,
+        "recovery_timeout": 30.0,
+        "pyflink_recovery_events": 5000,
     }
     return argparse.Namespace(**{**args, **overrides})
 
@@ -67,15 +73,35 @@ def test_peer_latency_runs_at_half_the_checkpointed_rate_and_fills_the_table(
         (
             "spark-ss",
             "spark_ss_job.py",
-            ["B", "--parallelism", "2", "--rows-per-batch", "100", "--rate", "250000", "--seconds", "5.0"],
+            [
+                "B",
+                "--parallelism",
+                "2",
+                "--rows-per-batch",
+                "100",
+                "--rate",
+                "250000",
+                "--seconds",
+                "5.0",
+            ],
         ),
         # Half of the rate with recovery on (1 s snapshots), not of the one without.
-        ("bytewax", "bytewax_job.py", ["B", "--checkpoint", "1", "--rate", "30000", "--seconds", "5.0"]),
+        (
+            "bytewax",
+            "bytewax_job.py",
+            ["B", "--checkpoint", "1", "--rate", "30000", "--seconds", "5.0"],
+        ),
     ]
     bench_all._peer_w1_latency(results, _args(), "pyflink", "PyFlink 2.3 SQL (p=2)", 200_000.0)
     text = report.markdown(doc)
-    assert "| W1 | Spark Structured Streaming (local[2]) | 500,000 |  |  | 500.0 / 990.0 (at 250,000) |" in text
-    assert "| W1 | Bytewax 0.21 (1 worker) | 60,000 | 150,000 | 60 % | 500.0 / 990.0 (at 30,000) |" in text
+    assert (
+        "| W1 | Spark Structured Streaming (local[2]) | 500,000 |  |  | 500.0 / 990.0 (at 250,000) |"
+        in text
+    )
+    assert (
+        "| W1 | Bytewax 0.21 (1 worker) | 60,000 | 150,000 | 60 % | 500.0 / 990.0 (at 30,000) |"
+        in text
+    )
     assert "latency: not measured: of Flink SQL's built-in sinks" in text
     assert all(bench_all._expected_gap(r) for r in doc["latency"] if "error" in r)
 
@@ -93,3 +119,53 @@ def test_no_peer_latency_without_a_checkpointed_rate_or_with_no_latency(
     assert [r["error"] for r in doc["latency"]] == ["no checkpointed rate to take half of"]
     bench_all._peer_w1(results, _args(no_latency=True), "spark-ss")
     assert len(doc["latency"]) == 1
+
+
+def test_peer_recovery_restarts_each_peer_from_its_kept_state_and_fills_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[tuple[str, str, list[str], str]] = []
+    measured: list[tuple[str, float, float]] = []
+
+    def start_peer(system: str, script: str, argv: list[str], log_name: str) -> Any:
+        started.append((system, script, argv, log_name))
+        return None
+
+    def kill_and_restart(
+        start: Any, probe: str, *, what: str, kill_after: float, timeout: float
+    ) -> dict[str, Any]:
+        start(0)
+        start(1)
+        measured.append((what, kill_after, timeout))
+        return {"recovery_s": 9.0, "resumed_s": 8.0, "restored": {"position": 1}}
+
+    monkeypatch.setattr(bench_all, "_start_peer", start_peer)
+    monkeypatch.setattr(bench_all, "kill_and_restart", kill_and_restart)
+    monkeypatch.setattr(bench_all, "ensure_sequence_csv", lambda d, n, parts: f"{d}")
+    doc: dict[str, Any] = {"rows": [], "latency": [], "recovery": []}
+    results = measure.Results(str(tmp_path), "t", doc)
+    for system, label in (
+        ("pyflink", "PyFlink 2.3 SQL (p=2)"),
+        ("spark-ss", "Spark Structured Streaming (local[2])"),
+        ("bytewax", "Bytewax 0.21 (1 worker)"),
+    ):
+        bench_all._peer_w1_recovery(results, _args(no_recovery=False), system, label)
+    assert [m[1:] for m in measured] == [(3.0, 30.0)] * 3
+    by_system: dict[str, list[list[str]]] = {}
+    for system, _script, argv, log_name in started:
+        assert log_name == f"{system}-W1-recovery-{argv[argv.index('--attempt') + 1]}"
+        by_system.setdefault(system, []).append(argv)
+    for system, (first, restarted) in by_system.items():
+        # The restarted process differs only in its attempt: the same probe, the same kept
+        # checkpoints (a checkpoint directory, Spark's location, Bytewax's partition).
+        at = first.index("--attempt") + 1
+        assert (first[at], restarted[at]) == ("0", "1")
+        assert first[:at] + first[at + 1 :] == restarted[:at] + restarted[at + 1 :]
+        kept = "--recovery-dir" if system == "bytewax" else "--checkpoint-dir"
+        assert kept in first and "--probe" in first
+    pyflink = by_system["pyflink"][0]
+    assert pyflink[pyflink.index("--n") + 1] == "5000"
+    assert pyflink[pyflink.index("--checkpoint") + 1] == "1"
+    text = report.markdown(doc)
+    assert "| W1 | Bytewax 0.21 (1 worker) |  |  |  |  | 9.0 (8.0) |" in text
+    assert all(r["restart"] == "process restarted at once" for r in doc["recovery"])

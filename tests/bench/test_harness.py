@@ -160,7 +160,8 @@ def test_results_table_renders_rates_overhead_latency_recovery_and_ratios() -> N
             }
         ],
         "recovery": [
-            {"workload": "W1", "system": "epochstream row", "recovery_s": 3.25, "resumed_s": 1.5}
+            {"workload": "W1", "system": "epochstream row", "recovery_s": 3.25, "resumed_s": 1.5},
+            {"workload": "W1", "system": "PyFlink SQL", "recovery_s": 13.0, "resumed_s": 9.0},
         ],
     }
     summary = report.summary_rows(doc)
@@ -174,13 +175,18 @@ def test_results_table_renders_rates_overhead_latency_recovery_and_ratios() -> N
     rows = {(r["workload"], r["system"]): r for r in summary}
     assert rows[("W1", "epochstream row")]["overhead_pct"] == pytest.approx(10.0)
     assert rows[("W1", "PyFlink SQL")]["ratios"] == {"epochstream row": 3.0}
+    assert rows[("W1", "PyFlink SQL")]["recovery_ratios"] == {"epochstream row": 0.25}
+    assert rows[("q1", "dict loop")]["recovery_ratios"] == {}
     assert rows[("q1", "dict loop")]["ratios"] == {"epochstream row": 0.5}
     text = report.markdown(doc)
     assert "Command: `bench/all.py --quick`" in text
     assert (
         "| W1 | epochstream row | 900 | 1,000 | 10 % | 12.5 / 80.0 (at 450) | 3.2 (1.5) |" in text
     )
-    assert "| W1 | PyFlink SQL | 300 |  |  |  |  | epochstream row: 3.00x |" in text
+    assert (
+        "| W1 | PyFlink SQL | 300 |  |  |  | 13.0 (9.0) "
+        "| epochstream row: 3.00x (recovery time 0.25x) |" in text
+    )
     assert "ckpt 1 s: exited 1 / see log" in text  # a '|' would break the table
     assert text.count("\n| ") == 2 + 4  # header, rule, four (workload, system) rows
 
