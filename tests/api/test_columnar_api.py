@@ -66,6 +66,17 @@ def test_columnar_flag_follows_the_operators() -> None:
             .window(es.TumblingEventTimeWindows.of(5)).max("value"),
             r"max\('value'\) aggregates the key column",
         ),
+        # The output would have two columns of one name (to_rows() kept one of them).
+        (
+            lambda e: e.from_sequence(0, 9, batch_size=4).map_batches(lambda b: b.rename_columns(["count"]))
+            .key_by("count").count(),
+            r"count\(\) keyed by 'count': the result would have two columns named 'count'",
+        ),
+        (
+            lambda e: e.from_sequence(0, 9, batch_size=4).key_by("value")
+            .window(es.TumblingEventTimeWindows.of(5)).sum("window_start"),
+            r"sum\(window_start\) keyed by 'value': the result would have two columns named 'window_start'",
+        ),
         *(
             (
                 lambda e, m=method: getattr(

@@ -141,6 +141,33 @@ def test_batches_of_different_schemas_on_one_channel_are_bad_data() -> None:
         router.flush_channel(0)
 
 
+def test_batches_differing_in_integer_widths_or_nullability_are_widened() -> None:
+    """Integer widths that change between batches are accepted downstream (keys come
+    out as int64), but two such batches meeting in one send buffer failed the job."""
+    shipped: list[pa.RecordBatch] = []
+    router = ColumnarRouter(
+        1, kind="forward", key=None, max_parallelism=MAX_P, batch_size=100, subtask_index=0,
+        ship=lambda ch, b: shipped.append(b), edge="parse -> sums (forward)",
+    )
+    router.write(pa.record_batch([pa.array([1], pa.int32()), pa.array([5])], names=["k", "v"]))
+    strict = pa.schema([("k", pa.int64()), pa.field("v", pa.int64(), nullable=False)])
+    router.write(pa.record_batch([pa.array([2**40]), pa.array([6])], schema=strict))
+    router.flush_channel(0)
+    (batch,) = shipped
+    assert batch.schema == pa.schema([("k", pa.int64()), ("v", pa.int64())])
+    assert batch.to_pydict() == {"k": [1, 2**40], "v": [5, 6]}
+    # An integer column beside a float one is not a width: still bad data.
+    router.write(pa.record_batch([pa.array([1]), pa.array([5])], names=["k", "v"]))
+    router.write(pa.record_batch([pa.array([1.5]), pa.array([5])], names=["k", "v"]))
+    with pytest.raises(DataError, match=r"parse -> sums .*must share a schema"):
+        router.flush_channel(0)
+    # A uint64 above the int64 range does not widen.
+    router.write(pa.record_batch([pa.array([2**63], pa.uint64())], names=["k"]))
+    router.write(pa.record_batch([pa.array([1], pa.int8())], names=["k"]))
+    with pytest.raises(DataError, match=r"must share a schema"):
+        router.flush_channel(0)
+
+
 def test_batches_with_the_same_columns_in_another_order_are_concatenated() -> None:
     """A union of streams whose columns come in different orders: the job failed or not
     depending on whether two such batches met in one send buffer."""

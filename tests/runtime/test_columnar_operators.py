@@ -83,19 +83,24 @@ def test_to_batches_refuses_rows_that_arrow_would_turn_into_nulls() -> None:
     to_batches, out = make("to_batches", schema)
     bad = {
         r"record 1 does not fit schema \['k', 'v'\] .*: \('b', 2\)": [{"k": "a", "v": 1}, ("b", 2)],
-        r"record 0 does not fit schema .*: \{'key': 'a'\}": [{"key": "a"}],
+        r"record 0 has field\(s\) key that schema .*: \{'key': 'a'\}": [{"key": "a"}],
         r"record 1 does not fit schema .*: 'ab'": [("x", 1), "ab"],
         r"record 1 does not fit schema .*: \{'k': 'y', 'v': 2\}": [("x", 1), {"k": "y", "v": 2}],
         r"field 'k' .* is not nullable, but record 1 has no value for it: \{'v': 2\}": [{"k": "a"}, {"v": 2}],
         r"record 0: \{'k': 'a', 'v': 2\*\*70\}|record 0: \{'k': 'a', 'v': 1180591620717411303424\}": [
             {"k": "a", "v": 2**70}
         ],
+        # A field the schema lacks was dropped, and the misspelt one came out null.
+        r"record 1 has field\(s\) value that schema \['k', 'v'\] does not have .*'value': 5\}": [
+            {"k": "a", "v": 1},
+            {"k": "b", "value": 5},
+        ],
     }
     for message, rows in bad.items():
         with pytest.raises(DataError, match=rf"to_batches \(1/1\): .*{message}"):
             to_batches.process_batch(rows, None)
     # Optional fields may be missing, and an all-null row of dicts is still a row.
-    to_batches.process_batch([{"k": "a"}, {"k": "b", "v": None, "extra": 1}], None)
+    to_batches.process_batch([{"k": "a"}, {"k": "b", "v": None}], None)
     nullable, nullable_out = make("to_batches", pa.schema([("k", pa.string()), ("v", pa.int64())]))
     nullable.process_batch([{"k": None, "v": None}, {}], None)
     assert out.rows() == [{"k": "a", "v": None}, {"k": "b", "v": None}]

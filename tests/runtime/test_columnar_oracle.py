@@ -18,6 +18,7 @@ import epochstream as es
 from epochstream.runtime.operators.columnar import AggregateSpec, WindowAggregateSpec
 from epochstream.runtime.operators.columnar_joins import JoinSpec
 from epochstream.runtime.operators.columnar_sessions import SessionWindowSpec
+from epochstream.state.columnar import STATE_KEY
 from epochstream.state.keygroups import key_group_for_key
 
 duckdb = pytest.importorskip("duckdb")
@@ -135,7 +136,7 @@ def test_aggregations_equal_duckdb(seed: int, key_type: str, value_type: str) ->
             problems.append(f"rolling {kind}")
         # The golden rule: the state's key groups are the row path's for the same keys.
         state = rolling.state_table()
-        row_path = [key_group_for_key(k, 128) for k in state.column("k").to_pylist()]
+        row_path = [key_group_for_key(k, 128) for k in state.column(STATE_KEY).to_pylist()]
         if state.column("_kg").to_pylist() != row_path:
             problems.append(f"rolling {kind}: key groups differ from the row path's")
 

@@ -65,7 +65,9 @@ def test_broadcast_sends_everything_everywhere() -> None:
 
 @pytest.mark.parametrize("kind", ["hash", "rebalance", "broadcast", "forward"])
 def test_timestamps_travel_with_their_records_whatever_the_partitioning(kind: str) -> None:
-    w, channels = _writer(kind, 3, batch_size=1000, key=(lambda r: r % 7) if kind == "hash" else None)
+    w, channels = _writer(
+        kind, 3, batch_size=1000, key=(lambda r: r % 7) if kind == "hash" else None
+    )
     w.write([1, 2, 3], None)  # records without event time, before some with it
     w.write(list(range(10, 40)), [1_000 + i for i in range(10, 40)])
     w.write([4, 5], None)
@@ -229,6 +231,22 @@ def test_hash_edge_ships_each_records_key_with_it(timed: bool) -> None:
                 assert item.timestamps is None
             seen += item.records
     assert sorted(seen) == sorted(records)
+
+
+@pytest.mark.parametrize("timed", [False, True])
+def test_every_nan_key_ships_as_one_key_object(timed: bool) -> None:
+    """NaN keys share a key group but equal nothing: on the receiving side each record's
+    NaN was a key of its own in heap state (a reduce restarted from every NaN record)."""
+    w, channels = _writer("hash", 2, batch_size=1000, key=lambda r: r[0])
+    nans = [float("nan"), -float("nan"), float("inf") - float("inf")]
+    records = [(nans[i % 3], i) for i in range(9)] + [(1.5, 9)]
+    w.write(records, list(range(10)) if timed else None)
+    w.flush()
+    keys = [k for channel in channels for item in channel.items for k in item.keys]
+    nan_keys = [k for k in keys if k != k]
+    assert len(nan_keys) == 9 and len({id(k) for k in nan_keys}) == 1
+    assert len(dict.fromkeys(keys)) == 2  # a dict (heap state) holds two keys
+    assert 1.5 in keys
 
 
 def test_a_hash_batch_mixing_timed_and_untimed_records_keeps_keys_and_timestamps_aligned() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import struct
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -13,9 +14,11 @@ import pytest
 from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError, StateError
 from epochstream.state.columnar import (
+    STATE_KEY,
     ColumnarAggregates,
-    KeyIndex,
+    columnar_rows,
     read_columnar_state,
+    state_keys,
     write_columnar_state,
 )
 from epochstream.state.handles import HeapSnapshotHandle
@@ -47,7 +50,9 @@ def _oracle(kind: str, values: list[Any]) -> Any:
 @pytest.mark.parametrize("kind", ["sum", "count", "min", "max", "mean"])
 @pytest.mark.parametrize("keys", [list(range(-20, 20)), [f"u{i}" for i in range(30)]])
 def test_rolling_values_match_a_per_row_oracle(kind: str, keys: list[Any]) -> None:
-    agg = ColumnarAggregates(kind, key="k", value=None if kind == "count" else "v", max_parallelism=MAX_P)
+    agg = ColumnarAggregates(
+        kind, key="k", value=None if kind == "count" else "v", max_parallelism=MAX_P
+    )
     seen: dict[Any, list[Any]] = defaultdict(list)
     for batch in _batches(7, keys):
         out = agg.update(batch).to_pylist()
@@ -58,14 +63,6 @@ def test_rolling_values_match_a_per_row_oracle(kind: str, keys: list[Any]) -> No
         name = "count" if kind == "count" else "v"
         for r in out:
             assert r[name] == pytest.approx(_oracle(kind, seen[r["k"]]))
-
-
-def test_key_index_switches_to_generic_keys_when_a_null_key_arrives() -> None:
-    index = KeyIndex()
-    assert index.slots(pa.array([5, 3]))[0].tolist() == [0, 1]
-    slots, new = index.slots(pa.array([3, None]))
-    assert slots.tolist() == [1, 2] and new.tolist() == [False, True]
-    assert index.keys_at(slots).to_pylist() == [3, None]
 
 
 def test_non_numeric_values_are_refused_with_the_column() -> None:
@@ -103,16 +100,22 @@ def test_snapshot_restores_split_over_new_key_group_ranges(tmp_path: Path) -> No
 
 def test_state_of_another_operator_kind_is_refused() -> None:
     with pytest.raises(StateError, match="another kind of operator"):
-        read_columnar_state(lambda p: None, [HeapSnapshotHandle(range(0, 1), ())], range(0, 1), "op")
+        read_columnar_state(
+            lambda p: None, [HeapSnapshotHandle(range(0, 1), ())], range(0, 1), "op"
+        )
 
 
 def test_a_column_changing_type_between_batches_is_bad_data() -> None:
     agg = ColumnarAggregates("sum", key="k", value="v", max_parallelism=MAX_P, where="sum (1/1)")
     agg.update(pa.record_batch([pa.array([1]), pa.array([1])], names=["k", "v"]))
-    agg.update(pa.record_batch([pa.array([1], pa.int32()), pa.array([2], pa.int16())], names=["k", "v"]))
+    agg.update(
+        pa.record_batch([pa.array([1], pa.int32()), pa.array([2], pa.int16())], names=["k", "v"])
+    )
     with pytest.raises(DataError, match="column 'v' changed type from int64 to double"):
         agg.update(pa.record_batch([pa.array([1]), pa.array([1.5])], names=["k", "v"]))
-    with pytest.raises(DataError, match=r"sum \(1/1\): key column 'k' changed type from int64 to string"):
+    with pytest.raises(
+        DataError, match=r"sum \(1/1\): key column 'k' changed type from int64 to string"
+    ):
         agg.update(pa.record_batch([pa.array(["a"]), pa.array([1])], names=["k", "v"]))
 
 
@@ -120,13 +123,21 @@ def test_a_column_changing_type_between_batches_is_bad_data() -> None:
 def test_integer_keys_of_several_widths_come_out_as_int64(sparse: bool) -> None:
     """A first batch of int8 keys and a later key of 1000 was a raw ArrowInvalid (the
     key did not fit the first batch's type) that the restart strategy retried."""
-    agg = ColumnarAggregates("count", key="k", value=None, max_parallelism=MAX_P, where="count (1/1)")
+    agg = ColumnarAggregates(
+        "count", key="k", value=None, max_parallelism=MAX_P, where="count (1/1)"
+    )
     first = [-1] if sparse else [1]
-    assert agg.update(pa.record_batch([pa.array(first, pa.int8())], names=["k"])).column("k").type == pa.int8()
+    assert (
+        agg.update(pa.record_batch([pa.array(first, pa.int8())], names=["k"])).column("k").type
+        == pa.int8()
+    )
     out = agg.update(pa.record_batch([pa.array([1_000, 1_000], pa.int64())], names=["k"]))
     assert out.to_pydict() == {"k": [1_000], "count": [2]} and out.column("k").type == pa.int64()
     keys, counts = agg.result()
-    assert sorted(zip(keys.to_pylist(), counts.to_pylist(), strict=True)) == [(first[0], 1), (1_000, 2)]
+    assert sorted(zip(keys.to_pylist(), counts.to_pylist(), strict=True)) == [
+        (first[0], 1),
+        (1_000, 2),
+    ]
 
 
 @pytest.mark.parametrize("keys", [[1, 1, 2], ["a", "a", "b"]], ids=["dense", "hashed"])
@@ -134,7 +145,9 @@ def test_an_int64_sum_that_would_wrap_is_bad_data_naming_the_key(keys: list[Any]
     """NumPy and Arrow sums wrap around silently; the row path's Python ints do not."""
     big = 2**62
     agg = ColumnarAggregates("sum", key="k", value="v", max_parallelism=MAX_P, where="sum(v) (1/1)")
-    out = agg.update(pa.record_batch([pa.array(keys), pa.array([big, big - 1, -big])], names=["k", "v"]))
+    out = agg.update(
+        pa.record_batch([pa.array(keys), pa.array([big, big - 1, -big])], names=["k", "v"])
+    )
     assert out.to_pydict()["v"] == [2**63 - 1, -big]  # at the limit, not past it
     agg.update(pa.record_batch([pa.array(keys), pa.array([-big, 1, big])], names=["k", "v"]))
     wraps = rf"sum\(v\) \(1/1\): the sum of column 'v' overflows int64 for key {keys[0]!r}"
@@ -150,8 +163,10 @@ def test_uint64_keys_above_the_int64_range_round_trip() -> None:
     agg.update(pa.record_batch([keys], names=["k"]))
     assert agg.result()[0].to_pylist() == keys.to_pylist()
     table = agg.state_table()
-    assert table.column("k").to_pylist() == keys.to_pylist()
-    assert table.column("_kg").to_pylist() == [key_group_for_key(k, MAX_P) for k in keys.to_pylist()]
+    assert table.column(STATE_KEY).to_pylist() == keys.to_pylist()
+    assert table.column("_kg").to_pylist() == [
+        key_group_for_key(k, MAX_P) for k in keys.to_pylist()
+    ]
 
 
 @pytest.mark.parametrize("keys", [[1, 1, 2], ["a", "a", "b"]], ids=["dense", "hashed"])
@@ -159,8 +174,71 @@ def test_uint64_keys_above_the_int64_range_round_trip() -> None:
 def test_a_nan_value_gives_nan_whatever_the_key_type(kind: str, keys: list[Any]) -> None:
     """Dense integer keys (NumPy) gave NaN and hashed keys (Arrow, which skips NaN) 1.0."""
     agg = ColumnarAggregates(kind, key="k", value="v", max_parallelism=MAX_P)
-    out = agg.update(pa.record_batch([pa.array(keys), pa.array([float("nan"), 1.0, 2.0])], names=["k", "v"]))
+    out = agg.update(
+        pa.record_batch([pa.array(keys), pa.array([float("nan"), 1.0, 2.0])], names=["k", "v"])
+    )
     values = dict(zip(out.column("k").to_pylist(), out.column("v").to_pylist(), strict=True))
     assert values[keys[0]] != values[keys[0]] and values[keys[2]] == 2.0
     later = agg.update(pa.record_batch([pa.array(keys[:1]), pa.array([0.5])], names=["k", "v"]))
     assert later.column("v")[0].as_py() != later.column("v")[0].as_py()  # still NaN
+
+
+@pytest.mark.parametrize("key", ["acc", "count", "_kg", "_window_start", "k"])
+def test_a_key_column_named_like_a_state_column_survives_a_snapshot(
+    tmp_path: Path, key: str
+) -> None:
+    """A key column named ``acc`` or ``count`` took the place of that state column in
+    the snapshot: the restored keys were accumulators, and every running value restarted
+    from nothing, without an error."""
+    agg = ColumnarAggregates("sum", key=key, value="v", max_parallelism=MAX_P)
+    agg.update(pa.record_batch([pa.array([1, 2, 1]), pa.array([10, 20, 30])], names=[key, "v"]))
+    fs = storage_fs(str(tmp_path))
+    path = str(tmp_path / "s.arrow")
+    handle = write_columnar_state(
+        fs, path, agg.state_table(), key_groups=range(0, MAX_P), state="sum"
+    )
+    assert handle is not None
+    table = read_columnar_state(lambda p: fs, [handle], range(0, MAX_P), "sum (1/1)")
+    assert table is not None
+    restored = ColumnarAggregates("sum", key=key, value="v", max_parallelism=MAX_P)
+    restored.restore_rows(table)
+    out = restored.update(pa.record_batch([pa.array([1, 2]), pa.array([1, 1])], names=[key, "v"]))
+    assert out.to_pydict() == {key: [1, 2], "v": [41, 21]}
+    # Offline reads (es.savepoint.read) find the keys too.
+    assert sorted((k, v) for k, v, _, _ in columnar_rows(fs, handle)) == [(1, 40), (2, 20)]
+
+
+def test_state_written_with_the_key_under_its_own_name_still_restores() -> None:
+    """Files written before the key column had a name of its own (``_key``)."""
+    legacy = pa.table({"_kg": pa.array([3], pa.int32()), "k": [7], "acc": [5], "count": [1]})
+    assert state_keys(legacy, "sum (1/1)").to_pylist() == [7]
+    agg = ColumnarAggregates("sum", key="k", value="v", max_parallelism=MAX_P)
+    agg.restore_rows(legacy)
+    assert [c.to_pylist() for c in agg.result()] == [[7], [5]]
+    broken = pa.table({"_kg": pa.array([3], pa.int32()), "acc": [5], "count": [1]})
+    with pytest.raises(
+        StateError, match="sum \\(1/1\\): restored columnar state has no key column"
+    ):
+        state_keys(broken, "sum (1/1)")
+    assert STATE_KEY in agg.state_table().column_names
+
+
+@pytest.mark.parametrize("kind", ["sum", "count", "mean"])
+def test_float_keys_equal_in_python_are_one_key(kind: str) -> None:
+    """0.0 and -0.0 were two Arrow groups sharing one slot (one group's rows were lost),
+    and every batch's NaN a new key."""
+    nan2 = struct.unpack(">d", bytes.fromhex("7ff8000000000001"))[0]
+    agg = ColumnarAggregates(
+        kind, key="k", value=None if kind == "count" else "v", max_parallelism=MAX_P
+    )
+    for _ in range(3):
+        keys = pa.array([0.0, -0.0, float("nan"), nan2, 1.5, -0.0])
+        out = agg.update(pa.record_batch([keys, pa.array([1.0] * 6)], names=["k", "v"]))
+        assert len(out) == 3  # one row per key touched: 0.0, NaN, 1.5
+    keys, values = agg.result()
+    got = {
+        ("nan" if k != k else k): v
+        for k, v in zip(keys.to_pylist(), values.to_pylist(), strict=True)
+    }
+    expected = {"sum": (9.0, 6.0, 3.0), "count": (9, 6, 3), "mean": (1.0, 1.0, 1.0)}[kind]
+    assert got == dict(zip([0.0, "nan", 1.5], expected, strict=True))

@@ -18,6 +18,7 @@ from epochstream.exceptions import ConfigurationError, KeyEncodingError, StateEr
 from epochstream.state.keygroups import (
     KeyGroupAssigner,
     canonical_key_bytes,
+    canonical_nan,
     default_max_parallelism,
     key_group_for_key,
     key_group_range_for_operator,
@@ -378,3 +379,11 @@ def test_key_groups_are_identical_across_processes_with_different_hash_seeds(
     ]
     assert outputs[0] == outputs[1] == [key_group_for_key(k, 32768) for k in keys]
     assert len(set(outputs[0])) > 5  # the keys really spread over key groups
+
+
+def test_every_float_nan_key_is_one_object_and_other_keys_pass_through() -> None:
+    nan = canonical_nan(float("nan"))
+    assert canonical_nan(-float("nan")) is nan and canonical_nan(nan) is nan
+    for key in (1.5, -0.0, 3, "nan", (float("nan"),), None):
+        assert canonical_nan(key) is key
+    assert canonical_key_bytes(nan) == canonical_key_bytes(-float("nan"))

@@ -50,13 +50,24 @@ class ColumnarAggregations(ABC):
         return column
 
     @staticmethod
-    def _spec_columns(kind: str, key: str, column: str | None) -> None:
-        """Refuse aggregating the key column: the output would have two columns named
-        ``key`` (and ``to_rows()`` would keep only one of them)."""
+    def _spec_columns(kind: str, key: str, column: str | None, *, window: bool = False) -> None:
+        """Refuse an aggregation whose output would have two columns of one name (and
+        ``to_rows()`` would keep only one of them): of the key column itself, a count
+        keyed by a column named ``count``, a window aggregation of or keyed by
+        ``window_start``/``window_end``."""
         if column == key:
             raise ConfigurationError(
                 f"{kind}({column!r}) aggregates the key column; the result has the key and the "
                 f"value under one name: copy the column under another name in map_batches first"
+            )
+        out = "count" if kind == "count" else column
+        names = [key, out] + (["window_start", "window_end"] if window else [])
+        clash = next((n for n in names if names.count(n) > 1), None)
+        if clash is not None:
+            raise ConfigurationError(
+                f"{kind}({column or ''}) keyed by {key!r}: the result would have two columns "
+                f"named {clash!r} (its columns: {', '.join(str(n) for n in names)}); rename "
+                "the key or the value column in map_batches first"
             )
 
     def sum(self, column: Any = None) -> DataStream:

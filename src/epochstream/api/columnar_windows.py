@@ -66,7 +66,7 @@ class ColumnarWindowedStream(ColumnarAggregations):
         from epochstream.runtime.operators.columnar_sessions import SessionWindowSpec
 
         key = self._keyed.key_column
-        self._spec_columns(kind, key, column)
+        self._spec_columns(kind, key, column, window=True)
         spec: Any
         if self._kind == "columnar_session_window":
             spec = SessionWindowSpec(kind, key, column, **self._params)

@@ -113,6 +113,28 @@ def _in_first_order(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
     ]
 
 
+def _widened(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch] | None:
+    """``batches`` cast to one schema when they differ only in integer widths (int64
+    then, as the aggregations hold such keys) or in nullability; None when they differ
+    otherwise, or a value does not fit int64 (a uint64 above 2**63 - 1)."""
+    ordered = _in_first_order(batches)
+    first = ordered[0].schema
+    if any(b.schema.names != first.names for b in ordered):
+        return None
+    fields = []
+    for i, name in enumerate(first.names):
+        types = {b.schema.field(i).type for b in ordered}
+        if len(types) > 1 and not all(pa.types.is_integer(t) for t in types):
+            return None
+        kind = types.pop() if len(types) == 1 else pa.int64()
+        fields.append(pa.field(name, kind, any(b.schema.field(i).nullable for b in ordered)))
+    target = pa.schema(fields, metadata=first.metadata)
+    try:
+        return [b.cast(target) for b in ordered]
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+
+
 class ColumnarRouter:
     """Routes columnar batches of one writer to its channels; buffers small parts.
 
@@ -193,11 +215,14 @@ class ColumnarRouter:
             try:
                 batch = concat(_in_first_order(pending))
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-                schemas = sorted({str(b.schema).replace("\n", ", ") for b in pending})
-                raise DataError(
-                    f"edge {self._edge}: batches of one stream must share a schema; got "
-                    f"{' and '.join(schemas)}: {exc}"
-                ) from exc
+                widened = _widened(pending)
+                if widened is None:
+                    schemas = sorted({str(b.schema).replace("\n", ", ") for b in pending})
+                    raise DataError(
+                        f"edge {self._edge}: batches of one stream must share a schema (integer "
+                        f"widths and nullability may differ); got {' and '.join(schemas)}: {exc}"
+                    ) from exc
+                batch = concat(widened)
             self._ship_one(ch, batch)
 
 

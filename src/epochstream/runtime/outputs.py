@@ -41,7 +41,7 @@ from epochstream.runtime.batches import KeyedBatch, TimedBatch
 from epochstream.runtime.channels import InputGate
 from epochstream.runtime.columnar import ColumnarRouter, RecordBatch, encode_ipc
 from epochstream.runtime.metrics import WaitClock
-from epochstream.state.keygroups import KeyGroupAssigner, canonical_key_bytes
+from epochstream.state.keygroups import KeyGroupAssigner, canonical_key_bytes, canonical_nan
 
 __all__ = ["Channel", "LocalChannel", "NetworkChannel", "RecordWriter"]
 
@@ -240,6 +240,7 @@ class RecordWriter:
                     key = key_of(record)
                     ch = cache.get(key)
                     if ch is None:
+                        key = canonical_nan(key)
                         ch = self._channel_for(key)
                     buffers[ch].append(record)
                     key_lists[ch].append(key)
@@ -279,6 +280,9 @@ class RecordWriter:
                 key = key_of(record)
                 ch = cache.get(key)
                 if ch is None:
+                    # A NaN key misses every time (it equals no cached key): the one NaN
+                    # object it becomes finds its state, where every NaN is one key.
+                    key = canonical_nan(key)
                     ch = self._channel_for(key)
                 add[ch](record)
                 add_key[ch](key)

@@ -8,7 +8,11 @@ the accumulator arrays at those slots. Nothing runs per record in Python.
 Checkpoints write the state as an Arrow IPC file of native columns with one record
 batch per key group (:class:`~epochstream.state.handles.ColumnarSnapshotHandle`), so a
 restore at another parallelism reads exactly the key groups of its new range, as
-keyed state does on the row path.
+keyed state does on the row path. Every column of a state file has a name of its own
+(``_kg``, ``_key``, ``acc``, ``count``, windows' ``_window_start``/``_window_end``):
+a key column named like one of them (``count``, ``acc``) must not take its place.
+Files written before 2026-11-26 hold the key under the key column's own name;
+:func:`state_keys` reads both.
 
 Example::
 
@@ -26,9 +30,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from epochstream.exceptions import ConfigurationError, DataError, StateError
+from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.state.canonical import read_batches
-from epochstream.state.column_keygroups import DENSE_LIMIT, key_groups_of_column
+from epochstream.state.column_keygroups import key_groups_of_column
 from epochstream.state.columnar_checks import (
     IntSumGuard,
     check_value_range,
@@ -38,17 +42,19 @@ from epochstream.state.columnar_checks import (
     with_value_type,
 )
 from epochstream.state.handles import ColumnarSnapshotHandle, KeyedStateHandle
+from epochstream.state.key_index import KeyIndex, canonical_float_keys
 
 if TYPE_CHECKING:
     from epochstream.checkpoint.filesystems import StorageFS
 
 __all__ = [
     "AGGREGATES",
+    "STATE_KEY",
     "ColumnarAggregates",
-    "KeyIndex",
     "columnar_rows",
     "read_columnar_state",
     "split_by_key_group",
+    "state_keys",
     "write_columnar_state",
 ]
 
@@ -57,162 +63,28 @@ AGGREGATES = ("sum", "count", "min", "max", "mean")
 KG = "_kg"
 TS = "_ts"
 _NAN = "_nan"
+#: The key column of a state file, whatever the key column of the stream is called.
+STATE_KEY = "_key"
+#: The columns of a columnar state file besides the key.
+STATE_COLUMNS = (KG, "acc", "count", "_window_start", "_window_end")
 
 
-class KeyIndex:
-    """Dense slots ``0..size-1`` for the distinct keys seen, in order of arrival.
+def state_keys(table: pa.Table | pa.RecordBatch, where: str) -> Any:
+    """The key column of a columnar state table: ``_key``, or in a file written before
+    it had that name, the one column that is not state.
 
-    Three ways to find a key's slot, picked by what the keys are:
-
-    - integers in ``0 <= key < DENSE_LIMIT`` (ids): a table indexed by the key value,
-      so every row of a batch finds its slot with one gather (:meth:`row_slots`);
-    - other integers: a binary search over a sorted copy of the keys;
-    - any other type (strings, nulls...): a dict of Python values.
-
-    Example::
-
-        index = KeyIndex()
-        index.slots(pa.array([7, 3]))[0].tolist() == [0, 1]
-        index.slots(pa.array([3, 9]))[0].tolist() == [1, 2]
-        index.row_slots(pa.array([9, 9, 7]))[0].tolist() == [2, 2, 0]
+    Example: ``state_keys(aggregates.state_table(), "sum(v)").to_pylist() == [1, 2]``
     """
-
-    def __init__(self, name: str = "key column") -> None:
-        self.name = name  # for errors: the operator and the column
-        self.size = 0
-        self.key_type: pa.DataType | None = None
-        self._numeric: bool | None = None
-        self._values = np.empty(0, dtype=np.int64)  # numeric: key of each slot
-        # Dense: slot of each key value (-1: none), while every key fits the table.
-        self._dense: np.ndarray | None = np.empty(0, dtype=np.int32)
-        self._sorted = np.empty(0, dtype=np.int64)  # sparse: keys sorted, and their slots
-        self._sorted_slots = np.empty(0, dtype=np.int64)
-        self._dict: dict[Any, int] = {}
-        self._list: list[Any] = []  # generic: key of each slot
-
-    def _prepare(self, keys: pa.Array) -> bool:
-        """Note the key type; whether ``keys`` take the numeric paths."""
-        if self.key_type is None:
-            self.key_type = keys.type
-            self._numeric = pa.types.is_integer(keys.type)
-        elif keys.type != self.key_type:
-            if not (pa.types.is_integer(keys.type) and pa.types.is_integer(self.key_type)):
-                raise DataError(
-                    f"{self.name} changed type from {self.key_type} to {keys.type} between "
-                    "batches; keep one key type (cast in map_batches)"
-                )
-            # Integer keys of several widths: the slots hold int64, so do the keys put out
-            # (a key of the wider type would not fit the first batch's type).
-            self.key_type = pa.int64()
-        if self._numeric and keys.null_count:
-            self._to_generic()
-        return bool(self._numeric)
-
-    def row_slots(self, keys: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
-        """The slot of every row's key (repeats allowed) and the slots made for new
-        keys; ``None`` unless the keys are dense integers (then use :meth:`slots`)."""
-        if not self._prepare(keys) or self._dense is None:
-            return None
-        q = keys.to_numpy().astype(np.int64, copy=False)
-        if not len(q):
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-        if q.min() < 0 or q.max() >= DENSE_LIMIT:
-            self._to_sparse()
-            return None
-        dense = self._dense_upto(int(q.max()))
-        slots = dense[q]
-        missing = slots < 0
-        if not missing.any():
-            return slots, np.empty(0, dtype=np.int64)
-        new_keys = np.unique(q[missing])
-        fresh = self._add_numeric(new_keys)
-        return dense[q], fresh
-
-    def slots(self, keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        """The slot of each key (all distinct) and a mask of the keys that were new."""
-        if not self._prepare(keys):
-            return self._generic_slots(keys.to_pylist())
-        q = keys.to_numpy().astype(np.int64, copy=False)
-        if self._dense is not None and len(q) and (q.min() < 0 or q.max() >= DENSE_LIMIT):
-            self._to_sparse()
-        if self._dense is not None:
-            dense = self._dense_upto(int(q.max()) if len(q) else 0)
-            slots = dense[q].astype(np.int64)
-            new = slots < 0
-            if new.any():
-                slots[new] = self._add_numeric(q[new])
-            return slots, new
-        return self._sparse_slots(q)
-
-    def _dense_upto(self, top: int) -> np.ndarray:
-        dense = self._dense
-        assert dense is not None
-        if len(dense) <= top:
-            grown = np.full(max(1024, 1 << top.bit_length()), -1, dtype=np.int32)
-            grown[: len(dense)] = dense
-            self._dense = dense = grown
-        return dense
-
-    def _add_numeric(self, new_keys: np.ndarray) -> np.ndarray:
-        """Slots for ``new_keys`` (distinct, unseen), in the dense table if there is one."""
-        fresh = np.arange(self.size, self.size + len(new_keys), dtype=np.int64)
-        self.size += len(new_keys)
-        self._values = np.concatenate([self._values, new_keys])
-        if self._dense is not None:
-            self._dense[new_keys] = fresh
-        else:
-            merged = np.concatenate([self._sorted, new_keys])
-            order = np.argsort(merged, kind="stable")
-            self._sorted = merged[order]
-            self._sorted_slots = np.concatenate([self._sorted_slots, fresh])[order]
-        return fresh
-
-    def _sparse_slots(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        sorted_keys = self._sorted
-        pos = np.searchsorted(sorted_keys, q)
-        found = pos < len(sorted_keys)
-        found[found] = sorted_keys[pos[found]] == q[found]
-        slots = np.empty(len(q), dtype=np.int64)
-        slots[found] = self._sorted_slots[pos[found]]
-        new = ~found
-        if new.any():
-            slots[new] = self._add_numeric(q[new])
-        return slots, new
-
-    def _to_sparse(self) -> None:
-        self._dense = None
-        order = np.argsort(self._values, kind="stable")
-        self._sorted = self._values[order]
-        self._sorted_slots = order.astype(np.int64)
-
-    def _generic_slots(self, values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-        table = self._dict
-        slots = np.empty(len(values), dtype=np.int64)
-        new = np.zeros(len(values), dtype=bool)
-        for i, value in enumerate(values):
-            slot = table.get(value)
-            if slot is None:
-                slot = table[value] = self.size
-                self._list.append(value)
-                self.size += 1
-                new[i] = True
-            slots[i] = slot
-        return slots, new
-
-    def _to_generic(self) -> None:
-        self._list = self._values.tolist()
-        self._dict = {k: i for i, k in enumerate(self._list)}
-        self._numeric = False
-        self._dense = None
-
-    def keys_at(self, slots: np.ndarray) -> pa.Array:
-        """The keys of ``slots`` as an Arrow array of the key type."""
-        if self._numeric:
-            # uint64 keys above 2**63 are held wrapped into int64; the unchecked cast
-            # wraps them back (every value came from the key type, so nothing truncates).
-            return pa.array(self._values[slots]).cast(self.key_type, safe=False)
-        values = self._list
-        return pa.array([values[s] for s in slots.tolist()], type=self.key_type)
+    names = table.schema.names
+    if STATE_KEY in names:
+        return table.column(STATE_KEY)
+    others = [n for n in names if n not in STATE_COLUMNS]
+    if len(others) != 1:
+        raise StateError(
+            f"{where}: restored columnar state has no key column (columns: "
+            f"{', '.join(names)}); it was written by another operator or is damaged"
+        )
+    return table.column(others[0])
 
 
 class ColumnarAggregates:
@@ -227,7 +99,9 @@ class ColumnarAggregates:
         self, kind: str, *, key: str, value: str | None, max_parallelism: int, where: str = ""
     ) -> None:
         if kind not in AGGREGATES:
-            raise ConfigurationError(f"unknown aggregation {kind!r} (known: {', '.join(AGGREGATES)})")
+            raise ConfigurationError(
+                f"unknown aggregation {kind!r} (known: {', '.join(AGGREGATES)})"
+            )
         if kind != "count" and not value:
             raise ConfigurationError(f"{kind}() needs the column to aggregate")
         self.kind = kind
@@ -299,7 +173,10 @@ class ColumnarAggregates:
             return self._fold(batch, has_ts)
         size, before = self.index.size, self._acc.copy()
         keys, slots, ts = self._fold(batch, has_ts)
-        table = pa.table({"k": batch.column(self.key), "v": batch.column(self.value).cast(pa.float64(), safe=False)})
+        keys_in = canonical_float_keys(batch.column(self.key))
+        table = pa.table(
+            {"k": keys_in, "v": batch.column(self.value).cast(pa.float64(), safe=False)}
+        )
         grouped = table.group_by("k", use_threads=False).aggregate([("v", "sum")])
         group_slots, _ = self.index.slots(grouped.column("k").combine_chunks())
         estimates = np.zeros(self.index.size)
@@ -312,7 +189,9 @@ class ColumnarAggregates:
         held = self._acc[: self.index.size]
         return float(np.abs(held.astype(np.float64)).max()) if len(held) else 0.0
 
-    def _fold(self, batch: pa.RecordBatch, has_ts: bool) -> tuple[pa.Array, np.ndarray, pa.Array | None]:
+    def _fold(
+        self, batch: pa.RecordBatch, has_ts: bool
+    ) -> tuple[pa.Array, np.ndarray, pa.Array | None]:
         rows = self.index.row_slots(batch.column(self.key))
         if rows is not None:
             return self._fold_rows(batch, *rows, has_ts)
@@ -323,6 +202,10 @@ class ColumnarAggregates:
         if nans:  # Arrow's min/max skip NaN; NumPy's (the dense path, sessions) return it
             table = table.append_column(_NAN, pc.is_nan(table.column(self.value)))
             aggregations.append((_NAN, "any"))
+        if pa.types.is_floating(table.schema.field(self.key).type):
+            index = table.schema.get_field_index(self.key)
+            keys = canonical_float_keys(table.column(index).combine_chunks())
+            table = table.set_column(index, self.key, keys)
         grouped = table.group_by(self.key, use_threads=False).aggregate(aggregations)
         keys = grouped.column(self.key).combine_chunks()
         slots, new = self.index.slots(keys)
@@ -405,9 +288,13 @@ class ColumnarAggregates:
         if kind in ("sum", "mean"):
             acc[slots] += _numpy(partial, 0, acc.dtype)
         elif kind == "min":
-            acc[slots] = np.minimum(acc[slots], _numpy(partial, _identity(acc.dtype, True), acc.dtype))
+            acc[slots] = np.minimum(
+                acc[slots], _numpy(partial, _identity(acc.dtype, True), acc.dtype)
+            )
         else:
-            acc[slots] = np.maximum(acc[slots], _numpy(partial, _identity(acc.dtype, False), acc.dtype))
+            acc[slots] = np.maximum(
+                acc[slots], _numpy(partial, _identity(acc.dtype, False), acc.dtype)
+            )
 
     def update(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """Fold ``batch`` in and return each touched key's running value."""
@@ -441,14 +328,14 @@ class ColumnarAggregates:
 
     # ---------------------------------------------------------------- snapshots
     def state_table(self) -> pa.Table:
-        """The state as columns ``_kg, key, acc, count`` (a copy: later updates do not
+        """The state as columns ``_kg, _key, acc, count`` (a copy: later updates do not
         change it, so the asynchronous part of a snapshot can write it)."""
         n = self.index.size
         slots = np.arange(n, dtype=np.int64)
         table = pa.table(
             {
                 KG: pa.array(self._kg[:n].copy()),
-                self.key: self.index.keys_at(slots),
+                STATE_KEY: self.index.keys_at(slots),
                 "acc": pa.array(self._acc[:n].copy()),
                 "count": pa.array(self._count[:n].copy()),
             }
@@ -459,7 +346,7 @@ class ColumnarAggregates:
         """Add the rows of a :meth:`state_table` (keys not seen yet) to the state."""
         if table.num_rows == 0:
             return
-        keys = table.column(self.key).combine_chunks()
+        keys = state_keys(table, self.where).combine_chunks()
         slots, new = self.index.slots(keys)
         if not new.all():
             raise StateError(f"{self.where}: restored state holds a key twice")
@@ -520,7 +407,11 @@ def write_columnar_state(
         writer.close()
         size = raw.tell()
     return ColumnarSnapshotHandle(
-        key_groups=key_groups, path=path, file_size=size, batches=batches, states={state: "columnar"}
+        key_groups=key_groups,
+        path=path,
+        file_size=size,
+        batches=batches,
+        states={state: "columnar"},
     )
 
 
@@ -542,10 +433,6 @@ def read_columnar_state(
     return pa.Table.from_batches(parts)
 
 
-#: Columns of a columnar state file besides the key.
-STATE_COLUMNS = (KG, "acc", "count", "_window_start", "_window_end")
-
-
 def columnar_rows(fs: StorageFS, handle: ColumnarSnapshotHandle) -> Iterable[tuple[Any, ...]]:
     """``(key, value, key group, window start or None)`` of every entry (offline reads)."""
     kind = next(iter(handle.states), "")
@@ -556,9 +443,9 @@ def columnar_rows(fs: StorageFS, handle: ColumnarSnapshotHandle) -> Iterable[tup
         )
     for kg, batch in read_batches(fs, handle, handle.key_groups):
         cols = batch.to_pydict()
-        key_column = next(c for c in cols if c not in STATE_COLUMNS)
+        keys = state_keys(batch, handle.path).to_pylist()
         windows = cols.get("_window_start", [None] * batch.num_rows)
-        for key, acc, count, window in zip(cols[key_column], cols["acc"], cols["count"], windows, strict=True):
+        for key, acc, count, window in zip(keys, cols["acc"], cols["count"], windows, strict=True):
             if kind == "mean":
                 value = acc / count if count else None
             elif kind in ("min", "max", "sum") and not count:

@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any
 
 import mmh3
 
@@ -39,6 +40,7 @@ __all__ = [
     "MAX_MAX_PARALLELISM",
     "KeyGroupAssigner",
     "canonical_key_bytes",
+    "canonical_nan",
     "default_max_parallelism",
     "key_group_for_key",
     "key_group_range_for_operator",
@@ -316,6 +318,23 @@ def murmur3_32(data: bytes, seed: int = 0) -> int:
         0 <= murmur3_32(b"hello") < 2**32
     """
     return int(mmh3.hash(data, seed, signed=False))
+
+
+# The one NaN object every float NaN key becomes: a dict finds a key by identity
+# first, and NaN equals nothing, not even another NaN (canonical_key_bytes encodes
+# every NaN alike, so they share a key group: they must share the state too).
+_NAN_KEY = float("nan")
+
+
+def canonical_nan(key: Any) -> Any:
+    """``key``, or for a float NaN the one NaN object that stands for every NaN key.
+
+    Called where a key is first seen (a routing cache miss, a columnar key index), not
+    per record.
+
+    Example: ``canonical_nan(float("nan")) is canonical_nan(-float("nan"))``
+    """
+    return _NAN_KEY if type(key) is float and key != key else key
 
 
 def key_group_for_key(key: object, max_parallelism: int) -> int:

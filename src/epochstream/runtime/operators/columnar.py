@@ -154,6 +154,7 @@ class ToBatchesOperator(Operator):
     def open(self) -> None:
         super().open()
         self.schema: pa.Schema = self.function
+        self._fields = frozenset(self.schema.names)
 
     def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
         if type(records) is pa.RecordBatch:
@@ -192,8 +193,10 @@ class ToBatchesOperator(Operator):
 
     def _check_fit(self, records: list[Any], batch: pa.RecordBatch) -> None:
         """What Arrow lets through silently: a row that is not a dict among dicts, or
-        has none of the fields, becomes all nulls; a null in a non-nullable field. Only
-        the rows that came out all null are looked at one by one."""
+        has none of the fields, becomes all nulls; a dict's fields the schema does not
+        have are dropped; a null in a non-nullable field. Only the rows that came out
+        all null are looked at one by one for the first; a dict row that lacks a
+        nullable field gets a null there, as in JSON."""
         where, names = self.ctx.task_name, self.schema.names
         if isinstance(records[0], dict) and batch.num_columns:
             self._check_dict_rows(records, batch)
@@ -207,7 +210,19 @@ class ToBatchesOperator(Operator):
                 )
 
     def _check_dict_rows(self, records: list[Any], batch: pa.RecordBatch) -> None:
-        names = self.schema.names
+        names, fields = self.schema.names, self._fields
+        # A field the schema does not have would be dropped: often a misspelt one,
+        # whose value then comes out as a null under the right name.
+        extra = next(
+            (i for i, r in enumerate(records) if type(r) is dict and not r.keys() <= fields), None
+        )
+        if extra is not None:
+            unknown = sorted(map(str, records[extra].keys() - fields))
+            raise DataError(
+                f"{self.ctx.task_name}: record {extra} has field(s) {', '.join(unknown)} that "
+                f"schema {names} does not have (they would be dropped): "
+                f"{short_repr(records[extra])}; add them to the schema or drop them first"
+            )
         empty = pc.is_null(batch.column(0))
         for column in batch.columns[1:]:
             empty = pc.and_(empty, pc.is_null(column))

@@ -40,7 +40,7 @@ from epochstream.runtime.operators.columnar import (
     _need_batch,
 )
 from epochstream.state.column_keygroups import key_groups_of_column
-from epochstream.state.columnar import AGGREGATES, KeyIndex
+from epochstream.state.columnar import AGGREGATES, STATE_KEY, state_keys
 from epochstream.state.columnar_checks import (
     IntSumGuard,
     check_value_range,
@@ -49,6 +49,7 @@ from epochstream.state.columnar_checks import (
     value_type_of,
     with_value_type,
 )
+from epochstream.state.key_index import KeyIndex
 
 __all__ = [
     "ColumnarProcessingTimeWindowOperator",
@@ -397,7 +398,7 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
         return pa.table(
             {
                 KG_COLUMN: pa.array(self.keys.key_group[self.slot]),
-                self.agg.key: self.keys.index.keys_at(self.slot),
+                STATE_KEY: self.keys.index.keys_at(self.slot),
                 "acc": pa.array(self.acc.copy()),
                 "count": pa.array(self.count.copy()),
                 _WINDOW_START: pa.array(self.start.copy()),
@@ -408,13 +409,13 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
     def restore_table(self, table: pa.Table) -> None:
         if not table.num_rows:
             return
-        missing = {self.agg.key, "acc", "count", _WINDOW_START, _WINDOW_END} - set(table.column_names)
+        missing = {"acc", "count", _WINDOW_START, _WINDOW_END} - set(table.column_names)
         if missing:
             raise StateError(
                 f"{self.ctx.task_name}: restored state is not session-window state (no "
                 f"{', '.join(sorted(missing))}); give the new operator another uid"
             )
-        slots = self.keys.of_rows(table.column(self.agg.key).combine_chunks())
+        slots = self.keys.of_rows(state_keys(table, self.ctx.task_name).combine_chunks())
         acc = table.column("acc").to_numpy()
         self.values.acc_dtype = acc.dtype
         if self.values.value_type is None:
