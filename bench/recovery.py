@@ -55,7 +55,13 @@ def kill_and_measure(
         time.sleep(max(0.0, started + kill_after - time.time()))
         attempt = client.attempt
         kill_at = time.time()
-        out["killed_pid"] = es.testing.kill_slot(client, 0)
+        try:
+            out["killed_pid"] = es.testing.kill_slot(client, 0)
+        except ProcessLookupError as exc:
+            raise RuntimeError(
+                f"{what}: slot 0's process was gone before the kill: the job's input ran out "
+                "before it (give the recovery run more events)"
+            ) from exc
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not client.done:
             time.sleep(0.5)

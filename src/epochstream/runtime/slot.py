@@ -32,6 +32,7 @@ from epochstream.exceptions import SerializationError, TaskFailure
 from epochstream.graph.jobgraph import JobGraph
 from epochstream.runtime.auth import FramedConnection, connect
 from epochstream.runtime.clock import wall_ms
+from epochstream.runtime.collector import slot_collector
 from epochstream.runtime.messages import (
     AddSplits,
     CancelSlot,
@@ -317,7 +318,7 @@ def run_slot(launch: SlotLaunch, *, index: int, host: str) -> None:
     slot = _Slot(launch, index, host)
     forward = ForwardLogs(slot.send, slot=index, attempt=launch.attempt, level=launch.log_level)
     try:
-        with forward:
+        with forward, slot_collector():
             if slot.deploy():
                 slot.run()
     except (ConnectionError, OSError) as exc:
