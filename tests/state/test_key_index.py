@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -45,6 +46,11 @@ def test_canonical_float_keys_make_equal_keys_one_arrow_group() -> None:
     grouped = table.group_by("k").aggregate([("v", "count")]).to_pydict()
     assert sorted(grouped["v_count"]) == [1, 1, 2, 2]
     assert canonical_float_keys(pa.array([-0.0], pa.float32())).to_pylist() == [0.0]
+    half = canonical_float_keys(pa.array(np.array([-0.0, np.nan, 1.5], np.float16)))
+    assert (
+        half.type == pa.float16()
+        and np.signbit(half.to_numpy(zero_copy_only=False)).tolist() == [False] * 3
+    )
     ints = pa.array([1, 2])
     assert canonical_float_keys(ints) is ints
 

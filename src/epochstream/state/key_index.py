@@ -36,6 +36,8 @@ def canonical_float_keys(keys: pa.Array) -> pa.Array:
     """
     if not pa.types.is_floating(keys.type):
         return keys
+    if keys.type == pa.float16():  # Arrow's arithmetic has no half-float kernels
+        return canonical_float_keys(keys.cast(pa.float32())).cast(pa.float16())
     keys = pc.add(keys, pa.scalar(0.0, keys.type))  # -0.0 + 0.0 is 0.0
     nan = pc.is_nan(keys)
     if pc.any(nan).as_py():
