@@ -87,8 +87,9 @@ def nexmark_files(events: int, data_dir: str) -> str:
     config = es.NexmarkConfig(events=events)
     directory = os.path.join(data_dir, f"nexmark-{events}")
     stamp = os.path.join(directory, ".config")
-    # The layout number changes with write_nexmark_files' layout (2: row groups of 64 k rows).
-    want = f"{config!r} layout 2\n"
+    # The layout number changes with write_nexmark_files' layout or the generator's
+    # events (2: row groups of 64 k rows; 3: the reference generator's hot-key blocks).
+    want = f"{config!r} layout 3\n"
     if os.path.exists(stamp):
         with open(stamp, encoding="utf-8") as f:
             if f.read() == want:

@@ -105,15 +105,26 @@ def _bids(config: es.NexmarkConfig) -> list[dict[str, Any]]:
     return [e for e in nexmark_events(config, 0, config.events) if e["type"] == "bid"]
 
 
-def test_hot_bidders_auctions_and_channels_are_skewed() -> None:
-    bids = _bids(CONFIG)
-    # A hot bidder is the first (+1) of a group of hot_bidder_ratio persons: 3/4 of the
-    # bids go to one, the rest to a recent person drawn uniformly (1/4 of whom are hot
-    # too); likewise half the bids go to the first of each pair of auctions.
-    hot_bidder = sum((b["bidder"] - 1000) % 4 == 1 for b in bids) / len(bids)
-    assert 0.78 < hot_bidder < 0.85
-    hot_auction = sum((b["auction"] - 1000) % 2 == 0 for b in bids) / len(bids)
-    assert 0.72 < hot_auction < 0.78
+def test_hot_bidders_auctions_and_sellers_are_the_reference_generators() -> None:
+    """As in the reference generators, a hot auction is the first of the last block of
+    100 auctions, a hot bidder the second of the last 100 persons (a hot seller the
+    first); the config's ratios are only the odds of picking it (1 - 1/ratio). Rounding
+    to the ratio itself (blocks of 2 or 4) made every hot key 25-50 times less hot."""
+    events = nexmark_events(CONFIG, 0, CONFIG.events)
+    bids = [e for e in events if e["type"] == "bid"]
+    auctions = [e for e in events if e["type"] == "auction"]
+    # 1/2 of the bids go to a hot auction, 3/4 to a hot bidder, 3/4 of the auctions to a
+    # hot seller; the uniform rest lands on a block's first id once in a hundred.
+    hot_auction = sum((b["auction"] - 1000) % 100 == 0 for b in bids) / len(bids)
+    assert 0.48 < hot_auction < 0.53
+    hot_bidder = sum((b["bidder"] - 1000) % 100 == 1 for b in bids) / len(bids)
+    assert 0.73 < hot_bidder < 0.78
+    hot_seller = sum((a["seller"] - 1000) % 100 == 0 for a in auctions) / len(auctions)
+    assert 0.70 < hot_seller < 0.80
+    # A hot auction gets about half the bids of its block's time: 100 auctions' worth.
+    per_block = len(bids) * 100 // len(auctions)
+    top_auction = collections.Counter(b["auction"] for b in bids).most_common(1)[0][1]
+    assert 0.4 * per_block < top_auction < 0.6 * per_block
     channels = collections.Counter(b["channel"] for b in bids)
     assert sum(channels[c] for c in ("Google", "Facebook", "Baidu", "Apple")) / len(bids) > 0.45
     assert any(c.startswith("channel-") for c in channels)
@@ -122,8 +133,8 @@ def test_hot_bidders_auctions_and_channels_are_skewed() -> None:
     )
     # Without hot ratios the same shares fall to chance.
     flat = _bids(dataclasses.replace(CONFIG, hot_bidder_ratio=1, hot_auction_ratio=1))
-    assert sum((b["bidder"] - 1000) % 4 == 1 for b in flat) / len(flat) < 0.3
-    assert sum((b["auction"] - 1000) % 2 == 0 for b in flat) / len(flat) < 0.55
+    assert sum((b["bidder"] - 1000) % 100 == 1 for b in flat) / len(flat) < 0.05
+    assert sum((b["auction"] - 1000) % 100 == 0 for b in flat) / len(flat) < 0.05
 
 
 @pytest.mark.parametrize("events,group", [(20_000, 500), (2_500, 1_000), (3_000, 953), (1_906, 953), (10, 1)])

@@ -70,7 +70,8 @@ class NexmarkConfig:
     events are shuffled within groups of this many positions (1: in order).
     ``base_time_ms``: ``date_time`` of event 0. ``num_active_people``,
     ``num_in_flight_auctions`` and the ``hot_*_ratio`` shape the key skew as in the
-    reference generator.
+    reference generator: with odds ``1 - 1/ratio`` a bid names the hot auction (the
+    first of the last block of 100) and the hot bidder, an auction the hot seller.
 
     Example: ``NexmarkConfig(events=1_000_000, seed=1, events_per_second=50_000)``
     """
