@@ -422,3 +422,17 @@ def test_parquet_rows_that_make_no_table_fail_without_restarts(tmp_path: Path) -
     with pytest.raises(SinkError, match="cannot build an Arrow table from 2 records") as info:
         w.snapshot(1)
     assert info.value.suppress_restarts
+
+
+def test_two_file_sinks_of_one_job_in_one_directory_are_refused(tmp_path: Path) -> None:
+    """Their part names collided (FileExistsError on every attempt, burning through the
+    restart strategy), and each one's recovery removed the other's pending files."""
+    import epochstream as es
+
+    env = es.Environment(parallelism=1)
+    ds = env.from_collection([1, 2, 3])
+    ds.sink_to(FileSink(tmp_path / "out"))
+    with pytest.raises(ConfigurationError, match=r"sink_to\(FileSink\): directory .*out is written by another sink"):
+        ds.map(str).sink_to(FileSink(str(tmp_path / "sub" / ".." / "out"), format="csv"))
+    ds.sink_to(FileSink(tmp_path / "other"))  # another directory is fine
+    assert FileSink(tmp_path / "x").exclusive_target() == f"directory {tmp_path / 'x'}"

@@ -57,6 +57,16 @@ def _check_sink_form(stream: Any, sink: Any) -> None:
             f"{type(sink).__name__} takes rows and {stream._t.name!r} is a columnar stream: "
             "call to_rows() before sink_to()"
         )
+    target = sink.exclusive_target()
+    if target is None:
+        return
+    for t in stream._graph.transformations:
+        claims = getattr(t.payload, "exclusive_target", None)  # a dead-letter sink too
+        if t.kind == "sink" and claims is not None and claims() == target:
+            raise ConfigurationError(
+                f"sink_to({type(sink).__name__}): {target} is written by another sink of this "
+                f"job ({t.name}, operator {t.id}); give each sink a target of its own"
+            )
 
 
 def _name_of(fn: Any, default: str) -> str:

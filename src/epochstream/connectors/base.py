@@ -230,6 +230,16 @@ class Sink(ABC):
     def create_writer(self, ctx: SinkContext) -> SinkWriter:
         """A writer for one subtask."""
 
+    def exclusive_target(self) -> str | None:
+        """What only this sink of a job may write (e.g. ``"directory /out"``), or None.
+
+        Two sinks of one job naming the same target are refused when the job is built:
+        their writers would collide (part file names, recovery of each other's files).
+
+        Example: ``FileSink("/out").exclusive_target() == "directory /out"``
+        """
+        return None
+
     def create_committer(self, job_id: str) -> GlobalCommitter | None:
         """The sink's global committer, or None (the default) when writers commit.
 

@@ -183,6 +183,11 @@ class FileSink(Sink):
     def create_writer(self, ctx: SinkContext) -> FileSinkWriter:
         return FileSinkWriter(self.path, ctx, format=self.format, rolling=self.rolling)
 
+    def exclusive_target(self) -> str:
+        # Part names hold the subtask, job and attempt, not the sink; a restored writer
+        # also removes its directory's leftovers, which would be another sink's files.
+        return f"directory {os.path.realpath(self.path)}"
+
 
 class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
     """One subtask's writer of a :class:`FileSink`; creates the directory if missing.
