@@ -108,7 +108,9 @@ def _in_first_order(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
     whether such batches met in one buffer must not decide whether the job fails."""
     names = batches[0].schema.names
     return [
-        b.select(names) if b.schema.names != names and sorted(b.schema.names) == sorted(names) else b
+        b.select(names)
+        if b.schema.names != names and sorted(b.schema.names) == sorted(names)
+        else b
         for b in batches
     ]
 
@@ -182,7 +184,9 @@ class ColumnarRouter:
                 return
             groups = batch.column(KG_COLUMN).to_numpy()
             # int16 channels: NumPy's stable sort of 16-bit ints is a radix sort, O(rows).
-            channels = ((groups.astype(np.int32) * self._n) // self._max_parallelism).astype(np.int16)
+            channels = ((groups.astype(np.int32) * self._n) // self._max_parallelism).astype(
+                np.int16
+            )
             order = np.argsort(channels, kind="stable")
             counts = np.bincount(channels, minlength=self._n)
             ordered = batch.take(pa.array(order))
@@ -217,10 +221,19 @@ class ColumnarRouter:
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
                 widened = _widened(pending)
                 if widened is None:
-                    schemas = sorted({str(b.schema).replace("\n", ", ") for b in pending})
+                    # The key group column is the edge's own: the user's columns only.
+                    schemas = sorted(
+                        {
+                            ", ".join(
+                                f"{f.name}: {f.type}" for f in b.schema if f.name != KG_COLUMN
+                            )
+                            for b in pending
+                        }
+                    )
                     raise DataError(
                         f"edge {self._edge}: batches of one stream must share a schema (integer "
-                        f"widths and nullability may differ); got {' and '.join(schemas)}: {exc}"
+                        f"widths and nullability may differ); got {' and '.join(schemas)} "
+                        f"({str(exc).splitlines()[0]})"
                     ) from exc
                 batch = concat(widened)
             self._ship_one(ch, batch)
