@@ -73,35 +73,15 @@ def test_peer_latency_runs_at_half_the_checkpointed_rate_and_fills_the_table(
         (
             "spark-ss",
             "spark_ss_job.py",
-            [
-                "B",
-                "--parallelism",
-                "2",
-                "--rows-per-batch",
-                "100",
-                "--rate",
-                "250000",
-                "--seconds",
-                "5.0",
-            ],
+            ["B", "--parallelism", "2", "--rows-per-batch", "100", "--rate", "250000", "--seconds", "5.0"],
         ),
         # Half of the rate with recovery on (1 s snapshots), not of the one without.
-        (
-            "bytewax",
-            "bytewax_job.py",
-            ["B", "--checkpoint", "1", "--rate", "30000", "--seconds", "5.0"],
-        ),
+        ("bytewax", "bytewax_job.py", ["B", "--checkpoint", "1", "--rate", "30000", "--seconds", "5.0"]),
     ]
     bench_all._peer_w1_latency(results, _args(), "pyflink", "PyFlink 2.3 SQL (p=2)", 200_000.0)
     text = report.markdown(doc)
-    assert (
-        "| W1 | Spark Structured Streaming (local[2]) | 500,000 |  |  | 500.0 / 990.0 (at 250,000) |"
-        in text
-    )
-    assert (
-        "| W1 | Bytewax 0.21 (1 worker) | 60,000 | 150,000 | 60 % | 500.0 / 990.0 (at 30,000) |"
-        in text
-    )
+    assert "| W1 | Spark Structured Streaming (local[2]) | 500,000 |  |  | 500.0 / 990.0 (at 250,000) |" in text
+    assert "| W1 | Bytewax 0.21 (1 worker) | 60,000 | 150,000 | 60 % | 500.0 / 990.0 (at 30,000) |" in text
     assert "latency: not measured: of Flink SQL's built-in sinks" in text
     assert all(bench_all._expected_gap(r) for r in doc["latency"] if "error" in r)
 

@@ -57,6 +57,11 @@ def _check_sink_form(stream: Any, sink: Any) -> None:
             f"{type(sink).__name__} takes rows and {stream._t.name!r} is a columnar stream: "
             "call to_rows() before sink_to()"
         )
+
+
+def _check_sink_target(stream: Any, sink: Any) -> None:
+    """Refuse a sink whose exclusive target (a FileSink's directory) another sink of the
+    job already writes."""
     target = sink.exclusive_target()
     if target is None:
         return
@@ -410,6 +415,7 @@ class DataStream(_Named, _Transforms):
                 f"sink_to needs an epochstream Sink, got {type(sink).__name__}"
             )
         _check_sink_form(self, sink)
+        _check_sink_target(self, sink)
         t = self._add("sink", type(sink).__name__, sink, [self._edge()])
         return DataStreamSink(self._env, t)
 
@@ -494,6 +500,7 @@ class KeyedStream(_Named, _Transforms):
                 f"sink_to needs an epochstream Sink, got {type(sink).__name__}"
             )
         _check_sink_form(self, sink)
+        _check_sink_target(self, sink)
         return DataStreamSink(self._env, self._then("sink", type(sink).__name__, sink)._t)
 
     def print(self, prefix: str | None = None) -> DataStreamSink:

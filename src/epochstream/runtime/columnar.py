@@ -108,9 +108,7 @@ def _in_first_order(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
     whether such batches met in one buffer must not decide whether the job fails."""
     names = batches[0].schema.names
     return [
-        b.select(names)
-        if b.schema.names != names and sorted(b.schema.names) == sorted(names)
-        else b
+        b.select(names) if b.schema.names != names and sorted(b.schema.names) == sorted(names) else b
         for b in batches
     ]
 
@@ -184,9 +182,7 @@ class ColumnarRouter:
                 return
             groups = batch.column(KG_COLUMN).to_numpy()
             # int16 channels: NumPy's stable sort of 16-bit ints is a radix sort, O(rows).
-            channels = ((groups.astype(np.int32) * self._n) // self._max_parallelism).astype(
-                np.int16
-            )
+            channels = ((groups.astype(np.int32) * self._n) // self._max_parallelism).astype(np.int16)
             order = np.argsort(channels, kind="stable")
             counts = np.bincount(channels, minlength=self._n)
             ordered = batch.take(pa.array(order))
@@ -222,14 +218,8 @@ class ColumnarRouter:
                 widened = _widened(pending)
                 if widened is None:
                     # The key group column is the edge's own: the user's columns only.
-                    schemas = sorted(
-                        {
-                            ", ".join(
-                                f"{f.name}: {f.type}" for f in b.schema if f.name != KG_COLUMN
-                            )
-                            for b in pending
-                        }
-                    )
+                    shown = (", ".join(f"{f.name}: {f.type}" for f in b.schema if f.name != KG_COLUMN) for b in pending)
+                    schemas = sorted(set(shown))
                     raise DataError(
                         f"edge {self._edge}: batches of one stream must share a schema (integer "
                         f"widths and nullability may differ); got {' and '.join(schemas)} "
