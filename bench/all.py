@@ -211,25 +211,42 @@ def _peer_w1_recovery(results: Results, args: argparse.Namespace, system: str, l
         script = "bytewax_job.py"
         argv = ["B", "--n", str(10**10), "--checkpoint", "1", "--recovery-dir", kept]
 
-    def start(attempt: int) -> subprocess.Popen[bytes]:
-        more = ["--probe", probe, "--attempt", str(attempt)]
-        return _start_peer(system, script, [*argv, *more], f"{system}-W1-recovery-{attempt}")
-
     try:
-        measure(
-            results,
-            "recovery",
-            {"workload": "W1", "system": label, "restart": "process restarted at once"},
-            lambda: kill_and_restart(
-                start,
-                probe,
-                what=f"{label} W1",
-                kill_after=args.kill_after,
-                timeout=args.recovery_timeout,
-            ),
-        )
+        base = {"workload": "W1", "system": label}
+        _measure_peer_recovery(results, args, system, script, argv, probe, base)
     finally:
         shutil.rmtree(state, ignore_errors=True)
+
+
+def _measure_peer_recovery(
+    results: Results,
+    args: argparse.Namespace,
+    system: str,
+    script: str,
+    argv: list[str],
+    probe: str,
+    base: dict[str, Any],
+) -> None:
+    """One recovery figure: ``script argv`` SIGKILLed with its process group after
+    ``--kill-after`` s of output, then started again at once (``peer_recovery.py``)."""
+    log = f"{system}-{base['workload'].replace(' ', '-')}-recovery"
+
+    def start(attempt: int) -> subprocess.Popen[bytes]:
+        more = ["--probe", probe, "--attempt", str(attempt)]
+        return _start_peer(system, script, [*argv, *more], f"{log}-{attempt}")
+
+    measure(
+        results,
+        "recovery",
+        {**base, "restart": "process restarted at once"},
+        lambda: kill_and_restart(
+            start,
+            probe,
+            what=f"{base['system']} {base['workload']}",
+            kill_after=args.kill_after,
+            timeout=args.recovery_timeout,
+        ),
+    )
 
 
 # Why PyFlink SQL has no W1 latency figure (shown in the table's notes).
@@ -273,93 +290,101 @@ SPARK_MISSING = {"q4": "not expressible (chained non-window aggregations; no ret
 BYTEWAX_QUERIES = ("q0", "q1", "q2", "q3", "q7", "q11", "q12")
 
 
-def _peer_nexmark(results: Results, args: argparse.Namespace, system: str, path: str) -> None:
+# The peers' Nexmark jobs: label, script, and the arguments of one query's run.
+NEXMARK_PEERS = {
+    "pyflink": ("PyFlink 2.3 SQL (p={p})", "pyflink_sql_job.py"),
+    "spark-ss": ("Spark Structured Streaming (local[{p}])", "spark_ss_nexmark.py"),
+    "bytewax": ("Bytewax 0.21 (1 worker)", "bytewax_nexmark.py"),
+}
+
+
+def _nexmark_argv(system: str, args: argparse.Namespace, q: str, path: str) -> list[str]:
+    """Arguments of ``system``'s Nexmark script for query ``q`` over the files in ``path``
+    (without the checkpoint setting, which PyFlink and Bytewax take per run)."""
     p = str(args.parallelism)
+    if system == "pyflink":
+        return ["nexmark", "--path", path, "--query", q, "--parallelism", p]
+    if system == "spark-ss":
+        return ["--path", path, "--query", q, "--parallelism", p]
+    return ["--path", path, "--query", q]
+
+
+def _peer_missing(system: str, q: str) -> str | None:
+    """Why ``system`` has no job for query ``q``, or None."""
+    if system == "spark-ss":
+        return SPARK_MISSING.get(q)
+    if system == "bytewax" and q not in BYTEWAX_QUERIES:
+        return "not written (see bytewax_nexmark.py)"
+    return None
+
+
+def _peer_nexmark(
+    results: Results, args: argparse.Namespace, system: str, path: str, recovery_path: str
+) -> None:
+    label, script = NEXMARK_PEERS[system]
+    label = label.format(p=args.parallelism)
     for q in args.queries:
         workload = f"nexmark {q}"
-        if system == "pyflink":
-            for ck in args.peer_checkpoints:
-                measure(
-                    results,
-                    "rows",
-                    {
-                        "workload": workload,
-                        "system": f"PyFlink 2.3 SQL (p={p})",
-                        "checkpoints": "1 s" if ck == "1" else "off",
-                    },
-                    lambda q=q, ck=ck: _run_peer(
-                        "pyflink",
-                        "pyflink_sql_job.py",
-                        [
-                            "nexmark",
-                            "--path",
-                            path,
-                            "--query",
-                            q,
-                            "--checkpoint",
-                            ck,
-                            "--parallelism",
-                            p,
-                        ],
-                        f"pyflink-{q}-{ck}",
-                    ),
-                )
-        elif system == "spark-ss":
+        missing = _peer_missing(system, q)
+        argv = _nexmark_argv(system, args, q, path)
+        # Spark's micro-batches commit to its checkpoint location: one run, no setting.
+        settings = ("micro-batch",) if system == "spark-ss" else args.peer_checkpoints
+        for ck in settings:
             base = {
                 "workload": workload,
-                "system": f"Spark Structured Streaming (local[{p}])",
-                "checkpoints": "micro-batch",
+                "system": label,
+                "checkpoints": {"1": "1 s", "0": "off"}.get(ck, ck),
             }
-            if q in SPARK_MISSING:
-                results.add("rows", {**base, "error": SPARK_MISSING[q]})
+            if missing is not None:
+                if ck != "0":
+                    results.add("rows", {**base, "error": missing})
                 continue
+            run_argv = argv if ck == "micro-batch" else [*argv, "--checkpoint", ck]
+            log = f"{system}-{q}-{ck}"
             measure(
-                results,
-                "rows",
-                base,
-                lambda q=q: _run_peer(
-                    "spark-ss",
-                    "spark_ss_nexmark.py",
-                    ["--path", path, "--query", q, "--parallelism", p],
-                    f"spark-ss-{q}",
-                ),
+                results, "rows", base, lambda a=run_argv, log=log: _run_peer(system, script, a, log)
             )
-        elif system == "bytewax":
-            for ck in args.peer_checkpoints:
-                base = {
-                    "workload": workload,
-                    "system": "Bytewax 0.21 (1 worker)",
-                    "checkpoints": "1 s" if ck == "1" else "off",
-                }
-                if q not in BYTEWAX_QUERIES:
-                    if ck == "1":
-                        results.add(
-                            "rows", {**base, "error": "not written (see bytewax_nexmark.py)"}
-                        )
-                    continue
-                measure(
-                    results,
-                    "rows",
-                    base,
-                    lambda q=q, ck=ck: _run_peer(
-                        "bytewax",
-                        "bytewax_nexmark.py",
-                        ["--path", path, "--query", q, "--checkpoint", ck],
-                        f"bytewax-{q}-{ck}",
-                    ),
-                )
+        if missing is None and not args.no_recovery:
+            _peer_nexmark_recovery(results, args, system, q, recovery_path)
+
+
+def _peer_nexmark_recovery(
+    results: Results, args: argparse.Namespace, system: str, q: str, path: str
+) -> None:
+    """Query ``q``'s recovery time on a peer, over the larger files of
+    ``--nexmark-peer-recovery-events`` (a peer must still be reading after the kill
+    and its restart): checkpoints every 1 s kept in a directory of the run."""
+    label, script = NEXMARK_PEERS[system]
+    state = tempfile.mkdtemp(prefix=f"{system}-{q}-recovery-")
+    kept = os.path.join(state, "state")
+    argv = _nexmark_argv(system, args, q, path)
+    if system == "spark-ss":
+        # Parts of about 125 k events: micro-batches as long as in the throughput runs.
+        parts = max(8, args.nexmark_peer_recovery_events // 125_000)
+        argv += ["--parts", str(parts), "--checkpoint-dir", kept]
+    elif system == "pyflink":
+        argv += ["--checkpoint", "1", "--checkpoint-dir", kept]
+    else:
+        argv += ["--checkpoint", "1", "--recovery-dir", kept]
+    try:
+        base = {"workload": f"nexmark {q}", "system": label.format(p=args.parallelism)}
+        _measure_peer_recovery(results, args, system, script, argv, os.path.join(state, "probe"), base)
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def run_peers(results: Results, args: argparse.Namespace, systems: list[str]) -> None:
     """W1 and the Nexmark queries on every selected peer."""
-    path = ""
+    path = recovery_path = ""
     if "nexmark" in args.workloads and any(s != "dictloop" for s in systems):
         path = nexmark_files(args)
+        if not args.no_recovery:
+            recovery_path = nexmark_files(args, events=args.nexmark_peer_recovery_events)
     for system in systems:
         if "W1" in args.workloads:
             _peer_w1(results, args, system)
         if "nexmark" in args.workloads and system != "dictloop":
-            _peer_nexmark(results, args, system, path)
+            _peer_nexmark(results, args, system, path, recovery_path)
 
 
 # ------------------------------------------------------------------ plot
@@ -402,6 +427,14 @@ def main(argv: list[str] | None = None) -> int:
         # around the kill.
         default=200_000_000,
         help="events of a Nexmark recovery run (it is cancelled once recovered)",
+    )
+    parser.add_argument(
+        "--nexmark-peer-recovery-events",
+        type=int,
+        # Bytewax reads q3's files at 1.4-1.8 M events/s: 8 s before the kill, its
+        # restart and the seconds after must not run out of input.
+        default=30_000_000,
+        help="events of the files the peers' Nexmark recovery runs read",
     )
     parser.add_argument(
         "--nexmark-source",
@@ -481,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
         args.nexmark_events = min(args.nexmark_events, 50_000)
         args.nexmark_recovery_events = min(args.nexmark_recovery_events, 2_000_000)
         args.pyflink_recovery_events = min(args.pyflink_recovery_events, 3_000_000)
+        args.nexmark_peer_recovery_events = min(args.nexmark_peer_recovery_events, 3_000_000)
         args.repeat = 1
         args.warmup_runs = min(args.warmup_runs, 1)
         args.warmup_events = min(args.warmup_events, 300_000)

@@ -98,8 +98,9 @@ def measure(
     return row
 
 
-def nexmark_files(args: Any) -> str:
-    """The Nexmark files of ``--nexmark-events`` (written once, reused)."""
+def nexmark_files(args: Any, *, events: int | None = None) -> str:
+    """The Nexmark files of ``events`` events (default ``--nexmark-events``; written
+    once, reused)."""
     import nexmark_jobs
 
-    return str(nexmark_jobs.nexmark_files(args.nexmark_events, DATA_DIR))
+    return str(nexmark_jobs.nexmark_files(events or args.nexmark_events, DATA_DIR))

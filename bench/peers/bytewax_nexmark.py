@@ -28,6 +28,14 @@ signal), q8 (a join of two windowed streams: ``join_window`` needs both sides ke
 the same and windowed by one clock; the person and auction streams are two sources
 with their own event-time watermarks).
 
+Each table is one partition of a resumable Parquet source (:func:`parquet_source`:
+its snapshot is the rows emitted; a resumed run seeks there through the row groups).
+Recovery (``--probe DIR --recovery-dir DB``, driven by ``bench/peer_recovery.py``'s
+``kill_and_restart``): the recovery partition is kept in ``DB``, every batch the
+sources emit is written to the probe (one worker: a batch is processed before the
+next is read), and a restarted process (``--attempt 1``) records each table's resume
+position (``restore-1.json``).
+
 Example::
 
     /tmp/bench-venvs/bytewax/bin/python bench/peers/bytewax_nexmark.py \\
@@ -42,7 +50,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -50,23 +58,73 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from nexmark_files import event_count
+from rate_probe import RateProbe, write_restore
 
 LATENESS = timedelta(seconds=4)
 ALIGN = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-class ParquetRows:
-    """A re-iterable over a Parquet file's rows as dicts (TestingSource re-reads it on
-    resume and skips what it already emitted)."""
+class _ParquetPartition:
+    """One table's rows as dicts, ``batch_size`` a batch; its snapshot is the number of
+    rows emitted, and a resumed partition seeks there through the row groups."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __init__(
+        self, path: str, batch_size: int, position: int, probe: RateProbe | None
+    ) -> None:
         import pyarrow.parquet as pq
 
-        for batch in pq.ParquetFile(self.path).iter_batches(batch_size=65_536):
-            yield from batch.to_pylist()
+        self.position = position
+        self.probe = probe
+        source = pq.ParquetFile(path)
+        first, skip = 0, position
+        while first < source.num_row_groups and skip >= source.metadata.row_group(first).num_rows:
+            skip -= source.metadata.row_group(first).num_rows
+            first += 1
+        self._skip = skip
+        self._batches = source.iter_batches(
+            batch_size=batch_size, row_groups=range(first, source.num_row_groups)
+        )
+
+    def next_batch(self) -> list[dict[str, Any]]:
+        batch = next(self._batches)  # StopIteration ends the partition
+        if self._skip:
+            cut = min(self._skip, batch.num_rows)
+            batch, self._skip = batch.slice(cut), self._skip - cut
+        rows: list[dict[str, Any]] = batch.to_pylist()
+        self.position += len(rows)
+        if self.probe is not None:
+            self.probe.add(time.time(), len(rows))
+        return rows
+
+    def snapshot(self) -> int:
+        return self.position
+
+
+def parquet_source(
+    path: str,
+    batch_size: int,
+    probe: RateProbe | None,
+    on_resume: Callable[[str, int | None], None] | None,
+) -> Any:
+    """A Bytewax source over the Parquet file ``path``, resumable at a row: what a
+    Bytewax user writes for a file (``TestingSource`` resumes by iterating again over
+    everything it emitted). ``probe`` gets every batch's rows; ``on_resume(part,
+    position)`` hears where each partition was built to start."""
+    from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
+
+    class _Partition(_ParquetPartition, StatefulSourcePartition[dict[str, Any], int]):
+        pass
+
+    class _Source(FixedPartitionedSource[dict[str, Any], int]):
+        def list_parts(self) -> list[str]:
+            return [os.path.basename(path)]
+
+        def build_part(self, step_id: str, for_part: str, resume_state: int | None) -> _Partition:
+            if on_resume is not None:
+                on_resume(for_part, resume_state)
+            return _Partition(path, batch_size, resume_state or 0, probe)
+
+    return _Source()
 
 
 def _ts(e: dict[str, Any]) -> datetime:
@@ -86,13 +144,20 @@ def _q3_join(
     return (person, waiting), [(person["name"], person["city"], person["state"], e["id"])]
 
 
-def build(query: str, path: str, batch_size: int, counts: list[int]) -> Any:
-    """The dataflow of ``query`` reading the files under ``path``."""
+def build(
+    query: str,
+    path: str,
+    batch_size: int,
+    counts: list[int],
+    *,
+    probe: RateProbe | None = None,
+    on_resume: Callable[[str, int | None], None] | None = None,
+) -> Any:
+    """The dataflow of ``query`` reading the files under ``path`` (``parquet_source``)."""
     import bytewax.operators as op
     import bytewax.operators.windowing as win
     from bytewax.dataflow import Dataflow
     from bytewax.outputs import DynamicSink, StatelessSinkPartition
-    from bytewax.testing import TestingSource
 
     class _Counter(StatelessSinkPartition[Any]):
         def write_batch(self, items: list[Any]) -> None:
@@ -105,8 +170,8 @@ def build(query: str, path: str, batch_size: int, counts: list[int]) -> Any:
     flow = Dataflow(f"nexmark-{query}")
 
     def table(name: str) -> Any:
-        rows = ParquetRows(os.path.join(path, f"{name}.parquet"))
-        return op.input(name, flow, TestingSource(rows, batch_size=batch_size))
+        source = parquet_source(os.path.join(path, f"{name}.parquet"), batch_size, probe, on_resume)
+        return op.input(name, flow, source)
 
     event_clock = win.EventClock(_ts, wait_for_system_duration=LATENESS)
     if query == "q0":
@@ -162,23 +227,40 @@ def main() -> None:
     parser.add_argument("--query", required=True)
     parser.add_argument("--checkpoint", type=float, default=1.0)
     parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--probe", default="", help="recovery run's probe directory")
+    parser.add_argument("--attempt", type=int, default=0, help="recovery: 0, then 1 restarted")
+    parser.add_argument("--recovery-dir", default="", help="recovery: kept recovery partition")
     args = parser.parse_args()
     if args.query not in QUERIES:
         raise SystemExit(f"{args.query}: not written for Bytewax (see the module docstring)")
+    if args.probe and (args.checkpoint <= 0 or not args.recovery_dir):
+        raise SystemExit("--probe needs --checkpoint above 0 and --recovery-dir")
     from bytewax.recovery import RecoveryConfig, init_db_dir
     from bytewax.testing import run_main
 
     counts = [0]
-    flow: Callable[..., Any] = build(args.query, args.path, args.batch_size, counts)
+    probe = RateProbe(args.probe, attempt=args.attempt) if args.probe else None
+    resumed: dict[str, int | None] = {}
+
+    def record_restore(part: str, position: int | None) -> None:
+        resumed[part] = position
+        write_restore(args.probe, args.attempt, {"source_positions": dict(resumed)})
+
+    on_resume = record_restore if probe is not None and args.attempt else None
+    flow = build(args.query, args.path, args.batch_size, counts, probe=probe, on_resume=on_resume)
     kwargs: dict[str, Any] = {}
     if args.checkpoint > 0:
-        db_dir = tempfile.mkdtemp(prefix="bytewax-recovery-")
-        init_db_dir(Path(db_dir), 1)
+        db_dir = args.recovery_dir or tempfile.mkdtemp(prefix="bytewax-recovery-")
+        if not args.attempt:
+            os.makedirs(db_dir, exist_ok=True)
+            init_db_dir(Path(db_dir), 1)
         kwargs["epoch_interval"] = timedelta(seconds=args.checkpoint)
         kwargs["recovery_config"] = RecoveryConfig(Path(db_dir))
     start = time.perf_counter()
     run_main(flow, **kwargs)
     wall = time.perf_counter() - start
+    if probe is not None:
+        probe.close()
     total = event_count(args.path)["total"]
     print(json.dumps({"events": total, "seconds": wall, "query": args.query, "output": counts[0]}))
 

@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["COLUMNS", "TABLES", "ensure_csv_parts", "ensure_parquet_parts", "event_count"]
@@ -71,16 +72,50 @@ def _mark(out_dir: str, want: str) -> None:
         f.write(want)
 
 
-def _cut(table: Any, parts: int) -> list[Any]:
-    per = -(-table.num_rows // parts) if table.num_rows else 0
-    return [table.slice(i * per, per) for i in range(parts)]
+def _pieces(src: str, columns: list[str], parts: int) -> Iterator[tuple[int, Any]]:
+    """(part index, record batch) over ``src``'s rows cut into ``parts`` runs of rows,
+    streamed: a table of tens of millions of events never sits in memory whole."""
+    import pyarrow.parquet as pq
+
+    source = pq.ParquetFile(src)
+    rows = source.metadata.num_rows
+    per = -(-rows // parts) if rows else 0
+    at = 0
+    for batch in source.iter_batches(batch_size=65_536, columns=columns):
+        while batch.num_rows:
+            part = at // per
+            take = min(batch.num_rows, (part + 1) * per - at)
+            yield part, batch.slice(0, take)
+            batch = batch.slice(take)
+            at += take
+
+
+def _write_parts(src: str, table: str, out_dir: str, parts: int, kind: str) -> None:
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    writer: Any = None
+    current = -1
+    try:
+        for part, piece in _pieces(src, list(COLUMNS[table]), parts):
+            if part != current:
+                if writer is not None:
+                    writer.close()
+                current = part
+                name = os.path.join(out_dir, f"part-{part:04d}.{kind}")
+                if kind == "csv":
+                    options = pcsv.WriteOptions(include_header=False)
+                    writer = pcsv.CSVWriter(name, piece.schema, write_options=options)
+                else:
+                    writer = pq.ParquetWriter(name, piece.schema)
+            writer.write(piece)
+    finally:
+        if writer is not None:
+            writer.close()
 
 
 def _convert(directory: str, parts: int, kind: str) -> dict[str, str]:
     import shutil
-
-    import pyarrow.csv as pcsv
-    import pyarrow.parquet as pq
 
     out: dict[str, str] = {}
     for table in TABLES:
@@ -92,13 +127,7 @@ def _convert(directory: str, parts: int, kind: str) -> dict[str, str]:
             continue
         shutil.rmtree(out_dir, ignore_errors=True)
         os.makedirs(out_dir)
-        data = pq.read_table(src).select(list(COLUMNS[table]))
-        for i, piece in enumerate(_cut(data, parts)):
-            if kind == "csv":
-                options = pcsv.WriteOptions(include_header=False)
-                pcsv.write_csv(piece, os.path.join(out_dir, f"part-{i:04d}.csv"), options)
-            else:
-                pq.write_table(piece, os.path.join(out_dir, f"part-{i:04d}.parquet"))
+        _write_parts(src, table, out_dir, parts, kind)
         _mark(out_dir, want)
     return out
 

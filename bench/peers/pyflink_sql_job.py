@@ -22,6 +22,13 @@ to finish (planning and job start included, the JVM's start not) and the job's o
   q1 with the spec's ``CAST(0.908 * price AS BIGINT)``, q11 with the session-window
   TVF (Flink 1.19+) in place of the deprecated ``GROUP BY SESSION(...)``.
 
+Recovery (either workload, ``--probe DIR --checkpoint-dir CK``, driven by
+``bench/peer_recovery.py``'s ``kill_and_restart``): checkpoints are kept in ``CK``;
+the MiniCluster's REST API listens on a free loopback port and the events the sources
+have read are written to the probe every poll until the process is killed. A restarted
+process (``--attempt 1``) resumes from the newest completed ``chk-N`` and records it
+(``restore-1.json``).
+
 Example::
 
     /tmp/bench-venvs/pyflink/bin/python bench/peers/pyflink_sql_job.py nexmark \\
@@ -185,10 +192,12 @@ def _get(port: int, path: str) -> Any:
 
 
 def _probe_until_done(result: Any, port: int, probe: RateProbe) -> None:
-    """Write the last vertex's input count (the aggregation's: W1's events) to the
-    probe, as increments, every poll, until the job ends."""
+    """Write the events the job's sources have read to the probe, as increments,
+    every poll, until the job ends: the task-level ``numRecordsIn`` of every source
+    vertex (a FLIP-27 source counts what it reads there), summed, as epochstream's
+    recovery runs count the events their sources hand on."""
     job = str(result.get_job_client().get_job_id())
-    vertex = _get(port, f"/jobs/{job}")["vertices"][-1]["id"]
+    vertices = [v["id"] for v in _get(port, f"/jobs/{job}")["vertices"] if v["name"].startswith("Source:")]
     seen = 0.0
     while True:
         state = _get(port, f"/jobs/{job}")["state"]
@@ -196,12 +205,15 @@ def _probe_until_done(result: Any, port: int, probe: RateProbe) -> None:
             if state == "FAILED":
                 raise SystemExit(f"flink job {job} failed (see the log)")
             return
-        (metric,) = _get(
-            port, f"/jobs/{job}/vertices/{vertex}/subtasks/metrics?get=numRecordsIn&agg=sum"
-        ) or [{"sum": 0.0}]
-        if metric["sum"] > seen:
-            probe.add(time.time(), int(metric["sum"] - seen))
-            seen = metric["sum"]
+        read = 0.0
+        for vertex in vertices:
+            (metric,) = _get(
+                port, f"/jobs/{job}/vertices/{vertex}/subtasks/metrics?get=numRecordsIn&agg=sum"
+            ) or [{"sum": 0.0}]
+            read += metric["sum"]
+        if read > seen:
+            probe.add(time.time(), int(read - seen))
+            seen = read
         time.sleep(METRICS_INTERVAL_MS / 2000.0)
 
 
@@ -244,12 +256,12 @@ def main() -> None:
     parser.add_argument("--parts", type=int, default=4, help="nexmark: CSV files per table")
     parser.add_argument("--checkpoint", type=float, default=1.0)
     parser.add_argument("--parallelism", type=int, default=2)
-    parser.add_argument("--probe", default="", help="W1: recovery run's probe directory")
+    parser.add_argument("--probe", default="", help="recovery run's probe directory")
     parser.add_argument("--attempt", type=int, default=0, help="recovery: 0, then 1 restarted")
     parser.add_argument("--checkpoint-dir", default="", help="recovery: kept checkpoints")
     args = parser.parse_args()
-    if args.probe and (args.workload != "W1" or not args.checkpoint_dir):
-        raise SystemExit("--probe runs W1 and needs --checkpoint-dir")
+    if args.probe and not args.checkpoint_dir:
+        raise SystemExit("--probe needs --checkpoint-dir (the checkpoints a restart resumes from)")
     if args.attempt and not args.probe:
         raise SystemExit("--attempt is for recovery runs (--probe)")
     port = _free_port() if args.probe else None

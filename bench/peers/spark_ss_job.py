@@ -227,23 +227,14 @@ def _run_b_latency(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[str
     }
 
 
-def _committed_batches(ckdir: str) -> list[int]:
-    """Ids of the micro-batches committed in the checkpoint location ``ckdir``."""
-    commits = os.path.join(ckdir, "commits")
-    if not os.path.isdir(commits):
-        return []
-    return sorted(int(name) for name in os.listdir(commits) if name.isdigit())
-
-
-def _run_b_recovery(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[str, Any]:
-    """B without an end, its throughput written to ``--probe`` until killed (or until
-    ``--seconds`` passed); see the module docstring."""
-    probe = RateProbe(args.probe, attempt=args.attempt)
-    committed = _committed_batches(ckdir)
-    query = _start_w1(_sequence(spark, args), ckdir, trigger="0 seconds")
+def probe_progress(query: Any, probe: RateProbe, args: argparse.Namespace, committed: list[int]) -> int:
+    """Write each micro-batch's input rows to ``probe`` as processed evenly over its
+    execution (``rate_probe.spread``) until ``args.seconds`` pass or ``query`` ends;
+    the number of batches seen. A restarted process (``args.attempt``) records the last
+    batch ``committed`` before it and its first batch (``restore-<attempt>.json``)."""
     seen: set[int] = set()
     deadline = time.monotonic() + args.seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and query.isActive:
         if query.exception() is not None:
             raise SystemExit(f"structured streaming query failed: {query.exception()}")
         for p in query.recentProgress:
@@ -266,9 +257,29 @@ def _run_b_recovery(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[st
         probe.flush()
         # Each poll parses every retained progress report: not more often than this.
         time.sleep(0.25)
+    if query.exception() is not None:
+        raise SystemExit(f"structured streaming query failed: {query.exception()}")
+    return len(seen)
+
+
+def committed_batches(ckdir: str) -> list[int]:
+    """Ids of the micro-batches committed in the checkpoint location ``ckdir``."""
+    commits = os.path.join(ckdir, "commits")
+    if not os.path.isdir(commits):
+        return []
+    return sorted(int(name) for name in os.listdir(commits) if name.isdigit())
+
+
+def _run_b_recovery(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[str, Any]:
+    """B without an end, its throughput written to ``--probe`` until killed (or until
+    ``--seconds`` passed); see the module docstring."""
+    probe = RateProbe(args.probe, attempt=args.attempt)
+    committed = committed_batches(ckdir)
+    query = _start_w1(_sequence(spark, args), ckdir, trigger="0 seconds")
+    batches = probe_progress(query, probe, args, committed)
     query.stop()
     probe.close()
-    return {"batches": len(seen), "seconds": args.seconds}
+    return {"batches": batches, "seconds": args.seconds}
 
 
 def _run_a(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[str, Any]:

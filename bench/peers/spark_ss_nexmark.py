@@ -34,6 +34,12 @@ What Spark can and cannot express (Spark 4, DataFrame API):
   so every record of a micro-batch falls in one window; count per bidder and 10 s
   window of it, update mode (no watermark on processing time).
 
+Recovery (``--probe DIR --checkpoint-dir CK``, driven by ``bench/peer_recovery.py``'s
+``kill_and_restart``): the same query with its checkpoint location kept in ``CK``,
+each micro-batch's input rows (every table's) written to the probe as processed
+evenly over the batch; a restarted process (``--attempt 1``) resumes from ``CK`` and
+records the last batch committed before the kill and its own first batch.
+
 Example::
 
     .venv/bin/python bench/peers/spark_ss_nexmark.py --path /tmp/nexmark --query q3
@@ -54,7 +60,8 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from nexmark_files import ensure_parquet_parts, event_count
-from spark_ss_job import session
+from rate_probe import RateProbe
+from spark_ss_job import committed_batches, probe_progress, session
 
 WATERMARK = "4 seconds"
 NOT_EXPRESSIBLE = {
@@ -209,31 +216,61 @@ QUERIES: dict[str, Callable[[Tables], tuple[Any, str]]] = {
 }
 
 
+def _recover(df: Any, mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The query with its checkpoint location kept in ``--checkpoint-dir``, each
+    micro-batch's input rows written to ``--probe`` until the input is done or the
+    process is killed (``spark_ss_job.probe_progress``)."""
+    probe = RateProbe(args.probe, attempt=args.attempt)
+    committed = committed_batches(args.checkpoint_dir)
+    query = _start(df, mode, args.checkpoint_dir)
+    batches = probe_progress(query, probe, args, committed)
+    query.stop()
+    probe.close()
+    return {"query": args.query, "batches": batches}
+
+
+def _start(df: Any, mode: str, ckdir: str) -> Any:
+    return (
+        df.writeStream.outputMode(mode)
+        .format("noop")
+        .option("checkpointLocation", ckdir)
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Spark Structured Streaming Nexmark peer")
     parser.add_argument("--path", required=True, help="write_nexmark_files' directory")
     parser.add_argument("--query", required=True)
     parser.add_argument("--parts", type=int, default=8, help="Parquet parts (micro-batches)")
     parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--probe", default="", help="recovery run's probe directory")
+    parser.add_argument("--attempt", type=int, default=0, help="recovery: 0, then 1 restarted")
+    parser.add_argument("--checkpoint-dir", default="", help="recovery: kept checkpoint location")
+    parser.add_argument("--seconds", type=float, default=900.0, help="recovery: longest run")
     args = parser.parse_args()
     if args.query in NOT_EXPRESSIBLE:
         raise SystemExit(f"{args.query}: not expressible: {NOT_EXPRESSIBLE[args.query]}")
     if args.query not in QUERIES:
         raise SystemExit(f"unknown query {args.query!r}; choose among {sorted(QUERIES)}")
+    if args.probe and not args.checkpoint_dir:
+        raise SystemExit("--probe needs --checkpoint-dir (the location a restart resumes from)")
     parts = ensure_parquet_parts(args.path, args.parts)
     events = event_count(args.path)["total"]
     spark = session(args.parallelism, "bench-nexmark-structured-streaming")
+    if args.probe:
+        try:
+            df, mode = QUERIES[args.query](Tables(spark, parts))
+            print(json.dumps(_recover(df, mode, args)))
+        finally:
+            spark.stop()
+        return
     ckdir = tempfile.mkdtemp(prefix="spark-ss-nexmark-ck-")
     try:
         df, mode = QUERIES[args.query](Tables(spark, parts))
         start = time.perf_counter()
-        query = (
-            df.writeStream.outputMode(mode)
-            .format("noop")
-            .option("checkpointLocation", ckdir)
-            .trigger(availableNow=True)
-            .start()
-        )
+        query = _start(df, mode, ckdir)
         query.awaitTermination()
         wall = time.perf_counter() - start
         batches = sorted(query.recentProgress, key=lambda p: p["batchId"])

@@ -149,3 +149,60 @@ def test_peer_recovery_restarts_each_peer_from_its_kept_state_and_fills_the_tabl
     text = report.markdown(doc)
     assert "| W1 | Bytewax 0.21 (1 worker) |  |  |  |  | 9.0 (8.0) |" in text
     assert all(r["restart"] == "process restarted at once" for r in doc["recovery"])
+
+
+def test_peer_nexmark_runs_each_query_and_restarts_it_over_the_recovery_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every peer's throughput runs per query (a missing query is a row with its reason,
+    no run) and, with recovery on, one kill-and-restart over the larger files."""
+    runs: list[tuple[str, str, list[str]]] = []
+    started: list[tuple[str, str, list[str], str]] = []
+
+    def run_peer(system: str, script: str, argv: list[str], log_name: str) -> dict[str, Any]:
+        runs.append((system, script, argv))
+        return {"events": 1, "seconds": 1.0, "rate": 100.0}
+
+    def start_peer(system: str, script: str, argv: list[str], log_name: str) -> Any:
+        started.append((system, script, argv, log_name))
+        return None
+
+    def kill_and_restart(
+        start: Any, probe: str, *, what: str, kill_after: float, timeout: float
+    ) -> dict[str, Any]:
+        start(0)
+        start(1)
+        return {"recovery_s": 4.0, "resumed_s": 3.0}
+
+    monkeypatch.setattr(bench_all, "_run_peer", run_peer)
+    monkeypatch.setattr(bench_all, "_start_peer", start_peer)
+    monkeypatch.setattr(bench_all, "kill_and_restart", kill_and_restart)
+    doc: dict[str, Any] = {"rows": [], "latency": [], "recovery": []}
+    results = measure.Results(str(tmp_path), "t", doc)
+    args = _args(no_recovery=False, queries=["q4", "q5"], nexmark_peer_recovery_events=2_000_000)
+    for system in ("pyflink", "spark-ss", "bytewax"):
+        bench_all._peer_nexmark(results, args, system, "/small", "/large")
+    assert {(s, a[a.index("--query") + 1]) for s, _, a in runs} == {
+        ("pyflink", "q4"), ("pyflink", "q5"), ("spark-ss", "q5")
+    }
+    assert all("/small" in a for _, _, a in runs)
+    pyflink_q5 = [a for s, _, a in runs if s == "pyflink" and "q5" in a]
+    assert [a[a.index("--checkpoint") + 1] for a in pyflink_q5] == ["1", "0"]
+    errors = {(r["workload"], r["system"]): r["error"] for r in doc["rows"] if "error" in r}
+    assert set(errors) == {
+        ("nexmark q4", "Spark Structured Streaming (local[2])"),
+        ("nexmark q4", "Bytewax 0.21 (1 worker)"),
+        ("nexmark q5", "Bytewax 0.21 (1 worker)"),
+    }
+    restarted = {(s, a[a.index("--query") + 1]) for s, _, a, _ in started}
+    assert restarted == {("pyflink", "q4"), ("pyflink", "q5"), ("spark-ss", "q5")}
+    for system, _script, argv, log_name in started:
+        assert "/large" in argv and "--probe" in argv and "--checkpoint-dir" in argv
+        assert log_name.startswith(f"{system}-nexmark-q")
+        if system == "spark-ss":
+            assert argv[argv.index("--parts") + 1] == "16"  # 2 M events, parts of 125 k
+        else:
+            assert argv[argv.index("--checkpoint") + 1] == "1"
+    assert [(r["workload"], r["recovery_s"]) for r in doc["recovery"]][:2] == [
+        ("nexmark q4", 4.0), ("nexmark q5", 4.0)
+    ]
