@@ -37,8 +37,9 @@ _LOOPBACK = re.compile(r"^(local(\[.*\])?|spark://(127\.\d+\.\d+\.\d+|localhost)
 def create_session(master: str, *, app_name: str = "epochstream") -> Any:
     """A SparkSession configured for long-running slot tasks.
 
-    Python workers are not reused (a slot's process ends with its task), the UI is
-    off, and for local or loopback masters the driver binds to 127.0.0.1 so every
+    Python workers are not reused (a slot's process ends with its task) but forked
+    from a daemon that has epochstream imported (``epochstream.deploy.daemon``), the UI
+    is off, and for local or loopback masters the driver binds to 127.0.0.1 so every
     plane stays on loopback. If a session is already active in this process it is
     returned as it is (Spark allows one per process).
 
@@ -56,6 +57,7 @@ def create_session(master: str, *, app_name: str = "epochstream") -> Any:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.python.worker.reuse", "false")
+        .config("spark.python.daemon.module", "epochstream.deploy.daemon")
         .config("spark.pyspark.python", sys.executable)
     )
     if _LOOPBACK.match(master):
