@@ -8,10 +8,11 @@ slot, most of a short job's start and of the time to redeploy a killed slot. Imp
 here once, the forked workers share the modules copy-on-write.
 
 The modules are imported before the fork although pyspark's own daemon imports its
-worker after it: NumPy's OpenBLAS and pyarrow's allocator each start a thread at import,
-and both libraries reinitialize their threads in a forked child (``pthread_atfork``
-handlers); no Python thread runs here. A worker that cannot use them still works: it is
-a plain fork of this process.
+worker after it, to be safe with any library: here the only threads are native ones,
+NumPy's OpenBLAS pool and pyarrow's ``jemalloc_bg_thd``, started at import and idle,
+and both libraries restore their state in a forked child (``pthread_atfork``
+handlers). No Python thread runs in the daemon, and the module-level locks epochstream
+creates at import are never held there, so a child never inherits a taken lock.
 
 ``create_session`` sets ``spark.python.daemon.module`` to this module; a session made
 elsewhere can do the same (epochstream must be installed on every executor, as for any
