@@ -162,6 +162,36 @@ def test_parquet_window_aggregations_match_duckdb(tmp_path: Path) -> None:
     assert rows("sliding", "price") == [tuple(r) for r in sliding]
 
 
+def test_parquet_microsecond_timestamps_are_event_time_floored_to_milliseconds(tmp_path: Path) -> None:
+    """Parquet from pandas or Spark holds timestamp[us]: its sub-millisecond values are
+    event time, floored to the millisecond (DuckDB's ``epoch_ms`` rounds instead: the
+    oracle floors the microseconds itself)."""
+    duckdb = pytest.importorskip("duckdb")
+    source = tmp_path / "events.parquet"
+    micros = [1_000_000_500, 1_000_999_999, 1_001_000_000, 1_002_500_700, 999_999_999]
+    pq.write_table(
+        pa.table({"k": ["a", "b", "a", "a", "b"], "v": [1, 2, 3, 4, 5], "t": pa.array(micros, pa.timestamp("us"))}),
+        source,
+    )
+    env = es.Environment(parallelism=1, runner="local")
+    strategy = es.WatermarkStrategy.bounded_out_of_orderness(5_000).with_timestamp_column("t")
+    (
+        env.from_parquet(str(source), watermark_strategy=strategy)
+        .key_by("k").window(es.TumblingEventTimeWindows.of(1_000)).sum("v")
+        .to_rows().sink_to(es.sinks.FileSink(str(tmp_path / "out")))
+    )
+    env.execute("parquet-micros")
+    got = sorted((r["k"], r["window_start"], r["v"]) for r in es.testing.read_committed(tmp_path / "out"))
+    expected = duckdb.connect().execute(
+        f"SELECT k, ms - ms % 1000 AS ws, SUM(v) FROM (SELECT k, v, epoch_us(t) // 1000 AS ms "
+        f"FROM '{source}') GROUP BY ALL ORDER BY ALL"
+    ).fetchall()
+    assert got == [tuple(r) for r in expected]
+    assert got == [
+        ("a", 1_000_000, 1), ("a", 1_001_000, 3), ("a", 1_002_000, 4), ("b", 999_000, 5), ("b", 1_000_000, 2)
+    ]
+
+
 RUN = 100  # session test: key (value // RUN) % SESSION_KEYS, a run of RUN values per key
 SESSION_KEYS = 7
 GAP = 200  # ms; event time is the value: runs of a key are RUN * SESSION_KEYS ms apart

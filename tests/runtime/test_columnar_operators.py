@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,35 @@ def test_to_batches_refuses_rows_that_arrow_would_turn_into_nulls() -> None:
     nullable.process_batch([{"k": None, "v": None}, {}], None)
     assert out.rows() == [{"k": "a", "v": None}, {"k": "b", "v": None}]
     assert nullable_out.rows() == [{"k": None, "v": None}] * 2
+
+
+def test_to_batches_refuses_what_arrow_would_convert_with_a_loss() -> None:
+    """Arrow truncated a float into an integer or timestamp field (1.5 -> 1) and took a
+    string apart into a list field's characters, silently; an integral float loses
+    nothing and is kept, in dict rows and tuple rows alike."""
+    schema = pa.schema(
+        [("k", pa.string()), ("v", pa.int64()), ("t", pa.timestamp("ms")), ("l", pa.list_(pa.string()))]
+    )
+    to_batches, out = make("to_batches", schema)
+    bad = {
+        r"record 1 .*field 'v' is 2.5, which its type int64 would truncate: \{'k': 'b', 'v': 2.5\}": [
+            {"k": "a", "v": 1},
+            {"k": "b", "v": 2.5},
+        ],
+        r"record 0 .*field 't' is 1.7, which its type timestamp\[ms\] would truncate": [("a", 1, 1.7, None)],
+        r"record 0 .*field 'l' is a string, which Arrow would take apart into its characters: "
+        r"\{'k': 'a', 'l': 'abc'\}": [{"k": "a", "l": "abc"}],
+        r"record 1 .*field 'l' is a string": [("a", 1, 0, ["x"]), ("b", 2, 0, "xy")],
+    }
+    for message, rows in bad.items():
+        with pytest.raises(DataError, match=rf"to_batches \(1/1\): {message}"):
+            to_batches.process_batch(rows, None)
+    to_batches.process_batch([{"k": "a", "v": 2.0, "l": ["x", "y"]}], None)
+    to_batches.process_batch([("b", 3, 4.0, None)], None)
+    assert out.rows() == [
+        {"k": "a", "v": 2, "t": None, "l": ["x", "y"]},
+        {"k": "b", "v": 3, "t": datetime.datetime(1970, 1, 1, 0, 0, 0, 4000), "l": None},
+    ]
 
 
 def _target(root: Path, checkpoint_id: int, name: str) -> SnapshotTarget:

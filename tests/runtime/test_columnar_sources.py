@@ -94,6 +94,27 @@ def test_columnar_event_time_copies_the_column_and_advances_by_the_batch_maximum
     assert out.items[-2].column("_ts").to_pylist() == [5_000]
 
 
+@pytest.mark.parametrize(
+    ("unit", "values", "ms"),
+    [
+        ("s", [1, -2], [1_000, -2_000]),
+        ("ms", [1_500, -1], [1_500, -1]),
+        ("us", [1_000_000_500, 1_999, -500], [1_000_000, 1, -1]),
+        ("ns", [1_000_000_500_000, 999_999, -1], [1_000_000, 0, -1]),
+    ],
+)
+def test_columnar_event_time_floors_every_timestamp_unit_to_milliseconds(
+    unit: str, values: list[int], ms: list[int]
+) -> None:
+    """Parquet from pandas or Spark holds microseconds: sub-millisecond values are
+    floored (towards the earlier millisecond, before the epoch too), not refused."""
+    tw, out = _tw(es.WatermarkStrategy.bounded_out_of_orderness(0).with_timestamp_column("t"))
+    tw.add_split("s")
+    tw.process("s", pa.record_batch([pa.array(values, pa.timestamp(unit))], names=["t"]), None)  # type: ignore[arg-type]
+    assert out.items[0].column("_ts").to_pylist() == ms
+    assert out.items[0].column("_ts").type == pa.int64()
+
+
 def test_columnar_event_time_errors_name_the_source_and_the_column() -> None:
     tw, _ = _tw(es.WatermarkStrategy.bounded_out_of_orderness(0))
     with pytest.raises(DataError, match=r"source 'events'.*with_timestamp_column"):

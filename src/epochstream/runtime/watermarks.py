@@ -253,7 +253,7 @@ class TimestampsAndWatermarks:
             )
         ts = batch.column(column)
         if pa.types.is_timestamp(ts.type) and not ts.null_count:
-            ts = ts.cast(pa.timestamp("ms")).cast(pa.int64())
+            ts = epoch_ms(ts)
         elif not pa.types.is_integer(ts.type) or ts.null_count:
             raise DataError(
                 f"{self.where}: timestamp column {column!r} is {ts.type}"
@@ -318,3 +318,25 @@ class TimestampsAndWatermarks:
         """All splits ended: event time is complete."""
         if self._emitted < MAX_WATERMARK:
             self._send(MAX_WATERMARK)
+
+
+# Ticks of each Arrow timestamp unit per millisecond (seconds are multiplied instead).
+_TICKS_PER_MS = {"ms": 1, "us": 1_000, "ns": 1_000_000}
+
+
+def epoch_ms(ts: Any) -> Any:
+    """An Arrow timestamp array without nulls as int64 milliseconds since the epoch,
+    floored: a row at 1.5 ms is in millisecond 1, one at -0.5 ms in millisecond -1 (so
+    it falls in the window before the epoch, as a floor of its time should). Parquet
+    written by pandas or Spark holds microseconds, and a plain cast to milliseconds
+    refuses any sub-millisecond value.
+
+    Example: ``epoch_ms(pa.array([1_500], pa.timestamp("us"))).to_pylist() == [1]``
+    """
+    import pyarrow as pa
+
+    ticks = ts.cast(pa.int64())
+    if ts.type.unit == "s":
+        return pa.array(ticks.to_numpy() * 1000)
+    per_ms = _TICKS_PER_MS[ts.type.unit]
+    return ticks if per_ms == 1 else pa.array(ticks.to_numpy() // per_ms)

@@ -155,12 +155,14 @@ class ToBatchesOperator(Operator):
         super().open()
         self.schema: pa.Schema = self.function
         self._fields = frozenset(self.schema.names)
+        self._lossy = _lossy_fields(self.schema)
 
     def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
         if type(records) is pa.RecordBatch:
             raise ConfigurationError(f"{self.ctx.task_name}: the stream is columnar already")
         if not records:
             return
+        columns: list[tuple[Any, ...]] = []
         try:
             if isinstance(records[0], dict):
                 batch = pa.RecordBatch.from_pylist(records, schema=self.schema)
@@ -184,6 +186,8 @@ class ToBatchesOperator(Operator):
                 f"({_first_bad(records, self.schema)}): {exc}"
             ) from exc
         self._check_fit(records, batch)
+        if self._lossy:
+            self._check_lossless(records, columns if type(records[0]) is not dict else None)
         if timestamps is not None:
             ts = pa.array(timestamps, pa.int64())
             index = batch.schema.get_field_index(TS_COLUMN)  # a schema may name _ts itself
@@ -209,6 +213,32 @@ class ToBatchesOperator(Operator):
                     f"{first} has no value for it: {short_repr(records[first])}"
                 )
 
+    def _check_lossless(self, records: list[Any], columns: list[tuple[Any, ...]] | None) -> None:
+        """What Arrow converts silently but not faithfully: a float into an integer or
+        temporal field (1.5 becomes 1; an integral 2.0 is kept, it loses nothing) and a
+        str or bytes into a list field (taken apart into its characters). Only the
+        fields of such types are looked at, by the set of their values' types."""
+        for index, name, kind in self._lossy:
+            values = columns[index] if columns is not None else [r.get(name) for r in records]
+            types = set(map(type, values))
+            if kind == "list":
+                if not types & {str, bytes, bytearray}:
+                    continue
+                row = next(i for i, v in enumerate(values) if isinstance(v, (str, bytes, bytearray)))
+                why = "a string, which Arrow would take apart into its characters"
+            else:
+                if not any(issubclass(t, float) for t in types):
+                    continue
+                bad = (i for i, v in enumerate(values) if isinstance(v, float) and not v.is_integer())
+                row = next(bad, -1)
+                if row < 0:
+                    continue
+                why = f"{values[row]!r}, which its type {self.schema.field(name).type} would truncate"
+            raise DataError(
+                f"{self.ctx.task_name}: record {row} does not fit schema {self.schema.names}: "
+                f"field {name!r} is {why}: {short_repr(records[row])}"
+            )
+
     def _check_dict_rows(self, records: list[Any], batch: pa.RecordBatch) -> None:
         names, fields = self.schema.names, self._fields
         # A field the schema does not have would be dropped: often a misspelt one,
@@ -233,6 +263,19 @@ class ToBatchesOperator(Operator):
                     f"{self.ctx.task_name}: record {index} does not fit schema {names} (rows are "
                     f"dicts by field name, or tuples in schema order, not both): {short_repr(record)}"
                 )
+
+
+def _lossy_fields(schema: pa.Schema) -> list[tuple[int, str, str]]:
+    """(index, name, kind) of the fields a Python value converts into with a silent loss:
+    ``"float"`` for integer and temporal types, ``"list"`` for list types."""
+    out = []
+    for index, field in enumerate(schema):
+        t = field.type
+        if pa.types.is_integer(t) or pa.types.is_temporal(t):
+            out.append((index, field.name, "float"))
+        elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            out.append((index, field.name, "list"))
+    return out
 
 
 def _first_bad(records: list[Any], schema: pa.Schema) -> str:
