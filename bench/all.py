@@ -16,7 +16,8 @@ One command measures, on this machine and in this run:
 - **Nexmark** (``bench/nexmark/queries.py`` on epochstream, checkpoints 1 s and off,
   and the recovery time after a SIGKILL; the peers' versions in ``bench/peers/``:
   PyFlink SQL, Spark Structured Streaming, Bytewax, each over the files
-  ``write_nexmark_files`` wrote for the same events).
+  ``write_nexmark_files`` wrote for the same events, and each killed and restarted
+  per query over larger files of ``--nexmark-peer-recovery-events``).
 
 epochstream runs at parallelism ``--parallelism`` (2) on Spark ``local[P]``, one
 SparkSession for all its jobs (``--warmup-runs`` untimed W1 jobs take the session's
