@@ -193,30 +193,25 @@ def _start_peer(
 def _peer_w1_recovery(results: Results, args: argparse.Namespace, system: str, label: str) -> None:
     """W1's recovery time on a peer: its process group SIGKILLed after ``--kill-after``
     s of output, started again at once from its checkpoints (``peer_recovery.py``)."""
-    state = tempfile.mkdtemp(prefix=f"{system}-recovery-")
-    probe = os.path.join(state, "probe")
-    kept = os.path.join(state, "state")
     p = str(args.parallelism)
     if system == "pyflink":
         n = args.pyflink_recovery_events
         seq = ensure_sequence_csv(os.path.join(DATA_DIR, f"seq-{n}-4"), n, 4)
         script = "pyflink_sql_job.py"
         argv = ["W1", "--path", seq, "--n", str(n), "--checkpoint", "1", "--parallelism", p]
-        argv += ["--checkpoint-dir", kept]
     elif system == "spark-ss":
         script = "spark_ss_job.py"
         argv = ["B", "--rows-per-batch", str(args.ss_rows_per_batch), "--parallelism", p]
-        argv += ["--checkpoint-dir", kept, "--seconds", str(PEER_TIMEOUT_S)]
+        argv += ["--seconds", str(PEER_TIMEOUT_S)]
     else:
         # The source is a lazy range, resumed by skipping to its snapshot's position.
         script = "bytewax_job.py"
-        argv = ["B", "--n", str(10**10), "--checkpoint", "1", "--recovery-dir", kept]
+        argv = ["B", "--n", str(10**10), "--checkpoint", "1"]
+    _measure_peer_recovery(results, args, system, script, argv, {"workload": "W1", "system": label})
 
-    try:
-        base = {"workload": "W1", "system": label}
-        _measure_peer_recovery(results, args, system, script, argv, probe, base)
-    finally:
-        shutil.rmtree(state, ignore_errors=True)
+
+# Where each peer keeps what a restarted process resumes from.
+_KEPT_STATE = {"pyflink": "--checkpoint-dir", "spark-ss": "--checkpoint-dir", "bytewax": "--recovery-dir"}
 
 
 def _measure_peer_recovery(
@@ -225,29 +220,35 @@ def _measure_peer_recovery(
     system: str,
     script: str,
     argv: list[str],
-    probe: str,
     base: dict[str, Any],
 ) -> None:
     """One recovery figure: ``script argv`` SIGKILLed with its process group after
-    ``--kill-after`` s of output, then started again at once (``peer_recovery.py``)."""
+    ``--kill-after`` s of output, then started again at once (``peer_recovery.py``),
+    both attempts with one probe and one directory of kept state, removed after."""
+    state = tempfile.mkdtemp(prefix=f"{system}-recovery-")
+    probe = os.path.join(state, "probe")
+    argv = [*argv, _KEPT_STATE[system], os.path.join(state, "state")]
     log = f"{system}-{base['workload'].replace(' ', '-')}-recovery"
 
     def start(attempt: int) -> subprocess.Popen[bytes]:
         more = ["--probe", probe, "--attempt", str(attempt)]
         return _start_peer(system, script, [*argv, *more], f"{log}-{attempt}")
 
-    measure(
-        results,
-        "recovery",
-        {**base, "restart": "process restarted at once"},
-        lambda: kill_and_restart(
-            start,
-            probe,
-            what=f"{base['system']} {base['workload']}",
-            kill_after=args.kill_after,
-            timeout=args.recovery_timeout,
-        ),
-    )
+    try:
+        measure(
+            results,
+            "recovery",
+            {**base, "restart": "process restarted at once"},
+            lambda: kill_and_restart(
+                start,
+                probe,
+                what=f"{base['system']} {base['workload']}",
+                kill_after=args.kill_after,
+                timeout=args.recovery_timeout,
+            ),
+        )
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
 
 
 # Why PyFlink SQL has no W1 latency figure (shown in the table's notes).
@@ -354,24 +355,16 @@ def _peer_nexmark_recovery(
 ) -> None:
     """Query ``q``'s recovery time on a peer, over the larger files of
     ``--nexmark-peer-recovery-events`` (a peer must still be reading after the kill
-    and its restart): checkpoints every 1 s kept in a directory of the run."""
+    and its restart), with checkpoints every 1 s (Spark: every micro-batch)."""
     label, script = NEXMARK_PEERS[system]
-    state = tempfile.mkdtemp(prefix=f"{system}-{q}-recovery-")
-    kept = os.path.join(state, "state")
     argv = _nexmark_argv(system, args, q, path)
     if system == "spark-ss":
         # Parts of about 125 k events: micro-batches as long as in the throughput runs.
-        parts = max(8, args.nexmark_peer_recovery_events // 125_000)
-        argv += ["--parts", str(parts), "--checkpoint-dir", kept]
-    elif system == "pyflink":
-        argv += ["--checkpoint", "1", "--checkpoint-dir", kept]
+        argv += ["--parts", str(max(8, args.nexmark_peer_recovery_events // 125_000))]
     else:
-        argv += ["--checkpoint", "1", "--recovery-dir", kept]
-    try:
-        base = {"workload": f"nexmark {q}", "system": label.format(p=args.parallelism)}
-        _measure_peer_recovery(results, args, system, script, argv, os.path.join(state, "probe"), base)
-    finally:
-        shutil.rmtree(state, ignore_errors=True)
+        argv += ["--checkpoint", "1"]
+    base = {"workload": f"nexmark {q}", "system": label.format(p=args.parallelism)}
+    _measure_peer_recovery(results, args, system, script, argv, base)
 
 
 def run_peers(results: Results, args: argparse.Namespace, systems: list[str]) -> None:

@@ -101,9 +101,11 @@ def test_no_peer_latency_without_a_checkpointed_rate_or_with_no_latency(
     assert len(doc["latency"]) == 1
 
 
-def test_peer_recovery_restarts_each_peer_from_its_kept_state_and_fills_the_table(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _fake_restarts(
+    monkeypatch: pytest.MonkeyPatch, figures: dict[str, Any]
+) -> tuple[list[tuple[str, str, list[str], str]], list[tuple[str, float, float]]]:
+    """Replace starting a peer and its kill-and-restart: each measurement starts
+    attempts 0 and 1 and returns ``figures``. The starts and the measurements made."""
     started: list[tuple[str, str, list[str], str]] = []
     measured: list[tuple[str, float, float]] = []
 
@@ -117,10 +119,18 @@ def test_peer_recovery_restarts_each_peer_from_its_kept_state_and_fills_the_tabl
         start(0)
         start(1)
         measured.append((what, kill_after, timeout))
-        return {"recovery_s": 9.0, "resumed_s": 8.0, "restored": {"position": 1}}
+        return dict(figures)
 
     monkeypatch.setattr(bench_all, "_start_peer", start_peer)
     monkeypatch.setattr(bench_all, "kill_and_restart", kill_and_restart)
+    return started, measured
+
+
+def test_peer_recovery_restarts_each_peer_from_its_kept_state_and_fills_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    figures = {"recovery_s": 9.0, "resumed_s": 8.0, "restored": {"position": 1}}
+    started, measured = _fake_restarts(monkeypatch, figures)
     monkeypatch.setattr(bench_all, "ensure_sequence_csv", lambda d, n, parts: f"{d}")
     doc: dict[str, Any] = {"rows": [], "latency": [], "recovery": []}
     results = measure.Results(str(tmp_path), "t", doc)
@@ -157,26 +167,13 @@ def test_peer_nexmark_runs_each_query_and_restarts_it_over_the_recovery_files(
     """Every peer's throughput runs per query (a missing query is a row with its reason,
     no run) and, with recovery on, one kill-and-restart over the larger files."""
     runs: list[tuple[str, str, list[str]]] = []
-    started: list[tuple[str, str, list[str], str]] = []
 
     def run_peer(system: str, script: str, argv: list[str], log_name: str) -> dict[str, Any]:
         runs.append((system, script, argv))
         return {"events": 1, "seconds": 1.0, "rate": 100.0}
 
-    def start_peer(system: str, script: str, argv: list[str], log_name: str) -> Any:
-        started.append((system, script, argv, log_name))
-        return None
-
-    def kill_and_restart(
-        start: Any, probe: str, *, what: str, kill_after: float, timeout: float
-    ) -> dict[str, Any]:
-        start(0)
-        start(1)
-        return {"recovery_s": 4.0, "resumed_s": 3.0}
-
     monkeypatch.setattr(bench_all, "_run_peer", run_peer)
-    monkeypatch.setattr(bench_all, "_start_peer", start_peer)
-    monkeypatch.setattr(bench_all, "kill_and_restart", kill_and_restart)
+    started, _ = _fake_restarts(monkeypatch, {"recovery_s": 4.0, "resumed_s": 3.0})
     doc: dict[str, Any] = {"rows": [], "latency": [], "recovery": []}
     results = measure.Results(str(tmp_path), "t", doc)
     args = _args(no_recovery=False, queries=["q4", "q5"], nexmark_peer_recovery_events=2_000_000)

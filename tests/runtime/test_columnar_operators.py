@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import datetime
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,9 @@ def test_to_batches_refuses_what_arrow_would_convert_with_a_loss() -> None:
         r"record 0 .*field 'l' is a string, which Arrow would take apart into its characters: "
         r"\{'k': 'a', 'l': 'abc'\}": [{"k": "a", "l": "abc"}],
         r"record 1 .*field 'l' is a string": [("a", 1, 0, ["x"]), ("b", 2, 0, "xy")],
+        # Rows of a dict subclass are dict rows too.
+        r"record 0 .*field 'v' is 1.5": [collections.OrderedDict(k="c", v=1.5)],
+        r"record 0 has field\(s\) w that schema": [collections.OrderedDict(k="c", w=1)],
     }
     for message, rows in bad.items():
         with pytest.raises(DataError, match=rf"to_batches \(1/1\): {message}"):

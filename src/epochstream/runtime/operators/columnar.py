@@ -162,7 +162,7 @@ class ToBatchesOperator(Operator):
             raise ConfigurationError(f"{self.ctx.task_name}: the stream is columnar already")
         if not records:
             return
-        columns: list[tuple[Any, ...]] = []
+        columns: list[tuple[Any, ...]] | None = None  # tuple rows: their columns
         try:
             if isinstance(records[0], dict):
                 batch = pa.RecordBatch.from_pylist(records, schema=self.schema)
@@ -187,7 +187,7 @@ class ToBatchesOperator(Operator):
             ) from exc
         self._check_fit(records, batch)
         if self._lossy:
-            self._check_lossless(records, columns if type(records[0]) is not dict else None)
+            self._check_lossless(records, columns)
         if timestamps is not None:
             ts = pa.array(timestamps, pa.int64())
             index = batch.schema.get_field_index(TS_COLUMN)  # a schema may name _ts itself
@@ -244,7 +244,7 @@ class ToBatchesOperator(Operator):
         # A field the schema does not have would be dropped: often a misspelt one,
         # whose value then comes out as a null under the right name.
         extra = next(
-            (i for i, r in enumerate(records) if type(r) is dict and not r.keys() <= fields), None
+            (i for i, r in enumerate(records) if isinstance(r, dict) and not r.keys() <= fields), None
         )
         if extra is not None:
             unknown = sorted(map(str, records[extra].keys() - fields))
