@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -38,11 +39,48 @@ __all__ = ["kill_and_restart"]
 PEER_START_TIMEOUT_S = 180.0
 
 
+# How long a SIGKILLed group may take to be gone: a JVM unmapping a large heap takes
+# a moment after its parent has been reaped.
+GROUP_EXIT_TIMEOUT_S = 30.0
+
+
+def _live_members(pgid: int) -> list[int]:
+    """Pids in process group ``pgid`` that have not exited (zombies count as exited:
+    an orphan is reaped by whoever adopted it, which may be late or never here)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                # The command name is in parentheses and may hold spaces.
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # exited while we looked
+        state, pgrp = fields[0], int(fields[2])
+        if pgrp == pgid and state not in ("Z", "X"):
+            members.append(int(entry))
+    return members
+
+
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGKILL ``process``'s process group (it was started in a session of its own)."""
+    """SIGKILL ``process``'s process group (it was started in a session of its own) and
+    wait until every member has exited, not only the leader: SIGKILL is delivered
+    asynchronously, so a child (a peer's JVM) can still be tearing down when the leader
+    is reaped, and would overlap the restarted peer's start."""
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGKILL)
     process.wait()
+    deadline = time.monotonic() + GROUP_EXIT_TIMEOUT_S
+    while members := _live_members(process.pid):
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"process group {process.pid}: {members} still running "
+                f"{GROUP_EXIT_TIMEOUT_S:.0f} s after SIGKILL"
+            )
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # a member forked after the first kill
+        time.sleep(0.02)
 
 
 def kill_and_restart(

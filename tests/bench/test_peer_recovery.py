@@ -84,6 +84,30 @@ def test_kill_and_restart_times_a_real_kill_and_restart(tmp_path: Path) -> None:
         assert not _alive(int(child.read_text()))
 
 
+def test_killing_a_group_waits_for_a_child_its_exited_leader_left_behind(
+    tmp_path: Path,
+) -> None:
+    # The leader starts a child in its group and exits by itself: the child (a peer's
+    # JVM outliving its launcher) must still be killed and waited for.
+    child_file = tmp_path / "child"
+    leader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys; "
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+            f"open({str(child_file)!r}, 'w').write(str(p.pid))",
+        ],
+        start_new_session=True,
+    )
+    leader.wait(timeout=30)
+    child = int(child_file.read_text())
+    assert peer_recovery._live_members(leader.pid) == [child]
+    peer_recovery._kill_group(leader)
+    assert peer_recovery._live_members(leader.pid) == []
+    assert not _alive(child)
+
+
 def test_a_peer_that_dies_before_the_kill_is_an_error_naming_it(tmp_path: Path) -> None:
     def start(attempt: int) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
