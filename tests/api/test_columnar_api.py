@@ -28,6 +28,12 @@ def test_columnar_flag_follows_the_operators() -> None:
     assert keyed.sum("value").columnar and keyed.count().columnar
 
 
+def _timed(env: es.Environment) -> es.DataStream:
+    return env.from_sequence(0, 9, batch_size=4).map_batches(
+        lambda b: pa.record_batch([b["value"], b["value"], b["value"]], names=["k", "v", "_ts"])
+    )
+
+
 @pytest.mark.parametrize(
     ("build", "message"),
     [
@@ -76,6 +82,19 @@ def test_columnar_flag_follows_the_operators() -> None:
             lambda e: e.from_sequence(0, 9, batch_size=4).key_by("value")
             .window(es.TumblingEventTimeWindows.of(5)).sum("window_start"),
             r"sum\(window_start\) keyed by 'value': the result would have two columns named 'window_start'",
+        ),
+        # _ts is the event time, which every result carries itself.
+        *(
+            (
+                build,
+                r"keyed by '(k|_ts)': '_ts' is the event-time column, which the result carries",
+            )
+            for build in (
+                lambda e: _timed(e).key_by("k").sum("_ts"),
+                lambda e: _timed(e).key_by("_ts").count(),
+                lambda e: _timed(e).key_by("_ts").window(es.TumblingEventTimeWindows.of(5)).sum("v"),
+                lambda e: _timed(e).key_by("k").window(es.TumblingEventTimeWindows.of(5)).max("_ts"),
+            )
         ),
         *(
             (

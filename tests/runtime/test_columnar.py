@@ -16,6 +16,7 @@ from epochstream.runtime.columnar import (
     decode_ipc,
     encode_ipc,
     is_ipc_frame,
+    plain_types,
     with_key_groups,
 )
 from epochstream.runtime.outputs import Channel, RecordWriter
@@ -109,6 +110,45 @@ def test_keying_by_a_nested_column_is_refused_naming_it(keys: pa.Array) -> None:
         with_key_groups(batch, ColumnKey("user"), MAX_P)
 
 
+def test_a_users_kg_column_is_refused_and_the_edges_own_is_replaced() -> None:
+    """A user's column named _kg was overwritten with key groups: silently wrong keys or
+    sums. The edge's own (a keyed stream's map_batches carries it) is recomputed."""
+    users = pa.record_batch([pa.array([1, 2]), pa.array([30, 40])], names=["k", "_kg"])
+    with pytest.raises(DataError, match=r"key_by\('k'\): the batch has a column named '_kg'.*rename it"):
+        with_key_groups(users, ColumnKey("k"), MAX_P)
+    keyed = with_key_groups(_batch([1, 2]), ColumnKey("k"), MAX_P)
+    rekeyed = with_key_groups(keyed, ColumnKey("v"), MAX_P)
+    assert rekeyed.schema.names == ["k", "v", KG_COLUMN]
+    assert rekeyed.column(KG_COLUMN).to_pylist() == [key_group_for_key(v, MAX_P) for v in [0, 1]]
+    # Error messages list the user's columns only.
+    with pytest.raises(ConfigurationError, match=r"no column 'x' \(columns: k, v\)$"):
+        with_key_groups(keyed, ColumnKey("x"), MAX_P)
+
+
+def test_view_columns_become_plain_strings_and_route() -> None:
+    """string_view (Polars' strings) failed in Arrow's take kernel at the edge."""
+    views = pa.record_batch(
+        [
+            pa.array(["a", "b", None], pa.string_view()),
+            pa.array([b"x", b"y", b"z"], pa.binary_view()),
+            pa.array([1, 2, 3]),
+        ],
+        names=["s", "b", "v"],
+    )
+    plain = plain_types(views)
+    assert plain.schema.types == [pa.string(), pa.binary(), pa.int64()]
+    assert plain.to_pydict() == views.to_pydict()
+    untouched = _batch([1])
+    assert plain_types(untouched) is untouched
+    shipped: list[tuple[int, pa.RecordBatch]] = []
+    router = ColumnarRouter(
+        2, kind="hash", key=ColumnKey("s"), max_parallelism=MAX_P, batch_size=1, subtask_index=0,
+        ship=lambda ch, b: shipped.append((ch, b)), edge="e",
+    )
+    router.write(plain)
+    assert sorted(v for _, b in shipped for v in b.column("v").to_pylist()) == [1, 2, 3]
+
+
 def test_a_function_key_on_a_columnar_edge_is_refused() -> None:
     writer = RecordWriter(
         [Recorded()], partitioning=Partitioning("hash", lambda r: r[0]), max_parallelism=MAX_P,
@@ -137,7 +177,13 @@ def test_batches_of_different_schemas_on_one_channel_are_bad_data() -> None:
     )
     router.write(_batch([1]))
     router.write(pa.record_batch([pa.array(["x"])], names=["other"]))
-    with pytest.raises(DataError, match=r"parse -> sums .*must share a schema"):
+    only_some = r"parse -> sums .*must share a schema .*: columns 'k', 'other', 'v' in some batches only$"
+    with pytest.raises(DataError, match=only_some):
+        router.flush_channel(0)
+    # A column of another type is named with both types.
+    router.write(_batch(["a"]))
+    router.write(_batch(pa.array(["b"], pa.large_string())))
+    with pytest.raises(DataError, match=r": column 'k' is large_string in one batch and string in another$"):
         router.flush_channel(0)
 
 

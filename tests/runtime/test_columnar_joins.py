@@ -181,6 +181,45 @@ def test_errors_name_the_operator() -> None:
         listing.process_input(1, persons([7], ["ann"]), None)
 
 
+@pytest.mark.parametrize(
+    "payload",
+    [pa.array([[1, 2], [3]]), pa.array([{"a": 1}, {"a": 2}]), pa.nulls(2)],
+    ids=["list", "struct", "null"],
+)
+@pytest.mark.parametrize("spec", [WINDOW, REGULAR], ids=["window", "regular"])
+def test_columns_arrows_hash_join_cannot_carry_are_joined_too(payload: pa.Array, spec: JoinSpec) -> None:
+    """Acero refuses list, struct and null non-key columns; they were a DataError."""
+    op, out = make(spec)
+    left = auctions([1, 2], [7, 8], ts=[100, 200]).append_column("payload", payload)
+    op.process_input(0, left, None)
+    op.process_input(1, persons([8, 7, 7], ["bob", "ann", "amy"], ts=[300, 400, 500]), None)
+    op.process_watermark(999)
+    first, second = payload[0].as_py(), payload[1].as_py()
+    expected = sorted([(1, first, "ann"), (1, first, "amy"), (2, second, "bob")], key=str)
+    assert sorted(((r["id"], r["payload"], r["name"]) for r in out.rows()), key=str) == expected
+    assert out.items[0].schema.names[:5] == ["id", "seller", "payload", "id_right", "name"]
+
+
+@pytest.mark.parametrize("spec", [WINDOW, REGULAR], ids=["window", "regular"])
+def test_input_columns_the_join_reserves_or_would_repeat_are_refused(spec: JoinSpec) -> None:
+    """A left column _window_start vanished from the output, and a window join's output
+    had two window_start columns."""
+    op, _ = make(spec)
+    with pytest.raises(DataError, match=r"the left input has a column named '_window_start'"):
+        op.process_input(0, auctions([1], [7], ts=[1]).append_column("_window_start", pa.array([5])), None)
+    clashing = persons([7], ["ann"], ts=[1]).append_column("window_end", pa.array([5]))
+    if spec.size is None:
+        op.process_input(1, clashing, None)  # a regular join adds no window columns
+    else:
+        with pytest.raises(DataError, match=r"the right input has a column named 'window_end'"):
+            op.process_input(1, clashing, None)
+    repeated, _ = make(spec)
+    repeated.process_input(0, auctions([1], [7], ts=[1]).append_column("id_right", pa.array([0])), None)
+    with pytest.raises(DataError, match=r"two columns named 'id_right'"):
+        repeated.process_input(1, persons([7], ["ann"], ts=[2]), None)
+        repeated.process_watermark(999)
+
+
 def _target(root: Path, checkpoint_id: int) -> SnapshotTarget:
     return SnapshotTarget(
         fs=storage_fs(str(root)), checkpoint_id=checkpoint_id,
@@ -246,6 +285,10 @@ def test_the_api_builds_the_join_and_refuses_misuse() -> None:
         ints.join(strings).where("k").equal_to("x").apply()
     wide = rows.to_batches(pa.schema([("k", pa.int64())]))
     assert ints.join(wide).where("k").equal_to("k").apply().columnar
+    windowed_output = rows.to_batches(pa.schema([("k", pa.int64()), ("window_start", pa.int64())]))
+    assert ints.join(windowed_output).where("k").equal_to("k").apply().columnar
+    with pytest.raises(ConfigurationError, match="the right stream 'to_batches' has a column named 'window_start'"):
+        ints.join(windowed_output).where("k").equal_to("k").window(es.TumblingEventTimeWindows.of(10)).apply()
     with pytest.raises(ConfigurationError, match="carries rows"):
         left.join(rows)
     with pytest.raises(ConfigurationError, match="carries rows and"):

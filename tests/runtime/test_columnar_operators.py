@@ -16,6 +16,7 @@ from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.exceptions import DataError, UserFunctionError
 from epochstream.runtime.operators.columnar import AggregateSpec, WindowAggregateSpec
 from epochstream.state.backends.base import SnapshotTarget
+from epochstream.state.columnar_checks import KG_FIELD
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.keygroups import key_group_for_key
 
@@ -43,6 +44,18 @@ def test_map_batches_keeps_event_time_and_checks_the_result_type() -> None:
     failing, _ = make("map_batches", lambda b: 1 / 0)
     with pytest.raises(UserFunctionError, match="batch of 1 rows: k, v"):
         failing.process_batch(_kv([1], [1]), None)
+    # Dropping _ts and changing the rows: the times cannot follow the rows (it used to
+    # depend on the data whether the batch got _ts back, and fail later, elsewhere).
+    filtering, filtered = make("map_batches", lambda b: b.select(["k", "v"]).filter(pc.greater(b["v"], 3)))
+    filtering.process_batch(_kv([1, 2], [5, 6], ts=[10, 20]), None)
+    filtering.process_batch(_kv([1], [1], ts=[30]), None)  # no rows left: nothing to time
+    assert filtered.rows() == [{"k": 1, "v": 5, "_ts": 10}, {"k": 2, "v": 6, "_ts": 20}]
+    with pytest.raises(DataError, match=r"dropped the event-time column '_ts' and returned 1 rows for 2"):
+        filtering.process_batch(_kv([1, 2], [1, 6], ts=[10, 20]), None)
+    # View types become plain ones where batches enter.
+    views, viewed = make("map_batches", lambda b: b.append_column("s", pa.array(["x"] * len(b), pa.string_view())))
+    views.process_batch(_kv([1], [1]), None)
+    assert viewed.items[0].schema.field("s").type == pa.string()
 
 
 def test_filter_expression_and_its_error_names_the_schema() -> None:
@@ -56,7 +69,8 @@ def test_filter_expression_and_its_error_names_the_schema() -> None:
 
 def test_to_rows_and_to_batches_round_trip_with_timestamps() -> None:
     to_rows, rows_out = make("to_rows", None)
-    keyed = _kv(["a", "b"], [1, 2], ts=[100, 200]).append_column("_kg", pa.array([0, 1], pa.int32()))
+    # The edge's _kg is dropped; a user's column of that name is a column like any other.
+    keyed = _kv(["a", "b"], [1, 2], ts=[100, 200]).append_column(KG_FIELD, pa.array([0, 1], pa.int32()))
     to_rows.process_batch(keyed, None)
     assert rows_out.items == [[{"k": "a", "v": 1}, {"k": "b", "v": 2}]]
     assert rows_out.timestamps == [[100, 200]]

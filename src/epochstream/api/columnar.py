@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from epochstream.api.datastream import DataStream, KeyedStream
 from epochstream.exceptions import ConfigurationError
 from epochstream.graph.transformations import ColumnKey
+from epochstream.state.columnar_checks import TS
 
 if TYPE_CHECKING:
     from epochstream.api.windowing import WindowAssigner
@@ -54,7 +55,14 @@ class ColumnarAggregations(ABC):
         """Refuse an aggregation whose output would have two columns of one name (and
         ``to_rows()`` would keep only one of them): of the key column itself, a count
         keyed by a column named ``count``, a window aggregation of or keyed by
-        ``window_start``/``window_end``."""
+        ``window_start``/``window_end``, and any aggregation of or keyed by ``_ts`` (the
+        event time, which every result carries as a column of its own)."""
+        if TS in (key, column):
+            raise ConfigurationError(
+                f"{kind}({column or ''}) keyed by {key!r}: {TS!r} is the event-time column, "
+                f"which the result carries under that name itself; copy {TS!r} under another "
+                "name in map_batches first"
+            )
         if column == key:
             raise ConfigurationError(
                 f"{kind}({column!r}) aggregates the key column; the result has the key and the "

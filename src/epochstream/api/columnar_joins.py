@@ -132,7 +132,7 @@ class ColumnarJoinedStreams:
             size, slide, offset = self._window
             spec = JoinSpec(left_key, right_key, fn, size=size, slide=slide, offset=offset)
             kind, name = "columnar_window_join", f"window-join({left_key}={right_key})"
-        _check_declared_key_types(self._left, left_key, self._right, right_key)
+        _check_declared_schemas(self._left, left_key, self._right, right_key, windowed=self._window is not None)
         left, right = self._left.key_by(left_key), self._right.key_by(right_key)
         t = self._left._add(kind, name, spec, [left._edge(), right._edge()])
         return DataStream(self._left._env, t)
@@ -147,16 +147,26 @@ def _declared_schema(stream: DataStream) -> Any:
     return t.payload if t.kind == "to_batches" else None
 
 
-def _check_declared_key_types(left: DataStream, left_key: str, right: DataStream, right_key: str) -> None:
-    """Fail at build time when the declared schemas already show a missing key column or
-    key types that cannot match (the operator checks the others at the first batch)."""
-    from epochstream.runtime.operators.columnar_joins import join_key_type
+def _check_declared_schemas(
+    left: DataStream, left_key: str, right: DataStream, right_key: str, *, windowed: bool
+) -> None:
+    """Fail at build time when the declared schemas already show a missing key column, a
+    column name the join reserves, or key types that cannot match (the operator checks
+    the others at the first batch)."""
+    from epochstream.runtime.operators.columnar_joins import join_key_type, reserved_join_columns
 
     types = []
+    reserved = reserved_join_columns(windowed)
     for side, stream, key in (("left", left, left_key), ("right", right, right_key)):
         schema = _declared_schema(stream)
         if schema is None:
             return
+        clash = next((n for n in schema.names if n in reserved), None)
+        if clash is not None:
+            raise ConfigurationError(
+                f"join(): the {side} stream {stream._t.name!r} has a column named {clash!r}, "
+                f"{reserved[clash]}; rename it"
+            )
         if key not in schema.names:
             raise ConfigurationError(
                 f"join(): the {side} stream {stream._t.name!r} has no column {key!r} "

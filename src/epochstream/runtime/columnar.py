@@ -28,6 +28,9 @@ import pyarrow as pa
 from epochstream.exceptions import ConfigurationError, DataError
 from epochstream.graph.transformations import ColumnKey
 from epochstream.state.column_keygroups import key_groups_of_column
+from epochstream.state.columnar_checks import KG as KG_COLUMN
+from epochstream.state.columnar_checks import KG_FIELD, is_key_group_field, shown_columns
+from epochstream.state.columnar_checks import TS as TS_COLUMN
 
 __all__ = [
     "KG_COLUMN",
@@ -38,15 +41,13 @@ __all__ = [
     "decode_ipc",
     "encode_ipc",
     "is_ipc_frame",
+    "plain_types",
     "rows_of",
+    "schema_difference",
     "with_key_groups",
 ]
 
 RecordBatch = pa.RecordBatch
-#: Event timestamps (int64 ms) of a columnar batch.
-TS_COLUMN = "_ts"
-#: Key groups (int32) of a keyed columnar batch.
-KG_COLUMN = "_kg"
 _IPC_MARKER = b"\xff\xff\xff\xff"
 
 
@@ -76,17 +77,49 @@ def concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     return pa.concat_batches(batches)
 
 
+# Arrow's view types (Polars' strings, for one) that its take, filter and join kernels
+# do not take yet, and the plain types they are converted to on entering a job.
+_VIEWS = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
+
+
+def plain_types(batch: Any) -> Any:
+    """``batch`` with its string and binary view columns as plain strings and binaries,
+    so routing, filters and joins work on them; other batches (and anything that is not
+    a batch, which the next operator refuses by name) unchanged. Applied where user
+    batches enter: columnar sources and ``map_batches``/join ``apply`` functions.
+
+    Example: ``plain_types(pa.record_batch({"s": pa.array(["a"], pa.string_view())}))["s"].type == pa.string()``
+    """
+    if type(batch) is not pa.RecordBatch:
+        return batch
+    schema = batch.schema
+    if not any(f.type in _VIEWS for f in schema):
+        return batch
+    return batch.cast(pa.schema([f.with_type(_VIEWS.get(f.type, f.type)) for f in schema], metadata=schema.metadata))
+
+
 def with_key_groups(batch: pa.RecordBatch, key: ColumnKey, max_parallelism: int) -> pa.RecordBatch:
-    """``batch`` with its ``_kg`` column computed from column ``key.column`` (replaced if
-    present). Raises :class:`ConfigurationError` naming the column and the schema when
-    the column is missing."""
-    index = batch.schema.get_field_index(key.column)
+    """``batch`` with its ``_kg`` column computed from column ``key.column`` (replacing
+    the one an earlier hash edge added, which a keyed stream's ``map_batches`` carries).
+
+    Raises :class:`ConfigurationError` naming the column and the schema when the column
+    is missing or nested, and :class:`DataError` when the batch has a ``_kg`` column of
+    the user's (overwriting it would lose its values)."""
+    schema = batch.schema
+    index = schema.get_field_index(key.column)
     if index < 0:
         raise ConfigurationError(
             f"key_by({key.column!r}): the batch has no column {key.column!r} "
-            f"(columns: {', '.join(batch.schema.names)})"
+            f"(columns: {shown_columns(schema)})"
         )
-    kind = batch.schema.field(index).type
+    existing = schema.get_field_index(KG_COLUMN)
+    if existing >= 0 and not is_key_group_field(schema.field(existing)):
+        raise DataError(
+            f"key_by({key.column!r}): the batch has a column named {KG_COLUMN!r}, the name "
+            "epochstream keeps the key groups of keyed batches under; rename it in "
+            f"map_batches (columns: {', '.join(schema.names)})"
+        )
+    kind = schema.field(index).type
     if pa.types.is_nested(kind):
         # Arrow can neither hash-group nor join such keys (and a struct's dicts have no
         # stable key group); refuse them here, naming the column, not in a kernel.
@@ -96,10 +129,9 @@ def with_key_groups(batch: pa.RecordBatch, key: ColumnKey, max_parallelism: int)
             "one column in map_batches, or call to_rows() to key rows by a tuple"
         )
     groups = pa.array(key_groups_of_column(batch.column(index), max_parallelism), pa.int32())
-    existing = batch.schema.get_field_index(KG_COLUMN)
     if existing >= 0:
-        return batch.set_column(existing, KG_COLUMN, groups)
-    return batch.append_column(KG_COLUMN, groups)
+        return batch.set_column(existing, KG_FIELD, groups)
+    return batch.append_column(KG_FIELD, groups)
 
 
 def _in_first_order(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
@@ -217,16 +249,32 @@ class ColumnarRouter:
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
                 widened = _widened(pending)
                 if widened is None:
-                    # The key group column is the edge's own: the user's columns only.
-                    shown = (", ".join(f"{f.name}: {f.type}" for f in b.schema if f.name != KG_COLUMN) for b in pending)
-                    schemas = sorted(set(shown))
                     raise DataError(
                         f"edge {self._edge}: batches of one stream must share a schema (integer "
-                        f"widths and nullability may differ); got {' and '.join(schemas)} "
-                        f"({str(exc).splitlines()[0]})"
+                        f"widths, nullability and column order may differ): "
+                        f"{schema_difference([b.schema for b in pending]) or exc}"
                     ) from exc
                 batch = concat(widened)
             self._ship_one(ch, batch)
+
+
+def schema_difference(schemas: list[pa.Schema]) -> str | None:
+    """What tells ``schemas`` apart, for an error: the columns only some of them have, or
+    a column's differing types (the edge's own ``_kg`` left out); None if neither.
+
+    Example: ``schema_difference([pa.schema([("k", pa.string())]), pa.schema([("k", pa.large_string())])])``
+    gives ``"column 'k' is string in one batch and large_string in another"``
+    """
+    fields = [{f.name: f for f in schema if not is_key_group_field(f)} for schema in schemas]
+    every = [name for name in fields[0] if all(name in f for f in fields)]
+    some = sorted({name for f in fields for name in f} - set(every))
+    if some:
+        return f"column{'s' if len(some) > 1 else ''} {', '.join(map(repr, some))} in some batches only"
+    for name in every:
+        types = sorted({str(f[name].type) for f in fields})
+        if len(types) > 1:
+            return f"column {name!r} is {types[0]} in one batch and {types[1]} in another"
+    return None
 
 
 def rows_of(data: pa.RecordBatch | pa.Table) -> list[dict[str, Any]]:

@@ -34,10 +34,13 @@ from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.state.canonical import read_batches
 from epochstream.state.column_keygroups import key_groups_of_column
 from epochstream.state.columnar_checks import (
+    KG,
+    TS,
     IntSumGuard,
     check_value_range,
     checked_value_type,
     event_times,
+    require_columns,
     value_type_of,
     with_value_type,
 )
@@ -60,8 +63,6 @@ __all__ = [
 
 #: The aggregations of the columnar path.
 AGGREGATES = ("sum", "count", "min", "max", "mean")
-KG = "_kg"
-TS = "_ts"
 _NAN = "_nan"
 #: The key column of a state file, whatever the key column of the stream is called.
 STATE_KEY = "_key"
@@ -125,12 +126,7 @@ class ColumnarAggregates:
 
     # ---------------------------------------------------------------- updates
     def _check_columns(self, batch: pa.RecordBatch) -> None:
-        names = batch.schema.names
-        for column in (self.key, self.value):
-            if column and column not in names:
-                raise ConfigurationError(
-                    f"{self.where}: the batch has no column {column!r} (columns: {', '.join(names)})"
-                )
+        require_columns(batch.schema, (self.key, self.value), self.where)
         if self.value:
             check_value_range(batch.column(self.value), self.where, self.value)
         if self.value:

@@ -20,15 +20,58 @@ import pyarrow.compute as pc
 from epochstream.exceptions import ConfigurationError, DataError, short_repr
 
 __all__ = [
+    "KG",
+    "KG_FIELD",
+    "TS",
     "IntSumGuard",
     "check_value_range",
     "checked_value_type",
     "event_times",
+    "is_key_group_field",
+    "require_columns",
+    "shown_columns",
     "value_type_of",
     "with_value_type",
 ]
 
+#: Event timestamps (int64 ms) of a columnar batch.
 TS = "_ts"
+#: Key groups (int32) of a keyed columnar batch, added by the hash edge of a key_by.
+KG = "_kg"
+#: The field of that column. Its metadata tells it from a user's column of the same
+#: name, which the edge refuses rather than overwrite.
+KG_FIELD = pa.field(KG, pa.int32(), metadata={b"epochstream": b"key_groups"})
+
+
+def is_key_group_field(field: pa.Field) -> bool:
+    """Whether ``field`` is the ``_kg`` column a hash edge added (not a user's ``_kg``).
+
+    Example: ``is_key_group_field(KG_FIELD) and not is_key_group_field(pa.field("_kg", pa.int32()))``
+    """
+    return field.name == KG and field.metadata == KG_FIELD.metadata
+
+
+def shown_columns(schema: pa.Schema) -> str:
+    """A batch's column names for an error message: the user's, without the edge's own
+    ``_kg`` column, which the user never wrote.
+
+    Example: ``shown_columns(pa.schema([("k", pa.int64()), KG_FIELD])) == "k"``
+    """
+    return ", ".join(f.name for f in schema if not is_key_group_field(f))
+
+
+def require_columns(schema: pa.Schema, columns: tuple[str | None, ...], where: str) -> None:
+    """A :class:`ConfigurationError` naming ``where`` and the first of ``columns`` (None
+    entries skipped) that ``schema`` lacks; retrying cannot add a column.
+
+    Example: ``require_columns(batch.schema, ("k", "v"), "sum(v) (1/2)")``
+    """
+    names = schema.names
+    for column in columns:
+        if column and column not in names:
+            raise ConfigurationError(
+                f"{where}: the batch has no column {column!r} (columns: {shown_columns(schema)})"
+            )
 
 
 def event_times(batch: pa.RecordBatch, where: str) -> np.ndarray:
@@ -42,7 +85,7 @@ def event_times(batch: pa.RecordBatch, where: str) -> np.ndarray:
     if column.null_count:
         raise DataError(
             f"{where}: {column.null_count} of {batch.num_rows} rows have no event time (null "
-            f"{TS}); give every row a timestamp (columns: {', '.join(batch.schema.names)})"
+            f"{TS}); give every row a timestamp (columns: {shown_columns(batch.schema)})"
         )
     return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
@@ -83,7 +126,7 @@ def check_value_range(column: pa.Array | pa.ChunkedArray, where: str, name: str)
     if top > 2**63 - 1:
         raise DataError(
             f"{where}: column {name!r} holds {top}, above the int64 range the aggregations "
-            "compute in; cast it to float64 or decimal in map_batches"
+            "compute in; cast it to float64 in map_batches"
         )
 
 
@@ -131,7 +174,7 @@ class IntSumGuard:
             raise DataError(
                 f"{self.where}: the sum of column {self.column!r} overflows int64 for key "
                 f"{short_repr(keys(int(wrapped[0])))} (about {estimates[wrapped[0]]:.3g}); cast "
-                "the column to float64 or decimal in map_batches"
+                "the column to float64 in map_batches"
             )
 
 

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError, UserFunctionError, short_repr
-from epochstream.runtime.columnar import KG_COLUMN, TS_COLUMN, rows_of
+from epochstream.runtime.columnar import KG_COLUMN, TS_COLUMN, plain_types, rows_of
 from epochstream.runtime.operators.base import Operator, SnapshotParts
 from epochstream.state.backends.base import SnapshotJob, SnapshotTarget
 from epochstream.state.columnar import (
@@ -40,7 +40,7 @@ from epochstream.state.columnar import (
     read_columnar_state,
     write_columnar_state,
 )
-from epochstream.state.columnar_checks import checked_value_type, event_times
+from epochstream.state.columnar_checks import checked_value_type, event_times, is_key_group_field
 from epochstream.state.handles import KeyedStateHandle, OperatorRestore
 from epochstream.state.keygroups import key_group_range_for_operator
 
@@ -57,7 +57,6 @@ __all__ = [
     "window_starts",
 ]
 
-_INTERNAL = (KG_COLUMN, TS_COLUMN)
 
 
 def describe_batch(batch: Any) -> str:
@@ -78,17 +77,24 @@ def _need_batch(op: Operator, item: Any) -> pa.RecordBatch:
 
 def apply_batch_function(fn: Any, batch: pa.RecordBatch, where: str, what: str) -> pa.RecordBatch:
     """``fn(batch)``, checked to be a record batch; ``_ts`` is carried over when ``fn``
-    drops it and keeps the rows one to one. ``where`` names the operator in errors."""
+    drops it and keeps the rows one to one (a :class:`DataError` when it drops it and
+    changes the number of rows). ``where`` names the operator in errors."""
     try:
         out = fn(batch)
     except Exception as exc:
         raise UserFunctionError(where, _Described(batch), exc) from exc
     if type(out) is not pa.RecordBatch:
         raise DataError(f"{where}: {what} function returned {type(out).__name__}, not a pyarrow.RecordBatch")
-    names = batch.schema.names
-    if TS_COLUMN in names and TS_COLUMN not in out.schema.names and out.num_rows == batch.num_rows:
+    if TS_COLUMN in batch.schema.names and TS_COLUMN not in out.schema.names and out.num_rows:
+        if out.num_rows != batch.num_rows:
+            # Whether rows could be matched to their times would depend on the data.
+            raise DataError(
+                f"{where}: the {what} function dropped the event-time column {TS_COLUMN!r} "
+                f"and returned {out.num_rows} rows for {batch.num_rows}, so the rows' times "
+                f"cannot be carried over; keep {TS_COLUMN!r} in the batch it returns"
+            )
         out = out.append_column(TS_COLUMN, batch.column(TS_COLUMN))
-    return out
+    return plain_types(out)
 
 
 def window_starts(
@@ -140,10 +146,10 @@ class ToRowsOperator(Operator):
 
     def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
         batch = _need_batch(self, records)
-        names = batch.schema.names
-        ts = batch.column(TS_COLUMN).to_pylist() if TS_COLUMN in names else None
-        keep = [n for n in names if n not in _INTERNAL]
-        if len(keep) != len(names):
+        schema = batch.schema
+        ts = batch.column(TS_COLUMN).to_pylist() if TS_COLUMN in schema.names else None
+        keep = [f.name for f in schema if f.name != TS_COLUMN and not is_key_group_field(f)]
+        if len(keep) != len(schema):
             batch = batch.select(keep)
         self.emit(rows_of(batch), ts)
 

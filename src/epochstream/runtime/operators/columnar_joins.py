@@ -57,6 +57,7 @@ __all__ = [
     "ColumnarWindowJoinOperator",
     "JoinSpec",
     "join_key_type",
+    "reserved_join_columns",
 ]
 
 #: Appended to a right column whose name a left column has already.
@@ -98,6 +99,21 @@ def join_key_type(kind: pa.DataType) -> pa.DataType:
     return pa.int64() if pa.types.is_integer(kind) else kind
 
 
+def reserved_join_columns(windowed: bool) -> dict[str, str]:
+    """Column names a join's inputs may not have, each with the reason: the window
+    start its state keeps rows under, and a window join's own output columns.
+
+    Example: ``"window_start" in reserved_join_columns(windowed=True)``
+    """
+    reserved = {_WINDOW: "which the join keeps each row's window under"}
+    if windowed:
+        reserved.update(
+            (name, "which a window join adds to its output itself")
+            for name in ("window_start", "window_end")
+        )
+    return reserved
+
+
 class _Inputs:
     """Checks and normalizes each input's batches: key column present, key types of
     both sides compatible, integer keys as int64, null keys dropped, ``_kg`` present."""
@@ -107,8 +123,15 @@ class _Inputs:
         self.where = where
         self.max_parallelism = max_parallelism
         self.key_types: list[pa.DataType | None] = [None, None]
+        self.reserved = reserved_join_columns(spec.size is not None)
 
     def prepare(self, index: int, batch: pa.RecordBatch) -> pa.RecordBatch:
+        clash = next((n for n in batch.schema.names if n in self.reserved), None)
+        if clash is not None:
+            raise DataError(
+                f"{self.where}: the {_SIDES[index]} input has a column named {clash!r}, "
+                f"{self.reserved[clash]}; rename it in map_batches"
+            )
         key = self.keys[index]
         position = batch.schema.get_field_index(key)
         if position < 0:
@@ -153,6 +176,12 @@ def _payload(table: Any, keep_ts: bool) -> Any:
     return table.drop_columns(drop) if drop else table
 
 
+def _carried_by_acero(kind: pa.DataType) -> bool:
+    """Whether Arrow's hash join can carry a non-key column of this type (it refuses
+    lists, structs, maps, unions and the null type)."""
+    return not (pa.types.is_nested(kind) or pa.types.is_null(kind))
+
+
 def _join_tables(
     left: pa.Table, right: pa.Table, spec: JoinSpec, *, build: int, where: str
 ) -> pa.Table:
@@ -161,17 +190,28 @@ def _join_tables(
     ``build`` (0: left, 1: right) is the side Acero hashes; the other one is probed."""
     right_names = [n + RIGHT_SUFFIX if n in left.schema.names else n for n in right.schema.names]
     names = [n for n in left.schema.names + right_names if n != TS_COLUMN]
+    clash = next((n for n in names if names.count(n) > 1), None)
+    if clash is not None:
+        raise DataError(
+            f"{where}: the joined batch would have two columns named {clash!r} (left columns "
+            f"{left.schema.names}, right columns {right.schema.names}; a right column whose "
+            f"name the left has gets {RIGHT_SUFFIX!r}): rename one in map_batches"
+        )
     if TS_COLUMN in left.schema.names or TS_COLUMN in right.schema.names:
         names.append(TS_COLUMN)
+    carried = all(_carried_by_acero(f.type) for t in (left, right) for f in t.schema)
+    joined_left, joined_right = (left, right) if carried else (
+        _row_ids(left, spec.left_key, _LEFT_ROW), _row_ids(right, spec.right_key, _RIGHT_ROW)
+    )
     try:
         if build == 1:  # Acero builds its hash table on the right table of the call
-            joined = left.join(
-                right, keys=spec.left_key, right_keys=spec.right_key, join_type="inner",
+            joined = joined_left.join(
+                joined_right, keys=spec.left_key, right_keys=spec.right_key, join_type="inner",
                 right_suffix=RIGHT_SUFFIX, coalesce_keys=False, use_threads=False,
             )
         else:
-            joined = right.join(
-                left, keys=spec.right_key, right_keys=spec.left_key, join_type="inner",
+            joined = joined_right.join(
+                joined_left, keys=spec.right_key, right_keys=spec.left_key, join_type="inner",
                 left_suffix=RIGHT_SUFFIX, coalesce_keys=False, use_threads=False,
             )
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
@@ -179,7 +219,22 @@ def _join_tables(
             f"{where}: cannot join left columns {left.schema.names} with right columns "
             f"{right.schema.names}: {exc}"
         ) from exc
+    if not carried:
+        # Acero joined the keys and row numbers only; the rows are taken from the inputs.
+        pairs = (left.take(joined.column(_LEFT_ROW)), right.take(joined.column(_RIGHT_ROW)))
+        columns = {n: c for n, c in zip(left.schema.names, pairs[0].columns, strict=True)}
+        columns.update(zip(right_names, pairs[1].columns, strict=True))
+        return pa.table({n: columns[n] for n in names})
     return joined.select(names)
+
+
+_LEFT_ROW, _RIGHT_ROW = "_left_row", "_right_row"
+
+
+def _row_ids(table: pa.Table, key: str, name: str) -> pa.Table:
+    """``table``'s key column and its row numbers as column ``name``: what Acero joins
+    when it cannot carry the other columns."""
+    return pa.table({key: table.column(key), name: pa.array(np.arange(table.num_rows, dtype=np.int64))})
 
 
 class _ColumnarJoinOperator(ColumnarKeyedOperator, TwoInputOperator):

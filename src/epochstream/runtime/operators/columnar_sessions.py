@@ -46,6 +46,7 @@ from epochstream.state.columnar_checks import (
     check_value_range,
     checked_value_type,
     event_times,
+    require_columns,
     value_type_of,
     with_value_type,
 )
@@ -155,16 +156,12 @@ class _WindowedValues:
 
     def check(self, batch: pa.RecordBatch) -> None:
         names = batch.schema.names
-        for column in (self.key, self.value, TS_COLUMN):
-            if column and column not in names:
-                if column == TS_COLUMN:
-                    raise DataError(
-                        f"{self.where}: event-time session windows need event time; give the "
-                        "source a watermark strategy with .with_timestamp_column(name)"
-                    )
-                raise ConfigurationError(
-                    f"{self.where}: the batch has no column {column!r} (columns: {', '.join(names)})"
-                )
+        require_columns(batch.schema, (self.key, self.value), self.where)
+        if TS_COLUMN not in names:
+            raise DataError(
+                f"{self.where}: event-time session windows need event time; give the "
+                "source a watermark strategy with .with_timestamp_column(name)"
+            )
         if not self.value:
             return
         check_value_range(batch.column(self.value), self.where, self.value)

@@ -27,6 +27,7 @@ from epochstream.connectors.base import (
     SourceContext,
     SourceReader,
 )
+from epochstream.runtime.columnar import plain_types
 from epochstream.runtime.events import MAX_WATERMARK
 from epochstream.runtime.operators.base import Operator, SnapshotParts
 from epochstream.runtime.watermarks import TimestampsAndWatermarks
@@ -64,6 +65,7 @@ class SourceOperator(Operator):
         self._timestamps: TimestampsAndWatermarks | None = None
         # The reader ran out of splits and the job master was asked for one.
         self._asked = False
+        self._columnar = bool(getattr(self.source, "columnar", False))
 
     def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
         if restore is not None and SPLITS in restore.operator_lists:
@@ -116,11 +118,11 @@ class SourceOperator(Operator):
             records = self.reader.poll(max_records)
             count = len(records)
             if records:
-                self.emit(records, None)
+                self.emit(plain_types(records) if self._columnar else records, None)
         else:
             count = 0
             for split_id, records, finished in self.reader.poll_splits(max_records):
-                timestamps.process(split_id, records, None)
+                timestamps.process(split_id, plain_types(records) if self._columnar else records, None)
                 if finished:
                     timestamps.finish_split(split_id)
                 count += len(records)
