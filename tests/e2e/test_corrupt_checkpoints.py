@@ -109,3 +109,65 @@ def test_corrupt_older_checkpoint_does_not_block_resuming_the_newest(
     )
     assert listing.returncode == 1 and "UNREADABLE" in listing.stdout
     assert "Traceback" not in listing.stderr
+
+
+def _columnar_pipeline(env: es.Environment, out: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    (
+        env.from_sequence(0, N, rate=8_000, batch_size=500)
+        .uid("numbers")
+        .map_batches(lambda b: pa.record_batch([pc.remainder(b["value"], KEYS)], names=["k"]))
+        .key_by("k")
+        .count()
+        .uid("counts")
+        .to_rows()
+        .map(lambda r: (r["k"], r["count"]))
+        .sink_to(es.sinks.FileSink(str(out)))
+        .uid("files")
+    )
+
+
+def _tamper(path: Path) -> None:
+    """Rewrite the columnar state file well-formed, one count 1000 higher: only the
+    checksum can tell."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    reader = pa.ipc.open_file(pa.py_buffer(path.read_bytes()))
+    batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+    first = batches[0]
+    index = first.schema.get_field_index("acc")
+    batches[0] = first.set_column(index, "acc", pc.add(first.column(index), 1000))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, reader.schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    path.write_bytes(sink.getvalue().to_pybytes())
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "tamper", "delete"])
+def test_columnar_state_of_the_newest_checkpoint_damaged_falls_back(
+    spark: Any, tmp_path: Path, caplog, damage: str
+) -> None:
+    """A damaged columnar state file failed every restart with a StateError (or, changed
+    but well-formed, was restored silently into wrong counts)."""
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    env = es.Environment(parallelism=2, spark=spark)
+    env.enable_checkpointing(2.0, storage=str(ckpt), retained=2)
+    env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.2))
+    _columnar_pipeline(env, out)
+    client = env.execute_async("columnar-counts")
+    newest = client.wait_for_checkpoint(2)
+    state_files = sorted((ckpt / client.job_id / f"chk-{newest}").glob("counts-*.columnar.arrow"))
+    assert state_files, "the newest checkpoint holds columnar state files"
+    {"corrupt": _corrupt, "tamper": _tamper, "delete": Path.unlink}[damage](state_files[0])
+    with caplog.at_level(logging.WARNING):
+        es.testing.kill_slot(client, 0)
+        result = client.result(timeout=240)
+    assert f"checkpoint {newest} cannot be restored" in caplog.text
+    assert f"falling back to checkpoint {newest - 1}" in caplog.text
+    assert result.restarts == 2, result.failures  # the crash, then the damaged restore
+    rows = es.testing.read_committed(out)
+    assert _finals(rows) == {k: len(range(k, N, KEYS)) for k in range(KEYS)}

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import struct
+import zlib
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from epochstream.checkpoint.filesystems import storage_fs
-from epochstream.exceptions import ConfigurationError, DataError, StateError
+from epochstream.exceptions import ConfigurationError, CorruptStateError, DataError, StateError
 from epochstream.state.columnar import (
     STATE_KEY,
     ColumnarAggregates,
@@ -94,6 +96,41 @@ def test_snapshot_restores_split_over_new_key_group_ranges(tmp_path: Path) -> No
             assert key_group_for_key(k, MAX_P) in mine
             after[k] = v
     assert after == before
+
+
+def test_a_damaged_or_missing_state_file_is_corrupt_state(tmp_path: Path) -> None:
+    """Corrupt state is what makes a restore fall back to an earlier checkpoint; a
+    well-formed file with other contents is caught by its CRC-32, kept in the handle."""
+    agg = ColumnarAggregates("sum", key="k", value="v", max_parallelism=MAX_P)
+    agg.update(pa.record_batch([pa.array([1, 2]), pa.array([5, 6])], names=["k", "v"]))
+    fs = storage_fs(str(tmp_path))
+    path = tmp_path / "s.arrow"
+    handle = write_columnar_state(fs, str(path), agg.state_table(), key_groups=range(0, MAX_P), state="sum")
+    assert handle is not None and handle.crc == zlib.crc32(path.read_bytes())
+    assert handle.file_size == path.stat().st_size
+    doc = handle.to_json(str)
+    assert type(handle).from_json(doc, str, "test").crc == handle.crc
+    good = path.read_bytes()
+    read = lambda: read_columnar_state(lambda p: fs, [handle], range(0, MAX_P), "sums (1/1)")  # noqa: E731
+    assert read() is not None
+    # The same file with one accumulator changed: well-formed Arrow.
+    table = pa.ipc.open_file(pa.py_buffer(good)).read_all()
+    changed = table.set_column(table.schema.get_field_index("acc"), "acc", pa.array([6, 7]))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, changed.schema) as writer:
+        writer.write_table(changed)
+    for damaged in (sink.getvalue().to_pybytes(), good[:-40], b""):
+        path.write_bytes(damaged)
+        with pytest.raises(CorruptStateError) as caught:
+            read()
+        assert caught.value.path == str(path)
+    path.unlink()
+    with pytest.raises(CorruptStateError, match="cannot read state file"):
+        read()
+    # Files written before checksums were kept still read.
+    path.write_bytes(good)
+    legacy = dataclasses.replace(handle, crc=None)
+    assert read_columnar_state(lambda p: fs, [legacy], range(0, MAX_P), "sums (1/1)") is not None
 
 
 def test_state_of_another_operator_kind_is_refused() -> None:

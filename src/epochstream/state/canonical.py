@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import base64
 import json
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import cloudpickle
 
-from epochstream.exceptions import StateError
+from epochstream.exceptions import CorruptStateError, StateError
 from epochstream.state.handles import CanonicalSnapshotHandle
 from epochstream.state.serializers import DEFAULT_SERIALIZER, Serializer
 
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
     from epochstream.checkpoint.filesystems import StorageFS
 
-__all__ = ["CanonicalRow", "StateMeta", "read_batches", "read_state_meta", "write_canonical"]
+__all__ = ["CanonicalRow", "StateMeta", "read_batches", "read_state_meta", "write_canonical", "write_ipc_file"]
 
 _META_KEY = b"epochstream.states"
 #: (state, key bytes, namespace bytes | None, user key bytes | None, value bytes, ttl_ts | None)
@@ -98,15 +99,13 @@ def write_canonical(
     import pyarrow as pa
 
     schema = _schema(states)
-    batches: dict[int, int] = {}
-    with fs.open_write(path) as raw:
-        sink = pa.PythonFile(raw, mode="w")
-        writer = pa.ipc.new_file(sink, schema)
+
+    def batches_of() -> Iterator[tuple[int, Any]]:
         for kg, rows in groups:
             if not rows:
                 continue
             columns = list(zip(*rows, strict=True))
-            batch = pa.record_batch(
+            yield kg, pa.record_batch(
                 [
                     pa.array(columns[0], pa.string()),
                     pa.array([kg] * len(rows), pa.int32()),
@@ -118,26 +117,83 @@ def write_canonical(
                 ],
                 schema=schema,
             )
-            batches[kg] = len(batches)
-            writer.write_batch(batch)
-        writer.close()
-        size = raw.tell()
+
+    batches, size, crc = write_ipc_file(fs, path, schema, batches_of())
     return CanonicalSnapshotHandle(
         key_groups=key_groups,
         path=path,
         file_size=size,
         batches=batches,
         states={name: m.kind for name, m in states.items()},
+        crc=crc,
     )
 
 
-def _open(fs: StorageFS, path: str) -> Any:
+class _Checksummed:
+    """A writable file passing writes through to ``raw`` and keeping their CRC-32 and
+    size, so a file is checksummed as it is written (not read back, not held twice)."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw = raw
+        self.crc = 0
+        self.size = 0
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        self.crc = zlib.crc32(view, self.crc)
+        self.size += view.nbytes
+        self.raw.write(view)
+        return view.nbytes
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def close(self) -> None:
+        self.closed = True  # ``raw`` is closed by its owner, which makes it durable
+
+
+def write_ipc_file(
+    fs: StorageFS, path: str, schema: Any, batches: Iterable[tuple[int, Any]]
+) -> tuple[dict[int, int], int, int]:
+    """Write ``(key group, record batch)`` pairs (ascending key groups) as one Arrow IPC
+    file: each key group's batch index, the file's size and its CRC-32. Every
+    canonical and columnar state file is written here.
+
+    Example: ``indices, size, crc = write_ipc_file(fs, path, table.schema, split_by_key_group(table))``
+    """
+    import pyarrow as pa
+
+    indices: dict[int, int] = {}
+    with fs.open_write(path) as raw:
+        sink = _Checksummed(raw)
+        writer = pa.ipc.new_file(pa.PythonFile(sink, mode="w"), schema)
+        for kg, batch in batches:
+            indices[kg] = len(indices)
+            writer.write_batch(batch)
+        writer.close()
+    return indices, sink.size, sink.crc
+
+
+def _open(fs: StorageFS, path: str, crc: int | None = None) -> Any:
+    """An IPC file reader of ``path``, whose CRC-32 must be ``crc`` when given. A file
+    missing, unreadable or failing its checksum is a :class:`CorruptStateError`, so a
+    restore falls back to an earlier checkpoint."""
     import pyarrow as pa
 
     try:
-        return pa.ipc.open_file(fs.open_read(path))
+        if crc is None:  # a file written before checksums were kept
+            return pa.ipc.open_file(fs.open_read(path))
+        with fs.open_read(path) as f:
+            data = f.read()
+        if zlib.crc32(data) != crc:
+            raise CorruptStateError(f"state file {path}: checksum mismatch (file corrupt)", path=path)
+        return pa.ipc.open_file(pa.BufferReader(data))
     except (OSError, pa.ArrowInvalid) as err:
-        raise StateError(f"cannot read savepoint state file {path}: {err}") from err
+        raise CorruptStateError(f"cannot read state file {path}: {err}", path=path) from err
 
 
 def read_state_meta(fs: StorageFS, path: str) -> dict[str, StateMeta]:
@@ -166,12 +222,12 @@ def read_batches(
     wanted = sorted((kg, handle.batches[kg]) for kg in key_groups if kg in handle.batches)
     if not wanted:
         return
-    reader = _open(fs, handle.path)
+    reader = _open(fs, handle.path, handle.crc)
     for kg, index in wanted:
         try:
             batch = reader.get_batch(index)
         except Exception as err:  # pyarrow raises several types for corrupt files
-            raise StateError(
-                f"savepoint state file {handle.path}: key group {kg} (batch {index}): {err}"
+            raise CorruptStateError(
+                f"state file {handle.path}: key group {kg} (batch {index}): {err}", path=handle.path
             ) from err
         yield kg, batch

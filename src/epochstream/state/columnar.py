@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from epochstream.exceptions import ConfigurationError, StateError
-from epochstream.state.canonical import read_batches
+from epochstream.state.canonical import read_batches, write_ipc_file
 from epochstream.state.column_keygroups import key_groups_of_column
 from epochstream.state.columnar_checks import (
     KG,
@@ -384,16 +384,9 @@ def write_columnar_state(
     ``state`` names it for ``es.savepoint.read`` (the aggregation: ``"sum"``...)."""
     if table.num_rows == 0:
         return None
-    batches: dict[int, int] = {}
-    with fs.open_write(path) as raw:
-        writer = pa.ipc.new_file(pa.PythonFile(raw, mode="w"), table.schema)
-        for kg, batch in split_by_key_group(table):
-            batches[kg] = len(batches)
-            writer.write_batch(batch)
-        writer.close()
-        size = raw.tell()
+    batches, size, crc = write_ipc_file(fs, path, table.schema, split_by_key_group(table))
     return ColumnarSnapshotHandle(
-        key_groups=key_groups, path=path, file_size=size, batches=batches, states={state: "columnar"}
+        key_groups=key_groups, path=path, file_size=size, batches=batches, states={state: "columnar"}, crc=crc
     )
 
 

@@ -251,9 +251,7 @@ class StateFile:
     def from_json(doc: Any, resolve: Resolve, where: str) -> StateFile:
         if not isinstance(doc, dict):
             raise CheckpointError(f"{where}: a state file must be an object")
-        crc = doc.get("crc")
-        if crc is not None and (not isinstance(crc, int) or isinstance(crc, bool)):
-            raise CheckpointError(f"{where}: crc must be an integer, got {crc!r}")
+        crc = _crc_of(doc, where)
         return StateFile(
             resolve(_need(doc, "path", str, where)),
             _need(doc, "size", int, where),
@@ -338,6 +336,8 @@ class CanonicalSnapshotHandle(KeyedStateHandle):
     file_size: int = 0
     batches: dict[int, int] = field(default_factory=dict)
     states: dict[str, str] = field(default_factory=dict)
+    #: CRC-32 of the whole file (None in files written before it was kept).
+    crc: int | None = None
 
     @property
     def size(self) -> int:
@@ -361,6 +361,7 @@ class CanonicalSnapshotHandle(KeyedStateHandle):
             "size": self.file_size,
             "batches": {str(kg): i for kg, i in sorted(self.batches.items())},
             "states": dict(sorted(self.states.items())),
+            "crc": self.crc,
         }
 
     @classmethod
@@ -379,6 +380,7 @@ class CanonicalSnapshotHandle(KeyedStateHandle):
             file_size=_need(doc, "size", int, where),
             batches=batches,
             states={str(k): str(v) for k, v in states.items()},
+            crc=_crc_of(doc, where),
         )
 
 
@@ -410,6 +412,14 @@ _HANDLE_TYPES: dict[str, type[KeyedStateHandle]] = {
         ColumnarSnapshotHandle,
     )
 }
+
+
+def _crc_of(doc: dict[str, Any], where: str) -> int | None:
+    """A handle's optional ``crc`` entry, checked to be an integer."""
+    crc = doc.get("crc")
+    if crc is not None and (not isinstance(crc, int) or isinstance(crc, bool)):
+        raise CheckpointError(f"{where}: crc must be an integer, got {crc!r}")
+    return crc
 
 
 def handle_from_json(doc: Any, resolve: Resolve, where: str) -> KeyedStateHandle:
