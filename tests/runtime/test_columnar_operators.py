@@ -247,3 +247,16 @@ def test_a_window_value_column_turning_floating_point_is_refused_even_in_new_win
     op.process_batch(_kv(["a"], pa.array([2], pa.int64()), ts=[1_010]), None)  # widths may differ
     with pytest.raises(DataError, match=r"column 'v' changed type from int32 to double"):
         op.process_batch(_kv(["a"], [2.5], ts=[2_010]), None)
+
+
+@pytest.mark.parametrize("kind", ["columnar_window", "columnar_processing_window"])
+def test_a_window_key_column_changing_type_is_refused_even_in_new_windows(kind: str) -> None:
+    """A key type changed in a batch touching only new windows passed, until every
+    checkpoint failed putting the windows' tables together (and every restart was used)."""
+    spec = WindowAggregateSpec("sum", key="k", value="v", size=1_000, slide=1_000)
+    op, _ = make(kind, spec, key="k")
+    op.process_batch(_kv(pa.array([1], pa.int32()), [1], ts=[10]), None)
+    op.process_batch(_kv(pa.array([2], pa.int64()), [1], ts=[1_010]), None)  # widths may differ
+    for later in (pa.array([True]), pa.array([2.0]), pa.array(["a"])):
+        with pytest.raises(DataError, match=rf"key column 'k' changed type from int64 to {later.type}"):
+            op.process_batch(_kv(later, [1], ts=[2_010]), None)

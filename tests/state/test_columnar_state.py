@@ -144,6 +144,10 @@ def test_a_column_changing_type_between_batches_is_bad_data() -> None:
     agg.update(pa.record_batch([pa.array([1], pa.int32()), pa.array([2], pa.int16())], names=["k", "v"]))
     with pytest.raises(DataError, match="column 'v' changed type from int64 to double"):
         agg.update(pa.record_batch([pa.array([1]), pa.array([1.5])], names=["k", "v"]))
+    # Not numeric after a numeric first batch: it was a raw Arrow/NumPy error, retried.
+    for later in (pa.array([True]), pa.array(["x"])):
+        with pytest.raises(DataError, match=rf"column 'v' changed type from int64 to {later.type}"):
+            agg.update(pa.record_batch([pa.array([1]), later], names=["k", "v"]))
     with pytest.raises(DataError, match=r"sum \(1/1\): key column 'k' changed type from int64 to string"):
         agg.update(pa.record_batch([pa.array(["a"]), pa.array([1])], names=["k", "v"]))
 

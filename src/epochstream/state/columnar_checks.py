@@ -95,7 +95,8 @@ def checked_value_type(
 ) -> pa.DataType:
     """The value column's type to keep: ``kind`` on the first batch (integer or floating
     point only), ``first`` after it. A column that turns from integer to floating point
-    or back between batches is a :class:`DataError`; integer widths may differ.
+    or back, or to anything else, between batches is a :class:`DataError`; integer
+    widths may differ.
 
     Example: ``kind = checked_value_type(kind, batch.schema.field("v").type, "sum(v) (1/2)", "v")``
     """
@@ -106,7 +107,8 @@ def checked_value_type(
                 "or floating-point columns"
             )
         return kind
-    if pa.types.is_floating(kind) != pa.types.is_floating(first):
+    numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind)
+    if not numeric or pa.types.is_floating(kind) != pa.types.is_floating(first):
         raise DataError(
             f"{where}: column {column!r} changed type from {first} to {kind} between "
             "batches; keep one type (cast in map_batches)"

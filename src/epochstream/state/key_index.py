@@ -24,7 +24,7 @@ from epochstream.exceptions import DataError
 from epochstream.state.column_keygroups import DENSE_LIMIT
 from epochstream.state.keygroups import canonical_nan
 
-__all__ = ["KeyIndex", "canonical_float_keys"]
+__all__ = ["KeyIndex", "canonical_float_keys", "checked_key_type"]
 
 
 def canonical_float_keys(keys: pa.Array) -> pa.Array:
@@ -43,6 +43,24 @@ def canonical_float_keys(keys: pa.Array) -> pa.Array:
     if pc.any(nan).as_py():
         keys = pc.if_else(nan, pa.scalar(float("nan"), keys.type), keys)
     return keys
+
+
+def checked_key_type(first: pa.DataType | None, kind: pa.DataType, name: str) -> pa.DataType:
+    """The key type to keep after a batch of keys of type ``kind``: ``kind`` at first,
+    int64 once integer widths differ (the slots hold int64, and a key of the wider type
+    would not fit the first batch's type); any other change is a :class:`DataError`
+    naming ``name`` (the operator and the column).
+
+    Example: ``checked_key_type(pa.int32(), pa.int64(), "sum(v): key column 'k'") == pa.int64()``
+    """
+    if first is None or kind == first:
+        return kind
+    if not (pa.types.is_integer(kind) and pa.types.is_integer(first)):
+        raise DataError(
+            f"{name} changed type from {first} to {kind} between batches; keep one key "
+            "type (cast in map_batches)"
+        )
+    return pa.int64()
 
 
 class KeyIndex:
@@ -79,17 +97,8 @@ class KeyIndex:
     def _prepare(self, keys: pa.Array) -> bool:
         """Note the key type; whether ``keys`` take the numeric paths."""
         if self.key_type is None:
-            self.key_type = keys.type
             self._numeric = pa.types.is_integer(keys.type)
-        elif keys.type != self.key_type:
-            if not (pa.types.is_integer(keys.type) and pa.types.is_integer(self.key_type)):
-                raise DataError(
-                    f"{self.name} changed type from {self.key_type} to {keys.type} between "
-                    "batches; keep one key type (cast in map_batches)"
-                )
-            # Integer keys of several widths: the slots hold int64, so do the keys put out
-            # (a key of the wider type would not fit the first batch's type).
-            self.key_type = pa.int64()
+        self.key_type = checked_key_type(self.key_type, keys.type, self.name)
         if self._numeric and keys.null_count:
             self._to_generic()
         return bool(self._numeric)

@@ -42,6 +42,7 @@ from epochstream.state.columnar import (
 )
 from epochstream.state.columnar_checks import checked_value_type, event_times, is_key_group_field
 from epochstream.state.handles import KeyedStateHandle, OperatorRestore
+from epochstream.state.key_index import checked_key_type
 from epochstream.state.keygroups import key_group_range_for_operator
 
 __all__ = [
@@ -430,17 +431,24 @@ class ColumnarWindowAggregates(ColumnarKeyedOperator):
         super().__init__(spec, ctx)
         self.agg: WindowAggregateSpec = spec.payload
         self.windows: dict[int, ColumnarAggregates] = {}
-        # The value column's first type: each window checks its own rows, and a batch
-        # touching only new windows would otherwise change the type unnoticed.
+        # The key and value columns' types so far: each window checks only its own
+        # rows, and a batch touching only new windows would otherwise change a type
+        # unnoticed (until a snapshot failed to put the windows' tables together).
+        self._key_type: pa.DataType | None = None
         self._value_type: pa.DataType | None = None
 
-    def _check_value_type(self, batch: pa.RecordBatch) -> None:
-        """A value column that turned from integer to floating point (or back) between
-        batches is refused, as a rolling aggregation refuses it."""
+    def _check_types(self, batch: pa.RecordBatch) -> None:
+        """A key or value column whose type changed between batches is refused, as a
+        rolling aggregation refuses it."""
+        schema = batch.schema
+        key = self.agg.key
+        if key in schema.names:  # else the window's own check names the missing column
+            where = f"{self.ctx.task_name}: key column {key!r}"
+            self._key_type = checked_key_type(self._key_type, schema.field(key).type, where)
         value = self.agg.value
-        if not value or value not in batch.schema.names:
+        if not value or value not in schema.names:
             return  # no value column (counts), or the window's own check names it
-        kind = batch.schema.field(value).type
+        kind = schema.field(value).type
         self._value_type = checked_value_type(self._value_type, kind, self.ctx.task_name, value)
 
     def _window(self, start: int) -> ColumnarAggregates:
@@ -517,7 +525,7 @@ class ColumnarWindowOperator(ColumnarWindowAggregates):
                 f"{self.ctx.task_name}: event-time windows need event time; give the source "
                 "a watermark strategy with .with_timestamp_column(name)"
             )
-        self._check_value_type(batch)
+        self._check_types(batch)
         agg = self.agg
         late, windows = window_starts(
             event_times(batch, self.ctx.task_name), agg.size, agg.slide, agg.offset, self.watermark

@@ -450,7 +450,7 @@ class ColumnarProcessingTimeWindowOperator(ColumnarWindowAggregates):
         batch = _need_batch(self, records)
         if not batch.num_rows:
             return
-        self._check_value_type(batch)
+        self._check_types(batch)
         now = self.ctx.clock_ms()
         agg = self.agg
         last = now - (now - agg.offset) % agg.slide
