@@ -355,3 +355,19 @@ def test_missing_snapshot_file_is_corrupt_state(harness: Harness) -> None:
     os.unlink(handle.files()[0])
     with pytest.raises(CorruptStateError):
         harness.backend().restore([handle], checkpoint_id=1, owned=True)
+
+
+def test_state_of_the_other_backend_is_refused_without_restarts(harness: Harness) -> None:
+    """Every attempt would restore the same state: the error must not use up restarts."""
+    from epochstream.state.handles import HeapSnapshotHandle, RocksDBSnapshotHandle
+
+    backend = harness.backend()
+    other = (
+        RocksDBSnapshotHandle(range(0, MAX_P))
+        if harness.kind.startswith("heap")
+        else HeapSnapshotHandle(range(0, MAX_P), ())
+    )
+    with pytest.raises(StateError, match=r"cannot be restored by the .* backend: take a savepoint") as caught:
+        backend.check_restorable(other)
+    assert caught.value.suppress_restarts is True
+    backend.dispose()

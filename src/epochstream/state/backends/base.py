@@ -304,11 +304,13 @@ class KeyedStateBackend(ABC):
     def check_restorable(self, handle: KeyedStateHandle) -> None:
         """Raise :class:`StateError` when ``handle`` was written by another backend."""
         if handle.BACKEND is not None and handle.BACKEND != self.NAME:
-            raise StateError(
+            error = StateError(
                 f"this state was snapshotted by the {handle.BACKEND} backend and cannot be "
                 f"restored by the {self.NAME} backend: take a savepoint (the canonical "
                 "format both read) and start the new job from it"
             )
+            error.suppress_restarts = True  # every attempt would restore the same state
+            raise error
 
 
 class StateBackend(ABC):
