@@ -296,3 +296,28 @@ def test_the_api_builds_the_join_and_refuses_misuse() -> None:
     # Rows keep their window join: apply() without window() is refused as before.
     with pytest.raises(ConfigurationError, match="needs where\\(\\), equal_to\\(\\) and window\\(\\)"):
         rows.join(rows).where(lambda x: x).equal_to(lambda x: x).apply(lambda a, b: a)
+
+
+@pytest.mark.parametrize("spec", [WINDOW, REGULAR], ids=["window", "regular"])
+def test_a_sides_batches_must_keep_its_schema_but_for_widths_and_order(spec: JoinSpec) -> None:
+    """A regular join put out the pairs of a batch whose column changed type (its output
+    mixed ints and strings in one column) before the state refused it."""
+    op, out = make(spec)
+    op.process_input(1, persons([7], ["ann"], ts=[1]).append_column("age", pa.array([30], pa.int32())), None)
+    # Another integer width and another column order are the same schema.
+    reordered = pa.record_batch(
+        [pa.array(["bob"]), pa.array([8]), pa.array([2], pa.int64()), pa.array([40], pa.int64())],
+        names=["name", "id", "_ts", "age"],
+    )
+    op.process_input(1, reordered, None)
+    changed = persons([9], ["cy"], ts=[3]).append_column("age", pa.array(["old"]))
+    type_change = r"right input must share a schema .*: column 'age' is int32 in one batch and string"
+    with pytest.raises(DataError, match=type_change):
+        op.process_input(1, changed, None)
+    missing = persons([9], ["cy"], ts=[3])
+    with pytest.raises(DataError, match=r"right input must share a schema .*: column 'age' in some batches only"):
+        op.process_input(1, missing, None)
+    op.process_input(0, auctions([1, 2, 3], [7, 8, 9], ts=[5, 5, 5]), None)
+    op.process_watermark(999)
+    assert _pairs(out, "id", "name", "age") == [(1, "ann", 30), (2, "bob", 40)]
+    assert {b.schema.field("age").type for b in out.items} == {pa.int32()}

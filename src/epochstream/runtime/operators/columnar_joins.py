@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 
 from epochstream.exceptions import ConfigurationError, DataError
 from epochstream.graph.transformations import ColumnKey
-from epochstream.runtime.columnar import KG_COLUMN, TS_COLUMN, with_key_groups
+from epochstream.runtime.columnar import KG_COLUMN, TS_COLUMN, schema_difference, with_key_groups
 from epochstream.runtime.operators.columnar import (
     ColumnarKeyedOperator,
     _need_batch,
@@ -49,7 +49,7 @@ from epochstream.runtime.operators.columnar import (
     window_starts,
 )
 from epochstream.runtime.operators.twoinput import TwoInputOperator
-from epochstream.state.columnar_checks import event_times
+from epochstream.state.columnar_checks import event_times, shown_columns
 
 __all__ = [
     "RIGHT_SUFFIX",
@@ -124,6 +124,8 @@ class _Inputs:
         self.max_parallelism = max_parallelism
         self.key_types: list[pa.DataType | None] = [None, None]
         self.reserved = reserved_join_columns(spec.size is not None)
+        # Each side's schema (every field nullable), set by its first batch.
+        self.schemas: list[pa.Schema | None] = [None, None]
 
     def prepare(self, index: int, batch: pa.RecordBatch) -> pa.RecordBatch:
         clash = next((n for n in batch.schema.names if n in self.reserved), None)
@@ -152,9 +154,43 @@ class _Inputs:
         self._check_type(index, column.type)
         if KG_COLUMN not in batch.schema.names:  # driven directly, not through a hash edge
             batch = with_key_groups(batch, ColumnKey(key), self.max_parallelism)
+        batch = self._conformed(index, batch)
         if column.null_count:
             batch = batch.filter(pc.is_valid(column))
         return batch
+
+    def _conformed(self, index: int, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` in its side's first schema: columns in the same order, integer
+        widths and nullability as there. Any other difference is a :class:`DataError`
+        naming the column, before the batch is joined (a regular join put out the
+        pairs of such a batch, mixing the column's types in its output)."""
+        first = self.schemas[index]
+        schema = batch.schema
+        if first is None:
+            first = self.schemas[index] = pa.schema(
+                [f.with_nullable(True) for f in schema], metadata=schema.metadata
+            )
+        if schema.equals(first):
+            return batch
+        names = first.names
+        if sorted(schema.names) == sorted(names):
+            batch = batch.select(names)
+            if all(
+                a.type == b.type or (pa.types.is_integer(a.type) and pa.types.is_integer(b.type))
+                for a, b in zip(batch.schema, first, strict=True)
+            ):
+                try:
+                    return batch.cast(first)
+                except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                    raise DataError(
+                        f"{self.where}: a batch of the {_SIDES[index]} input does not fit the "
+                        f"input's first schema ({shown_columns(first)}): {exc}"
+                    ) from exc
+        raise DataError(
+            f"{self.where}: batches of the {_SIDES[index]} input must share a schema (integer "
+            f"widths, nullability and column order may differ): "
+            f"{schema_difference([first, schema]) or 'the schemas differ'}"
+        )
 
     def _check_type(self, index: int, kind: pa.DataType) -> None:
         if self.key_types[index] is None:
@@ -308,18 +344,9 @@ class _Rows:
     def __init__(self) -> None:
         self.batches: list[pa.RecordBatch] = []
 
-    def add(self, batch: pa.RecordBatch, where: str) -> None:
+    def add(self, batch: pa.RecordBatch) -> None:
+        """Keep ``batch`` (already in its side's schema: ``_Inputs.prepare``)."""
         batches = self.batches
-        if batches and batch.schema != batches[0].schema:
-            # Restored rows come back with their columns in the snapshot's order.
-            schema = batches[0].schema
-            try:
-                batch = batch.select(schema.names).cast(schema)
-            except (KeyError, ValueError, pa.ArrowException) as exc:
-                raise DataError(
-                    f"{where}: batches of one join input must share a schema; got "
-                    f"{batches[0].schema.names} and then {batch.schema.names}: {exc}"
-                ) from exc
         batches.append(batch)
         if len(self.batches) >= _MAX_CHUNKS:
             self.batches = [pa.concat_batches(self.batches)]
@@ -361,7 +388,7 @@ class ColumnarRegularJoinOperator(_ColumnarJoinOperator):
             kept = _payload(other, keep_ts=TS_COLUMN not in arriving.schema.names)
             pair = (arriving, kept) if index == 0 else (kept, arriving)
             self._emit_joined(_join_tables(*pair, self.join, build=index, where=self.ctx.task_name))
-        self.rows[index].add(batch, self.ctx.task_name)
+        self.rows[index].add(batch)
 
     def state_table(self) -> pa.Table:
         return self._sides_table([[(b, None) for b in rows.batches] for rows in self.rows])
@@ -370,7 +397,7 @@ class ColumnarRegularJoinOperator(_ColumnarJoinOperator):
         for index, side in enumerate(_SIDES):
             batch = self._side_rows(table, side)
             if batch is not None:
-                self.rows[index].add(self.inputs.prepare(index, batch), self.ctx.task_name)
+                self.rows[index].add(self.inputs.prepare(index, batch))
 
 
 class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
@@ -416,7 +443,7 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
         self.counters.late_records_dropped += late
         for start, rows in windows:
             part = batch if rows.all() else batch.filter(pa.array(rows))
-            self._window(start)[index].add(part, self.ctx.task_name)
+            self._window(start)[index].add(part)
 
     def process_watermark(self, watermark: int) -> None:
         self.watermark = watermark
@@ -452,4 +479,4 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
             starts = batch.column(_WINDOW).to_numpy()
             for start in np.unique(starts).tolist():
                 rows = batch.filter(pa.array(starts == start)).drop_columns([_WINDOW])
-                self._window(start)[index].add(self.inputs.prepare(index, rows), self.ctx.task_name)
+                self._window(start)[index].add(self.inputs.prepare(index, rows))
