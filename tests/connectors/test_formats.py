@@ -145,6 +145,34 @@ def test_parquet_unreadable_file_fails_naming_it_or_is_dead_lettered(tmp_path: P
     assert [(os.path.basename(d["file"]), d["row_group"]) for d in dead] == [("b.parquet", 0)]
 
 
+def test_columnar_parquet_of_another_schema_fails_naming_the_file(tmp_path: Path) -> None:
+    """A file whose column had another type failed at an edge downstream, naming no file."""
+    pq.write_table(pa.table({"id": pa.array([1], pa.int32()), "price": [1]}), tmp_path / "a.parquet")
+    # Other integer widths and another column order are the same schema.
+    pq.write_table(pa.table({"price": [2], "id": pa.array([2], pa.int64())}), tmp_path / "b.parquet")
+    pq.write_table(pa.table({"id": [3], "price": [2.5]}), tmp_path / "c.parquet")
+
+    def batches(source: FileSource, dead: list[Any] | None = None) -> list[Any]:
+        reader = source.create_reader(ctx(dead))
+        reader.add_splits(source.create_splits(1))
+        out: list[Any] = []
+        while not reader.exhausted:
+            got = reader.poll(10)
+            if len(got):
+                out.append(got)
+        return out
+
+    other_type = r"c\.parquet.*row group 0: .*column 'price' is double in one batch and int64"
+    with pytest.raises(SourceDecodeError, match=other_type):
+        batches(FileSource(tmp_path, "parquet", batch_size=10))
+    dead: list[Any] = []
+    read = batches(FileSource(tmp_path, "parquet", batch_size=10, on_error="dead_letter"), dead)
+    assert [b.num_rows for b in read] == [1, 1]
+    assert [os.path.basename(d["file"]) for d in dead] == ["c.parquet"]
+    # Rows have no schema to keep: every file reads.
+    assert [r["price"] for r in read_all(FileSource(tmp_path, "parquet"))] == [1, 2, 2.5]
+
+
 def test_bad_settings_are_rejected(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="format"):
         FileSource(tmp_path, "xml")

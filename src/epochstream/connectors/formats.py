@@ -50,7 +50,7 @@ from epochstream.connectors.files import (
     list_files,
 )
 from epochstream.exceptions import ConfigurationError, SourceDecodeError
-from epochstream.runtime.columnar import rows_of
+from epochstream.runtime.columnar import rows_of, schema_difference
 
 __all__ = [
     "CsvParser",
@@ -340,6 +340,10 @@ class ParquetReader(SourceReader):
         self._monitored = monitored
         self._splits: deque[ParquetSplit] = deque()
         self._table: Any = None  # the first split's row group, once read
+        # Columnar: the first row group's schema, which every later one must match
+        # (but for column order, integer widths and nullability) so that a file of
+        # another schema is named here, not by an edge or an operator downstream.
+        self._schema: Any = None
 
     def add_splits(self, splits: list[Any]) -> None:
         for split in splits:
@@ -390,6 +394,8 @@ class ParquetReader(SourceReader):
 
         try:
             table = pq.ParquetFile(split.path).read_row_group(split.row_group)
+            if self._batch_size is not None:
+                self._check_schema(table.schema)
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
             if self._dead_letter is None:
@@ -405,6 +411,28 @@ class ParquetReader(SourceReader):
             return None
         self._table = table
         return table
+
+    def _check_schema(self, schema: Any) -> None:
+        """Raise ``ValueError`` saying how ``schema`` differs from the first row group's
+        (the caller names the file and row group)."""
+        import pyarrow as pa
+
+        if self._schema is None:
+            self._schema = schema
+            return
+        first = self._schema
+        if schema.equals(first) or (
+            sorted(schema.names) == sorted(first.names)
+            and all(
+                a.type == b.type or (pa.types.is_integer(a.type) and pa.types.is_integer(b.type))
+                for a, b in ((schema.field(n), first.field(n)) for n in first.names)
+            )
+        ):
+            return
+        raise ValueError(
+            "its schema differs from the first row group's: "
+            f"{schema_difference([first, schema]) or 'the schemas differ'}"
+        )
 
     @property
     def exhausted(self) -> bool:

@@ -260,7 +260,8 @@ class ColumnarRouter:
 
 def schema_difference(schemas: list[pa.Schema]) -> str | None:
     """What tells ``schemas`` apart, for an error: the columns only some of them have, or
-    a column's differing types (the edge's own ``_kg`` left out); None if neither.
+    a column's differing types (integer widths and the edge's own ``_kg`` left out);
+    None if neither.
 
     Example: ``schema_difference([pa.schema([("k", pa.string())]), pa.schema([("k", pa.large_string())])])``
     gives ``"column 'k' is string in one batch and large_string in another"``
@@ -271,7 +272,10 @@ def schema_difference(schemas: list[pa.Schema]) -> str | None:
     if some:
         return f"column{'s' if len(some) > 1 else ''} {', '.join(map(repr, some))} in some batches only"
     for name in every:
-        types = sorted({str(f[name].type) for f in fields})
+        kinds = [f[name].type for f in fields]
+        if all(pa.types.is_integer(k) for k in kinds):
+            continue  # integer widths may differ wherever this is asked
+        types = sorted({str(k) for k in kinds})
         if len(types) > 1:
             return f"column {name!r} is {types[0]} in one batch and {types[1]} in another"
     return None

@@ -256,7 +256,7 @@ class TimestampsAndWatermarks:
             ts = epoch_ms(ts)
         elif not pa.types.is_integer(ts.type) or ts.null_count:
             raise DataError(
-                f"{self.where}: timestamp column {column!r} is {ts.type}"
+                f"{self.where}: split {split_id}: timestamp column {column!r} is {ts.type}"
                 + (f" with {ts.null_count} nulls" if ts.null_count else "")
                 + "; event time is int milliseconds since the epoch (or an Arrow timestamp)"
             )
