@@ -52,6 +52,14 @@ def test_map_batches_keeps_event_time_and_checks_the_result_type() -> None:
     assert filtered.rows() == [{"k": 1, "v": 5, "_ts": 10}, {"k": 2, "v": 6, "_ts": 20}]
     with pytest.raises(DataError, match=r"dropped the event-time column '_ts' and returned 1 rows for 2"):
         filtering.process_batch(_kv([1, 2], [1, 6], ts=[10, 20]), None)
+    # A _ts of its own must be integer milliseconds.
+    narrow, narrowed = make("map_batches", lambda b: b.set_column(2, "_ts", b["_ts"].cast(pa.int32())))
+    narrow.process_batch(_kv([1], [1], ts=[10]), None)
+    assert narrowed.items[0].schema.field("_ts").type == pa.int64()
+    for kind in (pa.float64(), pa.string()):
+        floats, _ = make("map_batches", lambda b, k=kind: b.set_column(2, "_ts", b["_ts"].cast(k)))
+        with pytest.raises(DataError, match=rf"returned the event-time column '_ts' as {kind}; event time is int64"):
+            floats.process_batch(_kv([1], [1], ts=[10]), None)
     # View types become plain ones where batches enter.
     views, viewed = make("map_batches", lambda b: b.append_column("s", pa.array(["x"] * len(b), pa.string_view())))
     views.process_batch(_kv([1], [1]), None)

@@ -79,7 +79,8 @@ def _need_batch(op: Operator, item: Any) -> pa.RecordBatch:
 def apply_batch_function(fn: Any, batch: pa.RecordBatch, where: str, what: str) -> pa.RecordBatch:
     """``fn(batch)``, checked to be a record batch; ``_ts`` is carried over when ``fn``
     drops it and keeps the rows one to one (a :class:`DataError` when it drops it and
-    changes the number of rows). ``where`` names the operator in errors."""
+    changes the number of rows); a ``_ts`` it returns must be integers (made int64).
+    ``where`` names the operator in errors."""
     try:
         out = fn(batch)
     except Exception as exc:
@@ -95,6 +96,16 @@ def apply_batch_function(fn: Any, batch: pa.RecordBatch, where: str, what: str) 
                 f"cannot be carried over; keep {TS_COLUMN!r} in the batch it returns"
             )
         out = out.append_column(TS_COLUMN, batch.column(TS_COLUMN))
+    index = out.schema.get_field_index(TS_COLUMN)
+    if index >= 0 and out.schema.field(index).type != pa.int64():
+        kind = out.schema.field(index).type
+        if not pa.types.is_integer(kind):
+            # A float would be truncated silently into times, a string fail in a kernel.
+            raise DataError(
+                f"{where}: the {what} function returned the event-time column {TS_COLUMN!r} "
+                f"as {kind}; event time is int64 milliseconds since the epoch"
+            )
+        out = out.set_column(index, TS_COLUMN, out.column(index).cast(pa.int64()))
     return plain_types(out)
 
 
