@@ -46,27 +46,36 @@ def _corrupt(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_corrupt_newest_checkpoint_falls_back(spark: Any, tmp_path: Path, caplog) -> None:
+def _damage_newest_and_recover(
+    spark: Any, tmp_path: Path, caplog: Any, pipeline: Any, state_glob: str, damage: Any
+) -> tuple[es.JobResult, list[list[int]]]:
+    """Run ``pipeline`` until its second checkpoint, ``damage`` the first of that
+    checkpoint's files matching ``state_glob``, kill slot 0; the job must fall back to
+    the checkpoint before. The result and the committed rows."""
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
     env = es.Environment(parallelism=2, spark=spark)
     # Full heap snapshots: each checkpoint's keyed state is its own file in its directory.
     env.set_state_backend(es.state.HeapStateBackend(incremental=False))
     env.enable_checkpointing(2.0, storage=str(ckpt), retained=2)
     env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.2))
-    _pipeline(env, out)
+    pipeline(env, out)
     client = env.execute_async("counts")
     newest = client.wait_for_checkpoint(2)
-    state_files = sorted((ckpt / client.job_id / f"chk-{newest}").glob("counts-*.kst"))
-    assert state_files, "the newest checkpoint holds keyed state files"
-    _corrupt(state_files[0])
+    state_files = sorted((ckpt / client.job_id / f"chk-{newest}").glob(state_glob))
+    assert state_files, f"the newest checkpoint holds {state_glob} files"
+    damage(state_files[0])
     with caplog.at_level(logging.WARNING):
         es.testing.kill_slot(client, 0)
         result = client.result(timeout=240)
     assert f"checkpoint {newest} cannot be restored" in caplog.text
     assert f"falling back to checkpoint {newest - 1}" in caplog.text
-    assert result.restarts == 2, result.failures  # the crash, then the corrupt restore
+    assert result.restarts == 2, result.failures  # the crash, then the damaged restore
+    return result, es.testing.read_committed(out)
+
+
+def test_corrupt_newest_checkpoint_falls_back(spark: Any, tmp_path: Path, caplog) -> None:
+    result, rows = _damage_newest_and_recover(spark, tmp_path, caplog, _pipeline, "counts-*.kst", _corrupt)
     assert "checksum mismatch" in result.failures[1]
-    rows = es.testing.read_committed(out)
     # State rolled back consistently: every key ends at its true count. Output committed
     # after the older checkpoint may appear twice (the warning says so), none is lost.
     assert _finals(rows) == {k: len(range(k, N, KEYS)) for k in range(KEYS)}
@@ -153,21 +162,8 @@ def test_columnar_state_of_the_newest_checkpoint_damaged_falls_back(
 ) -> None:
     """A damaged columnar state file failed every restart with a StateError (or, changed
     but well-formed, was restored silently into wrong counts)."""
-    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
-    env = es.Environment(parallelism=2, spark=spark)
-    env.enable_checkpointing(2.0, storage=str(ckpt), retained=2)
-    env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.2))
-    _columnar_pipeline(env, out)
-    client = env.execute_async("columnar-counts")
-    newest = client.wait_for_checkpoint(2)
-    state_files = sorted((ckpt / client.job_id / f"chk-{newest}").glob("counts-*.columnar.arrow"))
-    assert state_files, "the newest checkpoint holds columnar state files"
-    {"corrupt": _corrupt, "tamper": _tamper, "delete": Path.unlink}[damage](state_files[0])
-    with caplog.at_level(logging.WARNING):
-        es.testing.kill_slot(client, 0)
-        result = client.result(timeout=240)
-    assert f"checkpoint {newest} cannot be restored" in caplog.text
-    assert f"falling back to checkpoint {newest - 1}" in caplog.text
-    assert result.restarts == 2, result.failures  # the crash, then the damaged restore
-    rows = es.testing.read_committed(out)
+    damages = {"corrupt": _corrupt, "tamper": _tamper, "delete": Path.unlink}
+    _, rows = _damage_newest_and_recover(
+        spark, tmp_path, caplog, _columnar_pipeline, "counts-*.columnar.arrow", damages[damage]
+    )
     assert _finals(rows) == {k: len(range(k, N, KEYS)) for k in range(KEYS)}
