@@ -116,8 +116,8 @@ def with_key_groups(batch: pa.RecordBatch, key: ColumnKey, max_parallelism: int)
     if existing >= 0 and not is_key_group_field(schema.field(existing)):
         raise DataError(
             f"key_by({key.column!r}): the batch has a column named {KG_COLUMN!r}, the name "
-            "epochstream keeps the key groups of keyed batches under; rename it in "
-            f"map_batches (columns: {', '.join(schema.names)})"
+            "epochstream keeps the key groups of keyed batches under; rename it (in "
+            f"map_batches, the source's files or the to_batches schema) (columns: {', '.join(schema.names)})"
         )
     kind = schema.field(index).type
     if pa.types.is_nested(kind):

@@ -175,17 +175,22 @@ class _Slot:
         if self._stop.is_set():
             return
         edge = next(e for e in self.graph.edges if e.edge_id == hello.edge_id)
-        self.send(
-            TaskFailed(
-                task=(edge.target_chain, self.index),
-                description=(
-                    f"input channel from {edge.source_chain} subtask "
-                    f"{hello.upstream_subtask} broke: {exc!r}"
-                ),
-                traceback="",
-                secondary=True,
-            )
+        failure = TaskFailed(
+            task=(edge.target_chain, self.index),
+            description=(
+                f"input channel from {edge.source_chain} subtask "
+                f"{hello.upstream_subtask} broke: {exc!r}"
+            ),
+            traceback="",
+            secondary=True,
         )
+        try:
+            self.send(failure)
+        except OSError as closed:
+            # The job master closed the control connection first (the job is ending, as
+            # in a stop with a savepoint, or failing over): nobody is left to tell, and
+            # this slot is being torn down. Said here, not as a thread's traceback.
+            log.info("slot %d: %s, after the control connection closed (%r)", self.index, failure.description, closed)
 
     def _wire(self, addresses: dict[int, tuple[str, int]]) -> None:
         g = self.graph
