@@ -20,6 +20,8 @@ def test_the_endpoint_closes_after_its_linger_time() -> None:
             socket.create_connection((host, int(port)), timeout=5).close()
         except ConnectionRefusedError:
             break
+        except ConnectionResetError:
+            pass  # accepted into the backlog as the listener closed: try again
         assert time.monotonic() < deadline, "the endpoint never closed"
         time.sleep(0.05)
     assert endpoint.dashboard_url == endpoint.url + "/dashboard/#token=t"
