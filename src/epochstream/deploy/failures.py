@@ -86,7 +86,10 @@ class FailureHandler:
             assert corrupt.checkpoint_id is not None
             fallback = self._coordinator.discard_corrupt(corrupt.checkpoint_id, str(corrupt))
             if fallback is None:
-                raise give_up(self._job_id, failures, failure, "no restorable checkpoint is left")
+                raise give_up(
+                    self._job_id, failures, failure,
+                    "the checkpoint or savepoint it restored is corrupt and no older checkpoint is left",
+                )
             log.warning(
                 "job %s: output that sinks committed after checkpoint %d may be written "
                 "again, since the job now restarts from there",
