@@ -50,7 +50,7 @@ from epochstream.connectors.files import (
     list_files,
 )
 from epochstream.exceptions import ConfigurationError, SourceDecodeError
-from epochstream.runtime.columnar import rows_of, schema_difference
+from epochstream.runtime.columnar import rows_of, same_columns, schema_difference
 
 __all__ = [
     "CsvParser",
@@ -415,19 +415,11 @@ class ParquetReader(SourceReader):
     def _check_schema(self, schema: Any) -> None:
         """Raise ``ValueError`` saying how ``schema`` differs from the first row group's
         (the caller names the file and row group)."""
-        import pyarrow as pa
-
         if self._schema is None:
             self._schema = schema
             return
         first = self._schema
-        if schema.equals(first) or (
-            sorted(schema.names) == sorted(first.names)
-            and all(
-                a.type == b.type or (pa.types.is_integer(a.type) and pa.types.is_integer(b.type))
-                for a, b in ((schema.field(n), first.field(n)) for n in first.names)
-            )
-        ):
+        if same_columns(schema, first):
             return
         raise ValueError(
             "its schema differs from the first row group's: "

@@ -43,6 +43,7 @@ __all__ = [
     "is_ipc_frame",
     "plain_types",
     "rows_of",
+    "same_columns",
     "schema_difference",
     "with_key_groups",
 ]
@@ -256,6 +257,24 @@ class ColumnarRouter:
                     ) from exc
                 batch = concat(widened)
             self._ship_one(ch, batch)
+
+
+def same_columns(schema: pa.Schema, first: pa.Schema) -> bool:
+    """Whether ``schema`` has ``first``'s columns, in any order, each of the same type
+    or both integers (the differences that every columnar check lets through, with
+    nullability; :func:`schema_difference` words any other).
+
+    Example: ``same_columns(pa.schema([("v", pa.int8())]), pa.schema([("v", pa.int64())]))``
+    """
+    if schema.equals(first):
+        return True
+    if sorted(schema.names) != sorted(first.names):
+        return False
+    for name in first.names:
+        a, b = schema.field(name).type, first.field(name).type
+        if a != b and not (pa.types.is_integer(a) and pa.types.is_integer(b)):
+            return False
+    return True
 
 
 def schema_difference(schemas: list[pa.Schema]) -> str | None:

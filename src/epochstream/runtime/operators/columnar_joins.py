@@ -41,7 +41,13 @@ import pyarrow.compute as pc
 
 from epochstream.exceptions import ConfigurationError, DataError
 from epochstream.graph.transformations import ColumnKey
-from epochstream.runtime.columnar import KG_COLUMN, TS_COLUMN, schema_difference, with_key_groups
+from epochstream.runtime.columnar import (
+    KG_COLUMN,
+    TS_COLUMN,
+    same_columns,
+    schema_difference,
+    with_key_groups,
+)
 from epochstream.runtime.operators.columnar import (
     ColumnarKeyedOperator,
     _need_batch,
@@ -172,20 +178,14 @@ class _Inputs:
             )
         if schema.equals(first):
             return batch
-        names = first.names
-        if sorted(schema.names) == sorted(names):
-            batch = batch.select(names)
-            if all(
-                a.type == b.type or (pa.types.is_integer(a.type) and pa.types.is_integer(b.type))
-                for a, b in zip(batch.schema, first, strict=True)
-            ):
-                try:
-                    return batch.cast(first)
-                except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-                    raise DataError(
-                        f"{self.where}: a batch of the {_SIDES[index]} input does not fit the "
-                        f"input's first schema ({shown_columns(first)}): {exc}"
-                    ) from exc
+        if same_columns(schema, first):
+            try:
+                return batch.select(first.names).cast(first)
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                raise DataError(
+                    f"{self.where}: a batch of the {_SIDES[index]} input does not fit the "
+                    f"input's first schema ({shown_columns(first)}): {exc}"
+                ) from exc
         raise DataError(
             f"{self.where}: batches of the {_SIDES[index]} input must share a schema (integer "
             f"widths, nullability and column order may differ): "
