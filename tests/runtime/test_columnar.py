@@ -17,6 +17,7 @@ from epochstream.runtime.columnar import (
     encode_ipc,
     is_ipc_frame,
     plain_types,
+    same_columns,
     with_key_groups,
 )
 from epochstream.runtime.outputs import Channel, RecordWriter
@@ -243,3 +244,11 @@ def test_rows_of_gives_what_to_pylist_gives() -> None:
     assert rows_of(batch) == batch.to_pylist()
     assert rows_of(pa.Table.from_batches([batch, batch])) == batch.to_pylist() * 2
     assert rows_of(batch.slice(0, 0)) == []
+
+
+def test_same_columns_lets_order_integer_widths_and_nullability_through() -> None:
+    first = pa.schema([("k", pa.string()), pa.field("v", pa.int64(), nullable=False)])
+    assert same_columns(pa.schema([("v", pa.int8()), ("k", pa.string())]), first)
+    assert not same_columns(pa.schema([("k", pa.string()), ("v", pa.float64())]), first)
+    assert not same_columns(pa.schema([("k", pa.large_string()), ("v", pa.int64())]), first)
+    assert not same_columns(pa.schema([("k", pa.string())]), first)
