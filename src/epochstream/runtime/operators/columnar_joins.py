@@ -134,18 +134,12 @@ class _Inputs:
         self.schemas: list[pa.Schema | None] = [None, None]
 
     def prepare(self, index: int, batch: pa.RecordBatch) -> pa.RecordBatch:
-        clash = next((n for n in batch.schema.names if n in self.reserved), None)
-        if clash is not None:
-            raise DataError(
-                f"{self.where}: the {_SIDES[index]} input has a column named {clash!r}, "
-                f"{self.reserved[clash]}; rename it in map_batches"
-            )
         key = self.keys[index]
         position = batch.schema.get_field_index(key)
         if position < 0:
             raise ConfigurationError(
                 f"{self.where}: the {_SIDES[index]} input has no key column {key!r} "
-                f"(columns: {', '.join(batch.schema.names)})"
+                f"(columns: {shown_columns(batch.schema)})"
             )
         column = batch.column(position)
         if join_key_type(column.type) != column.type:
@@ -166,13 +160,21 @@ class _Inputs:
         return batch
 
     def _conformed(self, index: int, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """``batch`` in its side's first schema: columns in the same order, integer
-        widths and nullability as there. Any other difference is a :class:`DataError`
+        """``batch`` in its side's first schema (which may not have a column the join
+        reserves): columns in the same order, integer widths and nullability as there.
+        Any other difference is a :class:`DataError`
         naming the column, before the batch is joined (a regular join put out the
         pairs of such a batch, mixing the column's types in its output)."""
         first = self.schemas[index]
         schema = batch.schema
         if first is None:
+            # Checked once per side: every later batch must have these same columns.
+            clash = next((n for n in schema.names if n in self.reserved), None)
+            if clash is not None:
+                raise DataError(
+                    f"{self.where}: the {_SIDES[index]} input has a column named {clash!r}, "
+                    f"{self.reserved[clash]}; rename it in map_batches"
+                )
             first = self.schemas[index] = pa.schema(
                 [f.with_nullable(True) for f in schema], metadata=schema.metadata
             )
