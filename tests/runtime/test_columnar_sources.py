@@ -126,3 +126,47 @@ def test_columnar_event_time_errors_name_the_source_and_the_column() -> None:
         tw.process("s", pa.record_batch([pa.array([1, None])], names=["t"]), None)  # type: ignore[arg-type]
     with pytest.raises(DataError, match=r"column 't' is timestamp\[ms\] with 1 nulls"):
         tw.process("s", pa.record_batch([pa.array([5, None], pa.timestamp("ms"))], names=["t"]), None)  # type: ignore[arg-type]
+
+
+class _ViewBatches(es.sources.Source):
+    """A columnar source whose one batch has a string_view column (as Polars makes)."""
+
+    columnar = True
+
+    def create_splits(self, parallelism: int) -> list[Any]:
+        return []
+
+    def create_reader(self, ctx: SourceContext) -> es.sources.SourceReader:
+        return _ViewReader()
+
+
+class _ViewReader(es.sources.SourceReader):
+    def __init__(self) -> None:
+        self.left = [pa.record_batch([pa.array(["a", "b"], pa.string_view())], names=["s"])]
+
+    def add_splits(self, splits: list[Any]) -> None:
+        pass
+
+    def poll(self, max_records: int) -> Any:
+        return self.left.pop() if self.left else []
+
+    @property
+    def exhausted(self) -> bool:
+        return not self.left
+
+    def snapshot(self, checkpoint_id: int) -> list[Any]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_columnar_sources_view_columns_leave_it_as_plain_strings() -> None:
+    """string_view crashed the key_by exchange with a raw Arrow error."""
+    from columnar_support import make_operator
+
+    op, out = make_operator("source", _ViewBatches())
+    op.assign_splits([])
+    assert op.poll(10) == 2
+    (batch,) = out.items
+    assert batch.schema.field("s").type == pa.string() and batch.column("s").to_pylist() == ["a", "b"]
