@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: bytecode demo test test-fast lint typecheck bench bench-all clean
+.PHONY: system-packages bytecode demo test test-fast lint typecheck bench bench-all clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "need Python 3.11+ (python3.11 on PATH)"; exit 1; }
@@ -23,7 +23,12 @@ bytecode: $(STAMP)
 demo: bytecode
 	SPARK_LOCAL_IP=127.0.0.1 $(PY) examples/wordcount_demo.py
 
-test: bytecode
+# Java, PostgreSQL, nats-server, chromium and chromedriver for the suite's real components:
+# installed with apt-get as root, otherwise named with the tests that will be skipped.
+system-packages:
+	@scripts/system-packages.sh
+
+test: system-packages bytecode
 	SPARK_LOCAL_IP=127.0.0.1 $(PY) -m pytest -q tests
 
 test-fast: $(STAMP)

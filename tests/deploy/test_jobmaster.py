@@ -11,6 +11,7 @@ This module: jobs that finish, fail, restart, time out or are cancelled.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -84,6 +85,65 @@ def test_a_failing_slot_restarts_from_the_latest_checkpoint_exactly_once(
     assert "injected failure #1 in subtask 0" in result.failures[0]
     assert "attempt 2: restoring checkpoint" in caplog.text
     assert exactly_once_problems(es.testing.read_committed(tmp_path / "out"), n) == []
+
+
+class _StartFails(ThreadRunner):
+    """A ``ThreadRunner`` whose first ``failures`` starts raise ``error`` (Popen's EMFILE)."""
+
+    def __init__(self, parallelism: int, failures: int, error: Exception) -> None:
+        super().__init__(parallelism)
+        self.failures = failures
+        self.error = error
+        self.tries = 0
+
+    def start(self, launch: SlotLaunch, on_exit: OnExit) -> None:
+        self.tries += 1
+        if self.tries <= self.failures:
+            raise self.error
+        super().start(launch, on_exit)
+
+
+def test_an_attempt_that_cannot_start_its_slots_goes_through_the_restart_strategy(
+    tmp_path: Path,
+) -> None:
+    env = make_env(tmp_path)
+    env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.01))
+    sums_pipeline(env, env.from_collection(range(200)), tmp_path / "out")
+    runner = _StartFails(2, failures=2, error=OSError(errno.EMFILE, "Too many open files"))
+    result = JobMaster(env, env.job_graph("emfile"), runner=runner).run()
+
+    assert result.restarts == 2 and runner.attempts == [3]
+    assert len(result.failures) == 2
+    assert all("could not start its slots" in f and "Too many open files" in f
+               for f in result.failures)
+    assert exactly_once_problems(es.testing.read_committed(tmp_path / "out"), 200) == []
+
+
+def test_an_attempt_that_never_starts_ends_the_job_when_restarts_run_out(tmp_path: Path) -> None:
+    env = make_env(tmp_path)
+    env.set_restart_strategy(es.restart.fixed_delay(attempts=2, delay=0.01))
+    sums_pipeline(env, env.from_collection(range(20)), tmp_path / "out")
+    runner = _StartFails(2, failures=99, error=OSError(errno.EAGAIN, "Resource unavailable"))
+    with pytest.raises(JobExecutionError) as info:
+        JobMaster(env, env.job_graph("eagain"), runner=runner).run()
+
+    assert info.value.restarts == 2 and runner.tries == 3 and runner.attempts == []
+    assert "could not start its slots" in info.value.cause
+    assert "Resource unavailable" in info.value.cause
+
+
+def test_a_start_error_that_says_restarting_cannot_help_ends_the_job_at_once(
+    tmp_path: Path,
+) -> None:
+    env = make_env(tmp_path, checkpointing=False)
+    env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.01))
+    env.from_collection(range(20)).sink_to(es.sinks.DiscardSink())
+    runner = _StartFails(2, failures=99, error=es.ConfigurationError("no such master"))
+    with pytest.raises(JobExecutionError) as info:
+        JobMaster(env, env.job_graph("config"), runner=runner).run()
+
+    assert info.value.restarts == 0 and runner.tries == 1
+    assert "not recoverable by restarting" in str(info.value)
 
 
 def _reject_seven(i: int) -> int:

@@ -49,6 +49,17 @@ class Failure:
             f" (process died?): {error!r}"
         )
 
+    @classmethod
+    def start_failed(cls, attempt: int, error: Exception) -> Failure:
+        """The runner could not start the attempt's slots (``Popen``'s EMFILE, ENOMEM or
+        EAGAIN, a Spark submission refused): most such causes pass, so the restart
+        strategy decides, unless the error says restarting cannot help."""
+        return cls(
+            f"attempt {attempt} could not start its slots: {error!r}",
+            suppress_restarts=bool(getattr(error, "suppress_restarts", False)),
+            error=error,
+        )
+
     @property
     def corrupt_checkpoint(self) -> CorruptStateError | None:
         """The restore error, when the attempt failed restoring a corrupt checkpoint."""

@@ -346,9 +346,12 @@ class JobMaster:
                 attempt,
                 restored.checkpoint_id,
             )
-        self.runner.start(
-            self._launch(), lambda err: self.events.put(("runner-exit", attempt, err))
-        )
+        try:
+            self.runner.start(
+                self._launch(), lambda err: self.events.put(("runner-exit", attempt, err))
+            )
+        except Exception as exc:  # EMFILE, ENOMEM, EAGAIN...: the restart strategy decides
+            return Failure.start_failed(attempt, exc)
         while True:
             timeout = 1.0
             if self.phase == Phase.RUNNING and self.coordinator is not None:

@@ -103,10 +103,12 @@ class LocalRunner(Runner):
                 stdin=subprocess.PIPE,
                 env=env,
             )
+            # Kept before the write: if that or a later Popen fails (EMFILE, EAGAIN), the
+            # job master's cancel still reaches every process already started.
+            self._procs.append(proc)
             assert proc.stdin is not None
             proc.stdin.write(payload)
             proc.stdin.close()
-            self._procs.append(proc)
         procs = list(self._procs)
         self._monitor = threading.Thread(
             target=self._watch, args=(procs, on_exit), name="local-runner", daemon=True
