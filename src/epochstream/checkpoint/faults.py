@@ -208,9 +208,9 @@ class StorageRetry:
                 self._sleep(delay)
 
 
-#: The retry of reads during a restore (and of ``_metadata``): about 20 s of back-off,
+#: The retry of reads during a restore (and of ``_metadata``): about 10 s of back-off,
 #: on top of the S3 client's own retries, before the attempt fails as unavailable.
-READ_RETRY = StorageRetry()
+READ_RETRY = StorageRetry(Backoff(deadline=10.0))
 
 
 def read_error(err: BaseException, *, what: str, path: str) -> EpochstreamError:
