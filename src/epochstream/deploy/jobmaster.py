@@ -143,6 +143,7 @@ class JobMaster:
             (c.chain_id, i) for c in graph.chains if c.is_source for i in range(graph.parallelism)
         }
         self._fail_request: str | None = None
+        self._restoring = False
         config = env.checkpoint_config
         self.checkpoint_config = config
         self.storage: CheckpointStorage | None = None
@@ -344,6 +345,8 @@ class JobMaster:
             restored = self.coordinator.latest_completed
         else:
             restored = self._restore[0] if self._restore else None
+        # Whether reaching RUNNING proves storage answers (the tasks read a checkpoint).
+        self._restoring = restored is not None
         if restored is not None and self._commits:
             try:
                 self._commits.commit(restored.checkpoint_id, restored.metadata)
@@ -458,8 +461,9 @@ class JobMaster:
             if progress.slot_running(msg.slot) is Phase.RUNNING:
                 self.phase = Phase.RUNNING
                 self.running.set()
-                # Every task restored its state: storage answered.
-                self._storage_wait.restored()
+                if self._restoring:
+                    # Every task restored its state: storage answered.
+                    self._storage_wait.restored()
                 if self.coordinator is not None:
                     self.coordinator.start_attempt(set(self._tasks), set(self._sources))
         elif isinstance(msg, AcknowledgeCheckpoint):
