@@ -129,10 +129,27 @@ def test_s3_killed_and_restarted_mid_run_and_during_restore_keeps_output_exact(
     assert client.status()["storage_state"] == "AVAILABLE"
 
 
+def _optional_browser(request: pytest.FixtureRequest) -> Any:
+    """The dashboard's browser when Chromium is installed, else None (the storage part
+    of the test runs either way)."""
+    try:
+        return request.getfixturevalue("browser")
+    except pytest.skip.Exception:
+        return None
+
+
+def _dashboard_storage_line(browser: Any) -> str:
+    from selenium.webdriver.common.by import By
+
+    line = browser.find_element(By.CSS_SELECTOR, "#storage-status")
+    return str(line.text) if line.is_displayed() else ""
+
+
 @pytest.mark.timeout(180)
 def test_local_checkpoint_directory_gone_and_back_keeps_output_exact(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, request: pytest.FixtureRequest
 ) -> None:
+    browser = _optional_browser(request)
     caplog.set_level(logging.INFO, logger="epochstream")
     rng = random.Random(os.environ.get("EPOCHSTREAM_OUTAGE_SEED", "21"))
     ckpt, away = tmp_path / "ckpt", tmp_path / "ckpt.away"
@@ -144,6 +161,10 @@ def test_local_checkpoint_directory_gone_and_back_keeps_output_exact(
     seen: list[dict[str, Any]] = []
     try:
         client.wait_for_checkpoint(2, timeout=120)
+        if browser is not None:
+            assert client.dashboard_url is not None
+            browser.get(client.dashboard_url)
+            assert _dashboard_storage_line(browser) == ""
         time.sleep(rng.uniform(0.0, 0.6))
         # Unwritable and unreadable, even for root: a regular file where the
         # checkpoint directory was (as if its mount went away).
@@ -155,8 +176,17 @@ def test_local_checkpoint_directory_gone_and_back_keeps_output_exact(
         # Gone for longer than the restart delay: the next attempt's restore meets it.
         time.sleep(rng.uniform(3.0, 6.0))
         _wait(_saw_unavailable(client, seen), "reporting the storage outage", timeout=60)
+        if browser is not None:  # the dashboard's status line says so too
+            _wait(
+                lambda: "checkpoint storage unavailable, retrying" in _dashboard_storage_line(browser),
+                "the dashboard showing the outage",
+                timeout=20,
+            )
         ckpt.unlink()
         away.rename(ckpt)
+        _wait(lambda: client.status()["storage_state"] == "AVAILABLE", "storage available again")
+        if browser is not None:
+            _wait(lambda: _dashboard_storage_line(browser) == "", "the status line gone", timeout=20)
         result = client.result(timeout=150)
     finally:
         if not client.done:
