@@ -42,6 +42,8 @@ pytestmark = pytest.mark.slow
 LINES = 40_000
 LINES_PER_SECOND = 1_500
 FALLBACK = "falling back to checkpoint"
+#: The job master's log line when a restore met the outage and it waits for storage.
+WAITING = "no restart attempt is used, no checkpoint is dropped"
 
 
 def _wait(condition: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
@@ -123,6 +125,7 @@ def test_s3_killed_and_restarted_mid_run_and_during_restore_keeps_output_exact(
     assert exactly_once_problems(es.testing.read_committed(out), expected) == []
     assert FALLBACK not in caplog.text
     assert "checkpoint storage unavailable, retrying" in caplog.text
+    assert WAITING in caplog.text  # the restore met the outage: the job master waited
     assert seen and seen[0]["storage_message"].startswith("checkpoint storage unavailable")
     assert seen[0]["storage_unavailable_since"] is not None and seen[0]["storage_last_error"]
     assert result.restarts >= 2
@@ -194,4 +197,5 @@ def test_local_checkpoint_directory_gone_and_back_keeps_output_exact(
     assert exactly_once_problems(es.testing.read_committed(out), expected) == []
     assert FALLBACK not in caplog.text
     assert seen and "Not a directory" in seen[0]["storage_last_error"]
+    assert WAITING in caplog.text
     assert result.restarts >= 1
