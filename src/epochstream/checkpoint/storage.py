@@ -28,7 +28,7 @@ from typing import Any
 from epochstream.checkpoint.faults import READ_RETRY, unavailable_or
 from epochstream.checkpoint.filesystems import StorageFS, normalize_location, storage_fs
 from epochstream.checkpoint.metadata import CheckpointMetadata
-from epochstream.exceptions import CheckpointError, ConfigurationError
+from epochstream.exceptions import CheckpointError, ConfigurationError, StorageUnavailableError
 
 __all__ = [
     "CHECKPOINT_PREFIX",
@@ -334,6 +334,8 @@ def scan_checkpoints(
         number = int(match.group(1)) if match else 0
         try:
             md = _read_metadata(fs, metadata_path, options)
+        except StorageUnavailableError:
+            raise  # storage is down: no entry is unreadable, the whole listing failed
         except CheckpointError as err:
             entries.append(CheckpointEntry(chk_dir, job, number, error=str(err)))
         else:
