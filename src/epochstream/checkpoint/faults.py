@@ -146,7 +146,7 @@ class Backoff:
     initial: float = 0.25
     multiplier: float = 2.0
     max_delay: float = 4.0
-    deadline: float | None = 20.0
+    deadline: float | None = 10.0
 
     def __post_init__(self) -> None:
         if self.initial <= 0 or self.multiplier < 1 or self.max_delay < self.initial:
@@ -210,7 +210,7 @@ class StorageRetry:
 
 #: The retry of reads during a restore (and of ``_metadata``): about 10 s of back-off,
 #: on top of the S3 client's own retries, before the attempt fails as unavailable.
-READ_RETRY = StorageRetry(Backoff(deadline=10.0))
+READ_RETRY = StorageRetry()
 
 
 def read_error(err: BaseException, *, what: str, path: str) -> EpochstreamError:
