@@ -267,6 +267,34 @@ class SeaweedS3:
                 with contextlib.suppress(OSError):
                     stale.unlink()
 
+    def kill(self) -> None:
+        """SIGKILL the server (an outage): clients get "connection refused" until
+        :meth:`restart`. The data folder and the ports are kept."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.returncode is None:
+            self._signal_group(proc, signal.SIGKILL)
+            proc.wait(timeout=30)
+        log_file, self._log_file = self._log_file, None
+        if log_file is not None:
+            log_file.close()
+
+    def restart(self) -> None:
+        """Start the server again after :meth:`kill`, on the same ports and data folder
+        (so the same endpoint serves the same objects), and wait until it serves S3."""
+        if self._proc is not None:
+            raise RuntimeError("SeaweedS3 is running: kill() it first")
+        assert self.root is not None, "restart() needs a server that was started"
+        binary = self.binary or weed_binary()
+        assert binary is not None
+        stale_sockets = [*self.root.glob("*.sock")]
+        for port in self.ports.values():
+            stale_sockets += Path("/tmp").glob(_TMP_SOCKET_PATTERN.format(port=port))
+        for stale in stale_sockets:  # a killed weed leaves its Unix sockets behind
+            with contextlib.suppress(OSError):
+                stale.unlink()
+        self._spawn(binary, self.root / "s3-identities.json")
+        self._wait_ready(time.monotonic() + self.startup_timeout)
+
     def __enter__(self) -> SeaweedS3:
         return self
 

@@ -87,6 +87,7 @@ from epochstream.exceptions import (
     SinkError,
     SourceDecodeError,
     StateError,
+    StorageUnavailableError,
     TaskFailure,
     UserFunctionError,
 )
@@ -161,6 +162,7 @@ __all__ = [
     "SlidingProcessingTimeWindows",
     "SourceDecodeError",
     "StateError",
+    "StorageUnavailableError",
     "TaskCheckpointStats",
     "TaskFailure",
     "TimeDomain",

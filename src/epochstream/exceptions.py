@@ -13,6 +13,7 @@
      |    +-- KeyEncodingError       a key that is unhashable or has no stable encoding (never restarted)
      |    +-- CorruptStateError      a state file missing or failing its checksum (restore falls back)
      +-- CheckpointError             a checkpoint that failed, was declined or timed out
+     |    +-- StorageUnavailableError  checkpoint storage cannot be reached now (retried, never a fallback)
      +-- SinkError                   a sink that cannot commit or recover its transactions
      +-- AuthenticationError         a control- or data-plane peer without the job secret
      +-- UserFunctionError           a user function raised; names the operator and the record
@@ -46,6 +47,7 @@ __all__ = [
     "SinkError",
     "SourceDecodeError",
     "StateError",
+    "StorageUnavailableError",
     "TaskFailure",
     "UserFunctionError",
 ]
@@ -194,6 +196,30 @@ class CheckpointError(EpochstreamError):
 
     Example: a ``_metadata`` file that does not parse raises it, naming the file.
     """
+
+
+class StorageUnavailableError(CheckpointError):
+    """Checkpoint storage cannot be reached now: connection refused, a timeout, an HTTP
+    5xx or throttling answer, a local path that cannot be written or read for a reason
+    an operator can clear. Raised after bounded retries with back-off.
+
+    It is not corruption: a restore that meets it never falls back to an older
+    checkpoint. The job master waits for the storage (and says so) before the next
+    attempt, without using up the restart strategy. ``path`` names the location.
+
+    Example: ``except es.StorageUnavailableError as err: print(err.path)``
+    """
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+    def __reduce__(self):  # keep path across pickling (task -> job master)
+        return (_rebuild_unavailable, (str(self), self.path))
+
+
+def _rebuild_unavailable(message: str, path: str) -> StorageUnavailableError:
+    return StorageUnavailableError(message, path=path)
 
 
 class SinkError(EpochstreamError):

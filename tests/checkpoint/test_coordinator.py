@@ -435,3 +435,49 @@ def test_storage_failure_at_completion_aborts(h: Harness) -> None:
     assert len(aborted) == 1 and "could not be finalized" in aborted[0][2]
     assert h.cb.of("complete") == [] and len(h.cb.of("fail")) == 1
     assert h.coord.latest_completed is None
+
+
+def test_checkpoints_failing_on_unreachable_storage_open_an_outage_until_one_completes(
+    tmp_path,
+) -> None:
+    from epochstream.checkpoint.outage import StorageOutage
+
+    h = Harness(tmp_path, interval=1.0, timeout=10.0, tolerable_failures=2)
+    outage = StorageOutage("job")
+    h.coord = h.new_coordinator(outage=outage)
+    h.coord.start_attempt(TASKS, SOURCES)
+    h.advance(1.0)
+    h.coord.receive_decline(
+        DeclineCheckpoint(checkpoint_id=1, task=SRC0, reason="s3 down", storage_unavailable=True)
+    )
+    status = outage.status()
+    assert status["storage_state"] == "UNAVAILABLE"
+    assert "checkpoint 1 declined by task" in status["storage_last_error"]
+    # Counted like any failed checkpoint (tolerable_failures), no job failure yet.
+    assert h.cb.of("fail") == []
+    h.advance(1.0)
+    h.coord.receive_decline(DeclineCheckpoint(checkpoint_id=2, task=SRC0, reason="bug"))
+    assert outage.status()["storage_failures"] == 1  # not an outage: not recorded
+    h.advance(1.0)
+    h.ack_all(3)
+    assert h.cb.of("complete") == [("complete", 3)]
+    assert outage.status()["storage_state"] == "AVAILABLE"
+
+
+def test_a_metadata_write_on_unreachable_storage_is_an_outage(tmp_path) -> None:
+    from epochstream.checkpoint.outage import StorageOutage
+    from epochstream.exceptions import StorageUnavailableError
+
+    h = Harness(tmp_path, interval=1.0, timeout=10.0, tolerable_failures=1)
+    outage = StorageOutage("job")
+    h.coord = h.new_coordinator(outage=outage)
+    h.coord.start_attempt(TASKS, SOURCES)
+    h.advance(1.0)
+    h.cb.hold_io = True
+    h.ack_all(1)
+    h.cb.held = [(w, d) for w, d in h.cb.held if d is not None]
+    assert len(h.cb.held) == 1
+    _work, done = h.cb.held.pop()
+    done(StorageUnavailableError("cannot write checkpoint metadata: down", path="/x"))
+    assert outage.unavailable
+    assert h.cb.of("aborted")[0][1] == 1

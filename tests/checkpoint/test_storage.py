@@ -200,3 +200,53 @@ def test_scan_reports_corrupt_metadata_instead_of_raising(tmp_path) -> None:
     assert [(e.checkpoint_id, e.ok) for e in entries] == [(1, False), (2, True)]
     assert "not valid checkpoint metadata JSON" in (entries[0].error or "")
     assert [m.checkpoint_id for _, m in find_completed_checkpoints(str(tmp_path))] == [2]
+
+
+def test_discard_deletes_metadata_before_the_state_files(tmp_path, monkeypatch) -> None:
+    from epochstream.checkpoint.filesystems import LocalFS
+
+    storage = CheckpointStorage(str(tmp_path), "j")
+    directory = storage.checkpoint_dir(1)
+    with open(os.path.join(directory, "_metadata"), "wb") as f:
+        f.write(b"{}")
+    calls: list[tuple[str, str]] = []
+    real_delete_file, real_delete_dir = LocalFS.delete_file, LocalFS.delete_dir
+
+    def delete_file(self, path: str) -> None:
+        calls.append(("file", os.path.basename(path)))
+        real_delete_file(self, path)
+
+    def delete_dir(self, path: str) -> None:
+        calls.append(("dir", os.path.basename(path)))
+        real_delete_dir(self, path)
+
+    monkeypatch.setattr(LocalFS, "delete_file", delete_file)
+    monkeypatch.setattr(LocalFS, "delete_dir", delete_dir)
+    storage.discard(1)
+    # A deletion cut short must not leave a "complete" checkpoint without its files.
+    assert calls == [("file", "_metadata"), ("dir", "chk-1")]
+    assert storage.completed_ids() == []
+
+
+def test_probe_and_metadata_reads_on_unreachable_storage(tmp_path, monkeypatch) -> None:
+    from epochstream.checkpoint import faults
+    from epochstream.checkpoint import storage as storage_module
+    from epochstream.exceptions import StorageUnavailableError
+
+    storage = CheckpointStorage(str(tmp_path / "ck"), "j")
+    storage.check_writable()
+    storage.probe(None)
+    monkeypatch.setattr(
+        storage_module,
+        "READ_RETRY",
+        faults.StorageRetry(faults.Backoff(deadline=1.0), sleep=lambda s: None, clock=lambda: 0.0),
+    )
+    # The checkpoint location replaced by a regular file (its mount went away).
+    os.rename(tmp_path / "ck", tmp_path / "away")
+    (tmp_path / "ck").write_text("not a directory")
+    with pytest.raises(NotADirectoryError):
+        storage.probe(1)
+    with pytest.raises(StorageUnavailableError, match="storage unavailable"):
+        storage.load(1)
+    with pytest.raises(StorageUnavailableError):
+        storage.checkpoint_ids()

@@ -61,3 +61,31 @@ def test_no_checkpoint_left_to_restore_ends_the_job() -> None:
     handler = _handler(attempts=2, coordinator=coordinator)
     with pytest.raises(JobExecutionError, match="it restored is corrupt and no older checkpoint is left"):
         handler.restart_delay(_corrupt(4), ["restore failed"])
+
+
+class FakeWaiter:
+    def __init__(self) -> None:
+        self.waits: list[str] = []
+
+    def wait(self, error: BaseException | None, cause: str) -> None:
+        self.waits.append(cause)
+
+
+def _unavailable() -> Failure:
+    error = es.StorageUnavailableError("cannot read keyed state file: down", path="s3://b/k")
+    return Failure("restore failed: storage unavailable", error=error)
+
+
+def test_storage_unavailable_waits_for_storage_without_using_restarts_or_checkpoints() -> None:
+    coordinator = FakeCoordinator(None)
+    waiter = FakeWaiter()
+    tracker = es.restart.fixed_delay(attempts=1, delay=0.5).create_tracker(ManualClock())
+    handler = FailureHandler("job-1", tracker, cast(Any, coordinator), cast(Any, waiter))
+    # A 20 s outage meets many attempts; none of them spends the one restart.
+    for _ in range(5):
+        assert handler.restart_delay(_unavailable(), ["restore failed"]) == 0.0
+    assert len(waiter.waits) == 5
+    assert coordinator.discarded == []  # an outage is never a reason to fall back
+    assert handler.restart_delay(Failure("boom"), ["boom"]) == 0.5
+    with pytest.raises(JobExecutionError, match="1 of 1 restarts used"):
+        handler.restart_delay(Failure("boom"), ["boom", "boom"])

@@ -94,3 +94,26 @@ def test_exception_and_failed_checkpoint_history() -> None:
     ]
     assert metrics.failed_checkpoints() == [{"checkpoint_id": 3, "time": 6.0, "reason": "expired"}]
 
+
+
+def test_job_status_says_when_checkpoint_storage_is_unavailable() -> None:
+    from types import SimpleNamespace
+
+    from epochstream.checkpoint.outage import StorageOutage
+    from epochstream.deploy.attempt import Phase
+    from epochstream.deploy.metrics import job_status
+
+    graph = _graph()
+    outage = StorageOutage("job-1")
+    master = SimpleNamespace(
+        coordinator=None, storage=None, job_id="job-1", graph=graph, outcome=None,
+        phase=Phase.REGISTERING, attempt=3, started_at=0.0, finished_at=None,
+        metrics=JobMetrics(graph), failures=[], storage_outage=outage,
+    )
+    assert job_status(master)["storage_state"] == "AVAILABLE"
+    outage.failed("Connection refused", now=60.0)
+    status = job_status(master)
+    assert status["storage_state"] == "UNAVAILABLE"
+    assert status["storage_unavailable_since"] == 60.0
+    assert status["storage_last_error"] == "Connection refused"
+    assert "storage unavailable, retrying (since 1970-01-01 00:01:00 UTC" in status["storage_message"]

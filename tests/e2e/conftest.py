@@ -7,6 +7,7 @@ marked ``slow``; the ones that need Spark are also marked ``spark``.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,3 +56,27 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """A headless Chromium driven by Selenium (the dashboard tests); skips without one."""
+    if CHROMIUM is None or CHROMEDRIVER is None:
+        pytest.skip("chromium and chromedriver are not installed (apt-get install chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1400,1900"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()

@@ -12,7 +12,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,28 +24,7 @@ import epochstream as es
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 N = 30_000  # about 10 s per attempt at the throttle's 1,500 records/s per subtask
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    if CHROMIUM is None or CHROMEDRIVER is None:
-        pytest.skip("chromium and chromedriver are not installed (apt-get install chromium chromium-driver)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1400,1900"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def _keyed(record: tuple[int, int]) -> int:

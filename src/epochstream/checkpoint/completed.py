@@ -108,6 +108,9 @@ class CompletedCheckpointStore:
         if checkpoint_id in self._retained:
             self._retained.remove(checkpoint_id)
             self._cleaner.delete_files(self._registry.release(checkpoint_id, pending=pending))
+            # Its _metadata goes too (first): a checkpoint left listed as complete with
+            # its files gone would make `checkpoints` and `inspect` disagree.
+            self._cleaner.discard(checkpoint_id)
         fallback = self._candidates[0] if self._candidates else None
         log.warning(
             "job %s: checkpoint %d cannot be restored (%s); %s",

@@ -42,8 +42,10 @@ from typing import Protocol
 from epochstream.checkpoint.cleanup import StorageCleaner
 from epochstream.checkpoint.completed import CompletedCheckpointStore
 from epochstream.checkpoint.config import CheckpointConfig
+from epochstream.checkpoint.faults import is_unavailable
 from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats, task_key_str
+from epochstream.checkpoint.outage import StorageOutage
 from epochstream.checkpoint.pending import CompletedCheckpoint, PendingCheckpoint, PendingState
 from epochstream.checkpoint.registry import SharedStateRegistry
 from epochstream.checkpoint.storage import CheckpointStorage, write_metadata_file
@@ -124,6 +126,7 @@ class CheckpointCoordinator:
         callbacks: CoordinatorCallbacks,
         job_name: str = "",
         first_checkpoint_id: int | None = None,
+        outage: StorageOutage | None = None,
     ) -> None:
         self._config = config
         self._storage = storage
@@ -134,6 +137,9 @@ class CheckpointCoordinator:
         self._max_parallelism = max_parallelism
         self._operator_parallelism = dict(operator_parallelism)
         self._callbacks = callbacks
+        # Checkpoints failing because storage cannot be reached open an outage there;
+        # the next completed checkpoint closes it.
+        self._outage = outage
         floor = first_checkpoint_id if first_checkpoint_id is not None else 1
         self._next_id = max(storage.max_checkpoint_id() + 1, floor, 1)
         self.registry = SharedStateRegistry()
@@ -442,7 +448,11 @@ class CheckpointCoordinator:
                 msg.reason,
             )
             return
-        self._fail(pending, f"declined by task {task_key_str(msg.task)}: {msg.reason}")
+        self._fail(
+            pending,
+            f"declined by task {task_key_str(msg.task)}: {msg.reason}",
+            storage_unavailable=msg.storage_unavailable,
+        )
 
     # ------------------------------------------------------------ completion
 
@@ -475,7 +485,9 @@ class CheckpointCoordinator:
         if pending is None or pending.state is not PendingState.PERSISTING:
             return  # dropped meanwhile (failover); its files were discarded
         if error is not None:
-            self._fail(pending, f"could not be finalized: {error}")
+            self._fail(
+                pending, f"could not be finalized: {error}", storage_unavailable=is_unavailable(error)
+            )
             return
         self._complete(pending)
 
@@ -485,6 +497,8 @@ class CheckpointCoordinator:
         assert metadata is not None
         del self._pending[n]
         now = self._clock.now()
+        if self._outage is not None:
+            self._outage.recovered(now=self._clock.wall())
         self._completed_stats.append(metadata.stats)
         freed: list[str] = []
         if pending.is_savepoint:
@@ -523,7 +537,14 @@ class CheckpointCoordinator:
 
     # ------------------------------------------------------------ failure
 
-    def _fail(self, pending: PendingCheckpoint, why: str) -> None:
+    def _fail(
+        self, pending: PendingCheckpoint, why: str, *, storage_unavailable: bool = False
+    ) -> None:
+        """Abort ``pending``; a checkpoint (not a savepoint) counts against
+        ``tolerable_failures``. ``storage_unavailable``: it failed because storage could
+        not be reached, which the outage records (the count is the same)."""
+        if storage_unavailable and self._outage is not None:
+            self._outage.failed(f"checkpoint {pending.checkpoint_id} {why}", now=self._clock.wall())
         self._drop(pending, why, notify=True)
         if pending.is_savepoint:
             # A failed savepoint is the user's error to see, not a job failure.

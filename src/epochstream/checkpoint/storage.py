@@ -25,9 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from epochstream.checkpoint.faults import READ_RETRY, unavailable_or
 from epochstream.checkpoint.filesystems import StorageFS, normalize_location, storage_fs
 from epochstream.checkpoint.metadata import CheckpointMetadata
-from epochstream.exceptions import CheckpointError, ConfigurationError
+from epochstream.exceptions import CheckpointError, ConfigurationError, StorageUnavailableError
 
 __all__ = [
     "CHECKPOINT_PREFIX",
@@ -51,17 +52,34 @@ def _chk_ids(fs: StorageFS, directory: str) -> list[int]:
     try:
         names = fs.listdir(directory, dirs_only=True)
     except OSError as err:  # e.g. a regular file where the directory should be
-        raise CheckpointError(f"{directory}: cannot list checkpoints: {err.strerror or err}") from err
+        # Not retried: listing happens at start (where a bad location must fail fast)
+        # and in cleanups (which a later cleanup repeats).
+        message = f"{directory}: cannot list checkpoints: {err.strerror or err}"
+        raise unavailable_or(
+            err,
+            what="list checkpoints in",
+            path=directory,
+            other=lambda _text: CheckpointError(message),
+        ) from err
     return sorted(int(m.group(1)) for m in map(_CHK_RE.match, names) if m)
 
 
 def _read_metadata(fs: StorageFS, metadata_path: str, options: Any = None) -> CheckpointMetadata:
+    """The parsed ``_metadata``; storage that cannot be reached is retried, then raises
+    ``StorageUnavailableError`` (never ``CheckpointError``: the checkpoint is not bad)."""
     try:
-        data = fs.read_bytes(metadata_path)
+        data = READ_RETRY.run(
+            lambda: fs.read_bytes(metadata_path), what="read checkpoint metadata", path=metadata_path
+        )
     except OSError as err:
         raise CheckpointError(f"{metadata_path}: cannot read checkpoint metadata: {err}") from err
     base = metadata_path.rsplit("/", 1)[0]
     return CheckpointMetadata.from_json(data, base=base, source=metadata_path, options=options)
+
+
+def _exists(fs: StorageFS, path: str) -> bool:
+    """Whether ``path`` exists; an outage is retried, then ``StorageUnavailableError``."""
+    return READ_RETRY.run(lambda: fs.exists(path), what="look up", path=path)
 
 
 class CheckpointStorage:
@@ -157,12 +175,28 @@ class CheckpointStorage:
         return write_metadata_file(self.fs, directory, metadata)
 
     def discard(self, checkpoint_id: int) -> None:
-        """Delete checkpoint ``checkpoint_id``'s directory; a missing one is fine."""
+        """Delete checkpoint ``checkpoint_id``'s directory; a missing one is fine.
+
+        ``_metadata`` goes first: a deletion cut short (or an object store deleting in
+        any order) must never leave a checkpoint that lists as complete without its files.
+        """
         path = self.checkpoint_path(checkpoint_id)
         try:
+            self.fs.delete_file(self.metadata_path(checkpoint_id))
             self.fs.delete_dir(path)
         except OSError as err:
             raise CheckpointError(f"{path}: cannot discard checkpoint directory: {err}") from err
+
+    def probe(self, checkpoint_id: int | None) -> None:
+        """Raise what reading checkpoint storage raises now: the ``_metadata`` of
+        ``checkpoint_id`` is read (a listing of the job directory when ``None``).
+
+        One attempt, no retry: the job master calls it to learn whether storage is back.
+        """
+        if checkpoint_id is None:
+            self.fs.listdir(self._job_dir)
+        else:
+            self.fs.read_bytes(self.metadata_path(checkpoint_id))
 
     def checkpoint_ids(self) -> list[int]:
         """Ids of every ``chk-<n>`` directory, completed or not, ascending."""
@@ -199,7 +233,13 @@ def write_metadata_file(fs: StorageFS, directory: str, metadata: CheckpointMetad
     try:
         fs.write_atomic(final, data)
     except OSError as err:
-        raise CheckpointError(f"{final}: cannot write checkpoint metadata: {err}") from err
+        message = f"{final}: cannot write checkpoint metadata: {err}"
+        raise unavailable_or(
+            err,
+            what="write checkpoint metadata",
+            path=final,
+            other=lambda _text: CheckpointError(message),
+        ) from err
     return final
 
 
@@ -217,11 +257,11 @@ def load_metadata(
     """
     path = normalize_location(path)
     fs = storage_fs(path, options)
-    if path.rstrip("/").endswith("/" + METADATA_FILE) and fs.exists(path):
+    if path.rstrip("/").endswith("/" + METADATA_FILE) and _exists(fs, path):
         directory, metadata_path = path.rsplit("/", 1)[0], path
     else:
         directory, metadata_path = path, fs.join(path, METADATA_FILE)
-    if not fs.exists(metadata_path):
+    if not _exists(fs, metadata_path):
         raise CheckpointError(
             f"{path}: not a completed checkpoint or savepoint (no {METADATA_FILE} at {metadata_path})"
         )
@@ -294,6 +334,8 @@ def scan_checkpoints(
         number = int(match.group(1)) if match else 0
         try:
             md = _read_metadata(fs, metadata_path, options)
+        except StorageUnavailableError:
+            raise  # storage is down: no entry is unreadable, the whole listing failed
         except CheckpointError as err:
             entries.append(CheckpointEntry(chk_dir, job, number, error=str(err)))
         else:

@@ -224,6 +224,10 @@ function updateHeader(job, vertices) {
   document.getElementById("throughput").textContent = fmt.rate(sources.reduce((a, v) => a + v.rate, 0));
   const lags = vertices.map((v) => v.watermark_lag_ms).filter((x) => x != null);
   document.getElementById("lag").textContent = lags.length ? fmt.lag(Math.max(...lags)) : "–";
+  // The job master's own words (GET /v1/job storage_message): shown while storage is down.
+  const storage = document.getElementById("storage-status");
+  storage.hidden = !job.storage_message;
+  storage.textContent = job.storage_message || "";
 }
 
 function notice(text) {

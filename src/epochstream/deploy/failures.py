@@ -19,7 +19,8 @@ from epochstream.checkpoint.coordinator import CheckpointCoordinator
 from epochstream.checkpoint.pending import CompletedCheckpoint
 from epochstream.deploy.control import SlotConnection
 from epochstream.deploy.restart import RestartTracker
-from epochstream.exceptions import CorruptStateError, JobExecutionError
+from epochstream.deploy.storage_wait import StorageWaiter
+from epochstream.exceptions import CorruptStateError, JobExecutionError, StorageUnavailableError
 from epochstream.runtime.messages import TaskFailed
 
 __all__ = ["Failure", "FailureHandler", "give_up", "runner_lost"]
@@ -68,13 +69,22 @@ class Failure:
             return error
         return None
 
+    @property
+    def storage_unavailable(self) -> bool:
+        """True when the attempt failed because checkpoint storage could not be reached
+        (the task's error, after its bounded retries): not corruption, not a job error."""
+        return isinstance(self.error, StorageUnavailableError)
+
 
 class FailureHandler:
     """What follows a failed attempt: the delay before the next one, or the end of the job.
 
-    A checkpoint that failed to restore is dropped first (the next attempt falls back to
-    the one before it); an error that restarting cannot fix, or a restart strategy that
-    says no, ends the job.
+    A checkpoint that failed to restore because it is corrupt is dropped first (the next
+    attempt falls back to the one before it); an error that restarting cannot fix, or a
+    restart strategy that says no, ends the job. An attempt that failed because
+    checkpoint storage could not be reached neither drops a checkpoint nor uses a
+    restart: the ``storage_wait`` waits until storage answers (see
+    :mod:`epochstream.deploy.storage_wait`), then the same checkpoint is restored.
 
     Example::
 
@@ -83,15 +93,28 @@ class FailureHandler:
     """
 
     def __init__(
-        self, job_id: str, tracker: RestartTracker, coordinator: CheckpointCoordinator | None
+        self,
+        job_id: str,
+        tracker: RestartTracker,
+        coordinator: CheckpointCoordinator | None,
+        storage_wait: StorageWaiter | None = None,
     ) -> None:
         self._job_id = job_id
         self._tracker = tracker
         self._coordinator = coordinator
+        self._storage_wait = storage_wait
 
     def restart_delay(self, failure: Failure, failures: list[str]) -> float:
         """Seconds to wait before the next attempt; raises the ``JobExecutionError`` that
         ends the job instead when it must not restart (``failures``: every cause so far)."""
+        if failure.storage_unavailable and self._storage_wait is not None:
+            log.warning(
+                "job %s: the attempt failed because checkpoint storage is unavailable; "
+                "waiting for it (no restart attempt is used, no checkpoint is dropped)",
+                self._job_id[:8],
+            )
+            self._storage_wait.wait(failure.error, failure.cause)
+            return 0.0
         corrupt = failure.corrupt_checkpoint
         if corrupt is not None and self._coordinator is not None:
             assert corrupt.checkpoint_id is not None

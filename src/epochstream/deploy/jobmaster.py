@@ -36,6 +36,7 @@ import cloudpickle
 from epochstream.api.result import JobResult
 from epochstream.checkpoint.coordinator import CheckpointCoordinator
 from epochstream.checkpoint.metadata import CheckpointMetadata
+from epochstream.checkpoint.outage import StorageOutage
 from epochstream.checkpoint.pending import CompletedCheckpoint
 from epochstream.checkpoint.storage import CheckpointStorage
 from epochstream.deploy.assignment import task_deployments
@@ -51,6 +52,7 @@ from epochstream.deploy.registry import unregister
 from epochstream.deploy.runners import Runner, RunnerLost
 from epochstream.deploy.savepoints import SavepointRequest, SavepointRequests
 from epochstream.deploy.storage_io import StorageWorker
+from epochstream.deploy.storage_wait import StorageWaiter
 from epochstream.exceptions import ConfigurationError, JobCancelled, JobExecutionError
 from epochstream.graph.jobgraph import JobGraph
 from epochstream.runtime.auth import new_secret
@@ -141,11 +143,14 @@ class JobMaster:
             (c.chain_id, i) for c in graph.chains if c.is_source for i in range(graph.parallelism)
         }
         self._fail_request: str | None = None
+        self._restoring = False
         config = env.checkpoint_config
         self.checkpoint_config = config
         self.storage: CheckpointStorage | None = None
         self.coordinator: CheckpointCoordinator | None = None
         self.io = StorageWorker(self.events)
+        #: Whether checkpoint storage is reachable (shown by /v1/job and the dashboard).
+        self.storage_outage = StorageOutage(self.job_id)
         if config is not None:
             self.storage = CheckpointStorage(
                 config.storage_location, self.job_id, config.storage_options
@@ -163,7 +168,15 @@ class JobMaster:
                 max_parallelism=graph.max_parallelism,
                 operator_parallelism={uid: graph.parallelism for uid in graph.operator_uids},
                 callbacks=self,
+                outage=self.storage_outage,
             )
+        # An attempt that failed with storage unavailable waits here for it, restarts unspent.
+        self._storage_wait = StorageWaiter(
+            self.storage_outage,
+            probe=self._probe_storage if self.storage is not None else None,
+            sleep=self.inbox.sleep,
+            wall=self.clock.wall,
+        )
         # Where attempt 1 starts from when this job resumes an earlier job's checkpoint
         # (newest first; the others are fallbacks if it proves corrupt). With
         # checkpointing on, the coordinator takes them over.
@@ -249,7 +262,7 @@ class JobMaster:
         """Run attempts until the job finishes, is cancelled, or restarts run out."""
         started = time.monotonic()
         tracker = self.env.restart_strategy.create_tracker(self.clock)
-        handler = FailureHandler(self.job_id, tracker, self.coordinator)
+        handler = FailureHandler(self.job_id, tracker, self.coordinator, self._storage_wait)
         self.server.start()
         self.io.start()
         if self.endpoint is not None:
@@ -302,6 +315,15 @@ class JobMaster:
 
     # ------------------------------------------------------------------ attempts
 
+    def _probe_storage(self) -> None:
+        """Read what the next attempt restores first (raises while storage is down)."""
+        assert self.storage is not None
+        latest = self.coordinator.latest_completed if self.coordinator else None
+        if latest is not None and latest.directory.startswith(self.storage.job_dir):
+            self.storage.probe(latest.checkpoint_id)
+        else:
+            self.storage.probe(None)
+
     def _launch(self) -> SlotLaunch:
         host, port = self.server.address
         return SlotLaunch(
@@ -323,6 +345,8 @@ class JobMaster:
             restored = self.coordinator.latest_completed
         else:
             restored = self._restore[0] if self._restore else None
+        # Whether reaching RUNNING proves storage answers (the tasks read a checkpoint).
+        self._restoring = restored is not None
         if restored is not None and self._commits:
             try:
                 self._commits.commit(restored.checkpoint_id, restored.metadata)
@@ -440,6 +464,9 @@ class JobMaster:
             if progress.slot_running(msg.slot) is Phase.RUNNING:
                 self.phase = Phase.RUNNING
                 self.running.set()
+                if self._restoring:
+                    # Every task restored its state: storage answered.
+                    self._storage_wait.restored()
                 if self.coordinator is not None:
                     self.coordinator.start_attempt(set(self._tasks), set(self._sources))
         elif isinstance(msg, AcknowledgeCheckpoint):

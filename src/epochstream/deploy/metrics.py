@@ -199,4 +199,7 @@ def job_status(master: Any) -> dict[str, Any]:
         "latest_checkpoint": latest.directory if latest else None,
         "checkpoint_storage": master.storage.job_dir if master.storage else None,
         "failures": [f.splitlines()[0] for f in master.failures],
+        # storage_state, storage_unavailable_since, storage_last_error, storage_failures,
+        # storage_message (see checkpoint.outage.StorageOutage.status).
+        **master.storage_outage.status(),
     }

@@ -119,11 +119,14 @@ class AcknowledgeCheckpoint:
 
 @dataclass(frozen=True)
 class DeclineCheckpoint:
-    """A task cannot take part in ``checkpoint_id`` (subsumed, failed snapshot...)."""
+    """A task cannot take part in ``checkpoint_id`` (subsumed, failed snapshot...);
+    ``storage_unavailable`` when its snapshot could not be written because checkpoint
+    storage could not be reached."""
 
     checkpoint_id: int
     task: TaskKey
     reason: str
+    storage_unavailable: bool = False
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from epochstream.exceptions import CorruptStateError
+from epochstream.checkpoint.faults import is_unavailable
+from epochstream.exceptions import CorruptStateError, StorageUnavailableError
 from epochstream.graph.jobgraph import ChainSpec, JobGraph
 from epochstream.graph.transformations import COLUMNAR_STATE_KINDS
 from epochstream.runtime.barriers import (
@@ -183,6 +184,13 @@ class Task:
                     f"{self.name}: restoring checkpoint {restored} of operator {op.uid}: {err}",
                     path=err.path,
                     checkpoint_id=restored,
+                ) from err
+            except StorageUnavailableError as err:
+                # Not corrupt: the job master waits for the storage and restores this
+                # same checkpoint again (no fallback, no restart attempt used).
+                raise StorageUnavailableError(
+                    f"{self.name}: restoring checkpoint {restored} of operator {op.uid}: {err}",
+                    path=err.path,
                 ) from err
             op.open()
         head = self.operators[0]
@@ -550,7 +558,12 @@ class Task:
                 return
             log.error("%s: writing snapshot %d failed: %r", self.name, checkpoint_id, exc)
             self._tell_master(
-                DeclineCheckpoint(checkpoint_id, self.key, f"async snapshot failed: {exc!r}")
+                DeclineCheckpoint(
+                    checkpoint_id,
+                    self.key,
+                    f"async snapshot failed: {exc!r}",
+                    storage_unavailable=is_unavailable(exc),
+                )
             )
             return
         self.metrics.last_checkpoint = stats

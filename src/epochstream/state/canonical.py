@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import cloudpickle
 
+from epochstream.checkpoint.faults import READ_RETRY, read_error, unavailable_or
 from epochstream.exceptions import CorruptStateError, StateError
 from epochstream.state.handles import CanonicalSnapshotHandle
 from epochstream.state.serializers import DEFAULT_SERIALIZER, Serializer
@@ -168,29 +169,35 @@ def write_ipc_file(
     import pyarrow as pa
 
     indices: dict[int, int] = {}
-    with fs.open_write(path) as raw:
-        sink = _Checksummed(raw)
-        writer = pa.ipc.new_file(pa.PythonFile(sink, mode="w"), schema)
-        for kg, batch in batches:
-            indices[kg] = len(indices)
-            writer.write_batch(batch)
-        writer.close()
+    try:
+        with fs.open_write(path) as raw:
+            sink = _Checksummed(raw)
+            writer = pa.ipc.new_file(pa.PythonFile(sink, mode="w"), schema)
+            for kg, batch in batches:
+                indices[kg] = len(indices)
+                writer.write_batch(batch)
+            writer.close()
+    except OSError as err:
+        # An outage fails the checkpoint as storage unavailable (see checkpoint.faults).
+        raise unavailable_or(err, what="write state file", path=path, other=StateError) from err
     return indices, sink.size, sink.crc
 
 
 def _open(fs: StorageFS, path: str, crc: int | None = None) -> Any:
     """An IPC file reader of ``path``, whose CRC-32 must be ``crc`` when given. A file
-    missing, unreadable or failing its checksum is a :class:`CorruptStateError`, so a
-    restore falls back to an earlier checkpoint."""
+    missing in a reachable store, failing its checksum or not an IPC file is a
+    :class:`CorruptStateError`, so a restore falls back to an earlier checkpoint;
+    storage that cannot be reached is retried, then a ``StorageUnavailableError``."""
     import pyarrow as pa
 
     try:
-        if crc is None:  # a file written before checksums were kept
-            return pa.ipc.open_file(fs.open_read(path))
-        with fs.open_read(path) as f:
-            data = f.read()
-        if zlib.crc32(data) != crc:
-            raise CorruptStateError(f"state file {path}: checksum mismatch (file corrupt)", path=path)
+        data = READ_RETRY.run(lambda: fs.read_bytes(path), what="read state file", path=path)
+    except OSError as err:
+        raise read_error(err, what="read state file", path=path) from err
+    # crc is None for files written before checksums were kept.
+    if crc is not None and zlib.crc32(data) != crc:
+        raise CorruptStateError(f"state file {path}: checksum mismatch (file corrupt)", path=path)
+    try:
         return pa.ipc.open_file(pa.BufferReader(data))
     except (OSError, pa.ArrowInvalid) as err:
         raise CorruptStateError(f"cannot read state file {path}: {err}", path=path) from err

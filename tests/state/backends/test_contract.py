@@ -357,6 +357,37 @@ def test_missing_snapshot_file_is_corrupt_state(harness: Harness) -> None:
         harness.backend().restore([handle], checkpoint_id=1, owned=True)
 
 
+def test_unreachable_snapshot_files_are_unavailable_not_corrupt(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every backend's restore tells an outage from corruption (one classification)."""
+    import os
+
+    from epochstream.checkpoint import faults
+    from epochstream.exceptions import StorageUnavailableError
+    from epochstream.state import canonical
+    from epochstream.state.backends import heap_files, rocksdb
+
+    fast = faults.StorageRetry(faults.Backoff(deadline=1.0), sleep=lambda s: None, clock=lambda: 0.0)
+    for module in (heap_files, canonical, rocksdb):
+        monkeypatch.setattr(module, "READ_RETRY", fast)
+    backend = harness.backend()
+    _fill(backend, range(20))
+    expected = _dump(backend, range(20))
+    handle = _checkpoint(harness, backend, 1)
+    job, away = harness.root / "job", harness.root / "job.away"
+    os.rename(job, away)
+    job.write_text("a regular file where the checkpoint directory was (its mount went away)")
+    with pytest.raises(StorageUnavailableError) as info:
+        harness.backend().restore([handle], checkpoint_id=1, owned=True)
+    assert not isinstance(info.value, CorruptStateError)
+    job.unlink()
+    os.rename(away, job)
+    restored = harness.backend()
+    restored.restore([handle], checkpoint_id=1, owned=True)
+    assert _dump(restored, range(20)) == expected
+
+
 def test_state_of_the_other_backend_is_refused_without_restarts(harness: Harness) -> None:
     """Every attempt would restore the same state: the error must not use up restarts."""
     from epochstream.state.handles import HeapSnapshotHandle, RocksDBSnapshotHandle

@@ -49,8 +49,9 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
+from epochstream.checkpoint.faults import READ_RETRY, read_error, unavailable_or
 from epochstream.exceptions import CorruptStateError, StateError
 from epochstream.state.handles import HeapStateFile
 from epochstream.state.keygroups import KeyGroupAssigner
@@ -142,7 +143,9 @@ def write_encoded(
             for pickled in block.chunks:
                 out.write(pickled)
     except OSError as err:
-        raise StateError(f"cannot write keyed state file {path}: {err}") from err
+        # Storage that cannot be reached fails this checkpoint as unavailable, not as a
+        # state error: the job master then reports the outage.
+        raise unavailable_or(err, what="write keyed state file", path=path, other=StateError) from err
     size = len(header) + sum(map(len, block.chunks))
     return dict.fromkeys(key_groups, (0, size)), size
 
@@ -262,16 +265,24 @@ def _read_file(
         spans.setdefault(file.segments[kg], []).append(kg)
     if not spans:
         return
+    wanted = sorted(spans.items())
+
+    def read_spans() -> list[bytes]:
+        with fs.open_read(file.path) as stream:
+            blobs = []
+            for (offset, length), _kgs in wanted:
+                stream.seek(offset)
+                blobs.append(stream.read(length))
+            return blobs
+
+    # Read whole before checking: an outage mid-file is retried from the start, and only
+    # a file the store really lacks (or bytes that fail their checks) is corrupt.
     try:
-        stream: BinaryIO = fs.open_read(file.path)
+        blobs = READ_RETRY.run(read_spans, what="read keyed state file", path=file.path)
     except OSError as err:
-        raise CorruptStateError(
-            f"cannot read keyed state file {file.path}: {err}", path=file.path
-        ) from err
-    with stream:
-        for (offset, length), kgs in sorted(spans.items()):
-            stream.seek(offset)
-            yield _check(file.path, kgs, offset, length, stream.read(length))
+        raise read_error(err, what="read keyed state file", path=file.path) from err
+    for ((offset, length), kgs), data in zip(wanted, blobs, strict=True):
+        yield _check(file.path, kgs, offset, length, data)
 
 
 def apply_segment(target: KeyGroupState, segment: KeyGroupState, *, full: bool = False) -> None:

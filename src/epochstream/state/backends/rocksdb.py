@@ -38,6 +38,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from epochstream.checkpoint.faults import READ_RETRY, read_error
 from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, CorruptStateError, StateError
 from epochstream.state.backends.base import (
@@ -403,11 +404,13 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             fs = storage_fs(file.path, self.ctx.storage_options)
             local = os.path.join(into, name)
             try:
-                fs.download(file.path, local)
+                READ_RETRY.run(
+                    lambda: fs.download(file.path, local),  # noqa: B023 (run at once)
+                    what="download RocksDB file",
+                    path=file.path,
+                )
             except OSError as err:
-                raise CorruptStateError(
-                    f"cannot download RocksDB file {file.path}: {err}", path=file.path
-                ) from err
+                raise read_error(err, what="download RocksDB file", path=file.path) from err
             size = os.path.getsize(local)
             if size != file.size or (file.crc is not None and crc_file(local) != file.crc):
                 raise CorruptStateError(

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
+from epochstream.checkpoint.faults import unavailable_or
+from epochstream.exceptions import StateError
 from epochstream.state.backends.base import SnapshotJob, SnapshotTarget, base_kind
 from epochstream.state.backends.rocksdb_states import decode_prefix, split_value
 from epochstream.state.canonical import CanonicalRow, StateMeta, write_canonical
@@ -183,7 +185,13 @@ class RocksSnapshotJob(SnapshotJob):
             else:
                 path = fs.join(target.directory, f"{target.name}-db", name)
                 shared = False
-            fs.upload(local, path)
+            try:
+                fs.upload(local, path)
+            except OSError as err:
+                # An outage fails the checkpoint as storage unavailable (checkpoint.faults).
+                raise unavailable_or(
+                    err, what="upload RocksDB file", path=path, other=StateError
+                ) from err
             self.bytes_written += size
             files[name] = StateFile(path, size, shared, crc)
         backend._uploads[target.checkpoint_id] = files
