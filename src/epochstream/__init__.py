@@ -88,6 +88,7 @@ from epochstream.exceptions import (
     SourceDecodeError,
     StateError,
     TaskFailure,
+    UntrustedStorageError,
     UserFunctionError,
 )
 from epochstream.runtime.events import MAX_WATERMARK, MIN_WATERMARK
@@ -169,6 +170,7 @@ __all__ = [
     "TriggerResult",
     "TumblingEventTimeWindows",
     "TumblingProcessingTimeWindows",
+    "UntrustedStorageError",
     "UserFunctionError",
     "WatermarkGenerator",
     "WatermarkStrategy",
