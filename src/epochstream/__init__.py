@@ -5,7 +5,7 @@ Example::
     import epochstream as es
 
     env = es.Environment(parallelism=2)
-    env.enable_checkpointing(interval=1.0, storage="/tmp/ckpt", mode="exactly_once")
+    env.enable_checkpointing(interval=1.0, storage="checkpoints", mode="exactly_once")
     (env.from_text_file("book.txt")
         .flat_map(str.split)
         .map(lambda w: (w.lower(), 1))

@@ -73,7 +73,7 @@ def normalize_location(location: str) -> str:
 
     Example::
 
-        normalize_location("file:///tmp/ck") == "/tmp/ck"
+        normalize_location("file:///data/ck") == "/data/ck"
         normalize_location("s3://b/p/../q/") == "s3://b/q"
     """
     if not isinstance(location, str) or not location.strip():
@@ -449,7 +449,7 @@ def storage_fs(location: str, options: Mapping[str, Any] | None = None) -> Stora
 
     Example::
 
-        storage_fs("/tmp/ck")                 # LocalFS
+        storage_fs("/data/ck")                # LocalFS
         storage_fs("s3://bucket/ck", opts)    # S3FS
     """
     if not is_remote(location):
