@@ -37,6 +37,7 @@ from epochstream.deploy.registry import (
 from epochstream.exceptions import ConfigurationError, EpochstreamError
 
 NOBODY = 65534
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
 TOKEN = "s3cr3t-token_AbC"
 JOB_ID = "0123456789abcdef0123456789abcdef"
 
@@ -182,6 +183,7 @@ def test_an_entry_whose_name_is_not_its_job_id_is_skipped(state: Path) -> None:
     assert running_jobs() == []
 
 
+@needs_root
 def test_entries_others_own_or_can_write_are_skipped(state: Path) -> None:
     theirs = _plant(state, _entry())
     os.chown(theirs, NOBODY, -1)
@@ -191,6 +193,7 @@ def test_entries_others_own_or_can_write_are_skipped(state: Path) -> None:
     assert running_jobs() == []
 
 
+@needs_root
 def test_a_registry_dir_others_can_write_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -310,3 +313,18 @@ def test_a_proxy_from_the_environment_never_sees_the_token(
     entry = JobEntry(**_entry(endpoint=_url(job)))  # type: ignore[arg-type]
     assert call_endpoint(entry, "GET", "/v1/job") == {"state": "RUNNING"}
     assert proxy.seen == [] and job.seen == [f"Bearer {TOKEN}"]  # type: ignore[attr-defined]
+
+
+def test_list_reports_an_open_registry_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from epochstream.cli import main
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    jobs = tmp_path / "state" / "epochstream" / "jobs"
+    jobs.mkdir(parents=True)
+    os.chmod(jobs, 0o777)
+    assert main(["list"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("epochstream list: job registry ") and "not private" in err
+    assert len(err.strip().splitlines()) == 1

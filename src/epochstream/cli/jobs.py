@@ -119,7 +119,10 @@ def _error_message(exc: urllib.error.HTTPError) -> str:
 
 
 def _cmd_list(ns: argparse.Namespace) -> int:
-    jobs = running_jobs()
+    try:
+        jobs = running_jobs()
+    except EpochstreamError as exc:
+        return fail("list", str(exc))
     if not jobs:
         print("no running jobs")
         return 0
