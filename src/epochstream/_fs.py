@@ -105,15 +105,36 @@ def _ancestor_problem(path: str, st: os.stat_result) -> str | None:
     return None
 
 
+def _chain_problem(path: str) -> str | None:
+    """The first problem of ``path`` or a directory above it, as spelled (symlinks are
+    judged by their owner here; what they point to is another chain)."""
+    for index, prefix in enumerate(_prefixes(path)):
+        try:
+            st = os.lstat(prefix)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # not there (yet): nothing to plant in it
+        except OSError as err:
+            return f"{prefix} cannot be checked: {err.strerror}"
+        if stat.S_ISLNK(st.st_mode):
+            if not _trusted_owner(st.st_uid):
+                return f"{prefix} is a symlink owned by another user ({_owner(st.st_uid)})"
+            continue
+        problem = _leaf_problem(prefix, st) if index == 0 else _ancestor_problem(prefix, st)
+        if problem is not None:
+            return problem
+    return None
+
+
 def trust_problem(path: str) -> str | None:
     """Why another local user could change what ``path`` holds; ``None`` when none can.
 
-    Like ssh's ``StrictModes``: ``path`` itself (after symlinks) must be owned by this
-    user or root and not be writable by group or others; each directory above it must
-    be owned by this user or root and not be writable by group or others unless it is
-    sticky (as ``/tmp`` is); a symlink on the way must be owned by this user or root.
-    A path that does not exist has no problem of its own (its existing parents are
-    still checked). ``path`` may be a directory or a file.
+    Like ssh's ``StrictModes``: ``path`` itself must be owned by this user or root and
+    not be writable by group or others; each directory above it must be owned by this
+    user or root and not be writable by group or others unless it is sticky (as
+    ``/tmp`` is); a symlink on the way must be owned by this user or root. Both the
+    path as spelled and the path its symlinks lead to are checked. A path that does
+    not exist has no problem of its own (its existing parents are still checked).
+    ``path`` may be a directory or a file.
 
     Example::
 
@@ -121,20 +142,4 @@ def trust_problem(path: str) -> str | None:
         trust_problem(os.path.expanduser("~/.cache"))   # None
     """
     absolute = os.path.abspath(path)
-    for prefix in _prefixes(absolute)[1:]:
-        try:
-            st = os.lstat(prefix)
-        except FileNotFoundError:
-            continue
-        if stat.S_ISLNK(st.st_mode) and not _trusted_owner(st.st_uid):
-            return f"its parent {prefix} is a symlink owned by another user ({_owner(st.st_uid)})"
-    real = os.path.realpath(absolute)
-    for index, prefix in enumerate(_prefixes(real)):
-        try:
-            st = os.stat(prefix)
-        except FileNotFoundError:
-            continue
-        problem = _leaf_problem(prefix, st) if index == 0 else _ancestor_problem(prefix, st)
-        if problem is not None:
-            return problem
-    return None
+    return _chain_problem(absolute) or _chain_problem(os.path.realpath(absolute))

@@ -186,3 +186,23 @@ def test_a_metadata_file_others_can_write_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UntrustedStorageError, match="_metadata"):
         load_metadata(str(chk))
     assert not (tmp_path / "pwned").exists()
+
+
+def test_a_symlink_of_ours_in_an_open_directory_is_a_problem(tmp_path: Path) -> None:
+    """Anyone may replace a link in a non-sticky world-writable directory, whoever owns it."""
+    target = squat(tmp_path / "real", mode=0o700)
+    link = squat(tmp_path / "open", mode=0o777) / "ck"
+    link.symlink_to(target)
+    problem = trust_problem(str(link / "job"))
+    assert problem is not None and "open" in problem and "not sticky" in problem
+
+
+def test_the_storage_root_as_a_foreign_symlink_is_a_problem(tmp_path: Path) -> None:
+    target = squat(tmp_path / "real", mode=0o700)
+    link = squat(tmp_path / "sticky", mode=0o1777) / "ck"
+    link.symlink_to(target)
+    if os.geteuid() != 0:
+        pytest.skip("giving a symlink to another user needs root")
+    os.lchown(link, NOBODY, -1)
+    problem = trust_problem(str(link))
+    assert problem is not None and "symlink owned by another user" in problem
