@@ -99,3 +99,40 @@ def test_checkpoints_and_inspect_refuse_a_squatted_dir(tmp_path: Path) -> None:
     assert not (tmp_path / "pwned").exists()
     proc = _cli("checkpoints", "--trust-shared-storage", str(root))
     assert proc.returncode == 0 and "planted-run" in proc.stdout, proc.stderr
+
+
+def test_savepoints_are_not_written_where_others_could_swap_them(tmp_path: Path) -> None:
+    shared = support.squat(tmp_path / "sp", mode=0o777, uid=support.NOBODY)
+    env = es.Environment(parallelism=1, runner="local")
+    env.enable_checkpointing(0.1, storage=str(tmp_path / "ckpt"))
+    env.from_sequence(0, 10**9, rate=1000).map(lambda i: i).uid("m").print()
+    client = env.execute_async("sp")
+    try:
+        client.wait_for_checkpoint(1)
+        with pytest.raises(es.CheckpointError, match=f"savepoint directory {shared} is not private"):
+            client.trigger_savepoint(str(shared))
+        assert list(shared.iterdir()) == []
+        mine = tmp_path / "mine" / "sp"
+        path = client.trigger_savepoint(str(mine))
+        assert path.startswith(str(mine)) and (mine.stat().st_mode & 0o777) == 0o700
+    finally:
+        client.cancel()
+    with pytest.raises(es.JobCancelled):
+        client.result(timeout=60)
+
+
+def test_an_explicit_shared_savepoint_dir_is_refused_at_start(tmp_path: Path) -> None:
+    shared = support.squat(tmp_path / "sp", mode=0o777)
+    env = es.Environment(parallelism=1, runner="local")
+    env.enable_checkpointing(0.1, storage=str(tmp_path / "ckpt"), savepoint_dir=str(shared))
+    _job(env, tmp_path / "out")
+    with pytest.raises(es.UntrustedStorageError, match="savepoint directory"):
+        env.execute("sp-dir")
+
+
+def test_supervise_passes_the_opt_out_to_its_driver() -> None:
+    from epochstream.cli import _parser
+    from epochstream.cli.run import _child_arguments
+
+    ns = _parser().parse_args(["run", "--supervise", "--trust-shared-storage", "job.py"])
+    assert "--trust-shared-storage" in _child_arguments(ns)
