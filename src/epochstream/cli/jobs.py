@@ -36,10 +36,8 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
     """Turn every redirect into an error: following one would re-send the token."""
 
     def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
-        raise urllib.error.HTTPError(
-            req.full_url, code, f"redirected to {newurl}; not followed (it would get the job's token)",
-            headers, fp,
-        )
+        reason = f"redirected to {newurl}; not followed (it would get the job's token)"
+        raise urllib.error.HTTPError(req.full_url, code, reason, headers, fp)
 
 
 # No proxies (an HTTP proxy would see the token), no redirects, http(s) only.
