@@ -5,7 +5,7 @@ Example::
     import epochstream as es
 
     env = es.Environment(parallelism=2)
-    env.enable_checkpointing(interval=1.0, storage="/tmp/ckpt", mode="exactly_once")
+    env.enable_checkpointing(interval=1.0, storage="checkpoints", mode="exactly_once")
     (env.from_text_file("book.txt")
         .flat_map(str.split)
         .map(lambda w: (w.lower(), 1))
@@ -89,6 +89,7 @@ from epochstream.exceptions import (
     StateError,
     StorageUnavailableError,
     TaskFailure,
+    UntrustedStorageError,
     UserFunctionError,
 )
 from epochstream.runtime.events import MAX_WATERMARK, MIN_WATERMARK
@@ -171,6 +172,7 @@ __all__ = [
     "TriggerResult",
     "TumblingEventTimeWindows",
     "TumblingProcessingTimeWindows",
+    "UntrustedStorageError",
     "UserFunctionError",
     "WatermarkGenerator",
     "WatermarkStrategy",

@@ -4,6 +4,7 @@
 
     EpochstreamError
      +-- ConfigurationError          bad settings or a job graph that cannot run (never restarted)
+     |    +-- UntrustedStorageError  a local checkpoint or savepoint path other users can change
      +-- JobExecutionError           execute() gave up; names the first cause and restart history
      +-- JobCancelled                the job was cancelled, or stopped with a savepoint
      +-- DataError                   bad input that retrying cannot fix (restarts are suppressed)
@@ -49,6 +50,7 @@ __all__ = [
     "StateError",
     "StorageUnavailableError",
     "TaskFailure",
+    "UntrustedStorageError",
     "UserFunctionError",
 ]
 
@@ -85,6 +87,18 @@ class ConfigurationError(EpochstreamError, ValueError):
     """
 
     suppress_restarts = True
+
+
+class UntrustedStorageError(ConfigurationError):
+    """A local checkpoint or savepoint location that another local user could change.
+
+    Checkpoints hold pickles: whoever can plant a ``_metadata`` file there runs code as
+    the job's user when it is restored. The message names the path, its owner and mode,
+    and the opt-out (``trust_shared_storage=True``, ``--trust-shared-storage``).
+
+    Example: ``env.enable_checkpointing(storage="/tmp/shared")`` where ``/tmp/shared``
+    is ``0777`` makes ``execute()`` raise it.
+    """
 
 
 class JobExecutionError(EpochstreamError):

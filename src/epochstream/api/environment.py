@@ -5,7 +5,7 @@ Example::
     import epochstream as es
 
     env = es.Environment(parallelism=2)
-    env.enable_checkpointing(interval=1.0, storage="/tmp/ckpt")
+    env.enable_checkpointing(interval=1.0, storage="checkpoints")
     env.from_sequence(0, 1000).map(lambda i: i * i).print()
     result = env.execute("squares")
 """
@@ -51,6 +51,7 @@ _OVERRIDE_KEYS = (
     "restore_from",
     "allow_non_restored_state",
     "resume",
+    "trust_shared_storage",
 )
 
 
@@ -58,7 +59,8 @@ def set_overrides(**settings: Any) -> None:
     """Apply settings to every Environment created afterwards (used by ``epochstream run``).
 
     Keys: ``parallelism``, ``runner``, ``spark_master``, ``checkpoint_dir``, ``restore_from``,
-    ``allow_non_restored_state``, ``resume``. ``None`` values are ignored.
+    ``allow_non_restored_state``, ``resume``, ``trust_shared_storage``. ``None`` values
+    are ignored.
 
     Example: ``set_overrides(parallelism=4, runner="local")``
     """
@@ -162,13 +164,19 @@ class Environment:
         private to the user). ``mode`` is ``"exactly_once"`` (aligned barriers) or
         ``"at_least_once"``. Other options: ``min_pause``, ``max_concurrent``,
         ``timeout``, ``tolerable_failures``, ``retained``, ``retain_on_cancel``,
-        ``storage_options`` (object-store endpoint and credentials), ``savepoint_dir``
-        (see CheckpointConfig).
+        ``storage_options`` (object-store endpoint and credentials), ``savepoint_dir``,
+        ``trust_shared_storage`` (see CheckpointConfig).
+
+        A local ``storage`` (and savepoint or restore path) that other local users could
+        change is refused when the job starts: checkpoints hold pickles, so whoever can
+        write there can run code as you. ``trust_shared_storage=True`` opts out.
 
         Example: ``env.enable_checkpointing(1.0, storage="s3://bucket/ckpt")``
         """
         storage = _OVERRIDES.get("checkpoint_dir", storage)
         kwargs: dict[str, Any] = {"interval": interval, "mode": mode, **options}
+        if _OVERRIDES.get("trust_shared_storage"):
+            kwargs["trust_shared_storage"] = True
         if storage is not None:
             kwargs["storage"] = storage
         self.checkpoint_config = CheckpointConfig(**kwargs)
@@ -226,6 +234,18 @@ class Environment:
     def state_backend(self) -> StateBackend:
         """The keyed-state backend jobs of this environment use."""
         return self._state_backend
+
+    @property
+    def trusts_shared_storage(self) -> bool:
+        """Whether local checkpoint, savepoint and restore paths other users could change
+        are used anyway: ``enable_checkpointing(trust_shared_storage=True)``, or
+        ``epochstream run --trust-shared-storage`` (which also covers a job that restores
+        a savepoint without checkpointing).
+
+        Example: ``env.enable_checkpointing(trust_shared_storage=True).trusts_shared_storage``
+        """
+        configured = self.checkpoint_config is not None and self.checkpoint_config.trust_shared_storage
+        return configured or bool(_OVERRIDES.get("trust_shared_storage"))
 
     @property
     def restart_strategy(self) -> RestartStrategy:

@@ -77,7 +77,10 @@ class CheckpointConfig:
     store's ``endpoint_url``, ``access_key``, ``secret_key``, ``region`` and
     ``session_token`` (default: the standard AWS environment variables).
     ``savepoint_dir``: where savepoints go when none is named (default
-    ``<storage>/savepoints``).
+    ``<storage>/savepoints``). ``trust_shared_storage``: use a local storage, savepoint
+    or restore path even when other local users could change it (they could then run
+    code as you: checkpoints hold pickles); by default such a path is refused with
+    :class:`~epochstream.exceptions.UntrustedStorageError`.
 
     Example::
 
@@ -95,6 +98,7 @@ class CheckpointConfig:
     retain_on_cancel: bool = False
     storage_options: dict[str, Any] | None = None
     savepoint_dir: str | None = None
+    trust_shared_storage: bool = False
 
     def __post_init__(self) -> None:
         _check_seconds("interval", self.interval, allow_zero=False)
@@ -107,10 +111,11 @@ class CheckpointConfig:
             raise ConfigurationError(
                 f"CheckpointConfig.mode must be one of {', '.join(_MODES)}, got {self.mode!r}"
             )
-        if not isinstance(self.retain_on_cancel, bool):
-            raise ConfigurationError(
-                f"CheckpointConfig.retain_on_cancel must be a bool, got {self.retain_on_cancel!r}"
-            )
+        for flag in ("retain_on_cancel", "trust_shared_storage"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigurationError(
+                    f"CheckpointConfig.{flag} must be a bool, got {getattr(self, flag)!r}"
+                )
         for name in ("storage", "savepoint_dir"):
             value = getattr(self, name)
             if value is None:

@@ -36,17 +36,27 @@ from collections.abc import Mapping
 from typing import Any, BinaryIO
 from urllib.parse import unquote, urlparse
 
-from epochstream._fs import PRIVATE_FILE_MODE, fsync_directory, makedirs_private
-from epochstream.exceptions import CheckpointError, ConfigurationError
+from epochstream._fs import PRIVATE_FILE_MODE, fsync_directory, makedirs_private, trust_problem
+from epochstream.exceptions import CheckpointError, ConfigurationError, UntrustedStorageError
 
 __all__ = [
     "S3FS",
+    "TRUST_OPT_OUT",
     "LocalFS",
     "StorageFS",
+    "check_trusted_location",
+    "ensure_private_location",
     "is_remote",
     "normalize_location",
     "storage_fs",
 ]
+
+#: How to opt out of the shared-storage check, for error messages.
+TRUST_OPT_OUT = (
+    "if every user who can write there may run code as you, opt out with "
+    "trust_shared_storage=True (enable_checkpointing, es.savepoint.read) or "
+    "--trust-shared-storage (epochstream run, checkpoints, inspect)"
+)
 
 _SCHEMES = ("file", "s3")
 _S3_OPTION_KEYS = frozenset({"endpoint_url", "access_key", "secret_key", "region", "session_token"})
@@ -63,7 +73,7 @@ def normalize_location(location: str) -> str:
 
     Example::
 
-        normalize_location("file:///tmp/ck") == "/tmp/ck"
+        normalize_location("file:///data/ck") == "/data/ck"
         normalize_location("s3://b/p/../q/") == "s3://b/q"
     """
     if not isinstance(location, str) or not location.strip():
@@ -90,6 +100,50 @@ def normalize_location(location: str) -> str:
         raise ConfigurationError(f"storage location {location!r} names no bucket")
     key = posixpath.normpath("/" + parsed.path).lstrip("/")
     return f"s3://{parsed.netloc}/{key}".rstrip("/") if key else f"s3://{parsed.netloc}"
+
+
+def check_trusted_location(location: str, *, what: str, trust_shared: bool = False) -> None:
+    """Refuse a local ``location`` another local user could change (ssh's StrictModes).
+
+    Checkpoints and savepoints hold pickles: restoring one runs code as this user, so
+    a location other users can write is code they can run as you. Raises
+    :class:`~epochstream.exceptions.UntrustedStorageError` naming the offending path,
+    its owner and mode, and the opt-out; no-op for ``s3://`` or when ``trust_shared``.
+    See :func:`epochstream._fs.trust_problem` for the rules.
+
+    Example::
+
+        check_trusted_location("/tmp/shared-ckpt", what="checkpoint storage")  # raises if 0777
+    """
+    if trust_shared or is_remote(location):
+        return
+    problem = trust_problem(normalize_location(location))
+    if problem is not None:
+        raise UntrustedStorageError(
+            f"{what} {location} is not private to you: {problem}. Another local user could "
+            f"plant a checkpoint there that runs code as you when restored; use a directory "
+            f"you own that only you can write (chmod 700), or, {TRUST_OPT_OUT}"
+        )
+
+
+def ensure_private_location(location: str, *, what: str, trust_shared: bool = False) -> None:
+    """Create a missing local ``location`` (``0700``), then :func:`check_trusted_location`.
+
+    The check runs after the creation, so it sees what is really there (a directory
+    another user created first is refused, not used).
+
+    Example::
+
+        ensure_private_location("./checkpoints", what="checkpoint storage")
+    """
+    if is_remote(location):
+        return
+    path = normalize_location(location)
+    try:
+        makedirs_private(path)
+    except OSError as err:
+        raise CheckpointError(f"{what} {path}: cannot create it: {err}") from err
+    check_trusted_location(path, what=what, trust_shared=trust_shared)
 
 
 class StorageFS(ABC):
@@ -395,7 +449,7 @@ def storage_fs(location: str, options: Mapping[str, Any] | None = None) -> Stora
 
     Example::
 
-        storage_fs("/tmp/ck")                 # LocalFS
+        storage_fs("/data/ck")                # LocalFS
         storage_fs("s3://bucket/ck", opts)    # S3FS
     """
     if not is_remote(location):

@@ -5,14 +5,17 @@
     <root>/<job_id>/shared/             files incremental checkpoints share (reference-counted)
 
 A directory without ``_metadata`` is a pending, aborted or crashed checkpoint and is
-never restored from. Directory ids also seed the coordinator's id counter, so ids stay
+never restored from. ``_metadata`` holds pickles, so a local one is read only when it
+and every directory above it pass the shared-storage check
+(:func:`~epochstream.checkpoint.filesystems.check_trusted_location`), unless the caller
+passes ``trust_shared=True``. Directory ids also seed the coordinator's id counter, so ids stay
 monotonic across restarts of the job master. Every read and write goes through a
 :class:`~epochstream.checkpoint.filesystems.StorageFS`.
 
 Example::
 
-    storage = CheckpointStorage("/tmp/ck", "job-1")
-    storage.write_metadata(1, metadata)      # "/tmp/ck/job-1/chk-1/_metadata"
+    storage = CheckpointStorage("/data/ck", "job-1")
+    storage.write_metadata(1, metadata)      # "/data/ck/job-1/chk-1/_metadata"
     storage.completed_ids() == [1]
 """
 
@@ -26,9 +29,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from epochstream.checkpoint.faults import READ_RETRY, unavailable_or
-from epochstream.checkpoint.filesystems import StorageFS, normalize_location, storage_fs
+from epochstream.checkpoint.filesystems import (
+    StorageFS,
+    check_trusted_location,
+    ensure_private_location,
+    normalize_location,
+    storage_fs,
+)
 from epochstream.checkpoint.metadata import CheckpointMetadata
-from epochstream.exceptions import CheckpointError, ConfigurationError, StorageUnavailableError
+from epochstream.exceptions import (
+    CheckpointError,
+    ConfigurationError,
+    StorageUnavailableError,
+    UntrustedStorageError,
+)
 
 __all__ = [
     "CHECKPOINT_PREFIX",
@@ -64,9 +78,13 @@ def _chk_ids(fs: StorageFS, directory: str) -> list[int]:
     return sorted(int(m.group(1)) for m in map(_CHK_RE.match, names) if m)
 
 
-def _read_metadata(fs: StorageFS, metadata_path: str, options: Any = None) -> CheckpointMetadata:
+def _read_metadata(
+    fs: StorageFS, metadata_path: str, options: Any = None, *, trust_shared: bool = False
+) -> CheckpointMetadata:
     """The parsed ``_metadata``; storage that cannot be reached is retried, then raises
     ``StorageUnavailableError`` (never ``CheckpointError``: the checkpoint is not bad)."""
+    # Unpickling runs code: the file and every directory above it must be ours first.
+    check_trusted_location(metadata_path, what="checkpoint metadata", trust_shared=trust_shared)
     try:
         data = READ_RETRY.run(
             lambda: fs.read_bytes(metadata_path), what="read checkpoint metadata", path=metadata_path
@@ -89,9 +107,19 @@ class CheckpointStorage:
 
         s = CheckpointStorage("s3://bucket/ck", "job-1", {"endpoint_url": "http://127.0.0.1:8333"})
         s.job_dir == "s3://bucket/ck/job-1"
+
+    ``trust_shared``: skip the shared-storage check of a local root (see
+    :meth:`check_trusted`).
     """
 
-    def __init__(self, root: str, job_id: str, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        root: str,
+        job_id: str,
+        options: Mapping[str, Any] | None = None,
+        *,
+        trust_shared: bool = False,
+    ) -> None:
         if (
             not isinstance(job_id, str)
             or not job_id
@@ -107,6 +135,7 @@ class CheckpointStorage:
         self.options = dict(options or {})
         self.fs = storage_fs(self.root, self.options)
         self.job_id = job_id
+        self.trust_shared = trust_shared
         self._job_dir = self.fs.join(self.root, job_id)
 
     def __repr__(self) -> str:
@@ -121,6 +150,16 @@ class CheckpointStorage:
     def shared_dir(self) -> str:
         """``<root>/<job_id>/shared``: files incremental checkpoints share."""
         return self.fs.join(self._job_dir, SHARED_DIR)
+
+    def check_trusted(self) -> None:
+        """Create a missing local root ``0700``; refuse one other local users can change.
+
+        Raises :class:`~epochstream.exceptions.UntrustedStorageError` (before anything is
+        read from it) unless ``trust_shared``; object stores are not checked.
+
+        Example: ``CheckpointStorage("/tmp/shared", "j").check_trusted()`` raises on a 0777 dir.
+        """
+        ensure_private_location(self.root, what="checkpoint storage", trust_shared=self.trust_shared)
 
     def check_writable(self) -> None:
         """Fail now, before any record is read, if checkpoints cannot be written here.
@@ -213,7 +252,9 @@ class CheckpointStorage:
 
     def load(self, checkpoint_id: int) -> CheckpointMetadata:
         """Read the metadata of completed checkpoint ``checkpoint_id``."""
-        return _read_metadata(self.fs, self.metadata_path(checkpoint_id), self.options)
+        return _read_metadata(
+            self.fs, self.metadata_path(checkpoint_id), self.options, trust_shared=self.trust_shared
+        )
 
     def max_checkpoint_id(self) -> int:
         """Highest ``chk-<n>`` present, completed or not; 0 if none (seeds the id counter)."""
@@ -244,18 +285,21 @@ def write_metadata_file(fs: StorageFS, directory: str, metadata: CheckpointMetad
 
 
 def load_metadata(
-    path: str, options: Mapping[str, Any] | None = None
+    path: str, options: Mapping[str, Any] | None = None, *, trust_shared: bool = False
 ) -> tuple[str, CheckpointMetadata]:
     """Load a checkpoint or savepoint from its directory or its ``_metadata`` file.
 
     Returns ``(directory, metadata)``; raises :class:`CheckpointError` if ``path`` is
-    not a completed checkpoint.
+    not a completed checkpoint, and
+    :class:`~epochstream.exceptions.UntrustedStorageError` if another local user could
+    have changed it (unless ``trust_shared``).
 
     Example::
 
-        directory, md = load_metadata("/tmp/ck/job-1/chk-4")
+        directory, md = load_metadata("/data/ck/job-1/chk-4")
     """
     path = normalize_location(path)
+    check_trusted_location(path, what="checkpoint or savepoint", trust_shared=trust_shared)
     fs = storage_fs(path, options)
     if path.rstrip("/").endswith("/" + METADATA_FILE) and _exists(fs, path):
         directory, metadata_path = path.rsplit("/", 1)[0], path
@@ -265,7 +309,7 @@ def load_metadata(
         raise CheckpointError(
             f"{path}: not a completed checkpoint or savepoint (no {METADATA_FILE} at {metadata_path})"
         )
-    return directory, _read_metadata(fs, metadata_path, options)
+    return directory, _read_metadata(fs, metadata_path, options, trust_shared=trust_shared)
 
 
 @dataclass(frozen=True)
@@ -274,7 +318,7 @@ class CheckpointEntry:
 
     Example::
 
-        for entry in scan_checkpoints("/tmp/ck"):
+        for entry in scan_checkpoints("/data/ck"):
             print(entry.directory, entry.error or entry.metadata.checkpoint_id)
     """
 
@@ -291,20 +335,24 @@ class CheckpointEntry:
 
 
 def scan_checkpoints(
-    path: str, options: Mapping[str, Any] | None = None
+    path: str, options: Mapping[str, Any] | None = None, *, trust_shared: bool = False
 ) -> list[CheckpointEntry]:
     """Every completed checkpoint under ``path`` (a storage root, a job dir or a chk dir).
 
     Also finds savepoint directories (any sub-directory holding ``_metadata``). A
     ``_metadata`` that cannot be read or parsed does not raise: its entry carries the
     error. Sorted by (job, checkpoint id). A path that does not exist raises
-    :class:`CheckpointError`.
+    :class:`CheckpointError`; a local ``path`` other local users could change raises
+    :class:`~epochstream.exceptions.UntrustedStorageError` before anything under it is
+    read (unless ``trust_shared``), and such a checkpoint below it is an entry with an
+    error.
 
     Example::
 
-        bad = [e for e in scan_checkpoints("/tmp/ck") if not e.ok]
+        bad = [e for e in scan_checkpoints("/data/ck") if not e.ok]
     """
     path = normalize_location(path)
+    check_trusted_location(path, what="checkpoint storage", trust_shared=trust_shared)
     fs = storage_fs(path, options)
     if path.endswith("/" + METADATA_FILE) and fs.exists(path):
         candidates = [path.rsplit("/", 1)[0]]
@@ -333,10 +381,10 @@ def scan_checkpoints(
         job = chk_dir.rsplit("/", 2)[-2] if match else name
         number = int(match.group(1)) if match else 0
         try:
-            md = _read_metadata(fs, metadata_path, options)
+            md = _read_metadata(fs, metadata_path, options, trust_shared=trust_shared)
         except StorageUnavailableError:
             raise  # storage is down: no entry is unreadable, the whole listing failed
-        except CheckpointError as err:
+        except (CheckpointError, UntrustedStorageError) as err:
             entries.append(CheckpointEntry(chk_dir, job, number, error=str(err)))
         else:
             entries.append(CheckpointEntry(chk_dir, md.job_id, md.checkpoint_id, metadata=md))
@@ -345,13 +393,14 @@ def scan_checkpoints(
 
 
 def find_completed_checkpoints(
-    path: str, options: Mapping[str, Any] | None = None
+    path: str, options: Mapping[str, Any] | None = None, *, trust_shared: bool = False
 ) -> list[tuple[str, CheckpointMetadata]]:
     """Every readable completed checkpoint under ``path`` (see :func:`scan_checkpoints`).
 
     Example::
 
-        for directory, md in find_completed_checkpoints("/tmp/ck"):
+        for directory, md in find_completed_checkpoints("/data/ck"):
             print(md.job_id, md.checkpoint_id, directory)
     """
-    return [(e.directory, e.metadata) for e in scan_checkpoints(path, options) if e.metadata]
+    entries = scan_checkpoints(path, options, trust_shared=trust_shared)
+    return [(e.directory, e.metadata) for e in entries if e.metadata]

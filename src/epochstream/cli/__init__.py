@@ -77,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``epochstream`` console script; returns the exit code.
 
-    Example: ``main(["checkpoints", "/tmp/ckpt"])``
+    Example: ``main(["checkpoints", "checkpoints"])``
     """
     ns = _parser().parse_args(argv)
     code: int = ns.handler(ns)

@@ -1,8 +1,10 @@
 """``epochstream list``, ``savepoint`` and ``cancel``: talk to running jobs.
 
 A running job is found in this user's job registry (see
-:mod:`epochstream.deploy.registry`) by a prefix of its id; the command then calls the
-job's authenticated HTTP endpoint (:mod:`epochstream.deploy.endpoint`).
+:mod:`epochstream.deploy.registry`, which validates every entry) by a prefix of its id;
+the command then calls the job's authenticated HTTP endpoint
+(:mod:`epochstream.deploy.endpoint`). The bearer token goes to that endpoint only:
+redirects are not followed and proxies from the environment are not used.
 
 Example::
 
@@ -20,12 +22,35 @@ import urllib.request
 from typing import Any
 
 from epochstream.cli.common import fail, utc
-from epochstream.deploy.registry import JobEntry, find_job, running_jobs
+from epochstream.deploy.registry import JobEntry, check_endpoint_url, find_job, running_jobs
 from epochstream.exceptions import EpochstreamError
 
 __all__ = ["add_job_commands", "call_endpoint"]
 
 _TIMEOUT = 660.0
+#: The largest reply read from a job endpoint (a vertex listing is a few KiB).
+MAX_REPLY_BYTES = 16 * 1024 * 1024
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Turn every redirect into an error: following one would re-send the token."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        reason = f"redirected to {newurl}; not followed (it would get the job's token)"
+        raise urllib.error.HTTPError(req.full_url, code, reason, headers, fp)
+
+
+# No proxies (an HTTP proxy would see the token), no redirects, http(s) only.
+_OPENER = urllib.request.OpenerDirector()
+for _handler in (
+    urllib.request.ProxyHandler({}),
+    urllib.request.HTTPHandler(),
+    urllib.request.HTTPSHandler(),
+    urllib.request.HTTPDefaultErrorHandler(),
+    _NoRedirects(),
+    urllib.request.HTTPErrorProcessor(),
+):
+    _OPENER.add_handler(_handler)
 
 
 def add_job_commands(sub: Any) -> None:
@@ -53,7 +78,11 @@ def add_job_commands(sub: Any) -> None:
 
 
 def call_endpoint(entry: JobEntry, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    """Call the job's endpoint; the decoded JSON reply, or :class:`EpochstreamError`."""
+    """Call the job's endpoint; the decoded JSON reply, or :class:`EpochstreamError`.
+
+    Example: ``call_endpoint(find_job("3f2a"), "GET", "/v1/job")["state"]``
+    """
+    check_endpoint_url(entry.endpoint)  # whoever built the entry, never file: or data:
     data = None if body is None else json.dumps(body).encode("utf-8")
     request = urllib.request.Request(
         entry.endpoint + path,
@@ -62,20 +91,36 @@ def call_endpoint(entry: JobEntry, method: str, path: str, body: dict[str, Any] 
         headers={"Authorization": f"Bearer {entry.token}", "Content-Type": "application/json"},
     )
     try:
-        with urllib.request.urlopen(request, timeout=_TIMEOUT) as response:
-            return json.loads(response.read())
+        with _OPENER.open(request, timeout=_TIMEOUT) as response:
+            return json.loads(_read_capped(response))
     except urllib.error.HTTPError as exc:
-        try:
-            message = json.loads(exc.read()).get("error", str(exc))
-        except ValueError:
-            message = str(exc)
-        raise EpochstreamError(message) from exc
+        raise EpochstreamError(_error_message(exc)) from exc
     except (urllib.error.URLError, OSError) as exc:
         raise EpochstreamError(f"job {entry.job_id} at {entry.endpoint} does not answer: {exc}") from exc
 
 
+def _read_capped(response: Any) -> bytes:
+    body: bytes = response.read(MAX_REPLY_BYTES + 1)
+    if len(body) > MAX_REPLY_BYTES:
+        raise EpochstreamError(f"reply of {response.url} is larger than {MAX_REPLY_BYTES} bytes")
+    return body
+
+
+def _error_message(exc: urllib.error.HTTPError) -> str:
+    if 300 <= exc.code < 400:
+        return f"job endpoint {exc.url} answered {exc.code}: {exc.reason}"
+    try:
+        reply = json.loads(_read_capped(exc))
+    except (ValueError, EpochstreamError):
+        return str(exc)
+    return str(reply.get("error", exc)) if isinstance(reply, dict) else str(exc)
+
+
 def _cmd_list(ns: argparse.Namespace) -> int:
-    jobs = running_jobs()
+    try:
+        jobs = running_jobs()
+    except EpochstreamError as exc:
+        return fail("list", str(exc))
     if not jobs:
         print("no running jobs")
         return 0

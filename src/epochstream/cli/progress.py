@@ -99,7 +99,13 @@ class ProgressReporter:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            for entry in running_jobs():
+            try:
+                entries = running_jobs()
+            except EpochstreamError as exc:  # e.g. a registry other users could change
+                self.out.write(f"epochstream run: no progress reports: {exc}\n")
+                self.out.flush()
+                return
+            for entry in entries:
                 if entry.pid == os.getpid():
                     self._report(entry)
 

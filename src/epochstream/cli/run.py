@@ -33,6 +33,7 @@ from typing import Any
 from epochstream.api.environment import set_overrides
 from epochstream.cli.common import fail
 from epochstream.cli.progress import ProgressReporter
+from epochstream.cli.snapshots import add_trust_flag
 from epochstream.deploy.runners import RunnerLost
 from epochstream.exceptions import EpochstreamError, JobCancelled
 from epochstream.runtime.clock import SystemClock
@@ -128,6 +129,7 @@ def add_run_command(sub: Any) -> None:
         metavar="N",
         help="with --supervise: give up after N driver restarts (default 10)",
     )
+    add_trust_flag(run)
     run.add_argument(
         "--log-level",
         type=_log_level,
@@ -160,6 +162,7 @@ def _cmd_run(ns: argparse.Namespace) -> int:
         restore_from=ns.from_savepoint or ns.restore_from,
         allow_non_restored_state=ns.allow_non_restored_state or None,
         resume=ns.resume or None,
+        trust_shared_storage=ns.trust_shared_storage or None,
     )
     args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
     sys.argv = [ns.script, *args]
@@ -189,6 +192,7 @@ def _cmd_run(ns: argparse.Namespace) -> int:
             restore_from=None,
             allow_non_restored_state=None,
             resume=None,
+            trust_shared_storage=None,
         )
     return 0
 
@@ -208,6 +212,8 @@ def _child_arguments(ns: argparse.Namespace) -> list[str]:
         argv.append("--allow-non-restored-state")
     if ns.quiet:
         argv.append("--quiet")
+    if ns.trust_shared_storage:
+        argv.append("--trust-shared-storage")
     return [*argv, ns.script, *ns.args]
 
 

@@ -6,6 +6,9 @@ ones instead of failing. ``inspect DIR`` describes one snapshot (the newest unde
 when it holds several): operators, their states and kinds, key-group coverage, sizes,
 and every referenced file that is missing.
 
+Both refuse a local DIR that other local users could change (its ``_metadata`` holds
+pickles, and reading it runs them) unless given ``--trust-shared-storage``.
+
 Example::
 
     epochstream checkpoints s3://bucket/ckpt
@@ -36,6 +39,7 @@ def add_snapshot_commands(sub: Any) -> None:
         "a job directory, one chk-<n> or savepoint); unreadable ones are reported, not fatal.",
     )
     ck.add_argument("dir", metavar="DIR")
+    add_trust_flag(ck)
     ck.set_defaults(handler=_cmd_checkpoints)
     ins = sub.add_parser(
         "inspect",
@@ -44,18 +48,32 @@ def add_snapshot_commands(sub: Any) -> None:
         "several); missing files and unreadable metadata are reported.",
     )
     ins.add_argument("dir", metavar="DIR")
+    add_trust_flag(ins)
     ins.set_defaults(handler=_cmd_inspect)
 
 
-def _scan(command: str, directory: str) -> list[CheckpointEntry] | int:
+def add_trust_flag(parser: argparse.ArgumentParser) -> None:
+    """Add ``--trust-shared-storage`` (read checkpoints other local users could change).
+
+    Example: ``add_trust_flag(sub.add_parser("inspect"))``
+    """
+    parser.add_argument(
+        "--trust-shared-storage",
+        action="store_true",
+        help="read checkpoints and savepoints even where other local users could change "
+        "them (they hold pickles: those users could run code as you)",
+    )
+
+
+def _scan(command: str, ns: argparse.Namespace) -> list[CheckpointEntry] | int:
     try:
-        return scan_checkpoints(directory)
+        return scan_checkpoints(ns.dir, trust_shared=ns.trust_shared_storage)
     except EpochstreamError as exc:
         return fail(command, str(exc))
 
 
 def _cmd_checkpoints(ns: argparse.Namespace) -> int:
-    entries = _scan("checkpoints", ns.dir)
+    entries = _scan("checkpoints", ns)
     if isinstance(entries, int):
         return entries
     if not entries:
@@ -80,7 +98,7 @@ def _cmd_checkpoints(ns: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(ns: argparse.Namespace) -> int:
-    entries = _scan("inspect", ns.dir)
+    entries = _scan("inspect", ns)
     if isinstance(entries, int):
         return entries
     if not entries:

@@ -17,7 +17,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from epochstream.checkpoint.filesystems import normalize_location, storage_fs
+from epochstream.checkpoint.filesystems import (
+    check_trusted_location,
+    normalize_location,
+    storage_fs,
+)
 from epochstream.checkpoint.pending import CompletedCheckpoint
 from epochstream.checkpoint.storage import METADATA_FILE, load_metadata, scan_checkpoints
 from epochstream.deploy.enumeration import SourceEnumerators
@@ -38,21 +42,25 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def restore_candidates(path: str, options: Any = None) -> list[CompletedCheckpoint]:
+def restore_candidates(
+    path: str, options: Any = None, *, trust_shared: bool = False
+) -> list[CompletedCheckpoint]:
     """The readable completed checkpoints (or the savepoint) at ``path``, newest first.
 
     ``path`` is a ``chk-<n>`` or savepoint directory, its ``_metadata`` file, or a
     directory holding completed checkpoints (a job directory or a storage root).
     Unreadable ones are skipped with a warning; none readable is a
-    :class:`ConfigurationError`.
+    :class:`ConfigurationError`. A local ``path`` other local users could change raises
+    :class:`~epochstream.exceptions.UntrustedStorageError` unless ``trust_shared``.
     """
     location = normalize_location(path)
+    check_trusted_location(location, what="restore path", trust_shared=trust_shared)
     fs = storage_fs(location, options)
     single = location.endswith("/" + METADATA_FILE) or fs.exists(fs.join(location, METADATA_FILE))
     if single:
-        directory, md = load_metadata(location, options)
+        directory, md = load_metadata(location, options, trust_shared=trust_shared)
         return [CompletedCheckpoint(md.checkpoint_id, directory, md, owned=False)]
-    entries = scan_checkpoints(location, options)
+    entries = scan_checkpoints(location, options, trust_shared=trust_shared)
     for bad in (e for e in entries if e.metadata is None):
         log.warning("restore: skipping unreadable checkpoint %s: %s", bad.directory, bad.error)
     readable = [e for e in entries if e.metadata is not None]
@@ -102,7 +110,8 @@ def load_restore_point(
     path: str, graph: JobGraph, env: Any, allow_non_restored_state: bool, options: Any = None
 ) -> list[CompletedCheckpoint]:
     """The restore point at ``path`` (newest first, older ones as fallbacks), checked."""
-    candidates = restore_candidates(path, options)
+    trust_shared = bool(getattr(env, "trusts_shared_storage", False))
+    candidates = restore_candidates(path, options, trust_shared=trust_shared)
     check_restore_point(candidates[0], graph, env, allow_non_restored_state)
     return candidates
 

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from epochstream.api.result import JobResult
+from epochstream.checkpoint.filesystems import ensure_private_location
 from epochstream.deploy.assignment import check_restore_point, load_restore_point
 from epochstream.deploy.jobmaster import JobMaster
 from epochstream.deploy.runners import LocalRunner, Runner
@@ -208,6 +209,13 @@ def start_job(
     """
     config = getattr(env, "checkpoint_config", None)
     options = config.storage_options if config is not None else None
+    if config is not None:
+        # Before anything is read from it (--resume unpickles what it finds there).
+        ensure_private_location(
+            config.storage_location,
+            what="checkpoint storage",
+            trust_shared=config.trust_shared_storage,
+        )
     restore = None
     if restore_from:
         restore = load_restore_point(restore_from, graph, env, allow_non_restored_state, options)
@@ -225,14 +233,19 @@ def latest_run_checkpoints(env: Any, job_name: str) -> list[Any] | None:
     """
     from epochstream.checkpoint.pending import CompletedCheckpoint
     from epochstream.checkpoint.storage import scan_checkpoints
-    from epochstream.exceptions import ConfigurationError
+    from epochstream.exceptions import CheckpointError, ConfigurationError
 
     config = getattr(env, "checkpoint_config", None)
     if config is None:
         raise ConfigurationError("--resume needs checkpointing: call env.enable_checkpointing()")
     try:
-        entries = scan_checkpoints(config.storage_location, config.storage_options)
-    except EpochstreamError:
+        entries = scan_checkpoints(
+            config.storage_location,
+            config.storage_options,
+            trust_shared=config.trust_shared_storage,
+        )
+    except CheckpointError as err:  # no storage yet: nothing to resume (a refusal propagates)
+        log.warning("resume: %s; starting from the beginning", err)
         return None
     runs: dict[str, list[Any]] = {}
     for e in entries:

@@ -35,6 +35,7 @@ import cloudpickle
 
 from epochstream.api.result import JobResult
 from epochstream.checkpoint.coordinator import CheckpointCoordinator
+from epochstream.checkpoint.filesystems import ensure_private_location
 from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.checkpoint.outage import StorageOutage
 from epochstream.checkpoint.pending import CompletedCheckpoint
@@ -153,8 +154,19 @@ class JobMaster:
         self.storage_outage = StorageOutage(self.job_id)
         if config is not None:
             self.storage = CheckpointStorage(
-                config.storage_location, self.job_id, config.storage_options
+                config.storage_location,
+                self.job_id,
+                config.storage_options,
+                trust_shared=config.trust_shared_storage,
             )
+            # Checkpoints hold pickles: a root other local users can change is refused.
+            self.storage.check_trusted()
+            if config.savepoint_dir is not None:
+                ensure_private_location(
+                    config.savepoint_location,
+                    what="savepoint directory",
+                    trust_shared=config.trust_shared_storage,
+                )
             # Before any record is read: an unusable storage would otherwise show only at
             # the first checkpoint, after the input was processed once per restart.
             self.storage.check_writable()

@@ -18,7 +18,11 @@ import threading
 import uuid
 from typing import Any
 
-from epochstream.checkpoint.filesystems import normalize_location, storage_fs
+from epochstream.checkpoint.filesystems import (
+    ensure_private_location,
+    normalize_location,
+    storage_fs,
+)
 from epochstream.exceptions import CheckpointError, ConfigurationError
 
 __all__ = ["SavepointRequest", "SavepointRequests", "savepoint_name"]
@@ -98,6 +102,11 @@ class SavepointRequests:
             return
         try:
             base = normalize_location(request.directory or config.savepoint_location)
+            # A savepoint is restored later and holds pickles: it goes only where no
+            # other local user can swap it.
+            ensure_private_location(
+                base, what="savepoint directory", trust_shared=config.trust_shared_storage
+            )
             target = storage_fs(base, config.storage_options).join(base, savepoint_name(self._job_id))
             request.checkpoint_id = coordinator.trigger_savepoint(target, terminate=request.terminate)
         except (CheckpointError, ConfigurationError) as err:

@@ -56,15 +56,26 @@ __all__ = ["read", "state_rows"]
 Row = tuple[Any, Any, int, Any, Any, float | None]
 
 
-def read(path: str, uid: str, state_name: str, *, storage_options: Any = None) -> Any:
+def read(
+    path: str,
+    uid: str,
+    state_name: str,
+    *,
+    storage_options: Any = None,
+    trust_shared_storage: bool = False,
+) -> Any:
     """Keyed state ``state_name`` of operator ``uid`` in a savepoint or checkpoint, as a
     ``pyarrow.Table`` (columns in the module docstring).
+
+    A local ``path`` other local users could change is refused
+    (:class:`~epochstream.exceptions.UntrustedStorageError`: it holds pickles) unless
+    ``trust_shared_storage=True``.
 
     Example: ``es.savepoint.read("/sp/savepoint-3f2a9c-...", "counter", "count")``
     """
     import pyarrow as pa
 
-    _directory, md = load_metadata(path, storage_options)
+    _directory, md = load_metadata(path, storage_options, trust_shared=trust_shared_storage)
     subtasks = md.operators.get(uid)
     if subtasks is None:
         raise StateError(
