@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import grp
 import os
 import pwd
 import stat
@@ -85,10 +86,29 @@ def _trusted_owner(uid: int) -> bool:
     return uid in (os.geteuid(), 0)
 
 
+def _private_group(gid: int, uid: int) -> bool:
+    """Whether group ``gid`` has no member but user ``uid`` (a user private group, as
+    Debian and Fedora make one per user; with umask 002 their directories are group
+    writable, which lets nobody else in). Like Debian's ssh StrictModes."""
+    try:
+        group = grp.getgrgid(gid)
+        owner = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return False
+    members = set(group.gr_mem) | {u.pw_name for u in pwd.getpwall() if u.pw_gid == gid}
+    return members == {owner}
+
+
+def _writable_by_others(st: os.stat_result) -> bool:
+    if st.st_mode & 0o002:
+        return True
+    return bool(st.st_mode & 0o020) and not _private_group(st.st_gid, st.st_uid)
+
+
 def _leaf_problem(path: str, st: os.stat_result) -> str | None:
     if not _trusted_owner(st.st_uid):
         return f"{_describe(path, st)} is owned by another user"
-    if st.st_mode & 0o022:
+    if _writable_by_others(st):
         # No sticky-bit exception here: whoever can create entries inside it can plant
         # a checkpoint (or a job entry) next to ours.
         return f"{_describe(path, st)} is writable by group or others"
@@ -100,7 +120,7 @@ def _ancestor_problem(path: str, st: os.stat_result) -> str | None:
         return f"its parent {_describe(path, st)} is owned by another user"
     # A sticky directory (/tmp) lets others add entries but not rename or remove ours,
     # and the next component down is checked to be ours.
-    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+    if _writable_by_others(st) and not st.st_mode & stat.S_ISVTX:
         return f"its parent {_describe(path, st)} is writable by group or others (and not sticky)"
     return None
 
@@ -129,7 +149,7 @@ def trust_problem(path: str) -> str | None:
     """Why another local user could change what ``path`` holds; ``None`` when none can.
 
     Like ssh's ``StrictModes``: ``path`` itself must be owned by this user or root and
-    not be writable by group or others; each directory above it must be owned by this
+    not be writable by group (unless the group is its owner's private group) or others; each directory above it must be owned by this
     user or root and not be writable by group or others unless it is sticky (as
     ``/tmp`` is); a symlink on the way must be owned by this user or root. Both the
     path as spelled and the path its symlinks lead to are checked. A path that does

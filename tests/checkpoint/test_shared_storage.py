@@ -8,7 +8,9 @@ that creates a marker directory when loaded, so a test sees whether it was execu
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import stat
 from pathlib import Path
 
@@ -66,14 +68,15 @@ def plant_checkpoint(job_dir: Path, marker: Path, checkpoint_id: int = 1) -> Pat
     return directory
 
 
-def squat(path: Path, *, mode: int = 0o777, uid: int | None = None) -> Path:
-    """``path`` as another local user leaves it: ``mode`` (exactly), owned by ``uid``."""
+def squat(path: Path, *, mode: int = 0o777, uid: int | None = None, gid: int = -1) -> Path:
+    """``path`` as another local user leaves it: ``mode`` (exactly), owned by ``uid``
+    (and group ``gid``)."""
     path.mkdir(parents=True, exist_ok=True)
     os.chmod(path, mode)
-    if uid is not None:
+    if uid is not None or gid != -1:
         if os.geteuid() != 0:
             pytest.skip("giving a directory to another user needs root")
-        os.chown(path, uid, -1)
+        os.chown(path, -1 if uid is None else uid, gid)
     return path
 
 
@@ -85,10 +88,24 @@ def test_a_private_path_and_a_missing_one_under_it_have_no_problem(tmp_path: Pat
 
 @pytest.mark.parametrize("mode", [0o777, 0o770, 0o1777, 0o722])
 def test_a_root_others_can_write_is_a_problem_even_sticky(tmp_path: Path, mode: int) -> None:
-    root = squat(tmp_path / "ck", mode=mode)
+    # Group nogroup: nobody, _apt and sync are in it, so group-writable lets them in.
+    root = squat(tmp_path / "ck", mode=mode, gid=NOBODY)
     problem = trust_problem(str(root))
     assert problem is not None and "writable by group or others" in problem
     assert f"mode {mode:04o}" in problem and str(root) in problem
+
+
+def test_a_root_writable_by_its_owners_private_group_is_fine(tmp_path: Path) -> None:
+    # umask 002 with a group per user (Debian, Fedora): group-writable lets nobody else in.
+    owner = pwd.getpwuid(os.geteuid())
+    others = set(grp.getgrgid(owner.pw_gid).gr_mem) | {
+        u.pw_name for u in pwd.getpwall() if u.pw_gid == owner.pw_gid
+    }
+    if others != {owner.pw_name}:
+        pytest.skip(f"{owner.pw_name}'s primary group has other members here")
+    root = squat(tmp_path / "ck", mode=0o770, gid=owner.pw_gid)
+    assert trust_problem(str(root)) is None
+    assert trust_problem(str(root / "chk-1")) is None
 
 
 def test_a_root_owned_by_another_user_is_a_problem(tmp_path: Path) -> None:
