@@ -149,8 +149,9 @@ def trust_problem(path: str) -> str | None:
     """Why another local user could change what ``path`` holds; ``None`` when none can.
 
     Like ssh's ``StrictModes``: ``path`` itself must be owned by this user or root and
-    not be writable by group (unless the group is its owner's private group) or others; each directory above it must be owned by this
-    user or root and not be writable by group or others unless it is sticky (as
+    not be writable by group (unless the group is its owner's private group) or others;
+    each directory above it must be owned by this user or root and not be writable by
+    group or others unless it is sticky (as
     ``/tmp`` is); a symlink on the way must be owned by this user or root. Both the
     path as spelled and the path its symlinks lead to are checked. A path that does
     not exist has no problem of its own (its existing parents are still checked).
