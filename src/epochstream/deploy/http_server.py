@@ -47,7 +47,6 @@ import logging
 import resource
 import socket
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -210,7 +209,7 @@ def listen_socket(host: str, port: int, backlog: int) -> socket.socket:
 class _Connection:
     """One accepted connection: its socket, h11 state and whether it authenticated."""
 
-    __slots__ = ("authenticated", "busy", "opened", "peer", "protocol", "sock", "task")
+    __slots__ = ("authenticated", "busy", "peer", "protocol", "received", "sock", "task")
 
     def __init__(self, sock: socket.socket, peer: str, max_head: int) -> None:
         self.sock = sock
@@ -219,7 +218,8 @@ class _Connection:
         self.authenticated = False
         #: A handler is working on its request: not evicted (its answer is owed).
         self.busy = False
-        self.opened = time.monotonic()
+        #: It sent at least one byte (see _silent).
+        self.received = False
         self.task: asyncio.Task[None] | None = None
 
 
@@ -353,17 +353,20 @@ class HttpServer:
         conn.task = self._loop.create_task(self._connection(conn))
 
     def _evict_one(self, reason: str) -> bool:
-        """Close the oldest unauthenticated connection that is waiting for its request."""
-        for conn in self._connections.values():
-            if not conn.authenticated and not conn.busy and conn.task is not None:
-                self._bad.warning("job endpoint: closed a connection from %s (%s)", conn.peer, reason)
-                # Out of the count now; its task closes the socket as it unwinds (closing
-                # here could hand its descriptor number to the next accept while the
-                # event loop still watches it for the old connection).
-                self._connections.pop(id(conn), None)
-                conn.task.cancel()
-                return True
-        return False
+        """Close one unauthenticated connection waiting for its request: the oldest that
+        has sent nothing at all, else the oldest (an honest client's request is
+        usually already in the socket when it is accepted, so silence marks a flood)."""
+        idle = [c for c in self._connections.values() if not c.authenticated and not c.busy]
+        victim = next((c for c in idle if _silent(c)), idle[0] if idle else None)
+        if victim is None or victim.task is None:
+            return False
+        self._bad.warning("job endpoint: closed a connection from %s (%s)", victim.peer, reason)
+        # Out of the count now; its task closes the socket as it unwinds (closing here
+        # could hand its descriptor number to the next accept while the event loop
+        # still watches it for the old connection).
+        self._connections.pop(id(victim), None)
+        victim.task.cancel()
+        return True
 
     def _refuse(self, sock: socket.socket, peer: str, reason: str) -> None:
         self._bad.warning("job endpoint: refused a connection from %s (%s)", peer, reason)
@@ -428,6 +431,7 @@ class HttpServer:
                 raise _Refusal(status, f"malformed request: {exc}") from exc
             if event is h11.NEED_DATA:
                 data = await self._loop.sock_recv(conn.sock, self.limits.max_head)
+                conn.received = conn.received or bool(data)
                 protocol.receive_data(data)
             elif isinstance(event, h11.Request):
                 head = event
@@ -480,6 +484,19 @@ class HttpServer:
         except (TimeoutError, OSError) as exc:
             # The peer is already misbehaving; it was logged above.
             log.debug("job endpoint: error answer to %s not sent: %s", conn.peer, exc)
+
+
+def _silent(conn: _Connection) -> bool:
+    """Whether ``conn`` never sent a byte (nothing read, nothing waiting to be read)."""
+    if conn.received:
+        return False
+    try:
+        return conn.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""  # b"": it left
+    except BlockingIOError:
+        return True
+    except OSError as exc:
+        log.debug("job endpoint: connection from %s is broken: %s", conn.peer, exc)
+        return True
 
 
 def _peer(address: object) -> str:
