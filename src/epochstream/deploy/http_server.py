@@ -66,6 +66,8 @@ _EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 #: accept() errors of a peer that left before it was accepted: accept the next one.
 _PEER_GONE = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EINTR})
 _ACCEPTS_PER_WAKEUP = 64
+#: At most this many evicted connections wait to be closed (descriptors in flight).
+_MAX_CLOSING = 8
 _BACKOFF = 0.2
 _REASONS = {
     200: "OK", 302: "Found", 303: "See Other", 400: "Bad Request", 401: "Unauthorized",
@@ -209,7 +211,7 @@ def listen_socket(host: str, port: int, backlog: int) -> socket.socket:
 class _Connection:
     """One accepted connection: its socket, h11 state and whether it authenticated."""
 
-    __slots__ = ("authenticated", "busy", "peer", "protocol", "received", "sock", "task")
+    __slots__ = ("authenticated", "busy", "evicted", "peer", "protocol", "received", "sock", "task")
 
     def __init__(self, sock: socket.socket, peer: str, max_head: int) -> None:
         self.sock = sock
@@ -218,6 +220,7 @@ class _Connection:
         self.authenticated = False
         #: A handler is working on its request: not evicted (its answer is owed).
         self.busy = False
+        self.evicted = False
         #: It sent at least one byte (see _silent).
         self.received = False
         self.task: asyncio.Task[None] | None = None
@@ -252,6 +255,8 @@ class HttpServer:
         self._thread = threading.Thread(target=self._run, name="job-endpoint", daemon=True)
         self._closed = threading.Event()
         self._paused = False
+        #: Evicted connections whose sockets are not closed yet.
+        self._closing = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -338,19 +343,34 @@ class HttpServer:
 
     def _admit(self, sock: socket.socket, peer: str) -> None:
         unauthenticated = sum(1 for c in self._connections.values() if not c.authenticated)
-        if len(self._connections) >= self.max_connections or unauthenticated >= self.max_unauthenticated:
+        full = len(self._connections) >= self.max_connections
+        if full or unauthenticated >= self.max_unauthenticated:
             reason = (
                 f"{self.max_connections} connections open"
-                if len(self._connections) >= self.max_connections
+                if full
                 else f"{self.max_unauthenticated} connections not authenticated yet"
             )
-            if not self._evict_one(reason):
+            # A newcomer that has not sent a byte yet is refused (closing it frees its
+            # descriptor at once); one whose request is already waiting, as an honest
+            # client's is, takes the place of a silent one. An evicted connection holds
+            # its descriptor until its task unwinds (next loop iteration), so at most
+            # _MAX_CLOSING are on their way out: never more than cap + _MAX_CLOSING + 1.
+            if not _has_data(sock) or self._closing >= _MAX_CLOSING or not self._evict_one(reason):
                 self._refuse(sock, peer, reason)
                 return
         sock.setblocking(False)
         conn = _Connection(sock, peer, self.limits.max_head)
         self._connections[id(conn)] = conn
         conn.task = self._loop.create_task(self._connection(conn))
+        # A done callback, not a ``finally``: a task cancelled before its first step
+        # never runs its body, and its socket must still be closed.
+        conn.task.add_done_callback(lambda _task: self._release(conn))
+
+    def _release(self, conn: _Connection) -> None:
+        self._connections.pop(id(conn), None)
+        conn.sock.close()
+        if conn.evicted:
+            self._closing -= 1
 
     def _evict_one(self, reason: str) -> bool:
         """Close one unauthenticated connection waiting for its request: the oldest that
@@ -365,6 +385,8 @@ class HttpServer:
         # could hand its descriptor number to the next accept while the event loop
         # still watches it for the old connection).
         self._connections.pop(id(victim), None)
+        self._closing += 1
+        victim.evicted = True
         victim.task.cancel()
         return True
 
@@ -412,9 +434,7 @@ class HttpServer:
             await self._send_raw(conn, _raw_error(refusal.status, str(refusal)))
         except (ConnectionError, OSError) as exc:
             self._bad.warning("job endpoint: connection from %s failed: %s", conn.peer, exc)
-        finally:
-            self._connections.pop(id(conn), None)
-            conn.sock.close()
+
 
     async def _read_request(self, conn: _Connection) -> Request | None:
         """The next request, or ``None`` when the peer closed between requests."""
@@ -484,6 +504,17 @@ class HttpServer:
         except (TimeoutError, OSError) as exc:
             # The peer is already misbehaving; it was logged above.
             log.debug("job endpoint: error answer to %s not sent: %s", conn.peer, exc)
+
+
+def _has_data(sock: socket.socket) -> bool:
+    """Whether bytes from the peer wait in ``sock`` (a fresh, still blocking socket)."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        log.debug("job endpoint: new connection is broken: %s", exc)
+        return False
 
 
 def _silent(conn: _Connection) -> bool:
