@@ -235,3 +235,37 @@ def test_close_releases_every_connection(limits: HttpLimits) -> None:
     finally:
         for sock in held:
             sock.close()
+
+
+def test_head_answers_headers_only_and_keeps_the_connection(server: HttpServer) -> None:
+    with socket.create_connection(_address(server), timeout=10) as sock:
+        sock.sendall(b"HEAD /a HTTP/1.1\r\nHost: h\r\nAuthorization: ok\r\n\r\n")
+        reply = sock.recv(65536)
+        assert reply.startswith(b"HTTP/1.1 200 ") and reply.endswith(b"\r\n\r\n")
+        assert b"Content-Length: 25\r\n" in reply  # the GET answer's length, no body
+        sock.sendall(_get("/a"))
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+
+
+def test_expect_100_continue_gets_its_go_ahead(server: HttpServer) -> None:
+    with socket.create_connection(_address(server), timeout=10) as sock:
+        sock.sendall(
+            b"POST /a HTTP/1.1\r\nHost: h\r\nAuthorization: ok\r\nContent-Length: 2000\r\n"
+            b"Expect: 100-continue\r\n\r\n"
+        )
+        assert sock.recv(65536) == b"HTTP/1.1 100 \r\n\r\n"
+        sock.sendall(b"a" * 2000)
+        assert sock.recv(65536).endswith(b'{"path": "/a", "body": 2000}')
+
+
+def test_a_quiet_keep_alive_closes_without_a_word(
+    server: HttpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="epochstream.deploy.http_server")
+    with socket.create_connection(_address(server), timeout=10) as sock:
+        sock.sendall(b"GET /dashboard HTTP/1.1\r\nHost: h\r\n\r\n")  # unauthenticated, answered
+        assert sock.recv(65536).startswith(b"HTTP/1.1 401 ")
+        started = time.monotonic()
+        assert sock.recv(65536) == b""  # closed at the head deadline, no 408
+        assert time.monotonic() - started < 3.0
+    assert caplog.records == []

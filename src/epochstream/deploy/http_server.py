@@ -10,15 +10,15 @@ off the job's resources:
 - **Descriptors.** At most ``max_connections`` connections are open at once, never
   more than an eighth of the process's ``RLIMIT_NOFILE`` (:func:`connection_cap`): the
   rest of the descriptors stay with the job (checkpoints, slots, storage). The server
-  accepts itself, one connection at a time, and closes a connection over the cap at
-  once (a best-effort ``503``), so it holds at most cap + 1 descriptors beyond the
-  listening socket and its event loop's two.
+  accepts itself, one connection at a time, and decides at once, so it holds at most
+  cap + 9 descriptors beyond the listening socket and its event loop's two.
 - **Unauthenticated connections.** A connection is unauthenticated until one of its
   requests carried valid credentials (the handler says so). At most
-  ``max_unauthenticated`` of them are open; a new connection beyond that, or beyond
-  the total cap, evicts the oldest unauthenticated connection that is waiting for its
-  request (an honest client sends its request at once, so silent connections cannot
-  lock it out).
+  ``max_unauthenticated`` of them are open. Over either cap, a newcomer that has sent
+  nothing yet is refused (a best-effort ``503``, then closed, which frees its
+  descriptor before the next accept); one whose request is already waiting, as an
+  honest client's is, takes the place of the oldest silent unauthenticated connection,
+  so a flood of silent connections cannot lock honest clients out.
 - **Deadlines.** An unauthenticated connection must deliver its whole request (head
   and body) within ``head_timeout`` of connecting or of its last answer; trickling
   bytes buys nothing. Authenticated keep-alive connections get ``request_timeout``.
@@ -211,7 +211,7 @@ def listen_socket(host: str, port: int, backlog: int) -> socket.socket:
 class _Connection:
     """One accepted connection: its socket, h11 state and whether it authenticated."""
 
-    __slots__ = ("authenticated", "busy", "evicted", "peer", "protocol", "received", "sock", "task")
+    __slots__ = ("authenticated", "busy", "evicted", "peer", "protocol", "received", "served", "sock", "task")
 
     def __init__(self, sock: socket.socket, peer: str, max_head: int) -> None:
         self.sock = sock
@@ -221,6 +221,8 @@ class _Connection:
         #: A handler is working on its request: not evicted (its answer is owed).
         self.busy = False
         self.evicted = False
+        #: At least one request was answered (a quiet keep-alive is no misbehaviour).
+        self.served = False
         #: It sent at least one byte (see _silent).
         self.received = False
         self.task: asyncio.Task[None] | None = None
@@ -371,6 +373,10 @@ class HttpServer:
         conn.sock.close()
         if conn.evicted:
             self._closing -= 1
+        task = conn.task
+        if task is not None and not task.cancelled() and task.exception() is not None:
+            # A bug in this module, not a peer's doing: show it whole.
+            log.error("job endpoint: connection from %s failed", conn.peer, exc_info=task.exception())
 
     def _evict_one(self, reason: str) -> bool:
         """Close one unauthenticated connection waiting for its request: the oldest that
@@ -417,13 +423,14 @@ class HttpServer:
                 finally:
                     conn.busy = False
                 conn.authenticated = conn.authenticated or response.authenticated
-                await self._send(conn, response)
+                await self._send(conn, response, head_only=request.method == "HEAD")
+                conn.served = True
                 if conn.protocol.our_state is not h11.DONE or conn.protocol.their_state is not h11.DONE:
                     return
                 conn.protocol.start_next_cycle()
         except TimeoutError:
             if conn.protocol.their_state is h11.IDLE and not conn.protocol.trailing_data[0]:
-                if conn.authenticated:
+                if conn.served:
                     return  # a kept-alive connection that went quiet: an ordinary close
                 self._bad.warning("job endpoint: %s sent no request within %g s", conn.peer, self.limits.head_timeout)
             else:
@@ -434,7 +441,6 @@ class HttpServer:
             await self._send_raw(conn, _raw_error(refusal.status, str(refusal)))
         except (ConnectionError, OSError) as exc:
             self._bad.warning("job endpoint: connection from %s failed: %s", conn.peer, exc)
-
 
     async def _read_request(self, conn: _Connection) -> Request | None:
         """The next request, or ``None`` when the peer closed between requests."""
@@ -450,6 +456,10 @@ class HttpServer:
                     raise _Refusal(431, f"request head larger than {self.limits.max_head} bytes") from exc
                 raise _Refusal(status, f"malformed request: {exc}") from exc
             if event is h11.NEED_DATA:
+                if protocol.they_are_waiting_for_100_continue:
+                    # curl sends "Expect: 100-continue" before a body over 1 KiB.
+                    continued = protocol.send(h11.InformationalResponse(status_code=100, headers=[]))
+                    await self._loop.sock_sendall(conn.sock, continued or b"")
                 data = await self._loop.sock_recv(conn.sock, self.limits.max_head)
                 conn.received = conn.received or bool(data)
                 protocol.receive_data(data)
@@ -480,7 +490,7 @@ class HttpServer:
             log.exception("job endpoint: %s %s failed", request.method, request.path)
             return Response.json(500, {"error": "internal error (see the driver's log)"})
 
-    async def _send(self, conn: _Connection, response: Response) -> None:
+    async def _send(self, conn: _Connection, response: Response, *, head_only: bool) -> None:
         headers = [
             ("Content-Length", str(len(response.body))),
             ("X-Content-Type-Options", "nosniff"),
@@ -492,7 +502,8 @@ class HttpServer:
         data = protocol.send(
             h11.Response(status_code=response.status, headers=headers, reason=_REASONS.get(response.status, ""))
         ) or b""
-        data += protocol.send(h11.Data(data=response.body)) or b""
+        if not head_only:  # a HEAD answer has the GET answer's headers and no body
+            data += protocol.send(h11.Data(data=response.body)) or b""
         data += protocol.send(h11.EndOfMessage()) or b""
         async with asyncio.timeout(self.limits.request_timeout):
             await self._loop.sock_sendall(conn.sock, data)
