@@ -303,3 +303,26 @@ def test_stale_redirect_files_are_swept(tmp_path: Path) -> None:
     open_in_browser("http://y/", opener=lambda u: True, parent=str(tmp_path))
     assert not old.exists()
     assert len(list(tmp_path.iterdir())) == 1
+
+
+# ---------------------------------------------------------------------- endpoint_host
+
+
+def test_an_ipv6_endpoint_serves_the_api(master: _Master) -> None:
+    endpoint = JobEndpoint(master, host="::1", token=TOKEN)
+    endpoint.start()
+    try:
+        assert endpoint.url.startswith("http://[::1]:")
+        status, _, body = _call(endpoint.url + "/v1/jobs", headers=BEARER)
+        assert status == 200 and json.loads(body)["jobs"]
+    finally:
+        endpoint.close()
+
+
+def test_a_bad_endpoint_host_fails_the_job_start_naming_the_option() -> None:
+    import epochstream as es
+
+    env = es.Environment(parallelism=1, runner="local", endpoint_host="no such host")
+    env.from_sequence(0, 3).sink_to(es.sinks.DiscardSink())
+    with pytest.raises(ConfigurationError, match=r"Environment\(endpoint_host='no such host'\)"):
+        env.execute_async("bad-host")
