@@ -452,6 +452,7 @@ class _Views:
             "heartbeat_timeout_s": env.heartbeat_timeout,
             "metrics_interval_s": env.metrics_interval,
             "endpoint_linger_s": env.endpoint_linger,
+            "endpoint_savepoints_anywhere": getattr(env, "endpoint_savepoints_anywhere", False),
             "restart_strategy": env.restart_strategy.describe(),
             "state_backend": type(env.state_backend).__name__,
             "checkpointing": checkpointing,
