@@ -52,12 +52,13 @@ class _Flood:
         self.token = token
         self.stop = threading.Event()
         self.opened = 0
+        self.idle_connected = 0
         self.answers: dict[str, Counter[str]] = {}
         self.checkpoints: list[int] = []
         self.slowloris_closed_after: float | None = None
         self.threads = [
             threading.Thread(target=f, daemon=True)
-            for f in (self._idle, self._big_heads, self._slowloris, self._bad_requests, self._poll)
+            for f in (self._idle, self._churn, self._big_heads, self._slowloris, self._bad_requests, self._poll)
         ]
 
     def start(self) -> None:
@@ -70,7 +71,22 @@ class _Flood:
             thread.join(30)
 
     def _idle(self) -> None:
-        """Keep up to 1,500 silent connections open, opening 100 more every 20 ms."""
+        """Hold up to 1,500 silent connections, each connected in full, as in the report
+        (an endpoint that keeps them all runs the driver out of descriptors)."""
+        held: deque[socket.socket] = deque()
+        while not self.stop.is_set():
+            try:
+                held.append(socket.create_connection(self.address, timeout=2))
+                self.idle_connected += 1
+            except OSError:
+                time.sleep(0.01)  # the backlog is full: the server is refusing, go on
+            while len(held) > 1_500:
+                held.popleft().close()
+        for sock in held:
+            sock.close()
+
+    def _churn(self) -> None:
+        """Open 100 connections every 20 ms without waiting for them, keeping 1,500."""
         held: deque[socket.socket] = deque()
         while not self.stop.is_set():
             for _ in range(100):
@@ -215,7 +231,7 @@ def test_job_survives_endpoint_floods_with_256_descriptors(tmp_path: Path) -> No
     result = json.loads(report.read_text())
     # The crash happened during the flood, and the job recovered from it (only from it).
     assert result["restarts"] == 1, json.dumps(result, indent=1) + log[-4000:]
-    assert flood.opened > 2_000, "the flood did not run"
+    assert flood.opened > 2_000 and flood.idle_connected > 1_500, "the flood did not run"
     assert info["cap"] == 32  # 256 descriptors / 8
 
     answers = flood.answers
