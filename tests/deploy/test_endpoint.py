@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import operator
+import os
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -35,9 +37,11 @@ API_ROUTES = [
 ]
 
 
-def _call(url: str, token: str | None, method: str = "GET") -> tuple[int, bytes, str]:
+def _call(
+    url: str, token: str | None, method: str = "GET", body: bytes | None = None
+) -> tuple[int, bytes, str]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    request = urllib.request.Request(url, headers=headers, method=method)
+    request = urllib.request.Request(url, headers=headers, method=method, data=body)
     try:
         with urllib.request.urlopen(request, timeout=30) as reply:
             return reply.status, reply.read(), reply.headers.get("Content-Type", "")
@@ -185,6 +189,7 @@ def test_config_names_the_settings_and_hides_credentials(job: _Job) -> None:
     assert config["metrics_interval_s"] == 0.2
     assert config["checkpointing"]["interval_s"] == 0.3
     assert config["checkpointing"]["storage_options"] is None
+    assert config["endpoint_savepoints_anywhere"] is False
     assert "fixed_delay" in config["restart_strategy"]
 
 
@@ -214,6 +219,44 @@ def test_unknown_routes_are_404(job: _Job) -> None:
     assert status == 404 and "no route" in json.loads(body)["error"]
 
 
+def _raw(job: _Job, request: bytes) -> bytes:
+    host, port = job.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(request)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    return reply
+
+
+def test_bad_bodies_answer_400_or_413_with_the_connection_intact(job: _Job) -> None:
+    for body, error in ((b"{not json", "body is not JSON"), (b"[1, 2]", "body must be a JSON object"),
+                        (b"\xff\xfe", "body is not JSON")):
+        status, reply, _ = _call(job.url + "/v1/savepoints", job.token, "POST", body)
+        assert status == 400 and error in json.loads(reply)["error"], (body, reply)
+    status, reply, _ = _call(job.url + "/v1/savepoints", job.token, "POST", b" " * (65 * 1024))
+    assert status == 413, reply
+    head = f"POST /v1/savepoints HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {job.token}\r\n"
+    reply = _raw(job, (head + "Content-Length: -1\r\n\r\n").encode())
+    assert reply.startswith(b"HTTP/1.1 400 ") and b"bad Content-Length" in reply, reply
+    # A body announced over the limit is refused before the server reads any of it.
+    reply = _raw(job, (head + "Content-Length: 100000000\r\n\r\n").encode())
+    assert reply.startswith(b"HTTP/1.1 413 "), reply
+    assert not job.client.done
+
+
+def test_savepoint_targets_are_confined_to_the_savepoint_root(job: _Job) -> None:
+    for outside in ("../escape", "/tmp/elsewhere", "s3://other-bucket/sp", "~/sp"):
+        body = json.dumps({"directory": outside}).encode()
+        status, reply, _ = _call(job.url + "/v1/savepoints", job.token, "POST", body)
+        assert status == 403 and "outside the savepoint root" in json.loads(reply)["error"], reply
+    body = json.dumps({"directory": "nightly"}).encode()
+    status, reply, _ = _call(job.url + "/v1/savepoints", job.token, "POST", body)
+    assert status == 200, reply
+    root = job.client._master.checkpoint_config.savepoint_location
+    assert json.loads(reply)["path"].startswith(os.path.join(root, "nightly", "savepoint-"))
+
+
 def test_the_final_state_stays_served_after_the_job_ends(job: _Job) -> None:
     job.client.cancel()
     with pytest.raises(es.JobCancelled):
@@ -221,3 +264,10 @@ def test_the_final_state_stays_served_after_the_job_ends(job: _Job) -> None:
     detail = job.get("/v1/job")
     assert detail["state"] == "CANCELED" and detail["finished_at"] is not None
     assert job.get("/v1/job/vertices")["vertices"][0]["records_out"] > 0
+    # Control answers at once that the job has ended (no 600 s wait, no false "cancelled").
+    started = time.monotonic()
+    for path, body in (("/v1/savepoints", {}), ("/v1/cancel", {}), ("/v1/cancel", {"savepoint": "x"})):
+        status, reply, _ = _call(job.url + path, job.token, "POST", json.dumps(body).encode())
+        assert status == 409, (path, reply)
+        assert json.loads(reply) == {"error": f"job {job.client.job_id} has ended (CANCELED)"}
+    assert time.monotonic() - started < 5

@@ -86,8 +86,8 @@ def test_run_prints_plain_progress_lines_and_slot_logs_when_not_a_terminal(tmp_p
     )
     assert proc.returncode == 0, proc.stderr
     err = proc.stderr
-    assert "/dashboard/ (its URL with the token: epochstream status" in err
-    assert "#token=" not in err, "the token must not go to a non-terminal"
+    assert "/dashboard/ (sign in: epochstream status" in err
+    assert "token=" not in err and "code=" not in err, "no secret goes to a log"
     lines = [line for line in err.splitlines() if line.startswith("job ") and "records/s" in line]
     assert lines and all(" | restarts 0" in line for line in lines), err
     assert any("RUNNING" in line for line in lines)
@@ -124,7 +124,8 @@ def test_run_redraws_one_status_line_on_a_terminal(tmp_path: Path) -> None:
     assert proc.wait(timeout=240) == 0
     os.close(leader)
     text = out.decode(errors="replace")
-    assert "/dashboard/#token=" in text  # the user's own terminal gets the full URL
+    assert "/dashboard/ (sign in: epochstream status" in text
+    assert "token=" not in text and "code=" not in text, "no secret in a terminal's scrollback"
     assert text.count("\r\x1b[2Kjob ") >= 2, text
     assert "records/s" in text
 
@@ -155,10 +156,50 @@ def test_status_prints_the_progress_of_a_running_job_once(tmp_path: Path) -> Non
         assert " | restarts 0" in first
         assert len(vertices) == 2 and all(v.startswith("  ") and "busy" in v for v in vertices)
         url = subprocess.run([*cli, "--dashboard"], capture_output=True, text=True, env=env)
-        assert url.stdout.strip().endswith("/dashboard/#token=" + _token(registry, job_id))
+        login = url.stdout.strip()
+        assert "/dashboard/login?code=" in login and _token(registry, job_id) not in login
+        signed_in = _sign_in(login)
+        assert signed_in.startswith("epochstream-") and "HttpOnly" in signed_in
+        # --open hands the browser a private file, never the URL on its command line.
+        browser = tmp_path / "browser.sh"
+        browser.write_text("#!/bin/sh\necho \"$@\" > \"$0.args\"\n")
+        browser.chmod(0o700)
+        opened = subprocess.run(
+            [*cli, "--open"], capture_output=True, text=True, env={**env, "BROWSER": str(browser)}
+        )
+        assert opened.returncode == 0, opened.stderr
+        args = _until_file(Path(str(browser) + ".args")).strip()
+        assert args.startswith("file://") and "code=" not in args
+        assert "/dashboard/login?code=" in Path(args.removeprefix("file://")).read_text()
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait(60)
+
+
+def _sign_in(url: str) -> str:
+    """The Set-Cookie of trading a one-time login URL (no redirect followed)."""
+    import urllib.error
+    import urllib.request
+
+    class _Stay(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: object) -> None:
+            return None
+
+    try:
+        urllib.request.build_opener(_Stay).open(url, timeout=30)
+    except urllib.error.HTTPError as err:
+        assert err.code == 303, err
+        return str(err.headers["Set-Cookie"])
+    raise AssertionError("the login did not redirect")
+
+
+def _until_file(path: Path) -> str:
+    deadline = time.monotonic() + 30
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+    time.sleep(0.1)  # the shell finishes its one write
+    return path.read_text()
 
 
 def _token(registry: Path, job_id: str) -> str:

@@ -86,9 +86,14 @@ def test_dashboard_shows_a_running_job_its_crash_and_recovery(
     client = env.execute_async("dashboard-demo")
     try:
         client.wait_until_running(timeout=120)
-        assert client.dashboard_url is not None
-        browser.get(client.dashboard_url)
-        assert "token=" not in browser.current_url, "the page must drop the token from the URL"
+        login = client.dashboard_url
+        assert login is not None and "/dashboard/login?code=" in login
+        assert client._master.endpoint.token not in login, "the token never goes into a URL"
+        browser.get(login)
+        # Signed in by the one-time code: redirected to the page, with a cookie that
+        # scripts cannot read (HttpOnly) sent only to the API (Path=/v1/).
+        assert browser.current_url.endswith("/dashboard/"), browser.current_url
+        assert browser.execute_script("return document.cookie") == ""
 
         vertices = _until(
             "two vertices",
@@ -139,6 +144,16 @@ def test_dashboard_shows_a_running_job_its_crash_and_recovery(
         target = os.environ.get("EPOCHSTREAM_DASHBOARD_SCREENSHOT")
         if target:
             shutil.copyfile(shot, target)
+
+        # The code was good once; a browser without the cookie is asked to sign in.
+        browser.get(login)
+        assert "used up or expired" in browser.find_element(By.TAG_NAME, "body").text
+        base = login.split("/dashboard/", 1)[0]
+        browser.get(base + "/v1/job")  # the cookie's path: where WebDriver can delete it
+        assert '"FINISHED"' in browser.find_element(By.TAG_NAME, "body").text
+        browser.delete_all_cookies()
+        browser.get(base + "/dashboard/")
+        _until("the sign-in notice", lambda: "Not signed in" in _text(browser, "#notice"))
     finally:
         if not client.done:
             client.cancel()

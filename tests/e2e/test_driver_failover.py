@@ -115,14 +115,18 @@ def test_list_savepoint_and_cancel_reach_a_running_job(tmp_path: Path) -> None:
         listing = _cli(tmp_path, "list")
         assert listing.returncode == 0 and "counting" in listing.stdout and "RUNNING" in listing.stdout
         job_id = listing.stdout.splitlines()[1].split()[0]
-        taken = _cli(tmp_path, "savepoint", job_id[:6], str(sp))
+        # Only inside the savepoint root (<checkpoint dir>/savepoints); relative to it.
+        outside = _cli(tmp_path, "savepoint", job_id[:6], str(sp))
+        assert outside.returncode != 0 and "outside the savepoint root" in outside.stderr
+        taken = _cli(tmp_path, "savepoint", job_id[:6], "manual")
         assert taken.returncode == 0, taken.stderr
         path = taken.stdout.strip()
+        assert path.startswith(str(ckpt / "savepoints" / "manual" / "savepoint-")), path
         assert json.loads(Path(path, "_metadata").read_text())["kind"] == "savepoint"
         inspected = _cli(tmp_path, "inspect", path)
         assert inspected.returncode == 0 and "counts" in inspected.stdout
         assert "0..127 complete" in inspected.stdout
-        stopped = _cli(tmp_path, "cancel", job_id[:6], "--savepoint", str(sp))
+        stopped = _cli(tmp_path, "cancel", job_id[:6], "--savepoint", "final")
         assert stopped.returncode == 0, stopped.stderr
         final = stopped.stdout.strip()
         assert driver.wait(60) == 0

@@ -83,6 +83,10 @@ class Environment:
     ``epochstream list/savepoint/cancel/status``, the REST API, ``/metrics`` and the
     dashboard); ``None`` turns it off. ``endpoint_linger``: seconds the endpoint keeps
     serving the job's final state after it ends (while the driver lives).
+    ``endpoint_savepoints_anywhere``: let ``POST /v1/savepoints`` and ``/v1/cancel``
+    (``epochstream savepoint/cancel``) write savepoints outside the savepoint root
+    (``savepoint_dir``, else ``<storage>/savepoints``); off by default, so whoever holds
+    the token cannot make the job write elsewhere with its permissions and credentials.
     ``metrics_interval``: seconds between the slots' metrics reports (0 turns reports off).
 
     Example::
@@ -104,6 +108,7 @@ class Environment:
         heartbeat_timeout: float = 20.0,
         endpoint_host: str | None = "127.0.0.1",
         endpoint_linger: float = 60.0,
+        endpoint_savepoints_anywhere: bool = False,
         metrics_interval: float = 1.0,
     ) -> None:
         parallelism = _OVERRIDES.get("parallelism", parallelism)
@@ -140,6 +145,7 @@ class Environment:
         self.heartbeat_timeout = heartbeat_timeout
         self.endpoint_host = endpoint_host
         self.endpoint_linger = endpoint_linger
+        self.endpoint_savepoints_anywhere = endpoint_savepoints_anywhere
         self.metrics_interval = metrics_interval
         self.checkpoint_config: CheckpointConfig | None = None
         self._restart_strategy: RestartStrategy | None = None

@@ -4,7 +4,7 @@
 
     epochstream run [options] JOB.py [ARGS...]     run a job script (options apply to its Environments)
     epochstream list                                running jobs of this user
-    epochstream status JOB_ID [--dashboard]         a job's progress once (or its dashboard URL)
+    epochstream status JOB_ID [--open|--dashboard]  a job's progress once (or its dashboard, signed in)
     epochstream savepoint JOB_ID [DIR]              take a savepoint of a running job
     epochstream cancel JOB_ID [--savepoint DIR]     cancel a job, or stop it with a savepoint
     epochstream checkpoints DIR                     completed checkpoints and savepoints under DIR

@@ -60,17 +60,20 @@ def add_job_commands(sub: Any) -> None:
     sp = sub.add_parser(
         "savepoint",
         help="take a savepoint of a running job (it keeps running)",
-        description="Take a savepoint of JOB_ID into DIR (default: the job's savepoint_dir, "
-        "else <checkpoint storage>/savepoints); prints its path.",
+        description="Take a savepoint of JOB_ID into DIR (default: the job's savepoint root, "
+        "its savepoint_dir, else <checkpoint storage>/savepoints); prints its path. A relative "
+        "DIR is relative to that root, and DIR must lie inside it unless the job was started "
+        "with Environment(endpoint_savepoints_anywhere=True).",
     )
     sp.add_argument("job_id", metavar="JOB_ID", help="the job's id or a unique prefix of it")
-    sp.add_argument("dir", metavar="DIR", nargs="?", help="where the savepoint goes")
+    sp.add_argument("dir", metavar="DIR", nargs="?", help="where the savepoint goes (inside the savepoint root)")
     sp.set_defaults(handler=_cmd_savepoint)
     cancel = sub.add_parser(
         "cancel",
         help="cancel a running job, or stop it with a savepoint",
         description="Cancel JOB_ID; with --savepoint, stop it with a savepoint into DIR "
-        "(sinks commit what it covers) and print its path.",
+        "(sinks commit what it covers) and print its path. DIR resolves as for "
+        "`epochstream savepoint`: relative to the job's savepoint root and inside it.",
     )
     cancel.add_argument("job_id", metavar="JOB_ID", help="the job's id or a unique prefix of it")
     cancel.add_argument("--savepoint", metavar="DIR", help="stop with a savepoint into DIR")

@@ -5,8 +5,9 @@ records/s read by the sources, the last checkpoint, restarts and backpressured
 operators. :class:`ProgressReporter` runs beside ``epochstream run``: it finds the jobs
 this driver process registered and polls their endpoints once a second. On a terminal
 it redraws one status line on stderr; elsewhere (a log file, CI) it prints a plain line
-every ``plain_every`` seconds and when the state changes. It prints the dashboard URL
-(with its token) only on a terminal, so the token does not land in log files.
+every ``plain_every`` seconds and when the state changes. It names the dashboard and
+how to sign in to it (``epochstream status JOB --open``), never a secret: neither the
+token nor a login code lands in a terminal's scrollback or a log file.
 
 Example::
 
@@ -23,11 +24,12 @@ from typing import Any, TextIO
 
 from epochstream.cli.common import fail, human_size
 from epochstream.cli.jobs import call_endpoint
+from epochstream.deploy.browser import open_in_browser
 from epochstream.deploy.registry import JobEntry, find_job, running_jobs
 from epochstream.exceptions import EpochstreamError
 from epochstream.runtime.clock import Clock
 
-__all__ = ["ProgressReporter", "add_status_command", "progress_line"]
+__all__ = ["ProgressReporter", "add_status_command", "login_url", "progress_line"]
 
 
 def _rate(value: float) -> str:
@@ -132,14 +134,11 @@ class ProgressReporter:
         self.out.flush()
 
     def _announce(self, entry: JobEntry) -> None:
-        if self.tty:
-            url = f"{entry.endpoint}/dashboard/#token={entry.token}"
-            self.out.write(f"\r\x1b[2Kjob {entry.job_id} ({entry.name}): dashboard {url}\n")
-        else:
-            self.out.write(
-                f"job {entry.job_id} ({entry.name}): dashboard {entry.endpoint}/dashboard/ "
-                f"(its URL with the token: epochstream status {entry.job_id[:8]} --dashboard)\n"
-            )
+        redraw = "\r\x1b[2K" if self.tty else ""
+        self.out.write(
+            f"{redraw}job {entry.job_id} ({entry.name}): dashboard {entry.endpoint}/dashboard/ "
+            f"(sign in: epochstream status {entry.job_id[:8]} --open)\n"
+        )
 
 
 def add_status_command(sub: Any) -> None:
@@ -150,22 +149,47 @@ def add_status_command(sub: Any) -> None:
     status = sub.add_parser(
         "status",
         help="a running job's progress once: records/s, last checkpoint, restarts, backpressure",
-        description="Print JOB_ID's progress line and one line per vertex; with --dashboard, "
-        "the dashboard's URL including the job's token (treat it as a secret).",
+        description="Print JOB_ID's progress line and one line per vertex; with --open, open "
+        "the dashboard in a browser, signed in; with --dashboard, print a one-time sign-in URL "
+        "(good once, for two minutes; it never holds the job's token).",
     )
     status.add_argument("job_id", metavar="JOB_ID", help="the job's id or a unique prefix of it")
     status.add_argument(
-        "--dashboard", action="store_true", help="print the dashboard URL with the token"
+        "--dashboard", action="store_true", help="print a one-time dashboard sign-in URL"
+    )
+    status.add_argument(
+        "--open", action="store_true", help="open the dashboard in a browser, signed in"
     )
     status.set_defaults(handler=_cmd_status)
+
+
+def login_url(entry: JobEntry) -> str:
+    """A one-time dashboard sign-in URL for ``entry``'s job (asks its endpoint).
+
+    Example: ``login_url(find_job("3f2a"))   # ".../dashboard/login?code=..."``
+    """
+    reply = call_endpoint(entry, "POST", "/v1/dashboard/login", {})
+    return f"{entry.endpoint}{reply['path']}"
+
+
+def _dashboard(entry: JobEntry, open_browser: bool) -> int:
+    url = login_url(entry)
+    if not open_browser:
+        print(url)
+        return 0
+    # Through a private redirect file: a URL on a browser's command line is readable
+    # by every local user.
+    if not open_in_browser(url):
+        return fail("status", "no browser could be started; use --dashboard and open its URL")
+    print(f"opened the dashboard of job {entry.job_id} in a browser")
+    return 0
 
 
 def _cmd_status(ns: Any) -> int:
     try:
         entry = find_job(ns.job_id)
-        if ns.dashboard:
-            print(f"{entry.endpoint}/dashboard/#token={entry.token}")
-            return 0
+        if ns.dashboard or ns.open:
+            return _dashboard(entry, ns.open)
         job = call_endpoint(entry, "GET", "/v1/job")
         vertices = call_endpoint(entry, "GET", "/v1/job/vertices")["vertices"]
     except EpochstreamError as exc:

@@ -1,23 +1,26 @@
 // epochstream job dashboard: polls the job endpoint's REST API once a second.
-// The bearer token comes from the URL fragment (#token=...), which browsers never send
-// to a server; it is kept in this tab's sessionStorage and the fragment is removed.
+// The page never sees the job's token: `epochstream status JOB --open` (or a one-time
+// /dashboard/login?code=... URL) signs the browser in with an HttpOnly, SameSite=Strict
+// session cookie scoped to /v1/, which the browser sends with every API call.
 "use strict";
 
 const TERMINAL = new Set(["FINISHED", "FAILED", "CANCELED"]);
 const COLORS = ["#2f6fdb", "#d9822b", "#2c9c5a", "#b5399b", "#7c5cd6", "#c23b3b", "#1f9aa8"];
-const state = { token: null, graph: null, charts: null, open: new Set(), ended: false };
+const state = { graph: null, charts: null, open: new Set(), ended: false };
 
-function readToken() {
-  const match = /(?:^#|&)token=([^&]+)/.exec(location.hash);
-  if (match) {
-    sessionStorage.setItem("epochstream-token", decodeURIComponent(match[1]));
-    history.replaceState(null, "", location.pathname + location.search);
-  }
-  return sessionStorage.getItem("epochstream-token");
-}
+const SIGN_IN = "Not signed in (or the job's endpoint restarted): run `epochstream status JOB_ID --open`.";
+
+class SignedOut extends Error {}
 
 async function api(path) {
-  const reply = await fetch(path, { headers: { Authorization: "Bearer " + state.token }, cache: "no-store" });
+  // The header marks the call as this page's own: the endpoint refuses a cookie-signed
+  // POST without it, and another site cannot add it without a CORS preflight.
+  const reply = await fetch(path, {
+    credentials: "same-origin",
+    headers: { "X-Requested-With": "epochstream-dashboard" },
+    cache: "no-store",
+  });
+  if (reply.status === 401) throw new SignedOut(SIGN_IN);
   if (!reply.ok) throw new Error(path + ": HTTP " + reply.status);
   return reply.json();
 }
@@ -262,14 +265,18 @@ async function loop() {
   try {
     await refresh();
   } catch (err) {
+    if (err instanceof SignedOut) {
+      notice(SIGN_IN);
+      return;  // nothing to poll until the browser signs in
+    }
     notice(state.graph
       ? `The job endpoint stopped answering (${err.message}); showing the last state seen.`
-      : `Cannot load the job: ${err.message}. Open the URL with #token=<job token>.`);
+      : `Cannot load the job: ${err.message}.`);
     if (state.graph) return;  // the endpoint is gone: keep the last state on screen
   }
   if (!state.ended) setTimeout(loop, 1000);
 }
 
-state.token = readToken();
-if (!state.token) notice("No token: open this page as /dashboard/#token=<job token> (epochstream run prints it).");
-else loop();
+// Pages of an older version kept the token in sessionStorage: drop it.
+sessionStorage.removeItem("epochstream-token");
+loop();

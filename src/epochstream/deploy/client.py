@@ -18,6 +18,7 @@ from typing import Any
 from epochstream.api.result import JobResult
 from epochstream.checkpoint.filesystems import ensure_private_location
 from epochstream.deploy.assignment import check_restore_point, load_restore_point
+from epochstream.deploy.browser import open_in_browser
 from epochstream.deploy.jobmaster import JobMaster
 from epochstream.deploy.runners import LocalRunner, Runner
 from epochstream.exceptions import EpochstreamError
@@ -73,12 +74,26 @@ class JobClient:
 
     @property
     def dashboard_url(self) -> str | None:
-        """The web dashboard's URL, with the job's token in its fragment (``None``: no
-        endpoint). Anyone with this URL can see and cancel the job: treat it as a secret.
+        """A fresh one-time sign-in URL of the web dashboard (``None``: no endpoint).
 
-        Example: ``webbrowser.open(client.dashboard_url)``
+        Each read mints a new code, good once and for two minutes; it signs a browser in
+        with a session cookie. The URL never holds the token. Open it with
+        :meth:`open_dashboard` rather than a command line, which other users can read.
+
+        Example: ``browser.get(client.dashboard_url)``
         """
-        return self._master.endpoint.dashboard_url if self._master.endpoint else None
+        return self._master.endpoint.login_url() if self._master.endpoint else None
+
+    def open_dashboard(self) -> bool:
+        """Open the dashboard in the user's browser, signed in; False when it cannot.
+
+        The browser gets a private redirect file (see :mod:`epochstream.deploy.browser`),
+        so no secret lands in a process's command line.
+
+        Example: ``client.open_dashboard()``
+        """
+        url = self.dashboard_url
+        return url is not None and open_in_browser(url)
 
     def status(self) -> dict[str, Any]:
         """The job's state, attempt, restarts and checkpoint counts (as the endpoint serves)."""

@@ -195,11 +195,12 @@ class JobMaster:
         self._restore = list(restore or [])
         if self._restore and self.coordinator is not None:
             self.coordinator.restore_from(self._restore)
-        self.server = ControlServer(runner.control_host(), self.secret, self.events)
+        # The endpoint first: a bad endpoint_host fails here, before anything else binds.
         host = getattr(env, "endpoint_host", "127.0.0.1")
         self.endpoint = (
             JobEndpoint(self, host=host, token=secrets.token_urlsafe(32)) if host else None
         )
+        self.server = ControlServer(runner.control_host(), self.secret, self.events)
 
     # ------------------------------------------------------------------ coordinator callbacks
 

@@ -14,6 +14,8 @@ Example::
 
 from __future__ import annotations
 
+import os
+import posixpath
 import threading
 import uuid
 from typing import Any
@@ -25,7 +27,7 @@ from epochstream.checkpoint.filesystems import (
 )
 from epochstream.exceptions import CheckpointError, ConfigurationError
 
-__all__ = ["SavepointRequest", "SavepointRequests", "savepoint_name"]
+__all__ = ["SavepointRequest", "SavepointRequests", "SavepointTargets", "savepoint_name"]
 
 
 def savepoint_name(job_id: str) -> str:
@@ -36,6 +38,60 @@ def savepoint_name(job_id: str) -> str:
         savepoint_name("3f2a9c1e...")   # "savepoint-3f2a9c-1b2c3d4e5f60"
     """
     return f"savepoint-{job_id[:6]}-{uuid.uuid4().hex[:12]}"
+
+
+class SavepointTargets:
+    """Where a savepoint asked for over the API may go, resolved as its caller means it.
+
+    ``~`` is the home directory, a relative path is relative to the savepoint ``root``
+    (``savepoint_dir``, else ``<storage>/savepoints``; never the driver's working
+    directory), and no directory at all is ``root`` itself. Unless ``anywhere``
+    (``Environment(endpoint_savepoints_anywhere=True)``), the result must lie inside
+    ``root``: a ``..`` escape, a symlink out of it, another bucket or another scheme is
+    refused with :class:`ConfigurationError`, so a caller of the endpoint cannot make
+    the job write elsewhere with its own permissions and credentials.
+
+    Example::
+
+        targets = SavepointTargets("/data/sp", anywhere=False)
+        targets.resolve("nightly")        # "/data/sp/nightly"
+        targets.resolve("../etc")         # ConfigurationError
+    """
+
+    def __init__(self, root: str, *, anywhere: bool) -> None:
+        self.root = normalize_location(root)
+        self.anywhere = anywhere
+
+    def resolve(self, requested: str | None) -> str:
+        """The normalized directory for ``requested``, or :class:`ConfigurationError`."""
+        if requested is None or not requested.strip():
+            return self.root
+        if "://" in requested:
+            target = normalize_location(requested)
+        else:
+            path = os.path.expanduser(requested)
+            if not posixpath.isabs(path):
+                path = self._join(path)
+            target = normalize_location(path)
+        if not self.anywhere and not self._inside(target):
+            raise ConfigurationError(
+                f"savepoint directory {requested!r} ({target}) is outside the savepoint root "
+                f"{self.root}; give a path inside it, or allow any directory with "
+                "Environment(endpoint_savepoints_anywhere=True)"
+            )
+        return target
+
+    def _join(self, relative: str) -> str:
+        if "://" in self.root:
+            return self.root.rstrip("/") + "/" + relative
+        return os.path.join(self.root, relative)
+
+    def _inside(self, target: str) -> bool:
+        root, path = self.root, target
+        if "://" not in root and "://" not in path:
+            # Symlinks count where they point: a link inside the root to /etc is outside.
+            root, path = os.path.realpath(root), os.path.realpath(path)
+        return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 class SavepointRequest:

@@ -1,0 +1,75 @@
+"""A job driver with a small file-descriptor limit, for the endpoint flood test.
+
+``python endpoint_flood_driver.py OUT CKPT ADDR_FILE REPORT MARKERS``: lowers
+``RLIMIT_NOFILE`` to 256, runs a keyed running count over a throttled sequence on the
+local runner with checkpoints and one crash of a slot (so the restart needs fresh
+descriptors while the test floods the endpoint), writes the endpoint's URL and token
+to ADDR_FILE once running and the result to REPORT.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import sys
+
+import epochstream as es
+
+N = 60_000
+KEYS = 7
+
+
+def key_of(i: int) -> tuple[int, int]:
+    return (i % KEYS, 1)
+
+
+def first(t: tuple[int, int]) -> int:
+    return t[0]
+
+
+def add(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    return (a[0], a[1] + b[1])
+
+
+def main() -> None:
+    out, ckpt, addr_file, report, markers = sys.argv[1:6]
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    env = es.Environment(parallelism=2, runner="local", endpoint_linger=0)
+    env.enable_checkpointing(0.5, storage=ckpt)
+    env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.5))
+    (
+        env.from_sequence(0, N, rate=2_000)
+        .map(es.testing.FailOnce(after_checkpoints=8, subtask=0, crash=True, marker_dir=markers))
+        .map(key_of)
+        .key_by(first)
+        .reduce(add)
+        .uid("counts")
+        .sink_to(es.sinks.FileSink(out))
+    )
+    client = env.execute_async("endpoint-flood")
+    client.wait_until_running()
+    endpoint = client._master.endpoint
+    assert endpoint is not None
+    with open(addr_file + ".tmp", "w") as f:
+        # (getattr: the same driver shows what an endpoint without caps does)
+        cap = getattr(getattr(endpoint, "server", None), "max_connections", None)
+        json.dump({"url": endpoint.url, "token": endpoint.token, "cap": cap}, f)
+    os.replace(addr_file + ".tmp", addr_file)
+    result = client.result()
+    with open(report, "w") as f:
+        json.dump(
+            {
+                "restarts": result.restarts,
+                "failures": result.failures,
+                "checkpoints": len(client.completed_checkpoints()),
+            },
+            f,
+        )
+
+
+if __name__ == "__main__":
+    main()
