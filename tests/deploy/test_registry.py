@@ -97,6 +97,11 @@ def test_a_valid_entry_round_trips_and_a_stale_one_is_removed(state: Path) -> No
     assert running_jobs() == [] and not (state / f"{JOB_ID}.json").exists()
 
 
+def test_an_entry_of_an_ipv6_endpoint_is_listed(state: Path) -> None:
+    entry = register(JobEntry(**_entry(endpoint="http://[::1]:8081")))  # type: ignore[arg-type]
+    assert running_jobs() == [entry] and entry.endpoint == "http://[::1]:8081"
+
+
 def test_a_fifo_or_a_symlink_to_one_does_not_hang_the_listing(state: Path) -> None:
     fifo = state.parent / "fifo"
     os.mkfifo(fifo)
