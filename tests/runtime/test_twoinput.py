@@ -19,7 +19,7 @@ from epochstream.state.handles import OperatorRestore
 from epochstream.state.keygroups import key_group_range_for_operator
 from epochstream.state.operator import OperatorStateStore
 
-from .test_windows import MAX_P, Out, Rig
+from .window_support import MAX_P, Out, Rig
 
 
 def _first(t: Any) -> Any:

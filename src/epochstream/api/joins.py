@@ -34,7 +34,7 @@ from epochstream.api.functions import (
     KeyedCoProcessFunction,
     ProcessJoinFunction,
 )
-from epochstream.api.time import to_millis
+from epochstream.api.time import to_signed_millis
 from epochstream.api.windowing import ProcessWindowFunction, WindowAssigner
 from epochstream.exceptions import ConfigurationError
 
@@ -270,8 +270,8 @@ class IntervalJoin:
         """Right records with ``left.ts + lower <= right.ts <= left.ts + upper`` (ms or
         timedelta; ``lower`` may be negative). Example: ``.between(-5_000, 5_000)``
         """
-        lo = _signed_millis(lower, "lower bound")
-        hi = _signed_millis(upper, "upper bound")
+        lo = to_signed_millis(lower, "lower bound")
+        hi = to_signed_millis(upper, "upper bound")
         if lo > hi:
             raise ConfigurationError(f"interval join lower bound {lo} is above the upper bound {hi}")
         self._bounds = (lo, hi)
@@ -293,9 +293,3 @@ class IntervalJoin:
         )
         return DataStream(left._env, t)
 
-
-def _signed_millis(value: Any, what: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    negative = hasattr(value, "total_seconds") and value.total_seconds() < 0
-    return -to_millis(-value, what) if negative else to_millis(value, what)
