@@ -9,7 +9,8 @@
   equal keys in the same window, ``fn(left, right)`` per pair, emitted when the window
   fires (Flink builds it the same way: both inputs tagged, unioned, windowed).
 - ``a.key_by(k).interval_join(b.key_by(k)).between(lower, upper).process(fn)``: every
-  pair with ``left.ts + lower <= right.ts <= left.ts + upper``.
+  pair with ``left.ts + lower <= right.ts <= left.ts + upper`` (``<`` with
+  ``.lower_bound_exclusive()`` / ``.upper_bound_exclusive()``).
 
 Example::
 
@@ -265,6 +266,8 @@ class IntervalJoin:
         self._left = left
         self._right = right
         self._bounds: tuple[int, int] | None = None
+        self._lower_exclusive = False
+        self._upper_exclusive = False
 
     def between(self, lower: Any, upper: Any) -> IntervalJoin:
         """Right records with ``left.ts + lower <= right.ts <= left.ts + upper`` (ms or
@@ -277,6 +280,22 @@ class IntervalJoin:
         self._bounds = (lo, hi)
         return self
 
+    def lower_bound_exclusive(self) -> IntervalJoin:
+        """Leave out right records exactly ``lower`` from a left one (``<`` instead of ``<=``).
+
+        Example: ``.between(-5_000, 5_000).lower_bound_exclusive().process(fn)``
+        """
+        self._lower_exclusive = True
+        return self
+
+    def upper_bound_exclusive(self) -> IntervalJoin:
+        """Leave out right records exactly ``upper`` from a left one (``<`` instead of ``<=``).
+
+        Example: ``.between(0, 60_000).upper_bound_exclusive().process(fn)``
+        """
+        self._upper_exclusive = True
+        return self
+
     def process(self, fn: ProcessJoinFunction) -> DataStream:
         """Call ``fn.process_element(left, right, ctx, out)`` for every pair."""
         from epochstream.api.datastream import DataStream
@@ -285,7 +304,12 @@ class IntervalJoin:
             raise ConfigurationError("an interval join needs between(lower, upper) before process()")
         if not isinstance(fn, ProcessJoinFunction):
             raise ConfigurationError("interval join process() needs an es.ProcessJoinFunction")
-        spec = IntervalJoinSpec(self._bounds[0], self._bounds[1], fn)
+        # Timestamps are int ms, so an exclusive bound is the inclusive one a ms inside it
+        # (what Flink's IntervalJoinOperator does; between(0, 0) with one exclusive bound
+        # then joins nothing).
+        lower = self._bounds[0] + (1 if self._lower_exclusive else 0)
+        upper = self._bounds[1] - (1 if self._upper_exclusive else 0)
+        spec = IntervalJoinSpec(lower, upper, fn)
         left = self._left
         t = left._add(
             "interval_join", f"interval-join({type(fn).__name__})", spec,
