@@ -117,3 +117,211 @@ def test_negative_offsets_of_every_fixed_assigner_match_flink() -> None:
 def test_offsets_at_or_beyond_the_size_are_refused(make: Any, message: str) -> None:
     with pytest.raises(es.ConfigurationError, match=message):
         make()
+
+
+# ---------------------------------------------------------------- evictors, count_window(size, slide)
+
+
+class Values(es.ProcessWindowFunction):
+    """The values (second fields) a firing saw."""
+
+    def process(self, key: Any, ctx: Any, elements: Any, out: Any) -> None:
+        out.collect([v for _, v in elements])
+
+
+def test_sliding_count_window_emits_the_last_size_records_every_slide(rig: Rig) -> None:
+    """Flink's countWindow(5, 2): GlobalWindows, CountEvictor.of(5), CountTrigger.of(2)."""
+    op, out, _ = rig.operator(lambda k: k.count_window(5, 2).sum(1))
+    feed(op, *[(("c", i), i) for i in range(1, 11)])
+    assert out.take() == [("c", 3), ("c", 10), ("c", 20), ("c", 30), ("c", 40)]
+    op2, out2, _ = rig.operator(lambda k: k.count_window(5, 2).process(Values()))
+    feed(op2, *[(("c", i), i) for i in range(1, 8)])
+    assert out2.take() == [[1, 2], [1, 2, 3, 4], [2, 3, 4, 5, 6]]
+
+
+def test_sliding_count_window_reduce_and_aggregate_fold_what_is_left(rig: Rig) -> None:
+    class Mean(es.AggregateFunction):
+        def create_accumulator(self) -> tuple[int, int]:
+            return (0, 0)
+
+        def add(self, value: Any, acc: tuple[int, int]) -> tuple[int, int]:
+            return (acc[0] + value[1], acc[1] + 1)
+
+        def get_result(self, acc: tuple[int, int]) -> float:
+            return acc[0] / acc[1]
+
+        def merge(self, a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+            return (a[0] + b[0], a[1] + b[1])
+
+    class Keyed(es.ProcessWindowFunction):
+        def process(self, key: Any, ctx: Any, elements: Any, out: Any) -> None:
+            out.collect((key, *elements))
+
+    op, out, _ = rig.operator(lambda k: k.count_window(3, 1).reduce(lambda a, b: (a[0], max(a[1], b[1]))))
+    feed(op, *[(("m", v), i) for i, v in enumerate([5, 1, 2, 3, 0])])
+    assert out.take() == [("m", 5), ("m", 5), ("m", 5), ("m", 3), ("m", 3)]
+    op2, out2, _ = rig.operator(lambda k: k.count_window(2, 2).aggregate(Mean(), Keyed()))
+    feed(op2, *[(("m", v), i) for i, v in enumerate([1, 3, 5, 9])])
+    assert out2.take() == [("m", 2.0), ("m", 7.0)]
+
+
+@pytest.mark.parametrize(
+    ("after", "seen"),
+    [(False, [[2, 3], [5, 6]]), (True, [[1, 2, 3], [2, 3, 4, 5, 6]])],
+)
+def test_count_evictor_before_or_after_the_function(rig: Rig, after: bool, seen: list[list[int]]) -> None:
+    """Before: the function sees the last 2; after: it sees all, then the window keeps 2."""
+    op, out, _ = rig.operator(
+        lambda k: k.window(es.GlobalWindows.create())
+        .trigger(es.CountTrigger.of(3))
+        .evictor(es.CountEvictor.of(2, do_evict_after=after))
+        .process(Values())
+    )
+    feed(op, *[(("c", i), i) for i in range(1, 7)])
+    assert out.take() == seen
+
+
+@pytest.mark.parametrize(
+    ("after", "seen"),
+    [(False, [[12, 20], [40]]), (True, [[0, 5, 12, 20], [12, 20, 21, 22, 23, 40]])],
+)
+def test_time_evictor_keeps_what_is_newer_than_the_newest_minus_its_size(
+    rig: Rig, after: bool, seen: list[list[int]]
+) -> None:
+    """Flink's TimeEvictor: evict timestamp <= max timestamp - size (here 10)."""
+    op, out, _ = rig.operator(
+        lambda k: k.window(es.GlobalWindows.create())
+        .trigger(es.CountTrigger.of(4))
+        .evictor(es.TimeEvictor.of(10, do_evict_after=after))
+        .process(Values())
+    )
+    feed(op, *[(("t", ts), ts) for ts in (0, 5, 12, 20)])
+    feed(op, *[(("t", ts), ts) for ts in (21, 22, 23, 40)])
+    assert out.take() == seen
+
+
+def test_time_evictor_on_an_event_time_window_with_reduce(rig: Rig) -> None:
+    from datetime import timedelta
+
+    op, out, _ = rig.operator(
+        lambda k: k.window(es.TumblingEventTimeWindows.of(100))
+        .evictor(es.TimeEvictor.of(timedelta(milliseconds=40)))
+        .sum(1)
+    )
+    feed(op, (("a", 1), 10), (("a", 2), 50), (("a", 4), 95), (("b", 8), 30))
+    op.process_watermark(99)
+    assert sorted(out.take()) == [("a", 4), ("b", 8)], "a's records at 10 and 50 are >= 40 ms older than 95"
+
+
+@pytest.mark.parametrize(("after", "seen"), [(False, [[10, 8, 9]]), (True, [[1, 10, 8, 9]])])
+def test_delta_evictor_drops_elements_far_from_the_last_one(rig: Rig, after: bool, seen: list[list[int]]) -> None:
+    op, out, _ = rig.operator(
+        lambda k: k.window(es.GlobalWindows.create())
+        .trigger(es.CountTrigger.of(4))
+        .evictor(es.DeltaEvictor.of(3.0, lambda a, b: abs(a[1] - b[1]), do_evict_after=after))
+        .process(Values())
+    )
+    feed(op, *[(("d", v), i) for i, v in enumerate([1, 10, 8, 9])])
+    assert out.take() == seen
+    feed(op, *[(("d", v), i) for i, v in enumerate([9, 9, 9, 9])])
+    assert out.take() == [[10, 8, 9, 9, 9, 9, 9]], "the 1 was evicted at the first firing"
+
+
+def test_a_user_evictor_sees_timestamped_values_the_window_and_the_key(rig: Rig) -> None:
+    calls: list[Any] = []
+
+    class Odd(es.Evictor):
+        def evict_before(self, elements: Any, size: int, window: Any, ctx: Any) -> None:
+            calls.append((ctx.key, window, size, [tuple(e) for e in elements], ctx.current_watermark()))
+            elements[:] = [e for e in elements if e.value[1] % 2]
+
+    op, out, _ = rig.operator(
+        lambda k: k.window(es.TumblingEventTimeWindows.of(10)).evictor(Odd()).process(Values())
+    )
+    feed(op, (("u", 1), 1), (("u", 2), 2), (("u", 3), 3))
+    op.process_watermark(9)
+    assert out.take() == [[1, 3]]
+    assert calls == [("u", es.TimeWindow(0, 10), 3, [(("u", 1), 1), (("u", 2), 2), (("u", 3), 3)], 9)]
+
+
+def test_evicting_session_windows_keep_the_merged_elements(rig: Rig) -> None:
+    class Sorted(es.ProcessWindowFunction):
+        def process(self, key: Any, ctx: Any, elements: Any, out: Any) -> None:
+            out.collect((ctx.window.start, ctx.window.end, sorted(v for _, v in elements)))
+
+    op, out, _ = rig.operator(
+        lambda k: k.window(es.EventTimeSessionWindows.with_gap(10))
+        .evictor(es.TimeEvictor.of(12))
+        .process(Sorted())
+    )
+    feed(op, (("s", 0), 0), (("s", 30), 30), (("s", 5), 5), (("s", 8), 8), (("s", 20), 20))
+    feed(op, (("s", 15), 15))  # bridges [0, 18) and [20, 40)
+    op.process_watermark(es.MAX_WATERMARK)
+    assert out.take() == [(0, 40, [20, 30])], "one session; what is within 12 ms of its newest"
+
+
+def test_evicted_windows_survive_a_snapshot_and_a_rescale(rig: Rig) -> None:
+    """The elements (with their timestamps) are keyed state: restored at parallelism 2,
+    each key's window goes on exactly as without the restore."""
+
+    def configure(k: Any) -> Any:
+        return (
+            k.window(es.GlobalWindows.create())
+            .trigger(es.CountTrigger.of(3))
+            .evictor(es.TimeEvictor.of(10))
+            .process(Values())
+        )
+
+    keys = [f"k{i}" for i in range(12)]
+    first = [((k, ts), ts) for k in keys for ts in (0, 4)]
+    second = [((k, ts), ts) for k in keys for ts in (12,)]
+    op, out, _ = rig.operator(configure)
+    feed(op, *first)
+    feed(op, *second)
+    expected = sorted(out.take())
+    assert expected == [[4, 12]] * len(keys)
+    op, _, _ = rig.operator(configure)
+    feed(op, *first)
+    handle = rig.snapshot(op, 1)
+    results = []
+    for subtask in range(2):
+        again, out, _ = rig.operator(configure, parallelism=2, subtask=subtask, restore=handle)
+        mine = [item for item in second if again.keyed is not None and _owns(again, item[0][0])]
+        feed(again, *mine)
+        results += out.take()
+    assert sorted(results) == expected
+
+
+def _owns(op: Any, key: Any) -> bool:
+    from epochstream.state.keygroups import key_group_for_key
+
+    return key_group_for_key(key, 128) in op.keyed.key_group_range
+
+
+def test_evictor_and_count_window_configuration_errors() -> None:
+    env = es.Environment(parallelism=1, runner="local")
+    keyed = env.from_collection([]).key_by(lambda t: t[0])
+    with pytest.raises(es.ConfigurationError, match=r"evictor\(\) needs an es\.Evictor"):
+        keyed.window(es.GlobalWindows.create()).evictor(3)  # type: ignore[arg-type]
+    with pytest.raises(es.ConfigurationError, match="CountEvictor needs a count >= 0"):
+        es.CountEvictor.of(-1)
+    with pytest.raises(es.ConfigurationError, match="count_window needs a size >= 1"):
+        keyed.count_window(0, 2)
+    with pytest.raises(es.ConfigurationError, match="CountTrigger needs a count >= 1"):
+        keyed.count_window(5, 0)
+    with pytest.raises(es.ConfigurationError, match="DeltaEvictor needs a callable"):
+        es.DeltaEvictor.of(1.0, None)  # type: ignore[arg-type]
+
+
+def test_sliding_count_window_in_a_local_job(tmp_path: Path) -> None:
+    env = es.Environment(parallelism=1, runner="local")  # one source: records keep their order
+    (
+        env.from_collection([(k, i) for i in range(1, 11) for k in ("a", "b")])
+        .key_by(lambda t: t[0])
+        .count_window(4, 3)
+        .sum(1)
+        .sink_to(es.sinks.FileSink(str(tmp_path / "out")))
+    )
+    env.execute("sliding-count")
+    rows = sorted(tuple(r) for r in es.testing.read_committed(tmp_path / "out"))
+    assert rows == sorted([(k, s) for k in ("a", "b") for s in (6, 18, 30)])

@@ -128,7 +128,9 @@ class WindowOperator(Operator):
         self._trigger = spec.trigger
         self._lateness = spec.allowed_lateness
         self._event_time = spec.assigner.event_time
-        self._incremental = spec.kind in ("reduce", "aggregate")
+        # An evicting window keeps every element, whatever its function (Flink's
+        # EvictingWindowOperator): see evicting.py.
+        self._incremental = spec.kind in ("reduce", "aggregate") and spec.evictor is None
         if self._incremental:
             self._table = backend.value_table(ValueStateDescriptor(CONTENTS), namespaced=True)
             fn = spec.function
@@ -310,6 +312,10 @@ class WindowOperator(Operator):
         else:
             self._elements.set_namespace(state_window)
             self._elements.add(x)
+        self._on_element(key, window, state_window, x, ts)
+
+    def _on_element(self, key: Any, window: Any, state_window: Any, x: Any, ts: int | None) -> None:
+        """``x`` is in ``window``'s contents: run the trigger, fire or purge, set the cleanup timer."""
         tctx = self._tctx
         tctx.window = window
         result = self._trigger.on_element(x, ts, window, tctx)
