@@ -325,3 +325,144 @@ def test_sliding_count_window_in_a_local_job(tmp_path: Path) -> None:
     env.execute("sliding-count")
     rows = sorted(tuple(r) for r in es.testing.read_committed(tmp_path / "out"))
     assert rows == sorted([(k, s) for k in ("a", "b") for s in (6, 18, 30)])
+
+
+# ---------------------------------------------------------------- per-window and global state
+
+
+FIRINGS = es.state.ValueStateDescriptor("firings", default=0)
+WINDOWS_SEEN = es.state.ValueStateDescriptor("windows-seen", default=0)
+
+
+class CountFirings(es.ProcessWindowFunction):
+    """Numbers each firing of a window (per-window state) and counts the key's windows
+    as they are cleaned up (global state)."""
+
+    def __init__(self) -> None:
+        self.cleared: list[Any] = []
+
+    def process(self, key: Any, ctx: Any, elements: Any, out: Any) -> None:
+        firings = ctx.window_state().get_state(FIRINGS)
+        firings.update(firings.value() + 1)
+        seen = ctx.global_state().get_state(WINDOWS_SEEN).value()
+        out.collect((key, ctx.window.start, sum(v for _, v in elements), firings.value(), seen))
+
+    def clear(self, ctx: Any) -> None:
+        seen = ctx.global_state().get_state(WINDOWS_SEEN)
+        seen.update(seen.value() + 1)
+        self.cleared.append((ctx.window.start, ctx.window_state().get_state(FIRINGS).value()))
+
+
+def _late_firings(k: Any) -> Any:
+    return k.window(es.TumblingEventTimeWindows.of(10)).allowed_lateness(5).process(CountFirings())
+
+
+def test_window_state_lives_across_late_firings_and_goes_at_cleanup(rig: Rig) -> None:
+    op, out, _ = rig.operator(_late_firings)
+    feed(op, (("a", 1), 1), (("b", 10), 2))
+    op.process_watermark(9)
+    assert sorted(out.take()) == [("a", 0, 1, 1, 0), ("b", 0, 10, 1, 0)]
+    feed(op, (("a", 2), 3))  # late, within the lateness: the window's second firing
+    feed(op, (("a", 4), 5))
+    assert out.take() == [("a", 0, 3, 2, 0), ("a", 0, 7, 3, 0)]
+    assert op.keyed is not None and len(op.keyed.keys("window-state")) == 2
+    op.process_watermark(14)  # cleanup: clear(ctx) still sees the state, then it goes
+    assert sorted(op.window_spec.function.cleared) == [(0, 1), (0, 3)]
+    assert op.keyed.keys("window-state") == []
+    feed(op, (("a", 8), 12))  # the key's next window: fresh per-window state, global kept
+    op.process_watermark(19)
+    assert out.take() == [("a", 10, 8, 1, 1)]
+
+
+def test_window_state_survives_a_snapshot_and_a_rescale(rig: Rig) -> None:
+    op, out, _ = rig.operator(_late_firings)
+    keys = [f"k{i}" for i in range(10)]
+    feed(op, *[((k, 1), 1) for k in keys])
+    op.process_watermark(9)
+    assert len(out.take()) == len(keys)
+    handle = rig.snapshot(op, 1)
+    results = []
+    for subtask in range(2):
+        again, out2, _ = rig.operator(_late_firings, parallelism=2, subtask=subtask, restore=handle)
+        again.process_watermark(9)
+        feed(again, *[((k, 2), 3) for k in keys if _owns(again, k)])
+        results += out2.take()
+    assert sorted(results) == [(k, 0, 3, 2, 0) for k in keys], "second firing of every window"
+
+
+def test_global_state_is_shared_by_the_windows_of_a_key(rig: Rig) -> None:
+    class Running(es.ProcessWindowFunction):
+        def process(self, key: Any, ctx: Any, elements: Any, out: Any) -> None:
+            total = ctx.global_state().get_reducing_state(
+                es.state.ReducingStateDescriptor("total", reduce_fn=lambda a, b: a + b)
+            )
+            for _, v in elements:
+                total.add(v)
+            out.collect((key, ctx.window.start, total.get()))
+
+    op, out, _ = rig.operator(lambda k: k.window(es.TumblingEventTimeWindows.of(10)).process(Running()))
+    feed(op, (("a", 1), 1), (("a", 2), 11), (("b", 5), 12), (("a", 4), 25))
+    op.process_watermark(es.MAX_WATERMARK)
+    assert sorted(out.take()) == [("a", 0, 1), ("a", 10, 3), ("a", 20, 7), ("b", 10, 5)]
+
+
+def test_every_kind_of_per_window_state(rig: Rig) -> None:
+    class Mean(es.AggregateFunction):
+        def create_accumulator(self) -> tuple[int, int]:
+            return (0, 0)
+
+        def add(self, value: Any, acc: tuple[int, int]) -> tuple[int, int]:
+            return (acc[0] + value, acc[1] + 1)
+
+        def get_result(self, acc: tuple[int, int]) -> float:
+            return acc[0] / acc[1]
+
+        def merge(self, a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+            return (a[0] + b[0], a[1] + b[1])
+
+    class All(es.ProcessWindowFunction):
+        def process(self, key: Any, ctx: Any, elements: Any, out: Any) -> None:
+            ws = ctx.window_state()
+            sizes = ws.get_list_state(es.state.ListStateDescriptor("sizes"))
+            seen = ws.get_map_state(es.state.MapStateDescriptor("seen"))
+            most = ws.get_reducing_state(es.state.ReducingStateDescriptor("most", reduce_fn=max))
+            mean = ws.get_aggregating_state(es.state.AggregatingStateDescriptor("mean", aggregate_function=Mean()))
+            values = [v for _, v in elements]
+            sizes.add(len(values))
+            for v in values:
+                seen.put(v, seen.get(v, 0) + 1)
+            most.add(max(values))
+            mean.add(sum(values))
+            out.collect((sizes.get(), sorted(seen.items()), most.get(), mean.get()))
+
+    op, out, _ = rig.operator(
+        lambda k: k.window(es.TumblingEventTimeWindows.of(10)).trigger(es.CountTrigger.of(2)).process(All())
+    )
+    feed(op, (("a", 1), 1), (("a", 3), 2), (("a", 2), 3), (("a", 9), 12), (("a", 5), 4))
+    assert out.take() == [
+        ([2], [(1, 1), (3, 1)], 3, 4.0),
+        ([2, 4], [(1, 2), (2, 1), (3, 2), (5, 1)], 5, 7.5),
+    ]
+
+
+def test_per_window_state_is_refused_on_merging_windows_and_with_ttl(rig: Rig) -> None:
+    from datetime import timedelta
+
+    class UsesWindowState(es.ProcessWindowFunction):
+        def __init__(self, descriptor: Any) -> None:
+            self.descriptor = descriptor
+
+        def process(self, key: Any, ctx: Any, elements: Any, out: Any) -> None:
+            ctx.window_state().get_state(self.descriptor)
+
+    op, _, _ = rig.operator(
+        lambda k: k.window(es.EventTimeSessionWindows.with_gap(10)).process(UsesWindowState(FIRINGS))
+    )
+    feed(op, (("s", 1), 1))
+    with pytest.raises(es.UserFunctionError, match="not available with merging"):
+        op.process_watermark(es.MAX_WATERMARK)
+    ttl = es.state.ValueStateDescriptor("x", ttl=timedelta(seconds=1))
+    op2, _, _ = rig.operator(lambda k: k.window(es.TumblingEventTimeWindows.of(10)).process(UsesWindowState(ttl)))
+    feed(op2, (("s", 1), 1))
+    with pytest.raises(es.UserFunctionError, match="no TTL, it is dropped with its window"):
+        op2.process_watermark(es.MAX_WATERMARK)

@@ -384,12 +384,22 @@ class ProcessWindowFunction(Function, ABC):
     ``ctx.current_processing_time()`` the operator's times, ``ctx.output(tag, v)``
     a side output. Outputs get ``ctx.window.max_timestamp()`` as their timestamp.
 
+    Keyed state (Flink's): ``ctx.window_state()`` is state of the key *in this window*
+    (``get_state``, ``get_list_state``, ``get_map_state``, ``get_reducing_state``,
+    ``get_aggregating_state``), kept across the window's firings (late ones within
+    the allowed lateness too) and dropped when the window is cleaned up, after
+    :meth:`clear`; not available on merging (session) windows. ``ctx.global_state()``
+    is state of the key shared by all its windows. Both are checkpointed and follow
+    their key on rescale. Get state objects from ``ctx`` in each call.
+
     Example::
 
         class CountWindowFunction(es.ProcessWindowFunction):
             def process(self, key, ctx, elements, out):
                 (count,) = elements
-                out.collect((key, ctx.window.start, ctx.window.end, count))
+                firing = ctx.window_state().get_state(es.state.ValueStateDescriptor("n", default=0))
+                firing.update(firing.value() + 1)   # 1 on time, 2 on the first late firing...
+                out.collect((key, ctx.window.start, count, firing.value()))
     """
 
     @abstractmethod
@@ -397,4 +407,6 @@ class ProcessWindowFunction(Function, ABC):
         """Emit results for ``key``'s window ``ctx.window``."""
 
     def clear(self, ctx: Any) -> None:
-        """The window is gone (its allowed lateness passed)."""
+        """The window is gone (its allowed lateness passed): ``ctx.window_state()`` still
+        holds its per-window state here (dropped right after), e.g. to update
+        ``ctx.global_state()``."""

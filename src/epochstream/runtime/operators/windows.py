@@ -13,6 +13,10 @@ state through their context, timers are the operator's (in keyed state too), so
 open windows, their contents and pending firings are all in every checkpoint and
 savepoint and follow their key on rescale.
 
+A ProcessWindowFunction's per-window state (``ctx.window_state()``) is keyed state
+namespaced by the window as well (see ``window_state``), dropped at cleanup after the
+function's ``clear(ctx)``; ``ctx.global_state()`` is the key's plain keyed state.
+
 Merging (session) windows keep, per key, which windows exist and in which
 *state window* (namespace) each keeps its contents, so a merge moves nothing but
 the other windows' contents into one (Flink's MergingWindowSet).
@@ -33,10 +37,11 @@ from epochstream.api.functions import ReduceFunction
 from epochstream.api.time import TimeDomain
 from epochstream.api.triggers import EventTimeTrigger
 from epochstream.api.windowed import WindowSpec
-from epochstream.exceptions import StateError, UserFunctionError
+from epochstream.exceptions import ConfigurationError, StateError, UserFunctionError
 from epochstream.runtime.events import MAX_WATERMARK
-from epochstream.runtime.operators.base import Operator
+from epochstream.runtime.operators.base import Operator, OperatorContext
 from epochstream.runtime.operators.collect import OutputBuffer, SideOutputs
+from epochstream.runtime.operators.window_state import PerWindowStateStore, WindowStateView
 from epochstream.state.descriptors import ListStateDescriptor, StateDescriptor, ValueStateDescriptor
 
 __all__ = ["WindowOperator"]
@@ -98,13 +103,22 @@ class _TriggerContext:
 
 
 class _WindowContext:
-    """What a ProcessWindowFunction sees: the window, times, side outputs."""
+    """What a ProcessWindowFunction sees: the window, times, side outputs, per-window
+    and global keyed state."""
 
     __slots__ = ("_op", "window")
 
     def __init__(self, op: WindowOperator) -> None:
         self._op = op
         self.window: Any = None
+
+    def window_state(self) -> WindowStateView:
+        """Keyed state of the current key in this window, dropped with the window."""
+        return self._op.window_state_of(self.window)
+
+    def global_state(self) -> OperatorContext:
+        """Keyed state of the current key, shared by all its windows."""
+        return self._op.ctx
 
     def current_watermark(self) -> int:
         return self._op.timers.current_watermark  # type: ignore[union-attr]
@@ -139,6 +153,12 @@ class WindowOperator(Operator):
         else:
             self._elements = backend.get_namespaced_state(ListStateDescriptor(CONTENTS))
         self._merging = backend.get_state(ValueStateDescriptor(MERGING)) if spec.assigner.merging else None
+        # Per-window state (ctx.window_state()) exists where a ProcessWindowFunction runs
+        # and windows do not merge (Flink refuses it on merging windows too).
+        has_window_fn = spec.kind == "process" or spec.window_function is not None
+        self._window_states = (
+            PerWindowStateStore(backend) if has_window_fn and self._merging is None else None
+        )
         self._trigger_states: dict[str, Any] = {}
         self._out = OutputBuffer()
         self._timer_out = OutputBuffer()
@@ -166,6 +186,15 @@ class WindowOperator(Operator):
                     fn.close()
         finally:
             super().close()
+
+    def window_state_of(self, window: Any) -> WindowStateView:
+        """Per-window state of the current key in ``window`` (``ctx.window_state()``)."""
+        if self._window_states is None:
+            raise ConfigurationError(
+                f"{self.ctx.task_name}: per-window state (ctx.window_state()) is not available "
+                "with merging (session) windows, as in Flink; use ctx.global_state()"
+            )
+        return self._window_states.bind(window)
 
     def trigger_state(self, descriptor: StateDescriptor) -> Any:
         """The namespaced state a trigger asked for (one object per name)."""
@@ -532,6 +561,10 @@ class WindowOperator(Operator):
         if window_fn is not None:
             self._wctx.window = window
             window_fn.clear(self._wctx)
+        if self._window_states is not None:
+            # Flink leaves this to clear(ctx); dropping it here too keeps a function
+            # that forgets from growing state without end.
+            self._window_states.clear_window(window)
         if mapping is not None:
             mapping.pop(window, None)
             self._save_windows(mapping)
