@@ -71,6 +71,30 @@ def test_continuous_event_time_trigger_late_record_fires_once(rig: Rig) -> None:
     assert fire_times(op, out, range(11, 20)) == []
 
 
+def test_continuous_processing_time_trigger_fires_at_the_window_end_too(rig: Rig) -> None:
+    """FLINK-20443: the last firing is clamped to the window's end, so records after the
+    last full interval are emitted: a 10 ms window, interval 4, fires at 4, 8 and 9."""
+    op, out, _ = rig.operator(
+        lambda k: k.window(es.TumblingProcessingTimeWindows.of(10))
+        .trigger(es.ContinuousProcessingTimeTrigger.of(4))
+        .sum(1)
+    )
+    rig.clock.advance(0.001)  # processing time 1 ms
+    feed(op, (("p", 1), None))
+    fired = []
+    for now in range(2, 15):
+        rig.clock.advance(0.001)
+        if now == 9:
+            feed(op, (("p", 2), None))  # after the last full interval, before the end
+        op.on_processing_time(now)
+        op.flush_timer_output()
+        records = out.take()
+        if records:
+            fired.append((now, records))
+    assert fired == [(4, [("p", 1)]), (8, [("p", 1)]), (9, [("p", 3)])]
+    assert op.next_processing_time() is None
+
+
 # ---------------------------------------------------------------- window offsets
 
 
