@@ -414,6 +414,17 @@ def test_window_state_survives_a_snapshot_and_a_rescale(rig: Rig) -> None:
     assert sorted(results) == [(k, 0, 3, 2, 0) for k in keys], "second firing of every window"
 
 
+def test_window_state_restored_goes_at_cleanup_without_another_firing(rig: Rig) -> None:
+    op, out, _ = rig.operator(_late_firings)
+    feed(op, (("a", 1), 1))
+    op.process_watermark(9)
+    assert out.take() == [("a", 0, 1, 1, 0)]
+    again, _, _ = rig.operator(_late_firings, restore=rig.snapshot(op, 1))
+    assert again.keyed is not None and len(again.keyed.keys("window-state")) == 1
+    again.process_watermark(14)
+    assert again.keyed.keys("window-state") == [], "dropped though this operator never used it"
+
+
 def test_global_state_is_shared_by_the_windows_of_a_key(rig: Rig) -> None:
     class Running(es.ProcessWindowFunction):
         def process(self, key: Any, ctx: Any, elements: Any, out: Any) -> None:

@@ -43,6 +43,7 @@ from epochstream.runtime.operators.base import Operator, OperatorContext
 from epochstream.runtime.operators.collect import OutputBuffer, SideOutputs
 from epochstream.runtime.operators.window_state import PerWindowStateStore, WindowStateView
 from epochstream.state.descriptors import ListStateDescriptor, StateDescriptor, ValueStateDescriptor
+from epochstream.state.handles import OperatorRestore
 
 __all__ = ["WindowOperator"]
 
@@ -133,6 +134,9 @@ class _WindowContext:
 class WindowOperator(Operator):
     """Keyed windows (see the module docstring)."""
 
+    #: True when keyed state was restored (set by ``initialize_state``, before ``open``).
+    _restored = False
+
     def open(self) -> None:
         spec: WindowSpec = self.function
         backend = self.keyed
@@ -159,6 +163,9 @@ class WindowOperator(Operator):
         self._window_states = (
             PerWindowStateStore(backend) if has_window_fn and self._merging is None else None
         )
+        # Cleanup drops per-window state only once some may exist (the function asked
+        # for it, or state was restored), so windows that never use it pay nothing.
+        self._window_state_live = self._restored
         self._trigger_states: dict[str, Any] = {}
         self._out = OutputBuffer()
         self._timer_out = OutputBuffer()
@@ -187,6 +194,10 @@ class WindowOperator(Operator):
         finally:
             super().close()
 
+    def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
+        super().initialize_state(restore, checkpoint_id)
+        self._restored = bool(restore is not None and restore.keyed)
+
     def window_state_of(self, window: Any) -> WindowStateView:
         """Per-window state of the current key in ``window`` (``ctx.window_state()``)."""
         if self._window_states is None:
@@ -194,6 +205,7 @@ class WindowOperator(Operator):
                 f"{self.ctx.task_name}: per-window state (ctx.window_state()) is not available "
                 "with merging (session) windows, as in Flink; use ctx.global_state()"
             )
+        self._window_state_live = True
         return self._window_states.bind(window)
 
     def trigger_state(self, descriptor: StateDescriptor) -> Any:
@@ -561,7 +573,7 @@ class WindowOperator(Operator):
         if window_fn is not None:
             self._wctx.window = window
             window_fn.clear(self._wctx)
-        if self._window_states is not None:
+        if self._window_state_live and self._window_states is not None:
             # Flink leaves this to clear(ctx); dropping it here too keeps a function
             # that forgets from growing state without end.
             self._window_states.clear_window(window)
