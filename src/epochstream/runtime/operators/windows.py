@@ -160,12 +160,11 @@ class WindowOperator(Operator):
         # Per-window state (ctx.window_state()) exists where a ProcessWindowFunction runs
         # and windows do not merge (Flink refuses it on merging windows too).
         has_window_fn = spec.kind == "process" or spec.window_function is not None
-        self._window_states = (
-            PerWindowStateStore(backend) if has_window_fn and self._merging is None else None
-        )
+        self._window_state_allowed = has_window_fn and self._merging is None
+        self._window_states: PerWindowStateStore | None = None  # made on first use
         # Cleanup drops per-window state only once some may exist (the function asked
         # for it, or state was restored), so windows that never use it pay nothing.
-        self._window_state_live = self._restored
+        self._window_state_live = self._window_state_allowed and self._restored
         self._trigger_states: dict[str, Any] = {}
         self._out = OutputBuffer()
         self._timer_out = OutputBuffer()
@@ -200,13 +199,19 @@ class WindowOperator(Operator):
 
     def window_state_of(self, window: Any) -> WindowStateView:
         """Per-window state of the current key in ``window`` (``ctx.window_state()``)."""
-        if self._window_states is None:
+        if not self._window_state_allowed:
             raise ConfigurationError(
                 f"{self.ctx.task_name}: per-window state (ctx.window_state()) is not available "
                 "with merging (session) windows, as in Flink; use ctx.global_state()"
             )
         self._window_state_live = True
-        return self._window_states.bind(window)
+        return self._window_state_store().bind(window)
+
+    def _window_state_store(self) -> PerWindowStateStore:
+        if self._window_states is None:
+            assert self.keyed is not None
+            self._window_states = PerWindowStateStore(self.keyed)
+        return self._window_states
 
     def trigger_state(self, descriptor: StateDescriptor) -> Any:
         """The namespaced state a trigger asked for (one object per name)."""
@@ -573,10 +578,10 @@ class WindowOperator(Operator):
         if window_fn is not None:
             self._wctx.window = window
             window_fn.clear(self._wctx)
-        if self._window_state_live and self._window_states is not None:
+        if self._window_state_live:
             # Flink leaves this to clear(ctx); dropping it here too keeps a function
             # that forgets from growing state without end.
-            self._window_states.clear_window(window)
+            self._window_state_store().clear_window(window)
         if mapping is not None:
             mapping.pop(window, None)
             self._save_windows(mapping)
