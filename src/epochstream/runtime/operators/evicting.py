@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from epochstream.api.evictors import TimestampedValue
+from epochstream.api.evictors import Evictor, TimestampedValue
 from epochstream.api.functions import ReduceFunction
 from epochstream.runtime.operators.collect import OutputBuffer
 from epochstream.runtime.operators.windows import WindowOperator
@@ -33,10 +33,11 @@ __all__ = ["EvictingWindowOperator"]
 class _EvictorContext:
     """What an evictor sees besides the elements: the key and the operator's times."""
 
-    __slots__ = ("_op", "key")
+    __slots__ = ("_op", "evictor", "key")
 
-    def __init__(self, op: WindowOperator) -> None:
+    def __init__(self, op: WindowOperator, evictor: Evictor) -> None:
         self._op = op
+        self.evictor = evictor
         self.key: Any = None
 
     def current_watermark(self) -> int:
@@ -53,8 +54,7 @@ class EvictingWindowOperator(WindowOperator):
         super().open()
         spec = self.window_spec
         assert spec.evictor is not None
-        self._evictor = spec.evictor
-        self._ectx = _EvictorContext(self)
+        self._ectx = _EvictorContext(self, spec.evictor)  # the evictor too: see _restored
         fn = spec.function
         self._reduce = fn.reduce if isinstance(fn, ReduceFunction) else fn
 
@@ -73,10 +73,11 @@ class EvictingWindowOperator(WindowOperator):
         kept = [TimestampedValue(value, ts) for value, ts in stored]
         ectx = self._ectx
         ectx.key = key
-        self._evictor.evict_before(kept, len(kept), window, ectx)
+        evictor = ectx.evictor
+        evictor.evict_before(kept, len(kept), window, ectx)
         out.ts = self._side.ts = window.max_timestamp()
         self._apply(key, window, [e.value for e in kept], out)
-        self._evictor.evict_after(kept, len(kept), window, ectx)
+        evictor.evict_after(kept, len(kept), window, ectx)
         if len(kept) != len(stored) or any(e.value is not s[0] for e, s in zip(kept, stored, strict=False)):
             elements.set_namespace(state_window)  # the function may have used other windows
             elements.update([(e.value, e.timestamp) for e in kept])

@@ -42,11 +42,54 @@ from epochstream.state.states import (
     copy_value,
 )
 
-__all__ = ["WINDOW_STATE", "PerWindowStateStore", "WindowStateView"]
+__all__ = ["WINDOW_STATE", "PerWindowStateStore", "WindowStateView", "WindowStates"]
 
 #: The namespaced value state holding every per-window state entry.
 WINDOW_STATE = "window-state"
 _MISSING: Any = object()
+
+
+class WindowStates:
+    """A window operator's per-window state: whether its windows may have any, made on
+    first use, and dropped at window cleanup only once some may exist (the function
+    asked for it, or the operator was restored), so windows that never use it pay
+    nothing.
+
+    Example::
+
+        states = WindowStates(backend, allowed=True, restored=False)
+        states.bind(window, "window (1/1)").get_state(descriptor)
+        states.clear(window)
+    """
+
+    __slots__ = ("_backend", "_store", "allowed", "live")
+
+    def __init__(self, backend: KeyedStateBackend, *, allowed: bool, restored: bool) -> None:
+        self._backend = backend
+        self._store: PerWindowStateStore | None = None
+        #: False on merging windows, which Flink refuses per-window state too.
+        self.allowed = allowed
+        self.live = allowed and restored
+
+    def _get_store(self) -> PerWindowStateStore:
+        if self._store is None:
+            self._store = PerWindowStateStore(self._backend)
+        return self._store
+
+    def bind(self, window: Any, task_name: str) -> WindowStateView:
+        """State of the current key in ``window`` (``ctx.window_state()``)."""
+        if not self.allowed:
+            raise ConfigurationError(
+                f"{task_name}: per-window state (ctx.window_state()) is not available with "
+                "merging (session) windows, as in Flink; use ctx.global_state()"
+            )
+        self.live = True
+        return self._get_store().bind(window)
+
+    def clear(self, window: Any) -> None:
+        """``window`` is cleaned up: drop its per-window state of the current key."""
+        if self.live:
+            self._get_store().clear_window(window)
 
 
 class PerWindowStateStore:
