@@ -335,3 +335,38 @@ def test_fixed_assigners_give_exactly_the_windows_holding_a_timestamp() -> None:
                     if (s - offset) % step == 0 and s <= t < s + size
                 )
                 assert sorted(assigner.assign_windows(None, t, 0)) == expected, (size, step, offset, t)
+
+
+def test_window_operators_keep_at_most_30_instance_attributes(rig: Rig) -> None:
+    """CPython 3.11 shares instance dict keys up to 30 names; past that every attribute
+    read on the per-record path is slower (about a fifth, measured): new operator state
+    belongs on helper objects."""
+    for configure in (
+        lambda k: k.window(es.TumblingEventTimeWindows.of(10)).trigger(es.CountTrigger.of(2)).sum(1),
+        lambda k: k.window(es.TumblingEventTimeWindows.of(10)).aggregate(_Sum(), _Pass()),
+        lambda k: k.count_window(5, 2).process(_Pass()),
+    ):
+        op, _, _ = rig.operator(configure)
+        feed(op, (("a", 1), 1))
+        again, _, _ = rig.operator(configure, restore=rig.snapshot(op, rig.made))
+        for operator in (op, again):
+            assert len(vars(operator)) <= 30, sorted(vars(operator))
+
+
+class _Sum(es.AggregateFunction):
+    def create_accumulator(self) -> int:
+        return 0
+
+    def add(self, value: Any, acc: int) -> int:
+        return acc + value[1]
+
+    def get_result(self, acc: int) -> int:
+        return acc
+
+    def merge(self, a: int, b: int) -> int:
+        return a + b
+
+
+class _Pass(es.ProcessWindowFunction):
+    def process(self, key: Any, ctx: Any, elements: Any, out: Any) -> None:
+        out.collect(list(elements))
