@@ -54,7 +54,9 @@ class EvictingWindowOperator(WindowOperator):
         super().open()
         spec = self.window_spec
         assert spec.evictor is not None
-        self._ectx = _EvictorContext(self, spec.evictor)  # the evictor too: see _restored
+        # The evictor lives on its context: the operator keeps at most 30 attributes
+        # (see WindowOperator).
+        self._ectx = _EvictorContext(self, spec.evictor)
         fn = spec.function
         self._reduce = fn.reduce if isinstance(fn, ReduceFunction) else fn
 
