@@ -21,6 +21,13 @@ from epochstream.api.columnar_joins import ColumnarJoinedStreams
 from epochstream.api.columnar_windows import ColumnarWindowedStream
 from epochstream.api.datastream import DataStream, DataStreamSink, KeyedStream
 from epochstream.api.environment import Environment
+from epochstream.api.evictors import (
+    CountEvictor,
+    DeltaEvictor,
+    Evictor,
+    TimeEvictor,
+    TimestampedValue,
+)
 from epochstream.api.functions import (
     DEAD_LETTERS,
     CheckpointListener,
@@ -120,14 +127,17 @@ __all__ = [
     "ContinuousEventTimeTrigger",
     "ContinuousProcessingTimeTrigger",
     "CorruptStateError",
+    "CountEvictor",
     "CountTrigger",
     "DataError",
     "DataStream",
     "DataStreamSink",
+    "DeltaEvictor",
     "Environment",
     "EpochstreamError",
     "EventTimeSessionWindows",
     "EventTimeTrigger",
+    "Evictor",
     "FilterFunction",
     "FlatMapFunction",
     "Function",
@@ -167,7 +177,9 @@ __all__ = [
     "TaskCheckpointStats",
     "TaskFailure",
     "TimeDomain",
+    "TimeEvictor",
     "TimeWindow",
+    "TimestampedValue",
     "Trigger",
     "TriggerResult",
     "TumblingEventTimeWindows",

@@ -19,7 +19,7 @@ from epochstream.state.handles import OperatorRestore
 from epochstream.state.keygroups import key_group_range_for_operator
 from epochstream.state.operator import OperatorStateStore
 
-from .test_windows import MAX_P, Out, Rig
+from .window_support import MAX_P, Out, Rig
 
 
 def _first(t: Any) -> Any:
@@ -148,3 +148,51 @@ def test_interval_join_state_is_cleaned_up_once_the_watermark_passes(rig: Rig) -
     assert op.timers is not None and op.timers.pending() == 0, "cleanup timers fired"
     op.process_input(1, [("k", "R111")], [111])  # late: its left is gone
     assert out.take() == []
+
+
+def _bounded(lower_exclusive: bool, upper_exclusive: bool, lower: int = -10, upper: int = 20) -> Any:
+    def build(env: es.Environment) -> None:
+        a = env.from_collection([]).key_by(_first)
+        b = env.from_collection([]).key_by(_first)
+        join = a.interval_join(b).between(lower, upper)
+        if lower_exclusive:
+            join = join.lower_bound_exclusive()
+        if upper_exclusive:
+            join = join.upper_bound_exclusive()
+        join.process(Pairs()).print()
+
+    return build
+
+
+@pytest.mark.parametrize(
+    ("lower_exclusive", "upper_exclusive", "expected"),
+    [
+        (False, False, ["R90", "R91", "R119", "R120"]),
+        (True, False, ["R91", "R119", "R120"]),
+        (False, True, ["R90", "R91", "R119"]),
+        (True, True, ["R91", "R119"]),
+    ],
+)
+def test_interval_join_exclusive_bounds_leave_out_pairs_exactly_at_a_bound(
+    rig: Rig, lower_exclusive: bool, upper_exclusive: bool, expected: list[str]
+) -> None:
+    """Flink's lowerBoundExclusive()/upperBoundExclusive(): left.ts + lower < right.ts
+    (resp. right.ts < left.ts + upper); in either arrival order."""
+    op, out = two_input(rig, _bounded(lower_exclusive, upper_exclusive), "interval_join")
+    op.process_input(0, [("k", "L100")], [100])
+    rights = [("k", f"R{t}") for t in (89, 90, 91, 119, 120, 121)]
+    op.process_input(1, rights, [89, 90, 91, 119, 120, 121])
+    assert sorted(r for _, r, _ in out.take()) == sorted(expected)
+    op2, out2 = two_input(rig, _bounded(lower_exclusive, upper_exclusive), "interval_join")
+    op2.process_input(1, rights, [89, 90, 91, 119, 120, 121])
+    op2.process_input(0, [("k", "L100")], [100])
+    assert sorted(r for _, r, _ in out2.take()) == sorted(expected)
+
+
+def test_interval_join_with_equal_bounds_one_exclusive_joins_nothing(rig: Rig) -> None:
+    op, out = two_input(rig, _bounded(True, False, lower=0, upper=0), "interval_join")
+    op.process_input(0, [("k", "L100")], [100])
+    op.process_input(1, [("k", "R100")], [100])
+    assert out.take() == []
+    op.process_watermark(10_000)
+    assert op.timers is not None and op.timers.pending() == 0, "records are still cleaned up"

@@ -148,7 +148,7 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
         """Not for columnar streams (call ``to_rows()`` first)."""
         return self._rows_only_keyed("interval_join")
 
-    def count_window(self, size: int) -> Any:
+    def count_window(self, size: int, slide: int | None = None) -> Any:
         """Not for columnar streams (call ``to_rows()`` first)."""
         return self._rows_only_keyed("count_window")
 

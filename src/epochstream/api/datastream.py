@@ -461,17 +461,25 @@ class KeyedStream(_Named, _Transforms):
 
         return WindowedStream(self, assigner)
 
-    def count_window(self, size: int) -> WindowedStream:
-        """Windows of ``size`` records per key (a global window fired and purged every
-        ``size`` records). Example: ``keyed.count_window(100).sum(1)``
+    def count_window(self, size: int, slide: int | None = None) -> WindowedStream:
+        """Windows of ``size`` records per key. Without ``slide``: a global window fired
+        and purged every ``size`` records. With ``slide`` (Flink's sliding count window):
+        every ``slide`` records, the last ``size`` records of the key (a global window
+        with ``CountTrigger.of(slide)`` and ``CountEvictor.of(size)``).
+
+        Example: ``keyed.count_window(100).sum(1)``; ``keyed.count_window(5, 2).sum(1)``
         """
+        from epochstream.api.evictors import CountEvictor
         from epochstream.api.triggers import CountTrigger, PurgingTrigger
         from epochstream.api.windowed import WindowedStream
         from epochstream.api.windowing import GlobalWindows
 
-        return WindowedStream(self, GlobalWindows.create()).trigger(
-            PurgingTrigger.of(CountTrigger.of(size))
-        )
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise ConfigurationError(f"count_window needs a size >= 1, got {size!r}")
+        windowed = WindowedStream(self, GlobalWindows.create())
+        if slide is None:
+            return windowed.trigger(PurgingTrigger.of(CountTrigger.of(size)))
+        return windowed.evictor(CountEvictor.of(size)).trigger(CountTrigger.of(slide))
 
     def connect(self, other: KeyedStream) -> ConnectedStreams:
         """Two keyed streams into one operator whose state and timers both inputs share.

@@ -9,7 +9,8 @@
   equal keys in the same window, ``fn(left, right)`` per pair, emitted when the window
   fires (Flink builds it the same way: both inputs tagged, unioned, windowed).
 - ``a.key_by(k).interval_join(b.key_by(k)).between(lower, upper).process(fn)``: every
-  pair with ``left.ts + lower <= right.ts <= left.ts + upper``.
+  pair with ``left.ts + lower <= right.ts <= left.ts + upper`` (``<`` with
+  ``.lower_bound_exclusive()`` / ``.upper_bound_exclusive()``).
 
 Example::
 
@@ -34,7 +35,7 @@ from epochstream.api.functions import (
     KeyedCoProcessFunction,
     ProcessJoinFunction,
 )
-from epochstream.api.time import to_millis
+from epochstream.api.time import to_signed_millis
 from epochstream.api.windowing import ProcessWindowFunction, WindowAssigner
 from epochstream.exceptions import ConfigurationError
 
@@ -265,16 +266,34 @@ class IntervalJoin:
         self._left = left
         self._right = right
         self._bounds: tuple[int, int] | None = None
+        self._lower_exclusive = False
+        self._upper_exclusive = False
 
     def between(self, lower: Any, upper: Any) -> IntervalJoin:
         """Right records with ``left.ts + lower <= right.ts <= left.ts + upper`` (ms or
         timedelta; ``lower`` may be negative). Example: ``.between(-5_000, 5_000)``
         """
-        lo = _signed_millis(lower, "lower bound")
-        hi = _signed_millis(upper, "upper bound")
+        lo = to_signed_millis(lower, "lower bound")
+        hi = to_signed_millis(upper, "upper bound")
         if lo > hi:
             raise ConfigurationError(f"interval join lower bound {lo} is above the upper bound {hi}")
         self._bounds = (lo, hi)
+        return self
+
+    def lower_bound_exclusive(self) -> IntervalJoin:
+        """Leave out right records exactly ``lower`` from a left one (``<`` instead of ``<=``).
+
+        Example: ``.between(-5_000, 5_000).lower_bound_exclusive().process(fn)``
+        """
+        self._lower_exclusive = True
+        return self
+
+    def upper_bound_exclusive(self) -> IntervalJoin:
+        """Leave out right records exactly ``upper`` from a left one (``<`` instead of ``<=``).
+
+        Example: ``.between(0, 60_000).upper_bound_exclusive().process(fn)``
+        """
+        self._upper_exclusive = True
         return self
 
     def process(self, fn: ProcessJoinFunction) -> DataStream:
@@ -285,7 +304,12 @@ class IntervalJoin:
             raise ConfigurationError("an interval join needs between(lower, upper) before process()")
         if not isinstance(fn, ProcessJoinFunction):
             raise ConfigurationError("interval join process() needs an es.ProcessJoinFunction")
-        spec = IntervalJoinSpec(self._bounds[0], self._bounds[1], fn)
+        # Timestamps are int ms, so an exclusive bound is the inclusive one a ms inside it
+        # (what Flink's IntervalJoinOperator does; between(0, 0) with one exclusive bound
+        # then joins nothing).
+        lower = self._bounds[0] + (1 if self._lower_exclusive else 0)
+        upper = self._bounds[1] - (1 if self._upper_exclusive else 0)
+        spec = IntervalJoinSpec(lower, upper, fn)
         left = self._left
         t = left._add(
             "interval_join", f"interval-join({type(fn).__name__})", spec,
@@ -293,9 +317,3 @@ class IntervalJoin:
         )
         return DataStream(left._env, t)
 
-
-def _signed_millis(value: Any, what: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    negative = hasattr(value, "total_seconds") and value.total_seconds() < 0
-    return -to_millis(-value, what) if negative else to_millis(value, what)

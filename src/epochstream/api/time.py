@@ -19,7 +19,7 @@ from typing import Any
 
 from epochstream.exceptions import ConfigurationError
 
-__all__ = ["TimeDomain", "to_millis"]
+__all__ = ["TimeDomain", "to_millis", "to_signed_millis"]
 
 
 class TimeDomain(enum.Enum):
@@ -52,3 +52,14 @@ def to_millis(value: Any, what: str = "duration", *, allow_zero: bool = True) ->
     if ms < 0 or (ms == 0 and not allow_zero):
         raise ConfigurationError(f"{what} must be {'>=' if allow_zero else '>'} 0 ms, got {ms}")
     return ms
+
+
+def to_signed_millis(value: Any, what: str = "duration") -> int:
+    """Like :func:`to_millis`, but negative values are allowed (window offsets, interval
+    join bounds). Example: ``to_signed_millis(timedelta(hours=-8)) == -28_800_000``
+    """
+    if isinstance(value, timedelta) and value < timedelta(0):
+        return -to_millis(-value, what)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return to_millis(value, what)

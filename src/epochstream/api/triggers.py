@@ -212,12 +212,11 @@ class _Continuous(Trigger):
         else:
             ctx.register_processing_time_timer(time)
 
-    def _schedule(self, ctx: Any, after: int) -> None:
-        state = self._state(ctx)
-        if state.value() is None:
-            nxt = after - after % self.interval + self.interval
-            state.update(nxt)
-            self._register(ctx, nxt)
+    def _schedule(self, ctx: Any, window: Any, time: int) -> None:
+        # Flink clamps every firing to the window's last timestamp: with allowed lateness
+        # the window outlives its end, and a firing past it would be one Flink never does.
+        self._state(ctx).update(time)
+        self._register(ctx, time)
 
     def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
         if self.event_time:
@@ -227,7 +226,9 @@ class _Continuous(Trigger):
             start = timestamp if timestamp is not None else window.start
         else:
             start = ctx.current_processing_time()
-        self._schedule(ctx, start)
+        if self._state(ctx).value() is None:
+            first = start - start % self.interval + self.interval
+            self._schedule(ctx, window, min(first, window.max_timestamp()))
         return TriggerResult.CONTINUE
 
     def _on_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
@@ -235,8 +236,11 @@ class _Continuous(Trigger):
             return TriggerResult.FIRE
         state = self._state(ctx)
         if state.value() == time:
-            state.clear()
-            self._schedule(ctx, time)
+            nxt = min(time + self.interval, window.max_timestamp())
+            if nxt > time:
+                self._schedule(ctx, window, nxt)
+            else:  # a processing-time window's last firing: it is cleaned up at this time
+                state.clear()
             return TriggerResult.FIRE
         return TriggerResult.CONTINUE
 
@@ -270,6 +274,10 @@ class _Continuous(Trigger):
 
 class ContinuousEventTimeTrigger(_Continuous):
     """Fires every ``interval`` of event time while the window is open, and at its end.
+
+    As in Flink, firings are clamped to the window's last timestamp: with allowed
+    lateness the trigger does not keep firing after the window's end (a late record
+    within the lateness still fires it once).
 
     Example: ``.trigger(es.ContinuousEventTimeTrigger.of(timedelta(seconds=1)))``
     """

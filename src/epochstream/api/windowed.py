@@ -1,10 +1,12 @@
 """WindowedStream: ``keyed.window(assigner)`` and what it emits per window.
 
-Configure with ``trigger``, ``allowed_lateness`` and ``side_output_late_data``, then
-end with a window function: ``reduce`` or ``aggregate`` (incremental: one
-accumulator per window, optionally handed to a ``ProcessWindowFunction`` when the
-window fires), ``process`` (all elements kept until the window fires), or the
-shortcuts ``sum``, ``min``, ``max``, ``min_by``, ``max_by`` and ``count``.
+Configure with ``trigger``, ``evictor``, ``allowed_lateness`` and
+``side_output_late_data``, then end with a window function: ``reduce`` or
+``aggregate`` (incremental: one accumulator per window, optionally handed to a
+``ProcessWindowFunction`` when the window fires), ``process`` (all elements kept until
+the window fires), or the shortcuts ``sum``, ``min``, ``max``, ``min_by``, ``max_by``
+and ``count``. With an evictor every function keeps all elements (Flink's evicting
+window operator): ``reduce``/``aggregate`` fold what is left after eviction.
 
 Example::
 
@@ -19,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from epochstream.api.evictors import Evictor
 from epochstream.api.functions import OutputTag, ReduceFunction
 from epochstream.api.time import to_millis
 from epochstream.api.triggers import Trigger
@@ -38,7 +41,8 @@ class WindowSpec:
 
     ``kind`` is ``"reduce"``, ``"aggregate"`` or ``"process"``; ``function`` the
     ReduceFunction/callable, AggregateFunction or ProcessWindowFunction;
-    ``window_function`` the optional ProcessWindowFunction after an incremental one.
+    ``window_function`` the optional ProcessWindowFunction after an incremental one;
+    ``evictor`` the optional :class:`~epochstream.api.evictors.Evictor`.
     """
 
     assigner: WindowAssigner
@@ -48,6 +52,7 @@ class WindowSpec:
     kind: str
     function: Any
     window_function: ProcessWindowFunction | None = None
+    evictor: Evictor | None = None
 
 
 class WindowedStream:
@@ -69,6 +74,7 @@ class WindowedStream:
         self._trigger: Trigger = assigner.default_trigger()
         self._lateness = 0
         self._late_tag: OutputTag | None = None
+        self._evictor: Evictor | None = None
 
     def trigger(self, trigger: Trigger) -> WindowedStream:
         """Replace the assigner's default trigger. Example: ``.trigger(es.CountTrigger.of(10))``"""
@@ -79,6 +85,18 @@ class WindowedStream:
                 f"{type(trigger).__name__} cannot be used with merging (session) windows"
             )
         self._trigger = trigger
+        return self
+
+    def evictor(self, evictor: Evictor) -> WindowedStream:
+        """Remove elements from the window when it fires, before and/or after the window
+        function (see :mod:`epochstream.api.evictors`). The window then keeps all its
+        elements, also for ``reduce``/``aggregate``, which fold them at each firing.
+
+        Example: ``.trigger(es.CountTrigger.of(2)).evictor(es.CountEvictor.of(5))``
+        """
+        if not isinstance(evictor, Evictor):
+            raise ConfigurationError(f"evictor() needs an es.Evictor, got {type(evictor).__name__}")
+        self._evictor = evictor
         return self
 
     def allowed_lateness(self, lateness: Any) -> WindowedStream:
@@ -120,7 +138,10 @@ class WindowedStream:
             kind=kind,
             function=function,
             window_function=window_function,
+            evictor=self._evictor,
         )
+        if self._evictor is not None:
+            name = f"evicting-{name}"
         return self._keyed._then("window", name, spec)
 
     def reduce(

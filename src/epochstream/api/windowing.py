@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from epochstream.api.functions import Collector, Function
-from epochstream.api.time import to_millis
+from epochstream.api.time import to_millis, to_signed_millis
 from epochstream.api.triggers import (
     EventTimeTrigger,
     ProcessingTimeTrigger,
@@ -156,11 +156,22 @@ class _Fixed(WindowAssigner):
         return windows
 
 
+def _offset(assigner: str, offset: Any, bound: int, bound_name: str) -> int:
+    """A window offset as Flink takes it: any ``|offset| < bound``, negative ones too
+    (``-8 h`` aligns days to UTC+8); normalized into ``[0, bound)``, the same grid."""
+    ms = to_signed_millis(offset, "window offset")
+    if abs(ms) >= bound:
+        raise ConfigurationError(
+            f"{assigner} needs abs(offset) < {bound_name}: got offset {ms} ms, {bound_name} {bound} ms"
+        )
+    return ms % bound
+
+
 class _Tumbling(_Fixed):
     def __init__(self, size: Any, offset: Any = 0) -> None:
         super().__init__()
         self.size = to_millis(size, "window size", allow_zero=False)
-        self.offset = to_millis(offset, "window offset") % self.size
+        self.offset = _offset(type(self).__name__, offset, self.size, "size")
 
     def _aligned(self, t: int) -> Any:
         return t - (t - self.offset) % self.size
@@ -179,7 +190,8 @@ class TumblingEventTimeWindows(_Tumbling):
 
     @staticmethod
     def of(size: Any, offset: Any = 0) -> TumblingEventTimeWindows:
-        """Windows of ``size`` (ms or timedelta), shifted by ``offset``."""
+        """Windows of ``size`` (ms or timedelta), shifted by ``offset`` (``|offset| < size``,
+        may be negative: ``of(timedelta(days=1), timedelta(hours=-8))`` gives days of UTC+8)."""
         return TumblingEventTimeWindows(size, offset)
 
     def default_trigger(self) -> Trigger:
@@ -196,7 +208,8 @@ class TumblingProcessingTimeWindows(_Tumbling):
 
     @staticmethod
     def of(size: Any, offset: Any = 0) -> TumblingProcessingTimeWindows:
-        """Windows of ``size`` (ms or timedelta), shifted by ``offset``."""
+        """Windows of ``size`` (ms or timedelta), shifted by ``offset`` (``|offset| < size``,
+        may be negative)."""
         return TumblingProcessingTimeWindows(size, offset)
 
     def default_trigger(self) -> Trigger:
@@ -208,7 +221,7 @@ class _Sliding(_Fixed):
         super().__init__()
         self.size = to_millis(size, "window size", allow_zero=False)
         self.slide = to_millis(slide, "window slide", allow_zero=False)
-        self.offset = to_millis(offset, "window offset") % self.slide
+        self.offset = _offset(type(self).__name__, offset, self.slide, "slide")
 
     def _aligned(self, t: int) -> Any:
         last = t - (t - self.offset) % self.slide
@@ -234,7 +247,8 @@ class SlidingEventTimeWindows(_Sliding):
 
     @staticmethod
     def of(size: Any, slide: Any, offset: Any = 0) -> SlidingEventTimeWindows:
-        """Windows of ``size`` every ``slide`` (ms or timedelta)."""
+        """Windows of ``size`` every ``slide`` (ms or timedelta), shifted by ``offset``
+        (``|offset| < slide``, may be negative)."""
         return SlidingEventTimeWindows(size, slide, offset)
 
     def default_trigger(self) -> Trigger:
@@ -251,7 +265,8 @@ class SlidingProcessingTimeWindows(_Sliding):
 
     @staticmethod
     def of(size: Any, slide: Any, offset: Any = 0) -> SlidingProcessingTimeWindows:
-        """Windows of ``size`` every ``slide`` (ms or timedelta)."""
+        """Windows of ``size`` every ``slide`` (ms or timedelta), shifted by ``offset``
+        (``|offset| < slide``, may be negative)."""
         return SlidingProcessingTimeWindows(size, slide, offset)
 
     def default_trigger(self) -> Trigger:
@@ -369,12 +384,22 @@ class ProcessWindowFunction(Function, ABC):
     ``ctx.current_processing_time()`` the operator's times, ``ctx.output(tag, v)``
     a side output. Outputs get ``ctx.window.max_timestamp()`` as their timestamp.
 
+    Keyed state (Flink's): ``ctx.window_state()`` is state of the key *in this window*
+    (``get_state``, ``get_list_state``, ``get_map_state``, ``get_reducing_state``,
+    ``get_aggregating_state``), kept across the window's firings (late ones within
+    the allowed lateness too) and dropped when the window is cleaned up, after
+    :meth:`clear`; not available on merging (session) windows. ``ctx.global_state()``
+    is state of the key shared by all its windows. Both are checkpointed and follow
+    their key on rescale. Get state objects from ``ctx`` in each call.
+
     Example::
 
         class CountWindowFunction(es.ProcessWindowFunction):
             def process(self, key, ctx, elements, out):
                 (count,) = elements
-                out.collect((key, ctx.window.start, ctx.window.end, count))
+                firing = ctx.window_state().get_state(es.state.ValueStateDescriptor("n", default=0))
+                firing.update(firing.value() + 1)   # 1 on time, 2 on the first late firing...
+                out.collect((key, ctx.window.start, count, firing.value()))
     """
 
     @abstractmethod
@@ -382,4 +407,6 @@ class ProcessWindowFunction(Function, ABC):
         """Emit results for ``key``'s window ``ctx.window``."""
 
     def clear(self, ctx: Any) -> None:
-        """The window is gone (its allowed lateness passed)."""
+        """The window is gone (its allowed lateness passed): ``ctx.window_state()`` still
+        holds its per-window state here (dropped right after), e.g. to update
+        ``ctx.global_state()``."""

@@ -5,7 +5,7 @@ One module per operator family: ``basic`` (map, flat_map, filter, rolling reduce
 aggregations), ``columnar_sessions`` (columnar session and processing-time windows),
 ``columnar_joins`` (window and regular joins of batches),
 ``process`` (process functions), ``timestamps`` (timestamps and watermarks),
-``windows`` (window operators), ``twoinput`` (connect, joins), ``dedup``
+``windows`` (window operators), ``evicting`` (windows with an evictor), ``twoinput`` (connect, joins), ``dedup``
 (``deduplicate``) and ``connectors`` (source readers and sink writers).
 
 Example::
@@ -43,6 +43,7 @@ from epochstream.runtime.operators.columnar_sessions import (
     ColumnarSessionOperator,
 )
 from epochstream.runtime.operators.dedup import DeduplicateOperator
+from epochstream.runtime.operators.evicting import EvictingWindowOperator
 from epochstream.runtime.operators.process import KeyedProcessOperator, ProcessOperator
 from epochstream.runtime.operators.timestamps import TimestampsOperator
 from epochstream.runtime.operators.twoinput import (
@@ -66,6 +67,7 @@ __all__ = [
     "ColumnarWindowOperator",
     "DeduplicateOperator",
     "Emit",
+    "EvictingWindowOperator",
     "FilterBatchesOperator",
     "FilterOperator",
     "FlatMapOperator",
@@ -116,6 +118,8 @@ def create_operator(spec: OperatorSpec, ctx: OperatorContext) -> Operator:
     if spec.kind == "process":
         keyed = spec.key_selector is not None
         return KeyedProcessOperator(spec, ctx) if keyed else ProcessOperator(spec, ctx)
+    if spec.kind == "window" and getattr(spec.payload, "evictor", None) is not None:
+        return EvictingWindowOperator(spec, ctx)
     if spec.kind in ("source", "sink"):
         from epochstream.runtime.operators.connectors import SinkOperator, SourceOperator
 
