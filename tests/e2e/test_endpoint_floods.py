@@ -22,7 +22,7 @@ from e2e_support import exactly_once_problems
 
 import epochstream as es
 
-DRIVER = Path(__file__).parent / "jobs" / "endpoint_flood_driver.py"
+DRIVER = Path(__file__).parent / "jobs" / "hostile_driver.py"
 N, KEYS = 60_000, 7
 
 
@@ -207,7 +207,10 @@ def test_job_survives_endpoint_floods_with_256_descriptors(tmp_path: Path) -> No
     markers.mkdir()
     addr_file, report = tmp_path / "addr.json", tmp_path / "report.json"
     proc = subprocess.Popen(
-        [sys.executable, str(DRIVER), str(out), str(ckpt), str(addr_file), str(report), str(markers)],
+        [
+            sys.executable, str(DRIVER), str(out), str(ckpt), str(addr_file), str(report),
+            str(markers), "endpoint",
+        ],
         stderr=subprocess.PIPE,
     )
     flood: _Flood | None = None

@@ -82,6 +82,7 @@ def test_job_survives_flood_and_slow_handshake(tmp_path: Path) -> None:
             str(addr_file),
             str(report),
             str(markers),
+            "control",
         ],
         stderr=subprocess.PIPE,
     )

@@ -1,9 +1,13 @@
-"""A job driver with a small file-descriptor limit, for the hostile-network test.
+"""A job driver with a small file-descriptor limit, for the tests that flood its ports.
 
-``python hostile_driver.py OUT CKPT ADDR_FILE REPORT MARKERS``: runs a keyed running
-count over a throttled sequence on the local runner with checkpoints and one crash of
-a slot (so slots register again while the test floods the control port), writes the
-control-plane address to ADDR_FILE once running and the result to REPORT.
+``python hostile_driver.py OUT CKPT ADDR_FILE REPORT MARKERS PLANE``: lowers
+``RLIMIT_NOFILE`` to 256, runs a keyed running count over a throttled sequence on the
+local runner with checkpoints and one crash of a slot (so the restart needs fresh
+descriptors, and slots register again, while the test floods a port), writes the
+addresses to ADDR_FILE once running (the control plane's ``host``/``port``, the
+endpoint's ``url``/``token``/``cap``) and the result to REPORT. PLANE says which port
+the test floods: ``control`` (test_hostile_network.py) or ``endpoint``
+(test_endpoint_floods.py), which sets how long the job runs.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ import epochstream as es
 
 N = 60_000
 KEYS = 7
+#: Input rate and the checkpoint after which a slot crashes, per flooded plane: the
+#: endpoint floods take longer to build up, so that job runs longer.
+TIMING = {"control": (3_000, 6), "endpoint": (2_000, 8)}
 
 
 def key_of(i: int) -> tuple[int, int]:
@@ -33,31 +40,50 @@ def add(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
 
 
 def main() -> None:
-    out, ckpt, addr_file, report, markers = sys.argv[1:6]
+    out, ckpt, addr_file, report, markers, plane = sys.argv[1:7]
+    rate, crash_after = TIMING[plane]
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
-    env = es.Environment(parallelism=2, runner="local")
+    env = es.Environment(parallelism=2, runner="local", endpoint_linger=0)
     env.enable_checkpointing(0.5, storage=ckpt)
     env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.5))
     (
-        env.from_sequence(0, N, rate=3_000)
-        .map(es.testing.FailOnce(after_checkpoints=6, subtask=0, crash=True, marker_dir=markers))
+        env.from_sequence(0, N, rate=rate)
+        .map(es.testing.FailOnce(after_checkpoints=crash_after, subtask=0, crash=True, marker_dir=markers))
         .map(key_of)
         .key_by(first)
         .reduce(add)
         .uid("counts")
         .sink_to(es.sinks.FileSink(out))
     )
-    client = env.execute_async("hostile")
+    client = env.execute_async(f"hostile-{plane}")
     client.wait_until_running()
     host, port = client.control_address
+    endpoint = client._master.endpoint
+    assert endpoint is not None
     with open(addr_file + ".tmp", "w") as f:
-        json.dump({"host": host, "port": port}, f)
+        json.dump(
+            {
+                "host": host,
+                "port": port,
+                "url": endpoint.url,
+                "token": endpoint.token,
+                "cap": endpoint.server.max_connections,
+            },
+            f,
+        )
     os.replace(addr_file + ".tmp", addr_file)
     result = client.result()
     with open(report, "w") as f:
-        json.dump({"restarts": result.restarts, "failures": result.failures}, f)
+        json.dump(
+            {
+                "restarts": result.restarts,
+                "failures": result.failures,
+                "checkpoints": len(client.completed_checkpoints()),
+            },
+            f,
+        )
 
 
 if __name__ == "__main__":
