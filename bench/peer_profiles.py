@@ -81,7 +81,8 @@ PROFILES: dict[str, PeerProfile] = {
         handicap="micro-batches (each committed to the checkpoint location; no "
         "checkpoints-off run)",
         # Spark's default of 200 would be 100 tasks per core per micro-batch here; its SQL
-        # performance-tuning guide says to size it to the data, so no run goes without.
+        # performance-tuning guide names this setting as the one that sizes the shuffles
+        # of joins and aggregations, so no run goes without it.
         always="spark.sql.shuffle.partitions = parallelism",
     ),
     # Workers of one process share the GIL; more processes need a cluster launch that
