@@ -208,11 +208,12 @@ def _measure_tunings(
         if len(tunings) > 1:
             row_base["tuning"] = tuning
         log_name = f"{system}-{log}-{tuning.split(':')[0]}".replace(" ", "")
+        run_argv = [*argv, *tuning_argv]
         row = measure(
             results,
             "rows",
             row_base,
-            lambda a=[*argv, *tuning_argv], log_name=log_name: _run_peer(system, script, a, log_name),
+            lambda a=run_argv, log_name=log_name: _run_peer(system, script, a, log_name),
         )
         if "rate" in row:
             rates.append(row["rate"])
