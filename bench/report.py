@@ -5,7 +5,9 @@
 - :func:`percentile` / :func:`latency_summary`: end-to-end latency percentiles.
 - :func:`rate_series` / :func:`recovery_time`: a sink's throughput over time and the
   time from a kill until the throughput is back at 90 % of what it was before.
-- :func:`summary_rows` / :func:`markdown`: the results table (JSON rows -> Markdown).
+- :func:`summary_rows` / :func:`markdown`: the results table (JSON rows -> Markdown);
+  a peer run both untuned and with its published tuning is quoted at the better of the
+  two (:func:`better_tuning`), both shown.
 
 Example::
 
@@ -26,6 +28,7 @@ __all__ = [
     "W1_MULTIPLIER",
     "WARMUP_S",
     "W1ResultError",
+    "better_tuning",
     "check_w1",
     "latency_summary",
     "markdown",
@@ -257,6 +260,22 @@ def overhead_pct(rate_on: float | None, rate_off: float | None) -> float | None:
     return 100.0 * (1.0 - rate_on / rate_off)
 
 
+def better_tuning(tunings: Mapping[str, Mapping[str, float]]) -> str | None:
+    """The tuning with the higher rate: compared with checkpoints if any tuning has a
+    checkpointed rate, else without; the first listed on a tie; None if none has a rate.
+
+    ``tunings`` maps a tuning's name to its ``rate_on`` / ``rate_off``.
+
+    Example: ``better_tuning({"untuned": {"rate_on": 2.0}, "tuned": {"rate_on": 3.0}}) == "tuned"``
+    """
+    ck = "rate_on" if any(t.get("rate_on") for t in tunings.values()) else "rate_off"
+    best: str | None = None
+    for name, rates in tunings.items():
+        if rates.get(ck) and (best is None or rates[ck] > tunings[best][ck]):
+            best = name
+    return best
+
+
 def summary_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per (workload, system) from a results document's measurements.
 
@@ -268,6 +287,12 @@ def summary_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     only, checkpoints on; a peer without a checkpointed figure is compared off to off);
     ``recovery_ratios`` to our recovery time / this system's (below 1: we are back
     sooner), where both were measured.
+
+    A peer's runs may carry ``tuning`` (its name: untuned, or the peer's published
+    tuning): their rates go to ``tunings`` (name -> ``rate_on`` / ``rate_off``), and
+    the better tuning's (``tuning``) become the entry's rates, the ones the ratios use.
+    ``handicap`` and ``settings`` (what the peer carries, what every run of it has)
+    are taken from its runs.
     """
     order: list[tuple[str, str]] = []
     merged: dict[tuple[str, str], dict[str, Any]] = {}
@@ -287,12 +312,22 @@ def summary_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     for r in doc.get("rows", []):
         e = entry(r)
         e["ours"] = e["ours"] or bool(r.get("ours"))
+        e.update({k: r[k] for k in ("handicap", "settings") if r.get(k)})
         ck = "on" if r["checkpoints"] != "off" else "off"
+        tuning = r.get("tuning")
+        # A tuned or untuned run's rates land in its tuning's slot; the better is copied up.
+        target = e if tuning is None else e.setdefault("tunings", {}).setdefault(tuning, {})
         if "rate" in r:
-            e[f"rate_{ck}"] = r["rate"]
-            e[f"events_{ck}"] = r.get("events")
+            target[f"rate_{ck}"] = r["rate"]
+            target[f"events_{ck}"] = r.get("events")
         if r.get("error"):
-            e["errors"].append(f"ckpt {r['checkpoints']}: {r['error']}")
+            where = f"ckpt {r['checkpoints']}" + (f", {tuning}" if tuning else "")
+            e["errors"].append(f"{where}: {r['error']}")
+    for e in merged.values():
+        if "tunings" in e:
+            e["tuning"] = better_tuning(e["tunings"])
+            if e["tuning"] is not None:
+                e.update(e["tunings"][e["tuning"]])
     for r in doc.get("latency", []):
         e = entry(r)
         if r.get("error"):
@@ -335,6 +370,23 @@ def _num(x: float | None, fmt: str) -> str:
     return "" if x is None else format(x, fmt)
 
 
+def _tuning_cell(e: Mapping[str, Any]) -> str:
+    """Which tuning the figures are, each tuning's rates (ckpt 1 s / off), and what
+    every run had."""
+    parts = []
+    if e.get("tunings"):
+        better = e.get("tuning")
+        parts.append(f"better: {better}" if better else "no rate")
+        for name, rates in e["tunings"].items():
+            figures = " / ".join(
+                _num(rates.get(f"rate_{ck}"), ",.0f") or "-" for ck in ("on", "off")
+            )
+            parts.append(f"{name}: {figures}")
+    if e.get("settings"):
+        parts.append(f"every run: {e['settings']}")
+    return "; ".join(parts)
+
+
 def markdown(doc: Mapping[str, Any]) -> str:
     """The results table in Markdown, with the machine, command and date above it.
 
@@ -351,8 +403,8 @@ def markdown(doc: Mapping[str, Any]) -> str:
         "",
         "| workload | system | events/s, ckpt 1 s | events/s, ckpt off | ckpt overhead "
         "| latency p50 / p99 ms (at events/s) | recovery s: 90 % (output again) "
-        "| ours / system | notes |",
-        "|---|---|---:|---:|---:|---|---:|---|---|",
+        "| ours / system | peer's tuning (figures quoted: the better) | handicap here | notes |",
+        "|---|---|---:|---:|---:|---|---:|---|---|---|---|",
     ]
     for e in summary_rows(doc):
         latency = ""
@@ -374,7 +426,7 @@ def markdown(doc: Mapping[str, Any]) -> str:
             f"| {e['workload']} | {e['system']} | {_num(e.get('rate_on'), ',.0f')} "
             f"| {_num(e.get('rate_off'), ',.0f')} "
             f"| {'' if overhead is None else f'{overhead:.0f} %'} | {latency} "
-            f"| {recovery} | {ratios} "
+            f"| {recovery} | {ratios} | {_tuning_cell(e)} | {e.get('handicap', '')} "
             f"| {'; '.join(e['errors']).replace('|', '/')} |"
         )
     return "\n".join(lines) + "\n"

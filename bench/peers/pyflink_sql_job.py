@@ -8,7 +8,10 @@ into a fresh directory, HashMap state backend, results into the ``blackhole``
 connector (its schema derived from the query). Prints one JSON line: ``events`` (W1: inputs; Nexmark: every event of
 the files, the way Nexmark rates count), wall ``seconds`` of the INSERT from submit
 to finish (planning and job start included, the JVM's start not) and the job's own
-``net_seconds``.
+``net_seconds``, and the ``--set`` settings it ran with.
+
+``--set KEY=VALUE`` (repeatable) applies a table or job setting after this script's
+own: how ``bench/all.py`` runs Flink's Nexmark tuning (``bench/peer_profiles.py``).
 
 - ``W1 --path DIR --n N``: ``DIR`` holds ``0..N-1`` as CSV parts
   (``workloads.ensure_sequence_csv``); ``SELECT k, SUM(v) ... GROUP BY k`` with
@@ -67,6 +70,29 @@ _TYPES = {
     "date_time BIGINT, extra STRING",
 }
 
+# q15-q17's price bands, as in Flink's nexmark SQL: counts of bids, and (q15, q16) of
+# distinct bidders and auctions, per band.
+_BANDS = (
+    ("rank1", "price < 10000"),
+    ("rank2", "price >= 10000 AND price < 1000000"),
+    ("rank3", "price >= 1000000"),
+)
+_RANKED_COUNTS = ",\n    ".join(
+    ["COUNT(*) AS total_bids"]
+    + [f"COUNT(*) FILTER (WHERE {cond}) AS {rank}_bids" for rank, cond in _BANDS]
+)
+
+
+def _ranked_distinct(column: str) -> str:
+    return ",\n    ".join(
+        [f"COUNT(DISTINCT {column}) AS total_{column}s"]
+        + [
+            f"COUNT(DISTINCT {column}) FILTER (WHERE {cond}) AS {rank}_{column}s"
+            for rank, cond in _BANDS
+        ]
+    )
+
+
 QUERIES: dict[str, str] = {
     "q0": "SELECT auction, bidder, price, `dateTime`, extra FROM bid",
     "q1": "SELECT auction, bidder, CAST(0.908 * price AS BIGINT) AS price, `dateTime`, extra "
@@ -113,6 +139,35 @@ JOIN (
 ) B1
 ON B.price = B1.maxprice
 WHERE B.`dateTime` BETWEEN B1.`dateTime` - INTERVAL '10' SECOND AND B1.`dateTime`""",
+    "q15": f"""
+SELECT
+    DATE_FORMAT(`dateTime`, 'yyyy-MM-dd') AS `day`,
+    {_RANKED_COUNTS},
+    {_ranked_distinct("bidder")},
+    {_ranked_distinct("auction")}
+FROM bid
+GROUP BY DATE_FORMAT(`dateTime`, 'yyyy-MM-dd')""",
+    "q16": f"""
+SELECT
+    channel,
+    DATE_FORMAT(`dateTime`, 'yyyy-MM-dd') AS `day`,
+    MAX(DATE_FORMAT(`dateTime`, 'HH:mm')) AS `minute`,
+    {_RANKED_COUNTS},
+    {_ranked_distinct("bidder")},
+    {_ranked_distinct("auction")}
+FROM bid
+GROUP BY channel, DATE_FORMAT(`dateTime`, 'yyyy-MM-dd')""",
+    "q17": f"""
+SELECT
+    auction,
+    DATE_FORMAT(`dateTime`, 'yyyy-MM-dd') AS `day`,
+    {_RANKED_COUNTS},
+    MIN(price) AS min_price,
+    MAX(price) AS max_price,
+    AVG(price) AS avg_price,
+    SUM(price) AS sum_price
+FROM bid
+GROUP BY auction, DATE_FORMAT(`dateTime`, 'yyyy-MM-dd')""",
     "q8": """
 SELECT P.id, P.name, P.starttime
 FROM (
@@ -177,6 +232,8 @@ def _table_env(args: argparse.Namespace, rest_port: int | None) -> tuple[Any, st
     if args.checkpoint > 0:
         conf.set("execution.checkpointing.interval", f"{int(args.checkpoint * 1000)} ms")
         conf.set("execution.checkpointing.mode", "EXACTLY_ONCE")
+    for key, value in args.set:
+        conf.set(key, value)
     if args.attempt:
         restore = latest_checkpoint(ckdir)
         if restore is None:
@@ -247,6 +304,13 @@ def _nexmark(t_env: object, args: argparse.Namespace) -> tuple[str, int]:
     return QUERIES[args.query], event_count(args.path)["total"]
 
 
+def _setting(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="PyFlink SQL peer")
     parser.add_argument("workload", choices=["W1", "nexmark"])
@@ -259,6 +323,14 @@ def main() -> None:
     parser.add_argument("--probe", default="", help="recovery run's probe directory")
     parser.add_argument("--attempt", type=int, default=0, help="recovery: 0, then 1 restarted")
     parser.add_argument("--checkpoint-dir", default="", help="recovery: kept checkpoints")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        type=_setting,
+        metavar="KEY=VALUE",
+        help="a table/job setting over this script's own (e.g. Flink's Nexmark tuning)",
+    )
     args = parser.parse_args()
     if args.probe and not args.checkpoint_dir:
         raise SystemExit("--probe needs --checkpoint-dir (the checkpoints a restart resumes from)")
@@ -285,7 +357,7 @@ def main() -> None:
     finally:
         if not args.checkpoint_dir:
             shutil.rmtree(ckdir, ignore_errors=True)
-    out = {"events": events, "seconds": wall, "net_seconds": net}
+    out = {"events": events, "seconds": wall, "net_seconds": net, "set": dict(args.set)}
     print(json.dumps(out if args.workload == "W1" else {**out, "query": args.query}))
 
 
