@@ -1,0 +1,123 @@
+"""The job master's half of the Kafka source: partitions become splits.
+
+At a fresh start the enumerator lists the topics (``topics``, or every topic matching
+``topic_pattern``), resolves where each partition starts (``starting_offsets``) and,
+for a bounded job, where it stops (the end offsets seen now). While an unbounded job
+runs it lists them again every ``discovery_interval`` seconds: new partitions of known
+topics and, with a pattern, new matching topics become splits, read from their start
+(records written before discovery are not skipped). Splits are pushed round-robin
+(``assign_on_demand = False``): a partition is read forever, its reader never asks
+again. The set of known partitions is the checkpointed state, so a restored job does
+not hand out a partition twice.
+
+Example::
+
+    enum = KafkaPartitionEnumerator(source, parallelism=2, restored=None, metadata=lambda: meta)
+    enum.initial_splits()      # [KafkaPartitionSplit("bids/0", ...), ...]
+    enum.discover(now)         # partitions that appeared since
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from epochstream.connectors.enumerators import SplitEnumerator
+from epochstream.connectors.kafka.client import Metadata
+from epochstream.connectors.kafka.splits import EARLIEST, KafkaPartitionSplit, StartAtTimestamp
+
+if TYPE_CHECKING:
+    from epochstream.connectors.kafka.source import KafkaSource
+
+__all__ = ["KafkaPartitionEnumerator"]
+
+
+class KafkaPartitionEnumerator(SplitEnumerator):
+    """Lists partitions and hands new ones out as splits (module docstring).
+
+    Example: ``KafkaPartitionEnumerator(src, 2, None, lambda: meta).snapshot()  # [("bids", 0), ...]``
+    """
+
+    assign_on_demand = False
+
+    def __init__(
+        self,
+        source: KafkaSource,
+        parallelism: int,
+        restored: Any,
+        metadata: Callable[[], Metadata],
+    ) -> None:
+        self._source = source
+        # Connected on first use: a restored job may never need the cluster's metadata.
+        self._connect = metadata
+        self._metadata: Metadata | None = None
+        self._known: set[tuple[str, int]] = {(str(t), int(p)) for t, p in restored or []}
+        self._pattern = re.compile(source.topic_pattern) if source.topic_pattern else None
+        self._due: float | None = None
+
+    def _meta(self) -> Metadata:
+        if self._metadata is None:
+            self._metadata = self._connect()
+        return self._metadata
+
+    def _listed(self) -> list[tuple[str, int]]:
+        """Every partition of the source's topics that exists now, in order."""
+        if self._pattern is None:
+            counts = self._meta().partitions(list(self._source.topics))
+        else:
+            pattern = self._pattern
+            counts = {t: n for t, n in self._meta().partitions(None).items() if pattern.fullmatch(t)}
+        return sorted((t, p) for t, n in counts.items() for p in range(n))
+
+    def initial_splits(self) -> list[Any]:
+        """Every partition now, at ``starting_offsets`` (and, if bounded, its end now)."""
+        partitions = self._listed()
+        self._known.update(partitions)
+        starts = self._starts(partitions)
+        stops: dict[tuple[str, int], int] = {}
+        if self._source.bounded:
+            stops = self._meta().end_offsets(partitions)
+        self._close_if_done()
+        return [KafkaPartitionSplit.of(t, p, starts[(t, p)], stops.get((t, p))) for t, p in partitions]
+
+    def _starts(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        spec = self._source.starting_offsets
+        meta = self._meta()
+        if spec == "earliest":
+            if self._source.bounded:  # a real offset, to compare with the stop offset
+                return meta.start_offsets(partitions)
+            return dict.fromkeys(partitions, EARLIEST)
+        if spec == "latest":
+            return meta.end_offsets(partitions)
+        if isinstance(spec, dict):
+            # Partitions not named start at their log start.
+            missing = [tp for tp in partitions if tp not in spec]
+            first = meta.start_offsets(missing) if missing else {}
+            return {tp: int(spec[tp]) if tp in spec else first[tp] for tp in partitions}
+        assert isinstance(spec, StartAtTimestamp)  # checked by KafkaSource
+        return meta.offsets_for_time(partitions, spec.ms)
+
+    def discover(self, now: float) -> list[Any]:
+        """New partitions (of known or newly matching topics), read from their start."""
+        if self._source.bounded or (self._due is not None and now < self._due):
+            return []
+        self._due = now + self._source.discovery_interval
+        new = [tp for tp in self._listed() if tp not in self._known]
+        self._known.update(new)
+        return [KafkaPartitionSplit.of(t, p, EARLIEST) for t, p in new]
+
+    def next_discovery(self) -> float | None:
+        if self._source.bounded:
+            return None
+        return 0.0 if self._due is None else self._due
+
+    def snapshot(self) -> Any:
+        """The partitions handed out so far, as sorted ``[topic, partition]`` pairs."""
+        return sorted(self._known)
+
+    def _close_if_done(self) -> None:
+        """A bounded job's enumerator is done after the initial splits: free the client."""
+        if self._source.bounded and self._metadata is not None:
+            self._metadata.close()
+            self._metadata = None
