@@ -15,7 +15,7 @@ Example::
     src = es.sources.KafkaSource(bootstrap_servers="127.0.0.1:9092", topics=["bids"],
                                  group_id="my-job", value_format="json")
     stream = env.from_source(src, watermark_strategy=es.WatermarkStrategy
-                             .for_bounded_out_of_orderness(2.0).with_idleness(10.0))
+                             .bounded_out_of_orderness(2000).with_idleness(10_000))
 """
 
 from __future__ import annotations
