@@ -198,7 +198,7 @@ def test_bounded_enumerator_stops_at_the_end_seen_at_start_and_discovers_nothing
     enum = KafkaPartitionEnumerator(_source(bounded="latest"), 1, None, lambda: meta)
     splits = enum.initial_splits()
     assert [(s.next_offset, s.stop_offset) for s in splits] == [(0, 4), (0, 4)]
-    assert meta.closed, "a bounded enumerator needs no client after the initial splits"
+    assert meta.closed, "the client is closed after use"
     assert enum.next_discovery() is None and enum.discover(1e9) == []
 
 

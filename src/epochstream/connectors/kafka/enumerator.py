@@ -49,41 +49,36 @@ class KafkaPartitionEnumerator(SplitEnumerator):
         metadata: Callable[[], Metadata],
     ) -> None:
         self._source = source
-        # Connected on first use: a restored job may never need the cluster's metadata.
+        # A client per use, closed right after: the enumerator has no close hook, and
+        # listing every few seconds costs less than a connection held for the job's life.
         self._connect = metadata
-        self._metadata: Metadata | None = None
         self._known: set[tuple[str, int]] = {(str(t), int(p)) for t, p in restored or []}
         self._pattern = re.compile(source.topic_pattern) if source.topic_pattern else None
         self._due: float | None = None
 
-    def _meta(self) -> Metadata:
-        if self._metadata is None:
-            self._metadata = self._connect()
-        return self._metadata
-
-    def _listed(self) -> list[tuple[str, int]]:
+    def _listed(self, meta: Metadata) -> list[tuple[str, int]]:
         """Every partition of the source's topics that exists now, in order."""
         if self._pattern is None:
-            counts = self._meta().partitions(list(self._source.topics))
+            counts = meta.partitions(list(self._source.topics))
         else:
             pattern = self._pattern
-            counts = {t: n for t, n in self._meta().partitions(None).items() if pattern.fullmatch(t)}
+            counts = {t: n for t, n in meta.partitions(None).items() if pattern.fullmatch(t)}
         return sorted((t, p) for t, n in counts.items() for p in range(n))
 
     def initial_splits(self) -> list[Any]:
         """Every partition now, at ``starting_offsets`` (and, if bounded, its end now)."""
-        partitions = self._listed()
+        meta = self._connect()
+        try:
+            partitions = self._listed(meta)
+            starts = self._starts(meta, partitions)
+            stops = meta.end_offsets(partitions) if self._source.bounded else {}
+        finally:
+            meta.close()
         self._known.update(partitions)
-        starts = self._starts(partitions)
-        stops: dict[tuple[str, int], int] = {}
-        if self._source.bounded:
-            stops = self._meta().end_offsets(partitions)
-        self._close_if_done()
         return [KafkaPartitionSplit.of(t, p, starts[(t, p)], stops.get((t, p))) for t, p in partitions]
 
-    def _starts(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    def _starts(self, meta: Metadata, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         spec = self._source.starting_offsets
-        meta = self._meta()
         if spec == "earliest":
             if self._source.bounded:  # a real offset, to compare with the stop offset
                 return meta.start_offsets(partitions)
@@ -103,7 +98,12 @@ class KafkaPartitionEnumerator(SplitEnumerator):
         if self._source.bounded or (self._due is not None and now < self._due):
             return []
         self._due = now + self._source.discovery_interval
-        new = [tp for tp in self._listed() if tp not in self._known]
+        meta = self._connect()
+        try:
+            listed = self._listed(meta)
+        finally:
+            meta.close()
+        new = [tp for tp in listed if tp not in self._known]
         self._known.update(new)
         return [KafkaPartitionSplit.of(t, p, EARLIEST) for t, p in new]
 
@@ -115,9 +115,3 @@ class KafkaPartitionEnumerator(SplitEnumerator):
     def snapshot(self) -> Any:
         """The partitions handed out so far, as sorted ``[topic, partition]`` pairs."""
         return sorted(self._known)
-
-    def _close_if_done(self) -> None:
-        """A bounded job's enumerator is done after the initial splits: free the client."""
-        if self._source.bounded and self._metadata is not None:
-            self._metadata.close()
-            self._metadata = None
