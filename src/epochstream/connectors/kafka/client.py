@@ -269,6 +269,9 @@ class ConfluentFetcher:
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "enable.partition.eof": False,
+                # A position that is gone (retention deleted it) fails the job instead
+                # of silently jumping to the log's start or end.
+                "auto.offset.reset": "error",
             }
         )
 
