@@ -424,3 +424,22 @@ def test_kafka_timestamps_give_per_partition_watermarks_and_idleness() -> None:
         tw.process(split_id, records, timestamps)
     tw.on_processing_time(now[0])
     assert marks[-1] == 10_002, "an idle partition does not hold the watermark back"
+
+
+def test_a_timestamp_assigner_gets_the_record_and_its_kafka_timestamp() -> None:
+    log = FakeLog()
+    log.add("bids", 1)
+    log.append("bids", 0, b'{"delay": 5}', ts=1_000)
+    reader, _ = _reader(log, _source(value_format="json"))
+    reader.add_splits([KafkaPartitionSplit.of("bids", 0)])
+    emitted: list[Any] = []
+    strategy = es.WatermarkStrategy.monotonous_timestamps().with_timestamp_assigner(
+        lambda record, kafka_ts: kafka_ts - record["delay"]
+    )
+    tw = TimestampsAndWatermarks(
+        strategy, "test", lambda r, t: emitted.extend(t), lambda mark: None, lambda idle: None,
+        now_ms=lambda: 0, interval_ms=0,
+    )
+    for split_id, records, _, timestamps in reader.poll_splits(100):
+        tw.process(split_id, records, timestamps)
+    assert emitted == [995]
