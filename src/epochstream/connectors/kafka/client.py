@@ -288,7 +288,9 @@ class ConfluentFetcher:
             self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in partitions])
 
     def fetch(self, max_messages: int, timeout: float) -> list[Any]:
-        messages = self._consumer.consume(max_messages, timeout)
+        # consume() waits for max_messages or the timeout: take what librdkafka has
+        # prefetched at once, and wait only when it has nothing.
+        messages = self._consumer.consume(max_messages, 0) or self._consumer.consume(max_messages, timeout)
         for msg in messages:
             if msg.error() is not None:
                 _check(msg)
