@@ -443,3 +443,16 @@ def test_a_timestamp_assigner_gets_the_record_and_its_kafka_timestamp() -> None:
     for split_id, records, _, timestamps in reader.poll_splits(100):
         tw.process(split_id, records, timestamps)
     assert emitted == [995]
+
+
+def test_without_a_group_nothing_is_committed() -> None:
+    log = _log(1, per=3)
+    fetcher = FakeFetcher(log)
+    reader = KafkaPartitionReader(
+        RowDecoder("json"), lambda: fetcher, None, bounded=False, columnar=False, commit_offsets=False
+    )
+    reader.add_splits([KafkaPartitionSplit.of("bids", 0)])
+    assert [r["i"] for r in reader.poll(100)] == [0, 1, 2]
+    reader.snapshot(1)
+    reader.notify_checkpoint_complete(1)
+    assert fetcher.commits == []

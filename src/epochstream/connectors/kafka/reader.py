@@ -53,6 +53,7 @@ class KafkaPartitionReader(SourceReader):
     """Reads the partition splits of one subtask (module docstring).
 
     ``bounded``: splits end at their stop offsets and the reader is then exhausted.
+    ``commit_offsets``: commit completed checkpoints' offsets to the consumer group.
 
     Example::
 
@@ -69,6 +70,7 @@ class KafkaPartitionReader(SourceReader):
         *,
         bounded: bool,
         columnar: bool,
+        commit_offsets: bool = True,
     ) -> None:
         self._decoder = decoder
         self._connect = fetcher
@@ -76,6 +78,7 @@ class KafkaPartitionReader(SourceReader):
         self._dead_letter = dead_letter
         self._bounded = bounded
         self._columnar = columnar
+        self._commit_offsets = commit_offsets
         self._splits: dict[tuple[str, int], KafkaPartitionSplit] = {}
         self._error: SourceDecodeError | None = None
         self._to_commit: dict[int, list[tuple[str, int, int]]] = {}
@@ -102,7 +105,7 @@ class KafkaPartitionReader(SourceReader):
             self._client().assign(positions)
 
     def poll(self, max_records: int) -> Any:
-        groups = self.poll_splits(max_records)
+        groups = self._poll_groups(max_records, with_timestamps=False)
         if self._columnar:
             import pyarrow as pa
 
@@ -120,6 +123,9 @@ class KafkaPartitionReader(SourceReader):
         """``(split_id, records, finished, timestamps)`` per partition of one fetch;
         ``timestamps`` are the messages' timestamps (None in columnar mode: the
         ``timestamp`` column has them)."""
+        return self._poll_groups(max_records, with_timestamps=not self._columnar)
+
+    def _poll_groups(self, max_records: int, *, with_timestamps: bool) -> list[tuple[Any, Any, bool, Any]]:
         if self._error is not None:
             raise self._error
         active = [s for s in self._splits.values() if not s.finished]
@@ -139,7 +145,7 @@ class KafkaPartitionReader(SourceReader):
         out: list[tuple[Any, Any, bool, Any]] = []
         done: list[tuple[str, int]] = []
         for key, group in groups.items():
-            entry = self._read(key, group)
+            entry = self._read(key, group, with_timestamps)
             if entry is None:
                 continue
             out.append(entry)
@@ -151,7 +157,9 @@ class KafkaPartitionReader(SourceReader):
             self._client().unassign(done)
         return out
 
-    def _read(self, key: tuple[str, int], group: list[Any]) -> tuple[Any, Any, bool, Any] | None:
+    def _read(
+        self, key: tuple[str, int], group: list[Any], with_timestamps: bool
+    ) -> tuple[Any, Any, bool, Any] | None:
         split = self._splits.get(key)
         if split is None or split.finished:
             return None  # unassigned meanwhile: what was in flight is not ours
@@ -172,7 +180,8 @@ class KafkaPartitionReader(SourceReader):
             new_next = group[-1].offset() + 1
         split = split.at(new_next) if new_next != EARLIEST else split
         self._splits[key] = split
-        timestamps = None if self._columnar else [m.timestamp()[1] for m in kept]
+        # Only event time needs them: a plain poll skips a call per message.
+        timestamps = [m.timestamp()[1] for m in kept] if with_timestamps else None
         if error is not None and not kept:
             return None
         return split.split_id, records, split.finished, timestamps
@@ -197,7 +206,8 @@ class KafkaPartitionReader(SourceReader):
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Commit the offsets of the newest completed checkpoint to the consumer group."""
         done = [cid for cid in self._to_commit if cid <= checkpoint_id]
-        if not done:
+        if not done or not self._commit_offsets:
+            self._to_commit = {cid: o for cid, o in self._to_commit.items() if cid > checkpoint_id}
             return
         offsets = self._to_commit[max(done)]
         for cid in done:

@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -141,8 +142,9 @@ class KafkaSource(Source):
         return ConfluentMetadata(self._config())
 
     def fetcher(self, subtask_index: int) -> Fetcher:
-        """A reader's consumer; offsets go to ``group_id`` (default: a per-subtask throwaway)."""
-        group = self.group_id or f"epochstream-{subtask_index}"
+        """A reader's consumer; it commits to ``group_id`` (without one, it commits nothing:
+        librdkafka still wants a group id, so it gets an unused random one)."""
+        group = self.group_id or f"epochstream-unused-{uuid.uuid4().hex}"
         return ConfluentFetcher(self._config(), group)
 
     def create_splits(self, parallelism: int) -> list[Any]:
@@ -166,6 +168,7 @@ class KafkaSource(Source):
             ctx.dead_letter,
             bounded=self.bounded,
             columnar=self.columnar,
+            commit_offsets=self.group_id is not None,
         )
 
 
