@@ -456,3 +456,25 @@ def test_without_a_group_nothing_is_committed() -> None:
     reader.snapshot(1)
     reader.notify_checkpoint_complete(1)
     assert fetcher.commits == []
+
+
+def test_a_failed_discovery_is_retried_at_the_next_interval() -> None:
+    from epochstream.connectors.kafka.client import KafkaClientError
+
+    log = _log(1)
+    down = [True]
+
+    class FlakyMetadata(FakeMetadata):
+        def partitions(self, topics: list[str] | None) -> dict[str, int]:
+            if down[0]:
+                raise KafkaClientError("broker unreachable")
+            return super().partitions(topics)
+
+    enum = KafkaPartitionEnumerator(
+        _source(discovery_interval=2.0), 1, [("bids", 0)], lambda: FakeMetadata(log), lambda: FlakyMetadata(log)
+    )
+    log.add("bids", 2)
+    assert enum.discover(0.0) == []
+    assert enum.next_discovery() == 2.0
+    down[0] = False
+    assert [s.split_id for s in enum.discover(2.0)] == ["bids/1"]

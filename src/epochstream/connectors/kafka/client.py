@@ -143,10 +143,11 @@ class ConfluentMetadata:
     Example: ``ConfluentMetadata({"bootstrap.servers": "127.0.0.1:9092"}).partitions(["a"])``
     """
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], timeout: float = TIMEOUT) -> None:
         from confluent_kafka import Consumer
 
         self._config = config
+        self._timeout = timeout
         # A throwaway group: this consumer only asks for metadata and offsets.
         self._consumer = Consumer(
             {**config, "group.id": f"epochstream-meta-{uuid.uuid4().hex}", "enable.auto.commit": False}
@@ -156,7 +157,7 @@ class ConfluentMetadata:
         from confluent_kafka import KafkaException
 
         try:
-            found = self._consumer.list_topics(timeout=TIMEOUT).topics
+            found = self._consumer.list_topics(timeout=self._timeout).topics
         except KafkaException as exc:
             raise KafkaClientError(f"Kafka metadata request failed: {exc}") from exc
         wanted = found.keys() if topics is None else [t for t in topics if t in found]
@@ -173,7 +174,7 @@ class ConfluentMetadata:
         for topic, partition in partitions:
             try:
                 low, _ = self._consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=TIMEOUT
+                    TopicPartition(topic, partition), timeout=self._timeout
                 )
             except KafkaException as exc:
                 raise KafkaClientError(f"start offset of {topic}/{partition}: {exc}") from exc
@@ -189,7 +190,7 @@ class ConfluentMetadata:
         try:
             # A lower bound from ListOffsets (exact on Kafka); the fetch finds the end.
             listed = {
-                tp: self._consumer.get_watermark_offsets(TopicPartition(*tp), timeout=TIMEOUT)
+                tp: self._consumer.get_watermark_offsets(TopicPartition(*tp), timeout=self._timeout)
                 for tp in partitions
             }
         except KafkaException as exc:
@@ -207,12 +208,12 @@ class ConfluentMetadata:
                 [TopicPartition(t, p, max(low, high - 1)) for (t, p), (low, high) in listed.items()]
             )
             ends: dict[tuple[str, int], int] = {}
-            deadline = time.monotonic() + TIMEOUT
+            deadline = time.monotonic() + self._timeout
             while len(ends) < len(listed):
                 if time.monotonic() > deadline:
                     missing = sorted(set(listed) - set(ends))
                     raise KafkaClientError(
-                        f"end offsets of {missing}: no partition EOF within {TIMEOUT:.0f} s"
+                        f"end offsets of {missing}: no partition EOF within {self._timeout:.0f} s"
                     )
                 for msg in probe.consume(10_000, 0.1):
                     _check(msg)
@@ -231,7 +232,7 @@ class ConfluentMetadata:
             return {}
         try:
             found = self._consumer.offsets_for_times(
-                [TopicPartition(t, p, ms) for t, p in partitions], timeout=TIMEOUT
+                [TopicPartition(t, p, ms) for t, p in partitions], timeout=self._timeout
             )
         except KafkaException as exc:
             raise KafkaClientError(f"offsets for time {ms}: {exc}") from exc

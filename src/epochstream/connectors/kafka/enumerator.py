@@ -19,18 +19,21 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from epochstream.connectors.enumerators import SplitEnumerator
-from epochstream.connectors.kafka.client import Metadata
+from epochstream.connectors.kafka.client import KafkaClientError, Metadata
 from epochstream.connectors.kafka.splits import EARLIEST, KafkaPartitionSplit, StartAtTimestamp
 
 if TYPE_CHECKING:
     from epochstream.connectors.kafka.source import KafkaSource
 
 __all__ = ["KafkaPartitionEnumerator"]
+
+log = logging.getLogger(__name__)
 
 
 class KafkaPartitionEnumerator(SplitEnumerator):
@@ -47,11 +50,14 @@ class KafkaPartitionEnumerator(SplitEnumerator):
         parallelism: int,
         restored: Any,
         metadata: Callable[[], Metadata],
+        discovery_metadata: Callable[[], Metadata] | None = None,
     ) -> None:
         self._source = source
         # A client per use, closed right after: the enumerator has no close hook, and
         # listing every few seconds costs less than a connection held for the job's life.
         self._connect = metadata
+        # Discovery runs on the job master's event loop: its requests time out sooner.
+        self._connect_discovery = discovery_metadata or metadata
         self._known: set[tuple[str, int]] = {(str(t), int(p)) for t, p in restored or []}
         self._pattern = re.compile(source.topic_pattern) if source.topic_pattern else None
         self._due: float | None = None
@@ -98,11 +104,19 @@ class KafkaPartitionEnumerator(SplitEnumerator):
         if self._source.bounded or (self._due is not None and now < self._due):
             return []
         self._due = now + self._source.discovery_interval
-        meta = self._connect()
         try:
-            listed = self._listed(meta)
-        finally:
-            meta.close()
+            meta = self._connect_discovery()
+            try:
+                listed = self._listed(meta)
+            finally:
+                meta.close()
+        except KafkaClientError as exc:
+            # The known partitions read on regardless; a broker that does not answer
+            # now is asked again at the next interval (and readers fail on their own
+            # if it stays away).
+            log.warning("Kafka partition discovery failed, retrying in %.1f s: %s",
+                        self._source.discovery_interval, exc)
+            return []
         new = [tp for tp in listed if tp not in self._known]
         self._known.update(new)
         return [KafkaPartitionSplit.of(t, p, EARLIEST) for t, p in new]

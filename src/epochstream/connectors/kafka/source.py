@@ -42,6 +42,9 @@ from epochstream.exceptions import ConfigurationError
 
 __all__ = ["KafkaSource", "StartAtTimestamp", "timestamp"]
 
+#: Seconds a discovery's metadata request may block the job master's event loop.
+_DISCOVERY_TIMEOUT = 5.0
+
 
 def timestamp(ms: int) -> StartAtTimestamp:
     """Start each partition at its first record with a timestamp >= ``ms`` (epoch ms).
@@ -137,9 +140,9 @@ class KafkaSource(Source):
     def _config(self) -> dict[str, Any]:
         return client_config(self.bootstrap_servers, self.properties)
 
-    def metadata(self) -> Metadata:
-        """A client for topics and offsets (the enumerator's)."""
-        return ConfluentMetadata(self._config())
+    def metadata(self, timeout: float = 30.0) -> Metadata:
+        """A client for topics and offsets (the enumerator's); requests fail after ``timeout`` s."""
+        return ConfluentMetadata(self._config(), timeout)
 
     def fetcher(self, subtask_index: int) -> Fetcher:
         """A reader's consumer; it commits to ``group_id`` (without one, it commits nothing:
@@ -152,7 +155,9 @@ class KafkaSource(Source):
         return self.create_enumerator(parallelism, None).initial_splits()
 
     def create_enumerator(self, parallelism: int, restored: Any) -> SplitEnumerator:
-        return KafkaPartitionEnumerator(self, parallelism, restored, self.metadata)
+        return KafkaPartitionEnumerator(
+            self, parallelism, restored, self.metadata, lambda: self.metadata(_DISCOVERY_TIMEOUT)
+        )
 
     def create_reader(self, ctx: SourceContext) -> SourceReader:
         """A reader of pushed partitions; undecodable values go to ``ctx.dead_letter`` if set."""
