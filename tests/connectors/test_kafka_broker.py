@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pickle
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,9 @@ def _read_all(source: KafkaSource, splits: list[Any]) -> list[Any]:
     try:
         reader.add_splits(splits)
         out: list[Any] = []
+        deadline = time.monotonic() + 30
         while not reader.exhausted:
+            assert time.monotonic() < deadline, f"not exhausted after 30 s ({len(out)} records)"
             out += reader.poll(1000)
         return out
     finally:
@@ -100,7 +103,9 @@ def test_a_restored_reader_resumes_at_its_snapshot_and_commits_to_the_group(kafk
     reader = source.create_reader(SourceContext(0, 1, ManualClock()))
     reader.add_splits(source.create_splits(1))
     seen: list[int] = []
+    deadline = time.monotonic() + 30
     while len(seen) < 30:
+        assert time.monotonic() < deadline
         seen += reader.poll(7)
     state = pickle.loads(pickle.dumps(reader.snapshot(1)))
     reader.notify_checkpoint_complete(1)
@@ -119,6 +124,7 @@ def test_a_restored_reader_resumes_at_its_snapshot_and_commits_to_the_group(kafk
     resumed.add_splits(state)
     try:
         while len(seen) < 100:
+            assert time.monotonic() < deadline + 30
             seen += resumed.poll(1000)
     finally:
         resumed.close()
@@ -149,3 +155,20 @@ def test_the_test_broker_restarts_on_its_port_and_s3_storage_keeps_topics(
         assert _read_all(source, source.create_splits(1)) == [1, 2, 3]
     finally:
         broker.stop()
+
+
+def test_a_bounded_read_of_a_transactional_topic_ends_past_its_commit_marker(kafka_server: Any) -> None:
+    topic = _topic()
+    kafka_server.create_topic(topic, partitions=1)
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": kafka_server.bootstrap, "transactional.id": f"tx-{topic}"}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, value=b"%d" % i, partition=0)
+    producer.commit_transaction(30)
+    source = KafkaSource(kafka_server.bootstrap, [topic], bounded="latest", value_format="json")
+    splits = source.create_splits(1)
+    assert [s.stop_offset for s in splits] == [6], "the end counts the commit marker"
+    assert _read_all(source, splits) == [0, 1, 2, 3, 4]

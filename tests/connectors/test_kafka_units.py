@@ -93,25 +93,30 @@ class FakeFetcher:
     def __init__(self, log: FakeLog, per_partition: int = 3) -> None:
         self.log = log
         self.per_partition = per_partition
-        self.positions: dict[tuple[str, int], int] = {}
+        self.at: dict[tuple[str, int], int] = {}
         self.commits: list[list[tuple[str, int, int]]] = []
+        self.positions_past: dict[tuple[str, int], int] = {}
         self.closed = False
 
     def assign(self, positions: list[tuple[str, int, int]]) -> None:
         for t, p, o in positions:
-            self.positions[(t, p)] = 0 if o == EARLIEST else o
+            self.at[(t, p)] = 0 if o == EARLIEST else o
 
     def unassign(self, partitions: list[tuple[str, int]]) -> None:
         for tp in partitions:
-            del self.positions[tp]
+            del self.at[tp]
 
     def fetch(self, max_messages: int, timeout: float) -> list[Any]:
         out: list[Any] = []
-        for (t, p), pos in sorted(self.positions.items()):
+        for (t, p), pos in sorted(self.at.items()):
             records = self.log.topics[t][p][pos : pos + min(self.per_partition, max_messages - len(out))]
             out.extend(FakeMessage(t, p, pos + i, v, ts) for i, (v, ts) in enumerate(records))
-            self.positions[(t, p)] = pos + len(records)
+            self.at[(t, p)] = pos + len(records)
         return out
+
+    def positions(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        # Past the log's end, as a consumer that skipped a trailing transaction marker.
+        return {tp: self.positions_past.get(tp, self.at[tp]) for tp in partitions}
 
     def commit(self, offsets: list[tuple[str, int, int]]) -> None:
         self.commits.append(list(offsets))
@@ -262,7 +267,7 @@ def test_reader_skips_messages_before_its_position() -> None:
     log = _log(1, per=6)
     reader, fetcher = _reader(log, _source(value_format="json"))
     reader.add_splits([KafkaPartitionSplit.of("bids", 0, 4)])
-    fetcher.positions[("bids", 0)] = 2  # a fetch from earlier in the log (a compressed batch)
+    fetcher.at[("bids", 0)] = 2  # a fetch from earlier in the log (a compressed batch)
     assert [r["i"] for r in reader.poll(100)] == [4]
 
 
@@ -273,7 +278,7 @@ def test_bounded_reader_stops_at_stop_offsets_and_is_exhausted() -> None:
         KafkaPartitionSplit.of("bids", 0, 0, stop_offset=4),
         KafkaPartitionSplit.of("bids", 1, 0, stop_offset=0),  # empty at the start
     ])
-    assert ("bids", 1) not in fetcher.positions
+    assert ("bids", 1) not in fetcher.at
     out: list[Any] = []
     finished = []
     while not reader.exhausted:
@@ -282,7 +287,7 @@ def test_bounded_reader_stops_at_stop_offsets_and_is_exhausted() -> None:
             if done:
                 finished.append(split_id)
     assert [r["i"] for r in out] == [0, 1, 2, 3] and finished == ["bids/0"]
-    assert fetcher.positions == {}, "a finished partition is unassigned"
+    assert fetcher.at == {}, "a finished partition is unassigned"
 
 
 def test_reader_commits_the_offsets_of_completed_checkpoints_only() -> None:
@@ -478,3 +483,14 @@ def test_a_failed_discovery_is_retried_at_the_next_interval() -> None:
     assert enum.next_discovery() == 2.0
     down[0] = False
     assert [s.split_id for s in enum.discover(2.0)] == ["bids/1"]
+
+
+def test_a_bounded_split_ends_when_the_consumer_passed_a_trailing_transaction_marker() -> None:
+    log = _log(1, per=3)
+    reader, fetcher = _reader(log, _source(value_format="json", bounded="latest"))
+    reader.add_splits([KafkaPartitionSplit.of("bids", 0, 0, stop_offset=4)])  # offset 3: a marker
+    assert [r["i"] for r in reader.poll(100)] == [0, 1, 2]
+    assert reader.poll_splits(100) == [] and not reader.exhausted
+    fetcher.positions_past[("bids", 0)] = 4
+    assert reader.poll_splits(100) == [("bids/0", [], True, [])]
+    assert reader.exhausted and [s.next_offset for s in reader.snapshot(1)] == [4]

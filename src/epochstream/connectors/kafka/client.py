@@ -111,6 +111,11 @@ class Fetcher(Protocol):
         """Up to ``max_messages`` messages (``Message``), waiting at most ``timeout`` s."""
         ...
 
+    def positions(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Each partition's consume position: past the last message returned *and* past
+        control records (transaction markers) the client skipped; -1001 if unknown."""
+        ...
+
     def commit(self, offsets: list[tuple[str, int, int]]) -> None:
         """Store these next offsets as the consumer group's committed offsets."""
         ...
@@ -298,6 +303,15 @@ class ConfluentFetcher:
                 # Not an error (an EOF event): leave it out of the records.
                 return [m for m in messages if m.error() is None]
         return messages
+
+    def positions(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        try:
+            found = self._consumer.position([TopicPartition(t, p) for t, p in partitions])
+        except KafkaException as exc:
+            raise KafkaClientError(f"consumer positions: {exc}") from exc
+        return {(tp.topic, tp.partition): tp.offset for tp in found}
 
     def commit(self, offsets: list[tuple[str, int, int]]) -> None:
         from confluent_kafka import KafkaException, TopicPartition

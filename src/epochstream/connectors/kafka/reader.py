@@ -133,7 +133,7 @@ class KafkaPartitionReader(SourceReader):
             return []
         messages = self._client().fetch(max_records, FETCH_WAIT)
         if not messages:
-            return []
+            return self._finish_past_markers() if self._bounded else []
         groups: dict[tuple[str, int], list[Any]] = {}
         for m in messages:
             key = (m.topic(), m.partition())
@@ -185,6 +185,28 @@ class KafkaPartitionReader(SourceReader):
         if error is not None and not kept:
             return None
         return split.split_id, records, split.finished, timestamps
+
+    def _finish_past_markers(self) -> list[tuple[Any, Any, bool, Any]]:
+        """Bounded splits whose consumer got past the stop offset without a record there.
+
+        The end offset counts control records (a transaction's commit marker is often
+        the last offset of a partition), which are never returned: a split would wait
+        for them forever. Asked only when a fetch returned nothing.
+        """
+        waiting = [key for key, split in self._splits.items() if not split.finished]
+        if not waiting:
+            return []
+        positions = self._client().positions(waiting)
+        out: list[tuple[Any, Any, bool, Any]] = []
+        for key in waiting:
+            split = self._splits[key]
+            stop = split.stop_offset
+            if stop is not None and positions.get(key, -1) >= stop:
+                self._splits[key] = split = split.at(stop)
+                out.append((split.split_id, [], True, []))
+        if out:
+            self._client().unassign([key for key in waiting if self._splits[key].finished])
+        return out
 
     @property
     def exhausted(self) -> bool:
