@@ -347,3 +347,40 @@ def test_columnar_json_keyed_sum_survives_a_sigkill(spark: Any, tmp_path: Path, 
         "a running sum was committed twice"
     )
     assert {u: max(s) for u, s in sums.items()} == expected
+
+
+def test_an_idle_partition_does_not_hold_back_event_time(spark: Any, tmp_path: Path, kafka_server: Any) -> None:
+    topic, out = _topic("idle"), tmp_path / "out"
+    kafka_server.create_topic(topic, partitions=3)
+    # Partitions 0 and 1 have events over three windows; partition 2 stays empty.
+    events = [(i % 2, json.dumps({"w": "a"}).encode(), BASE + i * 100) for i in range(150)]
+    _produce(kafka_server.bootstrap, topic, events)
+    source = es.sources.KafkaSource(kafka_server.bootstrap, [topic], value_format="json")
+    # Idleness well above the time to the first fetch of every partition: a partition
+    # idle before its first records would let the watermark pass them (they would be late).
+    strategy = es.WatermarkStrategy.bounded_out_of_orderness(0).with_idleness(5_000)
+    env = _env(spark, 1, tmp_path / "ckpt")
+    (
+        env.from_source(source, watermark_strategy=strategy)
+        .key_by(lambda e: e["w"])
+        .window(es.TumblingEventTimeWindows.of(WINDOW))
+        .aggregate(Count(), WindowCount())
+        .sink_to(es.sinks.FileSink(str(out)))
+    )
+    client = env.execute_async("kafka-idle-partition")
+    try:
+        # The unbounded job never ends: the first two windows fire only if the empty
+        # partition stops holding the watermark back (the last window stays open).
+        sizes = _window_sizes(events)[:2]
+        expected = [[BASE - BASE % WINDOW + k * WINDOW, "a", n] for k, n in enumerate(sizes)]
+        deadline = time.monotonic() + WAIT
+        while sorted(es.testing.read_committed(out) if out.exists() else []) != expected:
+            assert time.monotonic() < deadline, "the empty partition held the watermark back"
+            time.sleep(0.2)
+    finally:
+        client.cancel()
+
+
+def _window_sizes(events: list[tuple[int, bytes, int]]) -> list[int]:
+    counts = collections.Counter(ts - ts % WINDOW for _, _, ts in events)
+    return [counts[start] for start in sorted(counts)]
