@@ -299,7 +299,9 @@ def test_a_topic_matching_the_pattern_is_discovered_while_the_job_runs(
 
 
 def _slow_batches(batch: Any) -> Any:
-    time.sleep(0.03)  # keeps the job running past two checkpoints, so the kill lands mid-run
+    # 10k rows/s per subtask whatever the batch sizes (~3 s each): the job runs past two
+    # checkpoints, so the kill lands mid-run.
+    time.sleep(batch.num_rows / 10_000)
     return batch
 
 
@@ -320,7 +322,6 @@ def test_columnar_json_keyed_sum_survives_a_sigkill(spark: Any, tmp_path: Path, 
         value_format="json",
         columnar=True,
         schema=pa.schema([("user", pa.string()), ("amount", pa.int64())]),
-        properties={"max.partition.fetch.bytes": 16_384},  # small fetches: many batches
     )
     env = _env(spark, 2, tmp_path / "ckpt")
     (
