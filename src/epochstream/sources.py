@@ -5,12 +5,14 @@ Example::
     env.from_source(es.sources.SequenceSource(0, 1000, rate=100.0))
 """
 
+from epochstream.connectors import kafka
 from epochstream.connectors.base import Source, SourceContext, SourceReader
 from epochstream.connectors.enumerators import SplitEnumerator
 from epochstream.connectors.files import TextFileSource
 from epochstream.connectors.formats import FileSource
 from epochstream.connectors.generators import CollectionSource, SequenceSource
 from epochstream.connectors.jetstream import JetStreamSource
+from epochstream.connectors.kafka import KafkaSource
 from epochstream.connectors.nexmark import NexmarkSource
 from epochstream.connectors.socket import SocketTextSource
 
@@ -18,6 +20,7 @@ __all__ = [
     "CollectionSource",
     "FileSource",
     "JetStreamSource",
+    "KafkaSource",
     "NexmarkSource",
     "SequenceSource",
     "SocketTextSource",
@@ -26,4 +29,5 @@ __all__ = [
     "SourceReader",
     "SplitEnumerator",
     "TextFileSource",
+    "kafka",
 ]

@@ -141,7 +141,10 @@ class SourceReader(ABC):
         in read order. Event time uses it to keep one watermark per split.
 
         The default puts everything under one group (``split_id`` None): a reader that
-        reads several splits at once should override it.
+        reads several splits at once should override it. A group may carry a fourth
+        element, the records' own timestamps (a Kafka reader's): event time then uses
+        them unless the watermark strategy has an assigner (which gets them as its
+        second argument).
         """
         records = self.poll(max_records)
         return [(None, records, False)] if records else []

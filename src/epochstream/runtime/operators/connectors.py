@@ -121,8 +121,12 @@ class SourceOperator(Operator):
                 self.emit(plain_types(records) if self._columnar else records, None)
         else:
             count = 0
-            for split_id, records, finished in self.reader.poll_splits(max_records):
-                timestamps.process(split_id, plain_types(records) if self._columnar else records, None)
+            for group in self.reader.poll_splits(max_records):
+                split_id, records, finished = group[0], group[1], group[2]
+                # A fourth element: the records' own timestamps (Kafka's), which the
+                # watermark strategy's assigner gets as the previous timestamp.
+                previous = group[3] if len(group) > 3 else None
+                timestamps.process(split_id, plain_types(records) if self._columnar else records, previous)
                 if finished:
                     timestamps.finish_split(split_id)
                 count += len(records)

@@ -1,0 +1,329 @@
+"""The Kafka client behind the source: confluent-kafka (librdkafka), behind two small
+interfaces so the enumerator and reader can be tested with fakes.
+
+* :class:`Metadata` (job master): topics and their partition counts, the offsets a
+  job starts from and the end offsets a bounded job stops at.
+* :class:`Fetcher` (one per reader): assigned partitions, batches of messages, offset
+  commits to the consumer group.
+
+End offsets come from a fetch, not from ListOffsets: the probe assigns each partition
+at (ListOffsets LATEST - 1) and reads until librdkafka reports partition EOF, whose
+offset is the high watermark of the last fetch response. On Kafka both agree; on Tansu
+0.6 ListOffsets LATEST answers the last batch's base offset + 1 (short of the end when
+that batch holds several records), while the fetch response's high watermark is right.
+
+Example::
+
+    meta = ConfluentMetadata({"bootstrap.servers": "127.0.0.1:9092"})
+    meta.partitions(["bids"])                 # {"bids": 4}
+    meta.end_offsets([("bids", 0)])           # {("bids", 0): 1250}
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Protocol
+
+from epochstream.exceptions import ConfigurationError, EpochstreamError
+
+__all__ = [
+    "ConfluentFetcher",
+    "ConfluentMetadata",
+    "Fetcher",
+    "KafkaClientError",
+    "Message",
+    "Metadata",
+    "client_config",
+]
+
+#: Seconds a metadata or offset request may take before the job fails.
+TIMEOUT = 30.0
+_PARTITION_EOF = -191  # confluent_kafka.KafkaError._PARTITION_EOF
+
+
+class KafkaClientError(EpochstreamError):
+    """The Kafka client failed (broker unreachable, unknown topic, a timeout).
+
+    Example: ``raise KafkaClientError("end offsets of bids/0: timed out after 30 s")``
+    """
+
+
+class Message(Protocol):
+    """What the reader uses of a consumed message (confluent_kafka.Message's methods).
+
+    Example: ``msg.topic(), msg.partition(), msg.offset(), msg.value()``
+    """
+
+    def error(self) -> Any: ...
+    def topic(self) -> str | None: ...
+    def partition(self) -> int | None: ...
+    def offset(self) -> int | None: ...
+    def key(self) -> bytes | None: ...
+    def value(self) -> bytes | None: ...
+    def timestamp(self) -> tuple[int, int]: ...
+
+
+class Metadata(Protocol):
+    """The job master's view of the cluster.
+
+    Example: ``meta.partitions(None)`` lists every topic's partition count.
+    """
+
+    def partitions(self, topics: list[str] | None) -> dict[str, int]:
+        """Partition counts of ``topics`` (all topics when None); missing topics are left out."""
+        ...
+
+    def end_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Each partition's end offset (the offset the next record will get)."""
+        ...
+
+    def start_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Each partition's log start offset."""
+        ...
+
+    def offsets_for_time(self, partitions: list[tuple[str, int]], ms: int) -> dict[tuple[str, int], int]:
+        """Each partition's first offset with a timestamp >= ``ms`` (its end if none)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Fetcher(Protocol):
+    """One reader's consumer.
+
+    Example::
+
+        fetcher.assign([("bids", 0, 42)])
+        msgs = fetcher.fetch(1000, 0.05)
+        fetcher.commit([("bids", 0, 43)])
+    """
+
+    def assign(self, positions: list[tuple[str, int, int]]) -> None:
+        """Start fetching these partitions at these offsets (added to what is assigned)."""
+        ...
+
+    def unassign(self, partitions: list[tuple[str, int]]) -> None:
+        """Stop fetching these partitions."""
+        ...
+
+    def fetch(self, max_messages: int, timeout: float) -> list[Any]:
+        """Up to ``max_messages`` messages (``Message``), waiting at most ``timeout`` s."""
+        ...
+
+    def positions(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Each partition's consume position: past the last message returned *and* past
+        control records (transaction markers) the client skipped; -1001 if unknown."""
+        ...
+
+    def commit(self, offsets: list[tuple[str, int, int]]) -> None:
+        """Store these next offsets as the consumer group's committed offsets."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def client_config(bootstrap_servers: str, properties: dict[str, Any], **fixed: Any) -> dict[str, Any]:
+    """librdkafka settings: the user's ``properties`` with ``bootstrap.servers`` and the
+    settings the source relies on (``fixed``, which the user cannot override)."""
+    for name in fixed:
+        if name in properties and properties[name] != fixed[name]:
+            raise ConfigurationError(
+                f"KafkaSource sets {name!r}={fixed[name]!r} itself (got {properties[name]!r} in properties)"
+            )
+    return {**properties, "bootstrap.servers": bootstrap_servers, **fixed}
+
+
+def _check(message: Any) -> None:
+    error = message.error()
+    if error is not None and error.code() != _PARTITION_EOF:
+        raise KafkaClientError(
+            f"Kafka {message.topic()}/{message.partition()}: {error.name()}: {error.str()}"
+        )
+
+
+class ConfluentMetadata:
+    """:class:`Metadata` over confluent-kafka (a consumer that never joins its group).
+
+    Example: ``ConfluentMetadata({"bootstrap.servers": "127.0.0.1:9092"}).partitions(["a"])``
+    """
+
+    def __init__(self, config: dict[str, Any], timeout: float = TIMEOUT) -> None:
+        from confluent_kafka import Consumer
+
+        self._config = config
+        self._timeout = timeout
+        # A throwaway group: this consumer only asks for metadata and offsets.
+        self._consumer = Consumer(
+            {**config, "group.id": f"epochstream-meta-{uuid.uuid4().hex}", "enable.auto.commit": False}
+        )
+
+    def partitions(self, topics: list[str] | None) -> dict[str, int]:
+        from confluent_kafka import KafkaException
+
+        try:
+            found = self._consumer.list_topics(timeout=self._timeout).topics
+        except KafkaException as exc:
+            raise KafkaClientError(f"Kafka metadata request failed: {exc}") from exc
+        wanted = found.keys() if topics is None else [t for t in topics if t in found]
+        return {
+            t: len(found[t].partitions)
+            for t in wanted
+            if found[t].error is None and not t.startswith("__")
+        }
+
+    def start_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        out = {}
+        for topic, partition in partitions:
+            try:
+                low, _ = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=self._timeout
+                )
+            except KafkaException as exc:
+                raise KafkaClientError(f"start offset of {topic}/{partition}: {exc}") from exc
+            out[(topic, partition)] = low
+        return out
+
+    def end_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The high watermarks of fetch responses (module docstring: not ListOffsets)."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        if not partitions:
+            return {}
+        try:
+            # A lower bound from ListOffsets (exact on Kafka); the fetch finds the end.
+            listed = {
+                tp: self._consumer.get_watermark_offsets(TopicPartition(*tp), timeout=self._timeout)
+                for tp in partitions
+            }
+        except KafkaException as exc:
+            raise KafkaClientError(f"Kafka ListOffsets failed: {exc}") from exc
+        probe = Consumer(
+            {
+                **self._config,
+                "group.id": f"epochstream-probe-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+            }
+        )
+        try:
+            probe.assign(
+                [TopicPartition(t, p, max(low, high - 1)) for (t, p), (low, high) in listed.items()]
+            )
+            ends: dict[tuple[str, int], int] = {}
+            deadline = time.monotonic() + self._timeout
+            while len(ends) < len(listed):
+                if time.monotonic() > deadline:
+                    missing = sorted(set(listed) - set(ends))
+                    raise KafkaClientError(
+                        f"end offsets of {missing}: no partition EOF within {self._timeout:.0f} s"
+                    )
+                for msg in probe.consume(10_000, 0.1):
+                    _check(msg)
+                    if msg.error() is not None:  # partition EOF: offset is the high watermark
+                        ends[(str(msg.topic()), int(msg.partition() or 0))] = int(msg.offset() or 0)
+            return ends
+        except KafkaException as exc:
+            raise KafkaClientError(f"end offsets: {exc}") from exc
+        finally:
+            probe.close()
+
+    def offsets_for_time(self, partitions: list[tuple[str, int]], ms: int) -> dict[tuple[str, int], int]:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        if not partitions:
+            return {}
+        try:
+            found = self._consumer.offsets_for_times(
+                [TopicPartition(t, p, ms) for t, p in partitions], timeout=self._timeout
+            )
+        except KafkaException as exc:
+            raise KafkaClientError(f"offsets for time {ms}: {exc}") from exc
+        out = {}
+        ends: dict[tuple[str, int], int] | None = None
+        for tp in found:
+            if tp.offset >= 0:
+                out[(tp.topic, tp.partition)] = tp.offset
+                continue
+            if ends is None:  # no record that late: start at the end
+                ends = self.end_offsets(partitions)
+            out[(tp.topic, tp.partition)] = ends[(tp.topic, tp.partition)]
+        return out
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class ConfluentFetcher:
+    """:class:`Fetcher` over a confluent-kafka consumer with manual assignment.
+
+    The group never decides what is read (no ``subscribe``): offsets are committed to
+    it for monitoring only.
+
+    Example: ``ConfluentFetcher(client_config("127.0.0.1:9092", {}), "my-job")``
+    """
+
+    def __init__(self, config: dict[str, Any], group_id: str) -> None:
+        from confluent_kafka import Consumer
+
+        self._consumer = Consumer(
+            {
+                **config,
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": False,
+                # A position that is gone (retention deleted it) fails the job instead
+                # of silently jumping to the log's start or end.
+                "auto.offset.reset": "error",
+            }
+        )
+
+    def assign(self, positions: list[tuple[str, int, int]]) -> None:
+        from confluent_kafka import TopicPartition
+
+        if positions:
+            self._consumer.incremental_assign([TopicPartition(t, p, o) for t, p, o in positions])
+
+    def unassign(self, partitions: list[tuple[str, int]]) -> None:
+        from confluent_kafka import TopicPartition
+
+        if partitions:
+            self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in partitions])
+
+    def fetch(self, max_messages: int, timeout: float) -> list[Any]:
+        # consume() waits for max_messages or the timeout: take what librdkafka has
+        # prefetched at once, and wait only when it has nothing.
+        messages = self._consumer.consume(max_messages, 0) or self._consumer.consume(max_messages, timeout)
+        for msg in messages:
+            if msg.error() is not None:
+                _check(msg)
+                # Not an error (an EOF event): leave it out of the records.
+                return [m for m in messages if m.error() is None]
+        return messages
+
+    def positions(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        try:
+            found = self._consumer.position([TopicPartition(t, p) for t, p in partitions])
+        except KafkaException as exc:
+            raise KafkaClientError(f"consumer positions: {exc}") from exc
+        return {(tp.topic, tp.partition): tp.offset for tp in found}
+
+    def commit(self, offsets: list[tuple[str, int, int]]) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        if not offsets:
+            return
+        try:
+            self._consumer.commit(
+                offsets=[TopicPartition(t, p, o) for t, p, o in offsets], asynchronous=False
+            )
+        except KafkaException as exc:
+            raise KafkaClientError(f"committing offsets to the consumer group: {exc}") from exc
+
+    def close(self) -> None:
+        self._consumer.close()

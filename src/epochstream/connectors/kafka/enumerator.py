@@ -1,0 +1,131 @@
+"""The job master's half of the Kafka source: partitions become splits.
+
+At a fresh start the enumerator lists the topics (``topics``, or every topic matching
+``topic_pattern``), resolves where each partition starts (``starting_offsets``) and,
+for a bounded job, where it stops (the end offsets seen now). While an unbounded job
+runs it lists them again every ``discovery_interval`` seconds: new partitions of known
+topics and, with a pattern, new matching topics become splits, read from their start
+(records written before discovery are not skipped). Splits are pushed round-robin
+(``assign_on_demand = False``): a partition is read forever, its reader never asks
+again. The set of known partitions is the checkpointed state, so a restored job does
+not hand out a partition twice.
+
+Example::
+
+    enum = KafkaPartitionEnumerator(source, parallelism=2, restored=None, metadata=lambda: meta)
+    enum.initial_splits()      # [KafkaPartitionSplit("bids/0", ...), ...]
+    enum.discover(now)         # partitions that appeared since
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from epochstream.connectors.enumerators import SplitEnumerator
+from epochstream.connectors.kafka.client import KafkaClientError, Metadata
+from epochstream.connectors.kafka.splits import EARLIEST, KafkaPartitionSplit, StartAtTimestamp
+
+if TYPE_CHECKING:
+    from epochstream.connectors.kafka.source import KafkaSource
+
+__all__ = ["KafkaPartitionEnumerator"]
+
+log = logging.getLogger(__name__)
+
+
+class KafkaPartitionEnumerator(SplitEnumerator):
+    """Lists partitions and hands new ones out as splits (module docstring).
+
+    Example: ``KafkaPartitionEnumerator(src, 2, None, lambda: meta).snapshot()  # [("bids", 0), ...]``
+    """
+
+    assign_on_demand = False
+
+    def __init__(
+        self,
+        source: KafkaSource,
+        parallelism: int,
+        restored: Any,
+        metadata: Callable[[], Metadata],
+        discovery_metadata: Callable[[], Metadata] | None = None,
+    ) -> None:
+        self._source = source
+        # A client per use, closed right after: the enumerator has no close hook, and
+        # listing every few seconds costs less than a connection held for the job's life.
+        self._connect = metadata
+        # Discovery runs on the job master's event loop: its requests time out sooner.
+        self._connect_discovery = discovery_metadata or metadata
+        self._known: set[tuple[str, int]] = {(str(t), int(p)) for t, p in restored or []}
+        self._pattern = re.compile(source.topic_pattern) if source.topic_pattern else None
+        self._due: float | None = None
+
+    def _listed(self, meta: Metadata) -> list[tuple[str, int]]:
+        """Every partition of the source's topics that exists now, in order."""
+        if self._pattern is None:
+            counts = meta.partitions(list(self._source.topics))
+        else:
+            pattern = self._pattern
+            counts = {t: n for t, n in meta.partitions(None).items() if pattern.fullmatch(t)}
+        return sorted((t, p) for t, n in counts.items() for p in range(n))
+
+    def initial_splits(self) -> list[Any]:
+        """Every partition now, at ``starting_offsets`` (and, if bounded, its end now)."""
+        meta = self._connect()
+        try:
+            partitions = self._listed(meta)
+            starts = self._starts(meta, partitions)
+            stops = meta.end_offsets(partitions) if self._source.bounded else {}
+        finally:
+            meta.close()
+        self._known.update(partitions)
+        return [KafkaPartitionSplit.of(t, p, starts[(t, p)], stops.get((t, p))) for t, p in partitions]
+
+    def _starts(self, meta: Metadata, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        spec = self._source.starting_offsets
+        if spec == "earliest":
+            if self._source.bounded:  # a real offset, to compare with the stop offset
+                return meta.start_offsets(partitions)
+            return dict.fromkeys(partitions, EARLIEST)
+        if spec == "latest":
+            return meta.end_offsets(partitions)
+        if isinstance(spec, dict):
+            # Partitions not named start at their log start.
+            missing = [tp for tp in partitions if tp not in spec]
+            first = meta.start_offsets(missing) if missing else {}
+            return {tp: int(spec[tp]) if tp in spec else first[tp] for tp in partitions}
+        assert isinstance(spec, StartAtTimestamp)  # checked by KafkaSource
+        return meta.offsets_for_time(partitions, spec.ms)
+
+    def discover(self, now: float) -> list[Any]:
+        """New partitions (of known or newly matching topics), read from their start."""
+        if self._source.bounded or (self._due is not None and now < self._due):
+            return []
+        self._due = now + self._source.discovery_interval
+        try:
+            meta = self._connect_discovery()
+            try:
+                listed = self._listed(meta)
+            finally:
+                meta.close()
+        except KafkaClientError as exc:
+            # The known partitions read on regardless; a broker that does not answer
+            # now is asked again at the next interval (and readers fail on their own
+            # if it stays away).
+            log.warning("Kafka partition discovery failed, retrying in %.1f s: %s",
+                        self._source.discovery_interval, exc)
+            return []
+        new = [tp for tp in listed if tp not in self._known]
+        self._known.update(new)
+        return [KafkaPartitionSplit.of(t, p, EARLIEST) for t, p in new]
+
+    def next_discovery(self) -> float | None:
+        if self._source.bounded:
+            return None
+        return 0.0 if self._due is None else self._due
+
+    def snapshot(self) -> Any:
+        """The partitions handed out so far, as sorted ``[topic, partition]`` pairs."""
+        return sorted(self._known)
