@@ -327,6 +327,8 @@ class CheckpointEntry:
     checkpoint_id: int
     metadata: CheckpointMetadata | None = None
     error: str | None = None
+    #: The entry was refused unread: another local user could have changed it.
+    untrusted: bool = False
 
     @property
     def ok(self) -> bool:
@@ -385,7 +387,8 @@ def scan_checkpoints(
         except StorageUnavailableError:
             raise  # storage is down: no entry is unreadable, the whole listing failed
         except (CheckpointError, UntrustedStorageError) as err:
-            entries.append(CheckpointEntry(chk_dir, job, number, error=str(err)))
+            untrusted = isinstance(err, UntrustedStorageError)
+            entries.append(CheckpointEntry(chk_dir, job, number, error=str(err), untrusted=untrusted))
         else:
             entries.append(CheckpointEntry(chk_dir, md.job_id, md.checkpoint_id, metadata=md))
     entries.sort(key=lambda e: (e.job, e.checkpoint_id))
