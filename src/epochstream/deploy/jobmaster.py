@@ -478,7 +478,8 @@ class JobMaster:
                 self.phase = Phase.RUNNING
                 self.running.set()
                 if self._restoring:
-                    # Every task restored its state: storage answered.
+                    # Not yet restored (tasks read their state after this): the outage,
+                    # if any, ends with the next completed checkpoint.
                     self._storage_wait.restored()
                 if self.coordinator is not None:
                     self.coordinator.start_attempt(set(self._tasks), set(self._sources))
