@@ -199,3 +199,45 @@ def test_local_checkpoint_directory_gone_and_back_keeps_output_exact(
     assert seen and "Not a directory" in seen[0]["storage_last_error"]
     assert WAITING in caplog.text
     assert result.restarts >= 1
+
+
+@pytest.mark.timeout(120)
+def test_local_checkpoint_file_system_unmounted_and_back_is_an_outage_not_corruption(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An unmounted checkpoint file system leaves its empty mount point: every file is
+    missing. That is an outage (wait, restore the same checkpoint), not corruption (fall
+    back, dropping intact checkpoints, and write committed output again); nor may the
+    job write new checkpoints onto the bare mount point. Simulated without mount
+    privileges: the storage root moves away and an empty directory takes its place."""
+    caplog.set_level(logging.INFO, logger="epochstream")
+    rng = random.Random(os.environ.get("EPOCHSTREAM_OUTAGE_SEED", "21"))
+    ckpt, away = tmp_path / "ckpt", tmp_path / "ckpt.away"
+    text, out = tmp_path / "words.txt", tmp_path / "out"
+    expected = write_corpus(text, lines=LINES // 2, seed=2123)
+    env = _env(str(ckpt), None)
+    build_wordcount(env, text, out, lines_per_second=LINES_PER_SECOND)
+    client = env.execute_async("disk-unmounted")
+    seen: list[dict[str, Any]] = []
+    try:
+        client.wait_for_checkpoint(2, timeout=60)
+        time.sleep(rng.uniform(0.0, 0.6))
+        attempt = client.attempt
+        ckpt.rename(away)
+        ckpt.mkdir(mode=0o700)
+        es.testing.kill_slot(client, 0)
+        _wait(lambda: client.attempt > attempt, "restarted after the slot kill")
+        # Longer than a task's read retries: the job master's wait is used.
+        _wait(_saw_unavailable(client, seen), "reporting the storage outage", timeout=60)
+        assert os.listdir(ckpt) == [], "the job wrote onto the bare mount point"
+        ckpt.rmdir()
+        away.rename(ckpt)
+        result = client.result(timeout=90)
+    finally:
+        if not client.done:
+            client.cancel()
+    assert exactly_once_problems(es.testing.read_committed(out), expected) == []
+    assert FALLBACK not in caplog.text and "cannot be restored" not in caplog.text
+    assert WAITING in caplog.text
+    assert seen and "No such file or directory" in seen[0]["storage_last_error"]
+    assert result.restarts >= 1
