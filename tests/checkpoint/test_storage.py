@@ -28,16 +28,8 @@ def md(job_id: str, n: int) -> CheckpointMetadata:
     )
 
 
-
-def started(storage: CheckpointStorage) -> CheckpointStorage:
-    """``storage`` after the job start's check, which makes the job directory: later
-    writes never create it again (it missing under an empty directory means the file
-    system went away, see ``faults.local_store_gone``)."""
-    storage.check_writable()
-    return storage
-
 def test_layout_and_completion_marker(tmp_path) -> None:
-    storage = started(CheckpointStorage(str(tmp_path), "job-a"))
+    storage = CheckpointStorage(str(tmp_path), "job-a")
     assert storage.job_dir == str(tmp_path / "job-a")
     assert storage.max_checkpoint_id() == 0 and storage.completed_ids() == []
     d1 = storage.checkpoint_dir(1)
@@ -57,7 +49,7 @@ def test_layout_and_completion_marker(tmp_path) -> None:
 
 
 def test_write_metadata_replaces_atomically_and_checks_id(tmp_path) -> None:
-    storage = started(CheckpointStorage(str(tmp_path), "j"))
+    storage = CheckpointStorage(str(tmp_path), "j")
     storage.write_metadata(3, md("j", 3))
     with pytest.raises(CheckpointError, match="metadata of checkpoint 4 cannot be written as"):
         storage.write_metadata(3, md("j", 4))
@@ -65,7 +57,7 @@ def test_write_metadata_replaces_atomically_and_checks_id(tmp_path) -> None:
 
 
 def test_write_metadata_failure_leaves_no_metadata(tmp_path) -> None:
-    storage = started(CheckpointStorage(str(tmp_path), "j"))
+    storage = CheckpointStorage(str(tmp_path), "j")
     directory = storage.checkpoint_dir(1)
     os.mkdir(os.path.join(directory, "_metadata"))  # os.replace onto a directory fails
     with pytest.raises(CheckpointError, match=r"chk-1/_metadata: cannot write"):
@@ -74,7 +66,7 @@ def test_write_metadata_failure_leaves_no_metadata(tmp_path) -> None:
 
 
 def test_discard_and_ignore_missing(tmp_path) -> None:
-    storage = started(CheckpointStorage(str(tmp_path), "j"))
+    storage = CheckpointStorage(str(tmp_path), "j")
     storage.checkpoint_dir(1)
     storage.write_metadata(1, md("j", 1))
     storage.discard(1)
@@ -84,7 +76,7 @@ def test_discard_and_ignore_missing(tmp_path) -> None:
 
 
 def test_ids_ignore_foreign_entries(tmp_path) -> None:
-    storage = started(CheckpointStorage(str(tmp_path), "j"))
+    storage = CheckpointStorage(str(tmp_path), "j")
     for n in (2, 10):
         storage.checkpoint_dir(n)
     os.makedirs(os.path.join(storage.job_dir, "chk-x"))
@@ -99,18 +91,18 @@ def test_bad_job_id_and_ids(tmp_path) -> None:
     for bad in ("", "..", "a/b"):
         with pytest.raises(ConfigurationError, match="job id"):
             CheckpointStorage(str(tmp_path), bad)
-    storage = started(CheckpointStorage(str(tmp_path), "j"))
+    storage = CheckpointStorage(str(tmp_path), "j")
     with pytest.raises(ValueError, match="start at 1"):
         storage.checkpoint_dir(0)
 
 
 def test_file_url_root(tmp_path) -> None:
-    storage = started(CheckpointStorage(f"file://{tmp_path}", "j"))
+    storage = CheckpointStorage(f"file://{tmp_path}", "j")
     assert storage.checkpoint_dir(1) == str(tmp_path / "j" / "chk-1")
 
 
 def test_load_metadata_from_dir_or_file(tmp_path) -> None:
-    storage = started(CheckpointStorage(str(tmp_path), "j"))
+    storage = CheckpointStorage(str(tmp_path), "j")
     storage.write_metadata(4, md("j", 4))
     d = storage.checkpoint_path(4)
     assert load_metadata(d) == (d, md("j", 4))
@@ -121,7 +113,7 @@ def test_load_metadata_from_dir_or_file(tmp_path) -> None:
 
 
 def test_corrupt_metadata_names_file(tmp_path) -> None:
-    storage = started(CheckpointStorage(str(tmp_path), "j"))
+    storage = CheckpointStorage(str(tmp_path), "j")
     with open(os.path.join(storage.checkpoint_dir(1), "_metadata"), "wb") as f:
         f.write(b'{"format": "epochstream-checkpoint", "version": 1')
     with pytest.raises(CheckpointError, match=r"chk-1/_metadata: not valid checkpoint metadata"):
@@ -129,8 +121,8 @@ def test_corrupt_metadata_names_file(tmp_path) -> None:
 
 
 def test_find_completed_checkpoints_at_every_level(tmp_path) -> None:
-    a = started(CheckpointStorage(str(tmp_path), "job-b"))
-    b = started(CheckpointStorage(str(tmp_path), "job-a"))
+    a = CheckpointStorage(str(tmp_path), "job-b")
+    b = CheckpointStorage(str(tmp_path), "job-a")
     for n in (10, 2):
         a.write_metadata(n, md("job-b", n))
     a.checkpoint_dir(11)  # pending: not listed
@@ -199,7 +191,7 @@ def test_checkpoint_files_and_directories_are_private(tmp_path) -> None:
 
 
 def test_scan_reports_corrupt_metadata_instead_of_raising(tmp_path) -> None:
-    storage = started(CheckpointStorage(str(tmp_path), "job-1"))
+    storage = CheckpointStorage(str(tmp_path), "job-1")
     storage.write_metadata(1, md("job-1", 1))
     storage.write_metadata(2, md("job-1", 2))
     with open(storage.metadata_path(1), "wb") as f:
@@ -213,7 +205,7 @@ def test_scan_reports_corrupt_metadata_instead_of_raising(tmp_path) -> None:
 def test_discard_deletes_metadata_before_the_state_files(tmp_path, monkeypatch) -> None:
     from epochstream.checkpoint.filesystems import LocalFS
 
-    storage = started(CheckpointStorage(str(tmp_path), "j"))
+    storage = CheckpointStorage(str(tmp_path), "j")
     directory = storage.checkpoint_dir(1)
     with open(os.path.join(directory, "_metadata"), "wb") as f:
         f.write(b"{}")
@@ -241,7 +233,7 @@ def test_probe_and_metadata_reads_on_unreachable_storage(tmp_path, monkeypatch) 
     from epochstream.checkpoint import storage as storage_module
     from epochstream.exceptions import StorageUnavailableError
 
-    storage = started(CheckpointStorage(str(tmp_path / "ck"), "j"))
+    storage = CheckpointStorage(str(tmp_path / "ck"), "j")
     storage.check_writable()
     storage.probe(None)
     monkeypatch.setattr(
@@ -266,8 +258,8 @@ def test_a_job_directory_whose_file_system_went_away_is_not_created_again(tmp_pa
     from epochstream.checkpoint.faults import is_unavailable
     from epochstream.checkpoint.filesystems import LocalFS
 
-    storage = started(CheckpointStorage(str(tmp_path / "ckpt"), "j"))
-    storage.write_metadata(1, md("j", 1))
+    storage = CheckpointStorage(str(tmp_path / "ckpt"), "j")
+    storage.write_metadata(1, md("j", 1))  # makes the job directory, once
     (tmp_path / "ckpt").rename(tmp_path / "away")  # umount: the empty mount point stays
     (tmp_path / "ckpt").mkdir()
     fs = LocalFS()

@@ -137,6 +137,15 @@ class CheckpointStorage:
         self.job_id = job_id
         self.trust_shared = trust_shared
         self._job_dir = self.fs.join(self.root, job_id)
+        # The job directory is made once (by check_writable when the job starts, else
+        # by the first write) and never again: if it vanishes, its file system went
+        # away (see filesystems._makedirs_in_layout).
+        self._job_dir_made = False
+
+    def _make_job_dir_once(self) -> None:
+        if not self._job_dir_made:
+            self.fs.makedirs(self._job_dir)
+            self._job_dir_made = True
 
     def __repr__(self) -> str:
         return f"CheckpointStorage(root={self.root!r}, job_id={self.job_id!r})"
@@ -170,7 +179,7 @@ class CheckpointStorage:
         probe = self.fs.join(self._job_dir, f".probe-{uuid.uuid4().hex}")
         payload = b"epochstream storage probe\n"
         try:
-            self.fs.makedirs(self._job_dir)
+            self._make_job_dir_once()
             self.fs.write_bytes(probe, payload)
             if self.fs.read_bytes(probe) != payload:
                 raise OSError(f"read back different bytes from {probe}")
@@ -194,6 +203,7 @@ class CheckpointStorage:
         """Create (if needed) and return the directory of checkpoint ``checkpoint_id``."""
         path = self.checkpoint_path(checkpoint_id)
         try:
+            self._make_job_dir_once()
             self.fs.makedirs(path)
         except OSError as err:
             raise CheckpointError(f"{path}: cannot create checkpoint directory: {err}") from err
@@ -211,6 +221,15 @@ class CheckpointStorage:
                 f"checkpoint {checkpoint_id}"
             )
         directory = self.checkpoint_path(checkpoint_id)
+        try:
+            self._make_job_dir_once()
+        except OSError as err:
+            raise unavailable_or(
+                err,
+                what="create job directory",
+                path=self._job_dir,
+                other=lambda text: CheckpointError(text),
+            ) from err
         return write_metadata_file(self.fs, directory, metadata)
 
     def discard(self, checkpoint_id: int) -> None:
