@@ -282,7 +282,7 @@ class _Callbacks:
     def notify_aborted(self, checkpoint_id: int, reason: str) -> None:
         pass
 
-    def fail_job(self, reason: str) -> None:
+    def fail_job(self, reason: str, error: BaseException | None = None) -> None:
         raise AssertionError(f"job failed: {reason}")
 
 

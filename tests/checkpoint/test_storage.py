@@ -278,3 +278,28 @@ def test_a_job_directory_whose_file_system_went_away_is_not_created_again(tmp_pa
     (tmp_path / "away").rename(tmp_path / "ckpt")
     other = CheckpointStorage(str(tmp_path / "ckpt"), "k")
     assert os.path.isdir(other.checkpoint_dir(1))
+
+
+def test_probe_fails_while_storage_reads_but_takes_no_writes(tmp_path, monkeypatch) -> None:
+    """A full disk or a read-only mount still reads: the job master's probe writes too,
+    so it does not restart into the same failing checkpoint."""
+    import errno
+
+    from epochstream.checkpoint.faults import is_unavailable
+    from epochstream.checkpoint.filesystems import LocalFS
+
+    storage = CheckpointStorage(str(tmp_path), "j")
+    storage.write_metadata(1, md("j", 1))
+    storage.probe(1)
+    assert [n for n in os.listdir(storage.job_dir) if n.startswith(".probe")] == []
+
+    def full(self, path, data):
+        with open(path, "wb"):
+            pass  # created, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    monkeypatch.setattr(LocalFS, "write_bytes", full)
+    with pytest.raises(OSError) as caught:
+        storage.probe(1)
+    assert is_unavailable(caught.value)
+    assert [n for n in os.listdir(storage.job_dir) if n.startswith(".probe")] == []

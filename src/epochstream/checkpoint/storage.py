@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import uuid
@@ -54,6 +55,8 @@ __all__ = [
     "load_metadata",
     "scan_checkpoints",
 ]
+
+log = logging.getLogger(__name__)
 
 METADATA_FILE = "_metadata"
 CHECKPOINT_PREFIX = "chk-"
@@ -246,8 +249,10 @@ class CheckpointStorage:
             raise CheckpointError(f"{path}: cannot discard checkpoint directory: {err}") from err
 
     def probe(self, checkpoint_id: int | None) -> None:
-        """Raise what reading checkpoint storage raises now: the ``_metadata`` of
-        ``checkpoint_id`` is read (a listing of the job directory when ``None``).
+        """Raise what using checkpoint storage raises now: the ``_metadata`` of
+        ``checkpoint_id`` is read (a listing of the job directory when ``None``), then a
+        probe file is written and deleted (a full disk or a read-only mount still
+        reads; the next attempt needs both).
 
         One attempt, no retry: the job master calls it to learn whether storage is back.
         """
@@ -255,6 +260,18 @@ class CheckpointStorage:
             self.fs.listdir(self._job_dir)
         else:
             self.fs.read_bytes(self.metadata_path(checkpoint_id))
+        probe = self.fs.join(self._job_dir, f".probe-{uuid.uuid4().hex}")
+        try:
+            self.fs.write_bytes(probe, b"epochstream storage probe\n")
+        except OSError:
+            # A full disk may leave the file created but empty: remove it if we can;
+            # the write's error is what the caller needs.
+            try:
+                self.fs.delete_file(probe)
+            except OSError as err:
+                log.debug("cannot remove storage probe %s: %s", probe, err)
+            raise
+        self.fs.delete_file(probe)
 
     def checkpoint_ids(self) -> list[int]:
         """Ids of every ``chk-<n>`` directory, completed or not, ascending."""
