@@ -291,7 +291,7 @@ def test_probe_fails_while_storage_reads_but_takes_no_writes(tmp_path, monkeypat
     storage = CheckpointStorage(str(tmp_path), "j")
     storage.write_metadata(1, md("j", 1))
     storage.probe(1)
-    assert [n for n in os.listdir(storage.job_dir) if n.startswith(".probe")] == []
+    assert [n for n in os.listdir(os.path.join(storage.job_dir, "shared")) if n.startswith(".probe")] == []
 
     def full(self, path, data):
         with open(path, "wb"):
@@ -302,4 +302,16 @@ def test_probe_fails_while_storage_reads_but_takes_no_writes(tmp_path, monkeypat
     with pytest.raises(OSError) as caught:
         storage.probe(1)
     assert is_unavailable(caught.value)
-    assert [n for n in os.listdir(storage.job_dir) if n.startswith(".probe")] == []
+    assert [n for n in os.listdir(os.path.join(storage.job_dir, "shared")) if n.startswith(".probe")] == []
+
+
+def test_probe_does_not_make_a_vanished_job_directory_again(tmp_path) -> None:
+    from epochstream.checkpoint.faults import is_unavailable
+
+    storage = CheckpointStorage(str(tmp_path / "ckpt"), "j")
+    storage.write_metadata(1, md("j", 1))
+    (tmp_path / "ckpt").rename(tmp_path / "away")  # umount
+    (tmp_path / "ckpt").mkdir()
+    with pytest.raises(OSError) as caught:
+        storage.probe(None)
+    assert is_unavailable(caught.value) and os.listdir(tmp_path / "ckpt") == []

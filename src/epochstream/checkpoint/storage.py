@@ -260,7 +260,9 @@ class CheckpointStorage:
             self.fs.listdir(self._job_dir)
         else:
             self.fs.read_bytes(self.metadata_path(checkpoint_id))
-        probe = self.fs.join(self._job_dir, f".probe-{uuid.uuid4().hex}")
+        # In shared/: a local job directory whose file system went away is then not
+        # made again on the bare mount point (see filesystems._makedirs_in_layout).
+        probe = self.fs.join(self._job_dir, SHARED_DIR, f".probe-{uuid.uuid4().hex}")
         try:
             self.fs.write_bytes(probe, b"epochstream storage probe\n")
         except OSError:
