@@ -31,6 +31,7 @@ class Recorder:
 
     def __init__(self) -> None:
         self.events: list[tuple] = []
+        self.fail_errors: list[BaseException | None] = []
         self.options: dict[int, object] = {}
         self.hold_io = False
         self.held: list[tuple] = []
@@ -66,8 +67,9 @@ class Recorder:
     def notify_aborted(self, checkpoint_id: int, reason: str) -> None:
         self.events.append(("aborted", checkpoint_id, reason))
 
-    def fail_job(self, reason: str) -> None:
+    def fail_job(self, reason: str, error: BaseException | None = None) -> None:
         self.events.append(("fail", reason))
+        self.fail_errors.append(error)
 
     def of(self, kind: str) -> list[tuple]:
         return [e for e in self.events if e[0] == kind]
@@ -481,3 +483,25 @@ def test_a_metadata_write_on_unreachable_storage_is_an_outage(tmp_path) -> None:
     done(StorageUnavailableError("cannot write checkpoint metadata: down", path="/x"))
     assert outage.unavailable
     assert h.cb.of("aborted")[0][1] == 1
+
+
+def test_checkpoints_failing_past_the_tolerance_on_unreachable_storage_fail_the_attempt_as_an_outage(
+    tmp_path,
+) -> None:
+    """So the job master waits for the storage instead of spending a restart on each
+    attempt a full disk or read-only mount fails at its first checkpoint."""
+    from epochstream.exceptions import StorageUnavailableError
+
+    h = Harness(tmp_path, interval=1.0, timeout=10.0, tolerable_failures=0)
+    h.coord.start_attempt(TASKS, SOURCES)
+    h.advance(1.0)
+    h.coord.receive_decline(
+        DeclineCheckpoint(checkpoint_id=1, task=SRC0, reason="disk full", storage_unavailable=True)
+    )
+    assert len(h.cb.of("fail")) == 1
+    assert isinstance(h.cb.fail_errors[-1], StorageUnavailableError)
+    # Any other failure past the tolerance is a plain one (the restart strategy decides).
+    h.coord.start_attempt(TASKS, SOURCES)
+    h.advance(1.0)
+    h.coord.receive_decline(DeclineCheckpoint(checkpoint_id=2, task=SRC0, reason="bug"))
+    assert len(h.cb.of("fail")) == 2 and h.cb.fail_errors[-1] is None

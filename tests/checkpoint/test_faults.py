@@ -164,3 +164,33 @@ def test_storage_unavailable_pickles_with_its_path() -> None:
 
     err = pickle.loads(pickle.dumps(StorageUnavailableError("down", path="s3://b/k")))
     assert isinstance(err, StorageUnavailableError) and err.path == "s3://b/k"
+
+
+def _missing(path: object) -> FileNotFoundError:
+    return FileNotFoundError(errno.ENOENT, "No such file or directory", str(path))
+
+
+def test_a_file_missing_from_a_local_directory_that_is_there_is_corruption(tmp_path) -> None:
+    shared = tmp_path / "root" / "job" / "shared"
+    shared.mkdir(parents=True)
+    assert classify(_missing(shared / "1-op-0.kst")) is StorageFault.CORRUPT
+    # A deleted chk-<n> in a job directory that holds other files: corruption too.
+    (tmp_path / "root" / "job" / "chk-1").mkdir()
+    assert classify(_missing(tmp_path / "root" / "job" / "chk-2" / "_metadata")) is StorageFault.CORRUPT
+
+
+def test_a_local_store_whose_file_system_went_away_is_an_outage(tmp_path) -> None:
+    """An unmounted file system leaves its empty mount point: the job directory is gone
+    and what is left above it is empty. Falling back would write committed output again."""
+    mount_point = tmp_path / "ckpt"
+    mount_point.mkdir()
+    for path in (
+        mount_point / "job" / "shared" / "1-op-0.kst",
+        mount_point / "job" / "chk-2" / "_metadata",
+        mount_point / "job" / "chk-2" / "op-0-db" / "000001.sst",
+    ):
+        error = _missing(path)
+        assert classify(error) is StorageFault.TRANSIENT, path
+        assert isinstance(read_error(error, what="read", path=str(path)), StorageUnavailableError)
+    # Object-store keys are answers of the store: a 404 stays corruption.
+    assert classify(_missing("bucket/job/shared/x")) is StorageFault.CORRUPT

@@ -5,6 +5,7 @@ than the checkpoints."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -281,7 +282,7 @@ class _Callbacks:
     def notify_aborted(self, checkpoint_id: int, reason: str) -> None:
         pass
 
-    def fail_job(self, reason: str) -> None:
+    def fail_job(self, reason: str, error: BaseException | None = None) -> None:
         raise AssertionError(f"job failed: {reason}")
 
 
@@ -334,6 +335,7 @@ def test_savepoint_to_s3_on_top_of_local_checkpoints(
     _fill(backend, range(40))
     local_fs = storage_fs(str(tmp_path))
     local_job = str(tmp_path / "ckpt" / "job")
+    os.makedirs(local_job)  # as the job master makes it
     checkpoint = SnapshotTarget(
         fs=local_fs,
         checkpoint_id=1,

@@ -223,3 +223,27 @@ def test_the_storage_root_as_a_foreign_symlink_is_a_problem(tmp_path: Path) -> N
     os.lchown(link, NOBODY, -1)
     problem = trust_problem(str(link))
     assert problem is not None and "symlink owned by another user" in problem
+
+
+def test_resume_refuses_a_root_holding_a_refused_run_instead_of_starting_over(
+    tmp_path: Path,
+) -> None:
+    """The refused run may be the job's newest: resuming an older run, or starting from
+    the beginning, would write again what it committed. So ``--resume`` refuses."""
+    import epochstream as es
+    from epochstream.deploy.client import latest_run_checkpoints
+
+    root = squat(tmp_path / "ckpt", mode=0o700)
+    plant_checkpoint(root / "older", tmp_path / "older-ran")
+    foreign = plant_checkpoint(root / "newest", tmp_path / "pwned").parent
+    if os.geteuid() != 0:
+        pytest.skip("giving a directory to another user needs root")
+    for path in (foreign, foreign / "chk-1", foreign / "chk-1" / "_metadata"):
+        os.chown(path, NOBODY, -1)
+    env = es.Environment(parallelism=1, runner="local")
+    env.enable_checkpointing(1.0, storage=str(root))
+    with pytest.raises(UntrustedStorageError, match="refused unread"):
+        latest_run_checkpoints(env, "victim")
+    assert not (tmp_path / "pwned").exists()
+    env.enable_checkpointing(1.0, storage=str(root), trust_shared_storage=True)
+    assert latest_run_checkpoints(env, "victim")

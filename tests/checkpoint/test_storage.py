@@ -250,3 +250,68 @@ def test_probe_and_metadata_reads_on_unreachable_storage(tmp_path, monkeypatch) 
         storage.load(1)
     with pytest.raises(StorageUnavailableError):
         storage.checkpoint_ids()
+
+
+def test_a_job_directory_whose_file_system_went_away_is_not_created_again(tmp_path) -> None:
+    """Writing into a bare mount point would hide the checkpoint's earlier files once
+    the file system is back: the write fails as an outage instead."""
+    from epochstream.checkpoint.faults import is_unavailable
+    from epochstream.checkpoint.filesystems import LocalFS
+
+    storage = CheckpointStorage(str(tmp_path / "ckpt"), "j")
+    storage.write_metadata(1, md("j", 1))  # makes the job directory, once
+    (tmp_path / "ckpt").rename(tmp_path / "away")  # umount: the empty mount point stays
+    (tmp_path / "ckpt").mkdir()
+    fs = LocalFS()
+    for write in (
+        lambda: storage.checkpoint_dir(2),
+        lambda: storage.write_metadata(2, md("j", 2)),
+        lambda: fs.write_bytes(os.path.join(storage.job_dir, "shared", "2-op-0.kst"), b"x"),
+        lambda: fs.write_bytes(os.path.join(storage.job_dir, "chk-2", "op-0-db", "1.sst"), b"x"),
+    ):
+        with pytest.raises((OSError, CheckpointError)) as caught:
+            write()
+        assert is_unavailable(caught.value)
+    assert os.listdir(tmp_path / "ckpt") == []
+    # A job directory made afresh in a root that holds other jobs is fine.
+    (tmp_path / "ckpt").rmdir()
+    (tmp_path / "away").rename(tmp_path / "ckpt")
+    other = CheckpointStorage(str(tmp_path / "ckpt"), "k")
+    assert os.path.isdir(other.checkpoint_dir(1))
+
+
+def test_probe_fails_while_storage_reads_but_takes_no_writes(tmp_path, monkeypatch) -> None:
+    """A full disk or a read-only mount still reads: the job master's probe writes too,
+    so it does not restart into the same failing checkpoint."""
+    import errno
+
+    from epochstream.checkpoint.faults import is_unavailable
+    from epochstream.checkpoint.filesystems import LocalFS
+
+    storage = CheckpointStorage(str(tmp_path), "j")
+    storage.write_metadata(1, md("j", 1))
+    storage.probe(1)
+    assert [n for n in os.listdir(os.path.join(storage.job_dir, "shared")) if n.startswith(".probe")] == []
+
+    def full(self, path, data):
+        with open(path, "wb"):
+            pass  # created, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    monkeypatch.setattr(LocalFS, "write_bytes", full)
+    with pytest.raises(OSError) as caught:
+        storage.probe(1)
+    assert is_unavailable(caught.value)
+    assert [n for n in os.listdir(os.path.join(storage.job_dir, "shared")) if n.startswith(".probe")] == []
+
+
+def test_probe_does_not_make_a_vanished_job_directory_again(tmp_path) -> None:
+    from epochstream.checkpoint.faults import is_unavailable
+
+    storage = CheckpointStorage(str(tmp_path / "ckpt"), "j")
+    storage.write_metadata(1, md("j", 1))
+    (tmp_path / "ckpt").rename(tmp_path / "away")  # umount
+    (tmp_path / "ckpt").mkdir()
+    with pytest.raises(OSError) as caught:
+        storage.probe(None)
+    assert is_unavailable(caught.value) and os.listdir(tmp_path / "ckpt") == []

@@ -39,7 +39,16 @@ def test_probes_with_back_off_until_storage_answers() -> None:
     # Still unavailable until the next attempt restores: a probe is not a restore.
     status = outage.status()
     assert status["storage_state"] == "UNAVAILABLE" and status["storage_failures"] == 4
+
+
+def test_an_attempt_running_does_not_end_the_outage() -> None:
+    """Slots report running before their tasks read their state: the outage goes on
+    until a checkpoint completes (the coordinator ends it), not when slots connect."""
+    waiter, _, outage = _waiter(Probe(None))
+    waiter.wait(StorageUnavailableError("restore failed", path="s3://b/k"), "restore failed")
     waiter.restored()
+    assert outage.status()["storage_state"] == "UNAVAILABLE"
+    outage.recovered(now=60.0)  # what the coordinator does on a completed checkpoint
     assert outage.status()["storage_state"] == "AVAILABLE"
 
 

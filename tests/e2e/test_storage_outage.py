@@ -199,3 +199,106 @@ def test_local_checkpoint_directory_gone_and_back_keeps_output_exact(
     assert seen and "Not a directory" in seen[0]["storage_last_error"]
     assert WAITING in caplog.text
     assert result.restarts >= 1
+
+
+@pytest.mark.timeout(120)
+def test_local_checkpoint_file_system_unmounted_and_back_is_an_outage_not_corruption(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An unmounted checkpoint file system leaves its empty mount point: every file is
+    missing. That is an outage (wait, restore the same checkpoint), not corruption (fall
+    back, dropping intact checkpoints, and write committed output again); nor may the
+    job write new checkpoints onto the bare mount point. Simulated without mount
+    privileges: the storage root moves away and an empty directory takes its place."""
+    caplog.set_level(logging.INFO, logger="epochstream")
+    rng = random.Random(os.environ.get("EPOCHSTREAM_OUTAGE_SEED", "21"))
+    ckpt, away = tmp_path / "ckpt", tmp_path / "ckpt.away"
+    text, out = tmp_path / "words.txt", tmp_path / "out"
+    expected = write_corpus(text, lines=LINES // 2, seed=2123)
+    env = _env(str(ckpt), None)
+    build_wordcount(env, text, out, lines_per_second=LINES_PER_SECOND)
+    client = env.execute_async("disk-unmounted")
+    seen: list[dict[str, Any]] = []
+    try:
+        client.wait_for_checkpoint(2, timeout=60)
+        time.sleep(rng.uniform(0.0, 0.6))
+        attempt = client.attempt
+        ckpt.rename(away)
+        ckpt.mkdir(mode=0o700)
+        es.testing.kill_slot(client, 0)
+        _wait(lambda: client.attempt > attempt, "restarted after the slot kill")
+        # Longer than a task's read retries: the job master's wait is used.
+        _wait(_saw_unavailable(client, seen), "reporting the storage outage", timeout=60)
+        assert os.listdir(ckpt) == [], "the job wrote onto the bare mount point"
+        ckpt.rmdir()
+        away.rename(ckpt)
+        result = client.result(timeout=90)
+    finally:
+        if not client.done:
+            client.cancel()
+    assert exactly_once_problems(es.testing.read_committed(out), expected) == []
+    assert FALLBACK not in caplog.text and "cannot be restored" not in caplog.text
+    assert WAITING in caplog.text
+    assert seen and "No such file or directory" in seen[0]["storage_last_error"]
+    assert result.restarts >= 1
+
+
+def _mount_tmpfs(path: Path, size: str) -> bool:
+    """Mount a small tmpfs at ``path`` (root only); False when this host cannot."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        return False
+    path.mkdir(mode=0o700)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
+        capture_output=True,
+    )
+    return done.returncode == 0
+
+
+@pytest.mark.timeout(120)
+def test_a_full_checkpoint_disk_uses_no_restarts_and_keeps_output_exact(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full disk still reads, so every restore succeeds and every attempt fails again
+    at its first checkpoint: with fixed_delay(attempts=3, delay=1) the restarts were
+    gone in seconds. Checkpoints failing on unavailable storage past the tolerance make
+    the job master wait for the storage (probing a write) instead."""
+    import subprocess
+
+    ckpt = tmp_path / "ckpt"
+    if not _mount_tmpfs(ckpt, "8m"):
+        pytest.skip("mounting a tmpfs needs root and a host that allows it")
+    caplog.set_level(logging.INFO, logger="epochstream")
+    text, out = tmp_path / "words.txt", tmp_path / "out"
+    expected = write_corpus(text, lines=LINES // 2, seed=2124)
+    try:
+        env = _env(str(ckpt), None)
+        build_wordcount(env, text, out, lines_per_second=LINES_PER_SECOND)
+        client = env.execute_async("disk-full")
+        seen: list[dict[str, Any]] = []
+        try:
+            client.wait_for_checkpoint(2, timeout=60)
+            filler = ckpt / "filler"
+            with open(filler, "wb") as f:
+                try:
+                    while True:
+                        f.write(b"\0" * 65536)
+                except OSError:
+                    pass  # ENOSPC: the disk is full, as intended
+            _wait(_saw_unavailable(client, seen), "reporting the storage outage", timeout=30)
+            time.sleep(8)  # several restart delays: no restart may be used meanwhile
+            assert not client.done, "the job died of a full disk"
+            filler.unlink()
+            result = client.result(timeout=90)
+        finally:
+            if not client.done:
+                client.cancel()
+    finally:
+        subprocess.run(["umount", "-l", str(ckpt)], check=False)
+    assert exactly_once_problems(es.testing.read_committed(out), expected) == []
+    assert FALLBACK not in caplog.text
+    assert WAITING in caplog.text and "restarting in" not in caplog.text
+    assert "No space left on device" in seen[0]["storage_last_error"]
+    assert result.restarts >= 1

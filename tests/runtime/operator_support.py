@@ -72,6 +72,7 @@ class Backends:
         )
 
     def target(self, checkpoint_id: int, base: int | None = None) -> SnapshotTarget:
+        (self.root / "job").mkdir(parents=True, exist_ok=True)  # as the job master makes it
         return SnapshotTarget(
             fs=self.fs,
             checkpoint_id=checkpoint_id,

@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -186,10 +187,13 @@ def make_task(
     checkpoint_dir: str | None = None,
 ) -> tuple[Task, dict[int, list[ListChannel]]]:
     """A task of ``chain`` with list channels on every outgoing edge (by edge id)."""
+    if checkpoint_dir is None:
+        checkpoint_dir = str(tmp_path / "ckpt" / "job")
+        os.makedirs(checkpoint_dir, exist_ok=True)  # as the job master makes it
     env = TaskEnvironment(
         job_id="job",
         attempt=0,
-        checkpoint_dir=checkpoint_dir or str(tmp_path / "ckpt" / "job"),
+        checkpoint_dir=checkpoint_dir,
         checkpointing=checkpointing,
         exactly_once=exactly_once,
         send=control,

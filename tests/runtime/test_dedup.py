@@ -76,6 +76,7 @@ class Harness:
         return op, out
 
     def target(self, n: int) -> SnapshotTarget:
+        (self.root / "job").mkdir(parents=True, exist_ok=True)  # as the job master makes it
         fs = storage_fs(str(self.root))
         return SnapshotTarget(
             fs=fs,

@@ -109,6 +109,8 @@ def test_corrupt_state_on_restore_is_reported_with_the_restored_checkpoint(
     graph = reduce_graph(LogSink())
     chain = chain_with(graph, "reduce")
     reduce_uid = chain.head.uid
+    # A file missing from a store that is there (a whole missing store is an outage).
+    (tmp_path / "ckpt" / "job" / "shared").mkdir(parents=True)
     missing = str(tmp_path / "ckpt" / "job" / "shared" / "7-gone.kst")
     kg = key_group_for_key("a", MAX_P)
     handle = HeapSnapshotHandle(

@@ -49,7 +49,7 @@ from epochstream.checkpoint.outage import StorageOutage
 from epochstream.checkpoint.pending import CompletedCheckpoint, PendingCheckpoint, PendingState
 from epochstream.checkpoint.registry import SharedStateRegistry
 from epochstream.checkpoint.storage import CheckpointStorage, write_metadata_file
-from epochstream.exceptions import CheckpointError, ConfigurationError
+from epochstream.exceptions import CheckpointError, ConfigurationError, StorageUnavailableError
 from epochstream.runtime.clock import Clock
 from epochstream.runtime.events import CheckpointOptions
 from epochstream.runtime.messages import AcknowledgeCheckpoint, DeclineCheckpoint, TaskKey
@@ -70,7 +70,7 @@ class CoordinatorCallbacks(Protocol):
             def trigger_sources(self, checkpoint_id, timestamp, final, options): ...
             def notify_complete(self, checkpoint_id, metadata): ...
             def notify_aborted(self, checkpoint_id, reason): ...
-            def fail_job(self, reason): ...
+            def fail_job(self, reason, error=None): ...
             def run_io(self, work, done): io_thread.submit(work, then=done)
             def savepoint_done(self, checkpoint_id, path, error): ...
     """
@@ -86,8 +86,10 @@ class CoordinatorCallbacks(Protocol):
     def notify_aborted(self, checkpoint_id: int, reason: str) -> None:
         """Send ``NotifyCheckpointAborted`` to every task."""
 
-    def fail_job(self, reason: str) -> None:
-        """Fail the current attempt (the restart strategy decides what follows)."""
+    def fail_job(self, reason: str, error: BaseException | None = None) -> None:
+        """Fail the current attempt (the restart strategy decides what follows);
+        ``error``: a :class:`StorageUnavailableError` when checkpoint storage could not
+        take the checkpoints (the job master then waits for it instead)."""
 
     def run_io(
         self, work: Callable[[], None], done: Callable[[BaseException | None], None] | None
@@ -550,7 +552,9 @@ class CheckpointCoordinator:
             # A failed savepoint is the user's error to see, not a job failure.
             self._maybe_trigger_final()
             return
-        self._count_failure(pending.checkpoint_id, why, final=pending.final)
+        self._count_failure(
+            pending.checkpoint_id, why, final=pending.final, storage_unavailable=storage_unavailable
+        )
 
     def _drop(self, pending: PendingCheckpoint, reason: str, *, notify: bool) -> None:
         n = pending.checkpoint_id
@@ -566,7 +570,9 @@ class CheckpointCoordinator:
         if notify:
             self._callbacks.notify_aborted(n, reason)
 
-    def _count_failure(self, checkpoint_id: int, why: str, *, final: bool) -> None:
+    def _count_failure(
+        self, checkpoint_id: int, why: str, *, final: bool, storage_unavailable: bool = False
+    ) -> None:
         self._consecutive_failures += 1
         reason = f"checkpoint {checkpoint_id} {why}"
         tolerable = self._config.tolerable_failures
@@ -577,12 +583,21 @@ class CheckpointCoordinator:
             self._armed = False
             self._consecutive_failures = 0
             if final:
-                self._callbacks.fail_job(f"final {reason}")
+                message = f"final {reason}"
             else:
-                self._callbacks.fail_job(
+                message = (
                     f"{reason}; {count} consecutive checkpoint failures exceed the "
                     f"{tolerable} tolerated"
                 )
+            # Storage that takes no writes (a full disk, a read-only mount) is an outage:
+            # restarting cannot fix it, so the job master waits for it without using
+            # the restart strategy, as for a restore that met the outage.
+            error = (
+                StorageUnavailableError(message, path=self._storage.job_dir)
+                if storage_unavailable
+                else None
+            )
+            self._callbacks.fail_job(message, error)
             return
         log.warning(
             "job %s: %s (%d of %d tolerated consecutive failures)",

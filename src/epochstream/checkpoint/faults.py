@@ -32,6 +32,7 @@ Example::
 from __future__ import annotations
 
 import errno
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -53,6 +54,7 @@ __all__ = [
     "StorageRetry",
     "classify",
     "is_unavailable",
+    "local_store_gone",
     "read_error",
     "unavailable_or",
 ]
@@ -117,8 +119,10 @@ def _classify_one(error: BaseException) -> StorageFault:
     if isinstance(error, CorruptStateError):
         return StorageFault.CORRUPT
     if isinstance(error, FileNotFoundError):
-        # The store answered that the file is not there (S3: 404; locally the
-        # directories up to it exist, or ENOTDIR would have been raised).
+        if isinstance(error.filename, str) and local_store_gone(error.filename):
+            return StorageFault.TRANSIENT
+        # The store answered that the file is not there (S3: 404; locally the store is
+        # there, or ENOTDIR would have been raised).
         return StorageFault.CORRUPT
     if isinstance(error, (ConnectionError, TimeoutError)):
         return StorageFault.TRANSIENT
@@ -128,6 +132,36 @@ def _classify_one(error: BaseException) -> StorageFault:
         if _TRANSIENT_TEXT.search(str(error)):
             return StorageFault.TRANSIENT
     return StorageFault.OTHER
+
+
+def local_store_gone(path: str) -> bool:
+    """True when a missing local file ``path`` means the store went away, not a file.
+
+    An unmounted file system leaves its (empty) mount point behind: the file's directory
+    is missing and the nearest directory above it that exists is empty. That is an
+    outage to wait out (the checkpoints are intact on the file system, and falling back
+    would write committed output again). A file missing from a directory that exists,
+    or a directory missing from a non-empty one (a deleted ``chk-<n>``), is corruption.
+    Object-store keys (not absolute paths) never match.
+
+    Example: ``local_store_gone("/mnt/ckpt/job/shared/f")`` after ``umount /mnt/ckpt``
+    """
+    if not path.startswith("/"):
+        return False
+    parent = os.path.dirname(path)
+    if os.path.isdir(parent):
+        return False
+    current = parent
+    while not os.path.isdir(current):
+        above = os.path.dirname(current)
+        if above == current:
+            return False
+        current = above
+    try:
+        with os.scandir(current) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return False
 
 
 def is_unavailable(error: BaseException) -> bool:

@@ -25,9 +25,11 @@ Example::
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import posixpath
+import re
 import shutil
 import tempfile
 import threading
@@ -37,6 +39,7 @@ from typing import Any, BinaryIO
 from urllib.parse import unquote, urlparse
 
 from epochstream._fs import PRIVATE_FILE_MODE, fsync_directory, makedirs_private, trust_problem
+from epochstream.checkpoint.faults import local_store_gone
 from epochstream.exceptions import CheckpointError, ConfigurationError, UntrustedStorageError
 
 __all__ = [
@@ -235,6 +238,34 @@ class _SyncedWriter(io.BufferedWriter):
         super().close()
 
 
+#: Directories of the checkpoint layout that live directly in a job directory.
+_IN_JOB_DIR = re.compile(r"^(chk-[1-9][0-9]*|shared)$")
+
+
+def _makedirs_in_layout(directory: str, *, writing: str) -> None:
+    """:func:`makedirs_private`, except that a job directory (above a ``chk-<n>`` or
+    ``shared`` directory) that is missing under an empty directory is not created: the
+    job made it when it started, so its file system went away (unmounted, leaving the
+    empty mount point). Recreating it on the bare mount point would complete checkpoints
+    whose earlier files are on the real file system, out of sight, and turn an outage
+    into corruption. ``FileNotFoundError`` naming ``writing`` instead, which
+    :func:`~epochstream.checkpoint.faults.local_store_gone` calls an outage.
+    """
+    current = os.path.abspath(directory)
+    while not os.path.isdir(current):
+        above = os.path.dirname(current)
+        if _IN_JOB_DIR.match(os.path.basename(current)) and local_store_gone(current):
+            raise FileNotFoundError(
+                errno.ENOENT,
+                f"job directory {above} is gone (its file system unmounted?); not creating it again",
+                writing,
+            )
+        if above == current:
+            break
+        current = above
+    makedirs_private(directory)
+
+
 class LocalFS(StorageFS):
     """A local (or POSIX-mounted) filesystem; private modes, fsync, atomic rename.
 
@@ -248,16 +279,16 @@ class LocalFS(StorageFS):
         return os.path.normpath(os.path.join(base, *parts))
 
     def makedirs(self, path: str) -> None:
-        makedirs_private(path)
+        _makedirs_in_layout(path, writing=path)
 
     def open_write(self, path: str) -> BinaryIO:
-        makedirs_private(os.path.dirname(path))
+        _makedirs_in_layout(os.path.dirname(path), writing=path)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
         return _SyncedWriter(io.FileIO(fd, "wb"), buffer_size=1 << 20)
 
     def write_atomic(self, path: str, data: bytes) -> None:
         directory = os.path.dirname(path)
-        makedirs_private(directory)
+        _makedirs_in_layout(directory, writing=path)
         # mkstemp creates the file 0600: checkpoints are private to their user.
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
         try:
@@ -304,7 +335,6 @@ class LocalFS(StorageFS):
             pass
 
     def upload(self, local_path: str, path: str) -> None:
-        makedirs_private(os.path.dirname(path))
         with open(local_path, "rb") as src, self.open_write(path) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
 

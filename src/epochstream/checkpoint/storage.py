@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import uuid
@@ -54,6 +55,8 @@ __all__ = [
     "load_metadata",
     "scan_checkpoints",
 ]
+
+log = logging.getLogger(__name__)
 
 METADATA_FILE = "_metadata"
 CHECKPOINT_PREFIX = "chk-"
@@ -137,6 +140,15 @@ class CheckpointStorage:
         self.job_id = job_id
         self.trust_shared = trust_shared
         self._job_dir = self.fs.join(self.root, job_id)
+        # The job directory is made once (by check_writable when the job starts, else
+        # by the first write) and never again: if it vanishes, its file system went
+        # away (see filesystems._makedirs_in_layout).
+        self._job_dir_made = False
+
+    def _make_job_dir_once(self) -> None:
+        if not self._job_dir_made:
+            self.fs.makedirs(self._job_dir)
+            self._job_dir_made = True
 
     def __repr__(self) -> str:
         return f"CheckpointStorage(root={self.root!r}, job_id={self.job_id!r})"
@@ -170,7 +182,7 @@ class CheckpointStorage:
         probe = self.fs.join(self._job_dir, f".probe-{uuid.uuid4().hex}")
         payload = b"epochstream storage probe\n"
         try:
-            self.fs.makedirs(self._job_dir)
+            self._make_job_dir_once()
             self.fs.write_bytes(probe, payload)
             if self.fs.read_bytes(probe) != payload:
                 raise OSError(f"read back different bytes from {probe}")
@@ -194,6 +206,7 @@ class CheckpointStorage:
         """Create (if needed) and return the directory of checkpoint ``checkpoint_id``."""
         path = self.checkpoint_path(checkpoint_id)
         try:
+            self._make_job_dir_once()
             self.fs.makedirs(path)
         except OSError as err:
             raise CheckpointError(f"{path}: cannot create checkpoint directory: {err}") from err
@@ -211,6 +224,15 @@ class CheckpointStorage:
                 f"checkpoint {checkpoint_id}"
             )
         directory = self.checkpoint_path(checkpoint_id)
+        try:
+            self._make_job_dir_once()
+        except OSError as err:
+            raise unavailable_or(
+                err,
+                what="create job directory",
+                path=self._job_dir,
+                other=lambda text: CheckpointError(text),
+            ) from err
         return write_metadata_file(self.fs, directory, metadata)
 
     def discard(self, checkpoint_id: int) -> None:
@@ -227,8 +249,10 @@ class CheckpointStorage:
             raise CheckpointError(f"{path}: cannot discard checkpoint directory: {err}") from err
 
     def probe(self, checkpoint_id: int | None) -> None:
-        """Raise what reading checkpoint storage raises now: the ``_metadata`` of
-        ``checkpoint_id`` is read (a listing of the job directory when ``None``).
+        """Raise what using checkpoint storage raises now: the ``_metadata`` of
+        ``checkpoint_id`` is read (a listing of the job directory when ``None``), then a
+        probe file is written and deleted (a full disk or a read-only mount still
+        reads; the next attempt needs both).
 
         One attempt, no retry: the job master calls it to learn whether storage is back.
         """
@@ -236,6 +260,20 @@ class CheckpointStorage:
             self.fs.listdir(self._job_dir)
         else:
             self.fs.read_bytes(self.metadata_path(checkpoint_id))
+        # In shared/: a local job directory whose file system went away is then not
+        # made again on the bare mount point (see filesystems._makedirs_in_layout).
+        probe = self.fs.join(self._job_dir, SHARED_DIR, f".probe-{uuid.uuid4().hex}")
+        try:
+            self.fs.write_bytes(probe, b"epochstream storage probe\n")
+        except OSError:
+            # A full disk may leave the file created but empty: remove it if we can;
+            # the write's error is what the caller needs.
+            try:
+                self.fs.delete_file(probe)
+            except OSError as err:
+                log.debug("cannot remove storage probe %s: %s", probe, err)
+            raise
+        self.fs.delete_file(probe)
 
     def checkpoint_ids(self) -> list[int]:
         """Ids of every ``chk-<n>`` directory, completed or not, ascending."""
@@ -327,6 +365,8 @@ class CheckpointEntry:
     checkpoint_id: int
     metadata: CheckpointMetadata | None = None
     error: str | None = None
+    #: The entry was refused unread: another local user could have changed it.
+    untrusted: bool = False
 
     @property
     def ok(self) -> bool:
@@ -385,7 +425,8 @@ def scan_checkpoints(
         except StorageUnavailableError:
             raise  # storage is down: no entry is unreadable, the whole listing failed
         except (CheckpointError, UntrustedStorageError) as err:
-            entries.append(CheckpointEntry(chk_dir, job, number, error=str(err)))
+            untrusted = isinstance(err, UntrustedStorageError)
+            entries.append(CheckpointEntry(chk_dir, job, number, error=str(err), untrusted=untrusted))
         else:
             entries.append(CheckpointEntry(chk_dir, md.job_id, md.checkpoint_id, metadata=md))
     entries.sort(key=lambda e: (e.job, e.checkpoint_id))

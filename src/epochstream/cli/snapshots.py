@@ -27,7 +27,7 @@ from epochstream.cli.common import fail, human_size, utc
 from epochstream.exceptions import EpochstreamError
 from epochstream.state.handles import KeyedStateHandle
 
-__all__ = ["add_snapshot_commands", "describe"]
+__all__ = ["add_snapshot_commands", "describe", "missing_files"]
 
 
 def add_snapshot_commands(sub: Any) -> None:
@@ -90,6 +90,17 @@ def _cmd_checkpoints(ns: argparse.Namespace) -> int:
             reason = (entry.error or "").splitlines()[0]
             print(f"{entry.job:<34} {entry.checkpoint_id:>6}  UNREADABLE {entry.directory}: {reason}")
             continue
+        # A checkpoint whose files are gone (a corrupt one a job discarded but could not
+        # delete, e.g. an earlier run's that --resume fell back from) is not complete:
+        # say so here as `inspect` does, not list it as restorable.
+        missing = missing_files(md)
+        if missing:
+            unreadable += 1
+            print(
+                f"{md.job_id:<34} {md.checkpoint_id:>6}  INCOMPLETE {entry.directory}: "
+                f"{len(missing)} referenced files missing, e.g. {missing[0]}"
+            )
+            continue
         print(
             f"{md.job_id:<34} {md.checkpoint_id:>6}  {md.kind:<10} {utc(md.completion_time):<20} "
             f"{human_size(md.stats.state_size):>10} {md.stats.duration * 1000:>7.0f}ms  {entry.directory}"
@@ -123,6 +134,25 @@ def _coverage(ranges: list[range], max_parallelism: int) -> str:
     return f"{len(covered)} of {max_parallelism} (missing {shown})"
 
 
+def _keyed_handles(subtasks: dict[int, Any]) -> dict[int, KeyedStateHandle]:
+    return {i: s.keyed for i, s in sorted(subtasks.items()) if s.keyed is not None}
+
+
+def _missing(files: list[str]) -> list[str]:
+    return [f for f in files if not storage_fs(f).exists(f)]
+
+
+def missing_files(md: CheckpointMetadata) -> list[str]:
+    """Every file ``md`` references that is not on storage (``checkpoints`` and
+    ``inspect`` agree on what is missing)."""
+    return [
+        f
+        for uid in sorted(md.operators)
+        for handle in _keyed_handles(md.operators[uid]).values()
+        for f in _missing(handle.files())
+    ]
+
+
 def describe(directory: str, md: CheckpointMetadata) -> tuple[list[str], int]:
     """Text lines describing a snapshot, and the number of problems found (missing files)."""
     lines = [
@@ -136,9 +166,7 @@ def describe(directory: str, md: CheckpointMetadata) -> tuple[list[str], int]:
     for uid in sorted(md.operators):
         subtasks = md.operators[uid]
         lines.append(f"  operator {uid} ({md.operator_parallelism.get(uid, md.parallelism)} subtasks)")
-        handles: dict[int, KeyedStateHandle] = {
-            i: s.keyed for i, s in sorted(subtasks.items()) if s.keyed is not None
-        }
+        handles = _keyed_handles(subtasks)
         if handles:
             first = next(iter(handles.values()))
             states = getattr(first, "states", {})
@@ -148,7 +176,7 @@ def describe(directory: str, md: CheckpointMetadata) -> tuple[list[str], int]:
             lines.append(f"    key groups: {_coverage(ranges, md.max_parallelism)}")
             for index, handle in handles.items():
                 files = handle.files()
-                missing = [f for f in files if not storage_fs(f).exists(f)]
+                missing = _missing(files)
                 problems += len(missing)
                 r = handle.key_groups
                 lines.append(

@@ -248,7 +248,7 @@ def latest_run_checkpoints(env: Any, job_name: str) -> list[Any] | None:
     """
     from epochstream.checkpoint.pending import CompletedCheckpoint
     from epochstream.checkpoint.storage import scan_checkpoints
-    from epochstream.exceptions import CheckpointError, ConfigurationError
+    from epochstream.exceptions import CheckpointError, ConfigurationError, UntrustedStorageError
 
     config = getattr(env, "checkpoint_config", None)
     if config is None:
@@ -262,6 +262,14 @@ def latest_run_checkpoints(env: Any, job_name: str) -> list[Any] | None:
     except CheckpointError as err:  # no storage yet: nothing to resume (a refusal propagates)
         log.warning("resume: %s; starting from the beginning", err)
         return None
+    refused = [e for e in entries if e.untrusted]
+    if refused:
+        # A refused run may be this job's newest: resuming an older one, or starting
+        # from the beginning, would make sinks write again what that run committed.
+        raise UntrustedStorageError(
+            f"--resume cannot tell which run under {config.storage_location} is the newest: "
+            f"{len(refused)} checkpoint(s) there are refused unread, e.g. {refused[0].error}"
+        )
     runs: dict[str, list[Any]] = {}
     for e in entries:
         if e.metadata is not None and e.metadata.job_name == job_name and e.metadata.kind == "checkpoint":

@@ -143,7 +143,7 @@ class JobMaster:
         self._sources: set[TaskKey] = {
             (c.chain_id, i) for c in graph.chains if c.is_source for i in range(graph.parallelism)
         }
-        self._fail_request: str | None = None
+        self._fail_request: Failure | None = None
         self._restoring = False
         config = env.checkpoint_config
         self.checkpoint_config = config
@@ -242,8 +242,8 @@ class JobMaster:
         self.metrics.record_checkpoint_failure(checkpoint_id, reason, wall=self.clock.wall())
         self._broadcast(NotifyCheckpointAborted(checkpoint_id, reason))
 
-    def fail_job(self, reason: str) -> None:
-        self._fail_request = reason
+    def fail_job(self, reason: str, error: BaseException | None = None) -> None:
+        self._fail_request = Failure(reason, error=error)
 
     def _broadcast(self, msg: Any) -> None:
         for conn in self._slots.values():
@@ -398,7 +398,7 @@ class JobMaster:
             if self.phase == Phase.RUNNING:
                 timeout = min(timeout, self._discover_splits())
             if self._fail_request is not None:
-                return Failure(self._fail_request)
+                return self._fail_request
             try:
                 kind, conn, msg = self.events.get(timeout=timeout)
             except queue.Empty:
@@ -478,7 +478,8 @@ class JobMaster:
                 self.phase = Phase.RUNNING
                 self.running.set()
                 if self._restoring:
-                    # Every task restored its state: storage answered.
+                    # Not yet restored (tasks read their state after this): the outage,
+                    # if any, ends with the next completed checkpoint.
                     self._storage_wait.restored()
                 if self.coordinator is not None:
                     self.coordinator.start_attempt(set(self._tasks), set(self._sources))

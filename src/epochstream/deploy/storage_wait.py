@@ -85,6 +85,11 @@ class StorageWaiter:
             return
 
     def restored(self) -> None:
-        """An attempt restored its state: the outage (if any) is over."""
+        """An attempt is running: the next wait starts its back-off afresh.
+
+        The outage is not ended here: slots report running once their peers are
+        connected, before their tasks read their state, so storage may still be down
+        (ending it here logged "available again" and served ``AVAILABLE`` in the middle
+        of an outage). It ends when a checkpoint completes, which proves every task
+        restored and storage took the writes (the coordinator reports that)."""
         self._waits = 0
-        self._outage.recovered(now=self._wall())

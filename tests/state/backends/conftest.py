@@ -31,6 +31,8 @@ class Harness:
         self.kind = kind
         self.config = BACKENDS[kind]()
         self.root = root
+        # The job directory exists before any checkpoint, as the job master makes it.
+        (root / "job").mkdir(parents=True, exist_ok=True)
         self.clock = ManualClock(start=1_000.0)
         self.fs = storage_fs(str(root))
         self._made = 0
