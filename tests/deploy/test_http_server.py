@@ -101,11 +101,69 @@ def test_idle_flood_never_exceeds_the_cap_and_honest_clients_get_through(
             sock.close()
 
 
+@pytest.fixture
+def patient() -> Iterator[HttpServer]:
+    """A server whose head deadline (10 s) outlasts the test: its silent connections
+    stay until the test closes them, however slow the host."""
+    server = HttpServer("127.0.0.1", 0, _handler, HttpLimits(max_connections=40, max_unauthenticated=10,
+                                                             head_timeout=10.0, log_interval=60.0))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _fill_unauthenticated(server: HttpServer, limits: HttpLimits) -> list[socket.socket]:
+    """Silent connections until the unauthenticated cap is reached (the caller closes them)."""
+    held: list[socket.socket] = []
+    while server.open_connections < limits.max_unauthenticated and len(held) < 100:
+        held.append(socket.create_connection(_address(server), timeout=10))
+        time.sleep(0.01)
+    _until(lambda: server.open_connections == limits.max_unauthenticated)
+    return held
+
+
+def test_a_request_sent_just_after_connecting_gets_through_a_full_server(
+    patient: HttpServer,
+) -> None:
+    server, limits = patient, patient.limits
+    held = _fill_unauthenticated(server, limits)
+    try:
+        with socket.create_connection(_address(server), timeout=10) as sock:
+            # Connected, and surely accepted, before the request is sent: on a loaded host
+            # an honest client's request often arrives this way.
+            _until(lambda: len(server._waiting) == 1)
+            sock.sendall(_get())
+            reply = b""
+            while chunk := sock.recv(65536):
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.1 200 ")
+        assert server.open_connections <= limits.max_unauthenticated
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_newcomer_that_stays_silent_over_the_cap_is_refused(patient: HttpServer) -> None:
+    server, limits = patient, patient.limits
+    held = _fill_unauthenticated(server, limits)
+    try:
+        with socket.create_connection(_address(server), timeout=10) as sock:
+            reply = sock.recv(65536)
+        assert reply.startswith(b"HTTP/1.1 503 ") and b"no request within" in reply
+        assert server.open_connections == limits.max_unauthenticated and not server._waiting
+    finally:
+        for sock in held:
+            sock.close()
+
+
 def test_idle_connections_are_closed_at_the_head_deadline(server: HttpServer) -> None:
     with socket.create_connection(_address(server), timeout=10) as sock:
         started = time.monotonic()
         reply = sock.recv(65536)
-        assert 0.8 < time.monotonic() - started < 3.0
+        # At the deadline, not before; the upper bound only says it came at all.
+        assert 0.8 < time.monotonic() - started < 9.0
         assert reply.startswith(b"HTTP/1.1 408 ")
     _until(lambda: server.open_connections == 0)
 

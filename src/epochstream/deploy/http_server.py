@@ -10,15 +10,18 @@ off the job's resources:
 - **Descriptors.** At most ``max_connections`` connections are open at once, never
   more than an eighth of the process's ``RLIMIT_NOFILE`` (:func:`connection_cap`): the
   rest of the descriptors stay with the job (checkpoints, slots, storage). The server
-  accepts itself, one connection at a time, and decides at once, so it holds at most
-  cap + 9 descriptors beyond the listening socket and its event loop's two.
+  accepts itself, one connection at a time, and decides at once or (a silent newcomer
+  over a cap) within 0.25 s, so it holds at most cap + 17 descriptors beyond the
+  listening socket and its event loop's two.
 - **Unauthenticated connections.** A connection is unauthenticated until one of its
   requests carried valid credentials (the handler says so). At most
-  ``max_unauthenticated`` of them are open. Over either cap, a newcomer that has sent
-  nothing yet is refused (a best-effort ``503``, then closed, which frees its
-  descriptor before the next accept); one whose request is already waiting, as an
-  honest client's is, takes the place of the oldest silent unauthenticated connection,
-  so a flood of silent connections cannot lock honest clients out.
+  ``max_unauthenticated`` of them are open. Over either cap, a newcomer whose request
+  is waiting, as an honest client's is, takes the place of the oldest silent
+  unauthenticated connection, so a flood of silent connections cannot lock honest
+  clients out; a newcomer that has sent nothing yet waits up to 0.25 s for its
+  request (an honest request may reach a loaded host a little after its connection;
+  at most 8 wait, a ninth refuses the oldest), then is refused (a best-effort ``503``,
+  then closed).
 - **Deadlines.** An unauthenticated connection must deliver its whole request (head
   and body) within ``head_timeout`` of connecting or of its last answer; trickling
   bytes buys nothing. Authenticated keep-alive connections get ``request_timeout``.
@@ -68,6 +71,11 @@ _PEER_GONE = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EINTR})
 _ACCEPTS_PER_WAKEUP = 64
 #: At most this many evicted connections wait to be closed (descriptors in flight).
 _MAX_CLOSING = 8
+#: Over a cap, at most this many silent newcomers wait up to _REQUEST_GRACE seconds for
+#: their request before the server decides: an honest client's request can arrive a few
+#: milliseconds after its connection is accepted (on a loaded host, always).
+_MAX_WAITING = 8
+_REQUEST_GRACE = 0.25
 _BACKOFF = 0.2
 _REASONS = {
     200: "OK", 302: "Found", 303: "See Other", 400: "Bad Request", 401: "Unauthorized",
@@ -228,6 +236,15 @@ class _Connection:
         self.task: asyncio.Task[None] | None = None
 
 
+@dataclass(frozen=True)
+class _Waiting:
+    """A newcomer over a cap that has not sent its request yet (see _wait_for_request)."""
+
+    sock: socket.socket
+    peer: str
+    timer: asyncio.TimerHandle
+
+
 class HttpServer:
     """Serves ``handler`` over HTTP/1.1 on its own thread, within :class:`HttpLimits`.
 
@@ -259,6 +276,9 @@ class HttpServer:
         self._paused = False
         #: Evicted connections whose sockets are not closed yet.
         self._closing = 0
+        #: Newcomers over a cap waiting for their request (see _wait_for_request), by fd,
+        #: oldest first.
+        self._waiting: dict[int, _Waiting] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -301,6 +321,11 @@ class HttpServer:
         finally:
             self._loop.remove_reader(self._listener.fileno())
             self._listener.close()
+            for fd, waiting in list(self._waiting.items()):
+                self._loop.remove_reader(fd)
+                waiting.timer.cancel()
+                waiting.sock.close()
+            self._waiting.clear()
             tasks = [c.task for c in self._connections.values() if c.task is not None]
             for task in tasks:
                 task.cancel()
@@ -343,23 +368,66 @@ class HttpServer:
         if self._stopped is not None and not self._stopped.is_set():
             self._loop.add_reader(self._listener.fileno(), self._accept)
 
-    def _admit(self, sock: socket.socket, peer: str) -> None:
+    def _over_cap(self) -> str | None:
+        """Why a newcomer cannot simply be admitted now; ``None`` when it can."""
+        if len(self._connections) >= self.max_connections:
+            return f"{self.max_connections} connections open"
         unauthenticated = sum(1 for c in self._connections.values() if not c.authenticated)
-        full = len(self._connections) >= self.max_connections
-        if full or unauthenticated >= self.max_unauthenticated:
-            reason = (
-                f"{self.max_connections} connections open"
-                if full
-                else f"{self.max_unauthenticated} connections not authenticated yet"
-            )
-            # A newcomer that has not sent a byte yet is refused (closing it frees its
-            # descriptor at once); one whose request is already waiting, as an honest
-            # client's is, takes the place of a silent one. An evicted connection holds
-            # its descriptor until its task unwinds (next loop iteration), so at most
-            # _MAX_CLOSING are on their way out: never more than cap + _MAX_CLOSING + 1.
-            if not _has_data(sock) or self._closing >= _MAX_CLOSING or not self._evict_one(reason):
-                self._refuse(sock, peer, reason)
-                return
+        if unauthenticated >= self.max_unauthenticated:
+            return f"{self.max_unauthenticated} connections not authenticated yet"
+        return None
+
+    def _admit(self, sock: socket.socket, peer: str) -> None:
+        reason = self._over_cap()
+        if reason is None:
+            self._open(sock, peer)
+        elif _has_data(sock):
+            self._take_a_place(sock, peer, reason)
+        else:
+            if len(self._waiting) >= _MAX_WAITING:
+                # The oldest waiter has had the longest to send its request.
+                self._decide(next(iter(self._waiting)), f"{reason}; newer connections waiting")
+            self._wait_for_request(sock, peer)
+
+    def _take_a_place(self, sock: socket.socket, peer: str, reason: str) -> None:
+        """A newcomer over a cap whose request is in its socket, as an honest client's
+        is, takes the place of a silent connection, or is refused (closing it frees its
+        descriptor at once). An evicted connection holds its descriptor until its task
+        unwinds (next loop iteration), so at most _MAX_CLOSING are on their way out:
+        never more than cap + _MAX_CLOSING + _MAX_WAITING + 1 descriptors."""
+        if self._closing >= _MAX_CLOSING or not self._evict_one(reason):
+            self._refuse(sock, peer, reason)
+            return
+        self._open(sock, peer)
+
+    def _wait_for_request(self, sock: socket.socket, peer: str) -> None:
+        """Decide about a silent newcomer over a cap once its request arrives or
+        _REQUEST_GRACE has passed, whichever is first (a flood's silent sockets are
+        refused then; an honest client's request has arrived by then)."""
+        fd = sock.fileno()
+        timer = self._loop.call_later(_REQUEST_GRACE, self._decide, fd, None)
+        self._waiting[fd] = _Waiting(sock, peer, timer)
+        self._loop.add_reader(fd, self._decide, fd, None)
+
+    def _decide(self, fd: int, refusal: str | None) -> None:
+        """Admit, place or refuse the waiting newcomer ``fd`` (refuse it: ``refusal``)."""
+        waiting = self._waiting.pop(fd, None)
+        if waiting is None:
+            return  # decided already (readable and timed out in one iteration)
+        self._loop.remove_reader(fd)
+        waiting.timer.cancel()
+        reason = self._over_cap()
+        if refusal is not None:
+            self._refuse(waiting.sock, waiting.peer, refusal)
+        elif reason is None:
+            self._open(waiting.sock, waiting.peer)
+        elif _has_data(waiting.sock):
+            self._take_a_place(waiting.sock, waiting.peer, reason)
+        else:
+            self._refuse(waiting.sock, waiting.peer, f"{reason}; no request within {_REQUEST_GRACE}s")
+
+    def _open(self, sock: socket.socket, peer: str) -> None:
+        """Serve ``sock`` as a connection of its own task."""
         sock.setblocking(False)
         conn = _Connection(sock, peer, self.limits.max_head)
         self._connections[id(conn)] = conn
