@@ -125,7 +125,9 @@ class FakeProducer:
 
 
 def ctx(subtask: int = 0, parallelism: int = 1, attempt: int = 0) -> SinkContext:
-    return SinkContext(subtask, parallelism, attempt=attempt, job_id="job12345xyz", checkpointing=True)
+    return SinkContext(
+        subtask, parallelism, attempt=attempt, job_id="job12345xyz", checkpointing=True
+    )
 
 
 def sink(**kw: Any) -> KafkaSink:
@@ -133,7 +135,9 @@ def sink(**kw: Any) -> KafkaSink:
     return KafkaSink("127.0.0.1:1", topic="out", **kw)
 
 
-def txn_writer(broker: FakeBroker, c: SinkContext | None = None, **kw: Any) -> KafkaTransactionalWriter:
+def txn_writer(
+    broker: FakeBroker, c: SinkContext | None = None, **kw: Any
+) -> KafkaTransactionalWriter:
     return KafkaTransactionalWriter(sink(**kw), c or ctx(), lambda tid: FakeProducer(broker, tid))
 
 
@@ -153,7 +157,9 @@ def test_one_transaction_per_checkpoint_committed_when_it_completes() -> None:
     w.notify_checkpoint_complete(1)
     assert broker.committed_values() == [b'{"n":1}', b'{"n":2}']
     entries = w.snapshot(2)
-    assert [e.transactional_id for e in entries if isinstance(e, PendingTxn)] == ["t-out-job12345-0-1"]
+    assert [e.transactional_id for e in entries if isinstance(e, PendingTxn)] == [
+        "t-out-job12345-0-1"
+    ]
     w.notify_checkpoint_complete(2)
     assert broker.committed_values() == [b'{"n":1}', b'{"n":2}', b'{"n":3}']
     w.close()
@@ -297,8 +303,13 @@ def test_none_flushes_only_at_end_of_input_but_still_raises_errors() -> None:
 
 
 def test_encoding_keys_topics_and_formats() -> None:
-    s = KafkaSink("h:1", topic_fn=lambda r: f"t{r[0]}", key_fn=lambda r: r[0], value_format="text",
-                  delivery="none")
+    s = KafkaSink(
+        "h:1",
+        topic_fn=lambda r: f"t{r[0]}",
+        key_fn=lambda r: r[0],
+        value_format="text",
+        delivery="none",
+    )
     assert s.encoder.encode((1, "x")) == ("t1", b"1", b"(1, 'x')")
     with pytest.raises(SinkError, match="value_format='bytes' needs bytes"):
         KafkaSink("h:1", topic="t", value_format="bytes", delivery="none").encoder.encode("s")

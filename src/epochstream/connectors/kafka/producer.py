@@ -110,7 +110,9 @@ class KafkaPythonProducer:
         try:
             self._producer = KafkaProducer(**config, **extra)
         except Exception as exc:
-            raise SinkError(f"KafkaSink: cannot create a producer ({transactional_id}): {exc}") from exc
+            raise SinkError(
+                f"KafkaSink: cannot create a producer ({transactional_id}): {exc}"
+            ) from exc
         self._error: SinkError | None = None
 
     def send(self, topic: str, key: bytes | None, value: bytes, record: Any) -> None:

@@ -110,7 +110,10 @@ class RecordEncoder:
                 retryable=False,
             ) from exc
         if not isinstance(topic, str) or not topic:
-            raise SinkError(f"KafkaSink: topic_fn gave {topic!r} for record {short_repr(record)}", retryable=False)
+            raise SinkError(
+                f"KafkaSink: topic_fn gave {topic!r} for record {short_repr(record)}",
+                retryable=False,
+            )
         return topic, key, value
 
 
@@ -146,7 +149,9 @@ def producer_config(bootstrap_servers: str, properties: dict[str, Any]) -> dict[
     """
     config = {name.replace(".", "_"): value for name, value in properties.items()}
     if "transactional_id" in config:
-        raise ConfigurationError("KafkaSink sets transactional ids itself: use transactional_id_prefix=")
+        raise ConfigurationError(
+            "KafkaSink sets transactional ids itself: use transactional_id_prefix="
+        )
     return {**config, "bootstrap_servers": bootstrap_servers}
 
 
@@ -175,7 +180,9 @@ class KafkaSink(Sink):
         properties: dict[str, Any] | None = None,
     ) -> None:
         if delivery not in DELIVERIES:
-            raise ConfigurationError(f"KafkaSink delivery must be one of {DELIVERIES}, got {delivery!r}")
+            raise ConfigurationError(
+                f"KafkaSink delivery must be one of {DELIVERIES}, got {delivery!r}"
+            )
         if delivery == "exactly_once" and not transactional_id_prefix:
             raise ConfigurationError(
                 "KafkaSink delivery='exactly_once' needs transactional_id_prefix= naming the job "
@@ -320,14 +327,20 @@ class TransactionRecovery:
         """Commit, abort; return the ``seq`` the subtask's own transactions start at."""
         for entry in entries:
             if not isinstance(entry, PendingTxn | IdRange):
-                raise SinkError(f"KafkaSink: cannot recover checkpoint entry {entry!r}", retryable=False)
+                raise SinkError(
+                    f"KafkaSink: cannot recover checkpoint entry {entry!r}", retryable=False
+                )
         pending = sorted(
             (e for e in entries if isinstance(e, PendingTxn) and self._mine(e.subtask)),
             key=lambda e: (e.subtask, e.seq),
         )
         for txn in pending:
             self.commit(txn)
-        starts = {e.namespace: e.next_seq for e in entries if isinstance(e, IdRange) and self._mine(e.subtask)}
+        starts = {
+            e.namespace: e.next_seq
+            for e in entries
+            if isinstance(e, IdRange) and self._mine(e.subtask)
+        }
         starts.setdefault(self._own, 0)
         own_start = 0
         # Commits come first: probing aborts, and a recorded transaction must not be.
@@ -442,7 +455,9 @@ class KafkaTransactionalWriter(TwoPhaseCommitSinkWriter[KafkaTxn]):
             txn.producer.close()
 
     def txn_handle(self, txn: KafkaTxn) -> PendingTxn:
-        return PendingTxn(txn.transactional_id, txn.producer_id, txn.epoch, self.ctx.subtask_index, txn.seq)
+        return PendingTxn(
+            txn.transactional_id, txn.producer_id, txn.epoch, self.ctx.subtask_index, txn.seq
+        )
 
     def close(self) -> None:
         """Abort the open transaction; leave pre-committed ones for a restore to commit
