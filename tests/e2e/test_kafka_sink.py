@@ -7,6 +7,9 @@
 2. A crash between a checkpoint's completion and the sink's commit (the writer
    SIGKILLs its own slot process right before its first commit): the restored job
    commits that transaction; nothing lost, nothing twice.
+3. The driver SIGKILLed (with its local slot processes) under ``epochstream run
+   --supervise`` while transactions are open or pre-committed: the resumed driver
+   commits and aborts as a restore does; the output is exact.
 
 Committed output is read by control markers (``kafka_server.read_committed``): Tansu's
 read_committed fetches also return records of aborted transactions.
@@ -16,7 +19,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -155,5 +162,67 @@ def test_crash_between_checkpoint_completion_and_commit_commits_exactly_once(
     assert result.restarts >= 1
     crashed_id = marker.read_text().strip()
     assert crashed_id.startswith(f"crash-{out_topic}-"), crashed_id
+    assert exactly_once_problems(_committed_rows(kafka_server, out_topic), expected) == []
+    assert kafka_server.read_open(out_topic, 2) == []
+
+
+SUPERVISED_JOB = Path(__file__).parent / "jobs" / "kafka_counting_job.py"
+SUPERVISED_EVENTS = 20_000
+
+
+def _completed_checkpoints(ckpt: Path) -> int:
+    """The highest completed checkpoint id under ``ckpt`` (retention keeps only the last)."""
+    return max((int(p.parent.name[4:]) for p in ckpt.glob("*/chk-*/_metadata")), default=0)
+
+
+def test_supervised_driver_sigkilled_with_transactions_pending_output_is_exact(
+    tmp_path: Path, kafka_server: Any
+) -> None:
+    out_topic = _topic("out")
+    kafka_server.create_topic(out_topic, partitions=2)
+    ckpt = tmp_path / "ckpt"
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", XDG_STATE_HOME=str(tmp_path / "state"))
+    supervisor = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "epochstream.cli",
+            "run",
+            "--supervise",
+            "--runner",
+            "local",
+            "--checkpoint-dir",
+            str(ckpt),
+            str(SUPERVISED_JOB),
+            kafka_server.bootstrap,
+            out_topic,
+            str(SUPERVISED_EVENTS),
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert supervisor.stderr is not None
+        line = supervisor.stderr.readline()
+        match = re.search(r"supervising driver pid (\d+)", line)
+        assert match, line
+        deadline = time.monotonic() + 60
+        while _completed_checkpoints(ckpt) < 2:
+            assert time.monotonic() < deadline, "two checkpoints did not complete within 60 s"
+            assert supervisor.poll() is None, "the job ended before the kill"
+            time.sleep(0.1)
+        # The driver and its slot processes die at once; a transaction is always open
+        # (the input is rate-limited), and pre-committed ones may await their commit.
+        os.killpg(int(match.group(1)), signal.SIGKILL)
+        _out, err = supervisor.communicate(timeout=120)
+    finally:
+        if supervisor.poll() is None:
+            os.killpg(supervisor.pid, signal.SIGKILL)
+            supervisor.wait(30)
+    assert supervisor.returncode == 0, (line + err)[-3000:]
+    assert "driver killed by SIGKILL; restarting it with --resume" in err
+    expected = {k: sum(1 for i in range(SUPERVISED_EVENTS) if i % 13 == k) for k in range(13)}
     assert exactly_once_problems(_committed_rows(kafka_server, out_topic), expected) == []
     assert kafka_server.read_open(out_topic, 2) == []
