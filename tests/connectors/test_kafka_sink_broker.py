@@ -133,3 +133,33 @@ def test_a_record_too_large_fails_without_restarts_naming_topic_and_record(
         assert info.value.suppress_restarts
     finally:
         w.close()
+
+
+def test_restore_at_lower_parallelism_aborts_ids_of_subtasks_that_are_gone(
+    kafka_server: Any,
+) -> None:
+    topic = _topic(kafka_server)
+    sink = _sink(kafka_server, topic)
+    entries: list[Any] = []
+    old = [
+        sink.create_writer(SinkContext(s, 2, attempt=0, job_id="rescale-1", checkpointing=True))
+        for s in (0, 1)
+    ]
+    for s, w in enumerate(old):
+        w.restore([])
+        w.write_batch([s])
+        entries += w.snapshot(1)
+    for s, w in enumerate(old):  # checkpoint 1 completed; both die mid-transaction
+        w.write_batch([10 + s])
+        w._current.txn.producer.flush()  # type: ignore[attr-defined]
+        w._current.txn.producer.close()  # type: ignore[attr-defined]
+        for t in w._pending[1]:  # type: ignore[attr-defined]
+            t.txn.producer.close()
+    assert len(kafka_server.read_open(topic, 2)) == 4
+    new = sink.create_writer(SinkContext(0, 1, attempt=1, job_id="rescale-1", checkpointing=True))
+    try:
+        new.restore(entries)  # subtask 0 of 1 handles old subtasks 0 and 1
+    finally:
+        new.close()
+    assert _values(kafka_server, topic) == [0, 1]
+    assert kafka_server.read_open(topic, 2) == []

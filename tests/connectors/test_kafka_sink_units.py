@@ -41,6 +41,7 @@ class FakeBroker:
         self.plain: list[tuple[str, bytes | None, bytes]] = []
         self.next_pid = 1
         self.fail_next_send: BaseException | None = None
+        self.producers: list[FakeProducer] = []
 
     def init(self, tid: str) -> tuple[int, int]:
         state = self.ids.get(tid)
@@ -73,6 +74,7 @@ class FakeProducer:
         self.buffer: list[tuple[str, bytes | None, bytes]] = []
         self.closed = False
         self.error: SinkError | None = None
+        broker.producers.append(self)
 
     def send(self, topic: str, key: bytes | None, value: bytes, record: Any) -> None:
         assert not self.closed
@@ -318,3 +320,21 @@ def test_encoding_keys_topics_and_formats() -> None:
     with pytest.raises(ConfigurationError, match="exactly one of topic"):
         KafkaSink("h:1", delivery="none")
     assert sink(properties={"linger.ms": 5}).config["linger_ms"] == 5
+
+
+def test_every_producer_is_closed_once_its_transaction_ends() -> None:
+    broker = FakeBroker()
+    w = txn_writer(broker)
+    w.restore([])  # the probe's producer
+    w.write_batch([1])
+    entries = w.snapshot(1)
+    w.notify_checkpoint_complete(1)
+    w.write_batch([2])
+    w.snapshot(2)  # pre-committed, left for a restore
+    w.write_batch([3])  # open, aborted by close
+    w.close()
+    assert all(p.closed for p in broker.producers)
+    again = txn_writer(broker, ctx(attempt=1))
+    again.restore(entries)
+    again.close()
+    assert all(p.closed for p in broker.producers)
