@@ -27,10 +27,11 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KafkaServer", "read_committed", "read_open", "tansu_binary"]
+__all__ = ["KafkaServer", "read_committed", "read_open", "start_on_s3", "tansu_binary"]
 
 _START_TIMEOUT = 30.0
 _FETCH_BYTES = 4 << 20
@@ -157,6 +158,21 @@ class KafkaServer:
             self._proc = None
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def start_on_s3(s3_server: Any) -> KafkaServer:
+    """A started broker whose storage (topics, offsets, open transactions) is a fresh
+    bucket of ``s3_server`` (the suite's SeaweedFS), so it survives a broker restart."""
+    bucket = f"tansu-{uuid.uuid4().hex[:8]}"
+    s3_server.create_bucket(bucket)
+    env = {
+        "AWS_ENDPOINT": s3_server.endpoint,
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_ACCESS_KEY_ID": s3_server.access_key,
+        "AWS_SECRET_ACCESS_KEY": s3_server.secret_key,
+        "AWS_DEFAULT_REGION": s3_server.region,
+    }
+    return KafkaServer(storage=f"s3://{bucket}/", env=env).start()
 
 
 def read_committed(

