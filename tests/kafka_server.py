@@ -140,6 +140,13 @@ class KafkaServer:
             self._proc.wait(10)
         self._proc = None
 
+    def terminate(self) -> None:
+        """Stop the broker as a rolling restart does (SIGTERM, waiting for it to exit)."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            self._proc.wait(_START_TIMEOUT)
+        self._proc = None
+
     def restart(self) -> KafkaServer:
         """Kill and start again on the same port."""
         self.kill()

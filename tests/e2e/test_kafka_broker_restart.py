@@ -2,11 +2,21 @@
 
 Tansu with its ``s3://`` storage engine on the suite's SeaweedFS keeps topics, consumer
 offsets and open transactions across a restart. A bounded Kafka topic -> keyed running
-counts -> exactly-once ``KafkaSink`` runs with checkpoints every 0.5 s; after some
-checkpoints the broker is SIGKILLed, left down for a few seconds and started again on
-the same port and storage. The job must finish on its own (its restart strategy absorbs
-the outage), the committed output must hold every update exactly once and no
-transaction may be left open.
+counts -> exactly-once ``KafkaSink`` runs with checkpoints every 2 s; right after the
+second checkpoint completes (its commits in flight, the next transaction open and being
+written) the broker is stopped as a rolling restart stops it (SIGTERM), left down for a
+few seconds and started again on the same port and storage. The job must finish on its
+own (client retries or its restart strategy absorb the outage), the committed output
+must hold every update exactly once and no transaction may be left open.
+
+Why SIGTERM and not SIGKILL: Tansu 0.6's S3 engine is not atomic over a request, so a
+SIGKILL loses writes in flight that the clients then see acknowledged on their retry
+(measured: 3 of 10 runs of this job lost 14-271 updates, as a hole in a partition's
+offsets or a COMMIT marker on one partition of a transaction but not the other; a bare
+kafka-python producer whose ``commit_transaction`` is in flight shows it too, with no
+epochstream code involved). A Kafka broker appends a batch and its producer state in
+one log write and logs PrepareCommit before writing markers, so a process kill loses
+neither; docs/connectors.md lists this with the other Tansu differences.
 
 Committed output is read by control markers (``KafkaServer.read_committed``): Tansu's
 read_committed fetches also return records of aborted transactions.
@@ -35,6 +45,7 @@ pytestmark = [pytest.mark.slow]
 KEYS = 7
 EVENTS = 4_000
 DOWN_SECONDS = 3.0
+CHECKPOINT_INTERVAL = 2.0
 
 
 @pytest.fixture
@@ -64,13 +75,7 @@ def _produce(bootstrap: str, topic: str, n: int, partitions: int) -> dict[str, i
     return expected
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open defect: in about 3 of 6 runs the job ends with no restart and no error but "
-    "the committed output misses a run of updates (e.g. 279 of one key) written around "
-    "the broker kill; root cause (KafkaSink commit vs. Tansu S3 durability) not yet found",
-)
-def test_broker_restarted_mid_run_job_recovers_exactly_once(
+def test_broker_restarted_mid_run_the_job_recovers_exactly_once(
     tmp_path: Path, s3_broker: KafkaServer
 ) -> None:
     source_topic = f"in-{uuid.uuid4().hex[:10]}"
@@ -79,8 +84,10 @@ def test_broker_restarted_mid_run_job_recovers_exactly_once(
     s3_broker.create_topic(out_topic, partitions=2)
     expected = _produce(s3_broker.bootstrap, source_topic, EVENTS, 2)
 
-    env = es.Environment(parallelism=2, runner="local")
-    env.enable_checkpointing(0.5, storage=str(tmp_path / "ckpt"))
+    # Small source batches: a barrier waits behind at most one throttled batch, so
+    # checkpoints complete on their interval instead of at the end of the input.
+    env = es.Environment(parallelism=2, runner="local", batch_size=50)
+    env.enable_checkpointing(CHECKPOINT_INTERVAL, storage=str(tmp_path / "ckpt"))
     # Enough attempts, spaced by a second, to outlast a broker that is down for a
     # few seconds: the restart strategy, not luck, must carry the job through.
     env.set_restart_strategy(es.restart.fixed_delay(attempts=10, delay=1))
@@ -96,8 +103,8 @@ def test_broker_restarted_mid_run_job_recovers_exactly_once(
     (
         env.from_source(source)
         .uid("kafka-in")
-        # ~4 s per subtask at 500 records/s: the outage lands mid-run.
-        .map(Throttle(500))
+        # ~8 s per subtask at 250 records/s: the outage lands mid-run.
+        .map(Throttle(250))
         .uid("throttle")
         .map(lambda e: (e["k"], 1))
         .uid("ones")
@@ -111,9 +118,9 @@ def test_broker_restarted_mid_run_job_recovers_exactly_once(
     client = env.execute_async("kafka-broker-restart")
     try:
         client.wait_for_checkpoint(2, timeout=60)
-        assert not client.done, "the job finished before the broker was killed"
+        assert not client.done, "the job finished before the broker was stopped"
         port = s3_broker.port
-        s3_broker.kill()
+        s3_broker.terminate()
         time.sleep(DOWN_SECONDS)  # an outage, not a timing assertion
         s3_broker.start()
         assert s3_broker.port == port

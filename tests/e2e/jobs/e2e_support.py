@@ -71,7 +71,9 @@ class Throttle(es.MapFunction):
     """Identity map that holds each subtask to ``per_second`` records/s.
 
     Makes a bounded input last long enough for a failure to land mid-run; it is a
-    rate limit, not a timing assertion. The schedule restarts in every attempt.
+    rate limit, not a timing assertion. The schedule starts at the subtask's first
+    record (a slow source start must not be spent as a burst) and restarts in every
+    attempt.
 
     Example: ``ds.map(Throttle(2000))``
     """
@@ -86,10 +88,11 @@ class Throttle(es.MapFunction):
         self._n = 0
 
     def open(self, ctx: es.RuntimeContext) -> None:
-        self._t0 = time.monotonic()
         self._n = 0
 
     def map(self, value: Any) -> Any:
+        if self._n == 0:
+            self._t0 = time.monotonic()
         self._n += 1
         if self._n % self.CHECK_EVERY == 0:
             ahead = self._n / self.per_second - (time.monotonic() - self._t0)
