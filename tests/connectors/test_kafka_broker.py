@@ -6,9 +6,7 @@ kill/restart (with S3 storage, topics and offsets survive it)."""
 from __future__ import annotations
 
 import pickle
-import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,27 +16,15 @@ from epochstream.connectors.base import SourceContext
 from epochstream.connectors.kafka import KafkaSource
 from epochstream.connectors.kafka.client import ConfluentMetadata, client_config
 from epochstream.runtime.clock import ManualClock
-
-sys.path.insert(0, str(Path(__file__).parent.parent))
-try:
-    pass
-finally:
-    sys.path.pop(0)
+from kafka_server import start_on_s3, unique_topic
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
 
-def _topic() -> str:
-    return f"t-{uuid.uuid4().hex[:10]}"
-
-
-def _produce(bootstrap: str, topic: str, partition: int, values: list[bytes]) -> None:
+def _produce(broker: Any, topic: str, partition: int, values: list[bytes]) -> None:
     # linger: the values go out as one batch of several records (what Tansu's
     # ListOffsets gets wrong).
-    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 50})
-    for value in values:
-        producer.produce(topic, value=value, partition=partition)
-    assert producer.flush(30) == 0
+    broker.produce(topic, [(partition, v) for v in values], linger_ms=50)
 
 
 def _read_all(source: KafkaSource, splits: list[Any]) -> list[Any]:
@@ -56,10 +42,9 @@ def _read_all(source: KafkaSource, splits: list[Any]) -> list[Any]:
 
 
 def test_end_offsets_come_from_a_fetch_and_are_exact(kafka_server: Any) -> None:
-    topic = _topic()
-    kafka_server.create_topic(topic, partitions=3)
-    _produce(kafka_server.bootstrap, topic, 0, [b"%d" % i for i in range(25)])
-    _produce(kafka_server.bootstrap, topic, 1, [b"x"])
+    topic = kafka_server.new_topic(partitions=3)
+    _produce(kafka_server, topic, 0, [b"%d" % i for i in range(25)])
+    _produce(kafka_server, topic, 1, [b"x"])
     meta = ConfluentMetadata(client_config(kafka_server.bootstrap, {}))
     try:
         assert meta.partitions([topic, "no-such-topic"]) == {topic: 3}
@@ -71,34 +56,41 @@ def test_end_offsets_come_from_a_fetch_and_are_exact(kafka_server: Any) -> None:
 
 
 def test_bounded_latest_reads_exactly_what_was_there_at_the_start(kafka_server: Any) -> None:
-    topic = _topic()
-    kafka_server.create_topic(topic, partitions=2)
+    topic = kafka_server.new_topic(partitions=2)
     for p in (0, 1):
-        _produce(kafka_server.bootstrap, topic, p, [f"{p}-{i}".encode() for i in range(30)])
+        _produce(kafka_server, topic, p, [f"{p}-{i}".encode() for i in range(30)])
     source = KafkaSource(kafka_server.bootstrap, [topic], bounded="latest", value_format="text")
     splits = source.create_splits(1)
-    _produce(kafka_server.bootstrap, topic, 0, [b"after the start"])
-    assert sorted(_read_all(source, splits)) == sorted(f"{p}-{i}" for p in (0, 1) for i in range(30))
+    _produce(kafka_server, topic, 0, [b"after the start"])
+    assert sorted(_read_all(source, splits)) == sorted(
+        f"{p}-{i}" for p in (0, 1) for i in range(30)
+    )
 
 
 def test_starting_offsets_latest_and_explicit(kafka_server: Any) -> None:
-    topic = _topic()
-    kafka_server.create_topic(topic, partitions=1)
-    _produce(kafka_server.bootstrap, topic, 0, [b"old-%d" % i for i in range(5)])
-    latest = KafkaSource(kafka_server.bootstrap, [topic], starting_offsets="latest", value_format="text")
+    topic = kafka_server.new_topic(partitions=1)
+    _produce(kafka_server, topic, 0, [b"old-%d" % i for i in range(5)])
+    latest = KafkaSource(
+        kafka_server.bootstrap, [topic], starting_offsets="latest", value_format="text"
+    )
     splits = latest.create_splits(1)
     assert [s.next_offset for s in splits] == [5]
     explicit = KafkaSource(
-        kafka_server.bootstrap, [topic], starting_offsets={(topic, 0): 3}, bounded="latest", value_format="text"
+        kafka_server.bootstrap,
+        [topic],
+        starting_offsets={(topic, 0): 3},
+        bounded="latest",
+        value_format="text",
     )
     assert _read_all(explicit, explicit.create_splits(1)) == ["old-3", "old-4"]
 
 
-def test_a_restored_reader_resumes_at_its_snapshot_and_commits_to_the_group(kafka_server: Any) -> None:
-    topic, group = _topic(), f"g-{uuid.uuid4().hex[:8]}"
-    kafka_server.create_topic(topic, partitions=2)
+def test_a_restored_reader_resumes_at_its_snapshot_and_commits_to_the_group(
+    kafka_server: Any,
+) -> None:
+    topic, group = kafka_server.new_topic(partitions=2), unique_topic("g")
     for p in (0, 1):
-        _produce(kafka_server.bootstrap, topic, p, [b"%d" % (p * 100 + i) for i in range(50)])
+        _produce(kafka_server, topic, p, [b"%d" % (p * 100 + i) for i in range(50)])
     source = KafkaSource(kafka_server.bootstrap, [topic], group_id=group, value_format="json")
     reader = source.create_reader(SourceContext(0, 1, ManualClock()))
     reader.add_splits(source.create_splits(1))
@@ -111,13 +103,9 @@ def test_a_restored_reader_resumes_at_its_snapshot_and_commits_to_the_group(kafk
     reader.notify_checkpoint_complete(1)
     reader.close()
 
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": kafka_server.bootstrap, "group.id": group})
-    try:
-        committed = consumer.committed([confluent_kafka.TopicPartition(topic, p) for p in (0, 1)], timeout=30)
-    finally:
-        consumer.close()
+    committed = kafka_server.committed_offsets(group, topic, 2)
     # A partition not read yet (still at EARLIEST) has nothing to commit (-1001: none).
-    assert [tp.offset for tp in committed] == [s.next_offset if s.next_offset >= 0 else -1001 for s in state]
+    assert committed == [s.next_offset if s.next_offset >= 0 else -1001 for s in state]
     assert any(s.next_offset > 0 for s in state)
 
     resumed = source.create_reader(SourceContext(0, 1, ManualClock()))
@@ -128,19 +116,18 @@ def test_a_restored_reader_resumes_at_its_snapshot_and_commits_to_the_group(kafk
             seen += resumed.poll(1000)
     finally:
         resumed.close()
-    assert sorted(seen) == [p * 100 + i for p in (0, 1) for i in range(50)], "nothing twice, nothing lost"
+    assert sorted(seen) == [p * 100 + i for p in (0, 1) for i in range(50)], (
+        "nothing twice, nothing lost"
+    )
 
 
 def test_the_test_broker_restarts_on_its_port_and_s3_storage_keeps_topics(
     tmp_path: Path, s3_server: Any
 ) -> None:
-    from kafka_server import start_on_s3
-
     broker = start_on_s3(s3_server)
     try:
-        topic = _topic()
-        broker.create_topic(topic, partitions=1)
-        _produce(broker.bootstrap, topic, 0, [b"1", b"2", b"3"])
+        topic = broker.new_topic(partitions=1)
+        _produce(broker, topic, 0, [b"1", b"2", b"3"])
         port = broker.port
         broker.restart()
         assert broker.port == port
@@ -150,9 +137,10 @@ def test_the_test_broker_restarts_on_its_port_and_s3_storage_keeps_topics(
         broker.stop()
 
 
-def test_a_bounded_read_of_a_transactional_topic_ends_past_its_commit_marker(kafka_server: Any) -> None:
-    topic = _topic()
-    kafka_server.create_topic(topic, partitions=1)
+def test_a_bounded_read_of_a_transactional_topic_ends_past_its_commit_marker(
+    kafka_server: Any,
+) -> None:
+    topic = kafka_server.new_topic(partitions=1)
     producer = confluent_kafka.Producer(
         {"bootstrap.servers": kafka_server.bootstrap, "transactional.id": f"tx-{topic}"}
     )

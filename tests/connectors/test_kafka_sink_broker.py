@@ -7,8 +7,6 @@ Tansu's read_committed fetches also return aborted records)."""
 
 from __future__ import annotations
 
-import json
-import uuid
 from typing import Any
 
 import pytest
@@ -20,18 +18,12 @@ from epochstream.exceptions import SinkError
 pytest.importorskip("kafka")
 
 
-def _topic(kafka_server: Any, partitions: int = 2) -> str:
-    name = f"sink-{uuid.uuid4().hex[:10]}"
-    kafka_server.create_topic(name, partitions=partitions)
-    return name
-
-
 def _ctx(attempt: int = 0, job_id: str = "brokerjob-1") -> SinkContext:
     return SinkContext(0, 1, attempt=attempt, job_id=job_id, checkpointing=True)
 
 
 def _values(kafka_server: Any, topic: str) -> list[Any]:
-    return sorted(json.loads(v) for _, _, _, v in kafka_server.read_committed(topic, 2))
+    return sorted(kafka_server.read_committed_json(topic, 2))
 
 
 def _sink(kafka_server: Any, topic: str, **kw: Any) -> KafkaSink:
@@ -40,7 +32,7 @@ def _sink(kafka_server: Any, topic: str, **kw: Any) -> KafkaSink:
 
 
 def test_exactly_once_commits_when_the_checkpoint_completes(kafka_server: Any) -> None:
-    topic = _topic(kafka_server)
+    topic = kafka_server.new_topic("sink", partitions=2)
     w = _sink(kafka_server, topic).create_writer(_ctx())
     try:
         w.restore([])
@@ -60,7 +52,7 @@ def test_exactly_once_commits_when_the_checkpoint_completes(kafka_server: Any) -
 def test_restore_commits_the_pre_committed_transaction_and_aborts_the_rest(
     kafka_server: Any,
 ) -> None:
-    topic = _topic(kafka_server)
+    topic = kafka_server.new_topic("sink", partitions=2)
     sink = _sink(kafka_server, topic)
     crashed = sink.create_writer(_ctx())
     crashed.restore([])
@@ -94,7 +86,7 @@ def test_restore_commits_the_pre_committed_transaction_and_aborts_the_rest(
 
 
 def test_at_least_once_flushes_at_the_barrier(kafka_server: Any) -> None:
-    topic = _topic(kafka_server)
+    topic = kafka_server.new_topic("sink", partitions=2)
     w = _sink(kafka_server, topic, delivery="at_least_once").create_writer(_ctx())
     try:
         w.restore([])
@@ -106,7 +98,7 @@ def test_at_least_once_flushes_at_the_barrier(kafka_server: Any) -> None:
 
 
 def test_none_flushes_at_end_of_input(kafka_server: Any) -> None:
-    topic = _topic(kafka_server)
+    topic = kafka_server.new_topic("sink", partitions=2)
     w = _sink(kafka_server, topic, delivery="none").create_writer(_ctx())
     try:
         w.restore([])
@@ -120,7 +112,7 @@ def test_none_flushes_at_end_of_input(kafka_server: Any) -> None:
 def test_a_record_too_large_fails_without_restarts_naming_topic_and_record(
     kafka_server: Any,
 ) -> None:
-    topic = _topic(kafka_server)
+    topic = kafka_server.new_topic("sink", partitions=2)
     sink = KafkaSink(
         kafka_server.bootstrap, topic=topic, value_format="bytes", delivery="at_least_once"
     )
@@ -138,7 +130,7 @@ def test_a_record_too_large_fails_without_restarts_naming_topic_and_record(
 def test_restore_at_lower_parallelism_aborts_ids_of_subtasks_that_are_gone(
     kafka_server: Any,
 ) -> None:
-    topic = _topic(kafka_server)
+    topic = kafka_server.new_topic("sink", partitions=2)
     sink = _sink(kafka_server, topic)
     entries: list[Any] = []
     old = [

@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import json
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import pytest
 from e2e_support import Throttle, exactly_once_problems, run_with_slot_killed
 
 import epochstream as es
+from kafka_server import unique_topic
 
 pytest.importorskip("confluent_kafka")
 
@@ -32,26 +32,17 @@ BOUND = 2_000
 WAIT = 50.0  # seconds any wait for output may take
 
 
-def _topic(prefix: str = "t") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def _produce(bootstrap: str, topic: str, messages: list[tuple[int, bytes, int]]) -> None:
-    """``(partition, value, timestamp ms)`` messages, in order per partition."""
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for partition, value, ts in messages:
-        producer.produce(topic, value=value, partition=partition, timestamp=ts)
-        producer.poll(0)
-    assert producer.flush(30) == 0, "messages not delivered within 30 s"
-
-
 def _read_topic(bootstrap: str, topic: str, partitions: int, count: int) -> list[tuple[bytes, int]]:
     """Every message of ``topic`` (``count`` of them) as ``(value, timestamp)``: the oracle's input."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": _topic("oracle"), "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique_topic("oracle"),
+            "enable.auto.commit": False,
+        }
+    )
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         out: list[tuple[bytes, int]] = []
@@ -62,17 +53,6 @@ def _read_topic(bootstrap: str, topic: str, partitions: int, count: int) -> list
                 assert msg.error() is None, msg.error()
                 out.append((msg.value(), msg.timestamp()[1]))
         return out
-    finally:
-        consumer.close()
-
-
-def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
-        return [tp.offset for tp in found]
     finally:
         consumer.close()
 
@@ -120,9 +100,8 @@ def _timestamped_events(n: int, partitions: int) -> list[tuple[int, bytes, int]]
 def test_event_time_windows_over_four_partitions_survive_a_sigkill(
     spark: Any, tmp_path: Path, kafka_server: Any
 ) -> None:
-    topic, group, n = _topic("events"), _topic("group"), 20_000
-    kafka_server.create_topic(topic, partitions=4)
-    _produce(kafka_server.bootstrap, topic, _timestamped_events(n, 4))
+    topic, group, n = kafka_server.new_topic("events", 4), unique_topic("group"), 20_000
+    kafka_server.produce(topic, _timestamped_events(n, 4))
     out = tmp_path / "out"
     env = _env(spark, 2, tmp_path / "ckpt")
     source = es.sources.KafkaSource(
@@ -155,16 +134,15 @@ def test_event_time_windows_over_four_partitions_survive_a_sigkill(
     got = collections.Counter(tuple(r) for r in es.testing.read_committed(out))
     assert got == collections.Counter((start, w, c) for (start, w), c in oracle.items())
     # The final checkpoint's offsets reached the consumer group (monitoring sees no lag).
-    assert _committed(kafka_server.bootstrap, group, topic, 4) == [n // 4] * 4
+    assert kafka_server.committed_offsets(group, topic, 4) == [n // 4] * 4
 
 
 def test_bad_json_fails_the_job_naming_topic_partition_and_offset(
     spark: Any, tmp_path: Path, kafka_server: Any
 ) -> None:
-    topic = _topic("bad")
-    kafka_server.create_topic(topic, partitions=2)
+    topic = kafka_server.new_topic("bad", partitions=2)
     good = [(p, json.dumps({"i": i}).encode(), BASE + i) for i in range(10) for p in (0, 1)]
-    _produce(kafka_server.bootstrap, topic, [*good, (1, b'{"i": oops', BASE)])
+    kafka_server.produce(topic, [*good, (1, b'{"i": oops', BASE)])
     env = _env(spark, 2, tmp_path / "ckpt")
     source = es.sources.KafkaSource(
         kafka_server.bootstrap, [topic], bounded="latest", value_format="json"
@@ -177,13 +155,16 @@ def test_bad_json_fails_the_job_naming_topic_partition_and_offset(
     assert f"{topic}/1 at offset 10 as json" in err.value.cause, err.value.cause
 
 
-def test_bad_json_goes_to_the_dead_letter_output(spark: Any, tmp_path: Path, kafka_server: Any) -> None:
-    topic = _topic("dlq")
-    kafka_server.create_topic(topic, partitions=2)
+def test_bad_json_goes_to_the_dead_letter_output(
+    spark: Any, tmp_path: Path, kafka_server: Any
+) -> None:
+    topic = kafka_server.new_topic("dlq", partitions=2)
     good = [(i % 2, json.dumps({"i": i}).encode(), BASE + i) for i in range(40)]
-    _produce(kafka_server.bootstrap, topic, [*good, (0, b"not json", BASE), (1, b"\xff", BASE)])
+    kafka_server.produce(topic, [*good, (0, b"not json", BASE), (1, b"\xff", BASE)])
     env = _env(spark, 2, tmp_path / "ckpt")
-    source = es.sources.KafkaSource(kafka_server.bootstrap, [topic], bounded="latest", value_format="json")
+    source = es.sources.KafkaSource(
+        kafka_server.bootstrap, [topic], bounded="latest", value_format="json"
+    )
     records = env.from_source(source)
     records.map(lambda r: r["i"]).sink_to(es.sinks.FileSink(str(tmp_path / "out")))
     records.get_side_output(es.DEAD_LETTERS).map(
@@ -213,7 +194,9 @@ def _counts_job(env: es.Environment, source: es.sources.KafkaSource, out: Path) 
     )
 
 
-def _keyed(start: int, count: int, partitions: int, expected: collections.Counter[str]) -> list[tuple[int, bytes, int]]:
+def _keyed(
+    start: int, count: int, partitions: int, expected: collections.Counter[str]
+) -> list[tuple[int, bytes, int]]:
     messages = []
     for i in range(start, start + count):
         key = f"k{i * 7 % 9}"
@@ -238,10 +221,9 @@ def _wait_for_counts(out: Path, expected: collections.Counter[str]) -> None:
 def test_savepoint_at_parallelism_2_resumes_at_3_with_partitions_redistributed(
     spark: Any, tmp_path: Path, kafka_server: Any
 ) -> None:
-    topic, out, sp = _topic("rescale"), tmp_path / "out", tmp_path / "sp"
-    kafka_server.create_topic(topic, partitions=5)
+    topic, out, sp = kafka_server.new_topic("rescale", 5), tmp_path / "out", tmp_path / "sp"
     expected: collections.Counter[str] = collections.Counter()
-    _produce(kafka_server.bootstrap, topic, _keyed(0, 3_000, 5, expected))
+    kafka_server.produce(topic, _keyed(0, 3_000, 5, expected))
     source = es.sources.KafkaSource(kafka_server.bootstrap, [topic], value_format="json")
 
     first = _env(spark, 2, tmp_path / "ckpt")
@@ -254,13 +236,13 @@ def test_savepoint_at_parallelism_2_resumes_at_3_with_partitions_redistributed(
         if not client.done:
             client.cancel()
 
-    _produce(kafka_server.bootstrap, topic, _keyed(3_000, 2_000, 5, expected))
+    kafka_server.produce(topic, _keyed(3_000, 2_000, 5, expected))
     second = _env(spark, 3, tmp_path / "ckpt")
     _counts_job(second, source, out)
     client = second.execute_async("kafka-p3", from_savepoint=savepoint)
     try:
         _wait_for_counts(out, expected)
-        _produce(kafka_server.bootstrap, topic, _keyed(5_000, 500, 5, expected))
+        kafka_server.produce(topic, _keyed(5_000, 500, 5, expected))
         _wait_for_counts(out, expected)
         client.cancel(savepoint=str(sp))
     finally:
@@ -272,13 +254,13 @@ def test_savepoint_at_parallelism_2_resumes_at_3_with_partitions_redistributed(
 def test_a_topic_matching_the_pattern_is_discovered_while_the_job_runs(
     spark: Any, tmp_path: Path, kafka_server: Any
 ) -> None:
-    prefix = _topic("pat")
+    prefix = unique_topic("pat")
     first_topic, later_topic, out = f"{prefix}-a", f"{prefix}-b", tmp_path / "out"
     kafka_server.create_topic(first_topic, partitions=2)
     kafka_server.create_topic(f"x{prefix}-c", partitions=1)  # a whole-name match only
     expected: collections.Counter[str] = collections.Counter()
-    _produce(kafka_server.bootstrap, first_topic, _keyed(0, 500, 2, expected))
-    _produce(kafka_server.bootstrap, f"x{prefix}-c", _keyed(0, 50, 1, collections.Counter()))
+    kafka_server.produce(first_topic, _keyed(0, 500, 2, expected))
+    kafka_server.produce(f"x{prefix}-c", _keyed(0, 50, 1, collections.Counter()))
     source = es.sources.KafkaSource(
         kafka_server.bootstrap,
         topic_pattern=rf"{prefix}-.*",
@@ -291,7 +273,7 @@ def test_a_topic_matching_the_pattern_is_discovered_while_the_job_runs(
     try:
         _wait_for_counts(out, expected)
         kafka_server.create_topic(later_topic, partitions=3)
-        _produce(kafka_server.bootstrap, later_topic, _keyed(500, 600, 3, expected))
+        kafka_server.produce(later_topic, _keyed(500, 600, 3, expected))
         _wait_for_counts(out, expected)
     finally:
         client.cancel()
@@ -305,15 +287,18 @@ def _slow_batches(batch: Any) -> Any:
     return batch
 
 
-def test_columnar_json_keyed_sum_survives_a_sigkill(spark: Any, tmp_path: Path, kafka_server: Any) -> None:
+def test_columnar_json_keyed_sum_survives_a_sigkill(
+    spark: Any, tmp_path: Path, kafka_server: Any
+) -> None:
     import pyarrow as pa
 
-    topic, out, n, keys = _topic("columnar"), tmp_path / "out", 60_000, 50
-    kafka_server.create_topic(topic, partitions=4)
-    _produce(
-        kafka_server.bootstrap,
+    topic, out, n, keys = kafka_server.new_topic("columnar", 4), tmp_path / "out", 60_000, 50
+    kafka_server.produce(
         topic,
-        [(i % 4, json.dumps({"user": f"u{i % keys}", "amount": i % 97 + 1}).encode(), BASE + i) for i in range(n)],
+        [
+            (i % 4, json.dumps({"user": f"u{i % keys}", "amount": i % 97 + 1}).encode(), BASE + i)
+            for i in range(n)
+        ],
     )
     source = es.sources.KafkaSource(
         kafka_server.bootstrap,
@@ -350,12 +335,13 @@ def test_columnar_json_keyed_sum_survives_a_sigkill(spark: Any, tmp_path: Path, 
     assert {u: max(s) for u, s in sums.items()} == expected
 
 
-def test_an_idle_partition_does_not_hold_back_event_time(spark: Any, tmp_path: Path, kafka_server: Any) -> None:
-    topic, out = _topic("idle"), tmp_path / "out"
-    kafka_server.create_topic(topic, partitions=3)
+def test_an_idle_partition_does_not_hold_back_event_time(
+    spark: Any, tmp_path: Path, kafka_server: Any
+) -> None:
+    topic, out = kafka_server.new_topic("idle", partitions=3), tmp_path / "out"
     # Partitions 0 and 1 have events over three windows; partition 2 stays empty.
     events = [(i % 2, json.dumps({"w": "a"}).encode(), BASE + i * 100) for i in range(150)]
-    _produce(kafka_server.bootstrap, topic, events)
+    kafka_server.produce(topic, events)
     source = es.sources.KafkaSource(kafka_server.bootstrap, [topic], value_format="json")
     # Idleness well above the time to the first fetch of every partition: a partition
     # idle before its first records would let the watermark pass them (they would be late).

@@ -17,14 +17,13 @@ read_committed fetches also return records of aborted transactions.
 
 from __future__ import annotations
 
-import json
+import collections
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -43,23 +42,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 KEYS = 7
 
 
-def _topic(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def _produce(bootstrap: str, topic: str, n: int, partitions: int) -> dict[str, int]:
+def _produce(kafka_server: Any, topic: str, n: int, partitions: int) -> dict[str, int]:
     """``n`` JSON events ``{"k": key}`` over ``partitions``; returns the count per key."""
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    expected: dict[str, int] = {}
-    for i in range(n):
-        key = f"k{(i * 13) % KEYS}"
-        expected[key] = expected.get(key, 0) + 1
-        producer.produce(topic, value=json.dumps({"k": key}).encode(), partition=i % partitions)
-        producer.poll(0)
-    assert producer.flush(30) == 0, "messages not delivered within 30 s"
-    return expected
+    events = [{"k": f"k{(i * 13) % KEYS}"} for i in range(n)]
+    kafka_server.produce_json(topic, events, partitions=partitions)
+    return dict(collections.Counter(e["k"] for e in events))
 
 
 def _env(spark: Any, ckpt: Path) -> es.Environment:
@@ -88,17 +75,12 @@ def _running_counts(
     )
 
 
-def _committed_rows(kafka_server: Any, topic: str) -> list[Any]:
-    return [json.loads(v) for _, _, _, v in kafka_server.read_committed(topic, 2)]
-
-
 def test_running_counts_to_kafka_exactly_once_through_a_sigkill(
     spark: Any, tmp_path: Path, kafka_server: Any
 ) -> None:
-    source_topic, out_topic = _topic("in"), _topic("out")
-    kafka_server.create_topic(source_topic, partitions=2)
-    kafka_server.create_topic(out_topic, partitions=2)
-    expected = _produce(kafka_server.bootstrap, source_topic, 6_000, 2)
+    source_topic = kafka_server.new_topic("in", partitions=2)
+    out_topic = kafka_server.new_topic("out", partitions=2)
+    expected = _produce(kafka_server, source_topic, 6_000, 2)
     env = _env(spark, tmp_path / "ckpt")
     sink = es.sinks.KafkaSink(
         bootstrap_servers=kafka_server.bootstrap,
@@ -112,7 +94,7 @@ def test_running_counts_to_kafka_exactly_once_through_a_sigkill(
     result = run_with_slot_killed(env, "kafka-sink-crash", slot=1, after_checkpoints=2)
 
     assert result.restarts >= 1
-    assert exactly_once_problems(_committed_rows(kafka_server, out_topic), expected) == []
+    assert exactly_once_problems(kafka_server.read_committed_json(out_topic, 2), expected) == []
     assert kafka_server.read_open(out_topic, 2) == []  # the failed attempt's were aborted
 
 
@@ -148,10 +130,9 @@ class CrashingKafkaSink(KafkaSink):
 def test_crash_between_checkpoint_completion_and_commit_commits_exactly_once(
     spark: Any, tmp_path: Path, kafka_server: Any
 ) -> None:
-    source_topic, out_topic = _topic("in"), _topic("out")
-    kafka_server.create_topic(source_topic, partitions=2)
-    kafka_server.create_topic(out_topic, partitions=2)
-    expected = _produce(kafka_server.bootstrap, source_topic, 3_000, 2)
+    source_topic = kafka_server.new_topic("in", partitions=2)
+    out_topic = kafka_server.new_topic("out", partitions=2)
+    expected = _produce(kafka_server, source_topic, 3_000, 2)
     marker = tmp_path / "crashed"
     env = _env(spark, tmp_path / "ckpt")
     sink = CrashingKafkaSink(kafka_server.bootstrap, out_topic, str(marker))
@@ -162,7 +143,7 @@ def test_crash_between_checkpoint_completion_and_commit_commits_exactly_once(
     assert result.restarts >= 1
     crashed_id = marker.read_text().strip()
     assert crashed_id.startswith(f"crash-{out_topic}-"), crashed_id
-    assert exactly_once_problems(_committed_rows(kafka_server, out_topic), expected) == []
+    assert exactly_once_problems(kafka_server.read_committed_json(out_topic, 2), expected) == []
     assert kafka_server.read_open(out_topic, 2) == []
 
 
@@ -178,8 +159,7 @@ def _completed_checkpoints(ckpt: Path) -> int:
 def test_supervised_driver_sigkilled_with_transactions_pending_output_is_exact(
     tmp_path: Path, kafka_server: Any
 ) -> None:
-    out_topic = _topic("out")
-    kafka_server.create_topic(out_topic, partitions=2)
+    out_topic = kafka_server.new_topic("out", partitions=2)
     ckpt = tmp_path / "ckpt"
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", XDG_STATE_HOME=str(tmp_path / "state"))
     supervisor = subprocess.Popen(
@@ -224,5 +204,5 @@ def test_supervised_driver_sigkilled_with_transactions_pending_output_is_exact(
     assert supervisor.returncode == 0, (line + err)[-3000:]
     assert "driver killed by SIGKILL; restarting it with --resume" in err
     expected = {k: sum(1 for i in range(SUPERVISED_EVENTS) if i % 13 == k) for k in range(13)}
-    assert exactly_once_problems(_committed_rows(kafka_server, out_topic), expected) == []
+    assert exactly_once_problems(kafka_server.read_committed_json(out_topic, 2), expected) == []
     assert kafka_server.read_open(out_topic, 2) == []
