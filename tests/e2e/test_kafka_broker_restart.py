@@ -24,9 +24,8 @@ read_committed fetches also return records of aborted transactions.
 
 from __future__ import annotations
 
-import json
 import time
-import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,29 +59,14 @@ def s3_broker(s3_server: Any) -> Iterator[KafkaServer]:
         broker.stop()
 
 
-def _produce(bootstrap: str, topic: str, n: int, partitions: int) -> dict[str, int]:
-    """``n`` JSON events ``{"k": key}`` over ``partitions``; returns the count per key."""
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    expected: dict[str, int] = {}
-    for i in range(n):
-        key = f"k{(i * 13) % KEYS}"
-        expected[key] = expected.get(key, 0) + 1
-        producer.produce(topic, value=json.dumps({"k": key}).encode(), partition=i % partitions)
-        producer.poll(0)
-    assert producer.flush(30) == 0, "messages not delivered within 30 s"
-    return expected
-
-
 def test_broker_restarted_mid_run_the_job_recovers_exactly_once(
     tmp_path: Path, s3_broker: KafkaServer
 ) -> None:
-    source_topic = f"in-{uuid.uuid4().hex[:10]}"
-    out_topic = f"out-{uuid.uuid4().hex[:10]}"
-    s3_broker.create_topic(source_topic, partitions=2)
-    s3_broker.create_topic(out_topic, partitions=2)
-    expected = _produce(s3_broker.bootstrap, source_topic, EVENTS, 2)
+    source_topic = s3_broker.new_topic("in", partitions=2)
+    out_topic = s3_broker.new_topic("out", partitions=2)
+    keys = [f"k{(i * 13) % KEYS}" for i in range(EVENTS)]
+    s3_broker.produce_json(source_topic, ({"k": k} for k in keys), partitions=2)
+    expected = Counter(keys)
 
     # Small source batches: a barrier waits behind at most one throttled batch, so
     # checkpoints complete on their interval instead of at the end of the input.
@@ -132,6 +116,6 @@ def test_broker_restarted_mid_run_the_job_recovers_exactly_once(
     # The clients may ride out the outage by their own retries or the job may
     # restart: either is a recovery; what matters is that it ended and is exact.
     assert result.restarts <= 10
-    rows = [json.loads(v) for _, _, _, v in s3_broker.read_committed(out_topic, 2)]
+    rows = s3_broker.read_committed_json(out_topic, 2)
     assert exactly_once_problems(rows, expected) == []
     assert s3_broker.read_open(out_topic, 2) == []
