@@ -13,9 +13,7 @@ once with a message saying so otherwise). With ``--bounded`` it reads the input 
 its end as of the job's start, and then ends. Without it, it runs until Ctrl-C, which
 stops it with a savepoint (the sink commits everything the savepoint covers) that a
 later run continues from with ``--from-savepoint`` (unbounded; the savepoint's
-partitions have no end). With ``--runner local`` the slot processes get the Ctrl-C
-too and the job is cancelled without a savepoint; take one first with
-``epochstream cancel JOB_ID --savepoint DIR`` (``epochstream list`` shows the job).
+partitions have no end).
 
 Run it::
 
