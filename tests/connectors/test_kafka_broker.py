@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import epochstream as es
 from epochstream.connectors.base import SourceContext
 from epochstream.connectors.kafka import KafkaSource
 from epochstream.connectors.kafka.client import ConfluentMetadata, client_config
@@ -153,3 +154,15 @@ def test_a_bounded_read_of_a_transactional_topic_ends_past_its_commit_marker(
     splits = source.create_splits(1)
     assert [s.stop_offset for s in splits] == [6], "the end counts the commit marker"
     assert _read_all(source, splits) == [0, 1, 2, 3, 4]
+
+
+def test_a_job_reading_a_topic_that_does_not_exist_fails_at_once_naming_it(
+    kafka_server: Any,
+) -> None:
+    missing = unique_topic("typo")
+    env = es.Environment(parallelism=1, runner="local")
+    env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.1))
+    source = KafkaSource(kafka_server.bootstrap, [missing], bounded="latest")
+    env.from_source(source).sink_to(es.sinks.DiscardSink())
+    with pytest.raises(es.ConfigurationError, match=rf"\['{missing}'\] do not exist"):
+        env.execute("kafka-missing-topic")

@@ -184,6 +184,17 @@ def test_enumerator_starts_every_partition_at_earliest_and_pushes() -> None:
     assert enum.snapshot() == [("bids", 0), ("bids", 1), ("bids", 2)]
 
 
+def test_a_named_topic_that_does_not_exist_fails_at_once_naming_it() -> None:
+    log = _log(2)
+    src = es.sources.KafkaSource("127.0.0.1:9092", ["bids", "bds"])
+    enum = KafkaPartitionEnumerator(src, 1, None, lambda: FakeMetadata(log))
+    with pytest.raises(es.ConfigurationError, match=r"\['bds'\] do not exist on 127.0.0.1:9092"):
+        enum.initial_splits()
+    # A pattern matching nothing yet is no error: its topics are discovered later.
+    pattern = es.sources.KafkaSource("127.0.0.1:9092", topic_pattern=r"asks-.*")
+    assert KafkaPartitionEnumerator(pattern, 1, None, lambda: FakeMetadata(log)).initial_splits() == []
+
+
 def test_enumerator_resolves_latest_explicit_and_timestamp_offsets() -> None:
     log = _log(2, per=5)
     meta = FakeMetadata(log)

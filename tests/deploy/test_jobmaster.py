@@ -29,6 +29,8 @@ from jobmaster_support import (
 )
 
 import epochstream as es
+from epochstream.connectors.kafka.client import KafkaClientError
+from epochstream.deploy import jobmaster as jobmaster_module
 from epochstream.deploy.client import JobClient
 from epochstream.deploy.jobmaster import JobMaster, Phase
 from epochstream.deploy.runners import OnExit
@@ -144,6 +146,51 @@ def test_a_start_error_that_says_restarting_cannot_help_ends_the_job_at_once(
 
     assert info.value.restarts == 0 and runner.tries == 1
     assert "not recoverable by restarting" in str(info.value)
+
+
+class _EnumerationFails:
+    """Makes the first ``failures`` enumerators of a job master fail as a Kafka
+    enumerator does when its broker is not up yet."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, failures: int, error: Exception) -> None:
+        self.calls = 0
+        real = jobmaster_module.SourceEnumerators
+
+        def enumerators(*args: object) -> object:
+            self.calls += 1
+            if self.calls <= failures:
+                raise error
+            return real(*args)
+
+        monkeypatch.setattr(jobmaster_module, "SourceEnumerators", enumerators)
+
+
+def test_sources_that_cannot_list_their_splits_go_through_the_restart_strategy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = make_env(tmp_path)
+    env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.01))
+    sums_pipeline(env, env.from_collection(range(200)), tmp_path / "out")
+    outage = _EnumerationFails(monkeypatch, 2, KafkaClientError("Broker transport failure"))
+    runner = ThreadRunner(2)
+    result = JobMaster(env, env.job_graph("broker-late"), runner=runner).run()
+
+    assert result.restarts == 2 and outage.calls == 3 and runner.attempts == [3]
+    assert all("could not list its sources' splits" in f and "Broker transport failure" in f
+               for f in result.failures)
+    assert exactly_once_problems(es.testing.read_committed(tmp_path / "out"), 200) == []
+
+
+def test_a_source_misconfiguration_found_while_listing_splits_fails_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = make_env(tmp_path)
+    env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.01))
+    sums_pipeline(env, env.from_collection(range(20)), tmp_path / "out")
+    outage = _EnumerationFails(monkeypatch, 99, es.ConfigurationError("topic(s) ['bds'] do not exist"))
+    with pytest.raises(es.ConfigurationError, match="bds"):
+        JobMaster(env, env.job_graph("typo"), runner=ThreadRunner(2)).run()
+    assert outage.calls == 1
 
 
 def _reject_seven(i: int) -> int:

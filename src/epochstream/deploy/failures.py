@@ -61,6 +61,17 @@ class Failure:
             error=error,
         )
 
+    @classmethod
+    def enumeration_failed(cls, attempt: int, error: Exception) -> Failure:
+        """A source's split enumerator could not list its splits (a Kafka broker not
+        answering at the job's start, say): the restart strategy decides, as for a
+        reader that loses its broker, unless the error says restarting cannot help."""
+        return cls(
+            f"attempt {attempt} could not list its sources' splits: {error!r}",
+            suppress_restarts=bool(getattr(error, "suppress_restarts", False)),
+            error=error,
+        )
+
     @property
     def corrupt_checkpoint(self) -> CorruptStateError | None:
         """The restore error, when the attempt failed restoring a corrupt checkpoint."""

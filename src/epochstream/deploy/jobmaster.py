@@ -365,8 +365,14 @@ class JobMaster:
                 self._commits.commit(restored.checkpoint_id, restored.metadata)
             except Exception as exc:
                 return Failure(str(exc))
-        self._enumerators = SourceEnumerators(self.graph, restored)
-        deployments = task_deployments(self.graph, restored, self._enumerators.initial_assignment())
+        try:
+            self._enumerators = SourceEnumerators(self.graph, restored)
+            initial = self._enumerators.initial_assignment()
+        except ConfigurationError:
+            raise
+        except Exception as exc:  # a source's broker or store not answering yet
+            return Failure.enumeration_failed(attempt, exc)
+        deployments = task_deployments(self.graph, restored, initial)
         progress = AttemptProgress(
             attempt=attempt,
             parallelism=self.graph.parallelism,

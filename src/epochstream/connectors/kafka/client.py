@@ -40,6 +40,7 @@ __all__ = [
 #: Seconds a metadata or offset request may take before the job fails.
 TIMEOUT = 30.0
 _PARTITION_EOF = -191  # confluent_kafka.KafkaError._PARTITION_EOF
+_UNKNOWN_TOPIC = 3  # confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
 class KafkaClientError(EpochstreamError):
@@ -166,11 +167,16 @@ class ConfluentMetadata:
         except KafkaException as exc:
             raise KafkaClientError(f"Kafka metadata request failed: {exc}") from exc
         wanted = found.keys() if topics is None else [t for t in topics if t in found]
-        return {
-            t: len(found[t].partitions)
-            for t in wanted
-            if found[t].error is None and not t.startswith("__")
-        }
+        counts = {}
+        for t in wanted:
+            error = found[t].error
+            if error is not None and topics is not None and error.code() != _UNKNOWN_TOPIC:
+                # A topic that exists but has no leader yet (just created, a broker
+                # restarting): asking again later helps, so it is not "missing".
+                raise KafkaClientError(f"Kafka metadata of topic {t!r}: {error.str()}")
+            if error is None and not t.startswith("__"):
+                counts[t] = len(found[t].partitions)
+        return counts
 
     def start_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         from confluent_kafka import KafkaException, TopicPartition

@@ -1,7 +1,7 @@
 """The job master's half of the Kafka source: partitions become splits.
 
-At a fresh start the enumerator lists the topics (``topics``, or every topic matching
-``topic_pattern``), resolves where each partition starts (``starting_offsets``) and,
+At a fresh start the enumerator lists the topics (``topics``, all of which must exist,
+or every topic matching ``topic_pattern``), resolves where each partition starts (``starting_offsets``) and,
 for a bounded job, where it stops (the end offsets seen now). While an unbounded job
 runs it lists them again every ``discovery_interval`` seconds: new partitions of known
 topics and, with a pattern, new matching topics become splits, read from their start
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from epochstream.connectors.enumerators import SplitEnumerator
 from epochstream.connectors.kafka.client import KafkaClientError, Metadata
 from epochstream.connectors.kafka.splits import EARLIEST, KafkaPartitionSplit, StartAtTimestamp
+from epochstream.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from epochstream.connectors.kafka.source import KafkaSource
@@ -76,12 +77,27 @@ class KafkaPartitionEnumerator(SplitEnumerator):
         meta = self._connect()
         try:
             partitions = self._listed(meta)
+            if self._pattern is None:
+                self._check_topics_exist(partitions)
             starts = self._starts(meta, partitions)
             stops = meta.end_offsets(partitions) if self._source.bounded else {}
         finally:
             meta.close()
         self._known.update(partitions)
         return [KafkaPartitionSplit.of(t, p, starts[(t, p)], stops.get((t, p))) for t, p in partitions]
+
+    def _check_topics_exist(self, partitions: list[tuple[str, int]]) -> None:
+        # A named topic that is not there is a typo or a missing setup step far more
+        # often than a race with its creation: fail at once, as Flink's KafkaSource does,
+        # instead of reading nothing (a bounded job would end "successfully").
+        found = {t for t, _ in partitions}
+        missing = [t for t in self._source.topics if t not in found]
+        if missing:
+            raise ConfigurationError(
+                f"KafkaSource: topic(s) {missing} do not exist on "
+                f"{self._source.bootstrap_servers} (create them first, or use topic_pattern= "
+                "to read topics that appear while the job runs)"
+            )
 
     def _starts(self, meta: Metadata, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         spec = self._source.starting_offsets
