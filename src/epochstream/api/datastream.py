@@ -135,6 +135,7 @@ class _Transforms:
     # Provided by DataStream (its own partitioning) and KeyedStream (hash by key).
     _then: Callable[[str, str, Any], DataStream]
     _t: Transformation
+    _env: Environment
 
     @property
     def columnar(self) -> bool:
@@ -152,6 +153,27 @@ class _Transforms:
                 "Arrow record batches: use map_batches()/filter(expression), or call "
                 "to_rows() first"
             )
+
+    def sink_to(self, sink: Sink) -> DataStreamSink:
+        """Write the stream to ``sink`` (a KeyedStream's records go partitioned by key).
+
+        Example: ``ds.sink_to(es.sinks.FileSink("out/"))``
+        """
+        from epochstream.connectors.base import Sink as SinkBase
+
+        if not isinstance(sink, SinkBase):
+            raise ConfigurationError(
+                f"sink_to needs an epochstream Sink, got {type(sink).__name__}"
+            )
+        _check_sink_form(self, sink)
+        _check_sink_target(self, sink)
+        return DataStreamSink(self._env, self._then("sink", type(sink).__name__, sink)._t)
+
+    def print(self, prefix: str | None = None) -> DataStreamSink:
+        """Print every record to stdout (at-least-once). Example: ``ds.print()``."""
+        from epochstream.connectors.simple import PrintSink
+
+        return self.sink_to(PrintSink(prefix=prefix))
 
     def map(self, fn: Callable[[Any], Any] | MapFunction) -> DataStream:
         """Apply ``fn`` to every record. Example: ``ds.map(lambda w: (w, 1))``."""
@@ -406,25 +428,6 @@ class DataStream(_Named, _Transforms):
         out._partitioning = Partitioning(kind)
         return out
 
-    def sink_to(self, sink: Sink) -> DataStreamSink:
-        """Write the stream to ``sink``. Example: ``ds.sink_to(es.sinks.FileSink("out/"))``."""
-        from epochstream.connectors.base import Sink as SinkBase
-
-        if not isinstance(sink, SinkBase):
-            raise ConfigurationError(
-                f"sink_to needs an epochstream Sink, got {type(sink).__name__}"
-            )
-        _check_sink_form(self, sink)
-        _check_sink_target(self, sink)
-        t = self._add("sink", type(sink).__name__, sink, [self._edge()])
-        return DataStreamSink(self._env, t)
-
-    def print(self, prefix: str | None = None) -> DataStreamSink:
-        """Print every record to stdout (at-least-once). Example: ``ds.print()``."""
-        from epochstream.connectors.simple import PrintSink
-
-        return self.sink_to(PrintSink(prefix=prefix))
-
 
 class KeyedStream(_Named, _Transforms):
     """A stream partitioned by key; stateful operators on it keep state per key.
@@ -498,24 +501,6 @@ class KeyedStream(_Named, _Transforms):
         from epochstream.api.joins import IntervalJoin
 
         return IntervalJoin(self, other)
-
-    def sink_to(self, sink: Sink) -> DataStreamSink:
-        """Write the records, partitioned by key, to ``sink``. Example: ``keyed.sink_to(sink)``."""
-        from epochstream.connectors.base import Sink as SinkBase
-
-        if not isinstance(sink, SinkBase):
-            raise ConfigurationError(
-                f"sink_to needs an epochstream Sink, got {type(sink).__name__}"
-            )
-        _check_sink_form(self, sink)
-        _check_sink_target(self, sink)
-        return DataStreamSink(self._env, self._then("sink", type(sink).__name__, sink)._t)
-
-    def print(self, prefix: str | None = None) -> DataStreamSink:
-        """Print the records, partitioned by key. Example: ``keyed.print()``."""
-        from epochstream.connectors.simple import PrintSink
-
-        return self.sink_to(PrintSink(prefix=prefix))
 
     def reduce(self, fn: Callable[[Any, Any], Any] | ReduceFunction) -> DataStream:
         """Rolling reduce: keep one value per key and emit the updated value for every record.
