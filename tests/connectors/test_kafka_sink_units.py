@@ -17,6 +17,7 @@ from epochstream.connectors.kafka.sink import (
     KafkaSink,
     KafkaTransactionalWriter,
     PendingTxn,
+    RecordEncoder,
 )
 from epochstream.exceptions import ConfigurationError, SinkError
 
@@ -338,3 +339,26 @@ def test_every_producer_is_closed_once_its_transaction_ends() -> None:
     again.restore(entries)
     again.close()
     assert all(p.closed for p in broker.producers)
+
+
+def test_sink_arguments_that_cannot_work_are_refused_naming_them() -> None:
+    with pytest.raises(ConfigurationError, match="bootstrap_servers"):
+        KafkaSink(bootstrap_servers="", topic="out", transactional_id_prefix="p")
+    with pytest.raises(ConfigurationError, match="transactional_id_prefix must be a string"):
+        KafkaSink("h:1", "out", transactional_id_prefix=123)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="acks=0"):
+        KafkaSink("h:1", "out", delivery="at_least_once", properties={"acks": 0})
+
+
+def test_json_values_refuse_nan_naming_the_record() -> None:
+    encoder = RecordEncoder("out", None, None, "json")
+    with pytest.raises(SinkError, match=r"cannot encode record \{'x': nan\}") as err:
+        encoder.encode({"x": float("nan")})
+    assert err.value.suppress_restarts
+
+
+def test_equal_keys_encode_to_equal_bytes_whatever_their_insertion_order() -> None:
+    encoder = RecordEncoder("out", None, lambda r: r["k"], "json")
+    _, a, _ = encoder.encode({"k": {"x": 1, "y": 2}})
+    _, b, _ = encoder.encode({"k": {"y": 2, "x": 1}})
+    assert a == b == b'{"x":1,"y":2}'

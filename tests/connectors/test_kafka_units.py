@@ -190,6 +190,13 @@ def test_a_named_topic_that_does_not_exist_fails_at_once_naming_it() -> None:
     enum = KafkaPartitionEnumerator(src, 1, None, lambda: FakeMetadata(log))
     with pytest.raises(es.ConfigurationError, match=r"\['bds'\] do not exist on 127.0.0.1:9092"):
         enum.initial_splits()
+    offsets = es.sources.KafkaSource("127.0.0.1:9092", ["bids"], starting_offsets={("bids", 9): 0})
+    with pytest.raises(es.ConfigurationError, match=r"\[\('bids', 9\)\] that do not exist"):
+        KafkaPartitionEnumerator(offsets, 1, None, lambda: FakeMetadata(log)).initial_splits()
+    with pytest.raises(es.ConfigurationError, match=r"\['typo'\] that are not in topics"):
+        es.sources.KafkaSource("127.0.0.1:9092", ["bids"], starting_offsets={("typo", 0): 1})
+    with pytest.raises(es.ConfigurationError, match="starting_offsets"):
+        es.sources.KafkaSource("127.0.0.1:9092", ["bids"], starting_offsets={("bids", -1): 1})
     # A pattern matching nothing yet is no error: its topics are discovered later.
     pattern = es.sources.KafkaSource("127.0.0.1:9092", topic_pattern=r"asks-.*")
     assert KafkaPartitionEnumerator(pattern, 1, None, lambda: FakeMetadata(log)).initial_splits() == []
@@ -359,6 +366,20 @@ def test_row_formats() -> None:
         _source(value_format="avro")
 
 
+def test_a_tombstone_is_the_record_none_in_every_row_format() -> None:
+    msgs = _msgs([b'{"a": 1}', None])
+    assert RowDecoder("json").decode("t", 0, msgs, None) == ([{"a": 1}, None], msgs, None)
+    assert RowDecoder("text").decode("t", 0, msgs, None)[0] == ['{"a": 1}', None]
+    assert RowDecoder("bytes").decode("t", 0, msgs, None)[0] == [b'{"a": 1}', None]
+    assert RowDecoder(lambda b: b is None).decode("t", 0, msgs, None)[0] == [False, True]
+
+
+def test_a_callable_failing_on_a_tombstone_names_its_place() -> None:
+    records, _, error = RowDecoder(lambda b: b.decode()).decode("t", 3, _msgs([b"a", None]), None)
+    assert records == ["a"] and error is not None and error.offset == 1
+    assert "t/3 at offset 1" in str(error) and "null value (a tombstone)" in str(error)
+
+
 def test_columnar_json_decodes_a_fetch_into_declared_columns() -> None:
     import pyarrow as pa
 
@@ -383,6 +404,24 @@ def test_columnar_bad_values_are_found_one_by_one() -> None:
     batch, _, error = decoder.decode("t", 0, _msgs(values), None)
     assert batch.column("n").to_pylist() == [1]
     assert error is not None and error.offset == 1 and "t/0 at offset 1" in str(error)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [b'{"n": 1.5}', b'{"n": "5"}', b'{"n": true}', b'{"n": 99999999999999999999}', b'{"n": 1}{"n": 2}'],
+)
+def test_columnar_json_never_casts_a_value_to_fit(bad: bytes) -> None:
+    import pyarrow as pa
+
+    decoder = ColumnarDecoder("json", pa.schema([("n", pa.int64())]))
+    values: list[bytes | None] = [b'{"n": 1}', bad, b'{"n": 3}']
+    dead: list[Any] = []
+    batch, _, error = decoder.decode("t", 0, _msgs(values), dead.append)
+    assert error is None and batch.column("n").to_pylist() == [1, 3]
+    assert [d["offset"] for d in dead] == [1] and dead[0]["value"] == bad
+    batch, _, error = decoder.decode("t", 0, _msgs(values), None)
+    assert batch.column("n").to_pylist() == [1]
+    assert isinstance(error, SourceDecodeError) and error.offset == 1
 
 
 def test_columnar_text_and_config_errors() -> None:
@@ -505,3 +544,18 @@ def test_a_bounded_split_ends_when_the_consumer_passed_a_trailing_transaction_ma
     fetcher.positions_past[("bids", 0)] = 4
     assert reader.poll_splits(100) == [("bids/0", [], True, [])]
     assert reader.exhausted and [s.next_offset for s in reader.snapshot(1)] == [4]
+
+
+@pytest.mark.parametrize(
+    "owned", ["group.id", "enable.auto.commit", "auto.offset.reset", "bootstrap.servers"]
+)
+def test_settings_the_source_owns_are_refused_not_replaced(owned: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"sets '{owned}' itself"):
+        _source(properties={owned: "x"})
+
+
+def test_a_schema_without_columnar_is_refused() -> None:
+    import pyarrow as pa
+
+    with pytest.raises(ConfigurationError, match="schema= declares the columns"):
+        _source(value_format="json", schema=pa.schema([("n", pa.int64())]))

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from epochstream.exceptions import ConfigurationError, EpochstreamError
 
 __all__ = [
+    "SOURCE_OWNED",
     "ConfluentFetcher",
     "ConfluentMetadata",
     "Fetcher",
@@ -124,15 +125,29 @@ class Fetcher(Protocol):
     def close(self) -> None: ...
 
 
-def client_config(bootstrap_servers: str, properties: dict[str, Any], **fixed: Any) -> dict[str, Any]:
-    """librdkafka settings: the user's ``properties`` with ``bootstrap.servers`` and the
-    settings the source relies on (``fixed``, which the user cannot override)."""
-    for name in fixed:
-        if name in properties and properties[name] != fixed[name]:
+#: librdkafka settings the source sets itself, and why a user's value cannot apply.
+SOURCE_OWNED = {
+    "bootstrap.servers": "pass bootstrap_servers=",
+    "group.id": "pass group_id=",
+    "enable.auto.commit": "offsets go to the group only when a checkpoint completes",
+    "enable.auto.offset.store": "offsets go to the group only when a checkpoint completes",
+    "auto.offset.reset": "where a partition starts comes from starting_offsets and checkpoints",
+    "enable.partition.eof": "bounded reading relies on it",
+}
+
+
+def client_config(bootstrap_servers: str, properties: dict[str, Any]) -> dict[str, Any]:
+    """librdkafka settings: the user's ``properties`` and ``bootstrap.servers``; a
+    setting the source owns (:data:`SOURCE_OWNED`) is refused, never silently replaced.
+
+    Example: ``client_config("h:9092", {"fetch.min.bytes": 1024})``
+    """
+    for name, why in SOURCE_OWNED.items():
+        if name in properties:
             raise ConfigurationError(
-                f"KafkaSource sets {name!r}={fixed[name]!r} itself (got {properties[name]!r} in properties)"
+                f"KafkaSource sets {name!r} itself ({why}); remove it from properties"
             )
-    return {**properties, "bootstrap.servers": bootstrap_servers, **fixed}
+    return {**properties, "bootstrap.servers": bootstrap_servers}
 
 
 def _check(message: Any) -> None:
@@ -174,7 +189,8 @@ class ConfluentMetadata:
                 # A topic that exists but has no leader yet (just created, a broker
                 # restarting): asking again later helps, so it is not "missing".
                 raise KafkaClientError(f"Kafka metadata of topic {t!r}: {error.str()}")
-            if error is None and not t.startswith("__"):
+            # Internal topics (__consumer_offsets, __transaction_state) only when named.
+            if error is None and (topics is not None or not t.startswith("__")):
                 counts[t] = len(found[t].partitions)
         return counts
 

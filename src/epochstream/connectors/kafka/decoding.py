@@ -29,28 +29,45 @@ _EXCERPT = 200
 _FORMATS = ("bytes", "text", "json")
 
 
-def value_decoder(value_format: str | Callable[[bytes], Any]) -> Callable[[bytes], Any]:
-    """The function decoding one message value for ``value_format``."""
+def value_decoder(value_format: str | Callable[[bytes | None], Any]) -> Callable[[bytes | None], Any]:
+    """The function decoding one message value for ``value_format``.
+
+    A null value (a tombstone of a compacted topic) is the record ``None`` in every
+    built-in format; a callable gets ``None`` and decides.
+
+    Example: ``value_decoder("json")(b'{"a": 1}') == {"a": 1}``
+    """
     if callable(value_format):
         return value_format
     if value_format == "bytes":
-        return bytes
+        return _raw
     if value_format == "text":
         return _utf8
     if value_format == "json":
-        return json.loads
+        return _json
     raise ConfigurationError(
         f"KafkaSource value_format must be one of {', '.join(_FORMATS)} or a callable, got {value_format!r}"
     )
 
 
-def _utf8(value: bytes) -> str:
-    return value.decode("utf-8")
+def _raw(value: bytes | None) -> bytes | None:
+    return value
+
+
+def _utf8(value: bytes | None) -> str | None:
+    return None if value is None else value.decode("utf-8")
+
+
+def _json(value: bytes | None) -> Any:
+    return None if value is None else json.loads(value)
 
 
 def decode_error(topic: str, partition: int, offset: int, fmt: str, reason: str, value: Any) -> SourceDecodeError:
     """The error naming the message that did not decode (``path`` is ``"<topic>/<partition>"``)."""
-    shown = repr(value[:_EXCERPT]) + ("..." if value is not None and len(value) > _EXCERPT else "")
+    if value is None:
+        shown = "null value (a tombstone)"
+    else:
+        shown = repr(value[:_EXCERPT]) + ("..." if len(value) > _EXCERPT else "")
     return SourceDecodeError(
         f"cannot decode Kafka message {topic}/{partition} at offset {offset} as {fmt}: {reason}: {shown}",
         path=f"{topic}/{partition}",
@@ -68,7 +85,7 @@ class RowDecoder:
     Example: ``RowDecoder("json").decode("t", 0, msgs, None)  # ([{...}, ...], None)``
     """
 
-    def __init__(self, value_format: str | Callable[[bytes], Any]) -> None:
+    def __init__(self, value_format: str | Callable[[bytes | None], Any]) -> None:
         self._decode = value_decoder(value_format)
         self._name = value_format if isinstance(value_format, str) else getattr(
             value_format, "__qualname__", "a callable"
@@ -180,7 +197,20 @@ class ColumnarDecoder:
         ]
         return pa.RecordBatch.from_arrays([*columns, *meta], schema=self.schema)
 
-    def _json_columns(self, values: list[bytes]) -> list[Any] | None:
+    def _parse_options(self) -> Any:
+        import pyarrow.json as pj
+
+        # One parser for the whole fetch and for a single message alike, so a value
+        # decodes the same way on both paths: a field of another JSON type than the
+        # schema's (1.5 for an int64, "5" for a number, an int beyond int64) is an error,
+        # never a silent cast; fields the schema lacks are ignored, missing ones null.
+        return pj.ParseOptions(
+            explicit_schema=self._schema,
+            unexpected_field_behavior="ignore",
+            newlines_in_values=True,
+        )
+
+    def _json_columns(self, values: list[bytes | None]) -> list[Any] | None:
         """The whole fetch through one ``pyarrow.json`` read; None if any value is bad."""
         import io
 
@@ -193,12 +223,8 @@ class ColumnarDecoder:
             return None
         try:
             table = pj.read_json(
-                io.BytesIO(b"\n".join(values)),
-                parse_options=pj.ParseOptions(
-                    explicit_schema=self._schema,
-                    unexpected_field_behavior="ignore",
-                    newlines_in_values=True,
-                ),
+                io.BytesIO(b"\n".join(v for v in values if v is not None)),
+                parse_options=self._parse_options(),
             )
         except pa.ArrowInvalid:
             return None
@@ -209,37 +235,43 @@ class ColumnarDecoder:
     def _json_one_by_one(
         self, topic: str, partition: int, messages: list[Any], dead_letter: DeadLetter | None
     ) -> tuple[list[Any], list[Any], SourceDecodeError | None]:
-        import pyarrow as pa
+        import io
 
-        rows: list[dict[str, Any]] = []
+        import pyarrow as pa
+        import pyarrow.json as pj
+
+        options = self._parse_options()
+        tables: list[Any] = []
         kept: list[Any] = []
         error = None
         for m in messages:
             value = m.value()
             try:
-                row = json.loads(value)
-                if not isinstance(row, dict):
-                    raise ValueError(f"a JSON {type(row).__name__}, not an object")
-                # Type check by converting this row alone: a bad field names its message.
-                pa.RecordBatch.from_pylist([row], schema=self._schema)
-            except (ValueError, TypeError, pa.ArrowException) as exc:
+                if value is None:
+                    raise ValueError("a null value (a tombstone), not a JSON object")
+                table = pj.read_json(io.BytesIO(value), parse_options=options)
+                if table.num_rows != 1:
+                    raise ValueError(f"{table.num_rows} JSON objects in one message, not 1")
+            except (ValueError, pa.ArrowException) as exc:  # ArrowInvalid is a ValueError
                 reason = f"{type(exc).__name__}: {exc}"
                 if dead_letter is None:
                     error = decode_error(topic, partition, m.offset(), "json", reason, value)
                     break
                 dead_letter(_dead(topic, partition, m.offset(), reason, value))
                 continue
-            rows.append(row)
+            tables.append(table)
             kept.append(m)
-        batch = pa.RecordBatch.from_pylist(rows, schema=self._schema)
-        return kept, list(batch.columns), error
+        if not tables:
+            return kept, [pa.array([], f.type) for f in self._schema], error
+        table = pa.concat_tables(tables)
+        return kept, [table.column(f.name).combine_chunks() for f in self._schema], error
 
     def _value_column(
         self,
         topic: str,
         partition: int,
         messages: list[Any],
-        values: list[bytes],
+        values: list[bytes | None],
         dead_letter: DeadLetter | None,
     ) -> tuple[list[Any], list[Any], SourceDecodeError | None]:
         import pyarrow as pa

@@ -77,8 +77,7 @@ class KafkaPartitionEnumerator(SplitEnumerator):
         meta = self._connect()
         try:
             partitions = self._listed(meta)
-            if self._pattern is None:
-                self._check_topics_exist(partitions)
+            self._check_named_partitions_exist(partitions)
             starts = self._starts(meta, partitions)
             stops = meta.end_offsets(partitions) if self._source.bounded else {}
         finally:
@@ -86,7 +85,7 @@ class KafkaPartitionEnumerator(SplitEnumerator):
         self._known.update(partitions)
         return [KafkaPartitionSplit.of(t, p, starts[(t, p)], stops.get((t, p))) for t, p in partitions]
 
-    def _check_topics_exist(self, partitions: list[tuple[str, int]]) -> None:
+    def _check_named_partitions_exist(self, partitions: list[tuple[str, int]]) -> None:
         # A named topic that is not there is a typo or a missing setup step far more
         # often than a race with its creation: fail at once, as Flink's KafkaSource does,
         # instead of reading nothing (a bounded job would end "successfully").
@@ -98,6 +97,15 @@ class KafkaPartitionEnumerator(SplitEnumerator):
                 f"{self._source.bootstrap_servers} (create them first, or use topic_pattern= "
                 "to read topics that appear while the job runs)"
             )
+        spec = self._source.starting_offsets
+        if isinstance(spec, dict):
+            listed = set(partitions)
+            absent = sorted(tp for tp in spec if tp not in listed)
+            if absent:
+                raise ConfigurationError(
+                    f"KafkaSource starting_offsets names partition(s) {absent} that do not exist "
+                    f"on {self._source.bootstrap_servers}"
+                )
 
     def _starts(self, meta: Metadata, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         spec = self._source.starting_offsets

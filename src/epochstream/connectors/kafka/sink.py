@@ -121,7 +121,8 @@ def _encoder(value_format: str | Callable[[Any], bytes]) -> Callable[[Any], byte
     if callable(value_format):
         return value_format
     if value_format == "json":
-        return lambda r: json.dumps(r, separators=(",", ":")).encode()
+        # NaN and Infinity are not JSON: a consumer's parser would reject the record.
+        return lambda r: json.dumps(r, separators=(",", ":"), allow_nan=False).encode()
     if value_format == "text":
         return lambda r: str(r).encode()
     return _as_bytes
@@ -138,7 +139,9 @@ def _key_bytes(key: Any) -> bytes | None:
         return key
     if isinstance(key, str):
         return key.encode()
-    return json.dumps(key, separators=(",", ":")).encode()
+    # Sorted: equal dict keys built in another order must give the same bytes, hence
+    # the same partition.
+    return json.dumps(key, separators=(",", ":"), sort_keys=True).encode()
 
 
 def producer_config(bootstrap_servers: str, properties: dict[str, Any]) -> dict[str, Any]:
@@ -179,9 +182,17 @@ class KafkaSink(Sink):
         transactional_id_prefix: str | None = None,
         properties: dict[str, Any] | None = None,
     ) -> None:
+        if not bootstrap_servers or not isinstance(bootstrap_servers, str):
+            raise ConfigurationError(
+                f"KafkaSink bootstrap_servers must be 'host:port,...', got {bootstrap_servers!r}"
+            )
         if delivery not in DELIVERIES:
             raise ConfigurationError(
                 f"KafkaSink delivery must be one of {DELIVERIES}, got {delivery!r}"
+            )
+        if transactional_id_prefix is not None and not isinstance(transactional_id_prefix, str):
+            raise ConfigurationError(
+                f"KafkaSink transactional_id_prefix must be a string, got {transactional_id_prefix!r}"
             )
         if delivery == "exactly_once" and not transactional_id_prefix:
             raise ConfigurationError(
@@ -198,6 +209,11 @@ class KafkaSink(Sink):
             self.config.setdefault("transaction_timeout_ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
         elif delivery == "at_least_once":
             self.config.setdefault("acks", "all")
+            if str(self.config["acks"]) == "0":
+                raise ConfigurationError(
+                    "KafkaSink delivery='at_least_once' cannot use acks=0: the broker would "
+                    "acknowledge nothing, so a flush could not know a record arrived"
+                )
         self.transactional = delivery == "exactly_once"
 
     def exclusive_target(self) -> str | None:

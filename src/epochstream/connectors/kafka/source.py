@@ -92,7 +92,7 @@ class KafkaSource(Source):
         group_id: str | None = None,
         starting_offsets: StartingOffsets = "earliest",
         bounded: str | None = None,
-        value_format: str | Callable[[bytes], Any] = "bytes",
+        value_format: str | Callable[[bytes | None], Any] = "bytes",
         columnar: bool = False,
         schema: Any = None,
         properties: dict[str, Any] | None = None,
@@ -114,6 +114,13 @@ class KafkaSource(Source):
         if bounded not in (None, "latest"):
             raise ConfigurationError(f"KafkaSource bounded must be None or 'latest', got {bounded!r}")
         _check_starting_offsets(starting_offsets)
+        if isinstance(starting_offsets, dict) and topics is not None:
+            strangers = sorted({t for t, _ in starting_offsets} - set(topics))
+            if strangers:
+                raise ConfigurationError(
+                    f"KafkaSource starting_offsets names topic(s) {strangers} that are not in "
+                    f"topics={topics!r}"
+                )
         if discovery_interval <= 0:
             raise ConfigurationError(f"KafkaSource discovery_interval must be > 0, got {discovery_interval}")
         self.bootstrap_servers = bootstrap_servers
@@ -125,6 +132,12 @@ class KafkaSource(Source):
         self.value_format = value_format
         self.columnar = columnar
         self.properties = dict(properties or {})
+        client_config(bootstrap_servers, self.properties)  # refuses settings the source owns
+        if schema is not None and not columnar:
+            raise ConfigurationError(
+                "KafkaSource schema= declares the columns of columnar=True batches; row mode "
+                "decodes each value with value_format (a callable can build typed records)"
+            )
         self.discovery_interval = float(discovery_interval)
         # Fail at build time, in the driver, not in every slot.
         if columnar:
@@ -181,8 +194,8 @@ def _check_starting_offsets(spec: Any) -> None:
     if spec in ("earliest", "latest") or isinstance(spec, StartAtTimestamp):
         return
     if isinstance(spec, dict) and all(
-        isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], str) and isinstance(k[1], int)
-        and isinstance(v, int) and v >= 0
+        isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], str)
+        and isinstance(k[1], int) and k[1] >= 0 and isinstance(v, int) and v >= 0
         for k, v in spec.items()
     ):
         return
