@@ -55,7 +55,7 @@ BATCH = 1024
 def _measure(events: int) -> dict[str, float]:
     """One run in this process: ns per event, split by stage."""
     import epochstream as es
-    from epochstream.runtime.events import END_OF_INPUT
+    from epochstream.core.events import END_OF_INPUT
     from epochstream.runtime.messages import FinishSlot, TaskDeployment, TaskFinished
     from epochstream.runtime.outputs import Channel, RecordWriter
     from epochstream.runtime.snapshots import SnapshotExecutor

@@ -20,9 +20,9 @@ import time
 import numpy as np
 import pyarrow as pa
 
+from epochstream.core.events import MAX_WATERMARK
 from epochstream.graph.jobgraph import OperatorSpec
 from epochstream.graph.transformations import ColumnKey
-from epochstream.runtime.events import MAX_WATERMARK
 from epochstream.runtime.operators import OperatorContext, create_operator
 from epochstream.runtime.operators.columnar_sessions import SessionWindowSpec
 from epochstream.state.operator import OperatorStateStore

@@ -32,8 +32,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 from machine import machine_facts, machine_line  # noqa: E402
 
 import epochstream as es  # noqa: E402
+from epochstream.core.clock import SystemClock  # noqa: E402
 from epochstream.graph.jobgraph import OperatorSpec  # noqa: E402
-from epochstream.runtime.clock import SystemClock  # noqa: E402
 from epochstream.runtime.operators import OperatorContext, create_operator  # noqa: E402
 from epochstream.runtime.operators.dedup import DedupSpec  # noqa: E402
 from epochstream.state.backends.base import KeyedBackendContext  # noqa: E402

@@ -46,8 +46,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 
 _RUN = r"""
 import json, os, shutil, statistics, tempfile, time
-from epochstream.checkpoint.filesystems import storage_fs
-from epochstream.runtime.clock import SystemClock
+from epochstream.core.filesystems import storage_fs
+from epochstream.core.clock import SystemClock
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
 from epochstream.state.backends.heap import HeapStateBackend
 from epochstream.state.descriptors import (

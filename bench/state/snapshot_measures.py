@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from epochstream.checkpoint.filesystems import storage_fs
-from epochstream.runtime.clock import SystemClock
+from epochstream.core.clock import SystemClock
+from epochstream.core.filesystems import storage_fs
 from epochstream.state.backends.base import (
     KeyedBackendContext,
     KeyedStateBackend,

@@ -78,6 +78,7 @@ from epochstream.api.windowing import (
 from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.checkpoint.metadata import CheckpointStats
 from epochstream.connectors.nexmark import NexmarkConfig, NexmarkSource, write_nexmark_files
+from epochstream.core.events import MAX_WATERMARK, MIN_WATERMARK
 from epochstream.deploy.client import JobClient
 from epochstream.exceptions import (
     AuthenticationError,
@@ -99,7 +100,6 @@ from epochstream.exceptions import (
     UntrustedStorageError,
     UserFunctionError,
 )
-from epochstream.runtime.events import MAX_WATERMARK, MIN_WATERMARK
 from epochstream.runtime.messages import TaskCheckpointStats
 from epochstream.state.descriptors import AggregateFunction
 

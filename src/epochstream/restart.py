@@ -17,7 +17,7 @@ Example::
 
 from __future__ import annotations
 
-from epochstream.deploy.restart import (
+from epochstream.core.restart import (
     RestartDecision,
     RestartStrategy,
     exponential_delay,

@@ -27,8 +27,8 @@ import tempfile
 from typing import Any
 
 from epochstream.api.functions import CheckpointListener, MapFunction, RuntimeContext
+from epochstream.core.clock import ManualClock
 from epochstream.exceptions import ConfigurationError, InjectedFailure
-from epochstream.runtime.clock import ManualClock
 
 __all__ = ["FailOnce", "FileClock", "ManualClock", "kill_slot", "read_committed"]
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from epochstream.checkpoint.filesystems import StorageFS
 from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats
+from epochstream.core.filesystems import StorageFS
 from epochstream.state.handles import OperatorSubtaskState
 
 #: ``storage_options`` of the S3 server (the ``s3_options`` fixture).

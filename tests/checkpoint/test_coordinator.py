@@ -8,8 +8,8 @@ import pytest
 from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.checkpoint.coordinator import CheckpointCoordinator
 from epochstream.checkpoint.storage import CheckpointStorage
+from epochstream.core.clock import ManualClock
 from epochstream.exceptions import CheckpointError, ConfigurationError
-from epochstream.runtime.clock import ManualClock
 from epochstream.runtime.messages import (
     AcknowledgeCheckpoint,
     DeclineCheckpoint,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from s3_storage_support import Options, files_under
 
-from epochstream.checkpoint.filesystems import normalize_location, storage_fs
+from epochstream.core.filesystems import normalize_location, storage_fs
 
 # ---------------------------------------------------------------- the StorageFS contract
 

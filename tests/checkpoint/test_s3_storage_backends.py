@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from s3_storage_support import MAX_P, Options, checkpoint_metadata, files_under
 
-from epochstream.checkpoint.filesystems import StorageFS, storage_fs
 from epochstream.checkpoint.metadata import KIND_SAVEPOINT
 from epochstream.checkpoint.storage import CheckpointStorage, load_metadata, write_metadata_file
+from epochstream.core.clock import ManualClock
+from epochstream.core.filesystems import StorageFS, storage_fs
 from epochstream.exceptions import CorruptStateError
-from epochstream.runtime.clock import ManualClock
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget, StateBackend
 from epochstream.state.backends.heap import HeapStateBackend
 from epochstream.state.backends.rocksdb import RocksDBStateBackend

@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 from s3_storage_support import Options, checkpoint_metadata
 
-from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.checkpoint.storage import (
     CheckpointStorage,
     find_completed_checkpoints,
     load_metadata,
     scan_checkpoints,
 )
+from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import CheckpointError, ConfigurationError
 
 # ---------------------------------------------------------------- CheckpointStorage on S3

@@ -16,12 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from epochstream._fs import trust_problem
-from epochstream.checkpoint.filesystems import (
-    check_trusted_location,
-    ensure_private_location,
-    storage_fs,
-)
 from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats
 from epochstream.checkpoint.storage import (
     CheckpointStorage,
@@ -29,6 +23,12 @@ from epochstream.checkpoint.storage import (
     scan_checkpoints,
     write_metadata_file,
 )
+from epochstream.core.filesystems import (
+    check_trusted_location,
+    ensure_private_location,
+    storage_fs,
+)
+from epochstream.core.private_files import trust_problem
 from epochstream.deploy.assignment import restore_candidates
 from epochstream.exceptions import UntrustedStorageError
 from epochstream.state.handles import OperatorSubtaskState

@@ -203,7 +203,7 @@ def test_scan_reports_corrupt_metadata_instead_of_raising(tmp_path) -> None:
 
 
 def test_discard_deletes_metadata_before_the_state_files(tmp_path, monkeypatch) -> None:
-    from epochstream.checkpoint.filesystems import LocalFS
+    from epochstream.core.filesystems import LocalFS
 
     storage = CheckpointStorage(str(tmp_path), "j")
     directory = storage.checkpoint_dir(1)
@@ -229,8 +229,8 @@ def test_discard_deletes_metadata_before_the_state_files(tmp_path, monkeypatch) 
 
 
 def test_probe_and_metadata_reads_on_unreachable_storage(tmp_path, monkeypatch) -> None:
-    from epochstream.checkpoint import faults
     from epochstream.checkpoint import storage as storage_module
+    from epochstream.core import storage_faults
     from epochstream.exceptions import StorageUnavailableError
 
     storage = CheckpointStorage(str(tmp_path / "ck"), "j")
@@ -239,7 +239,7 @@ def test_probe_and_metadata_reads_on_unreachable_storage(tmp_path, monkeypatch) 
     monkeypatch.setattr(
         storage_module,
         "READ_RETRY",
-        faults.StorageRetry(faults.Backoff(deadline=1.0), sleep=lambda s: None, clock=lambda: 0.0),
+        storage_faults.StorageRetry(storage_faults.Backoff(deadline=1.0), sleep=lambda s: None, clock=lambda: 0.0),
     )
     # The checkpoint location replaced by a regular file (its mount went away).
     os.rename(tmp_path / "ck", tmp_path / "away")
@@ -255,8 +255,8 @@ def test_probe_and_metadata_reads_on_unreachable_storage(tmp_path, monkeypatch) 
 def test_a_job_directory_whose_file_system_went_away_is_not_created_again(tmp_path) -> None:
     """Writing into a bare mount point would hide the checkpoint's earlier files once
     the file system is back: the write fails as an outage instead."""
-    from epochstream.checkpoint.faults import is_unavailable
-    from epochstream.checkpoint.filesystems import LocalFS
+    from epochstream.core.filesystems import LocalFS
+    from epochstream.core.storage_faults import is_unavailable
 
     storage = CheckpointStorage(str(tmp_path / "ckpt"), "j")
     storage.write_metadata(1, md("j", 1))  # makes the job directory, once
@@ -285,8 +285,8 @@ def test_probe_fails_while_storage_reads_but_takes_no_writes(tmp_path, monkeypat
     so it does not restart into the same failing checkpoint."""
     import errno
 
-    from epochstream.checkpoint.faults import is_unavailable
-    from epochstream.checkpoint.filesystems import LocalFS
+    from epochstream.core.filesystems import LocalFS
+    from epochstream.core.storage_faults import is_unavailable
 
     storage = CheckpointStorage(str(tmp_path), "j")
     storage.write_metadata(1, md("j", 1))
@@ -306,7 +306,7 @@ def test_probe_fails_while_storage_reads_but_takes_no_writes(tmp_path, monkeypat
 
 
 def test_probe_does_not_make_a_vanished_job_directory_again(tmp_path) -> None:
-    from epochstream.checkpoint.faults import is_unavailable
+    from epochstream.core.storage_faults import is_unavailable
 
     storage = CheckpointStorage(str(tmp_path / "ckpt"), "j")
     storage.write_metadata(1, md("j", 1))

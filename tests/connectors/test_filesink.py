@@ -13,8 +13,8 @@ import pytest
 from epochstream.connectors.base import SinkContext, SourceContext
 from epochstream.connectors.files import TextFileSource, TextFileSplit
 from epochstream.connectors.filesink import FileCommittable, FileSink, FileSinkWriter, RollingPolicy
+from epochstream.core.clock import ManualClock
 from epochstream.exceptions import ConfigurationError, SinkError
-from epochstream.runtime.clock import ManualClock
 
 JOB = "0123456789abcdef"
 

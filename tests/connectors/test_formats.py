@@ -14,8 +14,8 @@ import pytest
 
 from epochstream.connectors.base import SourceContext, SourceReader
 from epochstream.connectors.formats import FileSource, MonitoringFileEnumerator, ParquetSplit
+from epochstream.core.clock import ManualClock
 from epochstream.exceptions import ConfigurationError, SourceDecodeError
-from epochstream.runtime.clock import ManualClock
 
 
 def ctx(dead: list[Any] | None = None) -> SourceContext:

@@ -14,8 +14,8 @@ from epochstream.connectors.generators import (
     SequenceSource,
     SequenceSplit,
 )
+from epochstream.core.clock import ManualClock
 from epochstream.exceptions import ConfigurationError
-from epochstream.runtime.clock import ManualClock
 
 
 def ctx(clock: ManualClock | None = None, subtask: int = 0, parallelism: int = 1) -> SourceContext:

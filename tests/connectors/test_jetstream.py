@@ -16,8 +16,8 @@ from epochstream.connectors.jetstream import (
     JetStreamSplit,
     WriteAheadEntry,
 )
+from epochstream.core.clock import ManualClock
 from epochstream.exceptions import ConfigurationError, SinkError
-from epochstream.runtime.clock import ManualClock
 
 nats = pytest.importorskip("nats")
 

@@ -16,7 +16,7 @@ import epochstream as es
 from epochstream.connectors.base import SourceContext
 from epochstream.connectors.kafka import KafkaSource
 from epochstream.connectors.kafka.client import ConfluentMetadata, client_config
-from epochstream.runtime.clock import ManualClock
+from epochstream.core.clock import ManualClock
 from kafka_server import start_on_s3, unique_topic
 
 confluent_kafka = pytest.importorskip("confluent_kafka")

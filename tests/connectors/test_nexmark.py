@@ -20,7 +20,7 @@ from epochstream.connectors.nexmark_model import (
     PERSON_FIELDS,
     event_numbers,
 )
-from epochstream.runtime.clock import ManualClock
+from epochstream.core.clock import ManualClock
 
 CONFIG = es.NexmarkConfig(events=20_000, seed=11, events_per_second=1_000, out_of_order_group_size=500)
 

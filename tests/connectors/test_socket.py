@@ -11,8 +11,8 @@ import pytest
 
 from epochstream.connectors.base import SourceContext
 from epochstream.connectors.socket import SocketSplit, SocketTextSource
+from epochstream.core.clock import ManualClock
 from epochstream.exceptions import ConfigurationError, SourceDecodeError
-from epochstream.runtime.clock import ManualClock
 
 
 class LineServer:

@@ -10,8 +10,8 @@ import pytest
 
 from epochstream.connectors.base import SourceContext
 from epochstream.connectors.files import TextFileReader, TextFileSource, TextFileSplit
+from epochstream.core.clock import ManualClock
 from epochstream.exceptions import ConfigurationError, SourceDecodeError
-from epochstream.runtime.clock import ManualClock
 
 CONTENTS: dict[str, bytes] = {
     "plain": b"alpha\nbeta\ngamma\n",

@@ -9,9 +9,9 @@ import pytest
 import epochstream as es
 from epochstream.checkpoint.coordinator import CheckpointCoordinator
 from epochstream.checkpoint.pending import CompletedCheckpoint
+from epochstream.core.clock import ManualClock
 from epochstream.deploy.failures import Failure, FailureHandler
 from epochstream.exceptions import CorruptStateError, JobExecutionError
-from epochstream.runtime.clock import ManualClock
 
 
 class FakeCoordinator:

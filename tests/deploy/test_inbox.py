@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from epochstream.core.clock import SystemClock
 from epochstream.deploy.failures import Failure
 from epochstream.deploy.inbox import Inbox
 from epochstream.exceptions import JobCancelled
-from epochstream.runtime.clock import SystemClock
 from epochstream.runtime.messages import CancelSlot, RegisterSlot, SlotClosed, TaskFailed
 
 

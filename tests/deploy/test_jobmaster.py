@@ -30,12 +30,12 @@ from jobmaster_support import (
 
 import epochstream as es
 from epochstream.connectors.kafka.client import KafkaClientError
+from epochstream.core.clock import ManualClock
 from epochstream.deploy import jobmaster as jobmaster_module
 from epochstream.deploy.client import JobClient
 from epochstream.deploy.jobmaster import JobMaster, Phase
 from epochstream.deploy.runners import OnExit
 from epochstream.exceptions import JobExecutionError
-from epochstream.runtime.clock import ManualClock
 from epochstream.runtime.slot import SlotLaunch, run_slot
 
 pytestmark = JOBMASTER_MARKS

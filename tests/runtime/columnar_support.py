@@ -14,9 +14,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from epochstream.core.clock import ManualClock
 from epochstream.graph.jobgraph import OperatorSpec
 from epochstream.graph.transformations import ColumnKey
-from epochstream.runtime.clock import ManualClock
 from epochstream.runtime.operators import OperatorContext, create_operator
 from epochstream.state.operator import OperatorStateStore
 

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.core.clock import ManualClock
+from epochstream.core.filesystems import storage_fs
 from epochstream.graph.jobgraph import OperatorSpec
-from epochstream.runtime.clock import ManualClock
 from epochstream.runtime.operators import Operator, OperatorContext, create_operator
 from epochstream.state.backends.base import KeyedBackendContext, KeyedStateBackend, SnapshotTarget
 from epochstream.state.backends.heap import HeapStateBackend

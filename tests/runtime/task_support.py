@@ -28,14 +28,14 @@ from typing import Any, TypeVar
 
 import epochstream as es
 from epochstream.connectors.base import AtLeastOnceSinkWriter, Sink, SinkContext
-from epochstream.graph.jobgraph import ChainSpec, JobGraph
-from epochstream.runtime.batches import KeyedBatch, TimedBatch, split_item
-from epochstream.runtime.events import (
+from epochstream.core.events import (
     MAX_WATERMARK,
     CheckpointBarrier,
     CheckpointOptions,
     Watermark,
 )
+from epochstream.graph.jobgraph import ChainSpec, JobGraph
+from epochstream.runtime.batches import KeyedBatch, TimedBatch, split_item
 from epochstream.runtime.messages import FinishSlot, TaskDeployment, TaskFinished
 from epochstream.runtime.outputs import Channel, RecordWriter
 from epochstream.runtime.snapshots import SnapshotExecutor

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from epochstream.core.clock import ManualClock
 from epochstream.exceptions import CheckpointError, ConfigurationError
 from epochstream.runtime.barriers import (
     AbortAlignment,
@@ -16,7 +17,6 @@ from epochstream.runtime.barriers import (
     HandlerState,
     TriggerSnapshot,
 )
-from epochstream.runtime.clock import ManualClock
 
 
 def aligned(num_channels: int, clock: ManualClock | None = None) -> BarrierHandler:

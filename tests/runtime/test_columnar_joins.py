@@ -13,7 +13,7 @@ import pytest
 from columnar_support import MAX_P, Emitted, make_operator
 
 import epochstream as es
-from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError, StateError, UserFunctionError
 from epochstream.runtime.operators.columnar_joins import JoinSpec
 from epochstream.runtime.watermarks import WatermarkValve

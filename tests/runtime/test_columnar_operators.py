@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pytest
 from columnar_support import MAX_P, Emitted, make_operator
 
-from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import DataError, UserFunctionError
 from epochstream.runtime.operators.columnar import AggregateSpec, WindowAggregateSpec
 from epochstream.state.backends.base import SnapshotTarget

@@ -14,10 +14,10 @@ import pytest
 from columnar_support import MAX_P, Emitted, make_operator
 
 import epochstream as es
-from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.core.clock import ManualClock, wall_ms
+from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError, StateError
 from epochstream.graph.jobgraph import OperatorSpec
-from epochstream.runtime.clock import ManualClock, wall_ms
 from epochstream.runtime.operators import OperatorContext, create_operator
 from epochstream.runtime.operators.columnar import AggregateSpec, WindowAggregateSpec
 from epochstream.runtime.operators.columnar_sessions import SessionWindowSpec, merge_sessions

@@ -14,8 +14,8 @@ import epochstream as es
 from epochstream.connectors.base import SourceContext
 from epochstream.connectors.formats import FileSource
 from epochstream.connectors.generators import SequenceSource
+from epochstream.core.clock import ManualClock
 from epochstream.exceptions import ConfigurationError, DataError
-from epochstream.runtime.clock import ManualClock
 from epochstream.runtime.watermarks import TimestampsAndWatermarks
 
 

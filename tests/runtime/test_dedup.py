@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 import epochstream as es
-from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.core.clock import ManualClock
+from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, UserFunctionError
 from epochstream.graph.jobgraph import OperatorSpec
-from epochstream.runtime.clock import ManualClock
 from epochstream.runtime.operators import OperatorContext, create_operator
 from epochstream.runtime.operators.dedup import BLOOM, DeduplicateOperator, DedupSpec
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget

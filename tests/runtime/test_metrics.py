@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from epochstream.core.events import MAX_WATERMARK
 from epochstream.runtime.channels import InputGate
-from epochstream.runtime.events import MAX_WATERMARK
 from epochstream.runtime.messages import TaskCheckpointStats
 from epochstream.runtime.metrics import TaskMetrics, TaskSampler, WaitClock
 from epochstream.runtime.outputs import LocalChannel

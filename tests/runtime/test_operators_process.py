@@ -11,8 +11,8 @@ import pytest
 from operator_support import MAX_P, Backends, Emitted, first_field, make
 
 import epochstream as es
+from epochstream.core.clock import ManualClock
 from epochstream.exceptions import UserFunctionError
-from epochstream.runtime.clock import ManualClock
 from epochstream.runtime.operators import KeyedProcessOperator
 from epochstream.runtime.timers import TIMERS_STATE
 from epochstream.state.backends.base import KeyedBackendContext

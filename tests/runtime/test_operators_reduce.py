@@ -10,8 +10,8 @@ import pytest
 from operator_support import MAX_P, Backends, add_pairs, first_field, make
 
 import epochstream as es
+from epochstream.core.clock import ManualClock
 from epochstream.exceptions import UserFunctionError
-from epochstream.runtime.clock import ManualClock
 from epochstream.runtime.operators import ReduceOperator
 from epochstream.state.backends.base import KeyedBackendContext
 from epochstream.state.backends.heap import HeapKeyedStateBackend, HeapStateBackend

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from epochstream.core.events import END_OF_INPUT, CheckpointBarrier
 from epochstream.graph.transformations import Partitioning
 from epochstream.runtime.batches import KeyedBatch, TimedBatch, split_item
-from epochstream.runtime.events import END_OF_INPUT, CheckpointBarrier
 from epochstream.runtime.outputs import Channel, RecordWriter
 from epochstream.state.keygroups import key_group_for_key, operator_index_for_key_group
 

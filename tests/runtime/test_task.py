@@ -26,7 +26,7 @@ from task_support import (
     wait_for,
 )
 
-from epochstream.runtime.events import END_OF_INPUT
+from epochstream.core.events import END_OF_INPUT
 from epochstream.runtime.messages import (
     AcknowledgeCheckpoint,
     NotifyCheckpointAborted,

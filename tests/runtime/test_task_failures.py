@@ -20,8 +20,8 @@ from task_support import (
 )
 
 import epochstream as es
+from epochstream.core.events import END_OF_INPUT, EndOfInput
 from epochstream.exceptions import CorruptStateError, UserFunctionError
-from epochstream.runtime.events import END_OF_INPUT, EndOfInput
 from epochstream.runtime.messages import DeclineCheckpoint, FinishSlot, TaskFailed
 from epochstream.state.handles import HeapSnapshotHandle, HeapStateFile, OperatorRestore
 from epochstream.state.keygroups import key_group_for_key

@@ -25,9 +25,9 @@ from task_support import (
 )
 
 import epochstream as es
+from epochstream.core.clock import ManualClock
+from epochstream.core.events import END_OF_INPUT
 from epochstream.runtime.batches import KeyedBatch
-from epochstream.runtime.clock import ManualClock
-from epochstream.runtime.events import END_OF_INPUT
 from epochstream.runtime.messages import (
     AcknowledgeCheckpoint,
     FinishSlot,

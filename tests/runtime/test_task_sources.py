@@ -23,15 +23,15 @@ from task_support import (
 import epochstream as es
 from epochstream.connectors.base import SourceContext
 from epochstream.connectors.generators import CollectionReader, CollectionSource, CollectionSplit
-from epochstream.deploy.assignment import initial_splits
-from epochstream.graph.jobgraph import JobGraph
-from epochstream.runtime.channels import InputGate
-from epochstream.runtime.events import (
+from epochstream.core.events import (
     END_OF_INPUT,
     CheckpointBarrier,
     CheckpointOptions,
     WatermarkStatus,
 )
+from epochstream.deploy.assignment import initial_splits
+from epochstream.graph.jobgraph import JobGraph
+from epochstream.runtime.channels import InputGate
 from epochstream.runtime.messages import (
     AcknowledgeCheckpoint,
     AddSplits,

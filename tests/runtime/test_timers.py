@@ -10,8 +10,8 @@ import pytest
 
 import epochstream as es
 from epochstream.api.time import TimeDomain
-from epochstream.checkpoint.filesystems import storage_fs
-from epochstream.runtime.clock import ManualClock
+from epochstream.core.clock import ManualClock
+from epochstream.core.filesystems import storage_fs
 from epochstream.runtime.timers import TIMERS_STATE, InternalTimerService, TimerService
 from epochstream.state.backends.base import KeyedBackendContext, KeyedStateBackend, SnapshotTarget
 from epochstream.state.backends.heap import HeapStateBackend

@@ -9,7 +9,7 @@ import pytest
 
 import epochstream as es
 from epochstream.api.watermarks import BoundedOutOfOrdernessWatermarks
-from epochstream.runtime.events import MAX_WATERMARK, MIN_WATERMARK
+from epochstream.core.events import MAX_WATERMARK, MIN_WATERMARK
 from epochstream.runtime.watermarks import TimestampsAndWatermarks, WatermarkValve
 
 # ---------------------------------------------------------------- the input valve

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import epochstream as es
-from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.core.clock import ManualClock
+from epochstream.core.filesystems import storage_fs
 from epochstream.graph.jobgraph import OperatorSpec
-from epochstream.runtime.clock import ManualClock
 from epochstream.runtime.operators import OperatorContext, WindowOperator, create_operator
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
 from epochstream.state.backends.heap import HeapStateBackend

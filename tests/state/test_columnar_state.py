@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, CorruptStateError, DataError, StateError
 from epochstream.state.columnar import (
     STATE_KEY,

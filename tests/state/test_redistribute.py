@@ -5,9 +5,9 @@ from typing import Any
 
 import pytest
 
-from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.core.clock import ManualClock
+from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, StateError
-from epochstream.runtime.clock import ManualClock
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
 from epochstream.state.backends.heap import HeapKeyedStateBackend
 from epochstream.state.descriptors import MapStateDescriptor, ValueStateDescriptor

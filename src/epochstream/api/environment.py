@@ -22,11 +22,11 @@ from epochstream.api.result import JobResult
 from epochstream.api.time import to_millis
 from epochstream.api.watermarks import WatermarkStrategy
 from epochstream.checkpoint.config import CheckpointConfig
-from epochstream.deploy.restart import RestartStrategy, fixed_delay, none
+from epochstream.core.clock import Clock
+from epochstream.core.restart import RestartStrategy, fixed_delay, none
 from epochstream.exceptions import ConfigurationError
 from epochstream.graph.jobgraph import JobGraph, build_job_graph, stateful_without_uid
 from epochstream.graph.transformations import Edge, LogicalGraph
-from epochstream.runtime.clock import Clock
 from epochstream.state.backends.base import StateBackend
 from epochstream.state.backends.heap import HeapStateBackend
 from epochstream.state.keygroups import default_max_parallelism

@@ -31,8 +31,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from epochstream.api.time import to_millis
+from epochstream.core.events import MIN_WATERMARK
 from epochstream.exceptions import ConfigurationError
-from epochstream.runtime.events import MIN_WATERMARK
 
 __all__ = [
     "BoundedOutOfOrdernessWatermarks",

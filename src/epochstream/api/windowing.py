@@ -31,8 +31,8 @@ from epochstream.api.triggers import (
     Trigger,
     _NeverTrigger,
 )
+from epochstream.core.events import MAX_WATERMARK
 from epochstream.exceptions import ConfigurationError
-from epochstream.runtime.events import MAX_WATERMARK
 
 __all__ = [
     "EventTimeSessionWindows",

@@ -19,8 +19,8 @@ import logging
 import re
 from collections.abc import Callable
 
-from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.checkpoint.storage import CheckpointStorage
+from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import CheckpointError
 
 __all__ = ["StorageCleaner"]

@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from epochstream._fs import makedirs_private
-from epochstream.checkpoint.filesystems import normalize_location
+from epochstream.core.filesystems import normalize_location
+from epochstream.core.private_files import makedirs_private
 from epochstream.exceptions import ConfigurationError
 
 __all__ = [

@@ -42,16 +42,16 @@ from typing import Protocol
 from epochstream.checkpoint.cleanup import StorageCleaner
 from epochstream.checkpoint.completed import CompletedCheckpointStore
 from epochstream.checkpoint.config import CheckpointConfig
-from epochstream.checkpoint.faults import is_unavailable
-from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats, task_key_str
 from epochstream.checkpoint.outage import StorageOutage
 from epochstream.checkpoint.pending import CompletedCheckpoint, PendingCheckpoint, PendingState
 from epochstream.checkpoint.registry import SharedStateRegistry
 from epochstream.checkpoint.storage import CheckpointStorage, write_metadata_file
+from epochstream.core.clock import Clock
+from epochstream.core.events import CheckpointOptions
+from epochstream.core.filesystems import storage_fs
+from epochstream.core.storage_faults import is_unavailable
 from epochstream.exceptions import CheckpointError, ConfigurationError, StorageUnavailableError
-from epochstream.runtime.clock import Clock
-from epochstream.runtime.events import CheckpointOptions
 from epochstream.runtime.messages import AcknowledgeCheckpoint, DeclineCheckpoint, TaskKey
 
 __all__ = ["CheckpointCoordinator", "CompletedCheckpoint", "CoordinatorCallbacks", "PendingState"]

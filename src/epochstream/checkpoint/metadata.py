@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 import cloudpickle
 
-from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import CheckpointError
 from epochstream.runtime.messages import TaskCheckpointStats, TaskKey
 from epochstream.state.handles import (

@@ -2,7 +2,7 @@
 
 One :class:`StorageOutage` per job. It turns UNAVAILABLE when a checkpoint fails, or an
 attempt fails to restore, because storage could not be reached
-(:func:`~epochstream.checkpoint.faults.is_unavailable`), and AVAILABLE again when a
+(:func:`~epochstream.core.storage_faults.is_unavailable`), and AVAILABLE again when a
 checkpoint completes or a restore succeeds. While unavailable it logs "storage
 unavailable, retrying (since T, last error E)" when the outage starts and then at most
 once every ``log_every`` seconds (not once per retry), and :meth:`StorageOutage.status`

@@ -24,9 +24,9 @@ from epochstream.checkpoint.metadata import (
     CheckpointStats,
     task_key_str,
 )
+from epochstream.core.clock import Clock
+from epochstream.core.events import CheckpointOptions
 from epochstream.exceptions import CheckpointError
-from epochstream.runtime.clock import Clock
-from epochstream.runtime.events import CheckpointOptions
 from epochstream.runtime.messages import AcknowledgeCheckpoint, TaskCheckpointStats, TaskKey
 from epochstream.state.handles import OperatorSubtaskState
 

@@ -7,10 +7,10 @@
 A directory without ``_metadata`` is a pending, aborted or crashed checkpoint and is
 never restored from. ``_metadata`` holds pickles, so a local one is read only when it
 and every directory above it pass the shared-storage check
-(:func:`~epochstream.checkpoint.filesystems.check_trusted_location`), unless the caller
+(:func:`~epochstream.core.filesystems.check_trusted_location`), unless the caller
 passes ``trust_shared=True``. Directory ids also seed the coordinator's id counter, so ids stay
 monotonic across restarts of the job master. Every read and write goes through a
-:class:`~epochstream.checkpoint.filesystems.StorageFS`.
+:class:`~epochstream.core.filesystems.StorageFS`.
 
 Example::
 
@@ -29,15 +29,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from epochstream.checkpoint.faults import READ_RETRY, unavailable_or
-from epochstream.checkpoint.filesystems import (
+from epochstream.checkpoint.metadata import CheckpointMetadata
+from epochstream.core.filesystems import (
     StorageFS,
     check_trusted_location,
     ensure_private_location,
     normalize_location,
     storage_fs,
 )
-from epochstream.checkpoint.metadata import CheckpointMetadata
+from epochstream.core.storage_faults import READ_RETRY, unavailable_or
 from epochstream.exceptions import (
     CheckpointError,
     ConfigurationError,

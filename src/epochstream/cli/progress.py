@@ -24,10 +24,10 @@ from typing import Any, TextIO
 
 from epochstream.cli.common import fail, human_size
 from epochstream.cli.jobs import call_endpoint
+from epochstream.core.clock import Clock
 from epochstream.deploy.browser import open_in_browser
 from epochstream.deploy.registry import JobEntry, find_job, running_jobs
 from epochstream.exceptions import EpochstreamError
-from epochstream.runtime.clock import Clock
 
 __all__ = ["ProgressReporter", "add_status_command", "login_url", "progress_line"]
 

@@ -34,9 +34,9 @@ from epochstream.api.environment import set_overrides
 from epochstream.cli.common import fail
 from epochstream.cli.progress import ProgressReporter
 from epochstream.cli.snapshots import add_trust_flag
+from epochstream.core.clock import SystemClock
 from epochstream.deploy.runners import RunnerLost
 from epochstream.exceptions import EpochstreamError, JobCancelled
-from epochstream.runtime.clock import SystemClock
 
 __all__ = ["LOST", "add_run_command", "supervise"]
 

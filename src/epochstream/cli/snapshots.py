@@ -20,10 +20,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.checkpoint.storage import CheckpointEntry, scan_checkpoints
 from epochstream.cli.common import fail, human_size, utc
+from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import EpochstreamError
 from epochstream.state.handles import KeyedStateHandle
 

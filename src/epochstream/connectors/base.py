@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from epochstream.connectors.enumerators import SplitEnumerator, StaticSplitEnumerator
-from epochstream.runtime.clock import Clock
+from epochstream.core.clock import Clock
 
 __all__ = [
     "AtLeastOnceSinkWriter",

@@ -55,9 +55,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from epochstream._fs import fsync_directory
 from epochstream.connectors.base import Sink, SinkContext
 from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter
+from epochstream.core.private_files import fsync_directory
 from epochstream.exceptions import ConfigurationError, SinkError, short_repr
 
 __all__ = ["FileCommittable", "FileSink", "FileSinkWriter", "FileTxn", "RollingPolicy"]

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from epochstream.connectors.base import Source, SourceContext, SourceReader
+from epochstream.core.clock import Clock
 from epochstream.exceptions import ConfigurationError
-from epochstream.runtime.clock import Clock
 
 __all__ = [
     "CollectionReader",

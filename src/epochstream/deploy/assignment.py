@@ -17,13 +17,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from epochstream.checkpoint.filesystems import (
+from epochstream.checkpoint.pending import CompletedCheckpoint
+from epochstream.checkpoint.storage import METADATA_FILE, load_metadata, scan_checkpoints
+from epochstream.core.filesystems import (
     check_trusted_location,
     normalize_location,
     storage_fs,
 )
-from epochstream.checkpoint.pending import CompletedCheckpoint
-from epochstream.checkpoint.storage import METADATA_FILE, load_metadata, scan_checkpoints
 from epochstream.deploy.enumeration import SourceEnumerators
 from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.graph.jobgraph import JobGraph

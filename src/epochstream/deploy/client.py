@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from epochstream.api.result import JobResult
-from epochstream.checkpoint.filesystems import ensure_private_location
+from epochstream.core.filesystems import ensure_private_location
 from epochstream.deploy.assignment import check_restore_point, load_restore_point
 from epochstream.deploy.browser import open_in_browser
 from epochstream.deploy.jobmaster import JobMaster

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from epochstream.checkpoint.coordinator import CheckpointCoordinator
 from epochstream.checkpoint.pending import CompletedCheckpoint
+from epochstream.core.restart import RestartTracker
 from epochstream.deploy.control import SlotConnection
-from epochstream.deploy.restart import RestartTracker
 from epochstream.deploy.storage_wait import StorageWaiter
 from epochstream.exceptions import CorruptStateError, JobExecutionError, StorageUnavailableError
 from epochstream.runtime.messages import TaskFailed

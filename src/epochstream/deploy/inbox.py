@@ -21,10 +21,10 @@ import queue
 from collections.abc import Iterable
 from typing import Any
 
+from epochstream.core.clock import Clock
 from epochstream.deploy.failures import Failure
 from epochstream.deploy.metrics import JobMetrics
 from epochstream.exceptions import JobCancelled
-from epochstream.runtime.clock import Clock
 from epochstream.runtime.messages import (
     CancelSlot,
     RegisterSlot,

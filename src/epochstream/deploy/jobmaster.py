@@ -35,11 +35,13 @@ import cloudpickle
 
 from epochstream.api.result import JobResult
 from epochstream.checkpoint.coordinator import CheckpointCoordinator
-from epochstream.checkpoint.filesystems import ensure_private_location
 from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.checkpoint.outage import StorageOutage
 from epochstream.checkpoint.pending import CompletedCheckpoint
 from epochstream.checkpoint.storage import CheckpointStorage
+from epochstream.core.clock import Clock, SystemClock
+from epochstream.core.events import CheckpointOptions
+from epochstream.core.filesystems import ensure_private_location
 from epochstream.deploy.assignment import task_deployments
 from epochstream.deploy.attempt import AttemptProgress, Ended, Phase
 from epochstream.deploy.committers import GlobalCommits
@@ -57,8 +59,6 @@ from epochstream.deploy.storage_wait import StorageWaiter
 from epochstream.exceptions import ConfigurationError, JobCancelled, JobExecutionError
 from epochstream.graph.jobgraph import JobGraph
 from epochstream.runtime.auth import new_secret
-from epochstream.runtime.clock import Clock, SystemClock
-from epochstream.runtime.events import CheckpointOptions
 from epochstream.runtime.messages import (
     AcknowledgeCheckpoint,
     CancelSlot,

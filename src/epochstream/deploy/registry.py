@@ -9,7 +9,7 @@ stale and skipped (and removed) by :func:`running_jobs`.
 Nothing read from the registry is trusted as is: the CLI sends the token to the
 endpoint an entry names, so on a shared host a planted entry would steal it. The
 directory must pass the same ownership check as checkpoint storage
-(:func:`epochstream._fs.trust_problem`); each entry must be a regular file owned by
+(:func:`epochstream.core.private_files.trust_problem`); each entry must be a regular file owned by
 this user and not writable by group or others (opened without following symlinks or
 blocking on FIFOs), at most :data:`MAX_ENTRY_BYTES`, with every field of the right
 type: a job id of :data:`JOB_ID_PATTERN` (it names the file) and an ``http(s)`` endpoint
@@ -37,7 +37,7 @@ import stat
 from dataclasses import asdict, dataclass
 from urllib.parse import urlsplit
 
-from epochstream._fs import PRIVATE_FILE_MODE, makedirs_private, trust_problem
+from epochstream.core.private_files import PRIVATE_FILE_MODE, makedirs_private, trust_problem
 from epochstream.exceptions import ConfigurationError
 
 __all__ = [

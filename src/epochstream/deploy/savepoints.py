@@ -20,7 +20,7 @@ import threading
 import uuid
 from typing import Any
 
-from epochstream.checkpoint.filesystems import (
+from epochstream.core.filesystems import (
     ensure_private_location,
     normalize_location,
     storage_fs,

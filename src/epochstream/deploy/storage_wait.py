@@ -22,8 +22,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from epochstream.checkpoint.faults import Backoff, is_unavailable
 from epochstream.checkpoint.outage import StorageOutage
+from epochstream.core.storage_faults import Backoff, is_unavailable
 
 __all__ = ["OUTAGE_BACKOFF", "StorageWaiter"]
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from epochstream.core.clock import Clock
 from epochstream.exceptions import CheckpointError, ConfigurationError
-from epochstream.runtime.clock import Clock
 
 __all__ = [
     "AbortAlignment",

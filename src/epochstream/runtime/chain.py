@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from epochstream.core.events import ACTIVE, IDLE, Watermark
 from epochstream.graph.jobgraph import ChainSpec
-from epochstream.runtime.events import ACTIVE, IDLE, Watermark
 from epochstream.runtime.fusion import fuse_runs
 from epochstream.runtime.metrics import OperatorCounters
 from epochstream.runtime.operators import Operator

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from epochstream.runtime.events import CheckpointOptions
+from epochstream.core.events import CheckpointOptions
 from epochstream.runtime.metrics import TaskMetricsSample
 from epochstream.state.handles import OperatorRestore, OperatorSubtaskState
 

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from epochstream.runtime.events import MAX_WATERMARK, MIN_WATERMARK
+from epochstream.core.events import MAX_WATERMARK, MIN_WATERMARK
 
 __all__ = [
     "OperatorCounters",

@@ -28,10 +28,10 @@ from typing import Any
 
 import cloudpickle
 
+from epochstream.core.clock import wall_ms
 from epochstream.exceptions import SerializationError, TaskFailure
 from epochstream.graph.jobgraph import JobGraph
 from epochstream.runtime.auth import FramedConnection, connect
-from epochstream.runtime.clock import wall_ms
 from epochstream.runtime.collector import slot_collector
 from epochstream.runtime.messages import (
     AddSplits,

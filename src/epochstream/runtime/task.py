@@ -25,7 +25,16 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from epochstream.checkpoint.faults import is_unavailable
+from epochstream.core.clock import SystemClock, wall_ms
+from epochstream.core.events import (
+    END_OF_INPUT,
+    CheckpointBarrier,
+    CheckpointOptions,
+    EndOfInput,
+    Watermark,
+    WatermarkStatus,
+)
+from epochstream.core.storage_faults import is_unavailable
 from epochstream.exceptions import CorruptStateError, StorageUnavailableError
 from epochstream.graph.jobgraph import ChainSpec, JobGraph
 from epochstream.graph.transformations import COLUMNAR_STATE_KINDS
@@ -38,16 +47,7 @@ from epochstream.runtime.barriers import (
 from epochstream.runtime.batches import KeyedBatch, TimedBatch
 from epochstream.runtime.chain import wire_chain
 from epochstream.runtime.channels import MAIL, Cancelled, InputGate
-from epochstream.runtime.clock import SystemClock, wall_ms
 from epochstream.runtime.columnar import RecordBatch
-from epochstream.runtime.events import (
-    END_OF_INPUT,
-    CheckpointBarrier,
-    CheckpointOptions,
-    EndOfInput,
-    Watermark,
-    WatermarkStatus,
-)
 from epochstream.runtime.messages import (
     AcknowledgeCheckpoint,
     AddSplits,

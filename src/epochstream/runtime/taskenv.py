@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from epochstream.checkpoint.filesystems import StorageFS, storage_fs
-from epochstream.runtime.clock import SystemClock
+from epochstream.core.clock import SystemClock
+from epochstream.core.filesystems import StorageFS, storage_fs
 from epochstream.runtime.snapshots import SnapshotExecutor
 from epochstream.state.backends.base import StateBackend
 from epochstream.state.backends.heap import HeapStateBackend

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from typing import Any
 
 from epochstream.api.time import TimeDomain
+from epochstream.core.events import MIN_WATERMARK
 from epochstream.exceptions import ConfigurationError
-from epochstream.runtime.events import MIN_WATERMARK
 from epochstream.state.backends.base import KeyedStateBackend
 from epochstream.state.descriptors import ValueStateDescriptor
 

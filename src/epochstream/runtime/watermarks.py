@@ -27,8 +27,8 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from epochstream.api.watermarks import WatermarkGenerator, WatermarkStrategy
+from epochstream.core.events import MAX_WATERMARK, MIN_WATERMARK
 from epochstream.exceptions import DataError, UserFunctionError, short_repr
-from epochstream.runtime.events import MAX_WATERMARK, MIN_WATERMARK
 
 __all__ = ["SplitTimestamps", "TimestampsAndWatermarks", "WatermarkValve"]
 

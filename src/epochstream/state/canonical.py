@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import cloudpickle
 
-from epochstream.checkpoint.faults import READ_RETRY, read_error, unavailable_or
+from epochstream.core.storage_faults import READ_RETRY, read_error, unavailable_or
 from epochstream.exceptions import CorruptStateError, StateError
 from epochstream.state.handles import CanonicalSnapshotHandle
 from epochstream.state.serializers import DEFAULT_SERIALIZER, Serializer
@@ -42,7 +42,7 @@ from epochstream.state.serializers import DEFAULT_SERIALIZER, Serializer
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from epochstream.checkpoint.filesystems import StorageFS
+    from epochstream.core.filesystems import StorageFS
 
 __all__ = ["CanonicalRow", "StateMeta", "read_batches", "read_state_meta", "write_canonical", "write_ipc_file"]
 
@@ -178,7 +178,7 @@ def write_ipc_file(
                 writer.write_batch(batch)
             writer.close()
     except OSError as err:
-        # An outage fails the checkpoint as storage unavailable (see checkpoint.faults).
+        # An outage fails the checkpoint as storage unavailable (see core.storage_faults).
         raise unavailable_or(err, what="write state file", path=path, other=StateError) from err
     return indices, sink.size, sink.crc
 

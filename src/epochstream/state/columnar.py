@@ -48,7 +48,7 @@ from epochstream.state.handles import ColumnarSnapshotHandle, KeyedStateHandle
 from epochstream.state.key_index import KeyIndex, canonical_float_keys
 
 if TYPE_CHECKING:
-    from epochstream.checkpoint.filesystems import StorageFS
+    from epochstream.core.filesystems import StorageFS
 
 __all__ = [
     "AGGREGATES",

@@ -31,8 +31,8 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-from epochstream.checkpoint.filesystems import storage_fs
 from epochstream.checkpoint.storage import load_metadata
+from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import StateError
 from epochstream.state.backends.base import base_kind, is_namespaced
 from epochstream.state.backends.heap_files import merge_chain, split_key_groups

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from epochstream.checkpoint.filesystems import storage_fs
-from epochstream.runtime.clock import ManualClock
+from epochstream.core.clock import ManualClock
+from epochstream.core.filesystems import storage_fs
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget, StateBackend
 from epochstream.state.backends.heap import HeapStateBackend
 from epochstream.state.backends.rocksdb import RocksDBStateBackend

@@ -363,12 +363,12 @@ def test_unreachable_snapshot_files_are_unavailable_not_corrupt(
     """Every backend's restore tells an outage from corruption (one classification)."""
     import os
 
-    from epochstream.checkpoint import faults
+    from epochstream.core import storage_faults
     from epochstream.exceptions import StorageUnavailableError
     from epochstream.state import canonical
     from epochstream.state.backends import heap_files, rocksdb
 
-    fast = faults.StorageRetry(faults.Backoff(deadline=1.0), sleep=lambda s: None, clock=lambda: 0.0)
+    fast = storage_faults.StorageRetry(storage_faults.Backoff(deadline=1.0), sleep=lambda s: None, clock=lambda: 0.0)
     for module in (heap_files, canonical, rocksdb):
         monkeypatch.setattr(module, "READ_RETRY", fast)
     backend = harness.backend()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import CorruptStateError
 from epochstream.state.backends.heap import HeapStateBackend
 from epochstream.state.backends.heap_files import (

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from epochstream.checkpoint import faults
-from epochstream.checkpoint.filesystems import LocalFS
+from epochstream.core import storage_faults
+from epochstream.core.filesystems import LocalFS
 from epochstream.exceptions import CorruptStateError, StateError, StorageUnavailableError
 from epochstream.state import canonical
 from epochstream.state.backends import heap_files
@@ -55,7 +55,7 @@ def instant_retries(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         sleeps.append(seconds)
         now[0] += seconds
 
-    retry = faults.StorageRetry(faults.Backoff(deadline=10.0), sleep=sleep, clock=lambda: now[0])
+    retry = storage_faults.StorageRetry(storage_faults.Backoff(deadline=10.0), sleep=sleep, clock=lambda: now[0])
     monkeypatch.setattr(heap_files, "READ_RETRY", retry)
     monkeypatch.setattr(canonical, "READ_RETRY", retry)
     return sleeps

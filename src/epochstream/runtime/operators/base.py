@@ -32,9 +32,9 @@ from typing import Any
 
 from epochstream.api.functions import CheckpointListener, Function, OutputTag
 from epochstream.api.time import TimeDomain
+from epochstream.core.clock import Clock, SystemClock, wall_ms
 from epochstream.exceptions import ConfigurationError, UserFunctionError
 from epochstream.graph.jobgraph import OperatorSpec
-from epochstream.runtime.clock import Clock, SystemClock, wall_ms
 from epochstream.runtime.metrics import OperatorCounters
 from epochstream.runtime.timers import InternalTimerService, TimerService
 from epochstream.state.backends.base import KeyedStateBackend, SnapshotJob, SnapshotTarget

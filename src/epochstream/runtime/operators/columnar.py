@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError, UserFunctionError, short_repr
 from epochstream.runtime.columnar import KG_COLUMN, TS_COLUMN, plain_types, rows_of
 from epochstream.runtime.operators.base import Operator, SnapshotParts

@@ -30,9 +30,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from epochstream.core.events import MAX_WATERMARK
 from epochstream.exceptions import ConfigurationError, DataError, StateError
 from epochstream.runtime.columnar import KG_COLUMN, TS_COLUMN
-from epochstream.runtime.events import MAX_WATERMARK
 from epochstream.runtime.operators.columnar import (
     ColumnarKeyedOperator,
     ColumnarWindowAggregates,

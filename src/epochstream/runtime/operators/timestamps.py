@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from epochstream.runtime.events import MAX_WATERMARK
+from epochstream.core.events import MAX_WATERMARK
 from epochstream.runtime.operators.base import Operator
 from epochstream.runtime.watermarks import TimestampsAndWatermarks
 

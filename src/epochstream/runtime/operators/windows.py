@@ -37,8 +37,8 @@ from epochstream.api.functions import ReduceFunction
 from epochstream.api.time import TimeDomain
 from epochstream.api.triggers import EventTimeTrigger
 from epochstream.api.windowed import WindowSpec
+from epochstream.core.events import MAX_WATERMARK
 from epochstream.exceptions import StateError, UserFunctionError
-from epochstream.runtime.events import MAX_WATERMARK
 from epochstream.runtime.operators.base import Operator, OperatorContext
 from epochstream.runtime.operators.collect import OutputBuffer, SideOutputs
 from epochstream.runtime.operators.window_state import WindowStates, WindowStateView

@@ -39,8 +39,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from epochstream.core.clock import Clock
 from epochstream.exceptions import StateError
-from epochstream.runtime.clock import Clock
 from epochstream.state.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -52,7 +52,7 @@ from epochstream.state.descriptors import (
 from epochstream.state.handles import KeyedStateHandle
 
 if TYPE_CHECKING:
-    from epochstream.checkpoint.filesystems import StorageFS
+    from epochstream.core.filesystems import StorageFS
 
 __all__ = [
     "NAMESPACED",

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, ClassVar
 
-from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.state.backends.base import (
     NAMESPACED,

@@ -51,14 +51,14 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from epochstream.checkpoint.faults import READ_RETRY, read_error, unavailable_or
+from epochstream.core.storage_faults import READ_RETRY, read_error, unavailable_or
 from epochstream.exceptions import CorruptStateError, StateError
 from epochstream.state.handles import HeapStateFile
 from epochstream.state.keygroups import KeyGroupAssigner
 from epochstream.state.serializers import pickle_dumps
 
 if TYPE_CHECKING:
-    from epochstream.checkpoint.filesystems import StorageFS
+    from epochstream.core.filesystems import StorageFS
 
 __all__ = [
     "CHUNK_ENTRIES",

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from epochstream.checkpoint.filesystems import storage_fs
+from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import StateError
 from epochstream.state.backends.base import SnapshotJob, SnapshotTarget, base_kind, is_namespaced
 from epochstream.state.backends.heap_files import (

@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from epochstream.core.clock import Clock
 from epochstream.exceptions import StateError
-from epochstream.runtime.clock import Clock
 from epochstream.state.backends.base import is_namespaced
 from epochstream.state.descriptors import (
     AggregatingStateDescriptor,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from epochstream.checkpoint.faults import unavailable_or
+from epochstream.core.storage_faults import unavailable_or
 from epochstream.exceptions import StateError
 from epochstream.state.backends.base import SnapshotJob, SnapshotTarget, base_kind
 from epochstream.state.backends.rocksdb_states import decode_prefix, split_value
@@ -31,7 +31,7 @@ from epochstream.state.keycodec import decode_key
 from epochstream.state.ttl import TtlConfig
 
 if TYPE_CHECKING:
-    from epochstream.checkpoint.filesystems import StorageFS
+    from epochstream.core.filesystems import StorageFS
 
 __all__ = [
     "META_CF",
@@ -188,7 +188,7 @@ class RocksSnapshotJob(SnapshotJob):
             try:
                 fs.upload(local, path)
             except OSError as err:
-                # An outage fails the checkpoint as storage unavailable (checkpoint.faults).
+                # An outage fails the checkpoint as storage unavailable (core.storage_faults).
                 raise unavailable_or(
                     err, what="upload RocksDB file", path=path, other=StateError
                 ) from err

@@ -6,7 +6,7 @@ import errno
 
 import pytest
 
-from epochstream.checkpoint.faults import (
+from epochstream.core.storage_faults import (
     Backoff,
     StorageFault,
     StorageRetry,

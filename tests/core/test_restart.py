@@ -8,7 +8,8 @@ import pickle
 import pytest
 
 import epochstream.restart as public
-from epochstream.deploy.restart import (
+from epochstream.core.clock import ManualClock
+from epochstream.core.restart import (
     RestartDecision,
     RestartStrategy,
     exponential_delay,
@@ -17,7 +18,6 @@ from epochstream.deploy.restart import (
     none,
 )
 from epochstream.exceptions import ConfigurationError
-from epochstream.runtime.clock import ManualClock
 
 # ---------------------------------------------------------------- public module
 

@@ -1,7 +1,7 @@
 """Storage errors told apart: an outage (retry, wait) or corruption (fall back).
 
 Every checkpoint and savepoint byte goes through a
-:class:`~epochstream.checkpoint.filesystems.StorageFS`; when an operation on it fails,
+:class:`~epochstream.core.filesystems.StorageFS`; when an operation on it fails,
 :func:`classify` says what the error means:
 
 - :attr:`StorageFault.TRANSIENT`: the storage cannot be reached or refuses service for

@@ -22,8 +22,8 @@ from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
 
+from epochstream.core.clock import Clock
 from epochstream.exceptions import ConfigurationError
-from epochstream.runtime.clock import Clock
 
 __all__ = [
     "ExponentialDelayRestart",

@@ -38,8 +38,13 @@ from collections.abc import Mapping
 from typing import Any, BinaryIO
 from urllib.parse import unquote, urlparse
 
-from epochstream._fs import PRIVATE_FILE_MODE, fsync_directory, makedirs_private, trust_problem
-from epochstream.checkpoint.faults import local_store_gone
+from epochstream.core.private_files import (
+    PRIVATE_FILE_MODE,
+    fsync_directory,
+    makedirs_private,
+    trust_problem,
+)
+from epochstream.core.storage_faults import local_store_gone
 from epochstream.exceptions import CheckpointError, ConfigurationError, UntrustedStorageError
 
 __all__ = [
@@ -112,7 +117,7 @@ def check_trusted_location(location: str, *, what: str, trust_shared: bool = Fal
     a location other users can write is code they can run as you. Raises
     :class:`~epochstream.exceptions.UntrustedStorageError` naming the offending path,
     its owner and mode, and the opt-out; no-op for ``s3://`` or when ``trust_shared``.
-    See :func:`epochstream._fs.trust_problem` for the rules.
+    See :func:`epochstream.core.private_files.trust_problem` for the rules.
 
     Example::
 
@@ -249,7 +254,7 @@ def _makedirs_in_layout(directory: str, *, writing: str) -> None:
     empty mount point). Recreating it on the bare mount point would complete checkpoints
     whose earlier files are on the real file system, out of sight, and turn an outage
     into corruption. ``FileNotFoundError`` naming ``writing`` instead, which
-    :func:`~epochstream.checkpoint.faults.local_store_gone` calls an outage.
+    :func:`~epochstream.core.storage_faults.local_store_gone` calls an outage.
     """
     current = os.path.abspath(directory)
     while not os.path.isdir(current):

@@ -1,0 +1,14 @@
+"""The ground floor every layer shares, importing nothing else of epochstream but
+:mod:`epochstream.exceptions`: clocks (:mod:`.clock`), stream events such as checkpoint
+options (:mod:`.events`), storage filesystems, local and S3 (:mod:`.filesystems`), with
+their fault classification (:mod:`.storage_faults`) and private local files
+(:mod:`.private_files`), and restart strategies (:mod:`.restart`).
+
+The layers above (docs/architecture.md, *Layers*) import from here; the contracts in
+``.importlinter`` keep it that way.
+
+Example::
+
+    from epochstream.core.clock import ManualClock
+    clock = ManualClock(0.0); clock.advance(1.5)
+"""
