@@ -40,7 +40,7 @@ from epochstream.state.backends.base import KeyedBackendContext  # noqa: E402
 from epochstream.state.backends.heap import HeapStateBackend  # noqa: E402
 from epochstream.state.backends.rocksdb import RocksDBStateBackend  # noqa: E402
 from epochstream.state.bloom import BloomFilter  # noqa: E402
-from epochstream.state.keygroups import canonical_key_bytes  # noqa: E402
+from epochstream.state.keyformat import encode_key  # noqa: E402
 from epochstream.state.operator import OperatorStateStore  # noqa: E402
 
 
@@ -52,13 +52,13 @@ def event(position: int) -> dict[str, Any]:
 
 def false_positive_rates() -> list[dict[str, Any]]:
     rows = []
-    probes = [canonical_key_bytes(f"never-{i}") for i in range(200_000)]
+    probes = [encode_key(f"never-{i}") for i in range(200_000)]
     for capacity in (10_000, 100_000):
         for target in (0.01, 0.001):
             f = BloomFilter.sized(capacity, target)
             for fill in (1, 2):
                 for i in range(capacity * (fill - 1), capacity * fill):
-                    f.add(canonical_key_bytes(f"id-{i}"))
+                    f.add(encode_key(f"id-{i}"))
                 rate = sum(map(f.might_contain, probes)) / len(probes)
                 rows.append(
                     {

@@ -8,11 +8,11 @@ import pytest
 
 from epochstream.exceptions import ConfigurationError
 from epochstream.state.bloom import AgingBloomFilter, BloomFilter
-from epochstream.state.keygroups import canonical_key_bytes
+from epochstream.state.keyformat import encode_key
 
 
 def keys(start: int, stop: int) -> list[bytes]:
-    return [canonical_key_bytes(f"id-{i}") for i in range(start, stop)]
+    return [encode_key(f"id-{i}") for i in range(start, stop)]
 
 
 def test_no_false_negatives_and_about_the_configured_false_positive_rate() -> None:
@@ -28,13 +28,13 @@ def test_no_false_negatives_and_about_the_configured_false_positive_rate() -> No
 
 def test_positions_do_not_depend_on_the_process() -> None:
     f = BloomFilter.sized(capacity=100, fp_rate=0.01)
-    f.add(canonical_key_bytes(("user", 7)))
+    f.add(encode_key(("user", 7)))
     # Pinned: the filter crosses processes and restarts, so its bits must not change.
     assert (f.bits, f.hashes) == (959, 7)
     set_bits = [p for p in range(f.bits) if f.data[p >> 3] & (1 << (p & 7))]
     assert set_bits == sorted([358, 257, 156, 543, 442, 829, 728])
     g = pickle.loads(pickle.dumps(f.data))
-    assert BloomFilter(f.bits, f.hashes, g).might_contain(canonical_key_bytes(("user", 7)))
+    assert BloomFilter(f.bits, f.hashes, g).might_contain(encode_key(("user", 7)))
 
 
 def test_merge_is_a_union_and_refuses_other_sizes() -> None:
@@ -58,7 +58,7 @@ def test_sizes_are_validated() -> None:
 
 def test_aging_filter_remembers_for_at_least_ttl_and_forgets_after_two() -> None:
     f = AgingBloomFilter(capacity=100, fp_rate=0.001, ttl=10.0, now=0.0)
-    k = canonical_key_bytes("a")
+    k = encode_key("a")
     f.add(k, now=9.0)
     f.rotate(10.0)  # "a" moves to the previous generation
     assert f.might_contain(k)
@@ -74,11 +74,11 @@ def test_aging_filter_remembers_for_at_least_ttl_and_forgets_after_two() -> None
 def test_restore_merges_every_subtasks_filter() -> None:
     a = AgingBloomFilter(capacity=100, fp_rate=0.01, ttl=10.0, now=0.0)
     b = AgingBloomFilter(capacity=100, fp_rate=0.01, ttl=10.0, now=5.0)
-    a.add(canonical_key_bytes("x"), now=1.0)
-    b.add(canonical_key_bytes("y"), now=6.0)
+    a.add(encode_key("x"), now=1.0)
+    b.add(encode_key("y"), now=6.0)
     merged = AgingBloomFilter(capacity=100, fp_rate=0.01, ttl=10.0, now=7.0)
     merged.restore(pickle.loads(pickle.dumps([a.snapshot(), b.snapshot()])))
-    assert merged.might_contain(canonical_key_bytes("x"))
-    assert merged.might_contain(canonical_key_bytes("y"))
+    assert merged.might_contain(encode_key("x"))
+    assert merged.might_contain(encode_key("y"))
     merged.rotate(14.9)  # "y" was added at 6: it must survive until 16
-    assert merged.might_contain(canonical_key_bytes("y"))
+    assert merged.might_contain(encode_key("y"))

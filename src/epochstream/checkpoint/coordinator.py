@@ -151,7 +151,6 @@ class CheckpointCoordinator:
         )
 
         self._tasks: frozenset[TaskKey] = frozenset()
-        self._source_tasks: frozenset[TaskKey] = frozenset()
         self._armed = False
         self._pending: dict[int, PendingCheckpoint] = {}  # insertion order == id order
         self._next_periodic: float = 0.0
@@ -200,11 +199,6 @@ class CheckpointCoordinator:
         """Completed checkpoints of this job still on storage, oldest first."""
         return self._store.retained_ids
 
-    def pending_state(self, checkpoint_id: int) -> PendingState | None:
-        """Where pending checkpoint ``checkpoint_id`` is, ``None`` if it is not pending."""
-        pending = self._pending.get(checkpoint_id)
-        return None if pending is None else pending.state
-
     # ------------------------------------------------------------ lifecycle
 
     def start_attempt(self, tasks: set[TaskKey], source_tasks: set[TaskKey]) -> None:
@@ -223,7 +217,6 @@ class CheckpointCoordinator:
         if self._pending:
             self.stop_attempt("new attempt started")
         self._tasks = frozenset(tasks)
-        self._source_tasks = frozenset(source_tasks)
         self._armed = True
         self._next_periodic = self._clock.now() + self._config.interval
         self._final_requested = False

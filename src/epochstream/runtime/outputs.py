@@ -41,7 +41,8 @@ from epochstream.runtime.batches import KeyedBatch, TimedBatch
 from epochstream.runtime.channels import InputGate
 from epochstream.runtime.columnar import ColumnarRouter, RecordBatch, encode_ipc
 from epochstream.runtime.metrics import WaitClock
-from epochstream.state.keygroups import KeyGroupAssigner, canonical_key_bytes, canonical_nan
+from epochstream.state.keyformat import canonical_nan, encode_key
+from epochstream.state.keygroups import KeyGroupAssigner
 
 __all__ = ["Channel", "LocalChannel", "NetworkChannel", "RecordWriter"]
 
@@ -315,7 +316,7 @@ class RecordWriter:
                 f"so keys must be hashable; return a tuple instead of a list ({hash_exc})"
             )
         try:
-            canonical_key_bytes(key)
+            encode_key(key)
         except KeyEncodingError as enc_exc:
             return KeyEncodingError(f"{selector}, record {shown}: {enc_exc}")
         return exc

@@ -8,10 +8,10 @@ and choose where keyed state lives with ``env.set_state_backend(...)``:
 :class:`HeapStateBackend` (default; Python objects, incremental snapshots) or
 :class:`RocksDBStateBackend` (on the slot's local disk, larger than memory).
 
-Internally this package holds key groups (``keygroups``) and the key codec, the
-backends (``backends/``), operator list state (``operator``), snapshot handles
-(``handles``), the canonical savepoint format (``canonical``) and the redistribution of
-state on rescale (``redistribute``).
+Internally this package holds the stored key format (``keyformat``), key groups
+(``keygroups``), the backends (``backends/``), operator list state (``operator``),
+snapshot handles (``handles``), the canonical savepoint format (``canonical``) and the
+redistribution of state on rescale (``redistribute``).
 """
 
 from epochstream.state.backends.base import StateBackend

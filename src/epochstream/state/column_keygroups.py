@@ -1,12 +1,13 @@
 """Key groups of a whole Arrow column at once, equal to the per-record routing.
 
-The row path hashes ``canonical_key_bytes(key)`` with MurmurHash3 (x86, 32 bit) per
-record. A columnar ``key_by("column")`` must send every row to the subtask the row
+The row path hashes ``encode_key(key)`` (the stored key bytes) with MurmurHash3 (x86,
+32 bit) per record. A columnar ``key_by("column")`` must send every row to the subtask the row
 path would pick for the same key, or state restored from one path would be looked
 up in the wrong key group by the other. This module computes the same function with
 NumPy, a few vector operations per 4-byte block instead of a Python call per row:
 
-- integer columns (any width, signed or not): the canonical bytes are ``b"I+"`` or
+- integer columns (any width, signed or not): the stored bytes (the ``KeyTag.INT``
+  layout of :mod:`epochstream.state.keyformat`) are ``b"I+"`` or
   ``b"I-"``, the magnitude's byte length as 4 bytes big-endian, then the magnitude
   big-endian in that many bytes. Rows are grouped by that length (at most 9 groups),
   and each group is hashed as a fixed-width byte matrix.
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from epochstream.state.keyformat import KeyTag, encode_key
 from epochstream.state.keygroups import key_group_for_key, validate_max_parallelism
 
 if TYPE_CHECKING:
@@ -44,6 +46,9 @@ __all__ = ["DENSE_LIMIT", "key_groups_of_column", "murmur3_32_rows"]
 DENSE_LIMIT = 1 << 22
 # Per max_parallelism: key groups of 0..len-1 (a memo; equal whichever thread builds it).
 _DENSE_TABLES: dict[int, np.ndarray] = {}
+
+# The first two bytes of the INT layout (tag, sign), from the encoder itself.
+_INT_POSITIVE, _INT_NEGATIVE = encode_key(1)[:2], encode_key(-1)[:2]
 
 _C1 = np.uint32(0xCC9E2D51)
 _C2 = np.uint32(0x1B873593)
@@ -105,8 +110,8 @@ def _integer_key_groups(values: np.ndarray, max_parallelism: int) -> np.ndarray:
     for s in np.unique(size).tolist():
         rows = np.flatnonzero(size == s)
         matrix = np.empty((len(rows), 6 + s), dtype=np.uint8)
-        matrix[:, 0] = ord("I")
-        matrix[:, 1] = np.where(negative[rows], ord("-"), ord("+"))
+        matrix[:, 0] = _INT_POSITIVE[0]
+        matrix[:, 1] = np.where(negative[rows], _INT_NEGATIVE[1], _INT_POSITIVE[1])
         matrix[:, 2:6] = np.frombuffer(int(s).to_bytes(4, "big"), dtype=np.uint8)
         matrix[:, 6:] = big_endian[rows, 8 - s :]
         out[rows] = murmur3_32_rows(matrix)
@@ -199,7 +204,7 @@ def key_groups_of_column(column: pa.Array | pa.ChunkedArray, max_parallelism: in
             return table[values].astype(np.int32)
         return _integer_key_groups(values, max_parallelism)
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        return _binary_key_groups(column, b"S", max_parallelism)
+        return _binary_key_groups(column, KeyTag.STR.value, max_parallelism)
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
-        return _binary_key_groups(column, b"B", max_parallelism)
+        return _binary_key_groups(column, KeyTag.BYTES.value, max_parallelism)
     return _generic_key_groups(column, max_parallelism)

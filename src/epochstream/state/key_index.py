@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from epochstream.exceptions import DataError
 from epochstream.state.column_keygroups import DENSE_LIMIT
-from epochstream.state.keygroups import canonical_nan
+from epochstream.state.keyformat import canonical_nan
 
 __all__ = ["KeyIndex", "canonical_float_keys", "checked_key_type"]
 

@@ -5,7 +5,7 @@ aggregation state) reads into the same table, one row per entry (list state: per
 element; map state: per user key; columnar state: per key and window, under the
 aggregation's name, ``"sum"``, ``"count"``...; ``namespace`` is the window start):
 
-    key        the key, in its canonical form (see :mod:`epochstream.state.keycodec`)
+    key        the key, in its canonical form (see :mod:`epochstream.state.keyformat`)
     value      the value (deserialized with the state's serializer)
     key_group  int32
     namespace  the namespace (window, timer domain), or null
@@ -46,7 +46,7 @@ from epochstream.state.handles import (
     KeyedStateHandle,
     RocksDBSnapshotHandle,
 )
-from epochstream.state.keycodec import decode_key
+from epochstream.state.keyformat import decode_key
 from epochstream.state.keygroups import KeyGroupAssigner
 from epochstream.state.ttl import TtlValue
 

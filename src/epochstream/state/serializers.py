@@ -6,7 +6,7 @@ access. The default, :class:`PickleSerializer`, is pickle protocol 5 with a
 by-value fallback (cloudpickle) for instances of classes defined in the job script.
 
 Keys are not serialized by a descriptor: they are stored as their canonical bytes
-(:mod:`epochstream.state.keycodec`), which both route them and identify them.
+(:mod:`epochstream.state.keyformat`), which both route them and identify them.
 
 Example::
 

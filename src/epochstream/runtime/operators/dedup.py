@@ -26,7 +26,7 @@ from epochstream.state.backends.base import SnapshotTarget
 from epochstream.state.bloom import AgingBloomFilter
 from epochstream.state.descriptors import ValueStateDescriptor
 from epochstream.state.handles import OperatorRestore
-from epochstream.state.keygroups import canonical_key_bytes
+from epochstream.state.keyformat import encode_key
 from epochstream.state.ttl import TtlConfig
 
 __all__ = ["DedupSpec", "DeduplicateOperator"]
@@ -92,7 +92,7 @@ class DeduplicateOperator(Operator):
         i = 0
         try:
             for i, k in enumerate(keys):
-                positions = positions_of(canonical_key_bytes(k))
+                positions = positions_of(encode_key(k))
                 set_key(k)
                 # "Never seen" needs no state read; "maybe" is settled by the catalog.
                 if maybe(positions) and seen.value() is not None:

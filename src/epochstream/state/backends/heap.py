@@ -65,7 +65,7 @@ from epochstream.state.handles import (
     HeapSnapshotHandle,
     KeyedStateHandle,
 )
-from epochstream.state.keycodec import decode_key
+from epochstream.state.keyformat import decode_key
 from epochstream.state.keygroups import KeyGroupAssigner, validate_max_parallelism
 from epochstream.state.serializers import DEFAULT_SERIALIZER
 from epochstream.state.states import copy_value
@@ -346,12 +346,6 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                     table.data.setdefault(k, {})[decode_key(user_key)] = v
                 else:
                     table.data[k] = v
-
-    # ------------------------------------------------------------------ introspection
-
-    def entry_count(self) -> int:
-        """Entries over all states (for sizing and tests)."""
-        return sum(len(t.data) for t in self._tables.values())
 
 
 def _snapshot_copy(value: Any, memo: dict[int, Any]) -> Any:

@@ -36,7 +36,7 @@ from epochstream.state.backends.heap_files import (
 )
 from epochstream.state.canonical import CanonicalRow, StateMeta, write_canonical
 from epochstream.state.handles import HeapSnapshotHandle, HeapStateFile, KeyedStateHandle
-from epochstream.state.keycodec import encode_key
+from epochstream.state.keyformat import encode_key
 from epochstream.state.ttl import TtlConfig, TtlValue
 
 if TYPE_CHECKING:

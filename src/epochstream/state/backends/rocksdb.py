@@ -66,6 +66,7 @@ from epochstream.state.backends.rocksdb_states import (
     decode_prefix,
     encode_prefix,
     encode_value,
+    key_group_bounds,
     split_value,
 )
 from epochstream.state.canonical import (
@@ -80,7 +81,7 @@ from epochstream.state.handles import (
     RocksDBSnapshotHandle,
     StateFile,
 )
-from epochstream.state.keycodec import decode_key, encode_key
+from epochstream.state.keyformat import decode_key, encode_key
 from epochstream.state.keygroups import KeyGroupAssigner, validate_max_parallelism
 from epochstream.state.serializers import DEFAULT_SERIALIZER, Serializer
 
@@ -91,7 +92,6 @@ __all__ = ["RocksDBKeyedStateBackend", "RocksDBStateBackend"]
 
 log = logging.getLogger(__name__)
 
-_U16 = struct.Struct(">H")
 #: Key encodings a value table remembers (then it starts over).
 _DB_KEY_CACHE = 1 << 16
 
@@ -425,9 +425,10 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._download(handle, scratch)
         source = self._open(scratch, read_only=True)
         try:
-            lo = _U16.pack(max(self.key_group_range.start, handle.key_groups.start))
-            stop = min(self.key_group_range.stop, handle.key_groups.stop)
-            hi = _U16.pack(stop) if stop < 65536 else b"\xff\xff\xff"
+            lo, hi = key_group_bounds(
+                max(self.key_group_range.start, handle.key_groups.start),
+                min(self.key_group_range.stop, handle.key_groups.stop),
+            )
             meta = source.get_column_family(META_CF)
             metas = read_meta(meta)
             for name, state_meta in metas.items():

@@ -13,7 +13,6 @@ import base64
 import json
 import os
 import shutil
-import struct
 import uuid
 import zlib
 from collections.abc import Iterator
@@ -24,10 +23,10 @@ import cloudpickle
 from epochstream.core.storage_faults import unavailable_or
 from epochstream.exceptions import StateError
 from epochstream.state.backends.base import SnapshotJob, SnapshotTarget, base_kind
-from epochstream.state.backends.rocksdb_states import decode_prefix, split_value
+from epochstream.state.backends.rocksdb_states import decode_prefix, key_group_bounds, split_value
 from epochstream.state.canonical import CanonicalRow, StateMeta, write_canonical
 from epochstream.state.handles import KeyedStateHandle, RocksDBSnapshotHandle, StateFile
-from epochstream.state.keycodec import decode_key
+from epochstream.state.keyformat import decode_key
 from epochstream.state.ttl import TtlConfig
 
 if TYPE_CHECKING:
@@ -45,7 +44,6 @@ __all__ = [
 #: The column family recording each state's kind and serializer.
 META_CF = "__epochstream_meta"
 _SST = ".sst"
-_U16 = struct.Struct(">H")
 
 
 def crc_file(path: str) -> int:
@@ -112,7 +110,7 @@ def canonical_rows(
     import rocksdict
 
     rows: list[CanonicalRow] = []
-    lo, hi = _U16.pack(kg), _U16.pack(kg + 1) if kg + 1 < 65536 else b"\xff\xff\xff"
+    lo, hi = key_group_bounds(kg, kg + 1)
     for name, state_kind in sorted(kinds.items()):
         kind = base_kind(state_kind)
         ttl = ttls.get(name)

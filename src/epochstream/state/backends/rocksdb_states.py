@@ -2,9 +2,10 @@
 
 Layout (docs/architecture.md, State), one column family per state::
 
-    key   = key group (2 bytes, big-endian) | len(key) (4) | canonical key | len(ns) (4) | ns
+    key   = key group (2 bytes, big-endian) | len(key) (4) | key | len(ns) (4) | ns
     value = header (1 byte: 0 plain, 1 with TTL) [| timestamp (8, float)] | serialized value
 
+``key``, ``ns`` and map user keys are their stored bytes (:mod:`epochstream.state.keyformat`).
 Map state stores one entry per user key (``key | canonical user key``); list state one
 entry per element (``key | sequence number (8)``) plus a counter entry at ``key``, so
 ``add`` never rewrites the list. A key group range is a contiguous key range, so a
@@ -12,7 +13,7 @@ rescale copies ranges, not records.
 
 Example::
 
-    prefix = encode_prefix(kg, canonical_key_bytes("user-7"))
+    prefix = encode_prefix(kg, encode_key("user-7"))
     value = encode_value(serializer.dumps(42), None)
 """
 
@@ -30,7 +31,7 @@ from epochstream.state.descriptors import (
     StateDescriptor,
     ValueStateDescriptor,
 )
-from epochstream.state.keycodec import decode_key, encode_key
+from epochstream.state.keyformat import decode_key, encode_key
 from epochstream.state.serializers import Serializer
 from epochstream.state.states import (
     AggregatingState,
@@ -50,6 +51,7 @@ __all__ = [
     "decode_prefix",
     "encode_prefix",
     "encode_value",
+    "key_group_bounds",
     "prefix_end",
     "split_value",
 ]
@@ -79,6 +81,17 @@ def decode_prefix(data: bytes) -> tuple[int, bytes, bytes, bytes]:
     nlen = _U32.unpack_from(data, pos)[0]
     ns = data[pos + 4 : pos + 4 + nlen]
     return kg, key, ns, data[pos + 4 + nlen :]
+
+
+def key_group_bounds(start: int, stop: int) -> tuple[bytes, bytes]:
+    """``(from_key, upper_bound)``: the RocksDB keys of key groups ``start .. stop - 1``
+    are exactly those with ``from_key <= key < upper_bound`` (the key group leads the
+    key, big-endian, so each key group is one contiguous run in key order).
+
+    Example: ``key_group_bounds(3, 5) == (b"\\x00\\x03", b"\\x00\\x05")``
+    """
+    upper = _U16.pack(stop) if stop <= 0xFFFF else b"\xff\xff\xff"
+    return _U16.pack(start), upper
 
 
 def prefix_end(prefix: bytes) -> bytes:
