@@ -37,6 +37,7 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench examples
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 
 bench: bytecode
 	$(PY) bench/run.py

@@ -12,11 +12,11 @@ import pyarrow.compute as pc
 import pytest
 from columnar_support import MAX_P, Emitted, make_operator
 
+from epochstream.core.arrow import KG_FIELD
 from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import DataError, UserFunctionError
 from epochstream.runtime.operators.columnar import AggregateSpec, WindowAggregateSpec
 from epochstream.state.backends.base import SnapshotTarget
-from epochstream.state.columnar_checks import KG_FIELD
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.keygroups import key_group_for_key
 

@@ -21,9 +21,9 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 from epochstream.api.datastream import DataStream, KeyedStream
+from epochstream.core.arrow import TS
 from epochstream.exceptions import ConfigurationError
 from epochstream.graph.transformations import ColumnKey
-from epochstream.state.columnar_checks import TS
 
 if TYPE_CHECKING:
     from epochstream.api.windowing import WindowAssigner

@@ -49,8 +49,8 @@ from epochstream.connectors.files import (
     check_encoding,
     list_files,
 )
+from epochstream.core.arrow import rows_of, same_columns, schema_difference
 from epochstream.exceptions import ConfigurationError, SourceDecodeError
-from epochstream.runtime.columnar import rows_of, same_columns, schema_difference
 
 __all__ = [
     "CsvParser",

@@ -40,9 +40,9 @@ import pyarrow.parquet as pq
 from epochstream.connectors.base import Source, SourceContext
 from epochstream.connectors.generators import _RangeCursor, _RangeReader
 from epochstream.connectors.nexmark_model import KINDS, event_numbers, generate_columns
+from epochstream.core.arrow import rows_of
 from epochstream.core.clock import Clock
 from epochstream.exceptions import ConfigurationError
-from epochstream.runtime.columnar import rows_of
 
 __all__ = [
     "NexmarkConfig",

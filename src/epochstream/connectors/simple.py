@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from epochstream.connectors.base import AtLeastOnceSinkWriter, Sink, SinkContext
-from epochstream.runtime.columnar import rows_of
+from epochstream.core.arrow import rows_of
 
 __all__ = ["DiscardSink", "DiscardWriter", "PrintSink", "PrintWriter"]
 

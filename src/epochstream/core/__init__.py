@@ -2,10 +2,11 @@
 :mod:`epochstream.exceptions`: clocks (:mod:`.clock`), stream events such as checkpoint
 options (:mod:`.events`), storage filesystems, local and S3 (:mod:`.filesystems`), with
 their fault classification (:mod:`.storage_faults`) and private local files
-(:mod:`.private_files`), and restart strategies (:mod:`.restart`).
+(:mod:`.private_files`), restart strategies (:mod:`.restart`), and the Arrow helpers
+of columnar batches (:mod:`.arrow`).
 
 The layers above (docs/architecture.md, *Layers*) import from here; the contracts in
-``.importlinter`` keep it that way.
+``pyproject.toml`` (``[tool.importlinter]``) keep it that way.
 
 Example::
 

@@ -21,10 +21,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from epochstream.core.arrow import decode_ipc, is_ipc_frame
 from epochstream.core.events import EndOfInput
 from epochstream.runtime.auth import FramedConnection, connect
 from epochstream.runtime.channels import Cancelled, InputGate
-from epochstream.runtime.columnar import decode_ipc, is_ipc_frame
 from epochstream.runtime.listener import AuthenticatedListener
 
 __all__ = ["ChannelHello", "DataPlaneServer", "open_channel"]

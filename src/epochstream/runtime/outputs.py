@@ -28,7 +28,9 @@ from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
+from pyarrow import RecordBatch
 
+from epochstream.core.arrow import encode_ipc
 from epochstream.exceptions import (
     KeyEncodingError,
     SerializationError,
@@ -39,7 +41,7 @@ from epochstream.graph.transformations import Partitioning
 from epochstream.runtime.auth import FramedConnection
 from epochstream.runtime.batches import KeyedBatch, TimedBatch
 from epochstream.runtime.channels import InputGate
-from epochstream.runtime.columnar import ColumnarRouter, RecordBatch, encode_ipc
+from epochstream.runtime.columnar_routing import ColumnarRouter
 from epochstream.runtime.metrics import WaitClock
 from epochstream.state.keyformat import canonical_nan, encode_key
 from epochstream.state.keygroups import KeyGroupAssigner

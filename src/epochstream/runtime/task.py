@@ -25,6 +25,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from pyarrow import RecordBatch
+
 from epochstream.core.clock import SystemClock, wall_ms
 from epochstream.core.events import (
     END_OF_INPUT,
@@ -47,7 +49,6 @@ from epochstream.runtime.barriers import (
 from epochstream.runtime.batches import KeyedBatch, TimedBatch
 from epochstream.runtime.chain import wire_chain
 from epochstream.runtime.channels import MAIL, Cancelled, InputGate
-from epochstream.runtime.columnar import RecordBatch
 from epochstream.runtime.messages import (
     AcknowledgeCheckpoint,
     AddSplits,

@@ -30,12 +30,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from epochstream.core.arrow import KG, TS
 from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.state.canonical import read_batches, write_ipc_file
 from epochstream.state.column_keygroups import key_groups_of_column
 from epochstream.state.columnar_checks import (
-    KG,
-    TS,
     IntSumGuard,
     check_value_range,
     checked_value_type,

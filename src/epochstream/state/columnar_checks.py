@@ -17,47 +17,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from epochstream.core.arrow import TS, shown_columns
 from epochstream.exceptions import ConfigurationError, DataError, short_repr
 
 __all__ = [
-    "KG",
-    "KG_FIELD",
-    "TS",
     "IntSumGuard",
     "check_value_range",
     "checked_value_type",
     "event_times",
-    "is_key_group_field",
     "require_columns",
-    "shown_columns",
     "value_type_of",
     "with_value_type",
 ]
-
-#: Event timestamps (int64 ms) of a columnar batch.
-TS = "_ts"
-#: Key groups (int32) of a keyed columnar batch, added by the hash edge of a key_by.
-KG = "_kg"
-#: The field of that column. Its metadata tells it from a user's column of the same
-#: name, which the edge refuses rather than overwrite.
-KG_FIELD = pa.field(KG, pa.int32(), metadata={b"epochstream": b"key_groups"})
-
-
-def is_key_group_field(field: pa.Field) -> bool:
-    """Whether ``field`` is the ``_kg`` column a hash edge added (not a user's ``_kg``).
-
-    Example: ``is_key_group_field(KG_FIELD) and not is_key_group_field(pa.field("_kg", pa.int32()))``
-    """
-    return field.name == KG and field.metadata == KG_FIELD.metadata
-
-
-def shown_columns(schema: pa.Schema) -> str:
-    """A batch's column names for an error message: the user's, without the edge's own
-    ``_kg`` column, which the user never wrote.
-
-    Example: ``shown_columns(pa.schema([("k", pa.int64()), KG_FIELD])) == "k"``
-    """
-    return ", ".join(f.name for f in schema if not is_key_group_field(f))
 
 
 def require_columns(schema: pa.Schema, columns: tuple[str | None, ...], where: str) -> None:

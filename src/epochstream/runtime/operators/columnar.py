@@ -30,9 +30,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from epochstream.core.arrow import KG as KG_COLUMN
+from epochstream.core.arrow import TS as TS_COLUMN
+from epochstream.core.arrow import is_key_group_field, plain_types, rows_of
 from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError, UserFunctionError, short_repr
-from epochstream.runtime.columnar import KG_COLUMN, TS_COLUMN, plain_types, rows_of
 from epochstream.runtime.operators.base import Operator, SnapshotParts
 from epochstream.state.backends.base import SnapshotJob, SnapshotTarget
 from epochstream.state.columnar import (
@@ -40,7 +42,7 @@ from epochstream.state.columnar import (
     read_columnar_state,
     write_columnar_state,
 )
-from epochstream.state.columnar_checks import checked_value_type, event_times, is_key_group_field
+from epochstream.state.columnar_checks import checked_value_type, event_times
 from epochstream.state.handles import KeyedStateHandle, OperatorRestore
 from epochstream.state.key_index import checked_key_type
 from epochstream.state.keygroups import key_group_range_for_operator

@@ -39,15 +39,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from epochstream.core.arrow import KG as KG_COLUMN
+from epochstream.core.arrow import TS as TS_COLUMN
+from epochstream.core.arrow import same_columns, schema_difference, shown_columns
 from epochstream.exceptions import ConfigurationError, DataError
 from epochstream.graph.transformations import ColumnKey
-from epochstream.runtime.columnar import (
-    KG_COLUMN,
-    TS_COLUMN,
-    same_columns,
-    schema_difference,
-    with_key_groups,
-)
+from epochstream.runtime.columnar_routing import with_key_groups
 from epochstream.runtime.operators.columnar import (
     ColumnarKeyedOperator,
     _need_batch,
@@ -55,7 +52,7 @@ from epochstream.runtime.operators.columnar import (
     window_starts,
 )
 from epochstream.runtime.operators.twoinput import TwoInputOperator
-from epochstream.state.columnar_checks import event_times, shown_columns
+from epochstream.state.columnar_checks import event_times
 
 __all__ = [
     "RIGHT_SUFFIX",

@@ -30,9 +30,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from epochstream.core.arrow import KG as KG_COLUMN
+from epochstream.core.arrow import TS as TS_COLUMN
 from epochstream.core.events import MAX_WATERMARK
 from epochstream.exceptions import ConfigurationError, DataError, StateError
-from epochstream.runtime.columnar import KG_COLUMN, TS_COLUMN
 from epochstream.runtime.operators.columnar import (
     ColumnarKeyedOperator,
     ColumnarWindowAggregates,

@@ -27,8 +27,8 @@ from epochstream.connectors.base import (
     SourceContext,
     SourceReader,
 )
+from epochstream.core.arrow import plain_types
 from epochstream.core.events import MAX_WATERMARK
-from epochstream.runtime.columnar import plain_types
 from epochstream.runtime.operators.base import Operator, SnapshotParts
 from epochstream.runtime.watermarks import TimestampsAndWatermarks
 from epochstream.state.backends.base import SnapshotTarget

@@ -1,20 +1,14 @@
-"""Columnar batches on the wire and across channels: Arrow IPC frames and routing.
+"""Routing columnar batches: the columnar half of a record writer.
 
-A columnar batch is a ``pyarrow.RecordBatch``; event timestamps are an int64 column
-``_ts`` (milliseconds) and, after a columnar ``key_by``, key groups an int32 column
-``_kg``. Within a slot a batch is handed over as is (Arrow arrays are immutable); between
-slots it travels as one Arrow IPC stream per frame. Row frames are pickles (first byte
-``0x80``), IPC streams start with the continuation marker ``0xFFFFFFFF``, so a reader
-tells them apart by the first byte without a tag of its own.
-
-:class:`ColumnarRouter` is the columnar half of a record writer: it routes whole
-batches (hash edges: one vectorized key-group computation and one ``take`` per batch,
-then a zero-copy slice per channel) and buffers small slices until ``batch_size`` rows.
+:class:`ColumnarRouter` routes whole ``pyarrow.RecordBatch`` es (hash edges: one
+vectorized key-group computation and one ``take`` per batch, then a zero-copy slice per
+channel) and buffers small slices until ``batch_size`` rows; :func:`with_key_groups`
+adds the ``_kg`` column a hash edge routes by. The batch helpers every layer shares
+(IPC frames, reserved column names, rows) are in :mod:`epochstream.core.arrow`.
 
 Example::
 
-    frame = encode_ipc(batch)
-    assert is_ipc_frame(frame) and decode_ipc(frame).equals(batch)
+    batch = with_key_groups(batch, ColumnKey("user"), max_parallelism=128)
 """
 
 from __future__ import annotations
@@ -25,78 +19,20 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from epochstream.core.arrow import (
+    KG,
+    KG_FIELD,
+    concat,
+    is_key_group_field,
+    schema_difference,
+    shown_columns,
+)
 from epochstream.exceptions import ConfigurationError, DataError
 from epochstream.graph.transformations import ColumnKey
 from epochstream.state.column_keygroups import key_groups_of_column
-from epochstream.state.columnar_checks import KG as KG_COLUMN
-from epochstream.state.columnar_checks import KG_FIELD, is_key_group_field, shown_columns
-from epochstream.state.columnar_checks import TS as TS_COLUMN
 
-__all__ = [
-    "KG_COLUMN",
-    "TS_COLUMN",
-    "ColumnarRouter",
-    "RecordBatch",
-    "concat",
-    "decode_ipc",
-    "encode_ipc",
-    "is_ipc_frame",
-    "plain_types",
-    "rows_of",
-    "same_columns",
-    "schema_difference",
-    "with_key_groups",
-]
+__all__ = ["ColumnarRouter", "with_key_groups"]
 
-RecordBatch = pa.RecordBatch
-_IPC_MARKER = b"\xff\xff\xff\xff"
-
-
-def encode_ipc(batch: pa.RecordBatch) -> bytes:
-    """``batch`` as one Arrow IPC stream (schema + batch)."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
-
-
-def is_ipc_frame(payload: bytes) -> bool:
-    """Whether a frame's payload is an Arrow IPC stream (else a pickle)."""
-    return payload[:4] == _IPC_MARKER
-
-
-def decode_ipc(payload: bytes) -> pa.RecordBatch:
-    """The batch of a frame written by :func:`encode_ipc` (zero-copy over ``payload``)."""
-    reader = pa.ipc.open_stream(pa.py_buffer(payload))
-    return reader.read_next_batch()
-
-
-def concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-    """One batch of ``batches`` (same schema), without copying when there is one."""
-    if len(batches) == 1:
-        return batches[0]
-    return pa.concat_batches(batches)
-
-
-# Arrow's view types (Polars' strings, for one) that its take, filter and join kernels
-# do not take yet, and the plain types they are converted to on entering a job.
-_VIEWS = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
-
-
-def plain_types(batch: Any) -> Any:
-    """``batch`` with its string and binary view columns as plain strings and binaries,
-    so routing, filters and joins work on them; other batches (and anything that is not
-    a batch, which the next operator refuses by name) unchanged. Applied where user
-    batches enter: columnar sources and ``map_batches``/join ``apply`` functions.
-
-    Example: ``plain_types(pa.record_batch({"s": pa.array(["a"], pa.string_view())}))["s"].type == pa.string()``
-    """
-    if type(batch) is not pa.RecordBatch:
-        return batch
-    schema = batch.schema
-    if not any(f.type in _VIEWS for f in schema):
-        return batch
-    return batch.cast(pa.schema([f.with_type(_VIEWS.get(f.type, f.type)) for f in schema], metadata=schema.metadata))
 
 
 def with_key_groups(batch: pa.RecordBatch, key: ColumnKey, max_parallelism: int) -> pa.RecordBatch:
@@ -113,10 +49,10 @@ def with_key_groups(batch: pa.RecordBatch, key: ColumnKey, max_parallelism: int)
             f"key_by({key.column!r}): the batch has no column {key.column!r} "
             f"(columns: {shown_columns(schema)})"
         )
-    existing = schema.get_field_index(KG_COLUMN)
+    existing = schema.get_field_index(KG)
     if existing >= 0 and not is_key_group_field(schema.field(existing)):
         raise DataError(
-            f"key_by({key.column!r}): the batch has a column named {KG_COLUMN!r}, the name "
+            f"key_by({key.column!r}): the batch has a column named {KG!r}, the name "
             "epochstream keeps the key groups of keyed batches under; rename it (in "
             f"map_batches, the source's files or the to_batches schema) (columns: {', '.join(schema.names)})"
         )
@@ -213,7 +149,7 @@ class ColumnarRouter:
             if self._n == 1:
                 self._add(0, batch)
                 return
-            groups = batch.column(KG_COLUMN).to_numpy()
+            groups = batch.column(KG).to_numpy()
             # int16 channels: NumPy's stable sort of 16-bit ints is a radix sort, O(rows).
             channels = ((groups.astype(np.int32) * self._n) // self._max_parallelism).astype(np.int16)
             order = np.argsort(channels, kind="stable")
@@ -259,55 +195,3 @@ class ColumnarRouter:
             self._ship_one(ch, batch)
 
 
-def same_columns(schema: pa.Schema, first: pa.Schema) -> bool:
-    """Whether ``schema`` has ``first``'s columns, in any order, each of the same type
-    or both integers (the differences that every columnar check lets through, with
-    nullability; :func:`schema_difference` words any other).
-
-    Example: ``same_columns(pa.schema([("v", pa.int8())]), pa.schema([("v", pa.int64())]))``
-    """
-    if schema.equals(first):
-        return True
-    if sorted(schema.names) != sorted(first.names):
-        return False
-    for name in first.names:
-        a, b = schema.field(name).type, first.field(name).type
-        if a != b and not (pa.types.is_integer(a) and pa.types.is_integer(b)):
-            return False
-    return True
-
-
-def schema_difference(schemas: list[pa.Schema]) -> str | None:
-    """What tells ``schemas`` apart, for an error: the columns only some of them have, or
-    a column's differing types (integer widths and the edge's own ``_kg`` left out);
-    None if neither.
-
-    Example: ``schema_difference([pa.schema([("k", pa.string())]), pa.schema([("k", pa.large_string())])])``
-    gives ``"column 'k' is string in one batch and large_string in another"``
-    """
-    fields = [{f.name: f for f in schema if not is_key_group_field(f)} for schema in schemas]
-    every = [name for name in fields[0] if all(name in f for f in fields)]
-    some = sorted({name for f in fields for name in f} - set(every))
-    if some:
-        return f"column{'s' if len(some) > 1 else ''} {', '.join(map(repr, some))} in some batches only"
-    for name in every:
-        kinds = [f[name].type for f in fields]
-        if all(pa.types.is_integer(k) for k in kinds):
-            continue  # integer widths may differ wherever this is asked
-        types = sorted({str(k) for k in kinds})
-        if len(types) > 1:
-            return f"column {name!r} is {types[0]} in one batch and {types[1]} in another"
-    return None
-
-
-def rows_of(data: pa.RecordBatch | pa.Table) -> list[dict[str, Any]]:
-    """A batch's (or table's) rows as dicts, as ``to_pylist`` gives them, built from one
-    Python list per column: faster than ``to_pylist`` on narrow batches (about 15 % on a
-    Nexmark bid's 7 columns), the same on wide ones. Every conversion of columnar data
-    to rows uses it.
-
-    Example: ``rows_of(pa.record_batch({"k": [1, 2]})) == [{"k": 1}, {"k": 2}]``
-    """
-    names = data.schema.names
-    columns = [column.to_pylist() for column in data.columns]
-    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]

@@ -1,25 +1,17 @@
-"""Columnar batches in the writer and on the wire: routing, buffering, IPC frames."""
+"""Columnar batches in the writer: routing by key group, buffering, widening."""
 
 from __future__ import annotations
 
-import pickle
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from epochstream.core.arrow import KG as KG_COLUMN
+from epochstream.core.arrow import plain_types
 from epochstream.exceptions import ConfigurationError, DataError
 from epochstream.graph.transformations import ColumnKey, Partitioning
-from epochstream.runtime.columnar import (
-    KG_COLUMN,
-    ColumnarRouter,
-    decode_ipc,
-    encode_ipc,
-    is_ipc_frame,
-    plain_types,
-    same_columns,
-    with_key_groups,
-)
+from epochstream.runtime.columnar_routing import ColumnarRouter, with_key_groups
 from epochstream.runtime.outputs import Channel, RecordWriter
 from epochstream.state.keygroups import key_group_for_key
 
@@ -37,14 +29,6 @@ class Recorded(Channel):
 def _batch(keys: list[Any], values: list[int] | None = None) -> pa.RecordBatch:
     values = values if values is not None else list(range(len(keys)))
     return pa.record_batch([pa.array(keys), pa.array(values)], names=["k", "v"])
-
-
-def test_ipc_frames_round_trip_and_are_told_apart_from_pickles() -> None:
-    batch = _batch(["a", "b"], [1, 2]).append_column("_ts", pa.array([5, 6], pa.int64()))
-    frame = encode_ipc(batch)
-    assert is_ipc_frame(frame)
-    assert not is_ipc_frame(pickle.dumps([1, 2], protocol=5))
-    assert decode_ipc(frame).equals(batch)
 
 
 def test_hash_routing_sends_each_row_to_the_owner_of_its_key_group() -> None:
@@ -229,26 +213,3 @@ def test_batches_with_the_same_columns_in_another_order_are_concatenated() -> No
     assert [b.to_pydict() for b in shipped] == [{"k": [1, 2], "v": ["a", "b"]}]
 
 
-def test_rows_of_gives_what_to_pylist_gives() -> None:
-    from epochstream.runtime.columnar import rows_of
-
-    batch = pa.record_batch(
-        {
-            "i": pa.array([1, None, 3], pa.int32()),
-            "s": ["a", None, "c"],
-            "l": pa.array([[1, 2], None, []], pa.list_(pa.int64())),
-            "st": pa.array([{"x": 1}, None, {"x": None}], pa.struct([("x", pa.int64())])),
-            "t": pa.array([0, 1_000, None], pa.timestamp("ms")),
-        }
-    )
-    assert rows_of(batch) == batch.to_pylist()
-    assert rows_of(pa.Table.from_batches([batch, batch])) == batch.to_pylist() * 2
-    assert rows_of(batch.slice(0, 0)) == []
-
-
-def test_same_columns_lets_order_integer_widths_and_nullability_through() -> None:
-    first = pa.schema([("k", pa.string()), pa.field("v", pa.int64(), nullable=False)])
-    assert same_columns(pa.schema([("v", pa.int8()), ("k", pa.string())]), first)
-    assert not same_columns(pa.schema([("k", pa.string()), ("v", pa.float64())]), first)
-    assert not same_columns(pa.schema([("k", pa.large_string()), ("v", pa.int64())]), first)
-    assert not same_columns(pa.schema([("k", pa.string())]), first)
