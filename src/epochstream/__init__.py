@@ -28,28 +28,8 @@ from epochstream.api.evictors import (
     TimeEvictor,
     TimestampedValue,
 )
-from epochstream.api.functions import (
-    DEAD_LETTERS,
-    CheckpointListener,
-    CoFlatMapFunction,
-    Collector,
-    CoMapFunction,
-    CoProcessFunction,
-    FilterFunction,
-    FlatMapFunction,
-    Function,
-    KeyedCoProcessFunction,
-    KeyedProcessFunction,
-    MapFunction,
-    OutputTag,
-    ProcessFunction,
-    ProcessJoinFunction,
-    ReduceFunction,
-    RuntimeContext,
-)
 from epochstream.api.joins import ConnectedStreams, IntervalJoin, JoinedStreams, JoinFunction
 from epochstream.api.result import JobResult
-from epochstream.api.time import TimeDomain
 from epochstream.api.triggers import (
     ContinuousEventTimeTrigger,
     ContinuousProcessingTimeTrigger,
@@ -60,7 +40,6 @@ from epochstream.api.triggers import (
     Trigger,
     TriggerResult,
 )
-from epochstream.api.watermarks import WatermarkGenerator, WatermarkStrategy
 from epochstream.api.windowed import WindowedStream
 from epochstream.api.windowing import (
     EventTimeSessionWindows,
@@ -79,6 +58,27 @@ from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.checkpoint.metadata import CheckpointStats
 from epochstream.connectors.nexmark import NexmarkConfig, NexmarkSource, write_nexmark_files
 from epochstream.core.events import MAX_WATERMARK, MIN_WATERMARK
+from epochstream.core.functions import (
+    DEAD_LETTERS,
+    CheckpointListener,
+    CoFlatMapFunction,
+    Collector,
+    CoMapFunction,
+    CoProcessFunction,
+    FilterFunction,
+    FlatMapFunction,
+    Function,
+    KeyedCoProcessFunction,
+    KeyedProcessFunction,
+    MapFunction,
+    OutputTag,
+    ProcessFunction,
+    ProcessJoinFunction,
+    ReduceFunction,
+    RuntimeContext,
+)
+from epochstream.core.time import TimeDomain
+from epochstream.core.watermarks import WatermarkGenerator, WatermarkStrategy
 from epochstream.deploy.client import JobClient
 from epochstream.exceptions import (
     AuthenticationError,

@@ -26,8 +26,8 @@ import signal
 import tempfile
 from typing import Any
 
-from epochstream.api.functions import CheckpointListener, MapFunction, RuntimeContext
 from epochstream.core.clock import ManualClock
+from epochstream.core.functions import CheckpointListener, MapFunction, RuntimeContext
 from epochstream.exceptions import ConfigurationError, InjectedFailure
 
 __all__ = ["FailOnce", "FileClock", "ManualClock", "kill_slot", "read_committed"]

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 import epochstream as es
-from epochstream.api.time import TimeDomain
 from epochstream.core.clock import ManualClock
 from epochstream.core.filesystems import storage_fs
+from epochstream.core.time import TimeDomain
 from epochstream.runtime.timers import TIMERS_STATE, InternalTimerService, TimerService
 from epochstream.state.backends.base import KeyedBackendContext, KeyedStateBackend, SnapshotTarget
 from epochstream.state.backends.heap import HeapStateBackend

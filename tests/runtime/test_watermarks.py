@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 import epochstream as es
-from epochstream.api.watermarks import BoundedOutOfOrdernessWatermarks
 from epochstream.core.events import MAX_WATERMARK, MIN_WATERMARK
+from epochstream.core.watermarks import BoundedOutOfOrdernessWatermarks
 from epochstream.runtime.watermarks import TimestampsAndWatermarks, WatermarkValve
 
 # ---------------------------------------------------------------- the input valve

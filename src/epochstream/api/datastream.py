@@ -15,7 +15,7 @@ import datetime as _dt
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from epochstream.api.functions import (
+from epochstream.core.functions import (
     FilterFunction,
     FlatMapFunction,
     KeyedProcessFunction,
@@ -24,7 +24,7 @@ from epochstream.api.functions import (
     ProcessFunction,
     ReduceFunction,
 )
-from epochstream.api.watermarks import WatermarkStrategy
+from epochstream.core.watermarks import WatermarkStrategy
 from epochstream.exceptions import ConfigurationError
 from epochstream.graph.transformations import (
     COLUMNAR_OUTPUT_KINDS,

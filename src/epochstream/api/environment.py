@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from epochstream.api.datastream import DataStream
 from epochstream.api.result import JobResult
-from epochstream.api.time import to_millis
-from epochstream.api.watermarks import WatermarkStrategy
 from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.core.clock import Clock
 from epochstream.core.restart import RestartStrategy, fixed_delay, none
+from epochstream.core.time import to_millis
+from epochstream.core.watermarks import WatermarkStrategy
 from epochstream.exceptions import ConfigurationError
 from epochstream.graph.jobgraph import JobGraph, build_job_graph, stateful_without_uid
 from epochstream.graph.transformations import Edge, LogicalGraph

@@ -20,7 +20,7 @@ from abc import ABC
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from epochstream.api.time import to_millis
+from epochstream.core.time import to_millis
 from epochstream.exceptions import ConfigurationError
 
 __all__ = ["CountEvictor", "DeltaEvictor", "Evictor", "TimeEvictor", "TimestampedValue"]

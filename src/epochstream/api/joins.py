@@ -26,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from epochstream.api.functions import (
+from epochstream.api.windowing import ProcessWindowFunction, WindowAssigner
+from epochstream.core.functions import (
     CoFlatMapFunction,
     Collector,
     CoMapFunction,
@@ -35,8 +36,7 @@ from epochstream.api.functions import (
     KeyedCoProcessFunction,
     ProcessJoinFunction,
 )
-from epochstream.api.time import to_signed_millis
-from epochstream.api.windowing import ProcessWindowFunction, WindowAssigner
+from epochstream.core.time import to_signed_millis
 from epochstream.exceptions import ConfigurationError
 
 if TYPE_CHECKING:

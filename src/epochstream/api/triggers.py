@@ -16,7 +16,7 @@ import enum
 from abc import ABC, abstractmethod
 from typing import Any
 
-from epochstream.api.time import to_millis
+from epochstream.core.time import to_millis
 from epochstream.exceptions import ConfigurationError
 
 __all__ = [

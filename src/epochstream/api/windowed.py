@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from epochstream.api.evictors import Evictor
-from epochstream.api.functions import OutputTag, ReduceFunction
-from epochstream.api.time import to_millis
 from epochstream.api.triggers import Trigger
 from epochstream.api.windowing import ProcessWindowFunction, WindowAssigner
+from epochstream.core.functions import OutputTag, ReduceFunction
+from epochstream.core.time import to_millis
 from epochstream.exceptions import ConfigurationError
 from epochstream.state.descriptors import AggregateFunction
 

@@ -23,8 +23,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from epochstream.api.functions import Collector, Function
-from epochstream.api.time import to_millis, to_signed_millis
 from epochstream.api.triggers import (
     EventTimeTrigger,
     ProcessingTimeTrigger,
@@ -32,6 +30,8 @@ from epochstream.api.triggers import (
     _NeverTrigger,
 )
 from epochstream.core.events import MAX_WATERMARK
+from epochstream.core.functions import Collector, Function
+from epochstream.core.time import to_millis, to_signed_millis
 from epochstream.exceptions import ConfigurationError
 
 __all__ = [

@@ -29,8 +29,8 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from epochstream.api.time import TimeDomain
 from epochstream.core.events import MIN_WATERMARK
+from epochstream.core.time import TimeDomain
 from epochstream.exceptions import ConfigurationError
 from epochstream.state.backends.base import KeyedStateBackend
 from epochstream.state.descriptors import ValueStateDescriptor

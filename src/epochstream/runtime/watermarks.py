@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from epochstream.api.watermarks import WatermarkGenerator, WatermarkStrategy
 from epochstream.core.events import MAX_WATERMARK, MIN_WATERMARK
+from epochstream.core.watermarks import WatermarkGenerator, WatermarkStrategy
 from epochstream.exceptions import DataError, UserFunctionError, short_repr
 
 __all__ = ["SplitTimestamps", "TimestampsAndWatermarks", "WatermarkValve"]

@@ -30,9 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from epochstream.api.functions import CheckpointListener, Function, OutputTag
-from epochstream.api.time import TimeDomain
 from epochstream.core.clock import Clock, SystemClock, wall_ms
+from epochstream.core.functions import CheckpointListener, Function, OutputTag
+from epochstream.core.time import TimeDomain
 from epochstream.exceptions import ConfigurationError, UserFunctionError
 from epochstream.graph.jobgraph import OperatorSpec
 from epochstream.runtime.metrics import OperatorCounters

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from epochstream.api.functions import FilterFunction, FlatMapFunction, MapFunction, ReduceFunction
+from epochstream.core.functions import FilterFunction, FlatMapFunction, MapFunction, ReduceFunction
 from epochstream.exceptions import UserFunctionError
 from epochstream.runtime.operators.base import Operator
 from epochstream.state.descriptors import ValueStateDescriptor

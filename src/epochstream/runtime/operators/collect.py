@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from epochstream.api.functions import Collector, OutputTag
+from epochstream.core.functions import Collector, OutputTag
 from epochstream.exceptions import ConfigurationError
 
 __all__ = ["OutputBuffer", "SideOutputs"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from epochstream.api.evictors import Evictor, TimestampedValue
-from epochstream.api.functions import ReduceFunction
+from epochstream.core.functions import ReduceFunction
 from epochstream.runtime.operators.collect import OutputBuffer
 from epochstream.runtime.operators.windows import WindowOperator
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from epochstream.api.time import TimeDomain
+from epochstream.core.time import TimeDomain
 from epochstream.exceptions import UserFunctionError
 from epochstream.runtime.operators.base import Operator
 from epochstream.runtime.operators.collect import OutputBuffer, SideOutputs
@@ -28,7 +28,7 @@ __all__ = ["KeyedProcessOperator", "ProcessOperator", "UserTimersOperator"]
 
 
 class ProcessOperator(Operator):
-    """Runs a :class:`~epochstream.api.functions.ProcessFunction` (no key, no timers)."""
+    """Runs a :class:`~epochstream.core.functions.ProcessFunction` (no key, no timers)."""
 
     def open(self) -> None:
         self._out = OutputBuffer()

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from epochstream.api.functions import CoFlatMapFunction, CoMapFunction
-from epochstream.api.time import TimeDomain
+from epochstream.core.functions import CoFlatMapFunction, CoMapFunction
+from epochstream.core.time import TimeDomain
 from epochstream.exceptions import UserFunctionError
 from epochstream.runtime.operators.base import Operator
 from epochstream.runtime.operators.collect import OutputBuffer, SideOutputs

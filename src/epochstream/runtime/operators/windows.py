@@ -33,11 +33,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from epochstream.api.functions import ReduceFunction
-from epochstream.api.time import TimeDomain
 from epochstream.api.triggers import EventTimeTrigger
 from epochstream.api.windowed import WindowSpec
 from epochstream.core.events import MAX_WATERMARK
+from epochstream.core.functions import ReduceFunction
+from epochstream.core.time import TimeDomain
 from epochstream.exceptions import StateError, UserFunctionError
 from epochstream.runtime.operators.base import Operator, OperatorContext
 from epochstream.runtime.operators.collect import OutputBuffer, SideOutputs

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from epochstream.api.time import to_millis
 from epochstream.core.events import MIN_WATERMARK
+from epochstream.core.time import to_millis
 from epochstream.exceptions import ConfigurationError
 
 __all__ = [
