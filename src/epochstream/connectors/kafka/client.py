@@ -412,6 +412,14 @@ class ConfluentFetcher:
 
         if not offsets:
             return
+        if self._watch.down_for() > 0:
+            # A synchronous commit waits ~45 s for a coordinator that is not there,
+            # holding the task thread; the offsets are for monitoring only, and the
+            # next checkpoint's commit carries them.
+            raise KafkaClientError(
+                "committing offsets to the consumer group: skipped while the broker is "
+                f"unreachable ({self._watch.last_error})"
+            )
         try:
             self._consumer.commit(
                 offsets=[TopicPartition(t, p, o) for t, p, o in offsets], asynchronous=False
