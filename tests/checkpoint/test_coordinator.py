@@ -505,3 +505,19 @@ def test_checkpoints_failing_past_the_tolerance_on_unreachable_storage_fail_the_
     h.advance(1.0)
     h.coord.receive_decline(DeclineCheckpoint(checkpoint_id=2, task=SRC0, reason="bug"))
     assert len(h.cb.of("fail")) == 2 and h.cb.fail_errors[-1] is None
+
+
+def test_maybe_completed_id_counts_a_checkpoint_once_its_metadata_write_began(tmp_path) -> None:
+    # What cancelled sinks may abort: nothing filed under a checkpoint at or below it.
+    h = Harness(tmp_path, interval=1.0, timeout=10.0, max_concurrent=3)
+    h.coord.start_attempt(TASKS, SOURCES)
+    assert h.coord.maybe_completed_id == 0
+    h.advance(1.0)
+    h.ack_all(1)
+    assert h.coord.maybe_completed_id == 1
+    h.advance(1.0)  # checkpoint 2: acked, its _metadata write held (may still land)
+    h.cb.hold_io = True
+    h.ack_all(2)
+    h.advance(1.0)  # checkpoint 3: never acknowledged by every task
+    h.coord.stop_attempt("failover")
+    assert h.coord.maybe_completed_id == 2

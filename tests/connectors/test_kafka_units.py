@@ -13,7 +13,7 @@ import pytest
 import epochstream as es
 from epochstream.connectors.kafka import EARLIEST, KafkaPartitionSplit, KafkaSource, timestamp
 from epochstream.connectors.kafka.decoding import ColumnarDecoder, RowDecoder
-from epochstream.connectors.kafka.enumerator import KafkaPartitionEnumerator
+from epochstream.connectors.kafka.enumerator import KafkaPartitionEnumerator, at_once
 from epochstream.connectors.kafka.reader import KafkaPartitionReader
 from epochstream.exceptions import ConfigurationError, SourceDecodeError
 from epochstream.runtime.watermarks import TimestampsAndWatermarks
@@ -229,7 +229,7 @@ def test_enumerator_discovers_new_partitions_and_matching_topics_once() -> None:
     log = _log(1, topic="bids-a")
     log.add("asks", 1)
     src = _source(topics=None, topic_pattern=r"bids-.*", discovery_interval=5.0)
-    enum = KafkaPartitionEnumerator(src, 2, None, lambda: FakeMetadata(log))
+    enum = KafkaPartitionEnumerator(src, 2, None, lambda: FakeMetadata(log), start=at_once)
     assert [s.split_id for s in enum.initial_splits()] == ["bids-a/0"]
     assert enum.discover(0.0) == []
     log.add("bids-b", 2)
@@ -245,7 +245,7 @@ def test_enumerator_discovers_new_partitions_and_matching_topics_once() -> None:
     ]
     assert enum.discover(10.0) == []
     # A restored enumerator knows what was handed out already.
-    restored = KafkaPartitionEnumerator(src, 3, enum.snapshot(), lambda: FakeMetadata(log))
+    restored = KafkaPartitionEnumerator(src, 3, enum.snapshot(), lambda: FakeMetadata(log), start=at_once)
     log.add("bids-c", 1)
     assert [s.split_id for s in restored.discover(0.0)] == ["bids-c/0"]
 
@@ -526,7 +526,8 @@ def test_a_failed_discovery_is_retried_at_the_next_interval() -> None:
             return super().partitions(topics)
 
     enum = KafkaPartitionEnumerator(
-        _source(discovery_interval=2.0), 1, [("bids", 0)], lambda: FakeMetadata(log), lambda: FlakyMetadata(log)
+        _source(discovery_interval=2.0), 1, [("bids", 0)], lambda: FakeMetadata(log), lambda: FlakyMetadata(log),
+        start=at_once,
     )
     log.add("bids", 2)
     assert enum.discover(0.0) == []

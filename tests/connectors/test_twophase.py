@@ -182,6 +182,35 @@ def test_close_aborts_open_transaction_but_keeps_pending_ones() -> None:
     assert w.prepared == {"t1": ["pending"]}  # a restore from checkpoint 1 can commit it
 
 
+def test_a_cancelled_attempt_aborts_what_only_checkpoints_that_never_complete_hold() -> None:
+    # Checkpoint 1 may have completed (the job master began writing its metadata):
+    # t1 stays for a restore. Checkpoint 2 was aborted and 3 was in flight when the
+    # attempt failed for good: t2 and t3 are in no checkpoint that will ever complete.
+    w = make()
+    w.write_batch(["a"])
+    w.snapshot(1)
+    w.write_batch(["b"])
+    w.snapshot(2)
+    w.notify_checkpoint_aborted(2)
+    w.write_batch(["c"])
+    w.snapshot(3)
+    w.write_batch(["open"])
+    w.abandon_checkpoints_above(1)
+    w.close()
+    assert w.prepared == {"t1": ["a"]}
+    assert [e for e in w.log if e[0] == "abort"] == [("abort", "t2"), ("abort", "t3"), ("abort", "t4")]
+    assert w.pending_checkpoint_ids == [1]
+
+
+def test_nothing_completed_yet_aborts_every_pending_transaction() -> None:
+    w = make()
+    w.write_batch(["a"])
+    w.snapshot(1)
+    w.abandon_checkpoints_above(0)
+    w.close()
+    assert w.prepared == {} and w.published == {}
+
+
 def test_restore_hands_entries_to_recover_once_before_writes() -> None:
     ctx = SinkContext(0, 1, attempt=1, job_id="job", checkpointing=True)
     w = MemoryWriter(ctx)

@@ -162,6 +162,9 @@ class LogWriter(AtLeastOnceSinkWriter):
     def end_input(self) -> None:
         self.sink.log.append(Mark("end"))
 
+    def abandon_checkpoints_above(self, checkpoint_id: int) -> None:
+        self.sink.log.append(Mark("abandon", checkpoint_id))
+
 
 # ---------------------------------------------------------------- building tasks
 

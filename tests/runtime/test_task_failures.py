@@ -10,6 +10,7 @@ from task_support import (
     MAX_P,
     Control,
     LogSink,
+    Mark,
     barrier,
     chain_with,
     feed,
@@ -50,6 +51,40 @@ def test_a_failing_synchronous_snapshot_declines_and_fails_the_task(tmp_path: Pa
     assert decline.checkpoint_id == 4 and decline.task == key
     assert "snapshot failed" in decline.reason and "sink cannot pre-commit" in decline.reason
     assert failed.task == key and "sink cannot pre-commit" in failed.description
+
+
+def test_a_failed_task_closes_its_sink_after_the_cancel_says_what_to_abandon(tmp_path: Path) -> None:
+    # The job master's CancelSlot names the highest checkpoint that may have completed;
+    # the failed task waits for it, so its sink aborts what only later checkpoints hold.
+    import time
+
+    sink = LogSink(fail_snapshot=True)
+    graph = reduce_graph(sink)
+    chain = chain_with(graph, "reduce")
+    control = Control()
+    task, _ = make_task(graph, chain, tmp_path, control)
+    control.react = lambda msg: task.cancel.cancelled(3) if isinstance(msg, TaskFailed) else None
+    feed(task, 0, [("a", 1)], barrier(4), END_OF_INPUT)
+    t0 = time.monotonic()
+    task.run()
+    assert time.monotonic() - t0 < 2.0
+    assert sink.log[-1] == Mark("abandon", 3)
+
+
+def test_a_failed_task_without_a_cancel_closes_after_the_wait_abandoning_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from epochstream.runtime import task as task_module
+
+    monkeypatch.setattr(task_module, "CANCEL_WAIT", 0.1)
+    sink = LogSink(fail_snapshot=True)
+    graph = reduce_graph(sink)
+    control = Control()
+    task, _ = make_task(graph, chain_with(graph, "reduce"), tmp_path, control)
+    feed(task, 0, [("a", 1)], barrier(4), END_OF_INPUT)
+    task.run()
+    assert control.kinds() == ["DeclineCheckpoint", "TaskFailed"]
+    assert not any(isinstance(r, Mark) and r.what == "abandon" for r in sink.log)
 
 
 def test_a_failing_asynchronous_snapshot_declines_and_the_task_goes_on(tmp_path: Path) -> None:

@@ -161,6 +161,9 @@ class CheckpointCoordinator:
         self._final_id: int | None = None
         self._final_completed = False
         self._completed_stats: list[CheckpointStats] = []
+        # The highest id whose _metadata write began: no checkpoint above it completed,
+        # and none can once the attempt is stopped (what cancelled sinks may abort).
+        self._maybe_completed = 0
 
     # ------------------------------------------------------------ queries
 
@@ -183,6 +186,13 @@ class CheckpointCoordinator:
     def final_completed(self) -> bool:
         """True once this attempt's final checkpoint completed (sinks committed all)."""
         return self._final_completed
+
+    @property
+    def maybe_completed_id(self) -> int:
+        """The highest checkpoint or savepoint id that may have completed (its
+        ``_metadata`` write began), 0 if none: after :meth:`stop_attempt` no higher id
+        completes, so what only higher ids hold is never committed."""
+        return self._maybe_completed
 
     @property
     def pending_ids(self) -> list[int]:
@@ -466,6 +476,8 @@ class CheckpointCoordinator:
             return
         pending.state = PendingState.PERSISTING
         pending.metadata = metadata
+        # Before the write: once it may land, a restore may commit what it holds.
+        self._maybe_completed = max(self._maybe_completed, pending.checkpoint_id)
         fs = storage_fs(pending.directory, self._storage.options)
         directory, n = pending.directory, pending.checkpoint_id
 

@@ -285,6 +285,8 @@ class SinkWriter(ABC):
         snapshot(n)               at barrier n; returned entries go into checkpoint n
         notify_checkpoint_complete(n) / notify_checkpoint_aborted(n)
         end_input()               bounded input ended
+        abandon_checkpoints_above(n)   only when the attempt is cancelled: no checkpoint
+                                  above n completed or ever will
         close()
 
     Non-transactional writers can extend :class:`AtLeastOnceSinkWriter` instead.
@@ -325,6 +327,12 @@ class SinkWriter(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release resources; output not committed by now is not committed."""
+
+    def abandon_checkpoints_above(self, checkpoint_id: int) -> None:  # noqa: B027 - optional hook
+        """The attempt is cancelled and no checkpoint (or savepoint) with a higher id
+        completed or ever will (the job master says so). A transactional writer aborts
+        what only those checkpoints hold: nothing will ever commit it, not even a
+        restore. Called before :meth:`close`; writers without transactions ignore it."""
 
 
 class AtLeastOnceSinkWriter(SinkWriter):

@@ -18,7 +18,14 @@ checkpoint's barrier, so it covers them).
 
 ``close()`` aborts only transactions no checkpoint knows (the open one and rolled
 ones); pending ones are left for a restore to commit, because the checkpoint holding
-them may have completed without this writer hearing of it.
+them may have completed without this writer hearing of it. When the job master
+cancels the attempt it knows better: ``abandon_checkpoints_above(n)`` (before
+``close``) aborts the pending transactions of checkpoints above ``n``, which never
+completed and never will (aborted, or still in flight when the attempt failed). A
+pending transaction is in every snapshot from the one that pre-committed it on, so
+``pending[k]`` with ``k > n`` is in no checkpoint at or below ``n``. Otherwise a job
+that fails for good would leave them open until the broker's transaction timeout
+(Kafka: 15 min of read_committed consumers held back).
 
 With checkpointing off the writer cannot be exactly-once: it commits when a
 transaction rolls and at ``end_input``, and logs one warning saying so.
@@ -250,6 +257,23 @@ class TwoPhaseCommitSinkWriter(SinkWriter, Generic[Txn]):
         rolled, self._rolled = self._rolled, []
         for t in rolled:
             self._commit_managed(t)
+
+    def abandon_checkpoints_above(self, checkpoint_id: int) -> None:
+        """Abort the pending transactions of checkpoints above ``checkpoint_id``: they
+        are in no checkpoint that completed or will (module docstring)."""
+        doomed = [cid for cid in self._pending if cid > checkpoint_id]
+        for cid in doomed:
+            txns = self._pending.pop(cid)
+            for t in txns:
+                self.abort(t.txn)
+                t.advance(TxnState.ABORTED)
+        if doomed:
+            logger.info(
+                "%s: aborted the transactions of checkpoints %s (none above %d completed)",
+                self._where(),
+                doomed,
+                checkpoint_id,
+            )
 
     def close(self) -> None:
         """Abort what no checkpoint holds; leave pending transactions for a restore."""

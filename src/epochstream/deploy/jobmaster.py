@@ -92,6 +92,9 @@ log = logging.getLogger(__name__)
 
 REGISTRATION_TIMEOUT = 180.0
 CANCEL_TIMEOUT = 60.0
+#: Seconds cancelled slots get to close their tasks (sinks abort transactions) before
+#: the runner kills them.
+CANCEL_GRACE = 5.0
 #: What each slot of an attempt runs, by slot index.
 Deployments = dict[int, list[TaskDeployment]]
 
@@ -602,11 +605,17 @@ class JobMaster:
             return
         self.phase = Phase.FAILING
         self.running.clear()
+        abandon_above: int | None = None
         if self.coordinator is not None:
             self.coordinator.stop_attempt(failure.cause.splitlines()[0])
+            abandon_above = self.coordinator.maybe_completed_id
         for conn in self._slots.values():
-            conn.send(CancelSlot(failure.cause.splitlines()[0]))
+            conn.send(CancelSlot(failure.cause.splitlines()[0], abandon_above))
             conn.close()
+        # Slots abort their sinks' transactions on CancelSlot (a job failing for good
+        # leaves none open); killing them at once could cut that short. Slots that are
+        # still there after the grace (a task hanging) are cancelled by the runner.
+        self.runner.wait(CANCEL_GRACE)
         self.runner.cancel()
         if not self._wait_for_slots(CANCEL_TIMEOUT):
             log.error(

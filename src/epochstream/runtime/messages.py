@@ -298,6 +298,12 @@ class FinishSlot:
 
 @dataclass(frozen=True)
 class CancelSlot:
-    """Stop at once (failover or cancellation)."""
+    """Stop at once (failover or cancellation).
+
+    ``abandon_above``: no checkpoint above this id completed or ever will (the job
+    master stopped the attempt's checkpoints first), so sinks abort the transactions
+    only those checkpoints hold; None when the sender does not know (leave them).
+    """
 
     reason: str
+    abandon_above: int | None = None

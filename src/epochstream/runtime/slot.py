@@ -265,6 +265,9 @@ class _Slot:
                 self.send(SlotClosed(self.index))
                 return
             elif isinstance(msg, CancelSlot):
+                # Before the gates are cancelled: tasks close their sinks with this.
+                for task in self.tasks:
+                    task.cancel.cancelled(msg.abandon_above)
                 log.info("slot %d cancelled: %s", self.index, msg.reason)
                 return
             else:
@@ -302,6 +305,7 @@ class _Slot:
         self._stop.set()
         self._metrics_stop.set()
         for task in self.tasks:
+            task.cancel.cancelled(task.cancel.abandon_above)  # a failed task waits no longer
             task.gate.cancel()
         if self.data is not None:
             self.data.close()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -73,7 +74,7 @@ from epochstream.runtime.operators import (
     SnapshotParts,
     create_operator,
 )
-from epochstream.runtime.operators.connectors import SourceOperator
+from epochstream.runtime.operators.connectors import SinkOperator, SourceOperator
 from epochstream.runtime.operators.twoinput import TwoInputOperator
 from epochstream.runtime.outputs import RecordWriter
 from epochstream.runtime.taskenv import TaskEnvironment
@@ -91,6 +92,34 @@ log = logging.getLogger(__name__)
 
 class _Stop(Exception):
     """Leaves the mailbox loop (finish or cancel)."""
+
+
+#: Seconds a failed task with a sink waits for the job master's CancelSlot before it
+#: closes its operators: the cancel says which pre-committed transactions to abort.
+CANCEL_WAIT = 5.0
+
+
+class AttemptCancel:
+    """The job master's cancel of this attempt, as the slot relays it to a task.
+
+    Example::
+
+        notice = AttemptCancel()
+        notice.cancelled(abandon_above=4)       # the slot, on CancelSlot(..., 4)
+        notice.wait(5.0); notice.abandon_above   # True, 4
+    """
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        #: No checkpoint above this id completed or will (None: not known).
+        self.abandon_above: int | None = None
+
+    def cancelled(self, abandon_above: int | None) -> None:
+        self.abandon_above = abandon_above
+        self._event.set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._event.wait(timeout)
 
 
 class Task:
@@ -129,6 +158,8 @@ class Task:
         self._stopping_for: int | None = None
         self._exhausted_reported = False
         self._last_flush = time.monotonic()
+        #: Set by the slot when the job master cancels the attempt.
+        self.cancel = AttemptCancel()
 
     def channel_index(self, edge_id: int, upstream_subtask: int) -> int:
         """Input channel index of (edge, upstream subtask) in this task's gate."""
@@ -226,6 +257,8 @@ class Task:
             else:
                 log.error("%s failed: %r", self.name, exc)
                 self._report_failure(exc)
+                self.gate.cancel()
+                self._await_cancel()
         finally:
             # Upstream tasks blocked on this task's full input (backpressure) must not
             # wait forever for a task that stopped reading: they get Cancelled.
@@ -255,9 +288,20 @@ class Task:
             )
         )
 
+    def _await_cancel(self) -> None:
+        """A failed task's sinks close after the job master's cancel, which says which
+        of their pre-committed transactions no checkpoint will ever commit."""
+        if any(isinstance(op, SinkOperator) for op in self.operators):
+            if not self.cancel.wait(CANCEL_WAIT):
+                log.warning("%s: no cancel from the job master within %.0f s; closing",
+                            self.name, CANCEL_WAIT)
+
     def _close(self) -> None:
+        abandon_above = self.cancel.abandon_above
         for op in self.operators:
             try:
+                if abandon_above is not None and isinstance(op, SinkOperator):
+                    op.abandon_checkpoints_above(abandon_above)
                 op.close()
             except Exception as exc:  # one operator's close must not skip the others'
                 log.warning("%s: closing %s failed: %r", self.name, op.uid, exc)

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from epochstream.exceptions import ConfigurationError, EpochstreamError
 
 __all__ = [
     "SOURCE_OWNED",
+    "BrokerWatch",
     "ConfluentFetcher",
     "ConfluentMetadata",
     "Fetcher",
@@ -40,8 +42,16 @@ __all__ = [
 
 #: Seconds a metadata or offset request may take before the job fails.
 TIMEOUT = 30.0
+#: Seconds a reader may go without reaching any broker before its task fails. Below
+#: the checkpoint timeout (60 s by default), so the job fails naming Kafka, not
+#: "checkpoint expired"; the restart strategy then decides.
+UNREACHABLE_AFTER = 15.0
+#: Seconds the check that a broker answers again may take (a metadata request).
+_PROBE_TIMEOUT = 2.0
 _PARTITION_EOF = -191  # confluent_kafka.KafkaError._PARTITION_EOF
 _UNKNOWN_TOPIC = 3  # confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
+_TRANSPORT = -195  # confluent_kafka.KafkaError._TRANSPORT: a connection failed or broke
+_ALL_BROKERS_DOWN = -187  # confluent_kafka.KafkaError._ALL_BROKERS_DOWN
 
 
 class KafkaClientError(EpochstreamError):
@@ -278,6 +288,49 @@ class ConfluentMetadata:
         self._consumer.close()
 
 
+class BrokerWatch:
+    """Tells a reader when its brokers have been unreachable for ``limit`` seconds.
+
+    librdkafka never fails a fetch because brokers are gone: it reconnects forever and
+    reports the failed connections to ``error_cb`` only, so a reader would poll nothing
+    until a checkpoint timed out. The watch starts its clock at the first connection
+    error after messages last arrived; at ``limit`` the reader asks for metadata once
+    (a connection error alone is not proof: idle connections are closed and reopened),
+    and fails if that gets no answer either.
+
+    Example::
+
+        watch = BrokerWatch(15.0, clock=time.monotonic)
+        watch.on_error(-187, "1/1 brokers are down")   # error_cb
+        watch.overdue()      # True 15 s later, unless watch.reached() came first
+    """
+
+    def __init__(self, limit: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit = limit
+        self._clock = clock
+        self._down_since: float | None = None
+        self.last_error = ""
+
+    def on_error(self, code: int, text: str) -> None:
+        """A client error (``error_cb``); only connection failures start the clock."""
+        if code not in (_TRANSPORT, _ALL_BROKERS_DOWN):
+            return
+        self.last_error = text
+        if self._down_since is None:
+            self._down_since = self._clock()
+
+    def reached(self) -> None:
+        """A broker answered (messages arrived, or metadata came back)."""
+        self._down_since = None
+
+    def overdue(self) -> bool:
+        """Whether connections have failed, with no answer since, for ``limit`` seconds."""
+        return self._down_since is not None and self._clock() - self._down_since >= self.limit
+
+    def down_for(self) -> float:
+        return 0.0 if self._down_since is None else self._clock() - self._down_since
+
+
 class ConfluentFetcher:
     """:class:`Fetcher` over a confluent-kafka consumer with manual assignment.
 
@@ -287,12 +340,26 @@ class ConfluentFetcher:
     Example: ``ConfluentFetcher(client_config("127.0.0.1:9092", {}), "my-job")``
     """
 
-    def __init__(self, config: dict[str, Any], group_id: str) -> None:
+    def __init__(
+        self, config: dict[str, Any], group_id: str, unreachable_after: float = UNREACHABLE_AFTER
+    ) -> None:
         from confluent_kafka import Consumer
+
+        self._bootstrap = config.get("bootstrap.servers")
+        self._assigned: set[tuple[str, int]] = set()
+        self._watch = BrokerWatch(unreachable_after)
+        user_error_cb = config.get("error_cb")
+
+        def on_error(error: Any) -> None:
+            # Served inside consume() on the reader's thread (librdkafka's callbacks).
+            self._watch.on_error(error.code(), error.str())
+            if user_error_cb is not None:
+                user_error_cb(error)
 
         self._consumer = Consumer(
             {
                 **config,
+                "error_cb": on_error,
                 "group.id": group_id,
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
@@ -308,23 +375,44 @@ class ConfluentFetcher:
 
         if positions:
             self._consumer.incremental_assign([TopicPartition(t, p, o) for t, p, o in positions])
+            self._assigned.update((t, p) for t, p, _ in positions)
 
     def unassign(self, partitions: list[tuple[str, int]]) -> None:
         from confluent_kafka import TopicPartition
 
         if partitions:
             self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in partitions])
+            self._assigned.difference_update(partitions)
 
     def fetch(self, max_messages: int, timeout: float) -> list[Any]:
         # consume() waits for max_messages or the timeout: take what librdkafka has
         # prefetched at once, and wait only when it has nothing.
         messages = self._consumer.consume(max_messages, 0) or self._consumer.consume(max_messages, timeout)
+        if messages:
+            self._watch.reached()
+        elif self._watch.overdue():
+            self._check_reachable()
         for msg in messages:
             if msg.error() is not None:
                 _check(msg)
                 # Not an error (an EOF event): leave it out of the records.
                 return [m for m in messages if m.error() is None]
         return messages
+
+    def _check_reachable(self) -> None:
+        """The brokers failed for the watch's limit: fail unless one answers now."""
+        from confluent_kafka import KafkaException
+
+        try:
+            self._consumer.list_topics(timeout=_PROBE_TIMEOUT)
+        except KafkaException as exc:
+            raise KafkaClientError(
+                f"Kafka broker unreachable: {self._bootstrap} did not answer for "
+                f"{self._watch.down_for():.0f} s while reading "
+                f"{', '.join(f'{t}/{p}' for t, p in sorted(self._assigned))} "
+                f"(last error: {self._watch.last_error or exc})"
+            ) from exc
+        self._watch.reached()  # an idle topic on a broker that is there
 
     def positions(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         from confluent_kafka import KafkaException, TopicPartition
@@ -340,6 +428,14 @@ class ConfluentFetcher:
 
         if not offsets:
             return
+        if self._watch.down_for() > 0:
+            # A synchronous commit waits ~45 s for a coordinator that is not there,
+            # holding the task thread; the offsets are for monitoring only, and the
+            # next checkpoint's commit carries them.
+            raise KafkaClientError(
+                "committing offsets to the consumer group: skipped while the broker is "
+                f"unreachable ({self._watch.last_error})"
+            )
         try:
             self._consumer.commit(
                 offsets=[TopicPartition(t, p, o) for t, p, o in offsets], asynchronous=False

@@ -31,8 +31,11 @@ from epochstream.exceptions import SinkError, short_repr
 
 __all__ = ["KafkaPythonProducer", "Producer", "ProducerFactory", "delivery_error"]
 
-#: Seconds a flush, init or commit may take before the task fails.
-TIMEOUT = 60.0
+#: Seconds a flush, init, commit, abort or close may take before the task fails (also
+#: the client's ``max_block_ms`` and ``bootstrap_timeout_ms`` unless set): below the
+#: checkpoint timeout (60 s by default), so a broker that went away fails the task
+#: naming the sink, not "checkpoint expired", and the restart strategy decides.
+TIMEOUT = 15.0
 
 
 class Producer(Protocol):
@@ -106,9 +109,13 @@ class KafkaPythonProducer:
         from kafka import KafkaProducer
 
         self.transactional_id = transactional_id
+        self._bootstrap = config.get("bootstrap_servers")
         extra = {"transactional_id": transactional_id} if transactional_id is not None else {}
+        # kafka-python blocks 60 s (metadata, buffer, init) and bootstraps for 30 s by
+        # default: bounded by TIMEOUT unless the user's properties say otherwise.
+        limits = {"max_block_ms": int(TIMEOUT * 1000), "bootstrap_timeout_ms": int(TIMEOUT * 1000)}
         try:
-            self._producer = KafkaProducer(**config, **extra)
+            self._producer = KafkaProducer(**{**limits, **config}, **extra)
         except Exception as exc:
             raise SinkError(
                 f"KafkaSink: cannot create a producer ({transactional_id}): {exc}"
@@ -138,7 +145,10 @@ class KafkaPythonProducer:
         try:
             self._producer.flush(timeout=TIMEOUT)
         except Exception as exc:
-            raise SinkError(f"KafkaSink: flush ({self.transactional_id}) failed: {exc}") from exc
+            raise SinkError(
+                f"KafkaSink: flush ({self.transactional_id}) failed: {type(exc).__name__}: {exc} "
+                f"(broker unreachable? no answer from {self._bootstrap} within {TIMEOUT:.0f} s)"
+            ) from exc
         self.check()
 
     def init_transactions(self) -> None:
@@ -165,16 +175,28 @@ class KafkaPythonProducer:
         self._call("begin_transaction", self._producer.begin_transaction)
 
     def commit(self) -> None:
-        self._call("commit_transaction", self._producer.commit_transaction)
+        self._call("commit_transaction", lambda: self._end_transaction(commit=True))
 
     def abort(self) -> None:
-        self._call("abort_transaction", self._producer.abort_transaction)
+        self._call("abort_transaction", lambda: self._end_transaction(commit=False))
+
+    def _end_transaction(self, *, commit: bool) -> None:
+        from kafka.errors import KafkaTimeoutError
+
+        # KafkaProducer.commit_transaction/abort_transaction wait for EndTxn without a
+        # timeout: a broker that went away would hold the task thread forever. The same
+        # steps, with a bounded wait.
+        tm = self._producer._transaction_manager
+        result = tm.begin_commit() if commit else tm.begin_abort()
+        self._producer._sender.wakeup()
+        if not result.wait(timeout_ms=TIMEOUT * 1000):
+            raise KafkaTimeoutError("EndTxn got no answer")
 
     def close(self) -> None:
         self._producer.close(timeout=TIMEOUT)
 
     def _call(self, what: str, fn: Any) -> None:
-        from kafka.errors import AuthorizationError, KafkaError
+        from kafka.errors import AuthorizationError, KafkaError, KafkaTimeoutError
 
         try:
             fn()
@@ -182,8 +204,13 @@ class KafkaPythonProducer:
             # A failed commit is retryable too: the restore commits the transaction
             # again from the checkpoint. Only a missing permission needs a person.
             retryable = not isinstance(exc, AuthorizationError)
+            hint = (
+                f" (broker unreachable? no answer from {self._bootstrap} within {TIMEOUT:.0f} s)"
+                if isinstance(exc, KafkaTimeoutError)
+                else ""
+            )
             raise SinkError(
                 f"KafkaSink: {what} of transactional id {self.transactional_id!r} failed: "
-                f"{type(exc).__name__}: {exc}",
+                f"{type(exc).__name__}: {exc}{hint}",
                 retryable=retryable,
             ) from exc

@@ -220,6 +220,12 @@ class SinkOperator(Operator):
     def end_input(self) -> None:
         self.writer.end_input()
 
+    def abandon_checkpoints_above(self, checkpoint_id: int) -> None:
+        """The attempt was cancelled; no checkpoint above ``checkpoint_id`` completes."""
+        writer = getattr(self, "writer", None)
+        if writer is not None:
+            writer.abandon_checkpoints_above(checkpoint_id)
+
     def close(self) -> None:
         writer = getattr(self, "writer", None)
         if writer is not None:
