@@ -60,3 +60,17 @@ def test_the_job_master_logs_with_slot_and_attempt(caplog: pytest.LogCaptureFixt
     [record] = [r for r in caplog.records if r.name == "epochstream.slots"]
     assert record.levelno == logging.ERROR
     assert record.getMessage() == "[slot 2 attempt 5] epochstream.runtime.task: sum (3/4) failed"
+
+
+def test_a_record_the_job_master_can_no_longer_take_goes_to_stderr_as_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def gone(msg: object) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    logger = logging.getLogger("epochstream.test.gone")
+    with ForwardLogs(gone, slot=1, attempt=2, level=logging.WARNING):
+        logger.warning("cannot report the failure")
+    err = capsys.readouterr().err
+    assert "[slot 1 attempt 2] WARNING epochstream.test.gone: cannot report the failure" in err
+    assert "job master connection lost" in err and "Traceback" not in err

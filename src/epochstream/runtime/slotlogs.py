@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,12 +68,23 @@ class ForwardLogs(logging.Handler):
             if record.exc_info:
                 message += "\n" + logging.Formatter().formatException(record.exc_info)
             self._send(SlotLog(self.slot, self.attempt, record.levelno, record.name, message))
-        except OSError:
-            # The control connection is gone: the slot's main loop reports that, and
-            # this record has nowhere to go.
-            self.handleError(record)
+        except OSError as exc:
+            # The control connection is gone (the job master ended the attempt or
+            # failed over): the record still goes somewhere a person can read it, as
+            # one line on the process's stderr rather than logging's traceback.
+            self._to_stderr(record, exc)
         finally:
             self._sending.active = False
+
+    def _to_stderr(self, record: logging.LogRecord, error: OSError) -> None:
+        try:
+            sys.stderr.write(
+                f"[slot {self.slot} attempt {self.attempt}] {record.levelname} {record.name}: "
+                f"{record.getMessage()} (not forwarded: job master connection lost: {error!r})\n"
+            )
+            sys.stderr.flush()
+        except (OSError, ValueError):  # stderr closed too: the record has nowhere to go
+            pass
 
     def __enter__(self) -> ForwardLogs:
         root = logging.getLogger()
