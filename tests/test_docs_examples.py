@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 import unittest
 from pathlib import Path
 
@@ -50,6 +51,15 @@ def test_pages_found() -> None:
     names = {_page_id(p) for p in PAGES}
     assert "README.md" in names
     assert "docs/getting-started.md" in names
+
+
+def test_every_skipped_example_says_why() -> None:
+    """A block is left out only by ``<!-- skip: next "reason" -->``, one block at a time."""
+    for page in PAGES:
+        for match in re.finditer(r"<!--\s*skip:(.*?)-->", page.read_text(encoding="utf-8")):
+            assert re.fullmatch(r'\s*next\s+"[^"]{10,}"\s*', match.group(1)), (
+                f"{_page_id(page)}: {match.group(0)!r} must be skip: next with a reason"
+            )
 
 
 @pytest.mark.parametrize("page", PAGES, ids=_page_id)
