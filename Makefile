@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: system-packages bytecode demo test test-fast lint typecheck bench bench-all clean
+.PHONY: system-packages bytecode demo test test-fast lint typecheck docs docs-serve bench bench-all clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "need Python 3.11+ (python3.11 on PATH)"; exit 1; }
@@ -39,6 +39,20 @@ lint: $(STAMP)
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 
+# The documentation site (mkdocs.yml, docs/) into site/; --strict: a broken link or a
+# docstring the API reference cannot render fails the build. Its Python examples run in
+# the test suite (tests/test_docs_examples.py). `make docs-serve` serves it while you edit.
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
+docs-serve: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
+
 bench: bytecode
 	$(PY) bench/run.py
 
@@ -46,4 +60,4 @@ bench-all: $(STAMP)  # bench/all.py compiles the bytecode itself
 	SPARK_LOCAL_IP=127.0.0.1 $(PY) bench/all.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) build site *.egg-info src/*.egg-info
