@@ -69,6 +69,31 @@ FLINK_NEXMARK = Tuning(
     ),
 )
 
+# The Kafka pipeline's peers (bench/kafka_pipeline.py). Quix documents its Kafka
+# clients' settings as the place to tune (consumer_extra_config/producer_extra_config,
+# librdkafka's batching); Bytewax's KafkaSource documents batch_size.
+QUIX_BATCHING = Tuning(
+    name="librdkafka batching",
+    source="quix.io/docs Configuration (consumer_extra_config, producer_extra_config); "
+    "librdkafka CONFIGURATION.md",
+    settings=(
+        ("producer.linger.ms", "20"),
+        ("producer.batch.num.messages", "10000"),
+        ("consumer.fetch.min.bytes", "65536"),
+        ("consumer.fetch.wait.max.ms", "50"),
+    ),
+)
+BYTEWAX_KAFKA_BATCHES = Tuning(
+    name="KafkaSource batch_size",
+    source="bytewax.connectors.kafka.KafkaSource docstring (batch_size); librdkafka "
+    "CONFIGURATION.md",
+    settings=(
+        ("batch_size", "10000"),
+        ("producer.linger.ms", "5"),
+        ("producer.batch.num.messages", "10000"),
+    ),
+)
+
 PROFILES: dict[str, PeerProfile] = {
     # The wheel on PyPI bundles no Parquet format (flink-sql-parquet is on Maven only):
     # Flink parses text where the others read Parquet.
@@ -88,6 +113,19 @@ PROFILES: dict[str, PeerProfile] = {
     # Workers of one process share the GIL; more processes need a cluster launch that
     # this single-process harness does not make.
     "bytewax": PeerProfile(handicap="1 worker (one Python process, the GIL); string keys"),
+    "quixstreams": PeerProfile(
+        handicap="none known: exactly-once like epochstream",
+        tuning=QUIX_BATCHING,
+        always="commit_interval = 1 s (the checkpoint interval); one process per unit of "
+        "parallelism, one consumer group",
+    ),
+    # Its sink flushes every batch but is not transactional: a restart replays outputs.
+    "bytewax-kafka": PeerProfile(
+        handicap="at-least-once: no transactional Kafka sink (an easier job than exactly-once)",
+        tuning=BYTEWAX_KAFKA_BATCHES,
+        always="epoch (snapshot) interval = 1 s into SQLite recovery partitions; one "
+        "process per unit of parallelism (a Bytewax cluster, -i/-a)",
+    ),
 }
 
 

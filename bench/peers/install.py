@@ -158,6 +158,15 @@ PEERS: dict[str, Peer] = {
     "dictloop": Peer("dictloop", "dictloop_job.py"),
     # pyarrow: the Nexmark peer reads the Parquet files itself.
     "bytewax": Peer("bytewax", "bytewax_job.py", requirement="bytewax==0.21.1 pyarrow>=15"),
+    # The Kafka pipeline (bench/kafka_pipeline.py): Bytewax's own Kafka connector needs
+    # confluent-kafka; Quix Streams brings its own.
+    "bytewax-kafka": Peer(
+        "bytewax-kafka",
+        "bytewax_kafka_job.py",
+        requirement="bytewax==0.21.1 confluent-kafka==2.16.0",
+        import_name="bytewax.connectors.kafka",
+    ),
+    "quixstreams": Peer("quixstreams", "quix_kafka_job.py", requirement="quixstreams==3.28.1"),
     "spark-ss": Peer("spark-ss", "spark_ss_job.py", needs_java=True),
     # Not a peer: bench/all.py draws its PNG there, keeping matplotlib out of .venv.
     "plot": Peer(
