@@ -347,7 +347,6 @@ class System:
     commands: Callable[[str, str, str], list[tuple[list[str], dict[str, str]]]]
     per_record: bool = True
     guarantee: str = "exactly-once"
-    stops_itself: bool = True
     profile: str = ""  # its entry in peer_profiles.PROFILES (peers only)
 
 
@@ -561,7 +560,7 @@ def quix(bootstrap: str, work: str, tuning: str, extra: list[str]) -> System:
             for i in range(PARALLELISM)
         ]
 
-    return System("quixstreams", tuning, commands, stops_itself=False, profile="quixstreams")
+    return System("quixstreams", tuning, commands, profile="quixstreams")
 
 
 def bytewax(bootstrap: str, work: str, tuning: str, extra: list[str]) -> System:
@@ -768,7 +767,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1_000_000, help="input records (throughput runs)")
     parser.add_argument("--latency-seconds", type=float, default=LATENCY_S)
     parser.add_argument(
-        "--quick", action="store_true", help="smoke: 20,000 records, 8 s of latency at up to 2,000/s"
+        "--quick",
+        action="store_true",
+        help="smoke: 20,000 records, 8 s of latency at up to 2,000/s",
     )
     parser.add_argument("--skip", nargs="*", default=[], choices=("quixstreams", "bytewax"))
     parser.add_argument(
