@@ -75,7 +75,7 @@ sys.path[:0] = [os.path.join(HERE, "peers"), os.path.join(ROOT, "tests")]
 from install import PEERS, PeerUnavailable, venv_root  # noqa: E402
 from peer_profiles import PROFILES, UNTUNED, variants  # noqa: E402
 
-from kafka_server import KafkaServer  # noqa: E402
+from kafka_server import KafkaServer, read_committed_with_times  # noqa: E402
 
 KEYS = 1_000
 PARTITIONS = 4
@@ -84,7 +84,6 @@ CHECKPOINT_S = 1.0
 WARMUP_S = 3.0  # latency: events produced in the first seconds are left out
 LATENCY_S = 20.0  # latency: seconds of throttled input
 IDLE_S = 5.0  # an output topic that has not grown for this long after exit is complete
-_FETCH_BYTES = 2 << 20  # per raw fetch
 QUICK_RATE = 2_000.0  # --quick: latency input rate cap (a smoke run's rates are noise)
 RUN_TIMEOUT_S = 600.0
 
@@ -256,72 +255,16 @@ class OutputWatcher:
 
 
 def commit_times(bootstrap: str, topic: str) -> list[tuple[int, dict[str, int]]]:
-    """``(commit time ms, value)`` of every committed transactional record of ``topic``:
-    the time is its COMMIT marker's timestamp (the broker's clock at EndTxn), when a
-    ``read_committed`` consumer may see it on a correct broker. Tansu's last stable
-    offset lags that (a committed transaction stays hidden while another producer's is
-    open on the partition), so a consumer's receive time there overstates latency.
-    Reads raw record batches (kafka-python's protocol classes, as tests/kafka_server.py)."""
-    from kafka.net.compat import KafkaNetClient
-    from kafka.protocol.consumer.fetch import FetchRequest
-    from kafka.record import MemoryRecords
-
-    fetch_topic = FetchRequest.FetchTopic
-    # Tansu answers with more than max_bytes: allow large frames (kafka.net's limit is 1 MB).
-    client = KafkaNetClient(bootstrap_servers=bootstrap, receive_message_max_bytes=256 << 20)
-    out: list[tuple[int, dict[str, int]]] = []
-    try:
-        node = client.least_loaded_node(bootstrap_fallback=True)
-        client.await_ready(node, timeout_ms=30_000)
-        for partition in range(PARTITIONS):
-            open_txns: dict[int, list[bytes]] = {}
-            offset, high = 0, None
-            while high is None or offset < high:
-                request = FetchRequest(
-                    max_wait_ms=200,
-                    min_bytes=1,
-                    max_bytes=_FETCH_BYTES,
-                    isolation_level=0,
-                    session_id=0,
-                    session_epoch=-1,
-                    forgotten_topics_data=[],
-                    rack_id="",
-                    max_version=11,
-                    topics=[
-                        fetch_topic(
-                            topic=topic,
-                            partitions=[
-                                fetch_topic.FetchPartition(
-                                    partition=partition,
-                                    current_leader_epoch=-1,
-                                    fetch_offset=offset,
-                                    last_fetched_epoch=-1,
-                                    partition_max_bytes=_FETCH_BYTES,
-                                )
-                            ],
-                        )
-                    ],
-                )
-                response = client.send_and_receive(node, request, timeout_ms=30_000)
-                if not response.responses or not response.responses[0].partitions:
-                    break
-                data = response.responses[0].partitions[0]
-                high, start = data.high_watermark, offset
-                records = MemoryRecords(data.records)
-                while (batch := records.next_batch()) is not None:
-                    for record in batch:
-                        offset = record.offset + 1
-                        if batch.is_control_batch:
-                            ended = open_txns.pop(batch.producer_id, [])
-                            if not record.abort:
-                                out += [(record.timestamp, json.loads(v)) for v in ended]
-                        elif batch.is_transactional:
-                            open_txns.setdefault(batch.producer_id, []).append(record.value)
-                if offset == start:
-                    break
-    finally:
-        client.close()
-    return out
+    """``(commit time ms, value)`` of every committed record of ``topic``: the time is its
+    COMMIT marker's timestamp (the broker's clock at EndTxn), when a ``read_committed``
+    consumer may see it on a correct broker. Tansu's last stable offset lags that (a
+    committed transaction stays hidden while another producer's is open on the
+    partition), so a consumer's receive time there overstates latency. The log is read
+    by tests/kafka_server.py's raw scanner."""
+    return [
+        (t, json.loads(value))
+        for t, (_, _, _, value) in read_committed_with_times(bootstrap, topic, PARTITIONS)
+    ]
 
 
 def _percentiles(lat: list[float]) -> dict[str, float]:

@@ -40,6 +40,7 @@ from typing import Any
 __all__ = [
     "KafkaServer",
     "read_committed",
+    "read_committed_with_times",
     "read_open",
     "start_on_s3",
     "tansu_binary",
@@ -286,6 +287,19 @@ def read_committed(
 
     Example: ``[v for _, _, _, v in read_committed(broker.bootstrap, "out", 2)]``
     """
+    return [record for _, record in _scan(bootstrap, topic, partitions)[0]]
+
+
+def read_committed_with_times(
+    bootstrap: str, topic: str, partitions: int
+) -> list[tuple[int, tuple[int, int, bytes | None, bytes]]]:
+    """``(visible since, record)`` for each record of :func:`read_committed`: the time
+    (ms, broker clock) of its transaction's COMMIT marker, or the record's own timestamp
+    when it is not transactional. On Kafka a read_committed consumer may see it from
+    then on (benchmarks measure latency to it; Tansu's last stable offset lags it).
+
+    Example: ``times = [t for t, _ in read_committed_with_times(bootstrap, "out", 4)]``
+    """
     return _scan(bootstrap, topic, partitions)[0]
 
 
@@ -300,15 +314,21 @@ def read_open(
     return _scan(bootstrap, topic, partitions)[1]
 
 
-def _scan(bootstrap: str, topic: str, partitions: int) -> tuple[list[Any], list[Any]]:
+Record = tuple[int, int, bytes | None, bytes]
+
+
+def _scan(
+    bootstrap: str, topic: str, partitions: int
+) -> tuple[list[tuple[int, Record]], list[Record]]:
     from kafka.net.compat import KafkaNetClient
 
-    client = KafkaNetClient(bootstrap_servers=bootstrap)
+    # Tansu may answer with more than max_bytes: allow large frames (the default is 1 MB).
+    client = KafkaNetClient(bootstrap_servers=bootstrap, receive_message_max_bytes=256 << 20)
     try:
         node = client.least_loaded_node(bootstrap_fallback=True)
         client.await_ready(node, timeout_ms=int(_START_TIMEOUT * 1000))
-        committed: list[Any] = []
-        still_open: list[Any] = []
+        committed: list[tuple[int, Record]] = []
+        still_open: list[Record] = []
         for partition in range(partitions):
             done, pending = _committed_of_partition(client, node, topic, partition)
             committed += done
@@ -320,13 +340,13 @@ def _scan(bootstrap: str, topic: str, partitions: int) -> tuple[list[Any], list[
 
 def _committed_of_partition(
     client: Any, node: Any, topic: str, partition: int
-) -> tuple[list[Any], list[Any]]:
+) -> tuple[list[tuple[int, Record]], list[Record]]:
     from kafka.protocol.consumer.fetch import FetchRequest
     from kafka.record import MemoryRecords
 
     fetch_topic = FetchRequest.FetchTopic
-    open_txns: dict[int, list[tuple[int, int, bytes | None, bytes]]] = {}  # producer id -> records
-    out: list[tuple[int, int, bytes | None, bytes]] = []
+    open_txns: dict[int, list[Record]] = {}  # producer id -> records
+    out: list[tuple[int, Record]] = []
     offset, high_watermark = 0, None
     while high_watermark is None or offset < high_watermark:
         request = FetchRequest(
@@ -369,15 +389,17 @@ def _committed_of_partition(
                 if batch.is_control_batch:
                     ended = open_txns.pop(batch.producer_id, [])
                     if not record.abort:
-                        out += ended
+                        out += [(record.timestamp, r) for r in ended]
                 elif batch.is_transactional:
                     open_txns.setdefault(batch.producer_id, []).append(
                         (partition, record.offset, record.key, record.value)
                     )
                 else:
-                    out.append((partition, record.offset, record.key, record.value))
+                    row = (partition, record.offset, record.key, record.value)
+                    out.append((record.timestamp, row))
         if offset == start and offset < high_watermark:
             raise RuntimeError(
                 f"fetch {topic}/{partition} at {offset} below {high_watermark} returned nothing"
             )
-    return sorted(out), sorted(r for records in open_txns.values() for r in records)
+    out.sort(key=lambda item: item[1])
+    return out, sorted(r for records in open_txns.values() for r in records)
