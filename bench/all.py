@@ -84,9 +84,7 @@ SYSTEMS = ("epochstream", "pyflink", "spark-ss", "bytewax", "dictloop")
 WORKLOADS = ("W1", "nexmark")
 # q15-q17 (Flink's distinct and filtered aggregations) run on PyFlink SQL only, for its
 # tuned against untuned figures: no other system here has them written.
-ALL_QUERIES = (
-    "q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11", "q12", "q15", "q16", "q17"
-)
+ALL_QUERIES = ("q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11", "q12", "q15", "q16", "q17")
 QUICK_QUERIES = ("q1",)
 PEER_TIMEOUT_S = 900.0
 # Bytewax gets a share of W1's events so that one run stays near 20 s; rates are per
@@ -256,7 +254,11 @@ def _peer_w1_recovery(results: Results, args: argparse.Namespace, system: str, l
 
 
 # Where each peer keeps what a restarted process resumes from.
-_KEPT_STATE = {"pyflink": "--checkpoint-dir", "spark-ss": "--checkpoint-dir", "bytewax": "--recovery-dir"}
+_KEPT_STATE = {
+    "pyflink": "--checkpoint-dir",
+    "spark-ss": "--checkpoint-dir",
+    "bytewax": "--recovery-dir",
+}
 
 
 def _measure_peer_recovery(

@@ -26,15 +26,16 @@ import numpy as np
 import pyarrow as pa
 
 from epochstream.graph.jobgraph import OperatorSpec
+from epochstream.graph.specs import JoinSpec
 from epochstream.graph.transformations import ColumnKey
 from epochstream.runtime.operators import OperatorContext, create_operator
-from epochstream.runtime.operators.columnar_joins import JoinSpec
 from epochstream.state.operator import OperatorStateStore
 
 
 def _batch(rng: np.random.Generator, n: int, keys: int, key: str) -> pa.RecordBatch:
     return pa.record_batch(
-        [pa.array(rng.integers(0, keys, n)), pa.array(rng.integers(0, 1_000, n))], names=[key, f"{key}_v"]
+        [pa.array(rng.integers(0, keys, n)), pa.array(rng.integers(0, 1_000, n))],
+        names=[key, f"{key}_v"],
     )
 
 
@@ -64,12 +65,21 @@ def acero(state_rows: int, batch_rows: int, keys: int) -> dict[str, float]:
 def operator(state_rows: int, batch_rows: int, keys: int) -> list[dict[str, float]]:
     spec = JoinSpec("a", "b")
     op_spec = OperatorSpec(
-        uid="join", name="join", kind="columnar_join", payload=spec,
-        key_selector=ColumnKey("a"), input_key_selectors=[ColumnKey("a"), ColumnKey("b")],
+        uid="join",
+        name="join",
+        kind="columnar_join",
+        payload=spec,
+        key_selector=ColumnKey("a"),
+        input_key_selectors=[ColumnKey("a"), ColumnKey("b")],
     )
     ctx = OperatorContext(
-        subtask_index=0, parallelism=1, max_parallelism=128, attempt=0, job_id="bench",
-        task_name="join (1/1)", operator_state=OperatorStateStore(),
+        subtask_index=0,
+        parallelism=1,
+        max_parallelism=128,
+        attempt=0,
+        job_id="bench",
+        task_name="join (1/1)",
+        operator_state=OperatorStateStore(),
     )
     op = create_operator(op_spec, ctx)
     pairs = [0]

@@ -30,7 +30,7 @@ from epochstream.runtime.metrics import TaskSampler
 from epochstream.runtime.outputs import Channel, RecordWriter
 from epochstream.runtime.snapshots import SnapshotExecutor
 from epochstream.runtime.task import Task, TaskEnvironment
-from epochstream.state.backends.heap import HeapStateBackend
+from epochstream.state.backends.heap.backend import HeapStateBackend
 
 B_KEYS = 100_000
 BATCH = 1024

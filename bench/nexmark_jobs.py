@@ -55,7 +55,13 @@ from report import latency_summary
 import epochstream as es
 
 __all__ = [
-    "QUERY_NAMES", "TRIGGERS", "nexmark_files", "queries", "ready_times", "run_latency", "run_query",
+    "QUERY_NAMES",
+    "TRIGGERS",
+    "nexmark_files",
+    "queries",
+    "ready_times",
+    "run_latency",
+    "run_query",
     "run_recovery",
 ]
 
@@ -150,9 +156,16 @@ def run_query(
 #: What makes a query's result possible: its own input event ("element"), the
 #: watermark passing its timestamp ("watermark"), or the processing-time clock.
 TRIGGERS = {
-    "q0": "element", "q1": "element", "q2": "element", "q3": "element",
-    "q4": "watermark", "q5": "watermark", "q7": "watermark", "q8": "watermark",
-    "q11": "watermark", "q12": "processing",
+    "q0": "element",
+    "q1": "element",
+    "q2": "element",
+    "q3": "element",
+    "q4": "watermark",
+    "q5": "watermark",
+    "q7": "watermark",
+    "q8": "watermark",
+    "q11": "watermark",
+    "q12": "processing",
 }
 
 
@@ -252,7 +265,9 @@ def run_latency(
         outputs = [(w, t) for line in read_probe(probe, "stamps") for w, t in line["samples"]]
         if not clock or not outputs:
             raise RuntimeError(f"Nexmark {name} {path} latency run produced no samples")
-        ready = ready_times(clock, [t for _, t in outputs], TRIGGERS[name], streams.WATERMARK_BOUND_MS)
+        ready = ready_times(
+            clock, [t for _, t in outputs], TRIGGERS[name], streams.WATERMARK_BOUND_MS
+        )
         start = min(w for samples in clock.values() for w, _ in samples)
         warmup_s = min(warmup_s, seconds / 4)  # short (smoke) runs keep most of their samples
         # Results written before they were ready were fired by the end of the input.

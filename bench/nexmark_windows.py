@@ -27,7 +27,9 @@ def main() -> None:
     parser.add_argument("--queries", default="q11,q12")
     parser.add_argument("--paths", default="columnar,row")
     parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--checkpoints", default="1.0,off", help="seconds between checkpoints, or off")
+    parser.add_argument(
+        "--checkpoints", default="1.0,off", help="seconds between checkpoints, or off"
+    )
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--parallelism", type=int, default=2)
     args = parser.parse_args()
@@ -37,11 +39,15 @@ def main() -> None:
     import epochstream as es
     from epochstream.deploy.spark import create_session
 
-    spark = create_session(f"local[{args.parallelism}]", app_name="epochstream-bench-nexmark-windows")
+    spark = create_session(
+        f"local[{args.parallelism}]", app_name="epochstream-bench-nexmark-windows"
+    )
     config = es.NexmarkConfig(events=args.events)
     rates: dict[tuple[str, str, str], list[float]] = {}
     try:
-        nexmark_jobs.run_query("q0", es.NexmarkConfig(events=1_000), spark=spark, checkpoint=None)  # warm-up
+        nexmark_jobs.run_query(
+            "q0", es.NexmarkConfig(events=1_000), spark=spark, checkpoint=None
+        )  # warm-up
         for _ in range(args.repeat):
             for query in args.queries.split(","):
                 for checkpoint in args.checkpoints.split(","):
@@ -49,8 +55,12 @@ def main() -> None:
                         interval = None if checkpoint == "off" else float(checkpoint)
                         start = time.perf_counter()
                         run = nexmark_jobs.run_query(
-                            query, config, spark=spark, parallelism=args.parallelism,
-                            checkpoint=interval, path=path,
+                            query,
+                            config,
+                            spark=spark,
+                            parallelism=args.parallelism,
+                            checkpoint=interval,
+                            path=path,
                         )
                         rates.setdefault((query, path, checkpoint), []).append(run["rate"])
                         print(

@@ -129,8 +129,13 @@ def _nexmark_path(
             q, rate, args.nexmark_latency_seconds, spark=spark, parallelism=p, path=path
         ),
         lambda: nexmark_jobs.run_recovery(
-            q, recovery_config, spark=spark, parallelism=p, path=path,
-            kill_after=args.kill_after, timeout=args.recovery_timeout,
+            q,
+            recovery_config,
+            spark=spark,
+            parallelism=p,
+            path=path,
+            kill_after=args.kill_after,
+            timeout=args.recovery_timeout,
         ),
     )
 
@@ -156,7 +161,10 @@ def _w1_path(results: Results, args: argparse.Namespace, spark: Any, path: str) 
         ),
         lambda rate: _w1_latency(args, spark, path, rate),
         lambda: w1_jobs.run_recovery(
-            path, spark=spark, parallelism=p, kill_after=args.kill_after,
+            path,
+            spark=spark,
+            parallelism=p,
+            kill_after=args.kill_after,
             timeout=args.recovery_timeout,
         ),
     )

@@ -56,7 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - start
     cpu = sum(
         r.ru_utime + r.ru_stime
-        for r in (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN))
+        for r in (
+            resource.getrusage(resource.RUSAGE_SELF),
+            resource.getrusage(resource.RUSAGE_CHILDREN),
+        )
     )
     print(
         f"{args.events:,} events, checkpoints {args.interval}: {args.events / wall:,.0f} events/s, "

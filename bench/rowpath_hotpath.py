@@ -60,7 +60,7 @@ def _measure(events: int) -> dict[str, float]:
     from epochstream.runtime.outputs import Channel, RecordWriter
     from epochstream.runtime.snapshots import SnapshotExecutor
     from epochstream.runtime.task import Task, TaskEnvironment
-    from epochstream.state.backends.heap import HeapStateBackend
+    from epochstream.state.backends.heap.backend import HeapStateBackend
 
     class Collect(Channel):
         def __init__(self, network: bool) -> None:
@@ -263,8 +263,16 @@ def _instructions(src: str, events: int) -> float:
     counts = []
     for n in (events, 2 * events):
         err = subprocess.run(
-            ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-             __file__, "--child", "--events", str(n)],
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--callgrind-out-file=/dev/null",
+                sys.executable,
+                __file__,
+                "--child",
+                "--events",
+                str(n),
+            ],
             env={**os.environ, "PYTHONPATH": src},
             check=True,
             capture_output=True,

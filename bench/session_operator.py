@@ -22,9 +22,9 @@ import pyarrow as pa
 
 from epochstream.core.events import MAX_WATERMARK
 from epochstream.graph.jobgraph import OperatorSpec
+from epochstream.graph.specs import SessionWindowSpec
 from epochstream.graph.transformations import ColumnKey
 from epochstream.runtime.operators import OperatorContext, create_operator
-from epochstream.runtime.operators.columnar_sessions import SessionWindowSpec
 from epochstream.state.operator import OperatorStateStore
 
 
@@ -38,23 +38,35 @@ def bids(rows: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
     return bidders, pos // 10 + rng.integers(0, 100, rows)
 
 
-def run(bidders: np.ndarray, times: np.ndarray, batch_size: int, watermark_every: int) -> tuple[float, int]:
+def run(
+    bidders: np.ndarray, times: np.ndarray, batch_size: int, watermark_every: int
+) -> tuple[float, int]:
     """Rows/s through the operator and the number of sessions it emitted."""
     spec = OperatorSpec(
-        uid="sessions", name="sessions", kind="columnar_session_window",
-        payload=SessionWindowSpec("count", "bidder", None, 10_000), key_selector=ColumnKey("bidder"),
+        uid="sessions",
+        name="sessions",
+        kind="columnar_session_window",
+        payload=SessionWindowSpec("count", "bidder", None, 10_000),
+        key_selector=ColumnKey("bidder"),
     )
     ctx = OperatorContext(
-        subtask_index=0, parallelism=1, max_parallelism=128, attempt=0, job_id="bench",
-        task_name="sessions", operator_state=OperatorStateStore(),
+        subtask_index=0,
+        parallelism=1,
+        max_parallelism=128,
+        attempt=0,
+        job_id="bench",
+        task_name="sessions",
+        operator_state=OperatorStateStore(),
     )
     op = create_operator(spec, ctx)
     emitted: list[int] = []
     op.emit = lambda batch, timestamps=None: emitted.append(batch.num_rows)
     op.open()
     batches = [
-        pa.record_batch([pa.array(bidders[i : i + batch_size]), pa.array(times[i : i + batch_size])],
-                        names=["bidder", "_ts"])
+        pa.record_batch(
+            [pa.array(bidders[i : i + batch_size]), pa.array(times[i : i + batch_size])],
+            names=["bidder", "_ts"],
+        )
         for i in range(0, len(times), batch_size)
     ]
     latest = np.maximum.accumulate(times)

@@ -75,14 +75,18 @@ def tail_after_triggers(
 
 def _where(spark: Any, rate: float, seconds: float) -> None:
     out = w1_jobs.run_latency("row", rate, seconds, spark=spark, detail=True)
-    print(f"where the tail is, at {rate:,.0f}/s: p50 {out['p50_ms']:.1f} ms, p99 {out['p99_ms']:.1f} ms")
+    print(
+        f"where the tail is, at {rate:,.0f}/s: p50 {out['p50_ms']:.1f} ms, p99 {out['p99_ms']:.1f} ms"
+    )
     for c in out["checkpoints"]:
         keyed = {k: t for k, t in sorted(c.tasks.items()) if k.startswith("sums/")}
         parts = ", ".join(
             f"{k} {t.alignment_s * 1e3:.1f}/{t.sync_s * 1e3:.1f}/{t.async_s * 1e3:.0f}"
             for k, t in keyed.items()
         )
-        print(f"  checkpoint {c.checkpoint_id}: {c.duration * 1e3:.0f} ms; alignment/sync/async ms: {parts}")
+        print(
+            f"  checkpoint {c.checkpoint_id}: {c.duration * 1e3:.0f} ms; alignment/sync/async ms: {parts}"
+        )
     bins = tail_after_triggers(out["samples"], [c.trigger_time for c in out["checkpoints"]])
     print("  slowest 1 % by time after the latest trigger (ms: samples):")
     print("  " + ", ".join(f"{start * 1e3:.0f}: {n}" for start, n in bins.items()))
@@ -116,7 +120,9 @@ def main() -> None:
             print(f"ckpt {mode:3} at {rate:,.0f}/s: {line}", flush=True)
             p99[mode].append(out["p99_ms"])
     for mode, values in p99.items():
-        print(f"ckpt {mode}: p99 {sorted(round(v, 1) for v in values)} ms, median {statistics.median(values):.1f}")
+        print(
+            f"ckpt {mode}: p99 {sorted(round(v, 1) for v in values)} ms, median {statistics.median(values):.1f}"
+        )
     if args.where:
         _where(spark, rate, args.seconds)
 

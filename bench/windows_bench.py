@@ -104,19 +104,31 @@ def measure_throughput(args: argparse.Namespace, spark: Any) -> list[dict[str, A
     rows = {
         "1 s": {"system": "epochstream", "checkpoints": "1 s", "runs": []},
         "off": {"system": "epochstream", "checkpoints": "off", "runs": []},
-        "spark-ss": {"system": "Spark Structured Streaming", "checkpoints": "micro-batch", "runs": []},
+        "spark-ss": {
+            "system": "Spark Structured Streaming",
+            "checkpoints": "micro-batch",
+            "runs": [],
+        },
     }
     for repeat in range(args.repeat):
         for label, checkpoint in (("1 s", 1.0), ("off", None)):
             row = run_windowed_wordcount(
-                timed, words, spark=spark, parallelism=args.parallelism, checkpoint=checkpoint,
+                timed,
+                words,
+                spark=spark,
+                parallelism=args.parallelism,
+                checkpoint=checkpoint,
                 storage=os.path.join(DATA, "ck-c"),
             )
             rows[label]["runs"].append(row)
-            print(f"  run {repeat + 1}/{args.repeat}: epochstream {label}: {row['rate']:,.0f} words/s")
+            print(
+                f"  run {repeat + 1}/{args.repeat}: epochstream {label}: {row['rate']:,.0f} words/s"
+            )
         ss = _spark_ss(parts, words, args.parallelism)
         rows["spark-ss"]["runs"].append(ss)
-        print(f"  run {repeat + 1}/{args.repeat}: spark-ss: {ss.get('rate', 0):,.0f} words/s {ss.get('error', '')}")
+        print(
+            f"  run {repeat + 1}/{args.repeat}: spark-ss: {ss.get('rate', 0):,.0f} words/s {ss.get('error', '')}"
+        )
     out = []
     for entry in rows.values():
         rates = [r["rate"] for r in entry["runs"] if "rate" in r]
@@ -223,14 +235,20 @@ class _DelayWriter(es.sinks.AtLeastOnceSinkWriter):
             json.dump(self.delays, f)
 
 
-def measure_delay(spark: Any, rate: float, seconds: float, interval_ms: int, parallelism: int) -> dict[str, Any]:
+def measure_delay(
+    spark: Any, rate: float, seconds: float, interval_ms: int, parallelism: int
+) -> dict[str, Any]:
     out = tempfile.mkdtemp(prefix="window-delay-")
     env = es.Environment(parallelism=parallelism, spark=spark)
     env.enable_checkpointing(1.0, storage=os.path.join(out, "ck"))
     env.set_auto_watermark_interval(interval_ms)
-    strategy = es.WatermarkStrategy.monotonous_timestamps().with_timestamp_assigner(lambda r, ts: r[0])
+    strategy = es.WatermarkStrategy.monotonous_timestamps().with_timestamp_assigner(
+        lambda r, ts: r[0]
+    )
     (
-        env.from_source(StampedWords(rate, seconds, vocabulary()[:2_000]), watermark_strategy=strategy)
+        env.from_source(
+            StampedWords(rate, seconds, vocabulary()[:2_000]), watermark_strategy=strategy
+        )
         .key_by(lambda r: r[1])
         .window(es.TumblingEventTimeWindows.of(1_000))
         .aggregate(_Count(), WindowEnd())
@@ -307,12 +325,18 @@ def render(doc: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small text, one repeat, short delay runs")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="small text, one repeat, short delay runs"
+    )
     parser.add_argument("--text-mb", type=float, default=16.0)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--parallelism", type=int, default=2)
-    parser.add_argument("--latency-rate", type=float, default=None, help="words/s for the delay runs")
+    parser.add_argument(
+        "--latency-rate", type=float, default=None, help="words/s for the delay runs"
+    )
     parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument("--out", default=os.path.join(HERE, "windows.json"))
     parser.add_argument("--render", metavar="RESULTS_JSON")
@@ -329,7 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         doc: dict[str, Any] = {"machine": machine_facts(spark=True), "settings": vars(args)}
         warm, _ = _inputs(1.0)
-        run_windowed_wordcount(warm, 1, spark=spark, parallelism=args.parallelism)  # session warm-up
+        run_windowed_wordcount(
+            warm, 1, spark=spark, parallelism=args.parallelism
+        )  # session warm-up
         doc["throughput"] = measure_throughput(args, spark)
         ours = doc["throughput"][0]  # epochstream with checkpoints every 1 s
         rate = args.latency_rate or 0.5 * ours["rate"]

@@ -59,7 +59,9 @@ class PostgresServer:
         self.port = _free_port()
         self.root = tempfile.mkdtemp(prefix="es-pg-")
         self.data = os.path.join(self.root, "data")
-        self._user: pwd.struct_passwd | None = pwd.getpwnam("postgres") if os.geteuid() == 0 else None
+        self._user: pwd.struct_passwd | None = (
+            pwd.getpwnam("postgres") if os.geteuid() == 0 else None
+        )
 
     @property
     def dsn(self) -> str:

@@ -37,8 +37,8 @@ from epochstream.graph.jobgraph import OperatorSpec  # noqa: E402
 from epochstream.runtime.operators import OperatorContext, create_operator  # noqa: E402
 from epochstream.runtime.operators.dedup import DedupSpec  # noqa: E402
 from epochstream.state.backends.base import KeyedBackendContext  # noqa: E402
-from epochstream.state.backends.heap import HeapStateBackend  # noqa: E402
-from epochstream.state.backends.rocksdb import RocksDBStateBackend  # noqa: E402
+from epochstream.state.backends.heap.backend import HeapStateBackend  # noqa: E402
+from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend  # noqa: E402
 from epochstream.state.bloom import BloomFilter  # noqa: E402
 from epochstream.state.keyformat import encode_key  # noqa: E402
 from epochstream.state.operator import OperatorStateStore  # noqa: E402
@@ -128,7 +128,12 @@ def operator_throughput(kind: str, records: int = 500_000, repeat: int = 3) -> d
             op.close()
             assert counter.count == records // 11 * 10 + min(records % 11, 10), counter.count
             runs.append(records / elapsed)
-    return {"backend": kind, "records": records, "records_per_s": statistics.median(runs), "runs": runs}
+    return {
+        "backend": kind,
+        "records": records,
+        "records_per_s": statistics.median(runs),
+        "runs": runs,
+    }
 
 
 def spark_jobs(events: int = 1_000_000, repeat: int = 3) -> list[dict[str, Any]]:

@@ -127,9 +127,11 @@ def file_sinks(b: Bench, work: str) -> None:
 
             shutil.rmtree(out, ignore_errors=True)
             return b.job(
-                lambda env: env.from_sequence(0, b.rows)
-                .map(row)
-                .sink_to(es.sinks.FileSink(out, format=fmt))
+                lambda env: (
+                    env.from_sequence(0, b.rows)
+                    .map(row)
+                    .sink_to(es.sinks.FileSink(out, format=fmt))
+                )
             )
 
         run()  # to size the output
@@ -153,9 +155,11 @@ def postgres(b: Bench) -> None:
         def sink() -> float:
             truncate()
             took = b.job(
-                lambda env: env.from_sequence(0, b.rows)
-                .map(lambda i: tuple(row(i).values()))
-                .sink_to(es.sinks.PostgresSink(server.dsn, "t"))
+                lambda env: (
+                    env.from_sequence(0, b.rows)
+                    .map(lambda i: tuple(row(i).values()))
+                    .sink_to(es.sinks.PostgresSink(server.dsn, "t"))
+                )
             )
             with psycopg.connect(server.dsn) as conn:
                 assert conn.execute("SELECT count(*) FROM t").fetchone() == (b.rows,)
@@ -251,9 +255,11 @@ def jetstream(b: Bench) -> None:
 
             asyncio.run(admin(reset))
             return b.job(
-                lambda env: env.from_sequence(0, b.rows)
-                .map(lambda i: json.dumps(row(i)))
-                .sink_to(es.sinks.JetStreamSink(server.url, "out"))
+                lambda env: (
+                    env.from_sequence(0, b.rows)
+                    .map(lambda i: json.dumps(row(i)))
+                    .sink_to(es.sinks.JetStreamSink(server.url, "out"))
+                )
             )
 
         b.measure("JetStreamSink", nbytes, sink)
@@ -268,7 +274,9 @@ def delta(b: Bench, work: str) -> None:
         import shutil
 
         shutil.rmtree(out, ignore_errors=True)
-        return b.job(lambda env: env.from_sequence(0, b.rows).map(row).sink_to(es.sinks.DeltaSink(out)))
+        return b.job(
+            lambda env: env.from_sequence(0, b.rows).map(row).sink_to(es.sinks.DeltaSink(out))
+        )
 
     run()
     b.measure("DeltaSink", dir_bytes(out), run)

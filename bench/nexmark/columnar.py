@@ -87,19 +87,29 @@ def q3(streams: NexmarkStreams) -> es.DataStream:
     """q3 on batches: category-10 auctions joined (a regular join, unbounded state) with
     their sellers in OR, ID or CA; returns (name, city, state, auction)."""
     auctions = (
-        streams.of("auction").filter(pc.field("category") == Q3_CATEGORY).uid("q3-auctions")
-        .map_batches(_q3_auction).uid("q3-auction-columns")
+        streams.of("auction")
+        .filter(pc.field("category") == Q3_CATEGORY)
+        .uid("q3-auctions")
+        .map_batches(_q3_auction)
+        .uid("q3-auction-columns")
     )
     persons = (
-        streams.of("person").filter(pc.field("state").isin(sorted(Q3_STATES))).uid("q3-persons")
-        .map_batches(_q3_person).uid("q3-person-columns")
+        streams.of("person")
+        .filter(pc.field("state").isin(sorted(Q3_STATES)))
+        .uid("q3-persons")
+        .map_batches(_q3_person)
+        .uid("q3-person-columns")
     )
-    return auctions.join(persons).where("seller").equal_to("id").apply(_q3_result).uid("q3-columnar")
+    return (
+        auctions.join(persons).where("seller").equal_to("id").apply(_q3_result).uid("q3-columnar")
+    )
 
 
 # ------------------------------------------------------------------ q5
 
-_Q5_SCHEMA = pa.schema([("window_start", pa.int64()), ("auction", pa.int64()), ("count", pa.int64())])
+_Q5_SCHEMA = pa.schema(
+    [("window_start", pa.int64()), ("auction", pa.int64()), ("count", pa.int64())]
+)
 
 
 def _q5_row(r: dict[str, Any]) -> tuple[int, int, int]:
@@ -143,7 +153,9 @@ def _q8_auction(b: pa.RecordBatch) -> pa.RecordBatch:
 def _q8_new_sellers(b: pa.RecordBatch) -> pa.RecordBatch:
     # All pairs of one window (of one subtask) come in one batch: distinct per window.
     keys = ["id", "name", "window_start"]
-    grouped = pa.Table.from_batches([b.select(keys)]).group_by(keys, use_threads=False).aggregate([])
+    grouped = (
+        pa.Table.from_batches([b.select(keys)]).group_by(keys, use_threads=False).aggregate([])
+    )
     distinct = pa.concat_batches(grouped.select(keys).to_batches())
     return distinct.append_column("_ts", pc.add(distinct["window_start"], WINDOW_MS - 1))
 

@@ -47,7 +47,16 @@ from .streams import NexmarkStreams
 
 __all__ = [
     "QUERIES",
-    "q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11", "q12",
+    "q0",
+    "q1",
+    "q2",
+    "q3",
+    "q4",
+    "q5",
+    "q7",
+    "q8",
+    "q11",
+    "q12",
 ]
 
 WINDOW_MS = 10_000
@@ -334,7 +343,9 @@ def _auction_of_top(t: tuple[int, list[tuple[Any, ...]]]) -> int:
     return t[1][0][0]
 
 
-def _higher_with_start(a: tuple[int, int, list[Any]], b: tuple[int, int, list[Any]]) -> tuple[Any, ...]:
+def _higher_with_start(
+    a: tuple[int, int, list[Any]], b: tuple[int, int, list[Any]]
+) -> tuple[Any, ...]:
     price, bids = _higher(_drop_window(a), _drop_window(b))
     return (a[0], price, bids)
 
@@ -433,7 +444,9 @@ class ProcessingTimeOrEndOfInput(es.Trigger):
     Example: ``.window(es.TumblingProcessingTimeWindows.of(10_000)).trigger(ProcessingTimeOrEndOfInput())``
     """
 
-    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> es.TriggerResult:
+    def on_element(
+        self, element: Any, timestamp: int | None, window: Any, ctx: Any
+    ) -> es.TriggerResult:
         ctx.register_processing_time_timer(window.max_timestamp())
         ctx.register_event_time_timer(es.MAX_WATERMARK)
         return es.TriggerResult.CONTINUE
@@ -442,7 +455,11 @@ class ProcessingTimeOrEndOfInput(es.Trigger):
         return es.TriggerResult.FIRE_AND_PURGE
 
     def on_event_time(self, time: int, window: Any, ctx: Any) -> es.TriggerResult:
-        return es.TriggerResult.FIRE_AND_PURGE if time == es.MAX_WATERMARK else es.TriggerResult.CONTINUE
+        return (
+            es.TriggerResult.FIRE_AND_PURGE
+            if time == es.MAX_WATERMARK
+            else es.TriggerResult.CONTINUE
+        )
 
     def clear(self, window: Any, ctx: Any) -> None:
         ctx.delete_processing_time_timer(window.max_timestamp())

@@ -115,5 +115,7 @@ class NexmarkStreams:
             raise ValueError(f"no Nexmark event kind {kind!r}; choose among {KINDS}")
         if kind not in self._streams:
             form = "batches" if self.columnar else "rows"
-            self._streams[kind] = self._make(kind, _strategy(self.columnar)).uid(f"{self.name}-{kind}-{form}")
+            self._streams[kind] = self._make(kind, _strategy(self.columnar)).uid(
+                f"{self.name}-{kind}-{form}"
+            )
         return self._streams[kind]

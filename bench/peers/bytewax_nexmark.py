@@ -68,9 +68,7 @@ class _ParquetPartition:
     """One table's rows as dicts, ``batch_size`` a batch; its snapshot is the number of
     rows emitted, and a resumed partition seeks there through the row groups."""
 
-    def __init__(
-        self, path: str, batch_size: int, position: int, probe: RateProbe | None
-    ) -> None:
+    def __init__(self, path: str, batch_size: int, position: int, probe: RateProbe | None) -> None:
         import pyarrow.parquet as pq
 
         self.position = position

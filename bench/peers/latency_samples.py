@@ -30,6 +30,7 @@ __all__ = ["Schedule", "batch_end", "offered_ms", "pick"]
 
 Q = TypeVar("Q", int, float)
 
+
 @dataclass(frozen=True)
 class Schedule:
     """``n`` events at ``rate`` per second from wall time ``start`` (``time.time()``).

@@ -254,7 +254,9 @@ def _probe_until_done(result: Any, port: int, probe: RateProbe) -> None:
     vertex (a FLIP-27 source counts what it reads there), summed, as epochstream's
     recovery runs count the events their sources hand on."""
     job = str(result.get_job_client().get_job_id())
-    vertices = [v["id"] for v in _get(port, f"/jobs/{job}")["vertices"] if v["name"].startswith("Source:")]
+    vertices = [
+        v["id"] for v in _get(port, f"/jobs/{job}")["vertices"] if v["name"].startswith("Source:")
+    ]
     seen = 0.0
     while True:
         state = _get(port, f"/jobs/{job}")["state"]

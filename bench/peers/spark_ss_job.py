@@ -227,7 +227,9 @@ def _run_b_latency(spark: Any, args: argparse.Namespace, ckdir: str) -> dict[str
     }
 
 
-def probe_progress(query: Any, probe: RateProbe, args: argparse.Namespace, committed: list[int]) -> int:
+def probe_progress(
+    query: Any, probe: RateProbe, args: argparse.Namespace, committed: list[int]
+) -> int:
     """Write each micro-batch's input rows to ``probe`` as processed evenly over its
     execution (``rate_probe.spread``) until ``args.seconds`` pass or ``query`` ends;
     the number of batches seen. A restarted process (``args.attempt``) records the last

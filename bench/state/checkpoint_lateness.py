@@ -37,8 +37,8 @@ import json, os, queue, shutil, tempfile, threading, time
 from epochstream.core.filesystems import storage_fs
 from epochstream.core.clock import SystemClock
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
-from epochstream.state.backends.heap import HeapStateBackend
-from epochstream.state.descriptors import ValueStateDescriptor
+from epochstream.state.backends.heap.backend import HeapStateBackend
+from epochstream.core.state_descriptors import ValueStateDescriptor
 from epochstream.state.keygroups import key_group_for_key
 
 root = tempfile.mkdtemp(prefix="lateness-", dir={tmp!r})

@@ -49,8 +49,8 @@ import json, os, shutil, statistics, tempfile, time
 from epochstream.core.filesystems import storage_fs
 from epochstream.core.clock import SystemClock
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
-from epochstream.state.backends.heap import HeapStateBackend
-from epochstream.state.descriptors import (
+from epochstream.state.backends.heap.backend import HeapStateBackend
+from epochstream.core.state_descriptors import (
     ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor,
 )
 from epochstream.state.keygroups import key_group_for_key

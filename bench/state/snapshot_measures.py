@@ -29,15 +29,15 @@ from typing import Any
 
 from epochstream.core.clock import SystemClock
 from epochstream.core.filesystems import storage_fs
+from epochstream.core.state_descriptors import ValueStateDescriptor
 from epochstream.state.backends.base import (
     KeyedBackendContext,
     KeyedStateBackend,
     SnapshotTarget,
     StateBackend,
 )
-from epochstream.state.backends.heap import HeapStateBackend
-from epochstream.state.backends.rocksdb import RocksDBStateBackend
-from epochstream.state.descriptors import ValueStateDescriptor
+from epochstream.state.backends.heap.backend import HeapStateBackend
+from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
 
 MAX_P = 128
 BATCH = 1024  # the runtime's default batch size

@@ -16,44 +16,14 @@ Example::
 """
 
 from epochstream import restart, savepoint, sinks, sources, state, testing
-from epochstream.api.columnar import ColumnarKeyedStream
 from epochstream.api.columnar_joins import ColumnarJoinedStreams
+from epochstream.api.columnar_keyed import ColumnarKeyedStream
 from epochstream.api.columnar_windows import ColumnarWindowedStream
 from epochstream.api.datastream import DataStream, DataStreamSink, KeyedStream
 from epochstream.api.environment import Environment
-from epochstream.api.evictors import (
-    CountEvictor,
-    DeltaEvictor,
-    Evictor,
-    TimeEvictor,
-    TimestampedValue,
-)
 from epochstream.api.joins import ConnectedStreams, IntervalJoin, JoinedStreams, JoinFunction
 from epochstream.api.result import JobResult
-from epochstream.api.triggers import (
-    ContinuousEventTimeTrigger,
-    ContinuousProcessingTimeTrigger,
-    CountTrigger,
-    EventTimeTrigger,
-    ProcessingTimeTrigger,
-    PurgingTrigger,
-    Trigger,
-    TriggerResult,
-)
 from epochstream.api.windowed import WindowedStream
-from epochstream.api.windowing import (
-    EventTimeSessionWindows,
-    GlobalWindow,
-    GlobalWindows,
-    ProcessingTimeSessionWindows,
-    ProcessWindowFunction,
-    SlidingEventTimeWindows,
-    SlidingProcessingTimeWindows,
-    TimeWindow,
-    TumblingEventTimeWindows,
-    TumblingProcessingTimeWindows,
-    WindowAssigner,
-)
 from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.checkpoint.metadata import CheckpointStats
 from epochstream.connectors.nexmark import NexmarkConfig, NexmarkSource, write_nexmark_files
@@ -77,6 +47,7 @@ from epochstream.core.functions import (
     ReduceFunction,
     RuntimeContext,
 )
+from epochstream.core.state_descriptors import AggregateFunction
 from epochstream.core.time import TimeDomain
 from epochstream.core.watermarks import WatermarkGenerator, WatermarkStrategy
 from epochstream.deploy.client import JobClient
@@ -100,8 +71,37 @@ from epochstream.exceptions import (
     UntrustedStorageError,
     UserFunctionError,
 )
+from epochstream.graph.evictors import (
+    CountEvictor,
+    DeltaEvictor,
+    Evictor,
+    TimeEvictor,
+    TimestampedValue,
+)
+from epochstream.graph.triggers import (
+    ContinuousEventTimeTrigger,
+    ContinuousProcessingTimeTrigger,
+    CountTrigger,
+    EventTimeTrigger,
+    ProcessingTimeTrigger,
+    PurgingTrigger,
+    Trigger,
+    TriggerResult,
+)
+from epochstream.graph.windowing import (
+    EventTimeSessionWindows,
+    GlobalWindow,
+    GlobalWindows,
+    ProcessingTimeSessionWindows,
+    ProcessWindowFunction,
+    SlidingEventTimeWindows,
+    SlidingProcessingTimeWindows,
+    TimeWindow,
+    TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
+    WindowAssigner,
+)
 from epochstream.runtime.messages import TaskCheckpointStats
-from epochstream.state.descriptors import AggregateFunction
 
 __version__ = "0.1.0"
 

@@ -73,15 +73,35 @@ def test_peer_latency_runs_at_half_the_checkpointed_rate_and_fills_the_table(
         (
             "spark-ss",
             "spark_ss_job.py",
-            ["B", "--parallelism", "2", "--rows-per-batch", "100", "--rate", "250000", "--seconds", "5.0"],
+            [
+                "B",
+                "--parallelism",
+                "2",
+                "--rows-per-batch",
+                "100",
+                "--rate",
+                "250000",
+                "--seconds",
+                "5.0",
+            ],
         ),
         # Half of the rate with recovery on (1 s snapshots), not of the one without.
-        ("bytewax", "bytewax_job.py", ["B", "--checkpoint", "1", "--rate", "30000", "--seconds", "5.0"]),
+        (
+            "bytewax",
+            "bytewax_job.py",
+            ["B", "--checkpoint", "1", "--rate", "30000", "--seconds", "5.0"],
+        ),
     ]
     bench_all._peer_w1_latency(results, _args(), "pyflink", "PyFlink 2.3 SQL (p=2)", 200_000.0)
     text = report.markdown(doc)
-    assert "| W1 | Spark Structured Streaming (local[2]) | 500,000 |  |  | 500.0 / 990.0 (at 250,000) |" in text
-    assert "| W1 | Bytewax 0.21 (1 worker) | 60,000 | 150,000 | 60 % | 500.0 / 990.0 (at 30,000) |" in text
+    assert (
+        "| W1 | Spark Structured Streaming (local[2]) | 500,000 |  |  | 500.0 / 990.0 (at 250,000) |"
+        in text
+    )
+    assert (
+        "| W1 | Bytewax 0.21 (1 worker) | 60,000 | 150,000 | 60 % | 500.0 / 990.0 (at 30,000) |"
+        in text
+    )
     assert "latency: not measured: of Flink SQL's built-in sinks" in text
     assert all(bench_all._expected_gap(r) for r in doc["latency"] if "error" in r)
 
@@ -180,13 +200,18 @@ def test_peer_nexmark_runs_each_query_and_restarts_it_over_the_recovery_files(
     for system in ("pyflink", "spark-ss", "bytewax"):
         bench_all._peer_nexmark(results, args, system, "/small", "/large")
     assert {(s, a[a.index("--query") + 1]) for s, _, a in runs} == {
-        ("pyflink", "q4"), ("pyflink", "q5"), ("spark-ss", "q5")
+        ("pyflink", "q4"),
+        ("pyflink", "q5"),
+        ("spark-ss", "q5"),
     }
     assert all("/small" in a for _, _, a in runs)
     pyflink_q5 = [a for s, _, a in runs if s == "pyflink" and "q5" in a]
     # Untuned and with Flink's Nexmark settings, alternating, per checkpoint setting.
     assert [(a[a.index("--checkpoint") + 1], "--set" in a) for a in pyflink_q5] == [
-        ("1", False), ("1", True), ("0", False), ("0", True)
+        ("1", False),
+        ("1", True),
+        ("0", False),
+        ("0", True),
     ]
     errors = {(r["workload"], r["system"]): r["error"] for r in doc["rows"] if "error" in r}
     assert set(errors) == {
@@ -204,5 +229,6 @@ def test_peer_nexmark_runs_each_query_and_restarts_it_over_the_recovery_files(
         else:
             assert argv[argv.index("--checkpoint") + 1] == "1"
     assert [(r["workload"], r["recovery_s"]) for r in doc["recovery"]][:2] == [
-        ("nexmark q4", 4.0), ("nexmark q5", 4.0)
+        ("nexmark q4", 4.0),
+        ("nexmark q5", 4.0),
     ]

@@ -269,7 +269,9 @@ def test_nexmark_streams_read_from_files_equal_the_generated_ones(tmp_path: Path
     env = es.Environment(parallelism=1, runner="local")
     sources = {
         "files-rows": NexmarkStreams.from_files(env, str(tmp_path / "files"), name="a"),
-        "files-batches": NexmarkStreams.from_files(env, str(tmp_path / "files"), columnar=True, name="b"),
+        "files-batches": NexmarkStreams.from_files(
+            env, str(tmp_path / "files"), columnar=True, name="b"
+        ),
         "generated-rows": NexmarkStreams.generated(env, config, name="c"),
     }
     for name, streams in sources.items():
@@ -277,14 +279,19 @@ def test_nexmark_streams_read_from_files_equal_the_generated_ones(tmp_path: Path
             stream = streams.of(kind)
             if streams.columnar:
                 stream = stream.to_rows()
-            stream.sink_to(es.sinks.FileSink(str(tmp_path / f"{name}-{kind}"))).uid(f"{name}-{kind}")
+            stream.sink_to(es.sinks.FileSink(str(tmp_path / f"{name}-{kind}"))).uid(
+                f"{name}-{kind}"
+            )
     env.execute("nexmark-streams")
     for kind in KINDS:
         generated = es.testing.read_committed(tmp_path / f"generated-rows-{kind}")
         assert len(generated) == {"person": 60, "auction": 180, "bid": 2760}[kind]
         for name in ("files-rows", "files-batches"):
             rows = es.testing.read_committed(tmp_path / f"{name}-{kind}")
-            assert [{k: v for k, v in r.items() if k != "_ts"} for r in rows] == generated, (name, kind)
+            assert [{k: v for k, v in r.items() if k != "_ts"} for r in rows] == generated, (
+                name,
+                kind,
+            )
 
 
 def test_stamp_sinks_sample_every_nth_record_across_batches_or_the_largest(tmp_path: Path) -> None:
@@ -293,12 +300,16 @@ def test_stamp_sinks_sample_every_nth_record_across_batches_or_the_largest(tmp_p
 
     import epochstream as es
 
-    ctx = es.sinks.SinkContext(subtask_index=1, parallelism=2, attempt=0, job_id="j", checkpointing=True)
+    ctx = es.sinks.SinkContext(
+        subtask_index=1, parallelism=2, attempt=0, job_id="j", checkpointing=True
+    )
     every = probes.StampSink(str(tmp_path), "stamps", field=0, every=3).create_writer(ctx)
     for batch in ([(0,), (1,)], [(2,), (3,), (4,), (5,), (6,)], [], [(7,)], [(8,), (9,)]):
         every.write_batch(batch)
     every.end_input()
-    largest = probes.StampSink(str(tmp_path), "clock", field="t", columnar=True, largest=True).create_writer(ctx)
+    largest = probes.StampSink(
+        str(tmp_path), "clock", field="t", columnar=True, largest=True
+    ).create_writer(ctx)
     largest.write_batch(pa.record_batch({"t": [5, 9, 2]}))
     largest.end_input()
     (stamps,) = probes.read_probe(str(tmp_path), "stamps")
@@ -319,7 +330,11 @@ def test_nexmark_results_are_ready_when_their_input_was_read() -> None:
     }
     assert nexmark_jobs.ready_times(clock, [150, 4_050, 290], "element", 1_000) == [2.0, 2.0, 3.0]
     # Watermark: t + 1 + bound reached by both subtasks; past the end: never.
-    assert nexmark_jobs.ready_times(clock, [3_099, 3_199, 20_000], "watermark", 1_000) == [9.0, 9.0, None]
+    assert nexmark_jobs.ready_times(clock, [3_099, 3_199, 20_000], "watermark", 1_000) == [
+        9.0,
+        9.0,
+        None,
+    ]
     assert nexmark_jobs.ready_times({}, [1_999], "processing", 4_000) == [2.0]
 
 
@@ -330,7 +345,9 @@ def test_results_of_a_run_made_in_parts_merge_into_one_document(tmp_path: Path) 
             "command": f"bench/all.py --only part{i}",
             "machine": {"cpus": 2},
             "settings": {"repeat": i + 1},
-            "rows": [{"workload": "W1", "system": system, "checkpoints": "1 s", "rate": 10.0 * (i + 1)}],
+            "rows": [
+                {"workload": "W1", "system": system, "checkpoints": "1 s", "rate": 10.0 * (i + 1)}
+            ],
             "latency": [],
             "recovery": [{"workload": "W1", "system": system}] if i == 0 else [],
         }
@@ -338,7 +355,10 @@ def test_results_of_a_run_made_in_parts_merge_into_one_document(tmp_path: Path) 
         path.write_text(json.dumps(doc))
         parts.append(str(path))
     merged = report.merge_documents(parts)
-    assert [r["system"] for r in merged["rows"]] == ["epochstream row (p=2)", "PyFlink 2.3 SQL (p=2)"]
+    assert [r["system"] for r in merged["rows"]] == [
+        "epochstream row (p=2)",
+        "PyFlink 2.3 SQL (p=2)",
+    ]
     assert len(merged["recovery"]) == 1
     assert merged["command"] == "bench/all.py --only part0 ; bench/all.py --only part1"
     assert [p["settings"]["repeat"] for p in merged["parts"]] == [1, 2]

@@ -12,7 +12,7 @@ from epochstream.checkpoint.cleanup import StorageCleaner
 from epochstream.checkpoint.completed import CompletedCheckpointStore
 from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.checkpoint.pending import CompletedCheckpoint
-from epochstream.checkpoint.registry import SharedStateRegistry
+from epochstream.checkpoint.shared_registry import SharedStateRegistry
 
 # The store never reads a checkpoint's metadata.
 NO_METADATA = cast(CheckpointMetadata, None)

@@ -57,7 +57,10 @@ def make_metadata() -> CheckpointMetadata:
                         range(0, 64),
                         (
                             HeapStateFile(
-                                "/ck/job-1/shared/3-sum-0-ab.kst", True, {0: (0, 40), 63: (40, 60)}, 100
+                                "/ck/job-1/shared/3-sum-0-ab.kst",
+                                True,
+                                {0: (0, 40), 63: (40, 60)},
+                                100,
                             ),
                             HeapStateFile(f"{BASE}/sum-0.kst", False, {5: (0, 9)}, 9, shared=False),
                         ),
@@ -150,7 +153,9 @@ def _mutated(change) -> bytes:
         (lambda d: d.update(kind="snapshot"), "kind"),
         (lambda d: d["operators"]["sum"].update({"x": {}}), "subtask key 'x'"),
         (
-            lambda d: d["operators"]["sum"]["0"]["keyed"]["files"][0]["segments"].update({"5": [1]}),
+            lambda d: d["operators"]["sum"]["0"]["keyed"]["files"][0]["segments"].update(
+                {"5": [1]}
+            ),
             "bad segment '5'",
         ),
         (

@@ -17,15 +17,15 @@ from epochstream.checkpoint.metadata import KIND_SAVEPOINT
 from epochstream.checkpoint.storage import CheckpointStorage, load_metadata, write_metadata_file
 from epochstream.core.clock import ManualClock
 from epochstream.core.filesystems import StorageFS, storage_fs
-from epochstream.exceptions import CorruptStateError
-from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget, StateBackend
-from epochstream.state.backends.heap import HeapStateBackend
-from epochstream.state.backends.rocksdb import RocksDBStateBackend
-from epochstream.state.descriptors import (
+from epochstream.core.state_descriptors import (
     ListStateDescriptor,
     MapStateDescriptor,
     ValueStateDescriptor,
 )
+from epochstream.exceptions import CorruptStateError
+from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget, StateBackend
+from epochstream.state.backends.heap.backend import HeapStateBackend
+from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
 from epochstream.state.handles import (
     CanonicalSnapshotHandle,
     KeyedStateHandle,

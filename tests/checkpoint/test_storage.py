@@ -176,7 +176,10 @@ def test_default_storage_is_private_to_the_user(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     config = CheckpointConfig()
     assert config.storage == str(tmp_path / "cache" / "epochstream" / "checkpoints")
-    for directory in (tmp_path / "cache" / "epochstream", tmp_path / "cache" / "epochstream" / "checkpoints"):
+    for directory in (
+        tmp_path / "cache" / "epochstream",
+        tmp_path / "cache" / "epochstream" / "checkpoints",
+    ):
         assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
 
 
@@ -239,7 +242,9 @@ def test_probe_and_metadata_reads_on_unreachable_storage(tmp_path, monkeypatch) 
     monkeypatch.setattr(
         storage_module,
         "READ_RETRY",
-        storage_faults.StorageRetry(storage_faults.Backoff(deadline=1.0), sleep=lambda s: None, clock=lambda: 0.0),
+        storage_faults.StorageRetry(
+            storage_faults.Backoff(deadline=1.0), sleep=lambda s: None, clock=lambda: 0.0
+        ),
     )
     # The checkpoint location replaced by a regular file (its mount went away).
     os.rename(tmp_path / "ck", tmp_path / "away")
@@ -291,7 +296,9 @@ def test_probe_fails_while_storage_reads_but_takes_no_writes(tmp_path, monkeypat
     storage = CheckpointStorage(str(tmp_path), "j")
     storage.write_metadata(1, md("j", 1))
     storage.probe(1)
-    assert [n for n in os.listdir(os.path.join(storage.job_dir, "shared")) if n.startswith(".probe")] == []
+    assert [
+        n for n in os.listdir(os.path.join(storage.job_dir, "shared")) if n.startswith(".probe")
+    ] == []
 
     def full(self, path, data):
         with open(path, "wb"):
@@ -302,7 +309,9 @@ def test_probe_fails_while_storage_reads_but_takes_no_writes(tmp_path, monkeypat
     with pytest.raises(OSError) as caught:
         storage.probe(1)
     assert is_unavailable(caught.value)
-    assert [n for n in os.listdir(os.path.join(storage.job_dir, "shared")) if n.startswith(".probe")] == []
+    assert [
+        n for n in os.listdir(os.path.join(storage.job_dir, "shared")) if n.startswith(".probe")
+    ] == []
 
 
 def test_probe_does_not_make_a_vanished_job_directory_again(tmp_path) -> None:

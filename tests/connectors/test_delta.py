@@ -55,7 +55,9 @@ def test_one_delta_transaction_per_completed_checkpoint(tmp_path: Path) -> None:
     assert txn_versions(tmp_path / "t") == [("epochstream-t", 1), ("epochstream-t", 2)]
 
 
-def test_replayed_commit_is_skipped_and_aborted_checkpoints_roll_into_the_next(tmp_path: Path) -> None:
+def test_replayed_commit_is_skipped_and_aborted_checkpoints_roll_into_the_next(
+    tmp_path: Path,
+) -> None:
     sink = DeltaSink(tmp_path / "t", sink_id="orders")
     w = sink.create_writer(ctx())
     w.restore([])

@@ -432,7 +432,9 @@ def test_two_file_sinks_of_one_job_in_one_directory_are_refused(tmp_path: Path) 
     env = es.Environment(parallelism=1)
     ds = env.from_collection([1, 2, 3])
     ds.sink_to(FileSink(tmp_path / "out"))
-    with pytest.raises(ConfigurationError, match=r"sink_to\(FileSink\): directory .*out is written by another sink"):
+    with pytest.raises(
+        ConfigurationError, match=r"sink_to\(FileSink\): directory .*out is written by another sink"
+    ):
         ds.map(str).sink_to(FileSink(str(tmp_path / "sub" / ".." / "out"), format="csv"))
     ds.sink_to(FileSink(tmp_path / "other"))  # another directory is fine
     assert FileSink(tmp_path / "x").exclusive_target() == f"directory {tmp_path / 'x'}"

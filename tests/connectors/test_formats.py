@@ -110,7 +110,9 @@ def test_csv_rows_are_dicts_by_header_and_resume_after_the_header(tmp_path: Path
 def test_csv_wrong_field_count_fails_or_is_dead_lettered(tmp_path: Path) -> None:
     path = tmp_path / "a.csv"
     path.write_text('id,name\n1,ann\n2\n3,"open\n4,dee\n')
-    with pytest.raises(SourceDecodeError, match=r"as CSV: line at byte offset 14: expected 2 fields"):
+    with pytest.raises(
+        SourceDecodeError, match=r"as CSV: line at byte offset 14: expected 2 fields"
+    ):
         read_all(FileSource(path, "csv"))
     dead: list[Any] = []
     rows = read_all(FileSource(path, "csv", on_error="dead_letter"), dead)
@@ -147,9 +149,13 @@ def test_parquet_unreadable_file_fails_naming_it_or_is_dead_lettered(tmp_path: P
 
 def test_columnar_parquet_of_another_schema_fails_naming_the_file(tmp_path: Path) -> None:
     """A file whose column had another type failed at an edge downstream, naming no file."""
-    pq.write_table(pa.table({"id": pa.array([1], pa.int32()), "price": [1]}), tmp_path / "a.parquet")
+    pq.write_table(
+        pa.table({"id": pa.array([1], pa.int32()), "price": [1]}), tmp_path / "a.parquet"
+    )
     # Other integer widths and another column order are the same schema.
-    pq.write_table(pa.table({"price": [2], "id": pa.array([2], pa.int64())}), tmp_path / "b.parquet")
+    pq.write_table(
+        pa.table({"price": [2], "id": pa.array([2], pa.int64())}), tmp_path / "b.parquet"
+    )
     pq.write_table(pa.table({"id": [3], "price": [2.5]}), tmp_path / "c.parquet")
 
     def batches(source: FileSource, dead: list[Any] | None = None) -> list[Any]:

@@ -87,7 +87,9 @@ def read(reader: Any, want: int, tries: int = 200) -> list[bytes]:
     return out
 
 
-def test_source_reads_by_sequence_resumes_from_a_snapshot_and_acks_on_completion(nats_url: str) -> None:
+def test_source_reads_by_sequence_resumes_from_a_snapshot_and_acks_on_completion(
+    nats_url: str,
+) -> None:
     name = make_stream(nats_url, [f"{s}.>" for s in ("in",)])
     publish(nats_url, "in.a", [f"m{i}".encode() for i in range(20)])
     publish(nats_url, "in.b", [b"other"])

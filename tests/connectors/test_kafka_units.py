@@ -22,7 +22,9 @@ from epochstream.runtime.watermarks import TimestampsAndWatermarks
 class FakeMessage:
     """confluent_kafka.Message's accessors over plain values."""
 
-    def __init__(self, topic: str, partition: int, offset: int, value: bytes | None, ts: int = 0) -> None:
+    def __init__(
+        self, topic: str, partition: int, offset: int, value: bytes | None, ts: int = 0
+    ) -> None:
         self._t, self._p, self._o, self._v, self._ts = topic, partition, offset, value, ts
 
     def error(self) -> None:
@@ -76,7 +78,9 @@ class FakeMetadata:
     def start_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         return dict.fromkeys(partitions, 0)
 
-    def offsets_for_time(self, partitions: list[tuple[str, int]], ms: int) -> dict[tuple[str, int], int]:
+    def offsets_for_time(
+        self, partitions: list[tuple[str, int]], ms: int
+    ) -> dict[tuple[str, int], int]:
         out = {}
         for t, p in partitions:
             records = self.log.topics[t][p]
@@ -109,7 +113,9 @@ class FakeFetcher:
     def fetch(self, max_messages: int, timeout: float) -> list[Any]:
         out: list[Any] = []
         for (t, p), pos in sorted(self.at.items()):
-            records = self.log.topics[t][p][pos : pos + min(self.per_partition, max_messages - len(out))]
+            records = self.log.topics[t][p][
+                pos : pos + min(self.per_partition, max_messages - len(out))
+            ]
             out.extend(FakeMessage(t, p, pos + i, v, ts) for i, (v, ts) in enumerate(records))
             self.at[(t, p)] = pos + len(records)
         return out
@@ -130,7 +136,9 @@ def _source(**kw: Any) -> KafkaSource:
     return KafkaSource("127.0.0.1:1", **kw)
 
 
-def _reader(log: FakeLog, source: KafkaSource, dead: list[Any] | None = None, **kw: Any) -> tuple[Any, FakeFetcher]:
+def _reader(
+    log: FakeLog, source: KafkaSource, dead: list[Any] | None = None, **kw: Any
+) -> tuple[Any, FakeFetcher]:
     fetcher = FakeFetcher(log, **kw)
     decoder: Any = (
         ColumnarDecoder(str(source.value_format), source._value_schema)
@@ -199,7 +207,9 @@ def test_a_named_topic_that_does_not_exist_fails_at_once_naming_it() -> None:
         es.sources.KafkaSource("127.0.0.1:9092", ["bids"], starting_offsets={("bids", -1): 1})
     # A pattern matching nothing yet is no error: its topics are discovered later.
     pattern = es.sources.KafkaSource("127.0.0.1:9092", topic_pattern=r"asks-.*")
-    assert KafkaPartitionEnumerator(pattern, 1, None, lambda: FakeMetadata(log)).initial_splits() == []
+    assert (
+        KafkaPartitionEnumerator(pattern, 1, None, lambda: FakeMetadata(log)).initial_splits() == []
+    )
 
 
 def test_enumerator_resolves_latest_explicit_and_timestamp_offsets() -> None:
@@ -245,7 +255,9 @@ def test_enumerator_discovers_new_partitions_and_matching_topics_once() -> None:
     ]
     assert enum.discover(10.0) == []
     # A restored enumerator knows what was handed out already.
-    restored = KafkaPartitionEnumerator(src, 3, enum.snapshot(), lambda: FakeMetadata(log), start=at_once)
+    restored = KafkaPartitionEnumerator(
+        src, 3, enum.snapshot(), lambda: FakeMetadata(log), start=at_once
+    )
     log.add("bids-c", 1)
     assert [s.split_id for s in restored.discover(0.0)] == ["bids-c/0"]
 
@@ -292,10 +304,12 @@ def test_reader_skips_messages_before_its_position() -> None:
 def test_bounded_reader_stops_at_stop_offsets_and_is_exhausted() -> None:
     log = _log(2, per=5)
     reader, fetcher = _reader(log, _source(value_format="json", bounded="latest"))
-    reader.add_splits([
-        KafkaPartitionSplit.of("bids", 0, 0, stop_offset=4),
-        KafkaPartitionSplit.of("bids", 1, 0, stop_offset=0),  # empty at the start
-    ])
+    reader.add_splits(
+        [
+            KafkaPartitionSplit.of("bids", 0, 0, stop_offset=4),
+            KafkaPartitionSplit.of("bids", 1, 0, stop_offset=0),  # empty at the start
+        ]
+    )
     assert ("bids", 1) not in fetcher.at
     out: list[Any] = []
     finished = []
@@ -346,7 +360,9 @@ def test_bad_value_goes_to_the_dead_letter_output_with_its_place() -> None:
     reader, _ = _reader(log, _source(value_format="json"), dead, per_partition=10)
     reader.add_splits([KafkaPartitionSplit.of("bids", 0)])
     assert [r["i"] for r in reader.poll(100)] == [0, 9]
-    assert [(d["topic"], d["partition"], d["offset"], d["value"]) for d in dead] == [("bids", 0, 1, b"\xff")]
+    assert [(d["topic"], d["partition"], d["offset"], d["value"]) for d in dead] == [
+        ("bids", 0, 1, b"\xff")
+    ]
     assert [s.next_offset for s in reader.snapshot(1)] == [3]
 
 
@@ -389,7 +405,9 @@ def test_columnar_json_decodes_a_fetch_into_declared_columns() -> None:
     assert error is None and len(kept) == 2
     assert batch.schema.names == ["user", "n", "key", "topic", "partition", "offset", "timestamp"]
     assert batch.column("n").to_pylist() == [1, 2]
-    assert batch.column("offset").to_pylist() == [0, 1] and batch.column("timestamp").to_pylist() == [10, 11]
+    assert batch.column("offset").to_pylist() == [0, 1] and batch.column(
+        "timestamp"
+    ).to_pylist() == [10, 11]
 
 
 def test_columnar_bad_values_are_found_one_by_one() -> None:
@@ -408,7 +426,13 @@ def test_columnar_bad_values_are_found_one_by_one() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [b'{"n": 1.5}', b'{"n": "5"}', b'{"n": true}', b'{"n": 99999999999999999999}', b'{"n": 1}{"n": 2}'],
+    [
+        b'{"n": 1.5}',
+        b'{"n": "5"}',
+        b'{"n": true}',
+        b'{"n": 99999999999999999999}',
+        b'{"n": 1}{"n": 2}',
+    ],
 )
 def test_columnar_json_never_casts_a_value_to_fit(bad: bytes) -> None:
     import pyarrow as pa
@@ -464,8 +488,13 @@ def test_kafka_timestamps_give_per_partition_watermarks_and_idleness() -> None:
     emitted: list[Any] = []
     strategy = es.WatermarkStrategy.monotonous_timestamps().with_idleness(1000)
     tw = TimestampsAndWatermarks(
-        strategy, "test", lambda r, t: emitted.extend(t), marks.append, lambda idle: None,
-        now_ms=lambda: now[0], interval_ms=0,
+        strategy,
+        "test",
+        lambda r, t: emitted.extend(t),
+        marks.append,
+        lambda idle: None,
+        now_ms=lambda: now[0],
+        interval_ms=0,
     )
     for split_id in ("bids/0", "bids/1"):
         tw.add_split(split_id)
@@ -492,8 +521,13 @@ def test_a_timestamp_assigner_gets_the_record_and_its_kafka_timestamp() -> None:
         lambda record, kafka_ts: kafka_ts - record["delay"]
     )
     tw = TimestampsAndWatermarks(
-        strategy, "test", lambda r, t: emitted.extend(t), lambda mark: None, lambda idle: None,
-        now_ms=lambda: 0, interval_ms=0,
+        strategy,
+        "test",
+        lambda r, t: emitted.extend(t),
+        lambda mark: None,
+        lambda idle: None,
+        now_ms=lambda: 0,
+        interval_ms=0,
     )
     for split_id, records, _, timestamps in reader.poll_splits(100):
         tw.process(split_id, records, timestamps)
@@ -504,7 +538,12 @@ def test_without_a_group_nothing_is_committed() -> None:
     log = _log(1, per=3)
     fetcher = FakeFetcher(log)
     reader = KafkaPartitionReader(
-        RowDecoder("json"), lambda: fetcher, None, bounded=False, columnar=False, commit_offsets=False
+        RowDecoder("json"),
+        lambda: fetcher,
+        None,
+        bounded=False,
+        columnar=False,
+        commit_offsets=False,
     )
     reader.add_splits([KafkaPartitionSplit.of("bids", 0)])
     assert [r["i"] for r in reader.poll(100)] == [0, 1, 2]
@@ -526,7 +565,11 @@ def test_a_failed_discovery_is_retried_at_the_next_interval() -> None:
             return super().partitions(topics)
 
     enum = KafkaPartitionEnumerator(
-        _source(discovery_interval=2.0), 1, [("bids", 0)], lambda: FakeMetadata(log), lambda: FlakyMetadata(log),
+        _source(discovery_interval=2.0),
+        1,
+        [("bids", 0)],
+        lambda: FakeMetadata(log),
+        lambda: FlakyMetadata(log),
         start=at_once,
     )
     log.add("bids", 2)

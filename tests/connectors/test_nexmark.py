@@ -22,7 +22,9 @@ from epochstream.connectors.nexmark_model import (
 )
 from epochstream.core.clock import ManualClock
 
-CONFIG = es.NexmarkConfig(events=20_000, seed=11, events_per_second=1_000, out_of_order_group_size=500)
+CONFIG = es.NexmarkConfig(
+    events=20_000, seed=11, events_per_second=1_000, out_of_order_group_size=500
+)
 
 
 def drain(reader: SourceReader, max_records: int) -> list[Any]:
@@ -64,8 +66,14 @@ def read_all(config: es.NexmarkConfig, parallelism: int, max_records: int = 777)
 def test_parallel_splits_take_turns_by_blocks_of_positions() -> None:
     """Readers advance through event time together: split i reads blocks i, i+k, ..."""
     splits = es.NexmarkSource(es.NexmarkConfig(events=40_000)).create_splits(2)
-    assert [(s.index, s.of, s.stop) for s in splits] == [(0, 2, 8_192 * 2 + 7_232), (1, 2, 8_192 * 2)]
-    assert splits[1].stream_ranges(8_000, 8_300) == [(8_192 + 8_000, 2 * 8_192), (3 * 8_192, 3 * 8_192 + 108)]
+    assert [(s.index, s.of, s.stop) for s in splits] == [
+        (0, 2, 8_192 * 2 + 7_232),
+        (1, 2, 8_192 * 2),
+    ]
+    assert splits[1].stream_ranges(8_000, 8_300) == [
+        (8_192 + 8_000, 2 * 8_192),
+        (3 * 8_192, 3 * 8_192 + 108),
+    ]
     assert sorted(p for s in splits for p in positions(s)) == list(range(40_000))
     assert [s.of for s in es.NexmarkSource(es.NexmarkConfig(events=100)).create_splits(4)] == [1]
 
@@ -85,7 +93,9 @@ def test_every_event_has_the_spec_fields_and_a_type() -> None:
     for event in nexmark_events(CONFIG, 0, 2_000):
         assert tuple(event) == (*fields[event["type"]], "type")
         assert all(isinstance(v, int | str) for v in event.values())
-    assert pickle.loads(pickle.dumps(nexmark_events(CONFIG, 0, 10))) == nexmark_events(CONFIG, 0, 10)
+    assert pickle.loads(pickle.dumps(nexmark_events(CONFIG, 0, 10))) == nexmark_events(
+        CONFIG, 0, 10
+    )
 
 
 def test_kinds_come_in_proportion_1_3_46_with_sequential_ids() -> None:
@@ -129,7 +139,9 @@ def test_hot_bidders_auctions_and_sellers_are_the_reference_generators() -> None
     assert sum(channels[c] for c in ("Google", "Facebook", "Baidu", "Apple")) / len(bids) > 0.45
     assert any(c.startswith("channel-") for c in channels)
     assert all(
-        b["url"].endswith(f"channel_id={b['channel'][8:]}") for b in bids if b["channel"].startswith("channel-")
+        b["url"].endswith(f"channel_id={b['channel'][8:]}")
+        for b in bids
+        if b["channel"].startswith("channel-")
     )
     # Without hot ratios the same shares fall to chance.
     flat = _bids(dataclasses.replace(CONFIG, hot_bidder_ratio=1, hot_auction_ratio=1))
@@ -137,7 +149,9 @@ def test_hot_bidders_auctions_and_sellers_are_the_reference_generators() -> None
     assert sum((b["auction"] - 1000) % 100 == 0 for b in flat) / len(flat) < 0.05
 
 
-@pytest.mark.parametrize("events,group", [(20_000, 500), (2_500, 1_000), (3_000, 953), (1_906, 953), (10, 1)])
+@pytest.mark.parametrize(
+    "events,group", [(20_000, 500), (2_500, 1_000), (3_000, 953), (1_906, 953), (10, 1)]
+)
 def test_positions_permute_event_numbers_within_groups(events: int, group: int) -> None:
     config = es.NexmarkConfig(events=events, out_of_order_group_size=group)
     numbers = event_numbers(config, 0, events)
@@ -155,7 +169,9 @@ def test_out_of_orderness_is_bounded_by_the_group_size() -> None:
     delay_ms = 1_000 / CONFIG.events_per_second
     assert behind.max() <= (CONFIG.out_of_order_group_size - 1) * delay_ms
     assert behind.max() >= CONFIG.out_of_order_group_size * delay_ms / 2  # really shuffled
-    in_order = nexmark_events(dataclasses.replace(CONFIG, out_of_order_group_size=1), 0, CONFIG.events)
+    in_order = nexmark_events(
+        dataclasses.replace(CONFIG, out_of_order_group_size=1), 0, CONFIG.events
+    )
     ordered_times = [e["date_time"] for e in in_order]
     assert ordered_times == sorted(ordered_times)
     assert ordered_times[0] == CONFIG.base_time_ms
@@ -257,9 +273,9 @@ def test_files_hold_the_same_events_as_the_source(tmp_path: Path) -> None:
     assert [kinds[r["event_type"]] for r in rows] == [e["type"] for e in events]
     assert [r["seq"] for r in rows] == event_numbers(CONFIG, 0, CONFIG.events).tolist()
     for row, event in zip(rows[:500], events, strict=False):
-        assert {k: v for k, v in row.items() if v is not None and k not in ("event_type", "seq")} == {
-            k: v for k, v in event.items() if k != "type"
-        }
+        assert {
+            k: v for k, v in row.items() if v is not None and k not in ("event_type", "seq")
+        } == {k: v for k, v in event.items() if k != "type"}
 
 
 def test_files_of_no_events_have_schemas(tmp_path: Path) -> None:
@@ -279,7 +295,9 @@ def test_the_columnar_source_reads_one_kind_as_record_batches(kind: str) -> None
         reader = source.create_reader(SourceContext(0, 3, ManualClock()))
         reader.add_splits([split])
         while not reader.exhausted:
-            batch = reader.poll(10)  # the hint is for rows: a columnar poll reads batch_size positions
+            batch = reader.poll(
+                10
+            )  # the hint is for rows: a columnar poll reads batch_size positions
             assert isinstance(batch, pa.RecordBatch) and batch.schema.names == list(
                 {"person": PERSON_FIELDS, "auction": AUCTION_FIELDS, "bid": BID_FIELDS}[kind]
             )

@@ -61,7 +61,9 @@ def test_lines_split_across_packets_crlf_and_a_last_line_without_newline(
 
 def test_bytes_that_are_not_utf8_fail_naming_the_server(server: type[LineServer]) -> None:
     srv = server([b"ok\n\xff\xfe\n"])
-    with pytest.raises(SourceDecodeError, match=rf"127\.0\.0\.1:{srv.port}: received bytes that are not UTF-8"):
+    with pytest.raises(
+        SourceDecodeError, match=rf"127\.0\.0\.1:{srv.port}: received bytes that are not UTF-8"
+    ):
         read_all(srv.port)
 
 

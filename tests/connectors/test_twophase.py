@@ -198,7 +198,11 @@ def test_a_cancelled_attempt_aborts_what_only_checkpoints_that_never_complete_ho
     w.abandon_checkpoints_above(1)
     w.close()
     assert w.prepared == {"t1": ["a"]}
-    assert [e for e in w.log if e[0] == "abort"] == [("abort", "t2"), ("abort", "t3"), ("abort", "t4")]
+    assert [e for e in w.log if e[0] == "abort"] == [
+        ("abort", "t2"),
+        ("abort", "t3"),
+        ("abort", "t4"),
+    ]
     assert w.pending_checkpoint_ids == [1]
 
 

@@ -16,6 +16,7 @@ def test_ipc_frames_round_trip_and_are_told_apart_from_pickles() -> None:
     assert not is_ipc_frame(pickle.dumps([1, 2], protocol=5))
     assert decode_ipc(frame).equals(batch)
 
+
 def test_rows_of_gives_what_to_pylist_gives() -> None:
 
     batch = pa.record_batch(
@@ -30,6 +31,7 @@ def test_rows_of_gives_what_to_pylist_gives() -> None:
     assert rows_of(batch) == batch.to_pylist()
     assert rows_of(pa.Table.from_batches([batch, batch])) == batch.to_pylist() * 2
     assert rows_of(batch.slice(0, 0)) == []
+
 
 def test_same_columns_lets_order_integer_widths_and_nullability_through() -> None:
     first = pa.schema([("k", pa.string()), pa.field("v", pa.int64(), nullable=False)])

@@ -63,7 +63,10 @@ def test_missing_files_and_bad_checksums_are_corrupt(error: BaseException) -> No
 
 def test_other_errors_are_neither() -> None:
     assert classify(ValueError("bug")) is StorageFault.OTHER
-    assert classify(OSError("AWS Error ACCESS_DENIED during GetObject operation")) is StorageFault.OTHER
+    assert (
+        classify(OSError("AWS Error ACCESS_DENIED during GetObject operation"))
+        is StorageFault.OTHER
+    )
 
 
 def test_the_cause_chain_decides_for_wrappers() -> None:
@@ -176,7 +179,10 @@ def test_a_file_missing_from_a_local_directory_that_is_there_is_corruption(tmp_p
     assert classify(_missing(shared / "1-op-0.kst")) is StorageFault.CORRUPT
     # A deleted chk-<n> in a job directory that holds other files: corruption too.
     (tmp_path / "root" / "job" / "chk-1").mkdir()
-    assert classify(_missing(tmp_path / "root" / "job" / "chk-2" / "_metadata")) is StorageFault.CORRUPT
+    assert (
+        classify(_missing(tmp_path / "root" / "job" / "chk-2" / "_metadata"))
+        is StorageFault.CORRUPT
+    )
 
 
 def test_a_local_store_whose_file_system_went_away_is_an_outage(tmp_path) -> None:

@@ -143,7 +143,9 @@ def test_checkpoints_reports_corrupt_metadata(tmp_path) -> None:
                 max_parallelism=128,
                 operators={},
                 operator_parallelism={},
-                stats=CheckpointStats(checkpoint_id=n, trigger_time=1.0, duration=0.1, state_size=0),
+                stats=CheckpointStats(
+                    checkpoint_id=n, trigger_time=1.0, duration=0.1, state_size=0
+                ),
             ),
         )
     (tmp_path / "job-a" / "chk-1" / "_metadata").write_bytes(b"\xff\xfe not json")
@@ -163,15 +165,24 @@ def test_help_has_examples_and_version() -> None:
     assert proc.returncode == 0 and proc.stdout.strip() == f"epochstream {epochstream.__version__}"
 
 
-def test_checkpoints_does_not_list_as_complete_what_inspect_finds_files_missing_in(tmp_path) -> None:
+def test_checkpoints_does_not_list_as_complete_what_inspect_finds_files_missing_in(
+    tmp_path,
+) -> None:
     """E.g. an earlier run's newest checkpoint that ``--resume`` found corrupt and fell
     back from: it is not the job's to delete, so it stays, and must not look restorable."""
     import epochstream as es
 
     env = es.Environment(parallelism=1, runner="local")
     env.enable_checkpointing(0.2, storage=str(tmp_path / "ck"), retained=2)
-    (env.from_sequence(0, 3_000, rate=6_000).uid("n").key_by(lambda i: i % 3)
-        .reduce(lambda a, b: a + b).uid("sum").sink_to(es.sinks.FileSink(str(tmp_path / "out"))).uid("s"))
+    (
+        env.from_sequence(0, 3_000, rate=6_000)
+        .uid("n")
+        .key_by(lambda i: i % 3)
+        .reduce(lambda a, b: a + b)
+        .uid("sum")
+        .sink_to(es.sinks.FileSink(str(tmp_path / "out")))
+        .uid("s")
+    )
     job_id = env.execute("lister").job_id
     job_dir = tmp_path / "ck" / job_id
     newest = max(job_dir.glob("chk-*"), key=lambda p: int(p.name[4:]))
@@ -182,5 +193,9 @@ def test_checkpoints_does_not_list_as_complete_what_inspect_finds_files_missing_
     inspect = _cli("inspect", str(newest))
     assert inspect.returncode == 1 and "MISSING" in inspect.stdout
     assert listing.returncode == 1
-    line = next(x for x in listing.stdout.splitlines() if x.rstrip().endswith(newest.name) or f"{newest}:" in x)
+    line = next(
+        x
+        for x in listing.stdout.splitlines()
+        if x.rstrip().endswith(newest.name) or f"{newest}:" in x
+    )
     assert "INCOMPLETE" in line and str(victims[0]) in line

@@ -126,7 +126,9 @@ def test_jobs_and_job_with_its_graph(job: _Job) -> None:
     assert names == ["numbers -> fail-once", "sum -> drop"]
     assert all(v["parallelism"] == 2 for v in graph["vertices"])
     source, keyed = graph["vertices"]
-    assert graph["edges"] == [{"source": source["id"], "target": keyed["id"], "partitioning": "hash"}]
+    assert graph["edges"] == [
+        {"source": source["id"], "target": keyed["id"], "partitioning": "hash"}
+    ]
     assert [op["name"] for op in source["operators"]] == ["numbers", "fail-once"]
     assert job.get(f"/v1/jobs/{job.client.job_id}")["job_id"] == job.client.job_id
     assert _call(job.url + "/v1/jobs/nope", job.token)[0] == 404
@@ -209,8 +211,11 @@ def test_metrics_parse_and_hold_the_documented_families(job: _Job) -> None:
     assert sums and max(sums.values()) > 0
     restarts = families["epochstream_job_restarts"].samples[0]
     assert restarts.name == "epochstream_job_restarts_total" and restarts.value >= 1
-    done = {s.labels["status"]: s.value for s in families["epochstream_job_checkpoints"].samples
-            if s.name.endswith("_total")}
+    done = {
+        s.labels["status"]: s.value
+        for s in families["epochstream_job_checkpoints"].samples
+        if s.name.endswith("_total")
+    }
     assert done["completed"] >= 3
 
 
@@ -230,8 +235,11 @@ def _raw(job: _Job, request: bytes) -> bytes:
 
 
 def test_bad_bodies_answer_400_or_413_with_the_connection_intact(job: _Job) -> None:
-    for body, error in ((b"{not json", "body is not JSON"), (b"[1, 2]", "body must be a JSON object"),
-                        (b"\xff\xfe", "body is not JSON")):
+    for body, error in (
+        (b"{not json", "body is not JSON"),
+        (b"[1, 2]", "body must be a JSON object"),
+        (b"\xff\xfe", "body is not JSON"),
+    ):
         status, reply, _ = _call(job.url + "/v1/savepoints", job.token, "POST", body)
         assert status == 400 and error in json.loads(reply)["error"], (body, reply)
     status, reply, _ = _call(job.url + "/v1/savepoints", job.token, "POST", b" " * (65 * 1024))
@@ -266,7 +274,11 @@ def test_the_final_state_stays_served_after_the_job_ends(job: _Job) -> None:
     assert job.get("/v1/job/vertices")["vertices"][0]["records_out"] > 0
     # Control answers at once that the job has ended (no 600 s wait, no false "cancelled").
     started = time.monotonic()
-    for path, body in (("/v1/savepoints", {}), ("/v1/cancel", {}), ("/v1/cancel", {"savepoint": "x"})):
+    for path, body in (
+        ("/v1/savepoints", {}),
+        ("/v1/cancel", {}),
+        ("/v1/cancel", {"savepoint": "x"}),
+    ):
         status, reply, _ = _call(job.url + path, job.token, "POST", json.dumps(body).encode())
         assert status == 409, (path, reply)
         assert json.loads(reply) == {"error": f"job {job.client.job_id} has ended (CANCELED)"}

@@ -177,7 +177,9 @@ def test_the_cli_mints_codes_with_the_token_only(endpoint: JobEndpoint) -> None:
     assert _call(endpoint.url + "/v1/dashboard/login", "POST", {})[0] == 401
 
 
-def test_a_cookie_signed_post_needs_the_dashboard_header(endpoint: JobEndpoint, master: _Master) -> None:
+def test_a_cookie_signed_post_needs_the_dashboard_header(
+    endpoint: JobEndpoint, master: _Master
+) -> None:
     _, headers, _ = _call(endpoint.login_url())
     cookie = headers["Set-Cookie"].split(";", 1)[0]
     status, _, body = _call(endpoint.url + "/v1/cancel", "POST", {}, {"Cookie": cookie})
@@ -198,15 +200,23 @@ def test_a_dashboard_url_never_holds_the_token(endpoint: JobEndpoint) -> None:
 # ---------------------------------------------------------------------- control after the end
 
 
-def test_savepoint_and_cancel_answer_409_once_the_job_ended(endpoint: JobEndpoint, master: _Master) -> None:
+def test_savepoint_and_cancel_answer_409_once_the_job_ended(
+    endpoint: JobEndpoint, master: _Master
+) -> None:
     master.finished_at, master.outcome = time.time(), "FINISHED"
-    for path, body in (("/v1/savepoints", {}), ("/v1/cancel", {}), ("/v1/cancel", {"savepoint": "x"})):
+    for path, body in (
+        ("/v1/savepoints", {}),
+        ("/v1/cancel", {}),
+        ("/v1/cancel", {"savepoint": "x"}),
+    ):
         status, _, reply = _call(endpoint.url + path, "POST", body, BEARER)
         assert status == 409 and json.loads(reply) == {"error": "job job-1 has ended (FINISHED)"}
     assert master.cancelled == 0 and master.requests == []
 
 
-def test_a_savepoint_waiting_when_the_job_ends_answers_409(endpoint: JobEndpoint, master: _Master) -> None:
+def test_a_savepoint_waiting_when_the_job_ends_answers_409(
+    endpoint: JobEndpoint, master: _Master
+) -> None:
     def end_the_job() -> None:
         deadline = time.monotonic() + 10
         while not master.requests and time.monotonic() < deadline:
@@ -220,7 +230,9 @@ def test_a_savepoint_waiting_when_the_job_ends_answers_409(endpoint: JobEndpoint
     assert time.monotonic() - started < 5
 
 
-def test_api_savepoints_resolve_inside_the_root(endpoint: JobEndpoint, master: _Master, tmp_path: Path) -> None:
+def test_api_savepoints_resolve_inside_the_root(
+    endpoint: JobEndpoint, master: _Master, tmp_path: Path
+) -> None:
     def answer() -> None:
         deadline = time.monotonic() + 10
         while not master.requests and time.monotonic() < deadline:
@@ -229,7 +241,9 @@ def test_api_savepoints_resolve_inside_the_root(endpoint: JobEndpoint, master: _
         request.succeed(str(request.directory))
 
     threading.Thread(target=answer, daemon=True).start()
-    status, _, reply = _call(endpoint.url + "/v1/savepoints", "POST", {"directory": "nightly"}, BEARER)
+    status, _, reply = _call(
+        endpoint.url + "/v1/savepoints", "POST", {"directory": "nightly"}, BEARER
+    )
     assert status == 200 and json.loads(reply) == {"path": str(tmp_path / "sp" / "nightly")}
     status, _, reply = _call(endpoint.url + "/v1/savepoints", "POST", {"directory": "/etc"}, BEARER)
     assert status == 403 and "outside the savepoint root" in json.loads(reply)["error"]
@@ -239,7 +253,9 @@ def test_api_savepoints_resolve_inside_the_root(endpoint: JobEndpoint, master: _
 # ---------------------------------------------------------------------- SavepointTargets
 
 
-def test_savepoint_targets_resolve_like_the_user_means(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_savepoint_targets_resolve_like_the_user_means(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = tmp_path / "sp"
     monkeypatch.setenv("HOME", str(root))
     targets = SavepointTargets(str(root), anywhere=False)

@@ -83,7 +83,9 @@ def _graph(source: Source, parallelism: int = 2, sink: Sink | None = None) -> Jo
     return env.job_graph("enum")
 
 
-def _checkpoint(n: int, operators: dict[str, dict[int, OperatorSubtaskState]]) -> CompletedCheckpoint:
+def _checkpoint(
+    n: int, operators: dict[str, dict[int, OperatorSubtaskState]]
+) -> CompletedCheckpoint:
     md = CheckpointMetadata(
         job_id="j",
         checkpoint_id=n,
@@ -270,7 +272,9 @@ def test_global_commit_gets_every_writers_entries_of_the_checkpoint_at_once() ->
 
 def test_global_commit_failure_names_sink_and_checkpoint() -> None:
     graph = _graph(GrowingSource([]), sink=Committables([], fail=True))
-    with pytest.raises(SinkError, match=r"sink 'out' failed to commit checkpoint 2 \(0 entries\).*locked"):
+    with pytest.raises(
+        SinkError, match=r"sink 'out' failed to commit checkpoint 2 \(0 entries\).*locked"
+    ):
         GlobalCommits(graph, "job").commit(2, _checkpoint(2, {}).metadata)
 
 

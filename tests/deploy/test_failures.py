@@ -59,7 +59,9 @@ def test_a_corrupt_checkpoint_is_discarded_before_restarting_from_its_fallback()
 def test_no_checkpoint_left_to_restore_ends_the_job() -> None:
     coordinator = FakeCoordinator(None)
     handler = _handler(attempts=2, coordinator=coordinator)
-    with pytest.raises(JobExecutionError, match="it restored is corrupt and no older checkpoint is left"):
+    with pytest.raises(
+        JobExecutionError, match="it restored is corrupt and no older checkpoint is left"
+    ):
         handler.restart_delay(_corrupt(4), ["restore failed"])
 
 

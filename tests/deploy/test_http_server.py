@@ -22,13 +22,17 @@ def _handler(request: Request) -> Response:
     if request.path == "/boom":
         raise RuntimeError("handler bug")
     if request.headers.get("authorization") == "ok":
-        return Response.json(200, {"path": request.path, "body": len(request.body)}, authenticated=True)
+        return Response.json(
+            200, {"path": request.path, "body": len(request.body)}, authenticated=True
+        )
     return Response.json(401, {"error": "no"})
 
 
 @pytest.fixture
 def limits() -> HttpLimits:
-    return HttpLimits(max_connections=40, max_unauthenticated=10, head_timeout=1.0, log_interval=60.0)
+    return HttpLimits(
+        max_connections=40, max_unauthenticated=10, head_timeout=1.0, log_interval=60.0
+    )
 
 
 @pytest.fixture
@@ -78,7 +82,9 @@ def test_answers_and_keeps_the_connection_alive(server: HttpServer) -> None:
         for _ in range(3):
             sock.sendall(b"GET /a HTTP/1.1\r\nHost: h\r\nAuthorization: ok\r\n\r\n")
             reply = sock.recv(65536)
-            assert reply.startswith(b"HTTP/1.1 200 ") and reply.endswith(b'{"path": "/a", "body": 0}')
+            assert reply.startswith(b"HTTP/1.1 200 ") and reply.endswith(
+                b'{"path": "/a", "body": 0}'
+            )
 
 
 def test_idle_flood_never_exceeds_the_cap_and_honest_clients_get_through(
@@ -105,8 +111,14 @@ def test_idle_flood_never_exceeds_the_cap_and_honest_clients_get_through(
 def patient() -> Iterator[HttpServer]:
     """A server whose head deadline (10 s) outlasts the test: its silent connections
     stay until the test closes them, however slow the host."""
-    server = HttpServer("127.0.0.1", 0, _handler, HttpLimits(max_connections=40, max_unauthenticated=10,
-                                                             head_timeout=10.0, log_interval=60.0))
+    server = HttpServer(
+        "127.0.0.1",
+        0,
+        _handler,
+        HttpLimits(
+            max_connections=40, max_unauthenticated=10, head_timeout=10.0, log_interval=60.0
+        ),
+    )
     server.start()
     try:
         yield server
@@ -188,7 +200,9 @@ def test_a_trickled_head_gets_one_deadline_for_the_whole_head(server: HttpServer
         assert time.monotonic() - started < 3.0
 
 
-def test_big_heads_are_refused_before_they_are_buffered(server: HttpServer, limits: HttpLimits) -> None:
+def test_big_heads_are_refused_before_they_are_buffered(
+    server: HttpServer, limits: HttpLimits
+) -> None:
     header = b"X-Big: " + b"a" * 65536 + b"\r\n"
     with socket.create_connection(_address(server), timeout=10) as sock:
         sock.sendall(b"GET / HTTP/1.1\r\nHost: h\r\n")

@@ -50,9 +50,10 @@ def test_root_cause_prefers_the_primary_failure_that_follows_a_symptom() -> None
 def test_root_cause_names_a_slot_that_died_and_keeps_a_cancel() -> None:
     inbox = _inbox()
     inbox.events.put(("closed", FakeConn(0, 2), ConnectionError("gone")))
-    assert "slot 0 (pid 1000) lost its control connection" in inbox.root_cause(
-        Failure("symptom"), attempt=2, closed=set()
-    ).cause
+    assert (
+        "slot 0 (pid 1000) lost its control connection"
+        in inbox.root_cause(Failure("symptom"), attempt=2, closed=set()).cause
+    )
     inbox.events.put(("cancel", None, None))
     assert inbox.root_cause(Failure("symptom"), attempt=2, closed=set()).cause == "symptom"
     assert inbox.events.get_nowait()[0] == "cancel", "the cancel is left for run()"

@@ -90,10 +90,14 @@ def test_exception_and_failed_checkpoint_history() -> None:
     metrics.record_failure(attempt=1, cause="map (1/2): ValueError: bad\nTraceback ...", wall=5.0)
     metrics.record_checkpoint_failure(3, "expired", wall=6.0)
     assert metrics.exceptions() == [
-        {"time": 5.0, "attempt": 1, "message": "map (1/2): ValueError: bad", "traceback": "Traceback ..."}
+        {
+            "time": 5.0,
+            "attempt": 1,
+            "message": "map (1/2): ValueError: bad",
+            "traceback": "Traceback ...",
+        }
     ]
     assert metrics.failed_checkpoints() == [{"checkpoint_id": 3, "time": 6.0, "reason": "expired"}]
-
 
 
 def test_job_status_says_when_checkpoint_storage_is_unavailable() -> None:
@@ -106,9 +110,18 @@ def test_job_status_says_when_checkpoint_storage_is_unavailable() -> None:
     graph = _graph()
     outage = StorageOutage("job-1")
     master = SimpleNamespace(
-        coordinator=None, storage=None, job_id="job-1", graph=graph, outcome=None,
-        phase=Phase.REGISTERING, attempt=3, started_at=0.0, finished_at=None,
-        metrics=JobMetrics(graph), failures=[], storage_outage=outage,
+        coordinator=None,
+        storage=None,
+        job_id="job-1",
+        graph=graph,
+        outcome=None,
+        phase=Phase.REGISTERING,
+        attempt=3,
+        started_at=0.0,
+        finished_at=None,
+        metrics=JobMetrics(graph),
+        failures=[],
+        storage_outage=outage,
     )
     assert job_status(master)["storage_state"] == "AVAILABLE"
     outage.failed("Connection refused", now=60.0)
@@ -116,4 +129,6 @@ def test_job_status_says_when_checkpoint_storage_is_unavailable() -> None:
     assert status["storage_state"] == "UNAVAILABLE"
     assert status["storage_unavailable_since"] == 60.0
     assert status["storage_last_error"] == "Connection refused"
-    assert "storage unavailable, retrying (since 1970-01-01 00:01:00 UTC" in status["storage_message"]
+    assert (
+        "storage unavailable, retrying (since 1970-01-01 00:01:00 UTC" in status["storage_message"]
+    )

@@ -116,8 +116,9 @@ def test_an_attempt_that_cannot_start_its_slots_goes_through_the_restart_strateg
 
     assert result.restarts == 2 and runner.attempts == [3]
     assert len(result.failures) == 2
-    assert all("could not start its slots" in f and "Too many open files" in f
-               for f in result.failures)
+    assert all(
+        "could not start its slots" in f and "Too many open files" in f for f in result.failures
+    )
     assert exactly_once_problems(es.testing.read_committed(tmp_path / "out"), 200) == []
 
 
@@ -176,8 +177,10 @@ def test_sources_that_cannot_list_their_splits_go_through_the_restart_strategy(
     result = JobMaster(env, env.job_graph("broker-late"), runner=runner).run()
 
     assert result.restarts == 2 and outage.calls == 3 and runner.attempts == [3]
-    assert all("could not list its sources' splits" in f and "Broker transport failure" in f
-               for f in result.failures)
+    assert all(
+        "could not list its sources' splits" in f and "Broker transport failure" in f
+        for f in result.failures
+    )
     assert exactly_once_problems(es.testing.read_committed(tmp_path / "out"), 200) == []
 
 
@@ -187,7 +190,9 @@ def test_a_source_misconfiguration_found_while_listing_splits_fails_at_once(
     env = make_env(tmp_path)
     env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.01))
     sums_pipeline(env, env.from_collection(range(20)), tmp_path / "out")
-    outage = _EnumerationFails(monkeypatch, 99, es.ConfigurationError("topic(s) ['bds'] do not exist"))
+    outage = _EnumerationFails(
+        monkeypatch, 99, es.ConfigurationError("topic(s) ['bds'] do not exist")
+    )
     with pytest.raises(es.ConfigurationError, match="bds"):
         JobMaster(env, env.job_graph("typo"), runner=ThreadRunner(2)).run()
     assert outage.calls == 1

@@ -15,7 +15,7 @@ import pytest
 
 from epochstream.cli.progress import progress_line
 
-JOB = '''
+JOB = """
 import logging, sys
 import epochstream as es
 
@@ -31,13 +31,21 @@ env.enable_checkpointing(0.3, storage=sys.argv[1])
 (env.from_sequence(0, int(sys.argv[2]), rate=3000).map(Shout())
     .key_by(lambda x: x % 3).reduce(lambda a, b: a + b).sink_to(es.sinks.DiscardSink()))
 env.execute("cli-progress")
-'''
+"""
 
 
 def _job(tmp_path: Path, records: int) -> list[str]:
     script = tmp_path / "job.py"
     script.write_text(JOB)
-    return [sys.executable, "-m", "epochstream.cli", "run", str(script), str(tmp_path / "ckpt"), str(records)]
+    return [
+        sys.executable,
+        "-m",
+        "epochstream.cli",
+        "run",
+        str(script),
+        str(tmp_path / "ckpt"),
+        str(records),
+    ]
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -162,7 +170,7 @@ def test_status_prints_the_progress_of_a_running_job_once(tmp_path: Path) -> Non
         assert signed_in.startswith("epochstream-") and "HttpOnly" in signed_in
         # --open hands the browser a private file, never the URL on its command line.
         browser = tmp_path / "browser.sh"
-        browser.write_text("#!/bin/sh\necho \"$@\" > \"$0.args\"\n")
+        browser.write_text('#!/bin/sh\necho "$@" > "$0.args"\n')
         browser.chmod(0o700)
         opened = subprocess.run(
             [*cli, "--open"], capture_output=True, text=True, env={**env, "BROWSER": str(browser)}

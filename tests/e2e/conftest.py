@@ -66,14 +66,21 @@ CHROMEDRIVER = shutil.which("chromedriver")
 def browser() -> Iterator[Any]:
     """A headless Chromium driven by Selenium (the dashboard tests); skips without one."""
     if CHROMIUM is None or CHROMEDRIVER is None:
-        pytest.skip("chromium and chromedriver are not installed (apt-get install chromium chromium-driver)")
+        pytest.skip(
+            "chromium and chromedriver are not installed (apt-get install chromium chromium-driver)"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1400,1900"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1900",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:

@@ -77,8 +77,11 @@ def test_undecodable_line_goes_to_the_dead_letter_sink(tmp_path: Path) -> None:
     env = es.Environment(parallelism=2, runner="local")
     env.enable_checkpointing(0.2, storage=str(tmp_path / "ckpt"))
     env.set_restart_strategy(es.restart.fixed_delay(attempts=1, delay=0.1))
-    (env.from_text_file(str(text), dead_letter=es.sinks.FileSink(str(dlq)))
-        .sink_to(es.sinks.FileSink(str(out))))
+    (
+        env.from_text_file(str(text), dead_letter=es.sinks.FileSink(str(dlq))).sink_to(
+            es.sinks.FileSink(str(out))
+        )
+    )
 
     result = env.execute("bad-utf8-dead-letter")
 

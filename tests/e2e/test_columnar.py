@@ -162,7 +162,9 @@ def test_parquet_window_aggregations_match_duckdb(tmp_path: Path) -> None:
     assert rows("sliding", "price") == [tuple(r) for r in sliding]
 
 
-def test_parquet_microsecond_timestamps_are_event_time_floored_to_milliseconds(tmp_path: Path) -> None:
+def test_parquet_microsecond_timestamps_are_event_time_floored_to_milliseconds(
+    tmp_path: Path,
+) -> None:
     """Parquet from pandas or Spark holds timestamp[us]: its sub-millisecond values are
     event time, floored to the millisecond (DuckDB's ``epoch_ms`` rounds instead: the
     oracle floors the microseconds itself)."""
@@ -170,25 +172,44 @@ def test_parquet_microsecond_timestamps_are_event_time_floored_to_milliseconds(t
     source = tmp_path / "events.parquet"
     micros = [1_000_000_500, 1_000_999_999, 1_001_000_000, 1_002_500_700, 999_999_999]
     pq.write_table(
-        pa.table({"k": ["a", "b", "a", "a", "b"], "v": [1, 2, 3, 4, 5], "t": pa.array(micros, pa.timestamp("us"))}),
+        pa.table(
+            {
+                "k": ["a", "b", "a", "a", "b"],
+                "v": [1, 2, 3, 4, 5],
+                "t": pa.array(micros, pa.timestamp("us")),
+            }
+        ),
         source,
     )
     env = es.Environment(parallelism=1, runner="local")
     strategy = es.WatermarkStrategy.bounded_out_of_orderness(5_000).with_timestamp_column("t")
     (
         env.from_parquet(str(source), watermark_strategy=strategy)
-        .key_by("k").window(es.TumblingEventTimeWindows.of(1_000)).sum("v")
-        .to_rows().sink_to(es.sinks.FileSink(str(tmp_path / "out")))
+        .key_by("k")
+        .window(es.TumblingEventTimeWindows.of(1_000))
+        .sum("v")
+        .to_rows()
+        .sink_to(es.sinks.FileSink(str(tmp_path / "out")))
     )
     env.execute("parquet-micros")
-    got = sorted((r["k"], r["window_start"], r["v"]) for r in es.testing.read_committed(tmp_path / "out"))
-    expected = duckdb.connect().execute(
-        f"SELECT k, ms - ms % 1000 AS ws, SUM(v) FROM (SELECT k, v, epoch_us(t) // 1000 AS ms "
-        f"FROM '{source}') GROUP BY ALL ORDER BY ALL"
-    ).fetchall()
+    got = sorted(
+        (r["k"], r["window_start"], r["v"]) for r in es.testing.read_committed(tmp_path / "out")
+    )
+    expected = (
+        duckdb.connect()
+        .execute(
+            f"SELECT k, ms - ms % 1000 AS ws, SUM(v) FROM (SELECT k, v, epoch_us(t) // 1000 AS ms "
+            f"FROM '{source}') GROUP BY ALL ORDER BY ALL"
+        )
+        .fetchall()
+    )
     assert got == [tuple(r) for r in expected]
     assert got == [
-        ("a", 1_000_000, 1), ("a", 1_001_000, 3), ("a", 1_002_000, 4), ("b", 999_000, 5), ("b", 1_000_000, 2)
+        ("a", 1_000_000, 1),
+        ("a", 1_001_000, 3),
+        ("a", 1_002_000, 4),
+        ("b", 999_000, 5),
+        ("b", 1_000_000, 2),
     ]
 
 
@@ -204,23 +225,44 @@ def _session_and_join(env: es.Environment, out: Path, *, rate: float | None) -> 
     strategy = es.WatermarkStrategy.bounded_out_of_orderness(0).with_timestamp_column("value")
     source = SequenceSource(0, SESSION_N, rate=rate, batch_size=1_024)
     numbers = (
-        env.from_source(source, name="numbers", watermark_strategy=strategy).uid("numbers")
-        .map_batches(lambda b: pa.record_batch(
-            [b["value"], pc.remainder(pc.divide(b["value"], RUN), SESSION_KEYS), b["_ts"]],
-            names=["value", "k", "_ts"],
-        ))
+        env.from_source(source, name="numbers", watermark_strategy=strategy)
+        .uid("numbers")
+        .map_batches(
+            lambda b: pa.record_batch(
+                [b["value"], pc.remainder(pc.divide(b["value"], RUN), SESSION_KEYS), b["_ts"]],
+                names=["value", "k", "_ts"],
+            )
+        )
         .uid("keys")
     )
     (
-        numbers.key_by("k").window(es.EventTimeSessionWindows.with_gap(GAP)).sum("value")
-        .uid("sessions").to_rows().sink_to(es.sinks.FileSink(str(out / "sessions"))).uid("session-files")
+        numbers.key_by("k")
+        .window(es.EventTimeSessionWindows.with_gap(GAP))
+        .sum("value")
+        .uid("sessions")
+        .to_rows()
+        .sink_to(es.sinks.FileSink(str(out / "sessions")))
+        .uid("session-files")
     )
-    names = env.from_sequence(0, SESSION_KEYS, batch_size=4).uid("names").map_batches(
-        lambda b: pa.record_batch([b["value"], pc.multiply(b["value"], 10)], names=["id", "ten"])
-    ).uid("name-columns")
+    names = (
+        env.from_sequence(0, SESSION_KEYS, batch_size=4)
+        .uid("names")
+        .map_batches(
+            lambda b: pa.record_batch(
+                [b["value"], pc.multiply(b["value"], 10)], names=["id", "ten"]
+            )
+        )
+        .uid("name-columns")
+    )
     (
-        numbers.join(names).where("k").equal_to("id").apply().uid("join")
-        .to_rows().sink_to(es.sinks.FileSink(str(out / "joined"))).uid("join-files")
+        numbers.join(names)
+        .where("k")
+        .equal_to("id")
+        .apply()
+        .uid("join")
+        .to_rows()
+        .sink_to(es.sinks.FileSink(str(out / "joined")))
+        .uid("join-files")
     )
 
 
@@ -250,7 +292,12 @@ def test_session_and_join_state_rescale_through_a_savepoint(spark: Any, tmp_path
         for r in es.testing.read_committed(out / "sessions")
     )
     expected = [
-        (run % SESSION_KEYS, run * RUN, run * RUN + RUN - 1 + GAP, sum(range(run * RUN, run * RUN + RUN)))
+        (
+            run % SESSION_KEYS,
+            run * RUN,
+            run * RUN + RUN - 1 + GAP,
+            sum(range(run * RUN, run * RUN + RUN)),
+        )
         for run in range(SESSION_N // RUN)
     ]
     assert sessions == sorted(expected)

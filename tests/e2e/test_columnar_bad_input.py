@@ -28,7 +28,9 @@ def _value_turns_float(v: Any) -> Any:
 
 
 def _key_turns_string(v: Any) -> Any:
-    return pa.record_batch([pc.cast(pc.remainder(v, KEYS), pa.string()), pc.add(v, 1)], names=["k", "v"])
+    return pa.record_batch(
+        [pc.cast(pc.remainder(v, KEYS), pa.string()), pc.add(v, 1)], names=["k", "v"]
+    )
 
 
 def _value_column_goes(v: Any) -> Any:
@@ -48,17 +50,31 @@ def _not_a_batch(v: Any) -> Any:
 # batch meets earlier ones in its send buffer; both name the operator.
 _EDGE = r"edge kv -> sum\(v\) .*batches of one stream must share a schema"
 CASES = {
-    "value-type": (_value_turns_float, rf"{_EDGE}|sum\(v\) \(\d/2\): column 'v' changed type from int64 to double"),
-    "key-type": (_key_turns_string, rf"{_EDGE}|sum\(v\) \(\d/2\): key column 'k' changed type from int64 to string"),
-    "missing-column": (_value_column_goes, rf"{_EDGE}|sum\(v\) \(\d/2\): the batch has no column 'v'"),
+    "value-type": (
+        _value_turns_float,
+        rf"{_EDGE}|sum\(v\) \(\d/2\): column 'v' changed type from int64 to double",
+    ),
+    "key-type": (
+        _key_turns_string,
+        rf"{_EDGE}|sum\(v\) \(\d/2\): key column 'k' changed type from int64 to string",
+    ),
+    "missing-column": (
+        _value_column_goes,
+        rf"{_EDGE}|sum\(v\) \(\d/2\): the batch has no column 'v'",
+    ),
     "nested-key": (_key_becomes_a_list, r"key_by\('k'\): column 'k' is list<"),
-    "not-a-batch": (_not_a_batch, r"map_batches\(batches\) \(\d/2\): map_batches function returned list"),
+    "not-a-batch": (
+        _not_a_batch,
+        r"map_batches\(batches\) \(\d/2\): map_batches function returned list",
+    ),
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_batches_fail_once_naming_the_operator_and_keep_committed_output(case: str, tmp_path: Path) -> None:
+def test_bad_batches_fail_once_naming_the_operator_and_keep_committed_output(
+    case: str, tmp_path: Path
+) -> None:
     turn_bad, message = CASES[case]
 
     def batches(b: pa.RecordBatch) -> Any:
@@ -69,10 +85,16 @@ def test_bad_batches_fail_once_naming_the_operator_and_keep_committed_output(cas
     env.enable_checkpointing(0.1, storage=str(tmp_path / "ckpt"))
     env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.1))
     (
-        env.from_sequence(0, N, batch_size=100, rate=4_000).uid("numbers")
-        .map_batches(batches).uid("kv")
-        .key_by("k").sum("v").uid("sums")
-        .to_rows().sink_to(es.sinks.FileSink(str(tmp_path / "out"))).uid("files")
+        env.from_sequence(0, N, batch_size=100, rate=4_000)
+        .uid("numbers")
+        .map_batches(batches)
+        .uid("kv")
+        .key_by("k")
+        .sum("v")
+        .uid("sums")
+        .to_rows()
+        .sink_to(es.sinks.FileSink(str(tmp_path / "out")))
+        .uid("files")
     )
     with pytest.raises(es.JobExecutionError, match=message) as failed:
         env.execute(f"bad-{case}")

@@ -61,7 +61,9 @@ def test_columnar_window_join_equals_the_row_window_join(tmp_path: Path) -> None
         rows = left.join(right).where(_key).equal_to(_key).window(window).apply(_row_pair)
         rows.sink_to(es.sinks.FileSink(str(tmp_path / f"rows-{name}")))
         batches = left_batches.join(right_batches).where("k").equal_to("k").window(window).apply()
-        batches.to_rows().map(_columnar_pair).sink_to(es.sinks.FileSink(str(tmp_path / f"batches-{name}")))
+        batches.to_rows().map(_columnar_pair).sink_to(
+            es.sinks.FileSink(str(tmp_path / f"batches-{name}"))
+        )
     env.execute("golden-window-join")
     for name in windows:
         expected = sorted(map(tuple, es.testing.read_committed(tmp_path / f"rows-{name}")))
@@ -92,20 +94,30 @@ def _keyed(b: pa.RecordBatch) -> pa.RecordBatch:
 def _pipeline(env: es.Environment, out: Path) -> None:
     left = _numbers(env, "left").map_batches(_keyed).uid("left-keyed")
     right = (
-        _numbers(env, "right").filter(pc.equal(pc.remainder(pc.field("value"), EVERY), 0))
-        .uid("right-sparse").map_batches(_keyed).uid("right-keyed")
+        _numbers(env, "right")
+        .filter(pc.equal(pc.remainder(pc.field("value"), EVERY), 0))
+        .uid("right-sparse")
+        .map_batches(_keyed)
+        .uid("right-keyed")
     )
     pairs = (
-        left.join(right).where("k").equal_to("k")
+        left.join(right)
+        .where("k")
+        .equal_to("k")
         .window(es.TumblingEventTimeWindows.of(WINDOW_MS))
         .apply(lambda b: b.select(["i", "i_right", "_ts"]))
         .uid("window-join")
     )
     pairs.to_rows().sink_to(es.sinks.FileSink(str(out / "window"))).uid("window-files")
     # Regular join with a dimension of one row per key (no event time on that side).
-    dimension = env.from_sequence(0, KEYS, batch_size=16).uid("dimension").map_batches(
-        lambda b: pa.record_batch([b["value"], pc.multiply(b["value"], 10)], names=["k", "ten"])
-    ).uid("dimension-columns")
+    dimension = (
+        env.from_sequence(0, KEYS, batch_size=16)
+        .uid("dimension")
+        .map_batches(
+            lambda b: pa.record_batch([b["value"], pc.multiply(b["value"], 10)], names=["k", "ten"])
+        )
+        .uid("dimension-columns")
+    )
     enriched = left.join(dimension).where("k").equal_to("k").apply().uid("regular-join")
     enriched.to_rows().sink_to(es.sinks.FileSink(str(out / "regular"))).uid("regular-files")
 
@@ -127,7 +139,9 @@ def _window_problems(rows: list[dict[str, int]]) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.spark
-def test_columnar_joins_survive_sigkill_with_exactly_once_output(spark: Any, tmp_path: Path) -> None:
+def test_columnar_joins_survive_sigkill_with_exactly_once_output(
+    spark: Any, tmp_path: Path
+) -> None:
     env = es.Environment(parallelism=2, spark=spark)
     env.enable_checkpointing(0.3, storage=str(tmp_path / "ckpt"))
     env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.2))

@@ -74,7 +74,9 @@ def _damage_newest_and_recover(
 
 
 def test_corrupt_newest_checkpoint_falls_back(spark: Any, tmp_path: Path, caplog) -> None:
-    result, rows = _damage_newest_and_recover(spark, tmp_path, caplog, _pipeline, "counts-*.kst", _corrupt)
+    result, rows = _damage_newest_and_recover(
+        spark, tmp_path, caplog, _pipeline, "counts-*.kst", _corrupt
+    )
     assert "checksum mismatch" in result.failures[1]
     # State rolled back consistently: every key ends at its true count. Output committed
     # after the older checkpoint may appear twice (the warning says so), none is lost.

@@ -97,29 +97,47 @@ def test_dashboard_shows_a_running_job_its_crash_and_recovery(
 
         vertices = _until(
             "two vertices",
-            lambda: len(browser.find_elements(By.CSS_SELECTOR, "#graph g.vertex")) == 2
-            and browser.find_elements(By.CSS_SELECTOR, "#graph g.vertex"),
+            lambda: (
+                len(browser.find_elements(By.CSS_SELECTOR, "#graph g.vertex")) == 2
+                and browser.find_elements(By.CSS_SELECTOR, "#graph g.vertex")
+            ),
         )
-        names = {v.find_element(By.CSS_SELECTOR, "title").get_attribute("textContent") for v in vertices}
+        names = {
+            v.find_element(By.CSS_SELECTOR, "title").get_attribute("textContent") for v in vertices
+        }
         assert names == {"numbers -> throttle -> stamp -> timestamps", "latest -> discard"}
         assert _text(browser, "#state") == "RUNNING"
 
         def totals() -> list[int]:
             shown = _text(browser, "#graph text.rate")
-            return [int(line.split("·")[1].split()[0].replace(",", "")) for line in shown.splitlines()]
+            return [
+                int(line.split("·")[1].split()[0].replace(",", "")) for line in shown.splitlines()
+            ]
 
-        _until("records counted", lambda: "\u2013" not in _text(browser, "#graph text.rate") and min(totals()) > 0)
+        _until(
+            "records counted",
+            lambda: "\u2013" not in _text(browser, "#graph text.rate") and min(totals()) > 0,
+        )
         first_totals = totals()
-        _until("checkpoints", lambda: browser.find_elements(By.CSS_SELECTOR, "#checkpoints tr.checkpoint"))
+        _until(
+            "checkpoints",
+            lambda: browser.find_elements(By.CSS_SELECTOR, "#checkpoints tr.checkpoint"),
+        )
         first_checkpoint = _text(browser, "#ckpt-counts")
-        _until("rates changing", lambda: min(b - a for a, b in zip(first_totals, totals(), strict=True)) > 0)
+        _until(
+            "rates changing",
+            lambda: min(b - a for a, b in zip(first_totals, totals(), strict=True)) > 0,
+        )
         _until("more checkpoints", lambda: _text(browser, "#ckpt-counts") != first_checkpoint)
         assert "records/s" in _text(browser, "#graph text.rate")
         _until("a watermark lag", lambda: _text(browser, "#lag").endswith(" s"))
 
         # Expand a checkpoint: its per-task rows appear (2 vertices x 2 subtasks).
         browser.find_element(By.CSS_SELECTOR, "#checkpoints tr.checkpoint").click()
-        rows = _until("per-task rows", lambda: browser.find_elements(By.CSS_SELECTOR, "#checkpoints tr.tasks tbody tr"))
+        rows = _until(
+            "per-task rows",
+            lambda: browser.find_elements(By.CSS_SELECTOR, "#checkpoints tr.tasks tbody tr"),
+        )
         assert len(rows) == 4
 
         assert not client.done, "the job finished before the crash: raise N"

@@ -81,7 +81,9 @@ def test_driver_killed_then_resumed_at_another_parallelism(tmp_path: Path) -> No
         driver.wait(30)
     committed = len(es.testing.read_committed(out))
     assert committed < sum(_expected().values()), "the job must die mid-run"
-    resumed = _cli(tmp_path, "run", "--resume", "-p", "3", "--checkpoint-dir", str(ckpt), str(JOB), str(out))
+    resumed = _cli(
+        tmp_path, "run", "--resume", "-p", "3", "--checkpoint-dir", str(ckpt), str(JOB), str(out)
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resume: job 'counting' continues from checkpoint" in resumed.stderr
     rows = es.testing.read_committed(out)
@@ -91,7 +93,14 @@ def test_driver_killed_then_resumed_at_another_parallelism(tmp_path: Path) -> No
 def test_supervised_driver_is_restarted_after_sigkill(tmp_path: Path) -> None:
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
     supervisor = _start(
-        tmp_path, "--supervise", "--runner", "local", "--checkpoint-dir", str(ckpt), str(JOB), str(out)
+        tmp_path,
+        "--supervise",
+        "--runner",
+        "local",
+        "--checkpoint-dir",
+        str(ckpt),
+        str(JOB),
+        str(out),
     )
     assert supervisor.stderr is not None
     line = supervisor.stderr.readline()
@@ -109,11 +118,15 @@ def test_supervised_driver_is_restarted_after_sigkill(tmp_path: Path) -> None:
 
 def test_list_savepoint_and_cancel_reach_a_running_job(tmp_path: Path) -> None:
     ckpt, out, sp = tmp_path / "ckpt", tmp_path / "out", tmp_path / "sp"
-    driver = _start(tmp_path, "--runner", "local", "--checkpoint-dir", str(ckpt), str(JOB), str(out))
+    driver = _start(
+        tmp_path, "--runner", "local", "--checkpoint-dir", str(ckpt), str(JOB), str(out)
+    )
     try:
         _wait(lambda: _completed_checkpoints(ckpt) >= 1, 120, "a checkpoint")
         listing = _cli(tmp_path, "list")
-        assert listing.returncode == 0 and "counting" in listing.stdout and "RUNNING" in listing.stdout
+        assert (
+            listing.returncode == 0 and "counting" in listing.stdout and "RUNNING" in listing.stdout
+        )
         job_id = listing.stdout.splitlines()[1].split()[0]
         # Only inside the savepoint root (<checkpoint dir>/savepoints); relative to it.
         outside = _cli(tmp_path, "savepoint", job_id[:6], str(sp))
@@ -137,6 +150,8 @@ def test_list_savepoint_and_cancel_reach_a_running_job(tmp_path: Path) -> None:
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
-    resumed = _cli(tmp_path, "run", "--runner", "local", "--from-savepoint", final, str(JOB), str(out))
+    resumed = _cli(
+        tmp_path, "run", "--runner", "local", "--from-savepoint", final, str(JOB), str(out)
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert exactly_once_problems(es.testing.read_committed(out), _expected()) == []

@@ -58,7 +58,14 @@ class _Flood:
         self.slowloris_closed_after: float | None = None
         self.threads = [
             threading.Thread(target=f, daemon=True)
-            for f in (self._idle, self._churn, self._big_heads, self._slowloris, self._bad_requests, self._poll)
+            for f in (
+                self._idle,
+                self._churn,
+                self._big_heads,
+                self._slowloris,
+                self._bad_requests,
+                self._poll,
+            )
         ]
 
     def start(self) -> None:
@@ -208,8 +215,14 @@ def test_job_survives_endpoint_floods_with_256_descriptors(tmp_path: Path) -> No
     addr_file, report = tmp_path / "addr.json", tmp_path / "report.json"
     proc = subprocess.Popen(
         [
-            sys.executable, str(DRIVER), str(out), str(ckpt), str(addr_file), str(report),
-            str(markers), "endpoint",
+            sys.executable,
+            str(DRIVER),
+            str(out),
+            str(ckpt),
+            str(addr_file),
+            str(report),
+            str(markers),
+            "endpoint",
         ],
         stderr=subprocess.PIPE,
     )
@@ -248,7 +261,10 @@ def test_job_survives_endpoint_floods_with_256_descriptors(tmp_path: Path) -> No
         ("no token", "401"),
         ("escaping savepoint", "403"),
     ):
-        assert answers[kind][status] >= 3 and set(answers[kind]) <= allowed | {status}, (kind, answers[kind])
+        assert answers[kind][status] >= 3 and set(answers[kind]) <= allowed | {status}, (
+            kind,
+            answers[kind],
+        )
     assert answers["big head"]["431"] >= 10, answers["big head"]
     assert set(answers["big head"]) <= allowed | {"431"}, answers["big head"]
     # The honest user was served through the flood, and saw checkpoints complete.

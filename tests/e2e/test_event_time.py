@@ -37,9 +37,9 @@ def event(i: int) -> tuple[int, str]:
 
 
 def strategy() -> es.WatermarkStrategy:
-    return es.WatermarkStrategy.bounded_out_of_orderness(timedelta(milliseconds=BOUND)).with_timestamp_assigner(
-        lambda e, ts: e[0]
-    )
+    return es.WatermarkStrategy.bounded_out_of_orderness(
+        timedelta(milliseconds=BOUND)
+    ).with_timestamp_assigner(lambda e, ts: e[0])
 
 
 class WindowCount(es.ProcessWindowFunction):
@@ -142,9 +142,9 @@ def test_the_seeds_windowed_word_count_over_timestamped_text(spark: Any, tmp_pat
     (
         env.from_text_file(str(tmp_path / "words.txt"))
         .assign_timestamps_and_watermarks(
-            es.WatermarkStrategy.bounded_out_of_orderness(timedelta(seconds=2)).with_timestamp_assigner(
-                lambda line, ts: int(line.split(" ", 1)[0])
-            )
+            es.WatermarkStrategy.bounded_out_of_orderness(
+                timedelta(seconds=2)
+            ).with_timestamp_assigner(lambda line, ts: int(line.split(" ", 1)[0]))
         )
         .flat_map(lambda line: line.split()[1:])
         .map(lambda w: (w, 1))
@@ -160,7 +160,9 @@ def test_the_seeds_windowed_word_count_over_timestamped_text(spark: Any, tmp_pat
 # ---------------------------------------------------------------- late data
 
 
-def test_late_records_go_to_the_side_output_and_lateness_refires(spark: Any, tmp_path: Path) -> None:
+def test_late_records_go_to_the_side_output_and_lateness_refires(
+    spark: Any, tmp_path: Path
+) -> None:
     # (timestamp, word): in order within the 1 s bound, then two records far behind.
     events = [(1_000, "a"), (2_500, "a"), (1_800, "a"), (4_000, "b"), (6_200, "a")]
     events += [(4_900, "a")]  # watermark 5_199: window [0,5000) has fired; lateness keeps it
@@ -172,7 +174,9 @@ def test_late_records_go_to_the_side_output_and_lateness_refires(spark: Any, tmp
     counts = (
         env.from_collection(events)
         .assign_timestamps_and_watermarks(
-            es.WatermarkStrategy.bounded_out_of_orderness(1_000).with_timestamp_assigner(lambda e, ts: e[0])
+            es.WatermarkStrategy.bounded_out_of_orderness(1_000).with_timestamp_assigner(
+                lambda e, ts: e[0]
+            )
         )
         .key_by(lambda e: e[1])
         .window(es.TumblingEventTimeWindows.of(5_000))
@@ -247,9 +251,15 @@ def test_session_windows_merge_across_a_checkpoint_and_a_restore(
     (
         env.from_sequence(0, n, rate=2_000)
         .map(session_event)
-        .map(es.testing.FailOnce(after_records=1_200, after_checkpoints=2, subtask=0, marker_dir=failure_markers))
+        .map(
+            es.testing.FailOnce(
+                after_records=1_200, after_checkpoints=2, subtask=0, marker_dir=failure_markers
+            )
+        )
         .assign_timestamps_and_watermarks(
-            es.WatermarkStrategy.bounded_out_of_orderness(500).with_timestamp_assigner(lambda e, ts: e[0])
+            es.WatermarkStrategy.bounded_out_of_orderness(500).with_timestamp_assigner(
+                lambda e, ts: e[0]
+            )
         )
         .key_by(lambda e: e[1])
         .window(es.EventTimeSessionWindows.with_gap(SESSION_GAP))
@@ -298,9 +308,9 @@ def _savepoint_job(env: es.Environment, n: int, out: Path, rate: float | None) -
     keyed.window(es.TumblingEventTimeWindows.of(WINDOW)).aggregate(Count(), WindowCount()).uid(
         "window-counts"
     ).sink_to(es.sinks.FileSink(str(out / "windows"))).uid("window-files")
-    keyed.process(Deadline()).uid("deadlines").sink_to(es.sinks.FileSink(str(out / "deadlines"))).uid(
-        "deadline-files"
-    )
+    keyed.process(Deadline()).uid("deadlines").sink_to(
+        es.sinks.FileSink(str(out / "deadlines"))
+    ).uid("deadline-files")
 
 
 def test_savepoint_with_open_windows_and_timers_resumes_at_another_parallelism(
@@ -324,9 +334,9 @@ def test_savepoint_with_open_windows_and_timers_resumes_at_another_parallelism(
 
     assert _rows(out / "windows") == tumbling_oracle(n)
     deadlines = es.testing.read_committed(out / "deadlines")
-    assert sorted((w, t) for _, w, _, t in deadlines) == sorted(
-        (w, DEADLINE) for w in WORDS
-    ), "each key's timer fired once, after the savepoint"
+    assert sorted((w, t) for _, w, _, t in deadlines) == sorted((w, DEADLINE) for w in WORDS), (
+        "each key's timer fired once, after the savepoint"
+    )
 
 
 # ---------------------------------------------------------------- idleness
@@ -384,7 +394,9 @@ class _TwoSplitReader(es.sources.SourceReader):
         self.splits = []
 
 
-def test_an_idle_split_stops_holding_back_windows_after_the_timeout(spark: Any, tmp_path: Path) -> None:
+def test_an_idle_split_stops_holding_back_windows_after_the_timeout(
+    spark: Any, tmp_path: Path
+) -> None:
     env = es.Environment(parallelism=1, spark=spark)
     env.enable_checkpointing(0.3, storage=str(tmp_path / "ckpt"))
     strategy_ = (

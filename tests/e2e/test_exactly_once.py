@@ -83,12 +83,14 @@ def test_restarts_exhausted_raise_job_execution_error(tmp_path: Path, failure_ma
     env = es.Environment(parallelism=2, runner="local")
     env.enable_checkpointing(0.3, storage=str(tmp_path / "ckpt"))
     env.set_restart_strategy(es.restart.fixed_delay(attempts=2, delay=0.1))
-    (env.from_sequence(0, 200_000, rate=50_000)
+    (
+        env.from_sequence(0, 200_000, rate=50_000)
         .map(injector)
         .map(lambda i: (i % 3, 1))
         .key_by(lambda t: t[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
-        .sink_to(es.sinks.FileSink(str(tmp_path / "out"))))
+        .sink_to(es.sinks.FileSink(str(tmp_path / "out")))
+    )
 
     with pytest.raises(es.JobExecutionError) as info:
         env.execute("exhaust-restarts")

@@ -34,7 +34,9 @@ async def _with_js(url: str, work: Any) -> Any:
         await nc.close()
 
 
-def _publish(url: str, subject: str, start: int, count: int, expected: collections.Counter[str]) -> None:
+def _publish(
+    url: str, subject: str, start: int, count: int, expected: collections.Counter[str]
+) -> None:
     events = [{"user": f"u{(start + i) * 7 % KEYS}", "i": start + i} for i in range(count)]
     expected.update(e["user"] for e in events)
 

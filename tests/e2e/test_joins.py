@@ -38,7 +38,9 @@ def _orders(env: es.Environment, rate: float) -> es.DataStream:
         .uid("order-ids")
         .map(order)
         .assign_timestamps_and_watermarks(
-            es.WatermarkStrategy.bounded_out_of_orderness(600).with_timestamp_assigner(lambda o, ts: o[1])
+            es.WatermarkStrategy.bounded_out_of_orderness(600).with_timestamp_assigner(
+                lambda o, ts: o[1]
+            )
         )
     )
 
@@ -49,9 +51,9 @@ def _payments(env: es.Environment, rate: float) -> es.DataStream:
         .uid("payment-ids")
         .map(payment)
         .assign_timestamps_and_watermarks(
-            es.WatermarkStrategy.bounded_out_of_orderness(timedelta(seconds=5)).with_timestamp_assigner(
-                lambda p, ts: p[2]
-            )
+            es.WatermarkStrategy.bounded_out_of_orderness(
+                timedelta(seconds=5)
+            ).with_timestamp_assigner(lambda p, ts: p[2])
         )
     )
 
@@ -71,12 +73,20 @@ class Pair(es.ProcessJoinFunction):
         out.collect([left[0], right[0], ctx.timestamp()])
 
 
-def test_interval_join_with_a_crash_equals_duckdb(spark: Any, tmp_path: Path, failure_markers: str) -> None:
+def test_interval_join_with_a_crash_equals_duckdb(
+    spark: Any, tmp_path: Path, failure_markers: str
+) -> None:
     env = es.Environment(parallelism=2, spark=spark)
     env.enable_checkpointing(0.3, storage=str(tmp_path / "ckpt"))
     env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.2))
     orders = _orders(env, rate=1_500).map(
-        es.testing.FailOnce(after_records=600, after_checkpoints=2, subtask=1, crash=True, marker_dir=failure_markers)
+        es.testing.FailOnce(
+            after_records=600,
+            after_checkpoints=2,
+            subtask=1,
+            crash=True,
+            marker_dir=failure_markers,
+        )
     )
     (
         orders.key_by(lambda o: o[0])
@@ -100,12 +110,20 @@ def test_interval_join_with_a_crash_equals_duckdb(spark: Any, tmp_path: Path, fa
     assert got == expected and len(got) > ORDERS
 
 
-def test_window_join_with_a_crash_equals_duckdb(spark: Any, tmp_path: Path, failure_markers: str) -> None:
+def test_window_join_with_a_crash_equals_duckdb(
+    spark: Any, tmp_path: Path, failure_markers: str
+) -> None:
     env = es.Environment(parallelism=2, spark=spark)
     env.enable_checkpointing(0.3, storage=str(tmp_path / "ckpt"))
     env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.2))
     payments = _payments(env, rate=3_000).map(
-        es.testing.FailOnce(after_records=1_500, after_checkpoints=2, subtask=0, crash=True, marker_dir=failure_markers)
+        es.testing.FailOnce(
+            after_records=1_500,
+            after_checkpoints=2,
+            subtask=0,
+            crash=True,
+            marker_dir=failure_markers,
+        )
     )
     (
         _orders(env, rate=1_500)
@@ -190,4 +208,6 @@ def test_co_map_over_two_unkeyed_streams(spark: Any, tmp_path: Path) -> None:
     )
     env.execute("co-map")
     rows = es.testing.read_committed(tmp_path / "out")
-    assert sorted(map(tuple, rows)) == sorted([("left", i) for i in range(50)] + [("right", "x"), ("right", "y")])
+    assert sorted(map(tuple, rows)) == sorted(
+        [("left", i) for i in range(50)] + [("right", "x"), ("right", "y")]
+    )

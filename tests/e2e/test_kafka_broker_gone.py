@@ -39,7 +39,9 @@ def own_broker() -> Iterator[KafkaServer]:
         broker.stop()
 
 
-def test_a_broker_that_stays_away_fails_the_job_naming_kafka(tmp_path: Path, own_broker: KafkaServer) -> None:
+def test_a_broker_that_stays_away_fails_the_job_naming_kafka(
+    tmp_path: Path, own_broker: KafkaServer
+) -> None:
     source_topic = own_broker.new_topic("in", partitions=2)
     out_topic = own_broker.new_topic("out", partitions=2)
     own_broker.produce_json(source_topic, ({"i": i} for i in range(200)), partitions=2)
@@ -48,10 +50,14 @@ def test_a_broker_that_stays_away_fails_the_job_naming_kafka(tmp_path: Path, own
     env.enable_checkpointing(0.5, storage=str(tmp_path / "ckpt"))
     env.set_restart_strategy(es.restart.fixed_delay(attempts=1, delay=0.2))
     (
-        env.from_source(es.sources.KafkaSource(own_broker.bootstrap, [source_topic], value_format="json"))
+        env.from_source(
+            es.sources.KafkaSource(own_broker.bootstrap, [source_topic], value_format="json")
+        )
         .uid("kin")
         .sink_to(
-            es.sinks.KafkaSink(own_broker.bootstrap, out_topic, transactional_id_prefix=f"gone-{out_topic}")
+            es.sinks.KafkaSink(
+                own_broker.bootstrap, out_topic, transactional_id_prefix=f"gone-{out_topic}"
+            )
         )
         .uid("kout")
     )

@@ -32,10 +32,14 @@ def _poison_at_300(r: dict[str, Any]) -> Any:
     return {"bad": {1, 2}} if r["i"] == 300 else r
 
 
-def _job(env: es.Environment, kafka_server: Any, source_topic: str, out_topic: str, poison: bool) -> None:
+def _job(
+    env: es.Environment, kafka_server: Any, source_topic: str, out_topic: str, poison: bool
+) -> None:
     (
         env.from_source(
-            es.sources.KafkaSource(kafka_server.bootstrap, [source_topic], bounded="latest", value_format="json")
+            es.sources.KafkaSource(
+                kafka_server.bootstrap, [source_topic], bounded="latest", value_format="json"
+            )
         )
         .uid("in")
         .map(lambda r: (time.sleep(0.005), r)[1])  # a few checkpoints before the poison
@@ -43,7 +47,9 @@ def _job(env: es.Environment, kafka_server: Any, source_topic: str, out_topic: s
         .map(_poison_at_300 if poison else (lambda r: r))
         .uid("poison")
         .sink_to(
-            es.sinks.KafkaSink(kafka_server.bootstrap, out_topic, transactional_id_prefix=f"open-{out_topic}")
+            es.sinks.KafkaSink(
+                kafka_server.bootstrap, out_topic, transactional_id_prefix=f"open-{out_topic}"
+            )
         )
         .uid("out")
     )

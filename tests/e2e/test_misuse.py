@@ -133,7 +133,7 @@ def test_execute_twice_runs_each_pipeline_once(tmp_path: Path) -> None:
         env.execute("nothing built")
 
 
-_SCRIPT_SOURCE = '''
+_SCRIPT_SOURCE = """
 import sys
 import epochstream as es
 
@@ -181,7 +181,7 @@ env = es.Environment(parallelism=2, runner="local")
 env.enable_checkpointing(0.2, storage=sys.argv[1] + "/ckpt")
 env.from_source(Numbers()).sink_to(es.sinks.FileSink(sys.argv[1] + "/out"))
 env.execute("script-splits")
-'''
+"""
 
 
 def test_sources_whose_splits_are_script_classes_deploy(tmp_path: Path) -> None:

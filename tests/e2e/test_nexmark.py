@@ -31,7 +31,9 @@ cloudpickle.register_pickle_by_value(nexmark)
 
 # 40 s of event time (4 tumbling windows, sessions that close), out of order by up to
 # 2 s: below the 4 s watermark bound, so no record is late and the oracle needs no lateness.
-CONFIG = es.NexmarkConfig(events=20_000, seed=5, events_per_second=500, out_of_order_group_size=1_000)
+CONFIG = es.NexmarkConfig(
+    events=20_000, seed=5, events_per_second=500, out_of_order_group_size=1_000
+)
 
 
 COLUMNS = {
@@ -55,12 +57,16 @@ def nexmark_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_events_stay_within_the_watermark_bound(nexmark_files: Path) -> None:
     """The oracle ignores lateness: no event may come later than the watermark bound."""
-    times = pq.read_table(nexmark_files / "events.parquet", columns=["date_time"]).column(0).to_numpy()
+    times = (
+        pq.read_table(nexmark_files / "events.parquet", columns=["date_time"]).column(0).to_numpy()
+    )
     behind = np.maximum.accumulate(times) - times
     assert 0 < behind.max() < streams.WATERMARK_BOUND_MS
 
 
-def test_every_query_equals_the_duckdb_oracle(spark: Any, tmp_path: Path, nexmark_files: Path) -> None:
+def test_every_query_equals_the_duckdb_oracle(
+    spark: Any, tmp_path: Path, nexmark_files: Path
+) -> None:
     env = es.Environment(parallelism=2, spark=spark)
     rows = streams.NexmarkStreams.generated(env, CONFIG)
     for name, query in queries.QUERIES.items():
@@ -103,13 +109,15 @@ def test_stateful_queries_after_a_crash_write_each_result_once(
 
     rows = streams.NexmarkStreams(make)
     for name in ("q4", "q5", "q11"):
-        queries.QUERIES[name](rows).sink_to(es.sinks.FileSink(str(tmp_path / name))).uid(f"sink-{name}")
+        queries.QUERIES[name](rows).sink_to(es.sinks.FileSink(str(tmp_path / name))).uid(
+            f"sink-{name}"
+        )
     result = env.execute("nexmark-crash")
     assert result.restarts == 1
     for name in ("q5", "q11"):
-        assert oracle.canonical(name, es.testing.read_committed(tmp_path / name)) == oracle.expected(
-            name, nexmark_files
-        ), name
+        assert oracle.canonical(
+            name, es.testing.read_committed(tmp_path / name)
+        ) == oracle.expected(name, nexmark_files), name
     q4 = es.testing.read_committed(tmp_path / "q4")
     assert oracle.canonical("q4", q4) == oracle.expected("q4", nexmark_files)
     # Every update of a category's average once: its running counts are exactly 1..n.

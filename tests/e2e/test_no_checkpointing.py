@@ -23,12 +23,14 @@ KEYS = 7
 
 
 def _count_pipeline(env: es.Environment, inject: es.testing.FailOnce, out: Path) -> None:
-    (env.from_sequence(0, N, rate=40_000)  # about 2 s per attempt
+    (
+        env.from_sequence(0, N, rate=40_000)  # about 2 s per attempt
         .map(inject)
         .map(lambda i: (i % KEYS, 1))
         .key_by(lambda t: t[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
-        .sink_to(es.sinks.FileSink(str(out), roll_records=500)))
+        .sink_to(es.sinks.FileSink(str(out), roll_records=500))
+    )
 
 
 @pytest.mark.slow

@@ -83,7 +83,10 @@ def test_stop_with_savepoint_and_rescale_twice(spark: Any, tmp_path: Path) -> No
     committed = len(es.testing.read_committed(out))
     assert 0 < committed < N, "the first job must stop mid-run"
     meta = json.loads(Path(path1, "_metadata").read_text())
-    assert meta["kind"] == "savepoint" and meta["operators"]["sums"]["0"]["keyed"]["type"] == "canonical"
+    assert (
+        meta["kind"] == "savepoint"
+        and meta["operators"]["sums"]["0"]["keyed"]["type"] == "canonical"
+    )
 
     second = _env(spark, 3, ckpt)
     _pipeline(second, out)
@@ -154,7 +157,9 @@ def _referenced_shared(job_dir: Path) -> set[str]:
 
 
 @pytest.mark.parametrize("backend", ["heap", "rocksdb"])
-def test_incremental_files_are_shared_and_collected(spark: Any, tmp_path: Path, backend: str) -> None:
+def test_incremental_files_are_shared_and_collected(
+    spark: Any, tmp_path: Path, backend: str
+) -> None:
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
     env = _env(spark, 2, ckpt, retained=2)
     if backend == "rocksdb":
@@ -192,8 +197,12 @@ def test_savepoint_misuse_is_refused_or_falls_back(spark: Any, tmp_path: Path) -
 
     renamed = _env(spark, 2, ckpt)
     (
-        renamed.from_sequence(0, 10).uid("numbers").key_by(lambda i: i)
-        .sum().uid("renamed").sink_to(es.sinks.DiscardSink())
+        renamed.from_sequence(0, 10)
+        .uid("numbers")
+        .key_by(lambda i: i)
+        .sum()
+        .uid("renamed")
+        .sink_to(es.sinks.DiscardSink())
     )
     with pytest.raises(es.StateError, match="'sums'"):
         renamed.execute("v2", from_savepoint=path)
@@ -201,5 +210,7 @@ def test_savepoint_misuse_is_refused_or_falls_back(spark: Any, tmp_path: Path) -
     too_wide = es.Environment(parallelism=129, spark=spark)
     too_wide.enable_checkpointing(1.0, storage=str(ckpt))
     _pipeline(too_wide, tmp_path / "out-wide")
-    with pytest.raises(es.StateError, match="parallelism 129 is above the state's max_parallelism 128"):
+    with pytest.raises(
+        es.StateError, match="parallelism 129 is above the state's max_parallelism 128"
+    ):
         too_wide.execute("wide", from_savepoint=path)

@@ -50,12 +50,14 @@ def _run_seeds(
     if inject is not None:
         numbers = numbers.map(inject)
     for name, keep in (("even", _is_even), ("odd", _is_odd)):
-        (numbers.filter(keep)
+        (
+            numbers.filter(keep)
             .map(functools.partial(_tag, name))
             .key_by(lambda t: t[0])
             .reduce(_sum_pairs)
             .uid(f"{name}-sum")
-            .sink_to(es.sinks.FileSink(str(tmp / name))))
+            .sink_to(es.sinks.FileSink(str(tmp / name)))
+        )
     result = env.execute("seeds")
     return result, {name: es.testing.read_committed(tmp / name) for name in ("even", "odd")}
 

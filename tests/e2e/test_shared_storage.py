@@ -84,7 +84,13 @@ def test_resume_with_the_opt_out_reads_the_shared_root(tmp_path: Path) -> None:
     script = tmp_path / "job.py"
     script.write_text(JOB)
     proc = _cli(
-        "run", "--resume", "-q", "--trust-shared-storage", "--checkpoint-dir", str(root), str(script)
+        "run",
+        "--resume",
+        "-q",
+        "--trust-shared-storage",
+        "--checkpoint-dir",
+        str(root),
+        str(script),
     )
     assert "not private" not in proc.stderr
     assert (tmp_path / "ran").is_dir(), "trusted: the checkpoint there was read"
@@ -109,7 +115,9 @@ def test_savepoints_are_not_written_where_others_could_swap_them(tmp_path: Path)
     client = env.execute_async("sp")
     try:
         client.wait_for_checkpoint(1)
-        with pytest.raises(es.CheckpointError, match=f"savepoint directory {shared} is not private"):
+        with pytest.raises(
+            es.CheckpointError, match=f"savepoint directory {shared} is not private"
+        ):
             client.trigger_savepoint(str(shared))
         assert list(shared.iterdir()) == []
         mine = tmp_path / "mine" / "sp"

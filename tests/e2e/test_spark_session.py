@@ -49,4 +49,7 @@ def test_tasks_fork_from_the_daemon_that_imported_epochstream(spark: Any) -> Non
     assert len(commands) == 2
     for command in commands:
         assert b"epochstream.deploy.daemon" in command, command
-    assert spark.sparkContext.getConf().get("spark.python.daemon.module") == "epochstream.deploy.daemon"
+    assert (
+        spark.sparkContext.getConf().get("spark.python.daemon.module")
+        == "epochstream.deploy.daemon"
+    )

@@ -91,8 +91,12 @@ def _start(name: str, args: list[str], tmp: Path) -> _Daemon:
     log = tmp / f"{name}.log"
     log_file = open(log, "wb")
     proc = subprocess.Popen(
-        [str(_spark_class()), *args], stdout=log_file, stderr=subprocess.STDOUT,
-        env=_cluster_env(), cwd=tmp, start_new_session=True,
+        [str(_spark_class()), *args],
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        env=_cluster_env(),
+        cwd=tmp,
+        start_new_session=True,
     )
     return _Daemon(name, proc, log, log_file)
 
@@ -117,17 +121,39 @@ def standalone_master(tmp_path: Path) -> Iterator[str]:
     url = f"spark://127.0.0.1:{port}"
     daemons: list[_Daemon] = []
     try:
-        master = _start("master", [
-            "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-            "--port", str(port), "--webui-port", str(_free_port()),
-        ], tmp_path)
+        master = _start(
+            "master",
+            [
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--webui-port",
+                str(_free_port()),
+            ],
+            tmp_path,
+        )
         daemons.append(master)
         _wait_for_log(master, "I have been elected leader", REGISTRATION_TIMEOUT)
-        worker = _start("worker", [
-            "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
-            "--cores", "2", "--memory", "1g", "--webui-port", str(_free_port()),
-            "--work-dir", str(tmp_path / "worker-work"),
-        ], tmp_path)
+        worker = _start(
+            "worker",
+            [
+                "org.apache.spark.deploy.worker.Worker",
+                url,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "2",
+                "--memory",
+                "1g",
+                "--webui-port",
+                str(_free_port()),
+                "--work-dir",
+                str(tmp_path / "worker-work"),
+            ],
+            tmp_path,
+        )
         daemons.append(worker)
         _wait_for_log(worker, "Successfully registered with master", REGISTRATION_TIMEOUT)
         _wait_for_log(master, "Registering worker", REGISTRATION_TIMEOUT)
@@ -143,9 +169,20 @@ def _run_job(url: str, workdir: Path) -> tuple[dict[str, Any], str]:
         p for p in (str(Path(__file__).parents[2] / "src"), env.get("PYTHONPATH", "")) if p
     )
     proc = subprocess.Popen(
-        [sys.executable, str(JOB_SCRIPT), "--master", url, "--workdir", str(workdir),
-         "--kill-slot", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
+        [
+            sys.executable,
+            str(JOB_SCRIPT),
+            "--master",
+            url,
+            "--workdir",
+            str(workdir),
+            "--kill-slot",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
     )
     try:
         stdout, stderr = proc.communicate(timeout=JOB_TIMEOUT)
@@ -157,7 +194,7 @@ def _run_job(url: str, workdir: Path) -> tuple[dict[str, Any], str]:
     err_text = stderr.decode(errors="replace")
     lines = [ln for ln in stdout.decode().splitlines() if ln.startswith(SUMMARY_PREFIX)]
     assert proc.returncode == 0 and lines, f"job exited with {proc.returncode}:\n{err_text[-5000:]}"
-    return json.loads(lines[-1][len(SUMMARY_PREFIX):]), err_text
+    return json.loads(lines[-1][len(SUMMARY_PREFIX) :]), err_text
 
 
 @pytest.mark.slow

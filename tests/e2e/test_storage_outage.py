@@ -181,7 +181,9 @@ def test_local_checkpoint_directory_gone_and_back_keeps_output_exact(
         _wait(_saw_unavailable(client, seen), "reporting the storage outage", timeout=60)
         if browser is not None:  # the dashboard's status line says so too
             _wait(
-                lambda: "checkpoint storage unavailable, retrying" in _dashboard_storage_line(browser),
+                lambda: (
+                    "checkpoint storage unavailable, retrying" in _dashboard_storage_line(browser)
+                ),
                 "the dashboard showing the outage",
                 timeout=20,
             )
@@ -189,7 +191,9 @@ def test_local_checkpoint_directory_gone_and_back_keeps_output_exact(
         away.rename(ckpt)
         _wait(lambda: client.status()["storage_state"] == "AVAILABLE", "storage available again")
         if browser is not None:
-            _wait(lambda: _dashboard_storage_line(browser) == "", "the status line gone", timeout=20)
+            _wait(
+                lambda: _dashboard_storage_line(browser) == "", "the status line gone", timeout=20
+            )
         result = client.result(timeout=150)
     finally:
         if not client.done:

@@ -27,7 +27,9 @@ class Describe(es.ProcessWindowFunction):
             out.collect([key, ctx.window.start, ctx.window.end, total])
 
 
-def _windows_oracle(events: list[tuple[int, str, int]], kind: str, size: int, slide: int) -> collections.Counter[Any]:
+def _windows_oracle(
+    events: list[tuple[int, str, int]], kind: str, size: int, slide: int
+) -> collections.Counter[Any]:
     sums: collections.Counter[tuple[str, int, int]] = collections.Counter()
     if kind == "session":
         by_key: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)
@@ -82,7 +84,12 @@ def streams(draw: Any) -> tuple[list[tuple[int, str, int]], int]:
     size=st.sampled_from([500, 1_000, 2_500]),
 )
 def test_windows_equal_a_batch_oracle(
-    spark: Any, tmp_path_factory: pytest.TempPathFactory, stream: Any, kind: str, parallelism: int, size: int
+    spark: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+    stream: Any,
+    kind: str,
+    parallelism: int,
+    size: int,
 ) -> None:
     events, bound = stream
     slide = size // 2
@@ -96,7 +103,9 @@ def test_windows_equal_a_batch_oracle(
     (
         env.from_collection(events)
         .assign_timestamps_and_watermarks(
-            es.WatermarkStrategy.bounded_out_of_orderness(bound).with_timestamp_assigner(lambda e, ts: e[0])
+            es.WatermarkStrategy.bounded_out_of_orderness(bound).with_timestamp_assigner(
+                lambda e, ts: e[0]
+            )
         )
         .key_by(lambda e: e[1])
         .window(assigner)
@@ -181,7 +190,9 @@ class Remind(es.KeyedProcessFunction):
         out.collect(["timer", ctx.current_key, self.count.value(), timestamp])
 
 
-def test_processing_time_windows_and_timers_follow_the_injected_clock(spark: Any, tmp_path: Path) -> None:
+def test_processing_time_windows_and_timers_follow_the_injected_clock(
+    spark: Any, tmp_path: Path
+) -> None:
     start = 1_700_000_000_000
     clock = es.testing.FileClock(tmp_path / "clock", start_ms=start)
     items = [("a", 1), ("b", 2), ("a", 3), ("c", 4), ("a", 5)]
@@ -199,16 +210,24 @@ def test_processing_time_windows_and_timers_follow_the_injected_clock(spark: Any
         assert es.testing.read_committed(tmp_path / "windows") == []
         clock.advance(999)  # the windows [start, start + 1000) end at start + 999
         deadline = time.monotonic() + 60
-        while len(es.testing.read_committed(tmp_path / "windows")) < 3 and time.monotonic() < deadline:
+        while (
+            len(es.testing.read_committed(tmp_path / "windows")) < 3 and time.monotonic() < deadline
+        ):
             time.sleep(0.1)
         assert es.testing.read_committed(tmp_path / "timers") == [], "timers are due at +1500"
         clock.advance(501)
-        while len(es.testing.read_committed(tmp_path / "timers")) < 3 and time.monotonic() < deadline:
+        while (
+            len(es.testing.read_committed(tmp_path / "timers")) < 3 and time.monotonic() < deadline
+        ):
             time.sleep(0.1)
     finally:
         client.cancel()
     windows = sorted(map(tuple, es.testing.read_committed(tmp_path / "windows")))
-    assert windows == [("a", start, start + 1_000, 9), ("b", start, start + 1_000, 2), ("c", start, start + 1_000, 4)]
+    assert windows == [
+        ("a", start, start + 1_000, 9),
+        ("b", start, start + 1_000, 2),
+        ("c", start, start + 1_000, 4),
+    ]
     timers = sorted(map(tuple, es.testing.read_committed(tmp_path / "timers")))
     due = start + 1_500
     assert timers == [("timer", "a", 3, due), ("timer", "b", 1, due), ("timer", "c", 1, due)]

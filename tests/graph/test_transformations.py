@@ -15,7 +15,9 @@ def test_a_hash_edge_names_its_selector_with_the_file_it_was_written_in() -> Non
 
     edge = Partitioning("hash", tags)
     label = edge.selector_label
-    assert label.startswith("test_a_hash_edge_names_its_selector_with_the_file_it_was_written_in.<locals>.tags")
+    assert label.startswith(
+        "test_a_hash_edge_names_its_selector_with_the_file_it_was_written_in.<locals>.tags"
+    )
     assert "(test_transformations.py:" in label
 
 

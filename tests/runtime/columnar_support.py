@@ -63,14 +63,23 @@ def make_operator(
     """Operator ``kind`` with ``payload``, keyed by ``keys`` (one column per input), as
     subtask ``subtask`` of ``parallelism``, opened, its output into an :class:`Emitted`."""
     spec = OperatorSpec(
-        uid=uid or f"{kind}-1", name=kind, kind=kind, payload=payload,
+        uid=uid or f"{kind}-1",
+        name=kind,
+        kind=kind,
+        payload=payload,
         key_selector=ColumnKey(keys[0]) if keys else None,
         input_key_selectors=[ColumnKey(k) for k in keys] if keys and len(keys) > 1 else None,
     )
     ctx = OperatorContext(
-        subtask_index=subtask, parallelism=parallelism, max_parallelism=MAX_P, attempt=0,
-        job_id="job", task_name=f"{kind} ({subtask + 1}/{parallelism})",
-        operator_state=OperatorStateStore(), checkpointing=True, clock=clock,
+        subtask_index=subtask,
+        parallelism=parallelism,
+        max_parallelism=MAX_P,
+        attempt=0,
+        job_id="job",
+        task_name=f"{kind} ({subtask + 1}/{parallelism})",
+        operator_state=OperatorStateStore(),
+        checkpointing=True,
+        clock=clock,
     )
     op = create_operator(spec, ctx)
     out = Emitted()

@@ -20,8 +20,8 @@ from epochstream.core.filesystems import storage_fs
 from epochstream.graph.jobgraph import OperatorSpec
 from epochstream.runtime.operators import Operator, OperatorContext, create_operator
 from epochstream.state.backends.base import KeyedBackendContext, KeyedStateBackend, SnapshotTarget
-from epochstream.state.backends.heap import HeapStateBackend
-from epochstream.state.backends.rocksdb import RocksDBStateBackend
+from epochstream.state.backends.heap.backend import HeapStateBackend
+from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
 from epochstream.state.operator import OperatorStateStore
 
 MAX_P = 128

@@ -40,7 +40,7 @@ from epochstream.runtime.messages import FinishSlot, TaskDeployment, TaskFinishe
 from epochstream.runtime.outputs import Channel, RecordWriter
 from epochstream.runtime.snapshots import SnapshotExecutor
 from epochstream.runtime.task import Task, TaskEnvironment
-from epochstream.state.backends.heap import HeapStateBackend
+from epochstream.state.backends.heap.backend import HeapStateBackend
 from epochstream.state.handles import OperatorRestore
 
 T = TypeVar("T")

@@ -15,10 +15,10 @@ from columnar_support import MAX_P, Emitted, make_operator
 import epochstream as es
 from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError, StateError, UserFunctionError
-from epochstream.runtime.operators.columnar_joins import JoinSpec
+from epochstream.graph.specs import JoinSpec
 from epochstream.runtime.watermarks import WatermarkValve
 from epochstream.state.backends.base import SnapshotTarget
-from epochstream.state.columnar import columnar_rows
+from epochstream.state.columnar_aggregates import columnar_rows
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.keygroups import key_group_for_key
 
@@ -58,9 +58,18 @@ def test_window_join_emits_each_windows_pairs_as_one_batch_at_the_watermark() ->
     assert len(out.items) == 1 and out.watermarks == [999]
     batch = out.items[0]
     # Left columns, then right ones (clashes suffixed), then the window and _ts.
-    assert batch.schema.names == ["id", "seller", "id_right", "name", "window_start", "window_end", "_ts"]
+    assert batch.schema.names == [
+        "id",
+        "seller",
+        "id_right",
+        "name",
+        "window_start",
+        "window_end",
+        "_ts",
+    ]
     assert _pairs(out, "id", "id_right", "name", "window_start", "_ts") == [
-        (1, 7, "ann", 0, 999), (2, 8, "bob", 0, 999)
+        (1, 7, "ann", 0, 999),
+        (2, 8, "bob", 0, 999),
     ]
     op.process_watermark(5_000)
     assert _pairs(out, "id", "window_start")[-1] == (3, 1_000)
@@ -99,7 +108,10 @@ def test_sliding_window_join_pairs_in_every_shared_window() -> None:
     op.process_input(0, auctions([1], [7], ts=[700]), None)
     op.process_input(1, persons([7], ["ann"], ts=[900]), None)
     op.process_watermark(10_000)
-    assert _pairs(out, "window_start", "window_end", "_ts") == [(0, 1_000, 999), (500, 1_500, 1_499)]
+    assert _pairs(out, "window_start", "window_end", "_ts") == [
+        (0, 1_000, 999),
+        (500, 1_500, 1_499),
+    ]
 
 
 def test_duplicate_keys_on_both_sides_give_every_pair_and_null_keys_never_join() -> None:
@@ -108,9 +120,9 @@ def test_duplicate_keys_on_both_sides_give_every_pair_and_null_keys_never_join()
         op.process_input(0, auctions([1, 2, 3, 4], [7, 7, None, None], ts=[1, 2, 3, 4]), None)
         op.process_input(1, persons([7, 7, 7, None], ["a", "b", "c", "n"], ts=[5, 6, 7, 8]), None)
         op.process_watermark(999)
-        assert _pairs(out, "id", "name") == [
-            (i, n) for i in (1, 2) for n in ("a", "b", "c")
-        ], spec.kind
+        assert _pairs(out, "id", "name") == [(i, n) for i in (1, 2) for n in ("a", "b", "c")], (
+            spec.kind
+        )
 
 
 def test_regular_join_in_both_arrival_orders_stamps_the_arriving_rows_time() -> None:
@@ -127,7 +139,9 @@ def test_regular_join_in_both_arrival_orders_stamps_the_arriving_rows_time() -> 
     assert _pairs(b, "id", "name", "_ts") == [(1, "ann", 10), (2, "bob", 20)]
     # State is kept: a later person with seller 7's id joins the first auction again.
     right_first.process_input(1, persons([7], ["ann2"], ts=[50]), None)
-    assert b.items[-1].to_pylist() == [{"id": 1, "seller": 7, "id_right": 7, "name": "ann2", "_ts": 50}]
+    assert b.items[-1].to_pylist() == [
+        {"id": 1, "seller": 7, "id_right": 7, "name": "ann2", "_ts": 50}
+    ]
 
 
 def test_regular_join_with_event_time_on_one_side_stamps_every_pair_with_it() -> None:
@@ -153,23 +167,32 @@ def test_regular_join_without_event_time_and_with_a_function() -> None:
 def test_errors_name_the_operator() -> None:
     op, _ = make(REGULAR)
     op.process_input(0, auctions([1], [7]), None)
-    with pytest.raises(ConfigurationError, match=r"join \(1/1\): the join keys have incompatible types: "
-                       r"left 'seller' is int64, right 'id' is string"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"join \(1/1\): the join keys have incompatible types: "
+        r"left 'seller' is int64, right 'id' is string",
+    ):
         op.process_input(1, persons(["7"], ["ann"]), None)
-    with pytest.raises(ConfigurationError, match=r"join \(1/1\): the right input has no key column 'id'"):
+    with pytest.raises(
+        ConfigurationError, match=r"join \(1/1\): the right input has no key column 'id'"
+    ):
         op.process_input(1, pa.record_batch([pa.array([1])], names=["x"]), None)
     # Integer widths do not matter: keys are compared as int64.
     narrow, out = make(REGULAR)
     narrow.process_input(0, auctions([1], pa.array([7], pa.int16())), None)
     narrow.process_input(1, persons(pa.array([7], pa.uint32()), ["ann"]), None)
     assert _pairs(out, "id", "name") == [(1, "ann")]
-    with pytest.raises(DataError, match=r"join \(1/1\): the right key column 'id' \(uint64\) does not fit int64"):
+    with pytest.raises(
+        DataError, match=r"join \(1/1\): the right key column 'id' \(uint64\) does not fit int64"
+    ):
         narrow.process_input(1, persons(pa.array([2**63], pa.uint64()), ["big"]), None)
     timeless, _ = make(WINDOW)
     with pytest.raises(DataError, match=r"join \(1/1\): a window join needs event time"):
         timeless.process_input(0, auctions([1], [7]), None)
     timed, _ = make(WINDOW)
-    with pytest.raises(DataError, match=r"join \(1/1\): 1 of 2 rows have no event time \(null _ts\)"):
+    with pytest.raises(
+        DataError, match=r"join \(1/1\): 1 of 2 rows have no event time \(null _ts\)"
+    ):
         timed.process_input(0, auctions([1, 2], [7, 8], ts=[5, None]), None)  # type: ignore[list-item]
     failing, _ = make(JoinSpec("seller", "id", function=lambda b: 1 / 0))
     failing.process_input(0, auctions([1], [7]), None)
@@ -187,7 +210,9 @@ def test_errors_name_the_operator() -> None:
     ids=["list", "struct", "null"],
 )
 @pytest.mark.parametrize("spec", [WINDOW, REGULAR], ids=["window", "regular"])
-def test_columns_arrows_hash_join_cannot_carry_are_joined_too(payload: pa.Array, spec: JoinSpec) -> None:
+def test_columns_arrows_hash_join_cannot_carry_are_joined_too(
+    payload: pa.Array, spec: JoinSpec
+) -> None:
     """Acero refuses list, struct and null non-key columns; they were a DataError."""
     op, out = make(spec)
     left = auctions([1, 2], [7, 8], ts=[100, 200]).append_column("payload", payload)
@@ -206,7 +231,9 @@ def test_input_columns_the_join_reserves_or_would_repeat_are_refused(spec: JoinS
     had two window_start columns."""
     op, _ = make(spec)
     with pytest.raises(DataError, match=r"the left input has a column named '_window_start'"):
-        op.process_input(0, auctions([1], [7], ts=[1]).append_column("_window_start", pa.array([5])), None)
+        op.process_input(
+            0, auctions([1], [7], ts=[1]).append_column("_window_start", pa.array([5])), None
+        )
     clashing = persons([7], ["ann"], ts=[1]).append_column("window_end", pa.array([5]))
     if spec.size is None:
         op.process_input(1, clashing, None)  # a regular join adds no window columns
@@ -214,7 +241,9 @@ def test_input_columns_the_join_reserves_or_would_repeat_are_refused(spec: JoinS
         with pytest.raises(DataError, match=r"the right input has a column named 'window_end'"):
             op.process_input(1, clashing, None)
     repeated, _ = make(spec)
-    repeated.process_input(0, auctions([1], [7], ts=[1]).append_column("id_right", pa.array([0])), None)
+    repeated.process_input(
+        0, auctions([1], [7], ts=[1]).append_column("id_right", pa.array([0])), None
+    )
     with pytest.raises(DataError, match=r"two columns named 'id_right'"):
         repeated.process_input(1, persons([7], ["ann"], ts=[2]), None)
         repeated.process_watermark(999)
@@ -222,13 +251,18 @@ def test_input_columns_the_join_reserves_or_would_repeat_are_refused(spec: JoinS
 
 def _target(root: Path, checkpoint_id: int) -> SnapshotTarget:
     return SnapshotTarget(
-        fs=storage_fs(str(root)), checkpoint_id=checkpoint_id,
-        directory=str(root / f"chk-{checkpoint_id}"), shared_dir=None, name="join-0",
+        fs=storage_fs(str(root)),
+        checkpoint_id=checkpoint_id,
+        directory=str(root / f"chk-{checkpoint_id}"),
+        shared_dir=None,
+        name="join-0",
     )
 
 
 @pytest.mark.parametrize("spec", [WINDOW, REGULAR], ids=["window", "regular"])
-def test_snapshot_restores_both_sides_at_another_parallelism(tmp_path: Path, spec: JoinSpec) -> None:
+def test_snapshot_restores_both_sides_at_another_parallelism(
+    tmp_path: Path, spec: JoinSpec
+) -> None:
     keys = list(range(40))
     op, _ = make(spec)
     op.process_input(0, auctions(keys, keys, ts=[100] * 40), None)
@@ -287,14 +321,20 @@ def test_the_api_builds_the_join_and_refuses_misuse() -> None:
     assert ints.join(wide).where("k").equal_to("k").apply().columnar
     windowed_output = rows.to_batches(pa.schema([("k", pa.int64()), ("window_start", pa.int64())]))
     assert ints.join(windowed_output).where("k").equal_to("k").apply().columnar
-    with pytest.raises(ConfigurationError, match="the right stream 'to_batches' has a column named 'window_start'"):
-        ints.join(windowed_output).where("k").equal_to("k").window(es.TumblingEventTimeWindows.of(10)).apply()
+    with pytest.raises(
+        ConfigurationError, match="the right stream 'to_batches' has a column named 'window_start'"
+    ):
+        ints.join(windowed_output).where("k").equal_to("k").window(
+            es.TumblingEventTimeWindows.of(10)
+        ).apply()
     with pytest.raises(ConfigurationError, match="carries rows"):
         left.join(rows)
     with pytest.raises(ConfigurationError, match="carries rows and"):
         rows.join(left)
     # Rows keep their window join: apply() without window() is refused as before.
-    with pytest.raises(ConfigurationError, match="needs where\\(\\), equal_to\\(\\) and window\\(\\)"):
+    with pytest.raises(
+        ConfigurationError, match="needs where\\(\\), equal_to\\(\\) and window\\(\\)"
+    ):
         rows.join(rows).where(lambda x: x).equal_to(lambda x: x).apply(lambda a, b: a)
 
 
@@ -303,7 +343,9 @@ def test_a_sides_batches_must_keep_its_schema_but_for_widths_and_order(spec: Joi
     """A regular join put out the pairs of a batch whose column changed type (its output
     mixed ints and strings in one column) before the state refused it."""
     op, out = make(spec)
-    op.process_input(1, persons([7], ["ann"], ts=[1]).append_column("age", pa.array([30], pa.int32())), None)
+    op.process_input(
+        1, persons([7], ["ann"], ts=[1]).append_column("age", pa.array([30], pa.int32())), None
+    )
     # Another integer width and another column order are the same schema.
     reordered = pa.record_batch(
         [pa.array(["bob"]), pa.array([8]), pa.array([2], pa.int64()), pa.array([40], pa.int64())],
@@ -311,11 +353,15 @@ def test_a_sides_batches_must_keep_its_schema_but_for_widths_and_order(spec: Joi
     )
     op.process_input(1, reordered, None)
     changed = persons([9], ["cy"], ts=[3]).append_column("age", pa.array(["old"]))
-    type_change = r"right input must share a schema .*: column 'age' is int32 in one batch and string"
+    type_change = (
+        r"right input must share a schema .*: column 'age' is int32 in one batch and string"
+    )
     with pytest.raises(DataError, match=type_change):
         op.process_input(1, changed, None)
     missing = persons([9], ["cy"], ts=[3])
-    with pytest.raises(DataError, match=r"right input must share a schema .*: column 'age' in some batches only"):
+    with pytest.raises(
+        DataError, match=r"right input must share a schema .*: column 'age' in some batches only"
+    ):
         op.process_input(1, missing, None)
     op.process_input(0, auctions([1, 2, 3], [7, 8, 9], ts=[5, 5, 5]), None)
     op.process_watermark(999)

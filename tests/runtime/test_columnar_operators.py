@@ -15,7 +15,7 @@ from columnar_support import MAX_P, Emitted, make_operator
 from epochstream.core.arrow import KG_FIELD
 from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import DataError, UserFunctionError
-from epochstream.runtime.operators.columnar import AggregateSpec, WindowAggregateSpec
+from epochstream.graph.specs import AggregateSpec, WindowAggregateSpec
 from epochstream.state.backends.base import SnapshotTarget
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.keygroups import key_group_for_key
@@ -46,22 +46,32 @@ def test_map_batches_keeps_event_time_and_checks_the_result_type() -> None:
         failing.process_batch(_kv([1], [1]), None)
     # Dropping _ts and changing the rows: the times cannot follow the rows (it used to
     # depend on the data whether the batch got _ts back, and fail later, elsewhere).
-    filtering, filtered = make("map_batches", lambda b: b.select(["k", "v"]).filter(pc.greater(b["v"], 3)))
+    filtering, filtered = make(
+        "map_batches", lambda b: b.select(["k", "v"]).filter(pc.greater(b["v"], 3))
+    )
     filtering.process_batch(_kv([1, 2], [5, 6], ts=[10, 20]), None)
     filtering.process_batch(_kv([1], [1], ts=[30]), None)  # no rows left: nothing to time
     assert filtered.rows() == [{"k": 1, "v": 5, "_ts": 10}, {"k": 2, "v": 6, "_ts": 20}]
-    with pytest.raises(DataError, match=r"dropped the event-time column '_ts' and returned 1 rows for 2"):
+    with pytest.raises(
+        DataError, match=r"dropped the event-time column '_ts' and returned 1 rows for 2"
+    ):
         filtering.process_batch(_kv([1, 2], [1, 6], ts=[10, 20]), None)
     # A _ts of its own must be integer milliseconds.
-    narrow, narrowed = make("map_batches", lambda b: b.set_column(2, "_ts", b["_ts"].cast(pa.int32())))
+    narrow, narrowed = make(
+        "map_batches", lambda b: b.set_column(2, "_ts", b["_ts"].cast(pa.int32()))
+    )
     narrow.process_batch(_kv([1], [1], ts=[10]), None)
     assert narrowed.items[0].schema.field("_ts").type == pa.int64()
     for kind in (pa.float64(), pa.string()):
         floats, _ = make("map_batches", lambda b, k=kind: b.set_column(2, "_ts", b["_ts"].cast(k)))
-        with pytest.raises(DataError, match=rf"returned the event-time column '_ts' as {kind}; event time is int64"):
+        with pytest.raises(
+            DataError, match=rf"returned the event-time column '_ts' as {kind}; event time is int64"
+        ):
             floats.process_batch(_kv([1], [1], ts=[10]), None)
     # View types become plain ones where batches enter.
-    views, viewed = make("map_batches", lambda b: b.append_column("s", pa.array(["x"] * len(b), pa.string_view())))
+    views, viewed = make(
+        "map_batches", lambda b: b.append_column("s", pa.array(["x"] * len(b), pa.string_view()))
+    )
     views.process_batch(_kv([1], [1]), None)
     assert viewed.items[0].schema.field("s").type == pa.string()
 
@@ -78,7 +88,9 @@ def test_filter_expression_and_its_error_names_the_schema() -> None:
 def test_to_rows_and_to_batches_round_trip_with_timestamps() -> None:
     to_rows, rows_out = make("to_rows", None)
     # The edge's _kg is dropped; a user's column of that name is a column like any other.
-    keyed = _kv(["a", "b"], [1, 2], ts=[100, 200]).append_column(KG_FIELD, pa.array([0, 1], pa.int32()))
+    keyed = _kv(["a", "b"], [1, 2], ts=[100, 200]).append_column(
+        KG_FIELD, pa.array([0, 1], pa.int32())
+    )
     to_rows.process_batch(keyed, None)
     assert rows_out.items == [[{"k": "a", "v": 1}, {"k": "b", "v": 2}]]
     assert rows_out.timestamps == [[100, 200]]
@@ -110,7 +122,10 @@ def test_to_batches_refuses_rows_that_arrow_would_turn_into_nulls() -> None:
         r"record 0 has field\(s\) key that schema .*: \{'key': 'a'\}": [{"key": "a"}],
         r"record 1 does not fit schema .*: 'ab'": [("x", 1), "ab"],
         r"record 1 does not fit schema .*: \{'k': 'y', 'v': 2\}": [("x", 1), {"k": "y", "v": 2}],
-        r"field 'k' .* is not nullable, but record 1 has no value for it: \{'v': 2\}": [{"k": "a"}, {"v": 2}],
+        r"field 'k' .* is not nullable, but record 1 has no value for it: \{'v': 2\}": [
+            {"k": "a"},
+            {"v": 2},
+        ],
         r"record 0: \{'k': 'a', 'v': 2\*\*70\}|record 0: \{'k': 'a', 'v': 1180591620717411303424\}": [
             {"k": "a", "v": 2**70}
         ],
@@ -136,7 +151,12 @@ def test_to_batches_refuses_what_arrow_would_convert_with_a_loss() -> None:
     string apart into a list field's characters, silently; an integral float loses
     nothing and is kept, in dict rows and tuple rows alike."""
     schema = pa.schema(
-        [("k", pa.string()), ("v", pa.int64()), ("t", pa.timestamp("ms")), ("l", pa.list_(pa.string()))]
+        [
+            ("k", pa.string()),
+            ("v", pa.int64()),
+            ("t", pa.timestamp("ms")),
+            ("l", pa.list_(pa.string())),
+        ]
     )
     to_batches, out = make("to_batches", schema)
     bad = {
@@ -144,7 +164,9 @@ def test_to_batches_refuses_what_arrow_would_convert_with_a_loss() -> None:
             {"k": "a", "v": 1},
             {"k": "b", "v": 2.5},
         ],
-        r"record 0 .*field 't' is 1.7, which its type timestamp\[ms\] would truncate": [("a", 1, 1.7, None)],
+        r"record 0 .*field 't' is 1.7, which its type timestamp\[ms\] would truncate": [
+            ("a", 1, 1.7, None)
+        ],
         r"record 0 .*field 'l' is a string, which Arrow would take apart into its characters: "
         r"\{'k': 'a', 'l': 'abc'\}": [{"k": "a", "l": "abc"}],
         r"record 1 .*field 'l' is a string": [("a", 1, 0, ["x"]), ("b", 2, 0, "xy")],
@@ -165,8 +187,11 @@ def test_to_batches_refuses_what_arrow_would_convert_with_a_loss() -> None:
 
 def _target(root: Path, checkpoint_id: int, name: str) -> SnapshotTarget:
     return SnapshotTarget(
-        fs=storage_fs(str(root)), checkpoint_id=checkpoint_id,
-        directory=str(root / f"chk-{checkpoint_id}"), shared_dir=None, name=name,
+        fs=storage_fs(str(root)),
+        checkpoint_id=checkpoint_id,
+        directory=str(root / f"chk-{checkpoint_id}"),
+        shared_dir=None,
+        name=name,
     )
 
 
@@ -182,8 +207,11 @@ def test_aggregate_snapshot_restores_at_another_parallelism(tmp_path: Path) -> N
     final: dict[int, int] = {}
     for subtask in range(2):
         restored, restored_out = make(
-            "columnar_aggregate", AggregateSpec("sum", key="k", value="v"), key="k",
-            subtask=subtask, parallelism=2,
+            "columnar_aggregate",
+            AggregateSpec("sum", key="k", value="v"),
+            key="k",
+            subtask=subtask,
+            parallelism=2,
         )
         part = handle.restricted_to(restored.key_groups)
         restored.initialize_state(OperatorRestore(keyed=[part] if part else []), 1)
@@ -229,13 +257,22 @@ def test_windows_with_integer_keys_of_several_widths_snapshot_and_restore(tmp_pa
     op, _ = make("columnar_window", spec, key="k")
     ts = pa.array([10], pa.int64())
     op.process_batch(pa.record_batch([pa.array([1], pa.int8()), ts], names=["k", "_ts"]), None)
-    op.process_batch(pa.record_batch([pa.array([2], pa.int8()), pa.array([1_010])], names=["k", "_ts"]), None)
-    op.process_batch(pa.record_batch([pa.array([1_000], pa.int64()), pa.array([1_020])], names=["k", "_ts"]), None)
+    op.process_batch(
+        pa.record_batch([pa.array([2], pa.int8()), pa.array([1_010])], names=["k", "_ts"]), None
+    )
+    op.process_batch(
+        pa.record_batch([pa.array([1_000], pa.int64()), pa.array([1_020])], names=["k", "_ts"]),
+        None,
+    )
     handle = op.snapshot(_target(tmp_path, 1, "win-0")).keyed.run()
     restored, out = make("columnar_window", spec, key="k")
     restored.initialize_state(OperatorRestore(keyed=[handle]), 1)
     restored.process_watermark(2_000)
-    assert sorted((r["window_start"], r["k"]) for r in out.rows()) == [(0, 1), (1_000, 2), (1_000, 1_000)]
+    assert sorted((r["window_start"], r["k"]) for r in out.rows()) == [
+        (0, 1),
+        (1_000, 2),
+        (1_000, 1_000),
+    ]
 
 
 def test_sliding_windows_assign_each_row_to_every_window_it_falls_in() -> None:
@@ -266,5 +303,7 @@ def test_a_window_key_column_changing_type_is_refused_even_in_new_windows(kind: 
     op.process_batch(_kv(pa.array([1], pa.int32()), [1], ts=[10]), None)
     op.process_batch(_kv(pa.array([2], pa.int64()), [1], ts=[1_010]), None)  # widths may differ
     for later in (pa.array([True]), pa.array([2.0]), pa.array(["a"])):
-        with pytest.raises(DataError, match=rf"key column 'k' changed type from int64 to {later.type}"):
+        with pytest.raises(
+            DataError, match=rf"key column 'k' changed type from int64 to {later.type}"
+        ):
             op.process_batch(_kv(later, [1], ts=[2_010]), None)

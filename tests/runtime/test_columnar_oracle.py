@@ -15,10 +15,8 @@ import pytest
 from columnar_support import Emitted, make_operator
 
 import epochstream as es
-from epochstream.runtime.operators.columnar import AggregateSpec, WindowAggregateSpec
-from epochstream.runtime.operators.columnar_joins import JoinSpec
-from epochstream.runtime.operators.columnar_sessions import SessionWindowSpec
-from epochstream.state.columnar import STATE_KEY
+from epochstream.graph.specs import AggregateSpec, JoinSpec, SessionWindowSpec, WindowAggregateSpec
+from epochstream.state.columnar_aggregates import STATE_KEY
 from epochstream.state.keygroups import key_group_for_key
 
 duckdb = pytest.importorskip("duckdb")
@@ -41,18 +39,27 @@ BOUND = 500  # the watermark trails the largest time seen by this much
 def _keys(rng: random.Random, key_type: str, n: int) -> pa.Array:
     many = rng.choice([1, 3, 40])
     if key_type == "str":
-        return pa.array([None if rng.random() < 0.05 else f"k{rng.randrange(many)}" for _ in range(n)], pa.string())
+        return pa.array(
+            [None if rng.random() < 0.05 else f"k{rng.randrange(many)}" for _ in range(n)],
+            pa.string(),
+        )
     if key_type == "wide":  # beyond the dense key table, both signs
-        return pa.array([rng.choice([-(2**63), 2**63 - 1, -5, 0, 2**40]) for _ in range(n)], pa.int64())
+        return pa.array(
+            [rng.choice([-(2**63), 2**63 - 1, -5, 0, 2**40]) for _ in range(n)], pa.int64()
+        )
     return pa.array([rng.randrange(many) for _ in range(n)], pa.int64())
 
 
 def _values(rng: random.Random, value_type: str, n: int) -> pa.Array:
     if value_type == "int":
         choices: list[Any] = [-3, 0, 5, -(10**12), 10**12, rng.randrange(-100, 100)]
-        return pa.array([None if rng.random() < 0.1 else rng.choice(choices) for _ in range(n)], pa.int64())
+        return pa.array(
+            [None if rng.random() < 0.1 else rng.choice(choices) for _ in range(n)], pa.int64()
+        )
     choices = [-1.5, 0.25, 1e300, rng.uniform(-100, 100)]
-    return pa.array([None if rng.random() < 0.1 else rng.choice(choices) for _ in range(n)], pa.float64())
+    return pa.array(
+        [None if rng.random() < 0.1 else rng.choice(choices) for _ in range(n)], pa.float64()
+    )
 
 
 def _batches(seed: int, key_type: str, value_type: str) -> list[pa.RecordBatch]:
@@ -61,14 +68,18 @@ def _batches(seed: int, key_type: str, value_type: str) -> list[pa.RecordBatch]:
     for _ in range(6):
         n = rng.choice([0, 1, 5, 50])
         ts = pa.array([rng.randrange(0, 5_000) for _ in range(n)], pa.int64())
-        out.append(pa.record_batch(
-            [_keys(rng, key_type, n), _values(rng, value_type, n), ts], names=["k", "v", "_ts"]
-        ))
+        out.append(
+            pa.record_batch(
+                [_keys(rng, key_type, n), _values(rng, value_type, n), ts], names=["k", "v", "_ts"]
+            )
+        )
     # A last batch of rows all behind the watermark by then.
-    out.append(pa.record_batch(
-        [_keys(rng, key_type, 3), _values(rng, value_type, 3), pa.array([0, 1, 2], pa.int64())],
-        names=["k", "v", "_ts"],
-    ))
+    out.append(
+        pa.record_batch(
+            [_keys(rng, key_type, 3), _values(rng, value_type, 3), pa.array([0, 1, 2], pa.int64())],
+            names=["k", "v", "_ts"],
+        )
+    )
     return out
 
 
@@ -143,7 +154,9 @@ def test_aggregations_equal_duckdb(seed: int, key_type: str, value_type: str) ->
         table, marks = _arrivals(batches, late=True)
         con.register("t", table)
         for size, slide in ((1_000, 1_000), (1_000, 300)):
-            windows, out = make("columnar_window", WindowAggregateSpec(kind, "k", value, size, slide))
+            windows, out = make(
+                "columnar_window", WindowAggregateSpec(kind, "k", value, size, slide)
+            )
             for batch, mark in zip(batches, marks, strict=True):
                 windows.process_batch(batch, None)
                 if mark is not None:
@@ -184,17 +197,28 @@ def _side(rng: random.Random, name: str, key_type: pa.DataType) -> list[pa.Recor
         n, many = rng.choice([0, 1, 4, 30]), rng.choice([1, 5, 20])
         low = 0 if pa.types.is_unsigned_integer(key_type) or key_type == pa.string() else -many
         raw = [None if rng.random() < 0.1 else rng.randrange(low, many) for _ in range(n)]
-        keys = pa.array([None if k is None else f"k{k}" for k in raw] if key_type == pa.string() else raw, key_type)
+        keys = pa.array(
+            [None if k is None else f"k{k}" for k in raw] if key_type == pa.string() else raw,
+            key_type,
+        )
         ts = pa.array([rng.randrange(0, 3_000) for _ in range(n)], pa.int64())
-        out.append(pa.record_batch(
-            [keys, pa.array([rng.random() for _ in range(n)], pa.float64()), ts], names=["key", f"{name}v", "_ts"]
-        ))
+        out.append(
+            pa.record_batch(
+                [keys, pa.array([rng.random() for _ in range(n)], pa.float64()), ts],
+                names=["key", f"{name}v", "_ts"],
+            )
+        )
     return out
 
 
 @pytest.mark.parametrize(
     ("left_type", "right_type"),
-    [(pa.string(), pa.string()), (pa.int64(), pa.int64()), (pa.int32(), pa.int64()), (pa.int8(), pa.uint16())],
+    [
+        (pa.string(), pa.string()),
+        (pa.int64(), pa.int64()),
+        (pa.int32(), pa.int64()),
+        (pa.int8(), pa.uint16()),
+    ],
     ids=["str", "int64", "int32-int64", "int8-uint16"],
 )
 @pytest.mark.parametrize("seed", range(3))
@@ -210,12 +234,16 @@ def test_joins_equal_duckdb(seed: int, left_type: pa.DataType, right_type: pa.Da
     con.register("l", pa.Table.from_batches(left))
     con.register("r", pa.Table.from_batches(right))
     got = sorted((r["key"], r["lv"], r["rv"]) for r in out.take())
-    assert got == sorted(con.execute("SELECT l.key, lv, rv FROM l JOIN r ON l.key = r.key").fetchall())
+    assert got == sorted(
+        con.execute("SELECT l.key, lv, rv FROM l JOIN r ON l.key = r.key").fetchall()
+    )
 
     # Window joins, with a watermark after every batch (both inputs share it here).
     mark, stamped = -(2**63), []
     for index, batch in arrivals:
-        stamped.append((index, batch.append_column("wm", pa.array([mark] * batch.num_rows, pa.int64()))))
+        stamped.append(
+            (index, batch.append_column("wm", pa.array([mark] * batch.num_rows, pa.int64())))
+        )
         if batch.num_rows:
             mark = max(mark, max(batch.column("_ts").to_pylist()) - BOUND)
     for name, index in (("l", 0), ("r", 1)):

@@ -35,8 +35,11 @@ def test_hash_routing_sends_each_row_to_the_owner_of_its_key_group() -> None:
     keys = [f"user-{i % 50}" for i in range(1_000)]
     channels = [Recorded() for _ in range(3)]
     writer = RecordWriter(
-        channels, partitioning=Partitioning("hash", ColumnKey("k")), max_parallelism=MAX_P,
-        batch_size=10_000, edge="src -> sums (hash)",
+        channels,
+        partitioning=Partitioning("hash", ColumnKey("k")),
+        max_parallelism=MAX_P,
+        batch_size=10_000,
+        edge="src -> sums (hash)",
     )
     writer.write(_batch(keys))
     writer.flush()
@@ -56,8 +59,14 @@ def test_hash_routing_sends_each_row_to_the_owner_of_its_key_group() -> None:
 def test_small_parts_wait_for_batch_size_and_leave_on_flush() -> None:
     shipped: list[tuple[int, int]] = []
     router = ColumnarRouter(
-        2, kind="rebalance", key=None, max_parallelism=MAX_P, batch_size=5, subtask_index=0,
-        ship=lambda ch, b: shipped.append((ch, b.num_rows)), edge="e",
+        2,
+        kind="rebalance",
+        key=None,
+        max_parallelism=MAX_P,
+        batch_size=5,
+        subtask_index=0,
+        ship=lambda ch, b: shipped.append((ch, b.num_rows)),
+        edge="e",
     )
     router.write(_batch([1, 2]))
     router.write(_batch([3, 4]))
@@ -70,13 +79,25 @@ def test_small_parts_wait_for_batch_size_and_leave_on_flush() -> None:
 def test_forward_and_broadcast() -> None:
     got: list[tuple[int, int]] = []
     forward = ColumnarRouter(
-        3, kind="forward", key=None, max_parallelism=MAX_P, batch_size=1, subtask_index=2,
-        ship=lambda ch, b: got.append((ch, b.num_rows)), edge="e",
+        3,
+        kind="forward",
+        key=None,
+        max_parallelism=MAX_P,
+        batch_size=1,
+        subtask_index=2,
+        ship=lambda ch, b: got.append((ch, b.num_rows)),
+        edge="e",
     )
     forward.write(_batch([1]))
     broadcast = ColumnarRouter(
-        2, kind="broadcast", key=None, max_parallelism=MAX_P, batch_size=1, subtask_index=0,
-        ship=lambda ch, b: got.append((ch, b.num_rows)), edge="e",
+        2,
+        kind="broadcast",
+        key=None,
+        max_parallelism=MAX_P,
+        batch_size=1,
+        subtask_index=0,
+        ship=lambda ch, b: got.append((ch, b.num_rows)),
+        edge="e",
     )
     broadcast.write(_batch([1, 2]))
     assert got == [(2, 1), (0, 2), (1, 2)]
@@ -91,7 +112,9 @@ def test_keying_by_a_missing_column_names_it() -> None:
 def test_keying_by_a_nested_column_is_refused_naming_it(keys: pa.Array) -> None:
     """It was a raw ArrowNotImplementedError from dictionary_encode, retried by restarts."""
     batch = pa.record_batch([keys], names=["user"])
-    with pytest.raises(ConfigurationError, match=r"key_by\('user'\): column 'user' is (list|struct)<.*to_rows\(\)"):
+    with pytest.raises(
+        ConfigurationError, match=r"key_by\('user'\): column 'user' is (list|struct)<.*to_rows\(\)"
+    ):
         with_key_groups(batch, ColumnKey("user"), MAX_P)
 
 
@@ -99,7 +122,9 @@ def test_a_users_kg_column_is_refused_and_the_edges_own_is_replaced() -> None:
     """A user's column named _kg was overwritten with key groups: silently wrong keys or
     sums. The edge's own (a keyed stream's map_batches carries it) is recomputed."""
     users = pa.record_batch([pa.array([1, 2]), pa.array([30, 40])], names=["k", "_kg"])
-    with pytest.raises(DataError, match=r"key_by\('k'\): the batch has a column named '_kg'.*rename it"):
+    with pytest.raises(
+        DataError, match=r"key_by\('k'\): the batch has a column named '_kg'.*rename it"
+    ):
         with_key_groups(users, ColumnKey("k"), MAX_P)
     keyed = with_key_groups(_batch([1, 2]), ColumnKey("k"), MAX_P)
     rekeyed = with_key_groups(keyed, ColumnKey("v"), MAX_P)
@@ -127,8 +152,14 @@ def test_view_columns_become_plain_strings_and_route() -> None:
     assert plain_types(untouched) is untouched
     shipped: list[tuple[int, pa.RecordBatch]] = []
     router = ColumnarRouter(
-        2, kind="hash", key=ColumnKey("s"), max_parallelism=MAX_P, batch_size=1, subtask_index=0,
-        ship=lambda ch, b: shipped.append((ch, b)), edge="e",
+        2,
+        kind="hash",
+        key=ColumnKey("s"),
+        max_parallelism=MAX_P,
+        batch_size=1,
+        subtask_index=0,
+        ship=lambda ch, b: shipped.append((ch, b)),
+        edge="e",
     )
     router.write(plain)
     assert sorted(v for _, b in shipped for v in b.column("v").to_pylist()) == [1, 2, 3]
@@ -136,8 +167,11 @@ def test_view_columns_become_plain_strings_and_route() -> None:
 
 def test_a_function_key_on_a_columnar_edge_is_refused() -> None:
     writer = RecordWriter(
-        [Recorded()], partitioning=Partitioning("hash", lambda r: r[0]), max_parallelism=MAX_P,
-        batch_size=10, edge="a -> b (hash)",
+        [Recorded()],
+        partitioning=Partitioning("hash", lambda r: r[0]),
+        max_parallelism=MAX_P,
+        batch_size=10,
+        edge="a -> b (hash)",
     )
     with pytest.raises(ConfigurationError, match="keyed by a column name"):
         writer.write(_batch([1]))
@@ -157,18 +191,28 @@ def test_rows_buffered_before_a_columnar_batch_leave_first() -> None:
 
 def test_batches_of_different_schemas_on_one_channel_are_bad_data() -> None:
     router = ColumnarRouter(
-        1, kind="forward", key=None, max_parallelism=MAX_P, batch_size=100, subtask_index=0,
-        ship=lambda ch, b: None, edge="parse -> sums (forward)",
+        1,
+        kind="forward",
+        key=None,
+        max_parallelism=MAX_P,
+        batch_size=100,
+        subtask_index=0,
+        ship=lambda ch, b: None,
+        edge="parse -> sums (forward)",
     )
     router.write(_batch([1]))
     router.write(pa.record_batch([pa.array(["x"])], names=["other"]))
-    only_some = r"parse -> sums .*must share a schema .*: columns 'k', 'other', 'v' in some batches only$"
+    only_some = (
+        r"parse -> sums .*must share a schema .*: columns 'k', 'other', 'v' in some batches only$"
+    )
     with pytest.raises(DataError, match=only_some):
         router.flush_channel(0)
     # A column of another type is named with both types.
     router.write(_batch(["a"]))
     router.write(_batch(pa.array(["b"], pa.large_string())))
-    with pytest.raises(DataError, match=r": column 'k' is large_string in one batch and string in another$"):
+    with pytest.raises(
+        DataError, match=r": column 'k' is large_string in one batch and string in another$"
+    ):
         router.flush_channel(0)
 
 
@@ -177,8 +221,14 @@ def test_batches_differing_in_integer_widths_or_nullability_are_widened() -> Non
     out as int64), but two such batches meeting in one send buffer failed the job."""
     shipped: list[pa.RecordBatch] = []
     router = ColumnarRouter(
-        1, kind="forward", key=None, max_parallelism=MAX_P, batch_size=100, subtask_index=0,
-        ship=lambda ch, b: shipped.append(b), edge="parse -> sums (forward)",
+        1,
+        kind="forward",
+        key=None,
+        max_parallelism=MAX_P,
+        batch_size=100,
+        subtask_index=0,
+        ship=lambda ch, b: shipped.append(b),
+        edge="parse -> sums (forward)",
     )
     router.write(pa.record_batch([pa.array([1], pa.int32()), pa.array([5])], names=["k", "v"]))
     strict = pa.schema([("k", pa.int64()), pa.field("v", pa.int64(), nullable=False)])
@@ -204,12 +254,16 @@ def test_batches_with_the_same_columns_in_another_order_are_concatenated() -> No
     depending on whether two such batches met in one send buffer."""
     shipped: list[pa.RecordBatch] = []
     router = ColumnarRouter(
-        1, kind="forward", key=None, max_parallelism=MAX_P, batch_size=100, subtask_index=0,
-        ship=lambda ch, b: shipped.append(b), edge="union -> sums (forward)",
+        1,
+        kind="forward",
+        key=None,
+        max_parallelism=MAX_P,
+        batch_size=100,
+        subtask_index=0,
+        ship=lambda ch, b: shipped.append(b),
+        edge="union -> sums (forward)",
     )
     router.write(pa.record_batch([pa.array([1]), pa.array(["a"])], names=["k", "v"]))
     router.write(pa.record_batch([pa.array(["b"]), pa.array([2])], names=["v", "k"]))
     router.flush_channel(0)
     assert [b.to_pydict() for b in shipped] == [{"k": [1, 2], "v": ["a", "b"]}]
-
-

@@ -18,25 +18,38 @@ from epochstream.core.clock import ManualClock, wall_ms
 from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError, StateError
 from epochstream.graph.jobgraph import OperatorSpec
+from epochstream.graph.specs import AggregateSpec, SessionWindowSpec, WindowAggregateSpec
 from epochstream.runtime.operators import OperatorContext, create_operator
-from epochstream.runtime.operators.columnar import AggregateSpec, WindowAggregateSpec
-from epochstream.runtime.operators.columnar_sessions import SessionWindowSpec, merge_sessions
+from epochstream.runtime.operators.columnar_sessions import merge_sessions
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
-from epochstream.state.backends.heap import HeapStateBackend
+from epochstream.state.backends.heap.backend import HeapStateBackend
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.keygroups import key_group_for_key, key_group_range_for_operator
 from epochstream.state.operator import OperatorStateStore
 
 
 def make(
-    kind: str, payload: Any, *, subtask: int = 0, parallelism: int = 1, clock: ManualClock | None = None
+    kind: str,
+    payload: Any,
+    *,
+    subtask: int = 0,
+    parallelism: int = 1,
+    clock: ManualClock | None = None,
 ) -> tuple[Any, Emitted]:
     return make_operator(
-        kind, payload, keys=[payload.key], subtask=subtask, parallelism=parallelism, clock=clock, uid="w"
+        kind,
+        payload,
+        keys=[payload.key],
+        subtask=subtask,
+        parallelism=parallelism,
+        clock=clock,
+        uid="w",
     )
 
 
-def sessions(kind: str = "count", value: str | None = None, gap: int = 100, **kw: Any) -> tuple[Any, Emitted]:
+def sessions(
+    kind: str = "count", value: str | None = None, gap: int = 100, **kw: Any
+) -> tuple[Any, Emitted]:
     return make("columnar_session_window", SessionWindowSpec(kind, "k", value, gap), **kw)
 
 
@@ -47,7 +60,11 @@ def _kv(keys: list[Any], values: list[Any], ts: list[int] | None = None) -> pa.R
 
 def _target(root: Path, n: int) -> SnapshotTarget:
     return SnapshotTarget(
-        fs=storage_fs(str(root)), checkpoint_id=n, directory=str(root / f"chk-{n}"), shared_dir=None, name=f"w-{n}"
+        fs=storage_fs(str(root)),
+        checkpoint_id=n,
+        directory=str(root / f"chk-{n}"),
+        shared_dir=None,
+        name=f"w-{n}",
     )
 
 
@@ -60,21 +77,34 @@ def _bounds(rows: list[dict[str, Any]], column: str = "count") -> list[tuple[Any
 
 def test_merge_sessions_merges_overlapping_and_touching_intervals_per_key() -> None:
     slot, start, end, acc, count = merge_sessions(
-        np.array([1, 0, 0, 0, 1]), np.array([0, 30, 0, 10, 5]), np.array([10, 40, 10, 20, 15]),
-        np.array([1, 1, 1, 1, 1]), np.array([1, 1, 1, 1, 1]), "count",
+        np.array([1, 0, 0, 0, 1]),
+        np.array([0, 30, 0, 10, 5]),
+        np.array([10, 40, 10, 20, 15]),
+        np.array([1, 1, 1, 1, 1]),
+        np.array([1, 1, 1, 1, 1]),
+        "count",
     )
     assert slot.tolist() == [0, 0, 1] and start.tolist() == [0, 30, 0]
-    assert end.tolist() == [20, 40, 15] and acc.tolist() == [2, 1, 2] and count.tolist() == [2, 1, 2]
+    assert (
+        end.tolist() == [20, 40, 15] and acc.tolist() == [2, 1, 2] and count.tolist() == [2, 1, 2]
+    )
 
 
 def test_merge_sessions_falls_back_to_ranks_when_times_span_too_far() -> None:
     far = 2**61
     slot, start, end, _, _ = merge_sessions(
-        np.array([0, 0, 1, 1]), np.array([-far, 0, -far, far]), np.array([-far + 5, 5, 1, far + 5]),
-        np.ones(4, dtype=np.int64), np.ones(4, dtype=np.int64), "sum",
+        np.array([0, 0, 1, 1]),
+        np.array([-far, 0, -far, far]),
+        np.array([-far + 5, 5, 1, far + 5]),
+        np.ones(4, dtype=np.int64),
+        np.ones(4, dtype=np.int64),
+        "sum",
     )
     assert list(zip(slot.tolist(), start.tolist(), end.tolist(), strict=True)) == [
-        (0, -far, -far + 5), (0, 0, 5), (1, -far, 1), (1, far, far + 5),
+        (0, -far, -far + 5),
+        (0, 0, 5),
+        (1, -far, 1),
+        (1, far, far + 5),
     ]
 
 
@@ -113,7 +143,12 @@ def test_rows_of_a_fired_session_are_late_unless_an_open_session_takes_them() ->
 
 
 def test_min_max_mean_and_null_values() -> None:
-    for kind, expected in (("min", [2, None]), ("max", [7, None]), ("mean", [4.5, None]), ("sum", [9, None])):
+    for kind, expected in (
+        ("min", [2, None]),
+        ("max", [7, None]),
+        ("mean", [4.5, None]),
+        ("sum", [9, None]),
+    ):
         op, out = sessions(kind, "v")
         op.process_batch(_kv(["a", "a", "b"], [7, 2, None], ts=[0, 50, 0]), None)
         op.process_watermark(es.MAX_WATERMARK)
@@ -126,10 +161,17 @@ def test_min_max_mean_and_null_values() -> None:
 
 def test_bad_input_errors_name_the_operator() -> None:
     op, _ = sessions("sum", "v")
-    with pytest.raises(DataError, match=r"columnar_session_window \(1/1\): event-time session windows need event time"):
+    with pytest.raises(
+        DataError,
+        match=r"columnar_session_window \(1/1\): event-time session windows need event time",
+    ):
         op.process_batch(_kv(["a"], [1]), None)
-    with pytest.raises(ConfigurationError, match=r"columnar_session_window \(1/1\): the batch has no column 'v'"):
-        op.process_batch(pa.record_batch([pa.array(["a"]), pa.array([1])], names=["k", "_ts"]), None)
+    with pytest.raises(
+        ConfigurationError, match=r"columnar_session_window \(1/1\): the batch has no column 'v'"
+    ):
+        op.process_batch(
+            pa.record_batch([pa.array(["a"]), pa.array([1])], names=["k", "_ts"]), None
+        )
     with pytest.raises(ConfigurationError, match=r"\(1/1\): column 'v' is string"):
         op.process_batch(_kv(["a"], ["x"], ts=[1]), None)
     op.process_batch(_kv(["a"], [1], ts=[1]), None)
@@ -154,7 +196,9 @@ def test_sessions_restore_and_rescale_by_key_group(tmp_path: Path) -> None:
         part = handle.restricted_to(restored.key_groups)
         restored.initialize_state(OperatorRestore(keyed=[part] if part else []), 1)
         mine = [k for k in keys if key_group_for_key(k, MAX_P) in restored.key_groups]
-        restored.process_batch(_kv(mine, [100] * len(mine), ts=[50] * len(mine)), None)  # joins [0, 100)
+        restored.process_batch(
+            _kv(mine, [100] * len(mine), ts=[50] * len(mine)), None
+        )  # joins [0, 100)
         restored.process_watermark(es.MAX_WATERMARK)
         got.extend(_bounds(out.take(), "v"))
     expected = [(k, 0, 150, 101) for k in keys] + [(k, 500, 600, 5) for k in keys[:10]]
@@ -172,7 +216,7 @@ def test_restore_refuses_state_of_another_window_kind(tmp_path: Path) -> None:
 
 
 def test_savepoint_reader_reads_session_state(tmp_path: Path) -> None:
-    from epochstream.state.columnar import columnar_rows
+    from epochstream.state.columnar_aggregates import columnar_rows
 
     op, _ = sessions("sum", "v")
     op.process_batch(_kv(["a", "b"], [3, 4], ts=[0, 1000]), None)
@@ -187,25 +231,47 @@ def test_savepoint_reader_reads_session_state(tmp_path: Path) -> None:
 class _Bounds(es.ProcessWindowFunction):
     def process(self, key: Any, ctx: Any, elements: Any, out: Any) -> None:
         values = [v for _, v in elements]
-        out.collect((key, ctx.window.start, ctx.window.end, len(values), sum(values), min(values), max(values)))
+        out.collect(
+            (
+                key,
+                ctx.window.start,
+                ctx.window.end,
+                len(values),
+                sum(values),
+                min(values),
+                max(values),
+            )
+        )
 
 
 def _row_sessions(gap: int) -> Any:
     env = es.Environment(parallelism=1, runner="local")
-    env.from_collection([]).key_by(lambda t: t[0]).window(es.EventTimeSessionWindows.with_gap(gap)).process(
-        _Bounds()
-    ).print()
+    env.from_collection([]).key_by(lambda t: t[0]).window(
+        es.EventTimeSessionWindows.with_gap(gap)
+    ).process(_Bounds()).print()
     payload = next(t for t in env._graph.transformations if t.kind == "window").payload
     backend = HeapStateBackend().create(
         KeyedBackendContext(
-            operator_uid="w", subtask=0, max_parallelism=MAX_P,
-            key_group_range=key_group_range_for_operator(MAX_P, 1, 0), clock=ManualClock(), local_dir="",
+            operator_uid="w",
+            subtask=0,
+            max_parallelism=MAX_P,
+            key_group_range=key_group_range_for_operator(MAX_P, 1, 0),
+            clock=ManualClock(),
+            local_dir="",
         )
     )
-    spec = OperatorSpec(uid="w", name="window", kind="window", payload=payload, key_selector=lambda t: t[0])
+    spec = OperatorSpec(
+        uid="w", name="window", kind="window", payload=payload, key_selector=lambda t: t[0]
+    )
     ctx = OperatorContext(
-        subtask_index=0, parallelism=1, max_parallelism=MAX_P, attempt=0, job_id="job",
-        task_name="window (1/1)", operator_state=OperatorStateStore(), keyed_backend=backend,
+        subtask_index=0,
+        parallelism=1,
+        max_parallelism=MAX_P,
+        attempt=0,
+        job_id="job",
+        task_name="window (1/1)",
+        operator_state=OperatorStateStore(),
+        keyed_backend=backend,
     )
     op = create_operator(spec, ctx)
     rows: list[Any] = []
@@ -220,7 +286,8 @@ def test_sessions_equal_the_row_path_on_random_data(seed: int) -> None:
     gap = rng.choice([5, 20, 50])
     row_op, row_out = _row_sessions(gap)
     outputs = {
-        kind: sessions(kind, None if kind == "count" else "v", gap=gap) for kind in ("count", "sum", "min", "max")
+        kind: sessions(kind, None if kind == "count" else "v", gap=gap)
+        for kind in ("count", "sum", "min", "max")
     }
     t, watermark = 0, -(2**63)
     for _ in range(30):
@@ -242,7 +309,9 @@ def test_sessions_equal_the_row_path_on_random_data(seed: int) -> None:
     for op, _ in outputs.values():
         op.process_watermark(es.MAX_WATERMARK)
     late = {op.counters.late_records_dropped for op, _ in outputs.values()}
-    assert len(late) == 1 and late.pop() > 0, "every kind drops the same late rows, and some are late"
+    assert len(late) == 1 and late.pop() > 0, (
+        "every kind drops the same late rows, and some are late"
+    )
     for index, (kind, (_, out)) in enumerate(outputs.items()):
         column = "count" if kind == "count" else "v"
         got = sorted(_bounds(out.take(), column))
@@ -284,7 +353,9 @@ def test_sliding_processing_time_windows_and_end_of_input() -> None:
     op.process_watermark(es.MAX_WATERMARK)  # the end of a bounded input fires every window
     assert sorted(_bounds(out.take(), "v")) == [(1, 1_000, 2_000, 7), (1, 1_500, 2_500, 7)]
     assert out.watermarks == [es.MAX_WATERMARK] and op.next_processing_time() is None
-    with pytest.raises(ConfigurationError, match=r"columnar_processing_window \(1/1\): the batch has no column 'v'"):
+    with pytest.raises(
+        ConfigurationError, match=r"columnar_processing_window \(1/1\): the batch has no column 'v'"
+    ):
         op.process_batch(pa.record_batch([pa.array([1])], names=["k"]), None)
 
 
@@ -318,7 +389,9 @@ def test_a_null_event_time_is_a_data_error_naming_the_operator(kind: str, payloa
     """A null ``_ts`` (from map_batches or to_batches) was a session at -2**63 or a raw
     ArrowInvalid that the restart strategy retried."""
     op, out = make(kind, payload, clock=ManualClock(start=0))
-    with pytest.raises(DataError, match=rf"{kind} \(1/1\): 1 of 2 rows have no event time \(null _ts\)"):
+    with pytest.raises(
+        DataError, match=rf"{kind} \(1/1\): 1 of 2 rows have no event time \(null _ts\)"
+    ):
         op.process_batch(_kv(["a", "b"], [1, 2], ts=[5, None]), None)  # type: ignore[list-item]
     assert out.items == []
 
@@ -326,7 +399,9 @@ def test_a_null_event_time_is_a_data_error_naming_the_operator(kind: str, payloa
 def test_a_session_sum_that_would_wrap_int64_is_bad_data() -> None:
     op, _ = sessions("sum", "v")
     op.process_batch(_kv(["s", "s"], [2**62, 2**62 - 1], ts=[0, 10]), None)
-    with pytest.raises(DataError, match=r"\(1/1\): the sum of column 'v' overflows int64 for key 's'"):
+    with pytest.raises(
+        DataError, match=r"\(1/1\): the sum of column 'v' overflows int64 for key 's'"
+    ):
         op.process_batch(_kv(["s"], [1], ts=[20]), None)
 
 
@@ -344,7 +419,9 @@ def test_uint64_values_above_int64_are_bad_data(kind: str, payload: Any) -> None
         [pa.array(["a", "a"]), pa.array([1, 2**64 - 1], pa.uint64()), pa.array([0, 1], pa.int64())],
         names=["k", "v", "_ts"],
     )
-    with pytest.raises(DataError, match=rf"{kind} \(1/1\): column 'v' holds 18446744073709551615, above the int64"):
+    with pytest.raises(
+        DataError, match=rf"{kind} \(1/1\): column 'v' holds 18446744073709551615, above the int64"
+    ):
         op.process_batch(batch, None)
 
 
@@ -355,12 +432,15 @@ def test_uint64_values_above_int64_are_bad_data(kind: str, payload: Any) -> None
         ("columnar_window", WindowAggregateSpec("max", "k", "v", 100, 100)),
     ],
 )
-def test_min_max_keep_the_value_type_across_a_restore(kind: str, payload: Any, tmp_path: Path) -> None:
+def test_min_max_keep_the_value_type_across_a_restore(
+    kind: str, payload: Any, tmp_path: Path
+) -> None:
     """Restored min/max came out as int64 for an int32 column until a new batch came,
     so the output schema changed across a restore."""
     op, _ = make(kind, payload)
     batch = pa.record_batch(
-        [pa.array(["a"]), pa.array([3], pa.int32()), pa.array([0], pa.int64())], names=["k", "v", "_ts"]
+        [pa.array(["a"]), pa.array([3], pa.int32()), pa.array([0], pa.int64())],
+        names=["k", "v", "_ts"],
     )
     op.process_batch(batch, None)
     handle = op.snapshot(_target(tmp_path, 1)).keyed.run()

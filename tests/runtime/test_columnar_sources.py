@@ -75,8 +75,13 @@ class _Out:
 def _tw(strategy: es.WatermarkStrategy) -> tuple[TimestampsAndWatermarks, _Out]:
     out = _Out()
     tw = TimestampsAndWatermarks(
-        strategy, "source 'events'", out.batch, out.mark, lambda idle: None,
-        now_ms=lambda: 0, interval_ms=0,
+        strategy,
+        "source 'events'",
+        out.batch,
+        out.mark,
+        lambda idle: None,
+        now_ms=lambda: 0,
+        interval_ms=0,
     )
     return tw, out
 
@@ -125,7 +130,9 @@ def test_columnar_event_time_errors_name_the_source_and_the_column() -> None:
     with pytest.raises(DataError, match=r"split s: timestamp column .t. is int64 with 1 nulls"):
         tw.process("s", pa.record_batch([pa.array([1, None])], names=["t"]), None)  # type: ignore[arg-type]
     with pytest.raises(DataError, match=r"column 't' is timestamp\[ms\] with 1 nulls"):
-        tw.process("s", pa.record_batch([pa.array([5, None], pa.timestamp("ms"))], names=["t"]), None)  # type: ignore[arg-type]
+        tw.process(
+            "s", pa.record_batch([pa.array([5, None], pa.timestamp("ms"))], names=["t"]), None
+        )  # type: ignore[arg-type]
 
 
 class _ViewBatches(es.sources.Source):
@@ -169,4 +176,7 @@ def test_a_columnar_sources_view_columns_leave_it_as_plain_strings() -> None:
     op.assign_splits([])
     assert op.poll(10) == 2
     (batch,) = out.items
-    assert batch.schema.field("s").type == pa.string() and batch.column("s").to_pylist() == ["a", "b"]
+    assert batch.schema.field("s").type == pa.string() and batch.column("s").to_pylist() == [
+        "a",
+        "b",
+    ]

@@ -13,11 +13,12 @@ from epochstream.core.clock import ManualClock
 from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, UserFunctionError
 from epochstream.graph.jobgraph import OperatorSpec
+from epochstream.graph.specs import DedupSpec
 from epochstream.runtime.operators import OperatorContext, create_operator
-from epochstream.runtime.operators.dedup import BLOOM, DeduplicateOperator, DedupSpec
+from epochstream.runtime.operators.dedup import BLOOM, DeduplicateOperator
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
-from epochstream.state.backends.heap import HeapStateBackend
-from epochstream.state.backends.rocksdb import RocksDBStateBackend
+from epochstream.state.backends.heap.backend import HeapStateBackend
+from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.keygroups import key_group_for_key
 from epochstream.state.operator import OperatorStateStore
@@ -40,7 +41,9 @@ class Harness:
         self, key_groups: range = range(MAX_P), restore: OperatorRestore | None = None
     ) -> tuple[DeduplicateOperator, list[Any]]:
         self.made += 1
-        config = HeapStateBackend() if self.kind == "heap" else RocksDBStateBackend(block_cache_mb=8)
+        config = (
+            HeapStateBackend() if self.kind == "heap" else RocksDBStateBackend(block_cache_mb=8)
+        )
         backend = config.create(
             KeyedBackendContext(
                 operator_uid="dedup",
@@ -51,7 +54,9 @@ class Harness:
                 local_dir=str(self.root / f"local-{self.made}"),
             )
         )
-        spec = OperatorSpec(uid="dedup", name="dedup", kind="deduplicate", payload=SPEC, key_selector=_id)
+        spec = OperatorSpec(
+            uid="dedup", name="dedup", kind="deduplicate", payload=SPEC, key_selector=_id
+        )
         ctx = OperatorContext(
             subtask_index=0,
             parallelism=1,
@@ -67,6 +72,7 @@ class Harness:
         op = create_operator(spec, ctx)
         assert isinstance(op, DeduplicateOperator)
         out: list[Any] = []
+
         def emit(records: list[Any], timestamps: list[Any] | None) -> None:
             out.extend(zip(records, timestamps or [None] * len(records), strict=True))
 

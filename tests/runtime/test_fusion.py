@@ -18,7 +18,7 @@ from epochstream.runtime.messages import TaskDeployment
 from epochstream.runtime.outputs import Channel, RecordWriter
 from epochstream.runtime.snapshots import SnapshotExecutor
 from epochstream.runtime.task import Task, TaskEnvironment
-from epochstream.state.backends.heap import HeapStateBackend
+from epochstream.state.backends.heap.backend import HeapStateBackend
 
 ODD = es.OutputTag("odd")
 
@@ -149,9 +149,7 @@ def test_fused_chain_gives_what_the_operators_give_one_by_one(
         source = task.operators[0]
         source.emit(values[:120], None if timestamps is None else timestamps[:120])
         source.emit(values[120:], None if timestamps is None else timestamps[120:])
-        counts = {
-            uid: (c.records_in, c.records_out) for uid, c in task.metrics.operators.items()
-        }
+        counts = {uid: (c.records_in, c.records_out) for uid, c in task.metrics.operators.items()}
         results[fuse] = (main.records, odd.records, counts)
     assert results[True] == results[False]
     main_records, odd_records, counts = results[True]
@@ -198,7 +196,9 @@ def test_a_failing_step_is_reported_as_its_operators_error_on_its_input(
 ) -> None:
     errors = []
     for fuse in (False, True):
-        task = _task(_graph(Collect(), Collect()), tmp_path / str(fuse), fuse=fuse, monkeypatch=monkeypatch)
+        task = _task(
+            _graph(Collect(), Collect()), tmp_path / str(fuse), fuse=fuse, monkeypatch=monkeypatch
+        )
         with pytest.raises(UserFunctionError) as info:
             # 1232 -> 1233 (kept) -> 1234 -> [1234, 12340]: _times_three fails on 12340.
             task.operators[0].emit([5, 1232, 9], None)

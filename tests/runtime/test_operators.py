@@ -16,10 +16,10 @@ from operator_support import MAX_P, Backends, add_pairs, first_field, make
 
 import epochstream as es
 from epochstream.core.clock import ManualClock
+from epochstream.core.state_descriptors import ValueStateDescriptor
 from epochstream.exceptions import ConfigurationError, UserFunctionError
 from epochstream.state.backends.base import KeyedBackendContext
-from epochstream.state.backends.heap import HeapKeyedStateBackend
-from epochstream.state.descriptors import ValueStateDescriptor
+from epochstream.state.backends.heap.backend import HeapKeyedStateBackend
 
 
 def _explode_on_13(value: int) -> Any:

@@ -12,12 +12,12 @@ from operator_support import MAX_P, Backends, Emitted, first_field, make
 
 import epochstream as es
 from epochstream.core.clock import ManualClock
+from epochstream.core.state_descriptors import ValueStateDescriptor
 from epochstream.exceptions import UserFunctionError
 from epochstream.runtime.operators import KeyedProcessOperator
 from epochstream.runtime.timers import TIMERS_STATE
 from epochstream.state.backends.base import KeyedBackendContext
-from epochstream.state.backends.heap import HeapStateBackend
-from epochstream.state.descriptors import ValueStateDescriptor
+from epochstream.state.backends.heap.backend import HeapStateBackend
 from epochstream.state.handles import OperatorRestore
 
 # ---------------------------------------------------------------- keyed process + timers

@@ -14,7 +14,7 @@ from epochstream.core.clock import ManualClock
 from epochstream.exceptions import UserFunctionError
 from epochstream.runtime.operators import ReduceOperator
 from epochstream.state.backends.base import KeyedBackendContext
-from epochstream.state.backends.heap import HeapKeyedStateBackend, HeapStateBackend
+from epochstream.state.backends.heap.backend import HeapKeyedStateBackend, HeapStateBackend
 from epochstream.state.handles import KeyedStateHandle, OperatorRestore
 
 # ---------------------------------------------------------------- reduce

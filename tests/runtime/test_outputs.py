@@ -65,7 +65,9 @@ def test_broadcast_sends_everything_everywhere() -> None:
 
 @pytest.mark.parametrize("kind", ["hash", "rebalance", "broadcast", "forward"])
 def test_timestamps_travel_with_their_records_whatever_the_partitioning(kind: str) -> None:
-    w, channels = _writer(kind, 3, batch_size=1000, key=(lambda r: r % 7) if kind == "hash" else None)
+    w, channels = _writer(
+        kind, 3, batch_size=1000, key=(lambda r: r % 7) if kind == "hash" else None
+    )
     w.write([1, 2, 3], None)  # records without event time, before some with it
     w.write(list(range(10, 40)), [1_000 + i for i in range(10, 40)])
     w.write([4, 5], None)

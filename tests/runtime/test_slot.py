@@ -15,7 +15,9 @@ from epochstream.runtime.slot import _Slot
 
 def _slot(send: Any) -> Any:
     edge = SimpleNamespace(edge_id=3, source_chain="numbers", target_chain="counts")
-    return SimpleNamespace(_stop=threading.Event(), graph=SimpleNamespace(edges=[edge]), index=1, send=send)
+    return SimpleNamespace(
+        _stop=threading.Event(), graph=SimpleNamespace(edges=[edge]), index=1, send=send
+    )
 
 
 def test_a_broken_input_channel_is_reported_to_the_job_master() -> None:
@@ -26,7 +28,9 @@ def test_a_broken_input_channel_is_reported_to_the_job_master() -> None:
     assert "input channel from numbers subtask 0 broke" in failure.description
 
 
-def test_after_the_control_connection_closed_it_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+def test_after_the_control_connection_closed_it_is_logged_not_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """Stopping with a savepoint printed the data thread's BrokenPipeError traceback."""
 
     def closed(msg: Any) -> None:

@@ -53,7 +53,9 @@ def test_a_failing_synchronous_snapshot_declines_and_fails_the_task(tmp_path: Pa
     assert failed.task == key and "sink cannot pre-commit" in failed.description
 
 
-def test_a_failed_task_closes_its_sink_after_the_cancel_says_what_to_abandon(tmp_path: Path) -> None:
+def test_a_failed_task_closes_its_sink_after_the_cancel_says_what_to_abandon(
+    tmp_path: Path,
+) -> None:
     # The job master's CancelSlot names the highest checkpoint that may have completed;
     # the failed task waits for it, so its sink aborts what only later checkpoints hold.
     import time

@@ -38,7 +38,7 @@ from epochstream.runtime.operators import ReduceOperator
 from epochstream.runtime.outputs import RecordWriter
 from epochstream.runtime.snapshots import SnapshotExecutor
 from epochstream.state.backends.base import KeyedBackendContext
-from epochstream.state.backends.heap import HeapStateBackend
+from epochstream.state.backends.heap.backend import HeapStateBackend
 from epochstream.state.handles import CanonicalSnapshotHandle, HeapSnapshotHandle, OperatorRestore
 
 # ---------------------------------------------------------------- stream tasks: keyed state

@@ -14,8 +14,8 @@ from epochstream.core.filesystems import storage_fs
 from epochstream.core.time import TimeDomain
 from epochstream.runtime.timers import TIMERS_STATE, InternalTimerService, TimerService
 from epochstream.state.backends.base import KeyedBackendContext, KeyedStateBackend, SnapshotTarget
-from epochstream.state.backends.heap import HeapStateBackend
-from epochstream.state.backends.rocksdb import RocksDBStateBackend
+from epochstream.state.backends.heap.backend import HeapStateBackend
+from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
 from epochstream.state.keygroups import key_group_range_for_operator
 
 
@@ -27,7 +27,9 @@ class Backends:
 
     def create(self, p: int = 1, i: int = 0) -> KeyedStateBackend:
         self.made += 1
-        config = HeapStateBackend() if self.kind == "heap" else RocksDBStateBackend(block_cache_mb=8)
+        config = (
+            HeapStateBackend() if self.kind == "heap" else RocksDBStateBackend(block_cache_mb=8)
+        )
         return config.create(
             KeyedBackendContext(
                 operator_uid="t",
@@ -92,7 +94,9 @@ def test_each_domain_fires_in_time_order_and_deletes_count(backends: Backends) -
     assert backend.keys(TIMERS_STATE) == []
 
 
-def test_the_key_is_current_when_a_timer_fires_and_new_due_timers_fire_too(backends: Backends) -> None:
+def test_the_key_is_current_when_a_timer_fires_and_new_due_timers_fire_too(
+    backends: Backends,
+) -> None:
     backend = backends.create()
     seen: list[Any] = []
 
@@ -138,7 +142,10 @@ def test_timers_survive_a_snapshot_and_follow_their_key_group(backends: Backends
         restored.restore([mine] if mine else [], checkpoint_id=1, owned=False)
         fired = Fired()
         again = InternalTimerService(
-            restored, lambda: 0, fired, namespace_of=lambda ns: ns if ns is None else es.TimeWindow(*ns)
+            restored,
+            lambda: 0,
+            fired,
+            namespace_of=lambda ns: ns if ns is None else es.TimeWindow(*ns),
         )
         again.advance_watermark(es.MAX_WATERMARK)
         again.on_processing_time(10_000)

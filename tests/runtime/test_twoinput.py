@@ -13,8 +13,8 @@ import epochstream as es
 from epochstream.runtime.operators import OperatorContext, create_operator
 from epochstream.runtime.operators.twoinput import TwoInputOperator
 from epochstream.state.backends.base import KeyedBackendContext
-from epochstream.state.backends.heap import HeapStateBackend
-from epochstream.state.backends.rocksdb import RocksDBStateBackend
+from epochstream.state.backends.heap.backend import HeapStateBackend
+from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.keygroups import key_group_range_for_operator
 from epochstream.state.operator import OperatorStateStore
@@ -150,7 +150,9 @@ def test_interval_join_state_is_cleaned_up_once_the_watermark_passes(rig: Rig) -
     assert out.take() == []
 
 
-def _bounded(lower_exclusive: bool, upper_exclusive: bool, lower: int = -10, upper: int = 20) -> Any:
+def _bounded(
+    lower_exclusive: bool, upper_exclusive: bool, lower: int = -10, upper: int = 20
+) -> Any:
     def build(env: es.Environment) -> None:
         a = env.from_collection([]).key_by(_first)
         b = env.from_collection([]).key_by(_first)

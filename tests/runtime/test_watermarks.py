@@ -61,17 +61,25 @@ class Emitted:
         self.items.append(("idle" if idle else "active",))
 
 
-def _tw(strategy: es.WatermarkStrategy, now: list[int], interval: int = 0) -> tuple[TimestampsAndWatermarks, Emitted]:
+def _tw(
+    strategy: es.WatermarkStrategy, now: list[int], interval: int = 0
+) -> tuple[TimestampsAndWatermarks, Emitted]:
     out = Emitted()
     tw = TimestampsAndWatermarks(
-        strategy, "test", out.records, out.watermark, out.status, now_ms=lambda: now[0], interval_ms=interval
+        strategy,
+        "test",
+        out.records,
+        out.watermark,
+        out.status,
+        now_ms=lambda: now[0],
+        interval_ms=interval,
     )
     return tw, out
 
 
-BOUNDED = es.WatermarkStrategy.bounded_out_of_orderness(timedelta(milliseconds=10)).with_timestamp_assigner(
-    lambda r, ts: r
-)
+BOUNDED = es.WatermarkStrategy.bounded_out_of_orderness(
+    timedelta(milliseconds=10)
+).with_timestamp_assigner(lambda r, ts: r)
 
 
 def test_a_late_record_gets_the_watermark_sent_ahead_of_it() -> None:
@@ -128,7 +136,9 @@ def test_idle_splits_stop_holding_the_watermark_back() -> None:
 
 
 def test_timestamps_must_be_int_milliseconds_and_errors_name_the_record() -> None:
-    tw, _ = _tw(es.WatermarkStrategy.monotonous_timestamps().with_timestamp_assigner(lambda r: r["t"]), [0])
+    tw, _ = _tw(
+        es.WatermarkStrategy.monotonous_timestamps().with_timestamp_assigner(lambda r: r["t"]), [0]
+    )
     tw.add_split("s")
     with pytest.raises(es.DataError, match=r"record \{'t': 1.5\}.*int milliseconds"):
         tw.process("s", [{"t": 1}, {"t": 1.5}], None)
@@ -150,7 +160,9 @@ def test_generators() -> None:
     assert g.current_watermark() == MIN_WATERMARK
     g.on_event(None, 10_000)
     assert g.current_watermark() == 6_999
-    assert es.WatermarkStrategy.no_watermarks().create_generator().current_watermark() == MIN_WATERMARK
+    assert (
+        es.WatermarkStrategy.no_watermarks().create_generator().current_watermark() == MIN_WATERMARK
+    )
 
     class EveryTen(es.WatermarkGenerator):
         def __init__(self) -> None:

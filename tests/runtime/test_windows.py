@@ -23,9 +23,7 @@ def rig(request: pytest.FixtureRequest, tmp_path: Path) -> Rig:
 
 
 def test_tumbling_windows_fire_when_the_watermark_passes_their_end(rig: Rig) -> None:
-    op, out, _ = rig.operator(
-        lambda k: k.window(es.TumblingEventTimeWindows.of(1000)).sum(1)
-    )
+    op, out, _ = rig.operator(lambda k: k.window(es.TumblingEventTimeWindows.of(1000)).sum(1))
     feed(op, (("a", 1), 100), (("b", 1), 200), (("a", 1), 999), (("a", 1), 1000))
     op.process_watermark(998)
     assert out.take() == []
@@ -40,10 +38,12 @@ def test_tumbling_windows_fire_when_the_watermark_passes_their_end(rig: Rig) -> 
 
 def test_late_records_go_to_the_side_output_and_lateness_refires(rig: Rig) -> None:
     op, out, late = rig.operator(
-        lambda k: k.window(es.TumblingEventTimeWindows.of(1000))
-        .allowed_lateness(500)
-        .side_output_late_data(LATE)
-        .sum(1)
+        lambda k: (
+            k.window(es.TumblingEventTimeWindows.of(1000))
+            .allowed_lateness(500)
+            .side_output_late_data(LATE)
+            .sum(1)
+        )
     )
     feed(op, (("a", 1), 10))
     op.process_watermark(1200)
@@ -69,9 +69,7 @@ def test_late_records_without_a_side_output_are_dropped_and_counted(rig: Rig) ->
 
 
 def test_sliding_windows_give_each_record_to_size_over_slide_windows(rig: Rig) -> None:
-    op, out, _ = rig.operator(
-        lambda k: k.window(es.SlidingEventTimeWindows.of(1000, 500)).count()
-    )
+    op, out, _ = rig.operator(lambda k: k.window(es.SlidingEventTimeWindows.of(1000, 500)).count())
     feed(op, (("a", 0), 0), (("a", 0), 600), (("a", 0), 1100))
     op.process_watermark(es.MAX_WATERMARK)
     by_time = sorted(zip(out.timestamps, out.records, strict=True))
@@ -84,7 +82,9 @@ def test_process_window_function_sees_all_elements_and_the_window(rig: Rig) -> N
         def process(self, key: Any, ctx: Any, elements: Any, out: Any) -> None:
             out.collect((key, ctx.window.start, ctx.window.end, sorted(v for _, v in elements)))
 
-    op, out, _ = rig.operator(lambda k: k.window(es.TumblingEventTimeWindows.of(100)).process(Describe()))
+    op, out, _ = rig.operator(
+        lambda k: k.window(es.TumblingEventTimeWindows.of(100)).process(Describe())
+    )
     feed(op, (("k", 3), 5), (("k", 1), 50), (("k", 2), 150))
     op.process_watermark(es.MAX_WATERMARK)
     assert out.records == [("k", 0, 100, [1, 3]), ("k", 100, 200, [2])]
@@ -121,9 +121,7 @@ def test_aggregate_with_a_window_function(rig: Rig) -> None:
 
 
 def test_session_windows_merge_when_a_record_bridges_them(rig: Rig) -> None:
-    op, out, _ = rig.operator(
-        lambda k: k.window(es.EventTimeSessionWindows.with_gap(100)).sum(1)
-    )
+    op, out, _ = rig.operator(lambda k: k.window(es.EventTimeSessionWindows.with_gap(100)).sum(1))
     feed(op, (("s", 1), 0), (("s", 2), 300))  # two sessions: [0,100) [300,400)
     op.process_watermark(98)
     assert out.take() == []
@@ -141,7 +139,9 @@ def test_session_windows_merge_when_a_record_bridges_them(rig: Rig) -> None:
 def test_session_windows_that_touch_merge_as_in_flink(rig: Rig) -> None:
     """A record exactly one gap after another continues its session: [0,100) and
     [100,200) touch, and Flink's TimeWindow.intersects merges touching windows."""
-    op, out, _ = rig.operator(lambda k: k.window(es.EventTimeSessionWindows.with_gap(100)).process(_Bounds()))
+    op, out, _ = rig.operator(
+        lambda k: k.window(es.EventTimeSessionWindows.with_gap(100)).process(_Bounds())
+    )
     feed(op, (("s", 1), 100), (("s", 2), 0), (("s", 4), 201))
     op.process_watermark(es.MAX_WATERMARK)
     assert out.take() == [("s", 0, 200, 3), ("s", 201, 301, 4)]
@@ -177,9 +177,11 @@ def test_count_window_fires_and_purges_every_n_records(rig: Rig) -> None:
 
 def test_continuous_event_time_trigger_fires_every_interval(rig: Rig) -> None:
     op, out, _ = rig.operator(
-        lambda k: k.window(es.TumblingEventTimeWindows.of(1000))
-        .trigger(es.ContinuousEventTimeTrigger.of(250))
-        .sum(1)
+        lambda k: (
+            k.window(es.TumblingEventTimeWindows.of(1000))
+            .trigger(es.ContinuousEventTimeTrigger.of(250))
+            .sum(1)
+        )
     )
     feed(op, (("a", 1), 10))
     op.process_watermark(250)
@@ -249,12 +251,17 @@ def test_dynamic_session_gaps_come_from_each_record(rig: Rig) -> None:
     # a gap of 50 after the first record does not reach 100; a gap of 500 after 100 does reach 400
     feed(op, (("g", 50), 0), (("g", 500), 100), (("g", 10), 400))
     op.process_watermark(es.MAX_WATERMARK)
-    assert sorted(zip(out.timestamps, out.records, strict=True)) == [(49, ("g", 1)), (599, ("g", 2))]
+    assert sorted(zip(out.timestamps, out.records, strict=True)) == [
+        (49, ("g", 1)),
+        (599, ("g", 2)),
+    ]
 
 
 def test_trigger_state_and_timers_are_per_window_and_key(rig: Rig) -> None:
     op, out, _ = rig.operator(
-        lambda k: k.window(es.TumblingEventTimeWindows.of(100)).trigger(es.CountTrigger.of(2)).count()
+        lambda k: (
+            k.window(es.TumblingEventTimeWindows.of(100)).trigger(es.CountTrigger.of(2)).count()
+        )
     )
     feed(op, (("a", 0), 1), (("b", 0), 2), (("a", 0), 150), (("a", 0), 3))
     assert out.take() == [("a", 2)], "a's first window reached 2; its second has 1, b's has 1"
@@ -265,7 +272,9 @@ def test_trigger_state_and_timers_are_per_window_and_key(rig: Rig) -> None:
 
 @pytest.mark.parametrize("assigner", ["tumbling", "sliding"])
 @pytest.mark.parametrize("how", ["sum", "aggregate"])
-def test_inlined_event_time_path_matches_the_general_path(rig: Rig, assigner: str, how: str) -> None:
+def test_inlined_event_time_path_matches_the_general_path(
+    rig: Rig, assigner: str, how: str
+) -> None:
     """Event-time windows with the default trigger take an inlined per-record path; it
     must emit exactly what the general (trigger-driven) path emits, late firings and
     late side output included, across a snapshot and restore."""
@@ -284,14 +293,19 @@ def test_inlined_event_time_path_matches_the_general_path(rig: Rig, assigner: st
             return a + b
 
     def configure(k: Any) -> Any:
-        w = es.TumblingEventTimeWindows.of(100) if assigner == "tumbling" else (
-            es.SlidingEventTimeWindows.of(100, 40)
+        w = (
+            es.TumblingEventTimeWindows.of(100)
+            if assigner == "tumbling"
+            else (es.SlidingEventTimeWindows.of(100, 40))
         )
         windowed = k.window(w).allowed_lateness(60).side_output_late_data(LATE)
         return windowed.sum(1) if how == "sum" else windowed.aggregate(Sum())
 
     rng = random.Random(7)
-    events = [((f"k{rng.randrange(5)}", rng.randrange(1, 9)), t + rng.randrange(-400, 30)) for t in range(0, 1500, 3)]
+    events = [
+        ((f"k{rng.randrange(5)}", rng.randrange(1, 9)), t + rng.randrange(-400, 30))
+        for t in range(0, 1500, 3)
+    ]
     results = []
     for fast in (True, False):
         pending: list[int] = []  # timers after each watermark: the cleanup ones too
@@ -334,7 +348,12 @@ def test_fixed_assigners_give_exactly_the_windows_holding_a_timestamp() -> None:
                     for s in range(t - size - step, t + 1)
                     if (s - offset) % step == 0 and s <= t < s + size
                 )
-                assert sorted(assigner.assign_windows(None, t, 0)) == expected, (size, step, offset, t)
+                assert sorted(assigner.assign_windows(None, t, 0)) == expected, (
+                    size,
+                    step,
+                    offset,
+                    t,
+                )
 
 
 def test_window_operators_keep_at_most_30_instance_attributes(rig: Rig) -> None:
@@ -342,7 +361,9 @@ def test_window_operators_keep_at_most_30_instance_attributes(rig: Rig) -> None:
     read on the per-record path is slower (about a fifth, measured): new operator state
     belongs on helper objects."""
     for configure in (
-        lambda k: k.window(es.TumblingEventTimeWindows.of(10)).trigger(es.CountTrigger.of(2)).sum(1),
+        lambda k: (
+            k.window(es.TumblingEventTimeWindows.of(10)).trigger(es.CountTrigger.of(2)).sum(1)
+        ),
         lambda k: k.window(es.TumblingEventTimeWindows.of(10)).aggregate(_Sum(), _Pass()),
         lambda k: k.count_window(5, 2).process(_Pass()),
     ):

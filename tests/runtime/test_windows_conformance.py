@@ -35,10 +35,12 @@ def test_continuous_event_time_trigger_stops_at_the_window_end_despite_lateness(
     """Flink clamps the next firing to min(time + interval, window.max_timestamp()): a
     10 ms window, interval 4, lateness 5, one record at 1 fires at 4, 8 and 9, not 12."""
     op, out, _ = rig.operator(
-        lambda k: k.window(es.TumblingEventTimeWindows.of(10))
-        .allowed_lateness(5)
-        .trigger(es.ContinuousEventTimeTrigger.of(4))
-        .sum(1)
+        lambda k: (
+            k.window(es.TumblingEventTimeWindows.of(10))
+            .allowed_lateness(5)
+            .trigger(es.ContinuousEventTimeTrigger.of(4))
+            .sum(1)
+        )
     )
     feed(op, (("a", 1), 1))
     assert fire_times(op, out, range(1, 20)) == [(4, [("a", 1)]), (8, [("a", 1)]), (9, [("a", 1)])]
@@ -48,10 +50,12 @@ def test_continuous_event_time_trigger_stops_at_the_window_end_despite_lateness(
 def test_continuous_event_time_trigger_first_firing_is_clamped_too(rig: Rig) -> None:
     """A record whose next interval boundary lies past the window fires at the window's end."""
     op, out, _ = rig.operator(
-        lambda k: k.window(es.TumblingEventTimeWindows.of(10))
-        .allowed_lateness(10)
-        .trigger(es.ContinuousEventTimeTrigger.of(8))
-        .sum(1)
+        lambda k: (
+            k.window(es.TumblingEventTimeWindows.of(10))
+            .allowed_lateness(10)
+            .trigger(es.ContinuousEventTimeTrigger.of(8))
+            .sum(1)
+        )
     )
     feed(op, (("a", 1), 9))
     assert fire_times(op, out, range(1, 25)) == [(9, [("a", 1)])], "not again at 16"
@@ -59,10 +63,12 @@ def test_continuous_event_time_trigger_first_firing_is_clamped_too(rig: Rig) -> 
 
 def test_continuous_event_time_trigger_late_record_fires_once(rig: Rig) -> None:
     op, out, _ = rig.operator(
-        lambda k: k.window(es.TumblingEventTimeWindows.of(10))
-        .allowed_lateness(5)
-        .trigger(es.ContinuousEventTimeTrigger.of(4))
-        .sum(1)
+        lambda k: (
+            k.window(es.TumblingEventTimeWindows.of(10))
+            .allowed_lateness(5)
+            .trigger(es.ContinuousEventTimeTrigger.of(4))
+            .sum(1)
+        )
     )
     feed(op, (("a", 1), 1))
     assert [wm for wm, _ in fire_times(op, out, range(1, 11))] == [4, 8, 9]
@@ -75,9 +81,11 @@ def test_continuous_processing_time_trigger_fires_at_the_window_end_too(rig: Rig
     """FLINK-20443: the last firing is clamped to the window's end, so records after the
     last full interval are emitted: a 10 ms window, interval 4, fires at 4, 8 and 9."""
     op, out, _ = rig.operator(
-        lambda k: k.window(es.TumblingProcessingTimeWindows.of(10))
-        .trigger(es.ContinuousProcessingTimeTrigger.of(4))
-        .sum(1)
+        lambda k: (
+            k.window(es.TumblingProcessingTimeWindows.of(10))
+            .trigger(es.ContinuousProcessingTimeTrigger.of(4))
+            .sum(1)
+        )
     )
     rig.clock.advance(0.001)  # processing time 1 ms
     feed(op, (("p", 1), None))
@@ -105,7 +113,9 @@ def test_negative_tumbling_offsets_shift_the_windows_back(rig: Rig) -> None:
         def process(self, key: Any, ctx: Any, elements: Any, out: Any) -> None:
             out.collect((ctx.window.start, ctx.window.end, sorted(v for _, v in elements)))
 
-    op, out, _ = rig.operator(lambda k: k.window(es.TumblingEventTimeWindows.of(10, -3)).process(Bounds()))
+    op, out, _ = rig.operator(
+        lambda k: k.window(es.TumblingEventTimeWindows.of(10, -3)).process(Bounds())
+    )
     feed(op, (("a", 0), 0), (("a", 6), 6), (("a", 7), 7), (("a", -3), -3), (("a", -4), -4))
     op.process_watermark(es.MAX_WATERMARK)
     assert out.take() == [(-13, -3, [-4]), (-3, 7, [-3, 0, 6]), (7, 17, [7])]
@@ -119,23 +129,48 @@ def test_negative_offsets_of_every_fixed_assigner_match_flink() -> None:
         es.TumblingEventTimeWindows.of(day, -8 * hour),
         es.TumblingProcessingTimeWindows.of(day, -8 * hour),
     ):
-        assert assigner.assign_windows(None, t, t) == [es.TimeWindow(5 * day + 16 * hour, 6 * day + 16 * hour)]
-    for sliding in (es.SlidingEventTimeWindows.of(10, 5, -3), es.SlidingProcessingTimeWindows.of(10, 5, -3)):
-        assert sorted(sliding.assign_windows(None, 0, 0)) == [es.TimeWindow(-8, 2), es.TimeWindow(-3, 7)]
+        assert assigner.assign_windows(None, t, t) == [
+            es.TimeWindow(5 * day + 16 * hour, 6 * day + 16 * hour)
+        ]
+    for sliding in (
+        es.SlidingEventTimeWindows.of(10, 5, -3),
+        es.SlidingProcessingTimeWindows.of(10, 5, -3),
+    ):
+        assert sorted(sliding.assign_windows(None, 0, 0)) == [
+            es.TimeWindow(-8, 2),
+            es.TimeWindow(-3, 7),
+        ]
     from datetime import timedelta
 
     tumbling = es.TumblingEventTimeWindows.of(timedelta(days=1), timedelta(hours=-8))
-    assert tumbling.assign_windows(None, t, 0) == [es.TimeWindow(5 * day + 16 * hour, 6 * day + 16 * hour)]
+    assert tumbling.assign_windows(None, t, 0) == [
+        es.TimeWindow(5 * day + 16 * hour, 6 * day + 16 * hour)
+    ]
 
 
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: es.TumblingEventTimeWindows.of(10, 10), r"TumblingEventTimeWindows needs abs\(offset\) < size"),
-        (lambda: es.TumblingEventTimeWindows.of(10, -10), r"abs\(offset\) < size: got offset -10 ms, size 10 ms"),
-        (lambda: es.TumblingProcessingTimeWindows.of(10, 25), r"TumblingProcessingTimeWindows needs abs\(offset\)"),
-        (lambda: es.SlidingEventTimeWindows.of(10, 5, 5), r"SlidingEventTimeWindows needs abs\(offset\) < slide"),
-        (lambda: es.SlidingProcessingTimeWindows.of(10, 5, -7), r"abs\(offset\) < slide: got offset -7 ms"),
+        (
+            lambda: es.TumblingEventTimeWindows.of(10, 10),
+            r"TumblingEventTimeWindows needs abs\(offset\) < size",
+        ),
+        (
+            lambda: es.TumblingEventTimeWindows.of(10, -10),
+            r"abs\(offset\) < size: got offset -10 ms, size 10 ms",
+        ),
+        (
+            lambda: es.TumblingProcessingTimeWindows.of(10, 25),
+            r"TumblingProcessingTimeWindows needs abs\(offset\)",
+        ),
+        (
+            lambda: es.SlidingEventTimeWindows.of(10, 5, 5),
+            r"SlidingEventTimeWindows needs abs\(offset\) < slide",
+        ),
+        (
+            lambda: es.SlidingProcessingTimeWindows.of(10, 5, -7),
+            r"abs\(offset\) < slide: got offset -7 ms",
+        ),
     ],
 )
 def test_offsets_at_or_beyond_the_size_are_refused(make: Any, message: str) -> None:
@@ -181,7 +216,9 @@ def test_sliding_count_window_reduce_and_aggregate_fold_what_is_left(rig: Rig) -
         def process(self, key: Any, ctx: Any, elements: Any, out: Any) -> None:
             out.collect((key, *elements))
 
-    op, out, _ = rig.operator(lambda k: k.count_window(3, 1).reduce(lambda a, b: (a[0], max(a[1], b[1]))))
+    op, out, _ = rig.operator(
+        lambda k: k.count_window(3, 1).reduce(lambda a, b: (a[0], max(a[1], b[1])))
+    )
     feed(op, *[(("m", v), i) for i, v in enumerate([5, 1, 2, 3, 0])])
     assert out.take() == [("m", 5), ("m", 5), ("m", 5), ("m", 3), ("m", 3)]
     op2, out2, _ = rig.operator(lambda k: k.count_window(2, 2).aggregate(Mean(), Keyed()))
@@ -193,13 +230,17 @@ def test_sliding_count_window_reduce_and_aggregate_fold_what_is_left(rig: Rig) -
     ("after", "seen"),
     [(False, [[2, 3], [5, 6]]), (True, [[1, 2, 3], [2, 3, 4, 5, 6]])],
 )
-def test_count_evictor_before_or_after_the_function(rig: Rig, after: bool, seen: list[list[int]]) -> None:
+def test_count_evictor_before_or_after_the_function(
+    rig: Rig, after: bool, seen: list[list[int]]
+) -> None:
     """Before: the function sees the last 2; after: it sees all, then the window keeps 2."""
     op, out, _ = rig.operator(
-        lambda k: k.window(es.GlobalWindows.create())
-        .trigger(es.CountTrigger.of(3))
-        .evictor(es.CountEvictor.of(2, do_evict_after=after))
-        .process(Values())
+        lambda k: (
+            k.window(es.GlobalWindows.create())
+            .trigger(es.CountTrigger.of(3))
+            .evictor(es.CountEvictor.of(2, do_evict_after=after))
+            .process(Values())
+        )
     )
     feed(op, *[(("c", i), i) for i in range(1, 7)])
     assert out.take() == seen
@@ -214,10 +255,12 @@ def test_time_evictor_keeps_what_is_newer_than_the_newest_minus_its_size(
 ) -> None:
     """Flink's TimeEvictor: evict timestamp <= max timestamp - size (here 10)."""
     op, out, _ = rig.operator(
-        lambda k: k.window(es.GlobalWindows.create())
-        .trigger(es.CountTrigger.of(4))
-        .evictor(es.TimeEvictor.of(10, do_evict_after=after))
-        .process(Values())
+        lambda k: (
+            k.window(es.GlobalWindows.create())
+            .trigger(es.CountTrigger.of(4))
+            .evictor(es.TimeEvictor.of(10, do_evict_after=after))
+            .process(Values())
+        )
     )
     feed(op, *[(("t", ts), ts) for ts in (0, 5, 12, 20)])
     feed(op, *[(("t", ts), ts) for ts in (21, 22, 23, 40)])
@@ -228,22 +271,30 @@ def test_time_evictor_on_an_event_time_window_with_reduce(rig: Rig) -> None:
     from datetime import timedelta
 
     op, out, _ = rig.operator(
-        lambda k: k.window(es.TumblingEventTimeWindows.of(100))
-        .evictor(es.TimeEvictor.of(timedelta(milliseconds=40)))
-        .sum(1)
+        lambda k: (
+            k.window(es.TumblingEventTimeWindows.of(100))
+            .evictor(es.TimeEvictor.of(timedelta(milliseconds=40)))
+            .sum(1)
+        )
     )
     feed(op, (("a", 1), 10), (("a", 2), 50), (("a", 4), 95), (("b", 8), 30))
     op.process_watermark(99)
-    assert sorted(out.take()) == [("a", 4), ("b", 8)], "a's records at 10 and 50 are >= 40 ms older than 95"
+    assert sorted(out.take()) == [("a", 4), ("b", 8)], (
+        "a's records at 10 and 50 are >= 40 ms older than 95"
+    )
 
 
 @pytest.mark.parametrize(("after", "seen"), [(False, [[10, 8, 9]]), (True, [[1, 10, 8, 9]])])
-def test_delta_evictor_drops_elements_far_from_the_last_one(rig: Rig, after: bool, seen: list[list[int]]) -> None:
+def test_delta_evictor_drops_elements_far_from_the_last_one(
+    rig: Rig, after: bool, seen: list[list[int]]
+) -> None:
     op, out, _ = rig.operator(
-        lambda k: k.window(es.GlobalWindows.create())
-        .trigger(es.CountTrigger.of(4))
-        .evictor(es.DeltaEvictor.of(3.0, lambda a, b: abs(a[1] - b[1]), do_evict_after=after))
-        .process(Values())
+        lambda k: (
+            k.window(es.GlobalWindows.create())
+            .trigger(es.CountTrigger.of(4))
+            .evictor(es.DeltaEvictor.of(3.0, lambda a, b: abs(a[1] - b[1]), do_evict_after=after))
+            .process(Values())
+        )
     )
     feed(op, *[(("d", v), i) for i, v in enumerate([1, 10, 8, 9])])
     assert out.take() == seen
@@ -256,7 +307,9 @@ def test_a_user_evictor_sees_timestamped_values_the_window_and_the_key(rig: Rig)
 
     class Odd(es.Evictor):
         def evict_before(self, elements: Any, size: int, window: Any, ctx: Any) -> None:
-            calls.append((ctx.key, window, size, [tuple(e) for e in elements], ctx.current_watermark()))
+            calls.append(
+                (ctx.key, window, size, [tuple(e) for e in elements], ctx.current_watermark())
+            )
             elements[:] = [e for e in elements if e.value[1] % 2]
 
     op, out, _ = rig.operator(
@@ -265,7 +318,9 @@ def test_a_user_evictor_sees_timestamped_values_the_window_and_the_key(rig: Rig)
     feed(op, (("u", 1), 1), (("u", 2), 2), (("u", 3), 3))
     op.process_watermark(9)
     assert out.take() == [[1, 3]]
-    assert calls == [("u", es.TimeWindow(0, 10), 3, [(("u", 1), 1), (("u", 2), 2), (("u", 3), 3)], 9)]
+    assert calls == [
+        ("u", es.TimeWindow(0, 10), 3, [(("u", 1), 1), (("u", 2), 2), (("u", 3), 3)], 9)
+    ]
 
 
 def test_evicting_session_windows_keep_the_merged_elements(rig: Rig) -> None:
@@ -274,9 +329,11 @@ def test_evicting_session_windows_keep_the_merged_elements(rig: Rig) -> None:
             out.collect((ctx.window.start, ctx.window.end, sorted(v for _, v in elements)))
 
     op, out, _ = rig.operator(
-        lambda k: k.window(es.EventTimeSessionWindows.with_gap(10))
-        .evictor(es.TimeEvictor.of(12))
-        .process(Sorted())
+        lambda k: (
+            k.window(es.EventTimeSessionWindows.with_gap(10))
+            .evictor(es.TimeEvictor.of(12))
+            .process(Sorted())
+        )
     )
     feed(op, (("s", 0), 0), (("s", 30), 30), (("s", 5), 5), (("s", 8), 8), (("s", 20), 20))
     feed(op, (("s", 15), 15))  # bridges [0, 18) and [20, 40)
@@ -425,7 +482,11 @@ class NumberFirings(es.ProcessWindowFunction):
 
 def test_window_state_restored_goes_at_cleanup_without_another_firing(rig: Rig) -> None:
     def configure(k: Any) -> Any:
-        return k.window(es.TumblingEventTimeWindows.of(10)).allowed_lateness(5).process(NumberFirings())
+        return (
+            k.window(es.TumblingEventTimeWindows.of(10))
+            .allowed_lateness(5)
+            .process(NumberFirings())
+        )
 
     op, out, _ = rig.operator(configure)
     feed(op, (("a", 1), 1))
@@ -447,7 +508,9 @@ def test_global_state_is_shared_by_the_windows_of_a_key(rig: Rig) -> None:
                 total.add(v)
             out.collect((key, ctx.window.start, total.get()))
 
-    op, out, _ = rig.operator(lambda k: k.window(es.TumblingEventTimeWindows.of(10)).process(Running()))
+    op, out, _ = rig.operator(
+        lambda k: k.window(es.TumblingEventTimeWindows.of(10)).process(Running())
+    )
     feed(op, (("a", 1), 1), (("a", 2), 11), (("b", 5), 12), (("a", 4), 25))
     op.process_watermark(es.MAX_WATERMARK)
     assert sorted(out.take()) == [("a", 0, 1), ("a", 10, 3), ("a", 20, 7), ("b", 10, 5)]
@@ -473,7 +536,9 @@ def test_every_kind_of_per_window_state(rig: Rig) -> None:
             sizes = ws.get_list_state(es.state.ListStateDescriptor("sizes"))
             seen = ws.get_map_state(es.state.MapStateDescriptor("seen"))
             most = ws.get_reducing_state(es.state.ReducingStateDescriptor("most", reduce_fn=max))
-            mean = ws.get_aggregating_state(es.state.AggregatingStateDescriptor("mean", aggregate_function=Mean()))
+            mean = ws.get_aggregating_state(
+                es.state.AggregatingStateDescriptor("mean", aggregate_function=Mean())
+            )
             values = [v for _, v in elements]
             sizes.add(len(values))
             for v in values:
@@ -483,7 +548,11 @@ def test_every_kind_of_per_window_state(rig: Rig) -> None:
             out.collect((sizes.get(), sorted(seen.items()), most.get(), mean.get()))
 
     op, out, _ = rig.operator(
-        lambda k: k.window(es.TumblingEventTimeWindows.of(10)).trigger(es.CountTrigger.of(2)).process(All())
+        lambda k: (
+            k.window(es.TumblingEventTimeWindows.of(10))
+            .trigger(es.CountTrigger.of(2))
+            .process(All())
+        )
     )
     feed(op, (("a", 1), 1), (("a", 3), 2), (("a", 2), 3), (("a", 9), 12), (("a", 5), 4))
     assert out.take() == [
@@ -503,13 +572,17 @@ def test_per_window_state_is_refused_on_merging_windows_and_with_ttl(rig: Rig) -
             ctx.window_state().get_state(self.descriptor)
 
     op, _, _ = rig.operator(
-        lambda k: k.window(es.EventTimeSessionWindows.with_gap(10)).process(UsesWindowState(FIRINGS))
+        lambda k: k.window(es.EventTimeSessionWindows.with_gap(10)).process(
+            UsesWindowState(FIRINGS)
+        )
     )
     feed(op, (("s", 1), 1))
     with pytest.raises(es.UserFunctionError, match="not available with merging"):
         op.process_watermark(es.MAX_WATERMARK)
     ttl = es.state.ValueStateDescriptor("x", ttl=timedelta(seconds=1))
-    op2, _, _ = rig.operator(lambda k: k.window(es.TumblingEventTimeWindows.of(10)).process(UsesWindowState(ttl)))
+    op2, _, _ = rig.operator(
+        lambda k: k.window(es.TumblingEventTimeWindows.of(10)).process(UsesWindowState(ttl))
+    )
     feed(op2, (("s", 1), 1))
     with pytest.raises(es.UserFunctionError, match="no TTL, it is dropped with its window"):
         op2.process_watermark(es.MAX_WATERMARK)

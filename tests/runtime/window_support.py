@@ -12,8 +12,8 @@ from epochstream.core.filesystems import storage_fs
 from epochstream.graph.jobgraph import OperatorSpec
 from epochstream.runtime.operators import OperatorContext, WindowOperator, create_operator
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
-from epochstream.state.backends.heap import HeapStateBackend
-from epochstream.state.backends.rocksdb import RocksDBStateBackend
+from epochstream.state.backends.heap.backend import HeapStateBackend
+from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.keygroups import key_group_range_for_operator
 from epochstream.state.operator import OperatorStateStore
@@ -61,7 +61,9 @@ class Rig:
         keyed = env.from_collection([]).key_by(first)
         configure(keyed).print()
         spec_t = next(t for t in env._graph.transformations if t.kind == "window")
-        config = HeapStateBackend() if self.kind == "heap" else RocksDBStateBackend(block_cache_mb=8)
+        config = (
+            HeapStateBackend() if self.kind == "heap" else RocksDBStateBackend(block_cache_mb=8)
+        )
         backend = config.create(
             KeyedBackendContext(
                 operator_uid="w",
@@ -72,7 +74,9 @@ class Rig:
                 local_dir=str(self.root / f"local-{self.made}"),
             )
         )
-        spec = OperatorSpec(uid="w", name="window", kind="window", payload=spec_t.payload, key_selector=first)
+        spec = OperatorSpec(
+            uid="w", name="window", kind="window", payload=spec_t.payload, key_selector=first
+        )
         ctx = OperatorContext(
             subtask_index=subtask,
             parallelism=parallelism,

@@ -43,8 +43,12 @@ def test_the_sum_guard_stays_cheap_until_sums_near_the_limit() -> None:
     assert not guard.risky(pa.array([2**61]), held)
     assert guard.risky(pa.array([2**61, 2**61]), held) and asked == [True]
     guard.check(np.array([2**62], dtype=np.int64), np.array([2.0**62]), lambda i: "a")
-    with pytest.raises(DataError, match=r"sum\(v\) \(1/1\): the sum of column 'v' overflows int64 for key 'b'"):
-        guard.check(np.array([5, -(2**63)], dtype=np.int64), np.array([5.0, 2.0**63]), lambda i: "ab"[i])
+    with pytest.raises(
+        DataError, match=r"sum\(v\) \(1/1\): the sum of column 'v' overflows int64 for key 'b'"
+    ):
+        guard.check(
+            np.array([5, -(2**63)], dtype=np.int64), np.array([5.0, 2.0**63]), lambda i: "ab"[i]
+        )
 
 
 def test_the_value_type_rides_in_the_state_tables_metadata() -> None:

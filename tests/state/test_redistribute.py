@@ -7,10 +7,10 @@ import pytest
 
 from epochstream.core.clock import ManualClock
 from epochstream.core.filesystems import storage_fs
+from epochstream.core.state_descriptors import MapStateDescriptor, ValueStateDescriptor
 from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
-from epochstream.state.backends.heap import HeapKeyedStateBackend
-from epochstream.state.descriptors import MapStateDescriptor, ValueStateDescriptor
+from epochstream.state.backends.heap.backend import HeapKeyedStateBackend
 from epochstream.state.handles import HeapSnapshotHandle, HeapStateFile, OperatorSubtaskState
 from epochstream.state.keygroups import (
     KeyGroupAssigner,
@@ -189,9 +189,7 @@ def test_missing_subtasks_mean_empty(tmp_path: Path) -> None:
     assert restores[1].operator_lists == {"offsets": ["o1-0", "o1-1", "o1-2"]}
     assert all(r.union_lists == {"splits": ["split-1"]} for r in restores)
     assert (
-        build_restores(
-            {}, old_parallelism=2, new_parallelism=1, max_parallelism=MAX_P
-        )[0].keyed
+        build_restores({}, old_parallelism=2, new_parallelism=1, max_parallelism=MAX_P)[0].keyed
         == []
     )
 
@@ -204,7 +202,9 @@ def test_build_restores_rejects_inconsistent_input(tmp_path: Path) -> None:
             new_parallelism=2,
             max_parallelism=MAX_P,
         )
-    wide = HeapSnapshotHandle(range(0, 256), (HeapStateFile("/x/op-0.kst", True, {200: (0, 10)}, 10),))
+    wide = HeapSnapshotHandle(
+        range(0, 256), (HeapStateFile("/x/op-0.kst", True, {200: (0, 10)}, 10),)
+    )
     with pytest.raises(StateError, match=r"old subtask 0.*0\.\.255.*max_parallelism 128"):
         build_restores(
             {0: OperatorSubtaskState(keyed=wide)},

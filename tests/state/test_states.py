@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from epochstream.api.windowing import TimeWindow
+from epochstream.graph.windowing import TimeWindow
 from epochstream.state.states import copy_value
 
 Point = namedtuple("Point", "x y")

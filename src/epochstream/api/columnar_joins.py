@@ -33,12 +33,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from epochstream.api.joins import _check_same_pipeline
-from epochstream.api.windowing import (
+from epochstream.exceptions import ConfigurationError
+from epochstream.graph.specs import JoinSpec, join_key_type, reserved_join_columns
+from epochstream.graph.windowing import (
     SlidingEventTimeWindows,
     TumblingEventTimeWindows,
     WindowAssigner,
 )
-from epochstream.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from epochstream.api.datastream import DataStream
@@ -118,12 +119,15 @@ class ColumnarJoinedStreams:
         Example: ``.apply(lambda b: b.select(["name", "id", "_ts"]))``
         """
         from epochstream.api.datastream import DataStream
-        from epochstream.runtime.operators.columnar_joins import JoinSpec
 
         if self._left_key is None or self._right_key is None:
-            raise ConfigurationError("a columnar join needs where(column) and equal_to(column) before apply()")
+            raise ConfigurationError(
+                "a columnar join needs where(column) and equal_to(column) before apply()"
+            )
         if fn is not None and not callable(fn):
-            raise ConfigurationError(f"apply() takes a batch function or nothing, got {type(fn).__name__}")
+            raise ConfigurationError(
+                f"apply() takes a batch function or nothing, got {type(fn).__name__}"
+            )
         left_key, right_key = self._left_key, self._right_key
         if self._window is None:
             spec = JoinSpec(left_key, right_key, fn)
@@ -132,7 +136,9 @@ class ColumnarJoinedStreams:
             size, slide, offset = self._window
             spec = JoinSpec(left_key, right_key, fn, size=size, slide=slide, offset=offset)
             kind, name = "columnar_window_join", f"window-join({left_key}={right_key})"
-        _check_declared_schemas(self._left, left_key, self._right, right_key, windowed=self._window is not None)
+        _check_declared_schemas(
+            self._left, left_key, self._right, right_key, windowed=self._window is not None
+        )
         left, right = self._left.key_by(left_key), self._right.key_by(right_key)
         t = self._left._add(kind, name, spec, [left._edge(), right._edge()])
         return DataStream(self._left._env, t)
@@ -153,8 +159,6 @@ def _check_declared_schemas(
     """Fail at build time when the declared schemas already show a missing key column, a
     column name the join reserves, or key types that cannot match (the operator checks
     the others at the first batch)."""
-    from epochstream.runtime.operators.columnar_joins import join_key_type, reserved_join_columns
-
     types = []
     reserved = reserved_join_columns(windowed)
     for side, stream, key in (("left", left, left_key), ("right", right, right_key)):

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from epochstream.api.columnar import ColumnarAggregations
+from epochstream.api.columnar_keyed import ColumnarAggregations
 from epochstream.api.datastream import DataStream
-from epochstream.api.windowing import (
+from epochstream.exceptions import ConfigurationError
+from epochstream.graph.specs import SessionWindowSpec, WindowAggregateSpec
+from epochstream.graph.windowing import (
     EventTimeSessionWindows,
     SlidingEventTimeWindows,
     SlidingProcessingTimeWindows,
@@ -26,10 +28,9 @@ from epochstream.api.windowing import (
     TumblingProcessingTimeWindows,
     WindowAssigner,
 )
-from epochstream.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
-    from epochstream.api.columnar import ColumnarKeyedStream
+    from epochstream.api.columnar_keyed import ColumnarKeyedStream
 
 __all__ = ["ColumnarWindowedStream"]
 
@@ -62,8 +63,6 @@ class ColumnarWindowedStream(ColumnarAggregations):
         self._kind, self._describe, self._params = _operator_for(assigner)
 
     def _aggregate(self, kind: str, column: str | None) -> DataStream:
-        from epochstream.runtime.operators.columnar import WindowAggregateSpec
-        from epochstream.runtime.operators.columnar_sessions import SessionWindowSpec
 
         key = self._keyed.key_column
         self._spec_columns(kind, key, column, window=True)

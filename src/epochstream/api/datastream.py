@@ -26,6 +26,8 @@ from epochstream.core.functions import (
 )
 from epochstream.core.watermarks import WatermarkStrategy
 from epochstream.exceptions import ConfigurationError
+from epochstream.graph.evictors import CountEvictor
+from epochstream.graph.specs import DedupSpec
 from epochstream.graph.transformations import (
     COLUMNAR_OUTPUT_KINDS,
     ColumnKey,
@@ -33,14 +35,16 @@ from epochstream.graph.transformations import (
     Partitioning,
     Transformation,
 )
+from epochstream.graph.triggers import CountTrigger, PurgingTrigger
+from epochstream.graph.windowing import GlobalWindows
 
 if TYPE_CHECKING:
     from epochstream.api.columnar_joins import ColumnarJoinedStreams
     from epochstream.api.environment import Environment
     from epochstream.api.joins import ConnectedStreams, IntervalJoin, JoinedStreams
     from epochstream.api.windowed import WindowedStream
-    from epochstream.api.windowing import WindowAssigner
     from epochstream.connectors.base import Sink
+    from epochstream.graph.windowing import WindowAssigner
 
 __all__ = ["DataStream", "DataStreamSink", "KeyedStream"]
 
@@ -301,7 +305,9 @@ class DataStream(_Named, _Transforms):
         Example: ``late = counts.get_side_output(es.OutputTag("late"))``
         """
         if not isinstance(tag, OutputTag):
-            raise ConfigurationError(f"get_side_output needs an es.OutputTag, got {type(tag).__name__}")
+            raise ConfigurationError(
+                f"get_side_output needs an es.OutputTag, got {type(tag).__name__}"
+            )
         side = DataStream(self._env, self._t, tag.name)
         side._graph = self._graph
         return side
@@ -375,9 +381,8 @@ class DataStream(_Named, _Transforms):
 
         Example: ``events.deduplicate(lambda e: e["event_id"], ttl=timedelta(hours=1))``
         """
-        from epochstream.runtime.operators.dedup import DedupSpec
+        from epochstream.core.state_ttl import TtlConfig
         from epochstream.state.bloom import BloomFilter
-        from epochstream.state.ttl import TtlConfig
 
         TtlConfig.of(ttl, "on_write")  # fail here, not in the slots
         BloomFilter.sized(bloom_capacity, bloom_fp_rate)
@@ -401,7 +406,7 @@ class DataStream(_Named, _Transforms):
         elif not callable(key_selector):
             raise ConfigurationError("key_by needs a callable key selector or a column name")
         if self.columnar:
-            from epochstream.api.columnar import ColumnarKeyedStream
+            from epochstream.api.columnar_keyed import ColumnarKeyedStream
 
             if not isinstance(key_selector, ColumnKey):
                 raise ConfigurationError(
@@ -472,10 +477,7 @@ class KeyedStream(_Named, _Transforms):
 
         Example: ``keyed.count_window(100).sum(1)``; ``keyed.count_window(5, 2).sum(1)``
         """
-        from epochstream.api.evictors import CountEvictor
-        from epochstream.api.triggers import CountTrigger, PurgingTrigger
         from epochstream.api.windowed import WindowedStream
-        from epochstream.api.windowing import GlobalWindows
 
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise ConfigurationError(f"count_window needs a size >= 1, got {size!r}")

@@ -28,7 +28,7 @@ from epochstream.exceptions import ConfigurationError
 from epochstream.graph.jobgraph import JobGraph, build_job_graph, stateful_without_uid
 from epochstream.graph.transformations import Edge, LogicalGraph
 from epochstream.state.backends.base import StateBackend
-from epochstream.state.backends.heap import HeapStateBackend
+from epochstream.state.backends.heap.backend import HeapStateBackend
 from epochstream.state.keygroups import default_max_parallelism
 
 if TYPE_CHECKING:
@@ -250,7 +250,9 @@ class Environment:
 
         Example: ``env.enable_checkpointing(trust_shared_storage=True).trusts_shared_storage``
         """
-        configured = self.checkpoint_config is not None and self.checkpoint_config.trust_shared_storage
+        configured = (
+            self.checkpoint_config is not None and self.checkpoint_config.trust_shared_storage
+        )
         return configured or bool(_OVERRIDES.get("trust_shared_storage"))
 
     @property

@@ -23,10 +23,8 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from epochstream.api.windowing import ProcessWindowFunction, WindowAssigner
 from epochstream.core.functions import (
     CoFlatMapFunction,
     Collector,
@@ -38,11 +36,13 @@ from epochstream.core.functions import (
 )
 from epochstream.core.time import to_signed_millis
 from epochstream.exceptions import ConfigurationError
+from epochstream.graph.specs import IntervalJoinSpec
+from epochstream.graph.windowing import ProcessWindowFunction, WindowAssigner
 
 if TYPE_CHECKING:
     from epochstream.api.datastream import DataStream, KeyedStream
 
-__all__ = ["ConnectedStreams", "IntervalJoin", "IntervalJoinSpec", "JoinFunction", "JoinedStreams"]
+__all__ = ["ConnectedStreams", "IntervalJoin", "JoinFunction", "JoinedStreams"]
 
 
 def _check_same_pipeline(a: Any, b: Any, what: str) -> None:
@@ -93,7 +93,9 @@ class ConnectedStreams:
         t = first._add(kind, name, payload, [first._edge(), second._edge()])
         return DataStream(first._env, t)
 
-    def map(self, fn: CoMapFunction | tuple[Callable[[Any], Any], Callable[[Any], Any]]) -> DataStream:
+    def map(
+        self, fn: CoMapFunction | tuple[Callable[[Any], Any], Callable[[Any], Any]]
+    ) -> DataStream:
         """``fn.map1`` per record of the first stream, ``fn.map2`` of the second.
 
         Example: ``a.connect(b).map(Tag())``
@@ -186,7 +188,9 @@ class JoinedStreams:
         Example: ``.apply(lambda o, p: (o["id"], p["amount"]))``
         """
         if self._left_key is None or self._right_key is None or self._assigner is None:
-            raise ConfigurationError("a window join needs where(), equal_to() and window() before apply()")
+            raise ConfigurationError(
+                "a window join needs where(), equal_to() and window() before apply()"
+            )
         if not callable(fn) and not isinstance(fn, JoinFunction):
             raise ConfigurationError("apply() needs a callable or an es.JoinFunction")
         left_key, right_key = self._left_key, self._right_key
@@ -243,15 +247,6 @@ class _JoinWindow(ProcessWindowFunction):
                 out.collect(fn(a, b))
 
 
-@dataclass(frozen=True)
-class IntervalJoinSpec:
-    """The interval join operator's payload: bounds (ms) and the ProcessJoinFunction."""
-
-    lower: int
-    upper: int
-    function: ProcessJoinFunction
-
-
 class IntervalJoin:
     """``left.interval_join(right)``: continue with ``between(lower, upper)`` and ``process``.
 
@@ -261,7 +256,9 @@ class IntervalJoin:
         from epochstream.api.datastream import KeyedStream
 
         if not isinstance(right, KeyedStream):
-            raise ConfigurationError("interval_join needs a KeyedStream (key_by the other side too)")
+            raise ConfigurationError(
+                "interval_join needs a KeyedStream (key_by the other side too)"
+            )
         _check_same_pipeline(left, right, "interval_join")
         self._left = left
         self._right = right
@@ -276,7 +273,9 @@ class IntervalJoin:
         lo = to_signed_millis(lower, "lower bound")
         hi = to_signed_millis(upper, "upper bound")
         if lo > hi:
-            raise ConfigurationError(f"interval join lower bound {lo} is above the upper bound {hi}")
+            raise ConfigurationError(
+                f"interval join lower bound {lo} is above the upper bound {hi}"
+            )
         self._bounds = (lo, hi)
         return self
 
@@ -301,7 +300,9 @@ class IntervalJoin:
         from epochstream.api.datastream import DataStream
 
         if self._bounds is None:
-            raise ConfigurationError("an interval join needs between(lower, upper) before process()")
+            raise ConfigurationError(
+                "an interval join needs between(lower, upper) before process()"
+            )
         if not isinstance(fn, ProcessJoinFunction):
             raise ConfigurationError("interval join process() needs an es.ProcessJoinFunction")
         # Timestamps are int ms, so an exclusive bound is the inclusive one a ms inside it
@@ -312,8 +313,9 @@ class IntervalJoin:
         spec = IntervalJoinSpec(lower, upper, fn)
         left = self._left
         t = left._add(
-            "interval_join", f"interval-join({type(fn).__name__})", spec,
+            "interval_join",
+            f"interval-join({type(fn).__name__})",
+            spec,
             [left._edge(), self._right._edge()],
         )
         return DataStream(left._env, t)
-

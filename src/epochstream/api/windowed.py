@@ -18,41 +18,21 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from epochstream.api.evictors import Evictor
-from epochstream.api.triggers import Trigger
-from epochstream.api.windowing import ProcessWindowFunction, WindowAssigner
 from epochstream.core.functions import OutputTag, ReduceFunction
+from epochstream.core.state_descriptors import AggregateFunction
 from epochstream.core.time import to_millis
 from epochstream.exceptions import ConfigurationError
-from epochstream.state.descriptors import AggregateFunction
+from epochstream.graph.evictors import Evictor
+from epochstream.graph.specs import WindowSpec
+from epochstream.graph.triggers import Trigger
+from epochstream.graph.windowing import ProcessWindowFunction, WindowAssigner
 
 if TYPE_CHECKING:
     from epochstream.api.datastream import DataStream, KeyedStream
 
-__all__ = ["WindowSpec", "WindowedStream"]
-
-
-@dataclass(frozen=True)
-class WindowSpec:
-    """Everything the window operator needs (the transformation's payload).
-
-    ``kind`` is ``"reduce"``, ``"aggregate"`` or ``"process"``; ``function`` the
-    ReduceFunction/callable, AggregateFunction or ProcessWindowFunction;
-    ``window_function`` the optional ProcessWindowFunction after an incremental one;
-    ``evictor`` the optional :class:`~epochstream.api.evictors.Evictor`.
-    """
-
-    assigner: WindowAssigner
-    trigger: Trigger
-    allowed_lateness: int
-    late_tag: OutputTag | None
-    kind: str
-    function: Any
-    window_function: ProcessWindowFunction | None = None
-    evictor: Evictor | None = None
+__all__ = ["WindowedStream"]
 
 
 class WindowedStream:
@@ -89,7 +69,7 @@ class WindowedStream:
 
     def evictor(self, evictor: Evictor) -> WindowedStream:
         """Remove elements from the window when it fires, before and/or after the window
-        function (see :mod:`epochstream.api.evictors`). The window then keeps all its
+        function (see :mod:`epochstream.graph.evictors`). The window then keeps all its
         elements, also for ``reduce``/``aggregate``, which fold them at each firing.
 
         Example: ``.trigger(es.CountTrigger.of(2)).evictor(es.CountEvictor.of(5))``
@@ -170,7 +150,9 @@ class WindowedStream:
             raise ConfigurationError(
                 f"aggregate needs an es.AggregateFunction, got {type(fn).__name__}"
             )
-        return self._build("aggregate", f"window-aggregate({type(fn).__name__})", fn, window_function)
+        return self._build(
+            "aggregate", f"window-aggregate({type(fn).__name__})", fn, window_function
+        )
 
     def process(self, fn: ProcessWindowFunction) -> DataStream:
         """Keep every record of a window and give them all to ``fn`` when it fires.

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 
 from epochstream.checkpoint.cleanup import StorageCleaner
 from epochstream.checkpoint.pending import CompletedCheckpoint
-from epochstream.checkpoint.registry import SharedStateRegistry
+from epochstream.checkpoint.shared_registry import SharedStateRegistry
 
 __all__ = ["CompletedCheckpointStore"]
 

@@ -45,7 +45,7 @@ from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats, task_key_str
 from epochstream.checkpoint.outage import StorageOutage
 from epochstream.checkpoint.pending import CompletedCheckpoint, PendingCheckpoint, PendingState
-from epochstream.checkpoint.registry import SharedStateRegistry
+from epochstream.checkpoint.shared_registry import SharedStateRegistry
 from epochstream.checkpoint.storage import CheckpointStorage, write_metadata_file
 from epochstream.core.clock import Clock
 from epochstream.core.events import CheckpointOptions
@@ -493,7 +493,9 @@ class CheckpointCoordinator:
             return  # dropped meanwhile (failover); its files were discarded
         if error is not None:
             self._fail(
-                pending, f"could not be finalized: {error}", storage_unavailable=is_unavailable(error)
+                pending,
+                f"could not be finalized: {error}",
+                storage_unavailable=is_unavailable(error),
             )
             return
         self._complete(pending)

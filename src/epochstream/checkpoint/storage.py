@@ -90,7 +90,9 @@ def _read_metadata(
     check_trusted_location(metadata_path, what="checkpoint metadata", trust_shared=trust_shared)
     try:
         data = READ_RETRY.run(
-            lambda: fs.read_bytes(metadata_path), what="read checkpoint metadata", path=metadata_path
+            lambda: fs.read_bytes(metadata_path),
+            what="read checkpoint metadata",
+            path=metadata_path,
         )
     except OSError as err:
         raise CheckpointError(f"{metadata_path}: cannot read checkpoint metadata: {err}") from err
@@ -171,7 +173,9 @@ class CheckpointStorage:
 
         Example: ``CheckpointStorage("/tmp/shared", "j").check_trusted()`` raises on a 0777 dir.
         """
-        ensure_private_location(self.root, what="checkpoint storage", trust_shared=self.trust_shared)
+        ensure_private_location(
+            self.root, what="checkpoint storage", trust_shared=self.trust_shared
+        )
 
     def check_writable(self) -> None:
         """Fail now, before any record is read, if checkpoints cannot be written here.
@@ -426,7 +430,9 @@ def scan_checkpoints(
             raise  # storage is down: no entry is unreadable, the whole listing failed
         except (CheckpointError, UntrustedStorageError) as err:
             untrusted = isinstance(err, UntrustedStorageError)
-            entries.append(CheckpointEntry(chk_dir, job, number, error=str(err), untrusted=untrusted))
+            entries.append(
+                CheckpointEntry(chk_dir, job, number, error=str(err), untrusted=untrusted)
+            )
         else:
             entries.append(CheckpointEntry(chk_dir, md.job_id, md.checkpoint_id, metadata=md))
     entries.sort(key=lambda e: (e.job, e.checkpoint_id))

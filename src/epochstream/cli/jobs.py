@@ -1,7 +1,7 @@
 """``epochstream list``, ``savepoint`` and ``cancel``: talk to running jobs.
 
 A running job is found in this user's job registry (see
-:mod:`epochstream.deploy.registry`, which validates every entry) by a prefix of its id;
+:mod:`epochstream.deploy.job_registry`, which validates every entry) by a prefix of its id;
 the command then calls the job's authenticated HTTP endpoint
 (:mod:`epochstream.deploy.endpoint`). The bearer token goes to that endpoint only:
 redirects are not followed and proxies from the environment are not used.
@@ -22,7 +22,7 @@ import urllib.request
 from typing import Any
 
 from epochstream.cli.common import fail, utc
-from epochstream.deploy.registry import JobEntry, check_endpoint_url, find_job, running_jobs
+from epochstream.deploy.job_registry import JobEntry, check_endpoint_url, find_job, running_jobs
 from epochstream.exceptions import EpochstreamError
 
 __all__ = ["add_job_commands", "call_endpoint"]
@@ -35,7 +35,9 @@ MAX_REPLY_BYTES = 16 * 1024 * 1024
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
     """Turn every redirect into an error: following one would re-send the token."""
 
-    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+    def redirect_request(
+        self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> None:
         reason = f"redirected to {newurl}; not followed (it would get the job's token)"
         raise urllib.error.HTTPError(req.full_url, code, reason, headers, fp)
 
@@ -66,7 +68,9 @@ def add_job_commands(sub: Any) -> None:
         "with Environment(endpoint_savepoints_anywhere=True).",
     )
     sp.add_argument("job_id", metavar="JOB_ID", help="the job's id or a unique prefix of it")
-    sp.add_argument("dir", metavar="DIR", nargs="?", help="where the savepoint goes (inside the savepoint root)")
+    sp.add_argument(
+        "dir", metavar="DIR", nargs="?", help="where the savepoint goes (inside the savepoint root)"
+    )
     sp.set_defaults(handler=_cmd_savepoint)
     cancel = sub.add_parser(
         "cancel",
@@ -80,7 +84,9 @@ def add_job_commands(sub: Any) -> None:
     cancel.set_defaults(handler=_cmd_cancel)
 
 
-def call_endpoint(entry: JobEntry, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+def call_endpoint(
+    entry: JobEntry, method: str, path: str, body: dict[str, Any] | None = None
+) -> Any:
     """Call the job's endpoint; the decoded JSON reply, or :class:`EpochstreamError`.
 
     Example: ``call_endpoint(find_job("3f2a"), "GET", "/v1/job")["state"]``
@@ -99,7 +105,9 @@ def call_endpoint(entry: JobEntry, method: str, path: str, body: dict[str, Any] 
     except urllib.error.HTTPError as exc:
         raise EpochstreamError(_error_message(exc)) from exc
     except (urllib.error.URLError, OSError) as exc:
-        raise EpochstreamError(f"job {entry.job_id} at {entry.endpoint} does not answer: {exc}") from exc
+        raise EpochstreamError(
+            f"job {entry.job_id} at {entry.endpoint} does not answer: {exc}"
+        ) from exc
 
 
 def _read_capped(response: Any) -> bytes:

@@ -26,7 +26,7 @@ from epochstream.cli.common import fail, human_size
 from epochstream.cli.jobs import call_endpoint
 from epochstream.core.clock import Clock
 from epochstream.deploy.browser import open_in_browser
-from epochstream.deploy.registry import JobEntry, find_job, running_jobs
+from epochstream.deploy.job_registry import JobEntry, find_job, running_jobs
 from epochstream.exceptions import EpochstreamError
 
 __all__ = ["ProgressReporter", "add_status_command", "login_url", "progress_line"]

@@ -90,7 +90,11 @@ def add_run_command(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument(
-        "--parallelism", "-p", type=_positive_int, metavar="N", help="parallelism of every Environment"
+        "--parallelism",
+        "-p",
+        type=_positive_int,
+        metavar="N",
+        help="parallelism of every Environment",
     )
     run.add_argument("--runner", choices=("spark", "local"), help="where slots run")
     run.add_argument("--master", help="Spark master URL, e.g. local[4] or spark://host:7077")
@@ -153,7 +157,9 @@ def _cmd_run(ns: argparse.Namespace) -> int:
         return fail("run", f"no such job script: {ns.script}")
     if ns.supervise:
         return supervise(_child_arguments(ns), ns.max_driver_restarts)
-    logging.basicConfig(level=ns.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=ns.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     set_overrides(
         parallelism=ns.parallelism,
         runner=ns.runner,
@@ -244,7 +250,9 @@ def supervise(child_args: list[str], max_restarts: int, *, first_delay: float = 
             child = subprocess.Popen(
                 [sys.executable, "-m", "epochstream.cli", *child_args], start_new_session=True
             )
-            print(f"epochstream run: supervising driver pid {child.pid}", file=sys.stderr, flush=True)
+            print(
+                f"epochstream run: supervising driver pid {child.pid}", file=sys.stderr, flush=True
+            )
             code = child.wait()
             _kill_group(child.pid)  # the driver's Spark JVM or slot processes, if any survived
             if code in _DELIBERATE:

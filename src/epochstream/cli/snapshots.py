@@ -88,7 +88,9 @@ def _cmd_checkpoints(ns: argparse.Namespace) -> int:
         if md is None:
             unreadable += 1
             reason = (entry.error or "").splitlines()[0]
-            print(f"{entry.job:<34} {entry.checkpoint_id:>6}  UNREADABLE {entry.directory}: {reason}")
+            print(
+                f"{entry.job:<34} {entry.checkpoint_id:>6}  UNREADABLE {entry.directory}: {reason}"
+            )
             continue
         # A checkpoint whose files are gone (a corrupt one a job discarded but could not
         # delete, e.g. an earlier run's that --resume fell back from) is not complete:
@@ -114,7 +116,7 @@ def _cmd_inspect(ns: argparse.Namespace) -> int:
         return entries
     if not entries:
         return fail("inspect", f"no checkpoint or savepoint under {ns.dir}")
-    newest = max(entries, key=lambda e: (e.metadata.completion_time if e.metadata else -1.0))
+    newest = max(entries, key=lambda e: e.metadata.completion_time if e.metadata else -1.0)
     if len(entries) > 1:
         print(f"{len(entries)} snapshots under {ns.dir}; the newest:")
     if newest.metadata is None:
@@ -165,7 +167,9 @@ def describe(directory: str, md: CheckpointMetadata) -> tuple[list[str], int]:
     problems = 0
     for uid in sorted(md.operators):
         subtasks = md.operators[uid]
-        lines.append(f"  operator {uid} ({md.operator_parallelism.get(uid, md.parallelism)} subtasks)")
+        lines.append(
+            f"  operator {uid} ({md.operator_parallelism.get(uid, md.parallelism)} subtasks)"
+        )
         handles = _keyed_handles(subtasks)
         if handles:
             first = next(iter(handles.values()))
@@ -191,5 +195,7 @@ def describe(directory: str, md: CheckpointMetadata) -> tuple[list[str], int]:
         if lists:
             text = ", ".join(f"{name} ({n} entries)" for name, n in sorted(lists.items()))
             lines.append(f"    operator state: {text}")
-    lines.append("  all referenced files present" if not problems else f"  {problems} files MISSING")
+    lines.append(
+        "  all referenced files present" if not problems else f"  {problems} files MISSING"
+    )
     return lines, problems

@@ -144,7 +144,9 @@ class DeltaWriter(SinkWriter):
             pq.write_table(table, f)
             f.flush()
             os.fsync(f.fileno())
-        return DeltaFile(name, os.path.getsize(full), table.num_rows, int(time.time() * 1000), checkpoint_id)
+        return DeltaFile(
+            name, os.path.getsize(full), table.num_rows, int(time.time() * 1000), checkpoint_id
+        )
 
 
 class DeltaCommitter(GlobalCommitter):

@@ -468,7 +468,9 @@ def list_files(path: str, *, owner: str, allow_none: bool) -> list[str]:
     raise ConfigurationError(f"{owner}: path {path!r} does not exist")
 
 
-def byte_range_splits(files: list[str], parallelism: int, min_split_bytes: int) -> list[TextFileSplit]:
+def byte_range_splits(
+    files: list[str], parallelism: int, min_split_bytes: int
+) -> list[TextFileSplit]:
     """Byte ranges of ``files``: at least ``parallelism`` of them when the files total
     ``parallelism * min_split_bytes`` or more, else one per file; empty files get none.
 

@@ -67,7 +67,9 @@ log = logging.getLogger(__name__)
 _INPROGRESS = ".inprogress"
 _PENDING = ".pending"
 # Every hidden file this sink's naming scheme produces, whatever job or attempt made it.
-_HIDDEN_PART = re.compile(r"^\.part-\d+-.*-a\d+-\d+\.(?:jsonl|csv|parquet)\.(?:inprogress|pending)$")
+_HIDDEN_PART = re.compile(
+    r"^\.part-\d+-.*-a\d+-\d+\.(?:jsonl|csv|parquet)\.(?:inprogress|pending)$"
+)
 FORMATS = ("jsonl", "csv", "parquet")
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -232,7 +234,11 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
         if self.format == "parquet":
             txn.rows.extend(records)  # a bulk format: written whole at pre-commit
             return
-        data = self._encode_jsonl(records) if self.format == "jsonl" else self._encode_csv(txn, records)
+        data = (
+            self._encode_jsonl(records)
+            if self.format == "jsonl"
+            else self._encode_csv(txn, records)
+        )
         if txn.file is None:
             # "xb": a name clash would mean two writers share a file; fail instead.
             txn.file = open(self._path(txn.inprogress), "xb")
@@ -414,5 +420,3 @@ def rows_to_table(rows: list[Any], where: str) -> Any:
             f"(first: {short_repr(rows[0])}): {exc}",
             retryable=False,
         ) from exc
-
-

@@ -92,7 +92,9 @@ class FileSource(Source):
         if format not in FORMATS:
             raise ConfigurationError(f"from_files: format must be one of {FORMATS}, got {format!r}")
         if on_error not in ON_ERROR:
-            raise ConfigurationError(f"from_files: on_error must be one of {ON_ERROR}, got {on_error!r}")
+            raise ConfigurationError(
+                f"from_files: on_error must be one of {ON_ERROR}, got {on_error!r}"
+            )
         if monitor_interval is not None and not monitor_interval > 0:
             raise ConfigurationError(
                 f"from_files: monitor_interval must be > 0 seconds, got {monitor_interval!r}"
@@ -261,8 +263,10 @@ class CsvParser:
             if start == 0 or not line:
                 continue  # the header, or a blank line
             if isinstance(row, str) or len(row) != width:
-                reason = row if isinstance(row, str) else (
-                    f"expected {width} fields (header {header}), got {len(row)}"
+                reason = (
+                    row
+                    if isinstance(row, str)
+                    else (f"expected {width} fields (header {header}), got {len(row)}")
                 )
                 if dead_letter is None:
                     return out, _bad_record(path, "CSV", start, reason, line)
@@ -404,9 +408,7 @@ class ParquetReader(SourceReader):
                     path=split.path,
                     offset=split.row_group,
                 ) from exc
-            self._dead_letter(
-                {"file": split.path, "row_group": split.row_group, "error": reason}
-            )
+            self._dead_letter({"file": split.path, "row_group": split.row_group, "error": reason})
             self._splits.popleft()
             return None
         self._table = table

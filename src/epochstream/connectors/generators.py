@@ -133,7 +133,9 @@ class SequenceSource(Source):
     def create_splits(self, parallelism: int) -> list[SequenceSplit]:
         ranges = _ranges(max(0, self.stop - self.start), parallelism)
         base = self.start
-        return [SequenceSplit(f"seq-{i}", base + lo, base + hi) for i, (lo, hi) in enumerate(ranges)]
+        return [
+            SequenceSplit(f"seq-{i}", base + lo, base + hi) for i, (lo, hi) in enumerate(ranges)
+        ]
 
     def create_reader(self, ctx: SourceContext) -> SequenceReader:
         rate = None if self.rate is None else self.rate / ctx.parallelism

@@ -119,7 +119,9 @@ class JetStreamSource(Source):
         if not stream:
             raise ConfigurationError("JetStreamSource needs a stream name")
         if start_sequence < 1:
-            raise ConfigurationError(f"JetStreamSource start_sequence must be >= 1, got {start_sequence}")
+            raise ConfigurationError(
+                f"JetStreamSource start_sequence must be >= 1, got {start_sequence}"
+            )
         if fetch_batch < 1:
             raise ConfigurationError(f"JetStreamSource fetch_batch must be >= 1, got {fetch_batch}")
         self.servers = _servers(servers)
@@ -185,9 +187,7 @@ class JetStreamReader(SourceReader):
             )
             if split.subject:
                 config.filter_subject = split.subject
-            sub = await js.pull_subscribe(
-                split.subject or ">", stream=split.stream, config=config
-            )
+            sub = await js.pull_subscribe(split.subject or ">", stream=split.stream, config=config)
             return nc, sub
 
         self._nc, self._sub = self._loop.run(connect())
@@ -203,7 +203,9 @@ class JetStreamReader(SourceReader):
         async def fetch() -> list[Any]:
             try:
                 return list(
-                    await self._sub.fetch(min(max_records, self._source.fetch_batch), timeout=_FETCH_WAIT)
+                    await self._sub.fetch(
+                        min(max_records, self._source.fetch_batch), timeout=_FETCH_WAIT
+                    )
                 )
             except TimeoutError:  # nothing new within the wait (nats-py raises either kind)
                 return []
@@ -298,7 +300,9 @@ class JetStreamSink(Sink):
 
     transactional = True
 
-    def __init__(self, servers: str | list[str], subject: str, *, sink_id: str | None = None) -> None:
+    def __init__(
+        self, servers: str | list[str], subject: str, *, sink_id: str | None = None
+    ) -> None:
         if not subject:
             raise ConfigurationError("JetStreamSink needs a subject")
         self.servers = _servers(servers)

@@ -193,7 +193,9 @@ def interleaved_splits(events: int, parallelism: int, block: int) -> list[Nexmar
     k = max(1, min(parallelism, -(-events // block)))
     rounds, rest = divmod(events, k * block)
     return [
-        NexmarkSplit(f"nexmark-{i}", 0, rounds * block + min(max(rest - i * block, 0), block), i, k, block)
+        NexmarkSplit(
+            f"nexmark-{i}", 0, rounds * block + min(max(rest - i * block, 0), block), i, k, block
+        )
         for i in range(k)
     ]
 
@@ -236,13 +238,17 @@ class NexmarkSource(Source):
         kind: str | None = None,
     ) -> None:
         if not isinstance(config, NexmarkConfig):
-            raise ConfigurationError(f"NexmarkSource needs a NexmarkConfig, got {type(config).__name__}")
+            raise ConfigurationError(
+                f"NexmarkSource needs a NexmarkConfig, got {type(config).__name__}"
+            )
         if rate is not None and not (rate > 0 and math.isfinite(rate)):
             raise ConfigurationError(f"NexmarkSource rate must be a positive number, got {rate}")
         if batch_size is not None and (
             not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1
         ):
-            raise ConfigurationError(f"NexmarkSource batch_size must be a positive int, got {batch_size!r}")
+            raise ConfigurationError(
+                f"NexmarkSource batch_size must be a positive int, got {batch_size!r}"
+            )
         if (batch_size is not None and kind is None) or (kind is not None and kind not in KINDS):
             raise ConfigurationError(
                 f"NexmarkSource kind={kind!r}: a columnar source (batch_size) reads one kind, "
@@ -259,7 +265,9 @@ class NexmarkSource(Source):
 
     def create_reader(self, ctx: SourceContext) -> NexmarkReader:
         rate = None if self.rate is None else self.rate / ctx.parallelism
-        return NexmarkReader(self.config, ctx.clock, rate=rate, batch_size=self.batch_size, kind=self.kind)
+        return NexmarkReader(
+            self.config, ctx.clock, rate=rate, batch_size=self.batch_size, kind=self.kind
+        )
 
 
 class _BlockFetch:
@@ -363,7 +371,9 @@ class NexmarkReader(_RangeReader):
                 f"NexmarkReader got a {type(split).__qualname__} split, not a NexmarkSplit"
             )
         last = split.stream_ranges(split.stop - 1, split.stop)[-1][1] if split.stop else 0
-        if not (0 <= split.next <= split.stop and 0 <= split.index < split.of and last <= self._events):
+        if not (
+            0 <= split.next <= split.stop and 0 <= split.index < split.of and last <= self._events
+        ):
             raise ConfigurationError(
                 f"NexmarkSplit {split.split_id} covers {split.next}..{split.stop} of part "
                 f"{split.index} of {split.of}, outside the source's 0..{self._events} events"
@@ -411,11 +421,15 @@ def write_nexmark_files(directory: str | os.PathLike[str], config: NexmarkConfig
                     table = table.append_column(name, column)
                 parts.append(table)
             merged = pa.concat_tables(parts, promote_options="default")
-            merged = merged.take(pa.array(np.argsort(merged.column("_position").to_numpy(), kind="stable")))
+            merged = merged.take(
+                pa.array(np.argsort(merged.column("_position").to_numpy(), kind="stable"))
+            )
             merged = merged.drop_columns(["_position"])
             if union_schema is None:
                 union_schema = _union_schema(merged.schema)
-            _write(writers, directory, "events", merged.select(union_schema.names).cast(union_schema))
+            _write(
+                writers, directory, "events", merged.select(union_schema.names).cast(union_schema)
+            )
             counts["events"] += merged.num_rows
     finally:
         for writer in writers.values():
@@ -429,7 +443,9 @@ def _union_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(n, schema.field(n).type, nullable=True) for n in names])
 
 
-def _write(writers: dict[str, pq.ParquetWriter], directory: Any, stem: str, table: pa.Table) -> None:
+def _write(
+    writers: dict[str, pq.ParquetWriter], directory: Any, stem: str, table: pa.Table
+) -> None:
     writer = writers.get(stem)
     if writer is None:
         path = os.path.join(os.fspath(directory), f"{stem}.parquet")

@@ -54,10 +54,27 @@ __all__ = [
     "generate_columns",
 ]
 
-PERSON_FIELDS = ("id", "name", "email_address", "credit_card", "city", "state", "date_time", "extra")
+PERSON_FIELDS = (
+    "id",
+    "name",
+    "email_address",
+    "credit_card",
+    "city",
+    "state",
+    "date_time",
+    "extra",
+)
 AUCTION_FIELDS = (
-    "id", "item_name", "description", "initial_bid", "reserve", "date_time", "expires",
-    "seller", "category", "extra",
+    "id",
+    "item_name",
+    "description",
+    "initial_bid",
+    "reserve",
+    "date_time",
+    "expires",
+    "seller",
+    "category",
+    "extra",
 )
 BID_FIELDS = ("auction", "bidder", "price", "channel", "url", "date_time", "extra")
 #: Kinds in ``event_type`` order (0 person, 1 auction, 2 bid).
@@ -81,11 +98,41 @@ _CHANNELS = 10_000
 _HOT_CHANNELS = ("Google", "Facebook", "Baidu", "Apple")
 _US_STATES = ("AZ", "CA", "ID", "OR", "WA", "WY")
 _US_CITIES = (
-    "Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland",
-    "Bend", "Redmond", "Seattle", "Kent", "Cheyenne",
+    "Phoenix",
+    "Los Angeles",
+    "San Francisco",
+    "Boise",
+    "Portland",
+    "Bend",
+    "Redmond",
+    "Seattle",
+    "Kent",
+    "Cheyenne",
 )
-_FIRST_NAMES = ("Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah", "Deiter", "Walter")
-_LAST_NAMES = ("Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris")
+_FIRST_NAMES = (
+    "Peter",
+    "Paul",
+    "Luke",
+    "John",
+    "Saul",
+    "Vicky",
+    "Kate",
+    "Julie",
+    "Sarah",
+    "Deiter",
+    "Walter",
+)
+_LAST_NAMES = (
+    "Shultz",
+    "Abrams",
+    "Spencer",
+    "White",
+    "Bartels",
+    "Walton",
+    "Smith",
+    "Jones",
+    "Noris",
+)
 _POOL_BYTES = 1 << 16
 _MAX_SLICE = 512  # no string drawn from the pool is longer
 _SHUFFLE_PRIMES = (953, 967, 971, 977, 983, 991, 997)
@@ -229,7 +276,9 @@ def _pool_strings(seed: int, offsets: np.ndarray, lengths: np.ndarray) -> pa.Arr
     index = np.repeat(offsets - starts, lengths) + np.arange(total, dtype=np.int64)
     data = _pool(seed)[index]
     arrow_offsets = np.concatenate(([0], ends)).astype(np.int32)
-    return pa.StringArray.from_buffers(len(lengths), pa.py_buffer(arrow_offsets), pa.py_buffer(data))
+    return pa.StringArray.from_buffers(
+        len(lengths), pa.py_buffer(arrow_offsets), pa.py_buffer(data)
+    )
 
 
 def _random_strings(config: NexmarkConfig, draws: _Draws, k: int, lengths: np.ndarray) -> pa.Array:
@@ -255,7 +304,9 @@ def _fixed_width(chars: np.ndarray) -> pa.Array:
     """One string per row of a uint8 matrix."""
     rows, width = chars.shape
     offsets = np.arange(0, (rows + 1) * width, width, dtype=np.int32)
-    return pa.StringArray.from_buffers(rows, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(chars)))
+    return pa.StringArray.from_buffers(
+        rows, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(chars))
+    )
 
 
 def _digits(bits: np.ndarray, count: int, alphabet: bytes) -> np.ndarray:
@@ -279,7 +330,9 @@ def _persons(config: NexmarkConfig, n: np.ndarray) -> pa.RecordBatch:
     email = np.hstack([letters[:, :7], at, letters[:, 7:], dotcom])
     digits = _digits(d.bits(3), 16, b"0123456789")
     space = np.full((len(n), 1), ord(" "), dtype=np.uint8)
-    card = np.hstack([digits[:, 0:4], space, digits[:, 4:8], space, digits[:, 8:12], space, digits[:, 12:16]])
+    card = np.hstack(
+        [digits[:, 0:4], space, digits[:, 4:8], space, digits[:, 8:12], space, digits[:, 12:16]]
+    )
     name_index = d.below(0, len(tables["name"]))
     name = tables["name"].take(pa.array(name_index))
     name_lengths = np.diff(np.frombuffer(tables["name"].buffers()[1], dtype=np.int32))

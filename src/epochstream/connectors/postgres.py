@@ -219,7 +219,9 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitSinkWriter[PgTxn]):
         from psycopg import sql
 
         rows = self._table.rows(records)
-        query = sql.SQL("COPY {} ({}) FROM STDIN").format(self._table.ident, self._table.column_list)
+        query = sql.SQL("COPY {} ({}) FROM STDIN").format(
+            self._table.ident, self._table.column_list
+        )
         with self._table.conn.cursor() as cur, cur.copy(query) as copy:
             for row in rows:
                 copy.write_row(row)

@@ -45,12 +45,14 @@ KG = "_kg"
 #: name, which the edge refuses rather than overwrite.
 KG_FIELD = pa.field(KG, pa.int32(), metadata={b"epochstream": b"key_groups"})
 
+
 def is_key_group_field(field: pa.Field) -> bool:
     """Whether ``field`` is the ``_kg`` column a hash edge added (not a user's ``_kg``).
 
     Example: ``is_key_group_field(KG_FIELD) and not is_key_group_field(pa.field("_kg", pa.int32()))``
     """
     return field.name == KG and field.metadata == KG_FIELD.metadata
+
 
 def shown_columns(schema: pa.Schema) -> str:
     """A batch's column names for an error message: the user's, without the edge's own
@@ -108,7 +110,11 @@ def plain_types(batch: Any) -> Any:
     schema = batch.schema
     if not any(f.type in _VIEWS for f in schema):
         return batch
-    return batch.cast(pa.schema([f.with_type(_VIEWS.get(f.type, f.type)) for f in schema], metadata=schema.metadata))
+    return batch.cast(
+        pa.schema(
+            [f.with_type(_VIEWS.get(f.type, f.type)) for f in schema], metadata=schema.metadata
+        )
+    )
 
 
 def same_columns(schema: pa.Schema, first: pa.Schema) -> bool:

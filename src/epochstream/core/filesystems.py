@@ -295,7 +295,9 @@ class LocalFS(StorageFS):
         directory = os.path.dirname(path)
         _makedirs_in_layout(directory, writing=path)
         # mkstemp creates the file 0600: checkpoints are private to their user.
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory
+        )
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)

@@ -74,9 +74,26 @@ class StorageFault(Enum):
 _TRANSIENT_ERRNOS = frozenset(
     getattr(errno, name)
     for name in (
-        "EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT", "EIO", "ESTALE", "ETIMEDOUT",
-        "ECONNREFUSED", "ECONNRESET", "ECONNABORTED", "EHOSTUNREACH", "ENETUNREACH",
-        "ENETDOWN", "EAGAIN", "EBUSY", "ENOTCONN", "EPIPE", "EINTR", "ENOTDIR",
+        "EACCES",
+        "EPERM",
+        "EROFS",
+        "ENOSPC",
+        "EDQUOT",
+        "EIO",
+        "ESTALE",
+        "ETIMEDOUT",
+        "ECONNREFUSED",
+        "ECONNRESET",
+        "ECONNABORTED",
+        "EHOSTUNREACH",
+        "ENETUNREACH",
+        "ENETDOWN",
+        "EAGAIN",
+        "EBUSY",
+        "ENOTCONN",
+        "EPIPE",
+        "EINTR",
+        "ENOTDIR",
     )
     if hasattr(errno, name)
 )

@@ -206,7 +206,9 @@ class WatermarkStrategy:
 
         Example: ``WatermarkStrategy.bounded_out_of_orderness(timedelta(seconds=3))``
         """
-        return WatermarkStrategy(_Bounded(to_millis(max_out_of_orderness, "out-of-orderness bound")))
+        return WatermarkStrategy(
+            _Bounded(to_millis(max_out_of_orderness, "out-of-orderness bound"))
+        )
 
     for_bounded_out_of_orderness = bounded_out_of_orderness
 
@@ -235,7 +237,9 @@ class WatermarkStrategy:
         Example: ``WatermarkStrategy.for_generator(EveryTenSeconds)``
         """
         if not callable(factory):
-            raise ConfigurationError("for_generator needs a callable returning a WatermarkGenerator")
+            raise ConfigurationError(
+                "for_generator needs a callable returning a WatermarkGenerator"
+            )
         return WatermarkStrategy(factory)
 
     # -------------------------------------------------------------- options
@@ -265,7 +269,9 @@ class WatermarkStrategy:
 
         Example: ``strategy.with_idleness(timedelta(seconds=10))``
         """
-        return replace(self, idle_timeout_ms=to_millis(timeout, "idleness timeout", allow_zero=False))
+        return replace(
+            self, idle_timeout_ms=to_millis(timeout, "idleness timeout", allow_zero=False)
+        )
 
     def create_generator(self) -> WatermarkGenerator:
         """A fresh generator (one per split)."""

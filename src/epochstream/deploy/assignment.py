@@ -66,7 +66,9 @@ def restore_candidates(
     readable = [e for e in entries if e.metadata is not None]
     if not readable:
         detail = f" ({len(entries)} unreadable)" if entries else ""
-        raise ConfigurationError(f"restore: no readable completed checkpoint under {location}{detail}")
+        raise ConfigurationError(
+            f"restore: no readable completed checkpoint under {location}{detail}"
+        )
     readable.sort(key=lambda e: e.metadata.completion_time, reverse=True)  # type: ignore[union-attr]
     return [
         CompletedCheckpoint(e.checkpoint_id, e.directory, e.metadata, owned=False)  # type: ignore[arg-type]

@@ -44,11 +44,11 @@ def redirect_file(url: str, *, parent: str | None = None) -> Path:
     path = directory / "open-dashboard.html"
     quoted = html.escape(url, quote=True)
     page = (
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n"
-        f"<meta http-equiv=\"refresh\" content=\"0;url={quoted}\">\n"
-        "<meta name=\"referrer\" content=\"no-referrer\">\n"
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8">\n'
+        f'<meta http-equiv="refresh" content="0;url={quoted}">\n'
+        '<meta name="referrer" content="no-referrer">\n'
         "<title>epochstream dashboard</title></head>\n"
-        f"<body><p>Opening the dashboard: <a href=\"{quoted}\">continue</a>.</p></body></html>\n"
+        f'<body><p>Opening the dashboard: <a href="{quoted}">continue</a>.</p></body></html>\n'
     )
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as out:

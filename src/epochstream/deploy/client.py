@@ -272,10 +272,16 @@ def latest_run_checkpoints(env: Any, job_name: str) -> list[Any] | None:
         )
     runs: dict[str, list[Any]] = {}
     for e in entries:
-        if e.metadata is not None and e.metadata.job_name == job_name and e.metadata.kind == "checkpoint":
+        if (
+            e.metadata is not None
+            and e.metadata.job_name == job_name
+            and e.metadata.kind == "checkpoint"
+        ):
             runs.setdefault(e.metadata.job_id, []).append(e)
     if not runs:
-        log.warning("resume: no earlier checkpoint of job %r; starting from the beginning", job_name)
+        log.warning(
+            "resume: no earlier checkpoint of job %r; starting from the beginning", job_name
+        )
         return None
     newest_run = max(runs.values(), key=lambda es: max(e.metadata.completion_time for e in es))
     newest_run.sort(key=lambda e: e.checkpoint_id, reverse=True)
@@ -285,4 +291,7 @@ def latest_run_checkpoints(env: Any, job_name: str) -> list[Any] | None:
         newest_run[0].checkpoint_id,
         newest_run[0].metadata.job_id,
     )
-    return [CompletedCheckpoint(e.checkpoint_id, e.directory, e.metadata, owned=False) for e in newest_run]
+    return [
+        CompletedCheckpoint(e.checkpoint_id, e.directory, e.metadata, owned=False)
+        for e in newest_run
+    ]

@@ -64,7 +64,7 @@ from importlib import resources
 from typing import Any
 
 from epochstream.deploy.http_server import HttpLimits, HttpServer, Request, Response
-from epochstream.deploy.registry import JobEntry, register
+from epochstream.deploy.job_registry import JobEntry, register
 from epochstream.deploy.savepoints import SavepointTargets
 from epochstream.exceptions import CheckpointError, ConfigurationError
 
@@ -167,15 +167,15 @@ class Credentials:
         if given and hmac.compare_digest(given.encode("utf-8", "replace"), self._bearer):
             return "token"
         cookie = _cookie(request.headers.get("cookie", ""), self.cookie_name)
-        if cookie is not None and hmac.compare_digest(cookie.encode("utf-8", "replace"), self._session):
+        if cookie is not None and hmac.compare_digest(
+            cookie.encode("utf-8", "replace"), self._session
+        ):
             return "cookie"
         return None
 
     def set_cookie(self) -> str:
         """The ``Set-Cookie`` header value that signs a browser in."""
-        return (
-            f"{self.cookie_name}={self._session.decode()}; Path=/v1/; HttpOnly; SameSite=Strict"
-        )
+        return f"{self.cookie_name}={self._session.decode()}; Path=/v1/; HttpOnly; SameSite=Strict"
 
 
 def _cookie(header: str, name: str) -> str | None:
@@ -228,8 +228,12 @@ class _Api:
         try:
             if request.method == "POST":
                 if how == "cookie" and request.headers.get(_CSRF_HEADER) != _CSRF_VALUE:
-                    raise _Refused(403, f"a POST signed in by cookie must send {_CSRF_HEADER}: {_CSRF_VALUE}")
-                return Response.json(200, self._post(path, _json_body(request), how), authenticated=True)
+                    raise _Refused(
+                        403, f"a POST signed in by cookie must send {_CSRF_HEADER}: {_CSRF_VALUE}"
+                    )
+                return Response.json(
+                    200, self._post(path, _json_body(request), how), authenticated=True
+                )
             if path == "/metrics":
                 body, content_type = self.scrape()
                 return Response(200, body, [("Content-Type", content_type)], authenticated=True)
@@ -270,8 +274,10 @@ class _Api:
         if not code or not self.codes.redeem(code):
             return Response.json(
                 401,
-                {"error": "this dashboard login is used up or expired: get a new one with "
-                 "`epochstream status JOB_ID --open` (or --dashboard)"},
+                {
+                    "error": "this dashboard login is used up or expired: get a new one with "
+                    "`epochstream status JOB_ID --open` (or --dashboard)"
+                },
             )
         headers = [
             ("Location", "/dashboard/"),
@@ -287,7 +293,10 @@ class _Api:
         if path == "/v1/dashboard/login":
             if how != "token":
                 raise _Refused(403, "a dashboard login is minted with the bearer token only")
-            return {"path": f"/dashboard/login?code={self.codes.issue()}", "expires_in_s": LOGIN_CODE_TTL}
+            return {
+                "path": f"/dashboard/login?code={self.codes.issue()}",
+                "expires_in_s": LOGIN_CODE_TTL,
+            }
         if path not in ("/v1/savepoints", "/v1/cancel"):
             raise _Refused(404, f"no route POST {path}")
         self._check_running()
@@ -312,7 +321,9 @@ class _Api:
         if config is not None:
             anywhere = bool(getattr(master.env, "endpoint_savepoints_anywhere", False))
             try:
-                directory = SavepointTargets(config.savepoint_location, anywhere=anywhere).resolve(directory)
+                directory = SavepointTargets(config.savepoint_location, anywhere=anywhere).resolve(
+                    directory
+                )
             except ConfigurationError as exc:
                 raise _Refused(403, str(exc)) from exc
         request = master.request_savepoint(directory, terminate=terminate)
@@ -325,9 +336,13 @@ class _Api:
             except TimeoutError as exc:
                 # A job that ends while the request waits in its queue never answers it.
                 if master.finished_at is not None and not request.done:
-                    raise _Refused(409, f"job {master.job_id} has ended ({master.outcome})") from exc
+                    raise _Refused(
+                        409, f"job {master.job_id} has ended ({master.outcome})"
+                    ) from exc
                 if time.monotonic() > deadline:
-                    raise _Refused(409, f"savepoint not done after {_SAVEPOINT_TIMEOUT:g} s") from exc
+                    raise _Refused(
+                        409, f"savepoint not done after {_SAVEPOINT_TIMEOUT:g} s"
+                    ) from exc
 
     def scrape(self) -> tuple[bytes, str]:
         """The Prometheus text and its content type."""
@@ -383,12 +398,18 @@ class _Views:
                 "name": c.name,
                 "parallelism": graph.parallelism,
                 "is_source": c.is_source,
-                "operators": [{"uid": op.uid, "name": op.name, "kind": op.kind} for op in c.operators],
+                "operators": [
+                    {"uid": op.uid, "name": op.name, "kind": op.kind} for op in c.operators
+                ],
             }
             for c in graph.chains
         ]
         edges = [
-            {"source": e.source_chain, "target": e.target_chain, "partitioning": e.partitioning.kind}
+            {
+                "source": e.source_chain,
+                "target": e.target_chain,
+                "partitioning": e.partitioning.kind,
+            }
             for e in graph.edges
         ]
         return {**self.master.status(), "graph": {"vertices": vertices, "edges": edges}}

@@ -183,7 +183,9 @@ class SourceEnumerators:
         waiting = self._waiting.get(chain_id)
         if waiting is None:
             if chain_id not in self._enumerators:
-                raise ValueError(f"split request of subtask {subtask} for unknown source {chain_id!r}")
+                raise ValueError(
+                    f"split request of subtask {subtask} for unknown source {chain_id!r}"
+                )
             return []  # splits of this source are not assigned on request
         if subtask not in waiting:
             waiting.append(subtask)

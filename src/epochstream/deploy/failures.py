@@ -132,7 +132,9 @@ class FailureHandler:
             fallback = self._coordinator.discard_corrupt(corrupt.checkpoint_id, str(corrupt))
             if fallback is None:
                 raise give_up(
-                    self._job_id, failures, failure,
+                    self._job_id,
+                    failures,
+                    failure,
                     "the checkpoint or savepoint it restored is corrupt and no older checkpoint is left",
                 )
             log.warning(

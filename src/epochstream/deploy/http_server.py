@@ -78,10 +78,21 @@ _MAX_WAITING = 8
 _REQUEST_GRACE = 0.25
 _BACKOFF = 0.2
 _REASONS = {
-    200: "OK", 302: "Found", 303: "See Other", 400: "Bad Request", 401: "Unauthorized",
-    403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
-    409: "Conflict", 413: "Content Too Large", 431: "Request Header Fields Too Large",
-    500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable",
+    200: "OK",
+    302: "Found",
+    303: "See Other",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    409: "Conflict",
+    413: "Content Too Large",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    503: "Service Unavailable",
 }
 
 
@@ -219,7 +230,17 @@ def listen_socket(host: str, port: int, backlog: int) -> socket.socket:
 class _Connection:
     """One accepted connection: its socket, h11 state and whether it authenticated."""
 
-    __slots__ = ("authenticated", "busy", "evicted", "peer", "protocol", "received", "served", "sock", "task")
+    __slots__ = (
+        "authenticated",
+        "busy",
+        "evicted",
+        "peer",
+        "protocol",
+        "received",
+        "served",
+        "sock",
+        "task",
+    )
 
     def __init__(self, sock: socket.socket, peer: str, max_head: int) -> None:
         self.sock = sock
@@ -261,7 +282,9 @@ class HttpServer:
         self._handler = handler
         self.limits = limits
         self.max_connections = connection_cap(limits.max_connections)
-        self.max_unauthenticated = max(1, min(limits.max_unauthenticated, self.max_connections // 2))
+        self.max_unauthenticated = max(
+            1, min(limits.max_unauthenticated, self.max_connections // 2)
+        )
         self._listener = listen_socket(host, port, limits.backlog)
         bound = self._listener.getsockname()
         shown = f"[{bound[0]}]" if self._listener.family == socket.AF_INET6 else bound[0]
@@ -355,7 +378,9 @@ class HttpServer:
 
     def _exhausted(self, exc: OSError) -> None:
         """Out of descriptors: free one of ours if we can, else stop accepting a while."""
-        self._bad.warning("job endpoint: accept failed (%s); %d connections open", exc, len(self._connections))
+        self._bad.warning(
+            "job endpoint: accept failed (%s); %d connections open", exc, len(self._connections)
+        )
         if self._evict_one("out of file descriptors"):
             return
         if not self._paused:
@@ -424,7 +449,9 @@ class HttpServer:
         elif _has_data(waiting.sock):
             self._take_a_place(waiting.sock, waiting.peer, reason)
         else:
-            self._refuse(waiting.sock, waiting.peer, f"{reason}; no request within {_REQUEST_GRACE}s")
+            self._refuse(
+                waiting.sock, waiting.peer, f"{reason}; no request within {_REQUEST_GRACE}s"
+            )
 
     def _open(self, sock: socket.socket, peer: str) -> None:
         """Serve ``sock`` as a connection of its own task."""
@@ -444,7 +471,9 @@ class HttpServer:
         task = conn.task
         if task is not None and not task.cancelled() and task.exception() is not None:
             # A bug in this module, not a peer's doing: show it whole.
-            log.error("job endpoint: connection from %s failed", conn.peer, exc_info=task.exception())
+            log.error(
+                "job endpoint: connection from %s failed", conn.peer, exc_info=task.exception()
+            )
 
     def _evict_one(self, reason: str) -> bool:
         """Close one unauthenticated connection waiting for its request: the oldest that
@@ -480,7 +509,9 @@ class HttpServer:
     async def _connection(self, conn: _Connection) -> None:
         try:
             while True:
-                timeout = self.limits.request_timeout if conn.authenticated else self.limits.head_timeout
+                timeout = (
+                    self.limits.request_timeout if conn.authenticated else self.limits.head_timeout
+                )
                 async with asyncio.timeout(timeout):
                     request = await self._read_request(conn)
                 if request is None:
@@ -493,14 +524,21 @@ class HttpServer:
                 conn.authenticated = conn.authenticated or response.authenticated
                 await self._send(conn, response, head_only=request.method == "HEAD")
                 conn.served = True
-                if conn.protocol.our_state is not h11.DONE or conn.protocol.their_state is not h11.DONE:
+                if (
+                    conn.protocol.our_state is not h11.DONE
+                    or conn.protocol.their_state is not h11.DONE
+                ):
                     return
                 conn.protocol.start_next_cycle()
         except TimeoutError:
             if conn.protocol.their_state is h11.IDLE and not conn.protocol.trailing_data[0]:
                 if conn.served:
                     return  # a kept-alive connection that went quiet: an ordinary close
-                self._bad.warning("job endpoint: %s sent no request within %g s", conn.peer, self.limits.head_timeout)
+                self._bad.warning(
+                    "job endpoint: %s sent no request within %g s",
+                    conn.peer,
+                    self.limits.head_timeout,
+                )
             else:
                 self._bad.warning("job endpoint: %s did not finish its request in time", conn.peer)
             await self._send_raw(conn, _raw_error(408, "request not received in time"))
@@ -521,12 +559,16 @@ class HttpServer:
             except h11.RemoteProtocolError as exc:
                 status = exc.error_status_hint
                 if status == 431:
-                    raise _Refusal(431, f"request head larger than {self.limits.max_head} bytes") from exc
+                    raise _Refusal(
+                        431, f"request head larger than {self.limits.max_head} bytes"
+                    ) from exc
                 raise _Refusal(status, f"malformed request: {exc}") from exc
             if event is h11.NEED_DATA:
                 if protocol.they_are_waiting_for_100_continue:
                     # curl sends "Expect: 100-continue" before a body over 1 KiB.
-                    continued = protocol.send(h11.InformationalResponse(status_code=100, headers=[]))
+                    continued = protocol.send(
+                        h11.InformationalResponse(status_code=100, headers=[])
+                    )
                     await self._loop.sock_sendall(conn.sock, continued or b"")
                 data = await self._loop.sock_recv(conn.sock, self.limits.max_head)
                 conn.received = conn.received or bool(data)
@@ -567,9 +609,16 @@ class HttpServer:
         if not any(name.lower() == "cache-control" for name, _ in response.headers):
             headers.append(("Cache-Control", "no-store"))
         protocol = conn.protocol
-        data = protocol.send(
-            h11.Response(status_code=response.status, headers=headers, reason=_REASONS.get(response.status, ""))
-        ) or b""
+        data = (
+            protocol.send(
+                h11.Response(
+                    status_code=response.status,
+                    headers=headers,
+                    reason=_REASONS.get(response.status, ""),
+                )
+            )
+            or b""
+        )
         if not head_only:  # a HEAD answer has the GET answer's headers and no body
             data += protocol.send(h11.Data(data=response.body)) or b""
         data += protocol.send(h11.EndOfMessage()) or b""

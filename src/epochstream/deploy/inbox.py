@@ -44,7 +44,9 @@ ROOT_CAUSE_GRACE = 1.0
 class Inbox:
     """The job master's queue with the waits that happen outside the attempt loop."""
 
-    def __init__(self, events: queue.Queue[Any], clock: Clock, job_id: str, metrics: JobMetrics) -> None:
+    def __init__(
+        self, events: queue.Queue[Any], clock: Clock, job_id: str, metrics: JobMetrics
+    ) -> None:
         self.events = events
         self._clock = clock
         self._job_id = job_id

@@ -50,8 +50,8 @@ from epochstream.deploy.endpoint import JobEndpoint
 from epochstream.deploy.enumeration import SourceEnumerators
 from epochstream.deploy.failures import Failure, FailureHandler, runner_lost
 from epochstream.deploy.inbox import Inbox
+from epochstream.deploy.job_registry import unregister
 from epochstream.deploy.metrics import JobMetrics, job_status
-from epochstream.deploy.registry import unregister
 from epochstream.deploy.runners import Runner, RunnerLost
 from epochstream.deploy.savepoints import SavepointRequest, SavepointRequests
 from epochstream.deploy.storage_io import StorageWorker

@@ -46,7 +46,9 @@ class JobMetrics:
         self._failed_checkpoints: list[dict[str, Any]] = []
         # Operators whose output leaves the chain (their records_out is the vertex's).
         self._leaving = {
-            c.chain_id: [op.uid for op in c.operators if any(o.edge_id is not None for o in op.outputs)]
+            c.chain_id: [
+                op.uid for op in c.operators if any(o.edge_id is not None for o in op.outputs)
+            ]
             for c in graph.chains
         }
 
@@ -59,7 +61,9 @@ class JobMetrics:
                 self._latest[sample.task] = sample
             if not self._history or wall - self._history[-1]["time"] >= 0.95:
                 vertices = self._aggregate()
-                lags = [v["watermark_lag_ms"] for v in vertices if v["watermark_lag_ms"] is not None]
+                lags = [
+                    v["watermark_lag_ms"] for v in vertices if v["watermark_lag_ms"] is not None
+                ]
                 self._history.append(
                     {
                         "time": wall,

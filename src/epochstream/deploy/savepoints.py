@@ -145,7 +145,9 @@ class SavepointRequests:
         #: The completed stop-with-savepoint ending the job, once there is one.
         self.stopping: SavepointRequest | None = None
 
-    def start(self, request: SavepointRequest, coordinator: Any, config: Any, *, running: bool) -> None:
+    def start(
+        self, request: SavepointRequest, coordinator: Any, config: Any, *, running: bool
+    ) -> None:
         """Trigger ``request`` on ``coordinator``, or fail it saying why not."""
         if coordinator is None or config is None:
             request.fail("savepoints need checkpointing: call env.enable_checkpointing(...)")
@@ -163,14 +165,20 @@ class SavepointRequests:
             ensure_private_location(
                 base, what="savepoint directory", trust_shared=config.trust_shared_storage
             )
-            target = storage_fs(base, config.storage_options).join(base, savepoint_name(self._job_id))
-            request.checkpoint_id = coordinator.trigger_savepoint(target, terminate=request.terminate)
+            target = storage_fs(base, config.storage_options).join(
+                base, savepoint_name(self._job_id)
+            )
+            request.checkpoint_id = coordinator.trigger_savepoint(
+                target, terminate=request.terminate
+            )
         except (CheckpointError, ConfigurationError) as err:
             request.fail(str(err))
             return
         self._pending[request.checkpoint_id] = request
 
-    def done(self, checkpoint_id: int, path: str | None, error: str | None) -> SavepointRequest | None:
+    def done(
+        self, checkpoint_id: int, path: str | None, error: str | None
+    ) -> SavepointRequest | None:
         """Answer the request of ``checkpoint_id``; returns it when it now stops the job."""
         request = self._pending.pop(checkpoint_id, None)
         if request is None:

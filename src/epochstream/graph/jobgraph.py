@@ -157,7 +157,9 @@ def _assign_uids(graph: LogicalGraph) -> dict[int, str]:
     for t in graph.transformations:
         uid = t.uid
         if uid is None:
-            parents = ",".join(f"{uids[e.source_id]}:{e.tag}:{e.partitioning.kind}" for e in t.inputs)
+            parents = ",".join(
+                f"{uids[e.source_id]}:{e.tag}:{e.partitioning.kind}" for e in t.inputs
+            )
             signature = f"{t.kind}|{t.name}|{parents}"
             rank = ranks.get(signature, 0)
             ranks[signature] = rank + 1

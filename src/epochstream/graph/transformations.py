@@ -40,7 +40,9 @@ COLUMNAR_STATE_KINDS = frozenset(
     }
 )
 #: Kinds whose output is columnar (Arrow record batches).
-COLUMNAR_OUTPUT_KINDS = frozenset({"map_batches", "filter_batches", "to_batches"}) | COLUMNAR_STATE_KINDS
+COLUMNAR_OUTPUT_KINDS = (
+    frozenset({"map_batches", "filter_batches", "to_batches"}) | COLUMNAR_STATE_KINDS
+)
 #: Kinds that need a keyed input (key-group hash partitioning and a key selector).
 KEYED_KINDS = frozenset({"reduce", "window", "interval_join", "deduplicate"}) | COLUMNAR_STATE_KINDS
 #: Operator kinds the runtime knows how to run.
@@ -65,7 +67,14 @@ KINDS = (
 )
 #: Kinds with exactly two inputs (first and second stream).
 TWO_INPUT_KINDS = frozenset(
-    {"co_map", "co_flat_map", "co_process", "interval_join", "columnar_join", "columnar_window_join"}
+    {
+        "co_map",
+        "co_flat_map",
+        "co_process",
+        "interval_join",
+        "columnar_join",
+        "columnar_window_join",
+    }
 )
 
 
@@ -160,9 +169,7 @@ class Transformation:
     def input_key_selectors(self) -> list[Callable[[Any], Any]] | None:
         """Per input, its key selector, when every input is keyed (keyed two-input operators)."""
         selectors = [e.partitioning.key_selector for e in self.inputs]
-        if self.kind in TWO_INPUT_KINDS and all(
-            e.partitioning.kind == "hash" for e in self.inputs
-        ):
+        if self.kind in TWO_INPUT_KINDS and all(e.partitioning.kind == "hash" for e in self.inputs):
             return selectors  # type: ignore[return-value]
         return None
 

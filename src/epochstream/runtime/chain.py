@@ -92,7 +92,9 @@ def _count_out(fn: Callable[..., None], counters: OperatorCounters) -> Callable[
     return emit
 
 
-def _watch_watermark(fn: Callable[[int], None], counters: OperatorCounters) -> Callable[[int], None]:
+def _watch_watermark(
+    fn: Callable[[int], None], counters: OperatorCounters
+) -> Callable[[int], None]:
     def process(timestamp: int) -> None:
         counters.watermark = timestamp
         fn(timestamp)

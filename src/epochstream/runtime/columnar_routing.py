@@ -34,7 +34,6 @@ from epochstream.state.column_keygroups import key_groups_of_column
 __all__ = ["ColumnarRouter", "with_key_groups"]
 
 
-
 def with_key_groups(batch: pa.RecordBatch, key: ColumnKey, max_parallelism: int) -> pa.RecordBatch:
     """``batch`` with its ``_kg`` column computed from column ``key.column`` (replacing
     the one an earlier hash edge added, which a keyed stream's ``map_batches`` carries).
@@ -77,7 +76,9 @@ def _in_first_order(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
     whether such batches met in one buffer must not decide whether the job fails."""
     names = batches[0].schema.names
     return [
-        b.select(names) if b.schema.names != names and sorted(b.schema.names) == sorted(names) else b
+        b.select(names)
+        if b.schema.names != names and sorted(b.schema.names) == sorted(names)
+        else b
         for b in batches
     ]
 
@@ -151,7 +152,9 @@ class ColumnarRouter:
                 return
             groups = batch.column(KG).to_numpy()
             # int16 channels: NumPy's stable sort of 16-bit ints is a radix sort, O(rows).
-            channels = ((groups.astype(np.int32) * self._n) // self._max_parallelism).astype(np.int16)
+            channels = ((groups.astype(np.int32) * self._n) // self._max_parallelism).astype(
+                np.int16
+            )
             order = np.argsort(channels, kind="stable")
             counts = np.bincount(channels, minlength=self._n)
             ordered = batch.take(pa.array(order))
@@ -193,5 +196,3 @@ class ColumnarRouter:
                     ) from exc
                 batch = concat(widened)
             self._ship_one(ch, batch)
-
-

@@ -190,7 +190,12 @@ class _Slot:
             # The job master closed the control connection first (the job is ending, as
             # in a stop with a savepoint, or failing over): nobody is left to tell, and
             # this slot is being torn down. Said here, not as a thread's traceback.
-            log.info("slot %d: %s, after the control connection closed (%r)", self.index, failure.description, closed)
+            log.info(
+                "slot %d: %s, after the control connection closed (%r)",
+                self.index,
+                failure.description,
+                closed,
+            )
 
     def _wire(self, addresses: dict[int, tuple[str, int]]) -> None:
         g = self.graph
@@ -213,9 +218,7 @@ class _Slot:
                     else:
                         hello = ChannelHello(edge.edge_id, self.index, j)
                         conn = open_channel(addresses[j], self.launch.secret, hello)
-                        channels.append(
-                            NetworkChannel(conn, edge_name, task.metrics.backpressure)
-                        )
+                        channels.append(NetworkChannel(conn, edge_name, task.metrics.backpressure))
                 task.writers[edge.edge_id] = RecordWriter(
                     channels,
                     partitioning=edge.partitioning,
@@ -298,7 +301,9 @@ class _Slot:
 
     def _send_metrics(self) -> None:
         now, wall = time.perf_counter(), wall_ms(self.clock)
-        self.send(SlotMetrics(self.index, [s.sample(now=now, wall_ms=wall) for s in self._samplers]))
+        self.send(
+            SlotMetrics(self.index, [s.sample(now=now, wall_ms=wall) for s in self._samplers])
+        )
 
     def shutdown(self) -> None:
         """Stop everything: cancel gates, close sockets, let threads end."""
@@ -319,7 +324,9 @@ class _Slot:
         try:
             shutil.rmtree(self.local_dir)
         except OSError as exc:  # scratch only (state lives in checkpoints): report, go on
-            log.warning("slot %d: cannot remove scratch dir %s: %r", self.index, self.local_dir, exc)
+            log.warning(
+                "slot %d: cannot remove scratch dir %s: %r", self.index, self.local_dir, exc
+            )
 
 
 def run_slot(launch: SlotLaunch, *, index: int, host: str) -> None:

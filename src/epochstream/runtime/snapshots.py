@@ -6,7 +6,7 @@ acknowledging runs here, so the task goes back to records at once.
 
 The thread still shares the GIL with the task threads. Its work comes in C calls of
 bounded length (a heap snapshot is pickled in chunks, see
-:mod:`epochstream.state.backends.heap_files`), and while a job runs the process's GIL
+:mod:`epochstream.state.backends.heap.files`), and while a job runs the process's GIL
 switch interval is :data:`SNAPSHOT_SWITCH_INTERVAL_S` instead of CPython's 5 ms, so a
 task thread that wants the GIL waits about 1 ms, not 5, each time the snapshot thread
 holds it. Only while a job runs: a 1 ms interval at all times cost W1's row path 15 %

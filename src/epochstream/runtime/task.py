@@ -37,6 +37,7 @@ from epochstream.core.events import (
     Watermark,
     WatermarkStatus,
 )
+from epochstream.core.serializers import pickle_dumps
 from epochstream.core.storage_faults import is_unavailable
 from epochstream.exceptions import CorruptStateError, StorageUnavailableError
 from epochstream.graph.jobgraph import ChainSpec, JobGraph
@@ -83,7 +84,6 @@ from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
 from epochstream.state.handles import OperatorSubtaskState
 from epochstream.state.keygroups import key_group_range_for_operator
 from epochstream.state.operator import OperatorStateStore
-from epochstream.state.serializers import pickle_dumps
 
 __all__ = ["Task", "TaskEnvironment"]
 
@@ -185,7 +185,9 @@ class Task:
                             g.max_parallelism, g.parallelism, self.subtask
                         ),
                         clock=self.env.clock,
-                        local_dir=os.path.join(self.env.local_dir, f"{_safe(spec.uid)}-{self.subtask}"),
+                        local_dir=os.path.join(
+                            self.env.local_dir, f"{_safe(spec.uid)}-{self.subtask}"
+                        ),
                         storage_options=self.env.storage_options,
                     )
                 )
@@ -293,8 +295,11 @@ class Task:
         of their pre-committed transactions no checkpoint will ever commit."""
         if any(isinstance(op, SinkOperator) for op in self.operators):
             if not self.cancel.wait(CANCEL_WAIT):
-                log.warning("%s: no cancel from the job master within %.0f s; closing",
-                            self.name, CANCEL_WAIT)
+                log.warning(
+                    "%s: no cancel from the job master within %.0f s; closing",
+                    self.name,
+                    CANCEL_WAIT,
+                )
 
     def _close(self) -> None:
         abandon_above = self.cancel.abandon_above

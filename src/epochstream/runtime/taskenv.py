@@ -16,7 +16,7 @@ from epochstream.core.clock import SystemClock
 from epochstream.core.filesystems import StorageFS, storage_fs
 from epochstream.runtime.snapshots import SnapshotExecutor
 from epochstream.state.backends.base import StateBackend
-from epochstream.state.backends.heap import HeapStateBackend
+from epochstream.state.backends.heap.backend import HeapStateBackend
 
 __all__ = ["TaskEnvironment"]
 

@@ -30,10 +30,10 @@ from collections.abc import Callable
 from typing import Any
 
 from epochstream.core.events import MIN_WATERMARK
+from epochstream.core.state_descriptors import ValueStateDescriptor
 from epochstream.core.time import TimeDomain
 from epochstream.exceptions import ConfigurationError
 from epochstream.state.backends.base import KeyedStateBackend
-from epochstream.state.descriptors import ValueStateDescriptor
 
 __all__ = ["TIMERS_STATE", "InternalTimerService", "TimerService"]
 

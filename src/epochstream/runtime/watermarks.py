@@ -79,7 +79,8 @@ class WatermarkValve:
 
     def _advance(self) -> int | None:
         marks = [
-            m for m, idle, ended in zip(self._marks, self._idle, self._ended, strict=True)
+            m
+            for m, idle, ended in zip(self._marks, self._idle, self._ended, strict=True)
             if not idle and not ended
         ]
         if not marks:
@@ -186,7 +187,9 @@ class TimestampsAndWatermarks:
                 if previous is None:
                     timestamps = [assign(record, None) for record in records]
                 else:
-                    timestamps = [assign(record, p) for record, p in zip(records, previous, strict=True)]
+                    timestamps = [
+                        assign(record, p) for record, p in zip(records, previous, strict=True)
+                    ]
             except Exception as exc:
                 raise UserFunctionError(f"{self.where} timestamp assigner", record, exc) from exc
         if set(map(type, timestamps)) != {int}:

@@ -14,10 +14,8 @@ snapshot handles (``handles``), the canonical savepoint format (``canonical``) a
 redistribution of state on rescale (``redistribute``).
 """
 
-from epochstream.state.backends.base import StateBackend
-from epochstream.state.backends.heap import HeapStateBackend
-from epochstream.state.backends.rocksdb import RocksDBStateBackend
-from epochstream.state.descriptors import (
+from epochstream.core.serializers import JsonSerializer, PickleSerializer, Serializer
+from epochstream.core.state_descriptors import (
     AggregateFunction,
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -26,7 +24,9 @@ from epochstream.state.descriptors import (
     StateDescriptor,
     ValueStateDescriptor,
 )
-from epochstream.state.serializers import JsonSerializer, PickleSerializer, Serializer
+from epochstream.state.backends.base import StateBackend
+from epochstream.state.backends.heap.backend import HeapStateBackend
+from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
 from epochstream.state.states import (
     AggregatingState,
     ListState,

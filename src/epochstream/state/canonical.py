@@ -34,17 +34,24 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import cloudpickle
 
+from epochstream.core.serializers import DEFAULT_SERIALIZER, Serializer
 from epochstream.core.storage_faults import READ_RETRY, read_error, unavailable_or
 from epochstream.exceptions import CorruptStateError, StateError
 from epochstream.state.handles import CanonicalSnapshotHandle
-from epochstream.state.serializers import DEFAULT_SERIALIZER, Serializer
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from epochstream.core.filesystems import StorageFS
 
-__all__ = ["CanonicalRow", "StateMeta", "read_batches", "read_state_meta", "write_canonical", "write_ipc_file"]
+__all__ = [
+    "CanonicalRow",
+    "StateMeta",
+    "read_batches",
+    "read_state_meta",
+    "write_canonical",
+    "write_ipc_file",
+]
 
 _META_KEY = b"epochstream.states"
 #: (state, key bytes, namespace bytes | None, user key bytes | None, value bytes, ttl_ts | None)
@@ -106,17 +113,20 @@ def write_canonical(
             if not rows:
                 continue
             columns = list(zip(*rows, strict=True))
-            yield kg, pa.record_batch(
-                [
-                    pa.array(columns[0], pa.string()),
-                    pa.array([kg] * len(rows), pa.int32()),
-                    pa.array(columns[1], pa.binary()),
-                    pa.array(columns[2], pa.binary()),
-                    pa.array(columns[3], pa.binary()),
-                    pa.array(columns[4], pa.binary()),
-                    pa.array(columns[5], pa.float64()),
-                ],
-                schema=schema,
+            yield (
+                kg,
+                pa.record_batch(
+                    [
+                        pa.array(columns[0], pa.string()),
+                        pa.array([kg] * len(rows), pa.int32()),
+                        pa.array(columns[1], pa.binary()),
+                        pa.array(columns[2], pa.binary()),
+                        pa.array(columns[3], pa.binary()),
+                        pa.array(columns[4], pa.binary()),
+                        pa.array(columns[5], pa.float64()),
+                    ],
+                    schema=schema,
+                ),
             )
 
     batches, size, crc = write_ipc_file(fs, path, schema, batches_of())

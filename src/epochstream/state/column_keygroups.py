@@ -141,13 +141,21 @@ def _binary_key_groups(column: pa.Array, tag: bytes, max_parallelism: int) -> np
     column = column.cast(pa.large_binary() if large else pa.binary())
     n = len(column)
     buffers = column.buffers()
-    offsets: np.ndarray = np.frombuffer(buffers[1], dtype=offsets_type)[column.offset : column.offset + n + 1]
-    data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.empty(0, np.uint8)
+    offsets: np.ndarray = np.frombuffer(buffers[1], dtype=offsets_type)[
+        column.offset : column.offset + n + 1
+    ]
+    data = (
+        np.frombuffer(buffers[2], dtype=np.uint8)
+        if buffers[2] is not None
+        else np.empty(0, np.uint8)
+    )
     starts = offsets[:-1].astype(np.int64)
     lengths = (offsets[1:] - offsets[:-1]).astype(np.int64)
     out = np.empty(n, dtype=np.uint32)
-    valid = np.ones(n, dtype=bool) if column.null_count == 0 else pc.is_valid(column).to_numpy(
-        zero_copy_only=False
+    valid = (
+        np.ones(n, dtype=bool)
+        if column.null_count == 0
+        else pc.is_valid(column).to_numpy(zero_copy_only=False)
     )
     tag_bytes = np.frombuffer(tag, dtype=np.uint8)
     for length in np.unique(lengths[valid]).tolist():

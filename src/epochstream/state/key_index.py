@@ -1,7 +1,7 @@
 """Dense slots for the keys of columnar state, found with vector operations.
 
 :class:`KeyIndex` gives each distinct key a slot ``0..size-1`` in order of arrival:
-the accumulators of a columnar aggregation (``state/columnar.py``) and a session
+the accumulators of a columnar aggregation (``state/columnar_aggregates.py``) and a session
 window operator live in NumPy arrays indexed by those slots. Keys equal in Python are
 one key, as their key groups are: ``-0.0`` and ``0.0``, and every NaN
 (:func:`canonical_float_keys` makes Arrow's ``group_by`` see them so too).

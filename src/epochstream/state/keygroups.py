@@ -44,6 +44,7 @@ __all__ = [
 #: Upper bound for ``max_parallelism`` (Flink's ``1 << 15``).
 MAX_MAX_PARALLELISM = 32768
 
+
 def murmur3_32(data: bytes, seed: int = 0) -> int:
     """MurmurHash3 x86 32-bit of ``data`` as an unsigned int.
 

@@ -33,12 +33,13 @@ from typing import Any
 
 from epochstream.checkpoint.storage import load_metadata
 from epochstream.core.filesystems import storage_fs
+from epochstream.core.state_ttl import TtlValue
 from epochstream.exceptions import StateError
 from epochstream.state.backends.base import base_kind, is_namespaced
-from epochstream.state.backends.heap_files import merge_chain, split_key_groups
-from epochstream.state.backends.rocksdb_snapshots import read_database_rows
+from epochstream.state.backends.heap.files import merge_chain, split_key_groups
+from epochstream.state.backends.rocksdb.files import read_database_rows
 from epochstream.state.canonical import read_batches, read_state_meta
-from epochstream.state.columnar import columnar_rows
+from epochstream.state.columnar_aggregates import columnar_rows
 from epochstream.state.handles import (
     CanonicalSnapshotHandle,
     ColumnarSnapshotHandle,
@@ -48,7 +49,6 @@ from epochstream.state.handles import (
 )
 from epochstream.state.keyformat import decode_key
 from epochstream.state.keygroups import KeyGroupAssigner
-from epochstream.state.ttl import TtlValue
 
 __all__ = ["read", "state_rows"]
 
@@ -144,8 +144,13 @@ def _canonical_rows(handle: CanonicalSnapshotHandle, name: str, options: Any) ->
     for kg, batch in read_batches(fs, handle, handle.key_groups):
         cols = batch.to_pydict()
         for state, key, ns, user_key, value, ttl_ts in zip(
-            cols["state"], cols["key"], cols["namespace"], cols["user_key"], cols["value"],
-            cols["ttl_ts"], strict=True,
+            cols["state"],
+            cols["key"],
+            cols["namespace"],
+            cols["user_key"],
+            cols["value"],
+            cols["ttl_ts"],
+            strict=True,
         ):
             if state == name:
                 yield (

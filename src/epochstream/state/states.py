@@ -60,7 +60,11 @@ def _immutable(value: Any) -> bool:
     kind = type(value)
     if kind in _ATOMIC:
         return True
-    if kind is tuple or kind is frozenset or (issubclass(kind, tuple) and not hasattr(value, "__dict__")):
+    if (
+        kind is tuple
+        or kind is frozenset
+        or (issubclass(kind, tuple) and not hasattr(value, "__dict__"))
+    ):
         return _ATOMIC.issuperset(map(type, value)) or all(map(_immutable, value))
     return False
 

@@ -35,7 +35,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("kind", ["csv", "parquet"])
 def test_parts_hold_every_row_in_order_in_spec_columns(files: Path, kind: str) -> None:
-    convert = nexmark_files.ensure_csv_parts if kind == "csv" else nexmark_files.ensure_parquet_parts
+    convert = (
+        nexmark_files.ensure_csv_parts if kind == "csv" else nexmark_files.ensure_parquet_parts
+    )
     parts = convert(str(files), 7)  # 7 divides no table's row count
     for table, directory in parts.items():
         names = list(nexmark_files.COLUMNS[table])

@@ -35,7 +35,11 @@ def test_discovery_returns_at_once_while_the_broker_does_not_answer() -> None:
     release = threading.Event()
     src = KafkaSource("127.0.0.1:1", ["bids"], discovery_interval=5.0)
     enum = KafkaPartitionEnumerator(
-        src, 1, [("bids", 0)], lambda: HangingMetadata(release, 1), lambda: HangingMetadata(release, 2)
+        src,
+        1,
+        [("bids", 0)],
+        lambda: HangingMetadata(release, 1),
+        lambda: HangingMetadata(release, 2),
     )
     t0 = time.monotonic()
     assert enum.discover(100.0) == []
@@ -81,11 +85,15 @@ def _closed_port() -> int:
 
 def test_a_reader_whose_broker_is_gone_fails_naming_kafka_and_its_partitions() -> None:
     bootstrap = f"127.0.0.1:{_closed_port()}"
-    fetcher = ConfluentFetcher({"bootstrap.servers": bootstrap, "log_level": 0}, "g", unreachable_after=1.0)
+    fetcher = ConfluentFetcher(
+        {"bootstrap.servers": bootstrap, "log_level": 0}, "g", unreachable_after=1.0
+    )
     try:
         fetcher.assign([("bids", 0, 0), ("bids", 1, 5)])
         t0 = time.monotonic()
-        with pytest.raises(KafkaClientError, match=rf"Kafka broker unreachable: {bootstrap} .* bids/0, bids/1"):
+        with pytest.raises(
+            KafkaClientError, match=rf"Kafka broker unreachable: {bootstrap} .* bids/0, bids/1"
+        ):
             while time.monotonic() - t0 < 10.0:
                 assert fetcher.fetch(100, 0.05) == []
         assert time.monotonic() - t0 < 6.0

@@ -137,12 +137,14 @@ def build_wordcount(
         lines = lines.map(Throttle(lines_per_second))
     if inject is not None:
         lines = lines.map(inject)
-    (lines.flat_map(_split_words)
+    (
+        lines.flat_map(_split_words)
         .map(_one)
         .key_by(_first)
         .reduce(_add_counts)
         .uid("word-counts")
-        .sink_to(es.sinks.FileSink(os.fspath(out))))
+        .sink_to(es.sinks.FileSink(os.fspath(out)))
+    )
 
 
 def update_counts(rows: Iterable[Any]) -> Counter[tuple[Any, Any]]:

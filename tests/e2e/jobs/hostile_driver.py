@@ -50,7 +50,11 @@ def main() -> None:
     env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.5))
     (
         env.from_sequence(0, N, rate=rate)
-        .map(es.testing.FailOnce(after_checkpoints=crash_after, subtask=0, crash=True, marker_dir=markers))
+        .map(
+            es.testing.FailOnce(
+                after_checkpoints=crash_after, subtask=0, crash=True, marker_dir=markers
+            )
+        )
         .map(key_of)
         .key_by(first)
         .reduce(add)

@@ -11,8 +11,8 @@ import pytest
 from epochstream.core.clock import ManualClock
 from epochstream.core.filesystems import storage_fs
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget, StateBackend
-from epochstream.state.backends.heap import HeapStateBackend
-from epochstream.state.backends.rocksdb import RocksDBStateBackend
+from epochstream.state.backends.heap.backend import HeapStateBackend
+from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
 from epochstream.state.keygroups import key_group_range_for_operator
 
 MAX_P = 128

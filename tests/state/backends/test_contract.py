@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from epochstream.exceptions import CorruptStateError, StateError
-from epochstream.state.descriptors import (
+from epochstream.core.serializers import JsonSerializer
+from epochstream.core.state_descriptors import (
     AggregateFunction,
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -22,8 +22,8 @@ from epochstream.state.descriptors import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
+from epochstream.exceptions import CorruptStateError, StateError
 from epochstream.state.keygroups import key_group_for_key, key_group_range_for_operator
-from epochstream.state.serializers import JsonSerializer
 
 from .conftest import MAX_P, Harness
 
@@ -68,7 +68,13 @@ def _dump(backend: Any, keys: range) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k in keys:
         backend.set_current_key(f"k{k}")
-        out[f"k{k}"] = (count.value(), seen.get(), sorted(pages.items(), key=repr), total.get(), avg.get())
+        out[f"k{k}"] = (
+            count.value(),
+            seen.get(),
+            sorted(pages.items(), key=repr),
+            total.get(),
+            avg.get(),
+        )
     return out
 
 
@@ -275,7 +281,10 @@ def test_rescale_hands_every_key_to_its_new_owner(harness: Harness, old: int, ne
         backend = harness.backend(parallelism=new, subtask=j)
         backend.restore(mine_handles, checkpoint_id=1, owned=False)
         mine = [k for k in keys if key_group_for_key(f"k{k}", MAX_P) in kgr]
-        got.update(_dump(backend, range(0)) or {f"k{k}": _dump(backend, range(k, k + 1))[f"k{k}"] for k in mine})
+        got.update(
+            _dump(backend, range(0))
+            or {f"k{k}": _dump(backend, range(k, k + 1))[f"k{k}"] for k in mine}
+        )
         assert sorted(backend.keys("count")) == sorted(f"k{k}" for k in mine)
     assert got == expected
 
@@ -303,9 +312,7 @@ def test_savepoint_round_trip_in_canonical_format(harness: Harness) -> None:
 def test_ttl_expires_after_write_and_refreshes_on_read(harness: Harness) -> None:
     backend = harness.backend()
     on_write = backend.get_state(ValueStateDescriptor("w", ttl=dt.timedelta(seconds=10)))
-    on_read = backend.get_state(
-        ValueStateDescriptor("r", ttl=10.0, ttl_update="on_read_and_write")
-    )
+    on_read = backend.get_state(ValueStateDescriptor("r", ttl=10.0, ttl_update="on_read_and_write"))
     per_element = backend.get_state(ListStateDescriptor("l", ttl=10.0))
     per_user_key = backend.get_state(MapStateDescriptor("m", ttl=10.0))
     backend.set_current_key("k")
@@ -366,10 +373,13 @@ def test_unreachable_snapshot_files_are_unavailable_not_corrupt(
     from epochstream.core import storage_faults
     from epochstream.exceptions import StorageUnavailableError
     from epochstream.state import canonical
-    from epochstream.state.backends import heap_files, rocksdb
+    from epochstream.state.backends.heap import files as heap_files
+    from epochstream.state.backends.rocksdb import backend as rocksdb_backend
 
-    fast = storage_faults.StorageRetry(storage_faults.Backoff(deadline=1.0), sleep=lambda s: None, clock=lambda: 0.0)
-    for module in (heap_files, canonical, rocksdb):
+    fast = storage_faults.StorageRetry(
+        storage_faults.Backoff(deadline=1.0), sleep=lambda s: None, clock=lambda: 0.0
+    )
+    for module in (heap_files, canonical, rocksdb_backend):
         monkeypatch.setattr(module, "READ_RETRY", fast)
     backend = harness.backend()
     _fill(backend, range(20))
@@ -398,7 +408,9 @@ def test_state_of_the_other_backend_is_refused_without_restarts(harness: Harness
         if harness.kind.startswith("heap")
         else HeapSnapshotHandle(range(0, MAX_P), ())
     )
-    with pytest.raises(StateError, match=r"cannot be restored by the .* backend: take a savepoint") as caught:
+    with pytest.raises(
+        StateError, match=r"cannot be restored by the .* backend: take a savepoint"
+    ) as caught:
         backend.check_restorable(other)
     assert caught.value.suppress_restarts is True
     backend.dispose()

@@ -17,8 +17,8 @@ from epochstream.core import storage_faults
 from epochstream.core.filesystems import LocalFS
 from epochstream.exceptions import CorruptStateError, StateError, StorageUnavailableError
 from epochstream.state import canonical
-from epochstream.state.backends import heap_files
-from epochstream.state.backends.heap_files import encode_block, merge_chain, write_encoded
+from epochstream.state.backends.heap import files as heap_files
+from epochstream.state.backends.heap.files import encode_block, merge_chain, write_encoded
 from epochstream.state.handles import HeapStateFile
 from epochstream.state.keygroups import KeyGroupAssigner
 
@@ -55,7 +55,9 @@ def instant_retries(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         sleeps.append(seconds)
         now[0] += seconds
 
-    retry = storage_faults.StorageRetry(storage_faults.Backoff(deadline=10.0), sleep=sleep, clock=lambda: now[0])
+    retry = storage_faults.StorageRetry(
+        storage_faults.Backoff(deadline=10.0), sleep=sleep, clock=lambda: now[0]
+    )
     monkeypatch.setattr(heap_files, "READ_RETRY", retry)
     monkeypatch.setattr(canonical, "READ_RETRY", retry)
     return sleeps
@@ -67,7 +69,9 @@ def _file(tmp_path: Path) -> HeapStateFile:
     return HeapStateFile(path, True, spans, size, shared=False)
 
 
-def test_a_heap_file_read_outlives_a_short_outage(tmp_path: Path, instant_retries: list[float]) -> None:
+def test_a_heap_file_read_outlives_a_short_outage(
+    tmp_path: Path, instant_retries: list[float]
+) -> None:
     file = _file(tmp_path)
     fs = FlakyFS(DOWN, failures=2)
     assert merge_chain(fs, [file], GROUPS, ASSIGNER) == {"s": {"k": 1}}
@@ -94,7 +98,9 @@ def test_writing_a_heap_file_to_storage_that_is_down_is_unavailable(tmp_path: Pa
     with pytest.raises(StorageUnavailableError, match="cannot write keyed state file"):
         write_encoded(fs, str(tmp_path / "b.kst"), encode_block({"s": {}}), GROUPS)
     with pytest.raises(StateError) as info:
-        write_encoded(FlakyFS(FileExistsError(17, "exists"), 1), str(tmp_path / "c"), encode_block({}), GROUPS)
+        write_encoded(
+            FlakyFS(FileExistsError(17, "exists"), 1), str(tmp_path / "c"), encode_block({}), GROUPS
+        )
     assert not isinstance(info.value, StorageUnavailableError)
 
 
@@ -103,7 +109,9 @@ def test_an_arrow_state_file_on_storage_that_is_down_is_unavailable(tmp_path: Pa
 
     path = str(tmp_path / "s.arrow")
     table = pa.table({"x": [1, 2]})
-    _, _, crc = canonical.write_ipc_file(LocalFS(), path, table.schema, [(0, table.to_batches()[0])])
+    _, _, crc = canonical.write_ipc_file(
+        LocalFS(), path, table.schema, [(0, table.to_batches()[0])]
+    )
     assert canonical._open(FlakyFS(DOWN, failures=2), path, crc).num_record_batches == 1
     with pytest.raises(StorageUnavailableError):
         canonical._open(FlakyFS(DOWN, failures=1000), path, crc)

@@ -94,7 +94,9 @@ class Metadata(Protocol):
         """Each partition's log start offset."""
         ...
 
-    def offsets_for_time(self, partitions: list[tuple[str, int]], ms: int) -> dict[tuple[str, int], int]:
+    def offsets_for_time(
+        self, partitions: list[tuple[str, int]], ms: int
+    ) -> dict[tuple[str, int], int]:
         """Each partition's first offset with a timestamp >= ``ms`` (its end if none)."""
         ...
 
@@ -181,7 +183,11 @@ class ConfluentMetadata:
         self._timeout = timeout
         # A throwaway group: this consumer only asks for metadata and offsets.
         self._consumer = Consumer(
-            {**config, "group.id": f"epochstream-meta-{uuid.uuid4().hex}", "enable.auto.commit": False}
+            {
+                **config,
+                "group.id": f"epochstream-meta-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+            }
         )
 
     def partitions(self, topics: list[str] | None) -> dict[str, int]:
@@ -262,7 +268,9 @@ class ConfluentMetadata:
         finally:
             probe.close()
 
-    def offsets_for_time(self, partitions: list[tuple[str, int]], ms: int) -> dict[tuple[str, int], int]:
+    def offsets_for_time(
+        self, partitions: list[tuple[str, int]], ms: int
+    ) -> dict[tuple[str, int], int]:
         from confluent_kafka import KafkaException, TopicPartition
 
         if not partitions:
@@ -387,7 +395,9 @@ class ConfluentFetcher:
     def fetch(self, max_messages: int, timeout: float) -> list[Any]:
         # consume() waits for max_messages or the timeout: take what librdkafka has
         # prefetched at once, and wait only when it has nothing.
-        messages = self._consumer.consume(max_messages, 0) or self._consumer.consume(max_messages, timeout)
+        messages = self._consumer.consume(max_messages, 0) or self._consumer.consume(
+            max_messages, timeout
+        )
         if messages:
             self._watch.reached()
         elif self._watch.overdue():

@@ -59,7 +59,9 @@ def _utf8(value: bytes) -> str:
     return value.decode("utf-8")
 
 
-def decode_error(topic: str, partition: int, offset: int, fmt: str, reason: str, value: Any) -> SourceDecodeError:
+def decode_error(
+    topic: str, partition: int, offset: int, fmt: str, reason: str, value: Any
+) -> SourceDecodeError:
     """The error naming the message that did not decode (``path`` is ``"<topic>/<partition>"``)."""
     if value is None:
         shown = "null value (a tombstone)"
@@ -73,7 +75,13 @@ def decode_error(topic: str, partition: int, offset: int, fmt: str, reason: str,
 
 
 def _dead(topic: str, partition: int, offset: int, reason: str, value: Any) -> dict[str, Any]:
-    return {"topic": topic, "partition": partition, "offset": offset, "error": reason, "value": value}
+    return {
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "error": reason,
+        "value": value,
+    }
 
 
 class RowDecoder:
@@ -86,8 +94,10 @@ class RowDecoder:
         self._decode = value_decoder(value_format)
         # A tombstone in a built-in format is the record None (a callable decides itself).
         self._none_for_null = isinstance(value_format, str)
-        self._name = value_format if isinstance(value_format, str) else getattr(
-            value_format, "__qualname__", "a callable"
+        self._name = (
+            value_format
+            if isinstance(value_format, str)
+            else getattr(value_format, "__qualname__", "a callable")
         )
 
     def decode(
@@ -113,7 +123,9 @@ class RowDecoder:
             except Exception as exc:  # reported below: dead-lettered or raised
                 reason = f"{type(exc).__name__}: {exc}"
                 if dead_letter is None:
-                    error = decode_error(topic, partition, m.offset(), str(self._name), reason, value)
+                    error = decode_error(
+                        topic, partition, m.offset(), str(self._name), reason, value
+                    )
                     return records, kept, error
                 dead_letter(_dead(topic, partition, m.offset(), reason, value))
                 continue
@@ -178,9 +190,13 @@ class ColumnarDecoder:
         if self._format == "json":
             columns = self._json_columns(values)
             if columns is None:
-                kept, columns, error = self._json_one_by_one(topic, partition, messages, dead_letter)
+                kept, columns, error = self._json_one_by_one(
+                    topic, partition, messages, dead_letter
+                )
         else:
-            columns, kept, error = self._value_column(topic, partition, messages, values, dead_letter)
+            columns, kept, error = self._value_column(
+                topic, partition, messages, values, dead_letter
+            )
         return self._batch(topic, partition, columns, kept), kept, error
 
     def _batch(self, topic: str, partition: int, columns: list[Any], messages: list[Any]) -> Any:
@@ -281,5 +297,7 @@ class ColumnarDecoder:
         try:
             return [binary.cast(pa.string())], messages, None
         except pa.ArrowInvalid:  # not UTF-8 somewhere: find where
-            records, kept, error = RowDecoder("text")._one_by_one(topic, partition, messages, dead_letter)
+            records, kept, error = RowDecoder("text")._one_by_one(
+                topic, partition, messages, dead_letter
+            )
             return [pa.array(records, pa.string())], kept, error

@@ -149,7 +149,9 @@ class KafkaPartitionEnumerator(SplitEnumerator):
         finally:
             meta.close()
         self._known.update(partitions)
-        return [KafkaPartitionSplit.of(t, p, starts[(t, p)], stops.get((t, p))) for t, p in partitions]
+        return [
+            KafkaPartitionSplit.of(t, p, starts[(t, p)], stops.get((t, p))) for t, p in partitions
+        ]
 
     def _check_named_partitions_exist(self, partitions: list[tuple[str, int]]) -> None:
         # A named topic that is not there is a typo or a missing setup step far more
@@ -173,7 +175,9 @@ class KafkaPartitionEnumerator(SplitEnumerator):
                     f"on {self._source.bootstrap_servers}"
                 )
 
-    def _starts(self, meta: Metadata, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    def _starts(
+        self, meta: Metadata, partitions: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], int]:
         spec = self._source.starting_offsets
         if spec == "earliest":
             if self._source.bounded:  # a real offset, to compare with the stop offset
@@ -210,8 +214,11 @@ class KafkaPartitionEnumerator(SplitEnumerator):
             # The known partitions read on regardless; a broker that does not answer
             # now is asked again at the next interval (and readers fail on their own
             # if it stays away).
-            log.warning("Kafka partition discovery failed, retrying in %.1f s: %s",
-                        self._source.discovery_interval, exc)
+            log.warning(
+                "Kafka partition discovery failed, retrying in %.1f s: %s",
+                self._source.discovery_interval,
+                exc,
+            )
             return []
         # _known changes here only, on the event loop: snapshots see whole listings.
         new = [tp for tp in listed if tp not in self._known]

@@ -97,7 +97,9 @@ class KafkaPartitionReader(SourceReader):
                 )
             key = (split.topic, split.partition)
             if key in self._splits:
-                raise ConfigurationError(f"KafkaPartitionReader got partition {split.split_id} twice")
+                raise ConfigurationError(
+                    f"KafkaPartitionReader got partition {split.split_id} twice"
+                )
             self._splits[key] = split
             if not split.finished:
                 positions.append((split.topic, split.partition, split.next_offset))
@@ -125,7 +127,9 @@ class KafkaPartitionReader(SourceReader):
         ``timestamp`` column has them)."""
         return self._poll_groups(max_records, with_timestamps=not self._columnar)
 
-    def _poll_groups(self, max_records: int, *, with_timestamps: bool) -> list[tuple[Any, Any, bool, Any]]:
+    def _poll_groups(
+        self, max_records: int, *, with_timestamps: bool
+    ) -> list[tuple[Any, Any, bool, Any]]:
         if self._error is not None:
             raise self._error
         active = [s for s in self._splits.values() if not s.finished]
@@ -211,7 +215,9 @@ class KafkaPartitionReader(SourceReader):
     @property
     def exhausted(self) -> bool:
         """Bounded: every split reached its stop offset. Unbounded: never."""
-        return self._bounded and self._error is None and all(s.finished for s in self._splits.values())
+        return (
+            self._bounded and self._error is None and all(s.finished for s in self._splits.values())
+        )
 
     @property
     def needs_splits(self) -> bool:
@@ -238,7 +244,9 @@ class KafkaPartitionReader(SourceReader):
             self._client().commit(offsets)
         except KafkaClientError as exc:
             # Monitoring only (the checkpoint has the positions): the next checkpoint retries.
-            log.warning("Kafka offsets of checkpoint %d not committed to the group: %s", checkpoint_id, exc)
+            log.warning(
+                "Kafka offsets of checkpoint %d not committed to the group: %s", checkpoint_id, exc
+            )
 
     def close(self) -> None:
         if self._fetcher is not None:

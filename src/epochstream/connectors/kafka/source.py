@@ -103,16 +103,24 @@ class KafkaSource(Source):
                 f"KafkaSource bootstrap_servers must be 'host:port,...', got {bootstrap_servers!r}"
             )
         if (topics is None) == (topic_pattern is None):
-            raise ConfigurationError("KafkaSource needs exactly one of topics=[...] or topic_pattern=...")
+            raise ConfigurationError(
+                "KafkaSource needs exactly one of topics=[...] or topic_pattern=..."
+            )
         if topics is not None and (isinstance(topics, str) or not topics or not all(topics)):
-            raise ConfigurationError(f"KafkaSource topics must be a non-empty list of names, got {topics!r}")
+            raise ConfigurationError(
+                f"KafkaSource topics must be a non-empty list of names, got {topics!r}"
+            )
         if topic_pattern is not None:
             try:
                 re.compile(topic_pattern)
             except re.error as exc:
-                raise ConfigurationError(f"KafkaSource topic_pattern {topic_pattern!r}: {exc}") from exc
+                raise ConfigurationError(
+                    f"KafkaSource topic_pattern {topic_pattern!r}: {exc}"
+                ) from exc
         if bounded not in (None, "latest"):
-            raise ConfigurationError(f"KafkaSource bounded must be None or 'latest', got {bounded!r}")
+            raise ConfigurationError(
+                f"KafkaSource bounded must be None or 'latest', got {bounded!r}"
+            )
         _check_starting_offsets(starting_offsets)
         if isinstance(starting_offsets, dict) and topics is not None:
             strangers = sorted({t for t, _ in starting_offsets} - set(topics))
@@ -122,7 +130,9 @@ class KafkaSource(Source):
                     f"topics={topics!r}"
                 )
         if discovery_interval <= 0:
-            raise ConfigurationError(f"KafkaSource discovery_interval must be > 0, got {discovery_interval}")
+            raise ConfigurationError(
+                f"KafkaSource discovery_interval must be > 0, got {discovery_interval}"
+            )
         self.bootstrap_servers = bootstrap_servers
         self.topics = list(topics) if topics is not None else []
         self.topic_pattern = topic_pattern
@@ -142,7 +152,9 @@ class KafkaSource(Source):
         # Fail at build time, in the driver, not in every slot.
         if columnar:
             if not isinstance(value_format, str):
-                raise ConfigurationError("KafkaSource(columnar=True) needs value_format 'bytes', 'text' or 'json'")
+                raise ConfigurationError(
+                    "KafkaSource(columnar=True) needs value_format 'bytes', 'text' or 'json'"
+                )
             self.schema = ColumnarDecoder(value_format, schema).schema
             self._value_schema = schema
         else:
@@ -194,8 +206,13 @@ def _check_starting_offsets(spec: Any) -> None:
     if spec in ("earliest", "latest") or isinstance(spec, StartAtTimestamp):
         return
     if isinstance(spec, dict) and all(
-        isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], str)
-        and isinstance(k[1], int) and k[1] >= 0 and isinstance(v, int) and v >= 0
+        isinstance(k, tuple)
+        and len(k) == 2
+        and isinstance(k[0], str)
+        and isinstance(k[1], int)
+        and k[1] >= 0
+        and isinstance(v, int)
+        and v >= 0
         for k, v in spec.items()
     ):
         return

@@ -40,7 +40,9 @@ class KafkaPartitionSplit:
         topic: str, partition: int, next_offset: int = EARLIEST, stop_offset: int | None = None
     ) -> KafkaPartitionSplit:
         """A split with the canonical id ``"<topic>/<partition>"``."""
-        return KafkaPartitionSplit(f"{topic}/{partition}", topic, partition, next_offset, stop_offset)
+        return KafkaPartitionSplit(
+            f"{topic}/{partition}", topic, partition, next_offset, stop_offset
+        )
 
     @property
     def finished(self) -> bool:
@@ -52,7 +54,9 @@ class KafkaPartitionSplit:
 
     def at(self, next_offset: int) -> KafkaPartitionSplit:
         """This split moved on to ``next_offset``."""
-        return KafkaPartitionSplit(self.split_id, self.topic, self.partition, next_offset, self.stop_offset)
+        return KafkaPartitionSplit(
+            self.split_id, self.topic, self.partition, next_offset, self.stop_offset
+        )
 
 
 @dataclass(frozen=True)

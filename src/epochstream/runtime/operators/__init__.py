@@ -26,13 +26,9 @@ from epochstream.runtime.operators.basic import (
     MapOperator,
     ReduceOperator,
 )
-from epochstream.runtime.operators.columnar import (
+from epochstream.runtime.operators.columnar_aggregates import (
     ColumnarAggregateOperator,
     ColumnarWindowOperator,
-    FilterBatchesOperator,
-    MapBatchesOperator,
-    ToBatchesOperator,
-    ToRowsOperator,
 )
 from epochstream.runtime.operators.columnar_joins import (
     ColumnarRegularJoinOperator,
@@ -41,6 +37,12 @@ from epochstream.runtime.operators.columnar_joins import (
 from epochstream.runtime.operators.columnar_sessions import (
     ColumnarProcessingTimeWindowOperator,
     ColumnarSessionOperator,
+)
+from epochstream.runtime.operators.columnar_transforms import (
+    FilterBatchesOperator,
+    MapBatchesOperator,
+    ToBatchesOperator,
+    ToRowsOperator,
 )
 from epochstream.runtime.operators.dedup import DeduplicateOperator
 from epochstream.runtime.operators.evicting import EvictingWindowOperator

@@ -32,19 +32,19 @@ from typing import Any
 
 from epochstream.core.clock import Clock, SystemClock, wall_ms
 from epochstream.core.functions import CheckpointListener, Function, OutputTag
-from epochstream.core.time import TimeDomain
-from epochstream.exceptions import ConfigurationError, UserFunctionError
-from epochstream.graph.jobgraph import OperatorSpec
-from epochstream.runtime.metrics import OperatorCounters
-from epochstream.runtime.timers import InternalTimerService, TimerService
-from epochstream.state.backends.base import KeyedStateBackend, SnapshotJob, SnapshotTarget
-from epochstream.state.descriptors import (
+from epochstream.core.state_descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
     StateDescriptor,
 )
+from epochstream.core.time import TimeDomain
+from epochstream.exceptions import ConfigurationError, UserFunctionError
+from epochstream.graph.jobgraph import OperatorSpec
+from epochstream.runtime.metrics import OperatorCounters
+from epochstream.runtime.timers import InternalTimerService, TimerService
+from epochstream.state.backends.base import KeyedStateBackend, SnapshotJob, SnapshotTarget
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.operator import OperatorStateStore
 
@@ -213,7 +213,6 @@ class OperatorContext:
     def get_aggregating_state(self, descriptor: AggregatingStateDescriptor) -> Any:
         """Keyed aggregating state of the current key."""
         return self._backend().get_state(descriptor)
-
 
 
 class Operator:

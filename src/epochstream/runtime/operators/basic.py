@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from epochstream.core.functions import FilterFunction, FlatMapFunction, MapFunction, ReduceFunction
+from epochstream.core.state_descriptors import ValueStateDescriptor
 from epochstream.exceptions import UserFunctionError
 from epochstream.runtime.operators.base import Operator
-from epochstream.state.descriptors import ValueStateDescriptor
 
 __all__ = ["FilterOperator", "FlatMapOperator", "MapOperator", "ReduceOperator"]
 

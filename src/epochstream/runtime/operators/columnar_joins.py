@@ -31,8 +31,6 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,14 +41,16 @@ from epochstream.core.arrow import KG as KG_COLUMN
 from epochstream.core.arrow import TS as TS_COLUMN
 from epochstream.core.arrow import same_columns, schema_difference, shown_columns
 from epochstream.exceptions import ConfigurationError, DataError
+from epochstream.graph.specs import (
+    JOIN_WINDOW_COLUMN,
+    JoinSpec,
+    join_key_type,
+    reserved_join_columns,
+)
 from epochstream.graph.transformations import ColumnKey
 from epochstream.runtime.columnar_routing import with_key_groups
-from epochstream.runtime.operators.columnar import (
-    ColumnarKeyedOperator,
-    _need_batch,
-    apply_batch_function,
-    window_starts,
-)
+from epochstream.runtime.operators.columnar_aggregates import ColumnarKeyedOperator, window_starts
+from epochstream.runtime.operators.columnar_transforms import apply_batch_function, need_batch
 from epochstream.runtime.operators.twoinput import TwoInputOperator
 from epochstream.state.columnar_checks import event_times
 
@@ -58,63 +58,13 @@ __all__ = [
     "RIGHT_SUFFIX",
     "ColumnarRegularJoinOperator",
     "ColumnarWindowJoinOperator",
-    "JoinSpec",
-    "join_key_type",
-    "reserved_join_columns",
 ]
 
 #: Appended to a right column whose name a left column has already.
 RIGHT_SUFFIX = "_right"
 _SIDES = ("left", "right")
-_WINDOW = "_window_start"
 # Compact a side's batches into one when it holds this many (fewer chunks to probe).
 _MAX_CHUNKS = 32
-
-
-@dataclass(frozen=True)
-class JoinSpec:
-    """A columnar join: ``left_key`` equal to ``right_key``; with ``size`` (ms) a window
-    join over windows of ``size`` every ``slide`` ms, else a regular join; ``function``
-    (optional) maps each joined batch.
-
-    Example: ``JoinSpec("seller", "id", size=10_000, slide=10_000)``
-    """
-
-    left_key: str
-    right_key: str
-    function: Callable[[pa.RecordBatch], pa.RecordBatch] | None = None
-    size: int | None = None
-    slide: int | None = None
-    offset: int = 0
-
-    @property
-    def kind(self) -> str:
-        """Names the state in snapshots: ``window_join`` or ``join``."""
-        return "join" if self.size is None else "window_join"
-
-
-def join_key_type(kind: pa.DataType) -> pa.DataType:
-    """The type a key column is compared as: int64 for any integer (key groups do not
-    depend on the width), else its own; both sides' must be equal.
-
-    Example: ``join_key_type(pa.int16()) == pa.int64()``
-    """
-    return pa.int64() if pa.types.is_integer(kind) else kind
-
-
-def reserved_join_columns(windowed: bool) -> dict[str, str]:
-    """Column names a join's inputs may not have, each with the reason: the window
-    start its state keeps rows under, and a window join's own output columns.
-
-    Example: ``"window_start" in reserved_join_columns(windowed=True)``
-    """
-    reserved = {_WINDOW: "which the join keeps each row's window under"}
-    if windowed:
-        reserved.update(
-            (name, "which a window join adds to its output itself")
-            for name in ("window_start", "window_end")
-        )
-    return reserved
 
 
 class _Inputs:
@@ -207,7 +157,11 @@ class _Inputs:
 def _payload(table: Any, keep_ts: bool) -> Any:
     """``table`` (a table or a batch) without ``_kg``/``_window_start`` (and ``_ts``
     unless ``keep_ts``)."""
-    drop = [n for n in table.schema.names if n in (KG_COLUMN, _WINDOW) or (n == TS_COLUMN and not keep_ts)]
+    drop = [
+        n
+        for n in table.schema.names
+        if n in (KG_COLUMN, JOIN_WINDOW_COLUMN) or (n == TS_COLUMN and not keep_ts)
+    ]
     return table.drop_columns(drop) if drop else table
 
 
@@ -235,19 +189,31 @@ def _join_tables(
     if TS_COLUMN in left.schema.names or TS_COLUMN in right.schema.names:
         names.append(TS_COLUMN)
     carried = all(_carried_by_acero(f.type) for t in (left, right) for f in t.schema)
-    joined_left, joined_right = (left, right) if carried else (
-        _row_ids(left, spec.left_key, _LEFT_ROW), _row_ids(right, spec.right_key, _RIGHT_ROW)
+    joined_left, joined_right = (
+        (left, right)
+        if carried
+        else (_row_ids(left, spec.left_key, _LEFT_ROW), _row_ids(right, spec.right_key, _RIGHT_ROW))
     )
     try:
         if build == 1:  # Acero builds its hash table on the right table of the call
             joined = joined_left.join(
-                joined_right, keys=spec.left_key, right_keys=spec.right_key, join_type="inner",
-                right_suffix=RIGHT_SUFFIX, coalesce_keys=False, use_threads=False,
+                joined_right,
+                keys=spec.left_key,
+                right_keys=spec.right_key,
+                join_type="inner",
+                right_suffix=RIGHT_SUFFIX,
+                coalesce_keys=False,
+                use_threads=False,
             )
         else:
             joined = joined_right.join(
-                joined_left, keys=spec.right_key, right_keys=spec.left_key, join_type="inner",
-                left_suffix=RIGHT_SUFFIX, coalesce_keys=False, use_threads=False,
+                joined_left,
+                keys=spec.right_key,
+                right_keys=spec.left_key,
+                join_type="inner",
+                left_suffix=RIGHT_SUFFIX,
+                coalesce_keys=False,
+                use_threads=False,
             )
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
         raise DataError(
@@ -269,7 +235,9 @@ _LEFT_ROW, _RIGHT_ROW = "_left_row", "_right_row"
 def _row_ids(table: pa.Table, key: str, name: str) -> pa.Table:
     """``table``'s key column and its row numbers as column ``name``: what Acero joins
     when it cannot carry the other columns."""
-    return pa.table({key: table.column(key), name: pa.array(np.arange(table.num_rows, dtype=np.int64))})
+    return pa.table(
+        {key: table.column(key), name: pa.array(np.arange(table.num_rows, dtype=np.int64))}
+    )
 
 
 class _ColumnarJoinOperator(ColumnarKeyedOperator, TwoInputOperator):
@@ -286,7 +254,9 @@ class _ColumnarJoinOperator(ColumnarKeyedOperator, TwoInputOperator):
             return
         batch = joined.combine_chunks().to_batches()[0]
         if self.join.function is not None:
-            batch = apply_batch_function(self.join.function, batch, self.ctx.task_name, "join apply")
+            batch = apply_batch_function(
+                self.join.function, batch, self.ctx.task_name, "join apply"
+            )
         if batch.num_rows:
             self.emit(batch, None)
 
@@ -308,11 +278,13 @@ class _ColumnarJoinOperator(ColumnarKeyedOperator, TwoInputOperator):
                 columns, names = [batch.column(KG_COLUMN)], [KG_COLUMN]
                 if start is not None:
                     columns.append(pa.array(np.full(n, start, dtype=np.int64)))
-                    names.append(_WINDOW)
+                    names.append(JOIN_WINDOW_COLUMN)
                 for side, kind in types.items():
                     if side == name:
                         payload = _payload(batch, keep_ts=True)
-                        columns.append(pa.StructArray.from_arrays(payload.columns, fields=list(kind)))
+                        columns.append(
+                            pa.StructArray.from_arrays(payload.columns, fields=list(kind))
+                        )
                     else:
                         columns.append(pa.nulls(n, kind))
                     names.append(side)
@@ -331,7 +303,7 @@ class _ColumnarJoinOperator(ColumnarKeyedOperator, TwoInputOperator):
         if not rows.num_rows:
             return None
         batch = pa.RecordBatch.from_struct_array(rows.column(side).chunk(0))
-        for name in (KG_COLUMN, _WINDOW):
+        for name in (KG_COLUMN, JOIN_WINDOW_COLUMN):
             if name in rows.schema.names:
                 batch = batch.append_column(name, rows.column(name).chunk(0))
         return batch
@@ -376,7 +348,7 @@ class ColumnarRegularJoinOperator(_ColumnarJoinOperator):
         self.rows = (_Rows(), _Rows())
 
     def process_input(self, index: int, records: Any, timestamps: list[Any] | None) -> None:
-        batch = self.inputs.prepare(index, _need_batch(self, records))
+        batch = self.inputs.prepare(index, need_batch(self, records))
         if not batch.num_rows:
             return
         other = self.rows[1 - index].table()
@@ -426,7 +398,7 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
         return window
 
     def process_input(self, index: int, records: Any, timestamps: list[Any] | None) -> None:
-        batch = self.inputs.prepare(index, _need_batch(self, records))
+        batch = self.inputs.prepare(index, need_batch(self, records))
         if not batch.num_rows:
             return
         if TS_COLUMN not in batch.schema.names:
@@ -437,7 +409,11 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
         join = self.join
         assert join.size is not None and join.slide is not None
         late, windows = window_starts(
-            event_times(batch, self.ctx.task_name), join.size, join.slide, join.offset, self.watermark
+            event_times(batch, self.ctx.task_name),
+            join.size,
+            join.slide,
+            join.offset,
+            self.watermark,
         )
         self.counters.late_records_dropped += late
         for start, rows in windows:
@@ -453,11 +429,18 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
             if left is None or right is None:
                 continue
             joined = _join_tables(
-                _payload(left, keep_ts=False), _payload(right, keep_ts=False), self.join,
-                build=int(right.num_rows <= left.num_rows), where=self.ctx.task_name,
+                _payload(left, keep_ts=False),
+                _payload(right, keep_ts=False),
+                self.join,
+                build=int(right.num_rows <= left.num_rows),
+                where=self.ctx.task_name,
             )
             n = joined.num_rows
-            for name, value in (("window_start", start), ("window_end", start + size), (TS_COLUMN, start + size - 1)):
+            for name, value in (
+                ("window_start", start),
+                ("window_end", start + size),
+                (TS_COLUMN, start + size - 1),
+            ):
                 joined = joined.append_column(name, pa.array(np.full(n, value, dtype=np.int64)))
             self._emit_joined(joined)
         self.emit_watermark(watermark)
@@ -465,7 +448,11 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
     def state_table(self) -> pa.Table:
         return self._sides_table(
             [
-                [(b, start) for start, window in self.windows.items() for b in window[index].batches]
+                [
+                    (b, start)
+                    for start, window in self.windows.items()
+                    for b in window[index].batches
+                ]
                 for index in range(2)
             ]
         )
@@ -475,7 +462,7 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
             batch = self._side_rows(table, side)
             if batch is None:
                 continue
-            starts = batch.column(_WINDOW).to_numpy()
+            starts = batch.column(JOIN_WINDOW_COLUMN).to_numpy()
             for start in np.unique(starts).tolist():
-                rows = batch.filter(pa.array(starts == start)).drop_columns([_WINDOW])
+                rows = batch.filter(pa.array(starts == start)).drop_columns([JOIN_WINDOW_COLUMN])
                 self._window(start)[index].add(self.inputs.prepare(index, rows))

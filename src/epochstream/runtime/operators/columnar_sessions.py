@@ -12,7 +12,7 @@
 
 Both emit batches of the key column, ``window_start``, ``window_end``, the value column
 (``count`` for counts) and ``_ts = window_end - 1``, and checkpoint their open windows
-per key group (``_kg``) like :class:`~epochstream.runtime.operators.columnar.ColumnarWindowOperator`.
+per key group (``_kg``) like :class:`~epochstream.runtime.operators.columnar_aggregates.ColumnarWindowOperator`.
 
 Example::
 
@@ -23,7 +23,6 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,15 +32,15 @@ import pyarrow.compute as pc
 from epochstream.core.arrow import KG as KG_COLUMN
 from epochstream.core.arrow import TS as TS_COLUMN
 from epochstream.core.events import MAX_WATERMARK
-from epochstream.exceptions import ConfigurationError, DataError, StateError
-from epochstream.runtime.operators.columnar import (
+from epochstream.exceptions import DataError, StateError
+from epochstream.graph.specs import SessionWindowSpec, WindowAggregateSpec
+from epochstream.runtime.operators.columnar_aggregates import (
     ColumnarKeyedOperator,
     ColumnarWindowAggregates,
-    WindowAggregateSpec,
-    _need_batch,
 )
+from epochstream.runtime.operators.columnar_transforms import need_batch
 from epochstream.state.column_keygroups import key_groups_of_column
-from epochstream.state.columnar import AGGREGATES, STATE_KEY, state_keys
+from epochstream.state.columnar_aggregates import STATE_KEY, state_keys
 from epochstream.state.columnar_checks import (
     IntSumGuard,
     check_value_range,
@@ -56,34 +55,11 @@ from epochstream.state.key_index import KeyIndex
 __all__ = [
     "ColumnarProcessingTimeWindowOperator",
     "ColumnarSessionOperator",
-    "SessionWindowSpec",
     "merge_sessions",
 ]
 
 _WINDOW_START = "_window_start"
 _WINDOW_END = "_window_end"
-
-
-@dataclass(frozen=True)
-class SessionWindowSpec:
-    """A columnar session-window aggregation: ``kind`` of ``value`` per ``key`` and
-    session of event time closed by ``gap`` ms without rows.
-
-    Example: ``SessionWindowSpec("sum", key="bidder", value="price", gap=10_000)``
-    """
-
-    kind: str
-    key: str
-    value: str | None
-    gap: int
-
-    def __post_init__(self) -> None:
-        if self.kind not in AGGREGATES:
-            raise ConfigurationError(f"unknown aggregation {self.kind!r} (known: {', '.join(AGGREGATES)})")
-        if self.kind != "count" and not self.value:
-            raise ConfigurationError(f"{self.kind}() needs the column to aggregate")
-        if self.gap <= 0:
-            raise ConfigurationError(f"a session gap must be positive, got {self.gap} ms")
 
 
 def _segment_cummax(values: np.ndarray, segment: np.ndarray) -> np.ndarray:
@@ -106,7 +82,12 @@ def _segment_cummax(values: np.ndarray, segment: np.ndarray) -> np.ndarray:
 
 
 def merge_sessions(
-    slot: np.ndarray, start: np.ndarray, end: np.ndarray, acc: np.ndarray, count: np.ndarray, kind: str
+    slot: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    acc: np.ndarray,
+    count: np.ndarray,
+    kind: str,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Merge the intervals ``[start, end)`` of each key ``slot`` that overlap or touch.
 
@@ -232,8 +213,12 @@ class _KeySlots:
             fresh = distinct[new]
         if len(fresh):
             if len(self.key_group) < self.index.size:  # doubling: O(1) amortized per key
-                self.key_group = np.resize(self.key_group, max(self.index.size, 2 * len(self.key_group)))
-            self.key_group[fresh] = key_groups_of_column(self.index.keys_at(fresh), self.max_parallelism)
+                self.key_group = np.resize(
+                    self.key_group, max(self.index.size, 2 * len(self.key_group))
+                )
+            self.key_group[fresh] = key_groups_of_column(
+                self.index.keys_at(fresh), self.max_parallelism
+            )
         return slots.astype(np.int64, copy=False)
 
 
@@ -276,10 +261,12 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
         self.acc = np.empty(0, dtype=self.values.acc_dtype)
         self.count = np.empty(0, dtype=np.int64)
         self.watermark = -(2**63)
-        self.sums = IntSumGuard(ctx.task_name, str(self.agg.value)) if self.agg.kind == "sum" else None
+        self.sums = (
+            IntSumGuard(ctx.task_name, str(self.agg.value)) if self.agg.kind == "sum" else None
+        )
 
     def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
-        batch = _need_batch(self, records)
+        batch = need_batch(self, records)
         if not batch.num_rows:
             return
         self.values.check(batch)
@@ -313,21 +300,34 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
         merged = merge_sessions(*parts, self.agg.kind)
         if risky:
             assert self.sums is not None
-            shadow = merge_sessions(*parts[:3], parts[3].astype(np.float64), parts[4], self.agg.kind)
+            shadow = merge_sessions(
+                *parts[:3], parts[3].astype(np.float64), parts[4], self.agg.kind
+            )
             self.sums.check(
-                merged[3], shadow[3], lambda i: self.keys.index.keys_at(merged[0][i : i + 1])[0].as_py()
+                merged[3],
+                shadow[3],
+                lambda i: self.keys.index.keys_at(merged[0][i : i + 1])[0].as_py(),
             )
         self._set(
             *(
                 np.concatenate([old[kept], new])
-                for old, new in zip((self.slot, self.start, self.end, self.acc, self.count), merged, strict=True)
+                for old, new in zip(
+                    (self.slot, self.start, self.end, self.acc, self.count), merged, strict=True
+                )
             )
         )
 
     def _held(self) -> float:
         return float(np.abs(self.acc.astype(np.float64)).max()) if len(self.acc) else 0.0
 
-    def _set(self, slot: np.ndarray, start: np.ndarray, end: np.ndarray, acc: np.ndarray, count: np.ndarray) -> None:
+    def _set(
+        self,
+        slot: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+        acc: np.ndarray,
+        count: np.ndarray,
+    ) -> None:
         self.slot, self.start, self.end, self.acc, self.count = slot, start, end, acc, count
 
     def _accepted(self, slots: np.ndarray, ts: np.ndarray) -> np.ndarray | None:
@@ -380,13 +380,19 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
             values = self.values.output(self.acc[order], self.count[order])
             self.emit(
                 _window_batch(
-                    self.agg.key, self.keys.index.keys_at(self.slot[order]), self.start[order],
-                    self.end[order], values, self.values.out_name,
+                    self.agg.key,
+                    self.keys.index.keys_at(self.slot[order]),
+                    self.start[order],
+                    self.end[order],
+                    values,
+                    self.values.out_name,
                 ),
                 None,
             )
             keep = ~due
-            self._set(self.slot[keep], self.start[keep], self.end[keep], self.acc[keep], self.count[keep])
+            self._set(
+                self.slot[keep], self.start[keep], self.end[keep], self.acc[keep], self.count[keep]
+            )
         self.emit_watermark(watermark)
 
     def state_table(self) -> pa.Table:
@@ -431,7 +437,7 @@ class ColumnarProcessingTimeWindowOperator(ColumnarWindowAggregates):
     """Tumbling/sliding processing-time windows on record batches.
 
     A batch goes whole into the windows of ``ctx.clock_ms()`` when it arrives (the
-    payload is a :class:`~epochstream.runtime.operators.columnar.WindowAggregateSpec`).
+    payload is a :class:`~epochstream.runtime.operators.columnar_aggregates.WindowAggregateSpec`).
     A window fires when the clock reaches its end - 1 (the task calls
     :meth:`on_processing_time` by :meth:`next_processing_time`, which follows the open
     windows, so restored windows are timed again without timer state). At the end of a
@@ -448,7 +454,7 @@ class ColumnarProcessingTimeWindowOperator(ColumnarWindowAggregates):
     agg: WindowAggregateSpec
 
     def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
-        batch = _need_batch(self, records)
+        batch = need_batch(self, records)
         if not batch.num_rows:
             return
         self._check_types(batch)

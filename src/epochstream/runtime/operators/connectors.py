@@ -126,7 +126,9 @@ class SourceOperator(Operator):
                 # A fourth element: the records' own timestamps (Kafka's), which the
                 # watermark strategy's assigner gets as the previous timestamp.
                 previous = group[3] if len(group) > 3 else None
-                timestamps.process(split_id, plain_types(records) if self._columnar else records, previous)
+                timestamps.process(
+                    split_id, plain_types(records) if self._columnar else records, previous
+                )
                 if finished:
                     timestamps.finish_split(split_id)
                 count += len(records)
@@ -240,6 +242,8 @@ def _reader_snapshot(reader: SourceReader) -> Callable[[int], list[Any]]:
         params = inspect.signature(snapshot).parameters.values()
     except (TypeError, ValueError):  # a builtin without a signature: pass the id
         return snapshot
-    if any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params):
+    if any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params
+    ):
         return snapshot
     return lambda checkpoint_id: snapshot()  # type: ignore[call-arg]

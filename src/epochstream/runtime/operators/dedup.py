@@ -3,7 +3,7 @@
 The stream is keyed by the id. Per record, the operator asks an
 :class:`~epochstream.state.bloom.AgingBloomFilter` first: "never seen" (most new ids)
 needs no state read; "maybe seen" is settled by the exact catalog, a keyed value state
-with state TTL (:mod:`epochstream.state.ttl`), so an entry expires ``ttl`` after the id
+with state TTL (:mod:`epochstream.core.state_ttl`), so an entry expires ``ttl`` after the id
 was seen. Both are checkpointed: the catalog as keyed state, the filter as union-list
 state that a restore ORs together (so a rescale never makes the filter say "never seen"
 for an id it saw). Expiry follows the job's clock (processing time).
@@ -16,40 +16,21 @@ Example::
 
 from __future__ import annotations
 
-import datetime as _dt
-from dataclasses import dataclass
 from typing import Any
 
+from epochstream.core.state_descriptors import ValueStateDescriptor
+from epochstream.core.state_ttl import TtlConfig
 from epochstream.exceptions import UserFunctionError
+from epochstream.graph.specs import DedupSpec
 from epochstream.runtime.operators.base import Operator, SnapshotParts
 from epochstream.state.backends.base import SnapshotTarget
 from epochstream.state.bloom import AgingBloomFilter
-from epochstream.state.descriptors import ValueStateDescriptor
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.keyformat import encode_key
-from epochstream.state.ttl import TtlConfig
 
-__all__ = ["DedupSpec", "DeduplicateOperator"]
+__all__ = ["DeduplicateOperator"]
 
 BLOOM = "_dedup_bloom"
-
-
-@dataclass(frozen=True)
-class DedupSpec:
-    """Settings of a deduplicate operator (the payload of its graph node).
-
-    Example::
-
-        DedupSpec(ttl=timedelta(hours=1), bloom_capacity=100_000, bloom_fp_rate=0.01)
-    """
-
-    ttl: _dt.timedelta | float
-    bloom_capacity: int
-    bloom_fp_rate: float
-
-    @property
-    def ttl_seconds(self) -> float:
-        return TtlConfig.of(self.ttl, "on_write").seconds
 
 
 class DeduplicateOperator(Operator):
@@ -70,7 +51,9 @@ class DeduplicateOperator(Operator):
         assert self.keyed is not None and self.spec.key_selector is not None
         spec = self._dedup
         now = self.ctx.clock.wall()
-        self._bloom = AgingBloomFilter(spec.bloom_capacity, spec.bloom_fp_rate, spec.ttl_seconds, now)
+        self._bloom = AgingBloomFilter(
+            spec.bloom_capacity, spec.bloom_fp_rate, TtlConfig.of(spec.ttl, "on_write").seconds, now
+        )
         if self._restored_filters:
             self._bloom.restore(self._restored_filters)
             self._restored_filters = []

@@ -4,7 +4,7 @@ Such a window keeps every element with its timestamp, ``(value, timestamp)`` pai
 the same namespaced list state as a ``process`` window's elements, so they are in
 every checkpoint and savepoint and follow their key on rescale; whatever the window
 function (``reduce`` and ``aggregate`` too). When the window fires, the evictor's
-``evict_before`` sees them as :class:`~epochstream.api.evictors.TimestampedValue`
+``evict_before`` sees them as :class:`~epochstream.graph.evictors.TimestampedValue`
 lists, the function runs over what is left (``reduce``/``aggregate`` fold it then),
 ``evict_after`` runs, and the elements left are written back for the next firing.
 
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from epochstream.api.evictors import Evictor, TimestampedValue
 from epochstream.core.functions import ReduceFunction
+from epochstream.graph.evictors import Evictor, TimestampedValue
 from epochstream.runtime.operators.collect import OutputBuffer
 from epochstream.runtime.operators.windows import WindowOperator
 
@@ -80,7 +80,9 @@ class EvictingWindowOperator(WindowOperator):
         out.ts = self._side.ts = window.max_timestamp()
         self._apply(key, window, [e.value for e in kept], out)
         evictor.evict_after(kept, len(kept), window, ectx)
-        if len(kept) != len(stored) or any(e.value is not s[0] for e, s in zip(kept, stored, strict=False)):
+        if len(kept) != len(stored) or any(
+            e.value is not s[0] for e, s in zip(kept, stored, strict=False)
+        ):
             elements.set_namespace(state_window)  # the function may have used other windows
             elements.update([(e.value, e.timestamp) for e in kept])
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 from typing import Any
 
 from epochstream.core.functions import CoFlatMapFunction, CoMapFunction
+from epochstream.core.state_descriptors import MapStateDescriptor
 from epochstream.core.time import TimeDomain
 from epochstream.exceptions import UserFunctionError
 from epochstream.runtime.operators.base import Operator
 from epochstream.runtime.operators.collect import OutputBuffer, SideOutputs
 from epochstream.runtime.operators.process import UserTimersOperator
-from epochstream.state.descriptors import MapStateDescriptor
 
 __all__ = [
     "CoFlatMapOperator",

@@ -23,9 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from epochstream.exceptions import ConfigurationError
-from epochstream.state.backends.base import KeyedStateBackend
-from epochstream.state.descriptors import (
+from epochstream.core.state_descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
@@ -33,6 +31,8 @@ from epochstream.state.descriptors import (
     StateDescriptor,
     ValueStateDescriptor,
 )
+from epochstream.exceptions import ConfigurationError
+from epochstream.state.backends.base import KeyedStateBackend
 from epochstream.state.states import (
     AggregatingState,
     ListState,

@@ -33,16 +33,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from epochstream.api.triggers import EventTimeTrigger
-from epochstream.api.windowed import WindowSpec
 from epochstream.core.events import MAX_WATERMARK
 from epochstream.core.functions import ReduceFunction
+from epochstream.core.state_descriptors import (
+    ListStateDescriptor,
+    StateDescriptor,
+    ValueStateDescriptor,
+)
 from epochstream.core.time import TimeDomain
 from epochstream.exceptions import StateError, UserFunctionError
+from epochstream.graph.specs import WindowSpec
+from epochstream.graph.triggers import EventTimeTrigger
 from epochstream.runtime.operators.base import Operator, OperatorContext
 from epochstream.runtime.operators.collect import OutputBuffer, SideOutputs
 from epochstream.runtime.operators.window_state import WindowStates, WindowStateView
-from epochstream.state.descriptors import ListStateDescriptor, StateDescriptor, ValueStateDescriptor
 from epochstream.state.handles import OperatorRestore
 
 __all__ = ["WindowOperator"]
@@ -163,7 +167,9 @@ class WindowOperator(Operator):
             self._touched: list[Any] = []
         else:
             self._elements = backend.get_namespaced_state(ListStateDescriptor(CONTENTS))
-        self._merging = backend.get_state(ValueStateDescriptor(MERGING)) if spec.assigner.merging else None
+        self._merging = (
+            backend.get_state(ValueStateDescriptor(MERGING)) if spec.assigner.merging else None
+        )
         self._trigger_states: dict[str, Any] = {}
         self._out = OutputBuffer()
         self._timer_out = OutputBuffer()
@@ -174,7 +180,9 @@ class WindowOperator(Operator):
         has_window_fn = spec.kind == "process" or spec.window_function is not None
         self._wctx = _WindowContext(
             self,
-            WindowStates(backend, allowed=has_window_fn and self._merging is None, restored=self._restored),
+            WindowStates(
+                backend, allowed=has_window_fn and self._merging is None, restored=self._restored
+            ),
         )
         self.create_timer_service(self._on_timer, namespace_of=spec.assigner.window_from)
         # Most windowed jobs are event-time windows that never merge, aggregated as records
@@ -557,7 +565,9 @@ class WindowOperator(Operator):
         finally:
             self._flush_touched()
 
-    def _clear_all(self, key: Any, window: Any, state_window: Any, mapping: dict[Any, Any] | None) -> None:
+    def _clear_all(
+        self, key: Any, window: Any, state_window: Any, mapping: dict[Any, Any] | None
+    ) -> None:
         self._clear_contents(key, state_window)
         tctx = self._tctx
         tctx.window = window
@@ -587,4 +597,3 @@ class WindowOperator(Operator):
         self._flush_touched()
         self._timer_out.flush(self.emit)
         self._side.flush()
-

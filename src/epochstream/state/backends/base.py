@@ -40,8 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from epochstream.core.clock import Clock
-from epochstream.exceptions import StateError
-from epochstream.state.descriptors import (
+from epochstream.core.state_descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
@@ -49,6 +48,7 @@ from epochstream.state.descriptors import (
     StateDescriptor,
     ValueStateDescriptor,
 )
+from epochstream.exceptions import StateError
 from epochstream.state.handles import KeyedStateHandle
 
 if TYPE_CHECKING:
@@ -260,7 +260,9 @@ class KeyedStateBackend(ABC):
     def _create_state(self, descriptor: StateDescriptor, kind: str) -> Any:
         """A new state object of ``kind`` for ``descriptor`` (``kind`` may be namespaced)."""
 
-    def value_table(self, descriptor: ValueStateDescriptor, *, namespaced: bool = False) -> ValueTable:
+    def value_table(
+        self, descriptor: ValueStateDescriptor, *, namespaced: bool = False
+    ) -> ValueTable:
         """Batch-level access to a value state (for built-in operators; no TTL).
 
         With ``namespaced=True`` the table's keys are ``(key, namespace)`` pairs (a

@@ -1,6 +1,6 @@
 """Windows: assigners (which windows a record belongs to) and window functions (what a
 window emits) (Flink's names and semantics); triggers (when it emits) are in
-:mod:`epochstream.api.triggers`.
+:mod:`epochstream.graph.triggers`.
 
 Time windows are :class:`TimeWindow` ``[start, end)`` in int milliseconds; a window's
 results get ``window.max_timestamp()`` (``end - 1``) as their timestamp. Event-time
@@ -23,16 +23,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from epochstream.api.triggers import (
+from epochstream.core.events import MAX_WATERMARK
+from epochstream.core.functions import Collector, Function
+from epochstream.core.time import to_millis, to_signed_millis
+from epochstream.exceptions import ConfigurationError
+from epochstream.graph.triggers import (
     EventTimeTrigger,
     ProcessingTimeTrigger,
     Trigger,
     _NeverTrigger,
 )
-from epochstream.core.events import MAX_WATERMARK
-from epochstream.core.functions import Collector, Function
-from epochstream.core.time import to_millis, to_signed_millis
-from epochstream.exceptions import ConfigurationError
 
 __all__ = [
     "EventTimeSessionWindows",
@@ -282,7 +282,11 @@ class _Sessions(WindowAssigner):
 
     def assign_windows(self, element: Any, timestamp: int | None, now_ms: int) -> list[Any]:
         t = _time_of(self, timestamp, now_ms)
-        gap = self.gap if self.gap_fn is None else to_millis(self.gap_fn(element), "session gap", allow_zero=False)
+        gap = (
+            self.gap
+            if self.gap_fn is None
+            else to_millis(self.gap_fn(element), "session gap", allow_zero=False)
+        )
         assert gap is not None
         return [TimeWindow(t, t + gap)]
 

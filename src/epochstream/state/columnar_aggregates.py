@@ -99,7 +99,9 @@ class ColumnarAggregates:
         self, kind: str, *, key: str, value: str | None, max_parallelism: int, where: str = ""
     ) -> None:
         if kind not in AGGREGATES:
-            raise ConfigurationError(f"unknown aggregation {kind!r} (known: {', '.join(AGGREGATES)})")
+            raise ConfigurationError(
+                f"unknown aggregation {kind!r} (known: {', '.join(AGGREGATES)})"
+            )
         if kind != "count" and not value:
             raise ConfigurationError(f"{kind}() needs the column to aggregate")
         self.kind = kind
@@ -167,7 +169,9 @@ class ColumnarAggregates:
         size, before = self.index.size, self._acc.copy()
         keys, slots, ts = self._fold(batch, has_ts)
         keys_in = canonical_float_keys(batch.column(self.key))
-        table = pa.table({"k": keys_in, "v": batch.column(self.value).cast(pa.float64(), safe=False)})
+        table = pa.table(
+            {"k": keys_in, "v": batch.column(self.value).cast(pa.float64(), safe=False)}
+        )
         grouped = table.group_by("k", use_threads=False).aggregate([("v", "sum")])
         group_slots, _ = self.index.slots(grouped.column("k").combine_chunks())
         estimates = np.zeros(self.index.size)
@@ -180,7 +184,9 @@ class ColumnarAggregates:
         held = self._acc[: self.index.size]
         return float(np.abs(held.astype(np.float64)).max()) if len(held) else 0.0
 
-    def _fold(self, batch: pa.RecordBatch, has_ts: bool) -> tuple[pa.Array, np.ndarray, pa.Array | None]:
+    def _fold(
+        self, batch: pa.RecordBatch, has_ts: bool
+    ) -> tuple[pa.Array, np.ndarray, pa.Array | None]:
         rows = self.index.row_slots(batch.column(self.key))
         if rows is not None:
             return self._fold_rows(batch, *rows, has_ts)
@@ -277,9 +283,13 @@ class ColumnarAggregates:
         if kind in ("sum", "mean"):
             acc[slots] += _numpy(partial, 0, acc.dtype)
         elif kind == "min":
-            acc[slots] = np.minimum(acc[slots], _numpy(partial, _identity(acc.dtype, True), acc.dtype))
+            acc[slots] = np.minimum(
+                acc[slots], _numpy(partial, _identity(acc.dtype, True), acc.dtype)
+            )
         else:
-            acc[slots] = np.maximum(acc[slots], _numpy(partial, _identity(acc.dtype, False), acc.dtype))
+            acc[slots] = np.maximum(
+                acc[slots], _numpy(partial, _identity(acc.dtype, False), acc.dtype)
+            )
 
     def update(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """Fold ``batch`` in and return each touched key's running value."""
@@ -385,7 +395,12 @@ def write_columnar_state(
         return None
     batches, size, crc = write_ipc_file(fs, path, table.schema, split_by_key_group(table))
     return ColumnarSnapshotHandle(
-        key_groups=key_groups, path=path, file_size=size, batches=batches, states={state: "columnar"}, crc=crc
+        key_groups=key_groups,
+        path=path,
+        file_size=size,
+        batches=batches,
+        states={state: "columnar"},
+        crc=crc,
     )
 
 

@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from epochstream.exceptions import StateError
-from epochstream.state.backends.heap import HeapStateBackend
-from epochstream.state.backends.heap_files import DELETED
-from epochstream.state.backends.heap_states import UNTRACKED_MIN_KEYS
-from epochstream.state.descriptors import (
+from epochstream.core.state_descriptors import (
     ListStateDescriptor,
     MapStateDescriptor,
     ValueStateDescriptor,
 )
+from epochstream.exceptions import StateError
+from epochstream.state.backends.heap.backend import HeapStateBackend
+from epochstream.state.backends.heap.files import DELETED
+from epochstream.state.backends.heap.states import UNTRACKED_MIN_KEYS
 from epochstream.state.handles import HeapSnapshotHandle
 
 from .conftest import Harness
@@ -239,7 +239,9 @@ def test_a_key_outside_the_subtasks_key_groups_fails_the_snapshot_with_its_name(
         table[k] = (k, 1)
     table[stray] = (stray, 1)  # after two chunks of owned keys
     table.touched([*ours, stray])
-    with pytest.raises(StateError, match=rf"key {stray} is in key group {assigner.key_group(stray)}, outside"):
+    with pytest.raises(
+        StateError, match=rf"key {stray} is in key group {assigner.key_group(stray)}, outside"
+    ):
         backend.snapshot(h.target(1)).run()
     del table[stray]
     table.touched([stray])
@@ -275,11 +277,15 @@ def test_a_whole_state_snapshot_is_pickled_at_the_barrier(tmp_path: Any) -> None
     backend.value_table(SUMS).delete(11)
     backend.value_table(SUMS).touched([11])
     handle = job.run()
-    assert isinstance(handle, HeapSnapshotHandle) and len(handle.chain) == 1 and handle.chain[0].full
+    assert (
+        isinstance(handle, HeapSnapshotHandle) and len(handle.chain) == 1 and handle.chain[0].full
+    )
     assert _restored_sums(h, handle, 2) == {k: (k, 2) for k in range(5_000)}
 
 
-def test_snapshots_with_a_ttl_or_for_a_savepoint_are_not_pickled_at_the_barrier(tmp_path: Any) -> None:
+def test_snapshots_with_a_ttl_or_for_a_savepoint_are_not_pickled_at_the_barrier(
+    tmp_path: Any,
+) -> None:
     h = _harness(tmp_path)
     backend = h.backend()
     ttl = backend.get_state(ValueStateDescriptor("seen", ttl=timedelta(seconds=5)))

@@ -63,7 +63,14 @@ JOB_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 MAX_ENTRY_BYTES = 64 * 1024
 # A bearer token goes into an HTTP header: no spaces, no line breaks.
 _TOKEN_PATTERN = re.compile(r"[A-Za-z0-9._~+/=-]{1,512}")
-_FIELDS = {"job_id": str, "name": str, "endpoint": str, "token": str, "pid": int, "started_at": float}
+_FIELDS = {
+    "job_id": str,
+    "name": str,
+    "endpoint": str,
+    "token": str,
+    "pid": int,
+    "started_at": float,
+}
 _MAX_NAME = 1024
 _SUFFIX = ".json"
 
@@ -119,7 +126,9 @@ def check_endpoint_url(url: str) -> str:
 
 def _check_job_id(job_id: object) -> str:
     if not isinstance(job_id, str) or not JOB_ID_PATTERN.fullmatch(job_id):
-        raise InvalidJobEntry(f"job id {job_id!r} is not a job id (it must match {JOB_ID_PATTERN.pattern})")
+        raise InvalidJobEntry(
+            f"job id {job_id!r} is not a job id (it must match {JOB_ID_PATTERN.pattern})"
+        )
     return job_id
 
 
@@ -165,7 +174,9 @@ def registry_dir() -> str:
 
     Example: ``registry_dir()   # "/home/ada/.local/state/epochstream/jobs"``
     """
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
     path = os.path.join(base, "epochstream", "jobs")
     makedirs_private(path)
     problem = trust_problem(path)
@@ -242,7 +253,9 @@ def read_entry(path: str) -> JobEntry:
         if st.st_uid != os.geteuid():
             raise InvalidJobEntry(f"it is owned by uid {st.st_uid}, not by you")
         if st.st_mode & 0o022:
-            raise InvalidJobEntry(f"it is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})")
+            raise InvalidJobEntry(
+                f"it is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+            )
         raw = f.read(MAX_ENTRY_BYTES + 1)
     if len(raw) > MAX_ENTRY_BYTES:
         raise InvalidJobEntry(f"it is larger than {MAX_ENTRY_BYTES} bytes")

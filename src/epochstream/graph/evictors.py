@@ -53,10 +53,14 @@ class Evictor(ABC):  # noqa: B024 - both hooks are optional, as in Flink
                 elements[:] = [e for e in elements if e.value[1] > 0]
     """
 
-    def evict_before(self, elements: list[TimestampedValue], size: int, window: Any, ctx: Any) -> None:  # noqa: B027
+    def evict_before(  # noqa: B027 (optional hook: a no-op unless overridden)
+        self, elements: list[TimestampedValue], size: int, window: Any, ctx: Any
+    ) -> None:
         """Before the window function: remove what it should not see."""
 
-    def evict_after(self, elements: list[TimestampedValue], size: int, window: Any, ctx: Any) -> None:  # noqa: B027
+    def evict_after(  # noqa: B027 (optional hook: a no-op unless overridden)
+        self, elements: list[TimestampedValue], size: int, window: Any, ctx: Any
+    ) -> None:
         """After the window function: remove what later firings should not see."""
 
 
@@ -71,11 +75,15 @@ class _BeforeOrAfter(Evictor):
     def _evict(self, elements: list[TimestampedValue], size: int) -> None:
         raise NotImplementedError
 
-    def evict_before(self, elements: list[TimestampedValue], size: int, window: Any, ctx: Any) -> None:
+    def evict_before(
+        self, elements: list[TimestampedValue], size: int, window: Any, ctx: Any
+    ) -> None:
         if not self.do_evict_after:
             self._evict(elements, size)
 
-    def evict_after(self, elements: list[TimestampedValue], size: int, window: Any, ctx: Any) -> None:
+    def evict_after(
+        self, elements: list[TimestampedValue], size: int, window: Any, ctx: Any
+    ) -> None:
         if self.do_evict_after:
             self._evict(elements, size)
 
@@ -134,7 +142,9 @@ class DeltaEvictor(_BeforeOrAfter):
     Example: ``.evictor(es.DeltaEvictor.of(10.0, lambda a, b: abs(a[1] - b[1])))``
     """
 
-    def __init__(self, threshold: float, delta_fn: Callable[[Any, Any], float], do_evict_after: bool = False) -> None:
+    def __init__(
+        self, threshold: float, delta_fn: Callable[[Any, Any], float], do_evict_after: bool = False
+    ) -> None:
         super().__init__(do_evict_after)
         if not callable(delta_fn):
             raise ConfigurationError("DeltaEvictor needs a callable delta_fn(a, b) -> float")
@@ -144,7 +154,9 @@ class DeltaEvictor(_BeforeOrAfter):
         self.delta_fn = delta_fn
 
     @staticmethod
-    def of(threshold: float, delta_fn: Callable[[Any, Any], float], do_evict_after: bool = False) -> DeltaEvictor:
+    def of(
+        threshold: float, delta_fn: Callable[[Any, Any], float], do_evict_after: bool = False
+    ) -> DeltaEvictor:
         """Evict elements at least ``threshold`` away (by ``delta_fn``) from the last one."""
         return DeltaEvictor(threshold, delta_fn, do_evict_after)
 

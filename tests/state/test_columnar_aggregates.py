@@ -15,7 +15,7 @@ import pytest
 
 from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, CorruptStateError, DataError, StateError
-from epochstream.state.columnar import (
+from epochstream.state.columnar_aggregates import (
     STATE_KEY,
     ColumnarAggregates,
     columnar_rows,
@@ -52,7 +52,9 @@ def _oracle(kind: str, values: list[Any]) -> Any:
 @pytest.mark.parametrize("kind", ["sum", "count", "min", "max", "mean"])
 @pytest.mark.parametrize("keys", [list(range(-20, 20)), [f"u{i}" for i in range(30)]])
 def test_rolling_values_match_a_per_row_oracle(kind: str, keys: list[Any]) -> None:
-    agg = ColumnarAggregates(kind, key="k", value=None if kind == "count" else "v", max_parallelism=MAX_P)
+    agg = ColumnarAggregates(
+        kind, key="k", value=None if kind == "count" else "v", max_parallelism=MAX_P
+    )
     seen: dict[Any, list[Any]] = defaultdict(list)
     for batch in _batches(7, keys):
         out = agg.update(batch).to_pylist()
@@ -105,7 +107,9 @@ def test_a_damaged_or_missing_state_file_is_corrupt_state(tmp_path: Path) -> Non
     agg.update(pa.record_batch([pa.array([1, 2]), pa.array([5, 6])], names=["k", "v"]))
     fs = storage_fs(str(tmp_path))
     path = tmp_path / "s.arrow"
-    handle = write_columnar_state(fs, str(path), agg.state_table(), key_groups=range(0, MAX_P), state="sum")
+    handle = write_columnar_state(
+        fs, str(path), agg.state_table(), key_groups=range(0, MAX_P), state="sum"
+    )
     assert handle is not None and handle.crc == zlib.crc32(path.read_bytes())
     assert handle.file_size == path.stat().st_size
     doc = handle.to_json(str)
@@ -135,20 +139,26 @@ def test_a_damaged_or_missing_state_file_is_corrupt_state(tmp_path: Path) -> Non
 
 def test_state_of_another_operator_kind_is_refused() -> None:
     with pytest.raises(StateError, match="another kind of operator"):
-        read_columnar_state(lambda p: None, [HeapSnapshotHandle(range(0, 1), ())], range(0, 1), "op")
+        read_columnar_state(
+            lambda p: None, [HeapSnapshotHandle(range(0, 1), ())], range(0, 1), "op"
+        )
 
 
 def test_a_column_changing_type_between_batches_is_bad_data() -> None:
     agg = ColumnarAggregates("sum", key="k", value="v", max_parallelism=MAX_P, where="sum (1/1)")
     agg.update(pa.record_batch([pa.array([1]), pa.array([1])], names=["k", "v"]))
-    agg.update(pa.record_batch([pa.array([1], pa.int32()), pa.array([2], pa.int16())], names=["k", "v"]))
+    agg.update(
+        pa.record_batch([pa.array([1], pa.int32()), pa.array([2], pa.int16())], names=["k", "v"])
+    )
     with pytest.raises(DataError, match="column 'v' changed type from int64 to double"):
         agg.update(pa.record_batch([pa.array([1]), pa.array([1.5])], names=["k", "v"]))
     # Not numeric after a numeric first batch: it was a raw Arrow/NumPy error, retried.
     for later in (pa.array([True]), pa.array(["x"])):
         with pytest.raises(DataError, match=rf"column 'v' changed type from int64 to {later.type}"):
             agg.update(pa.record_batch([pa.array([1]), later], names=["k", "v"]))
-    with pytest.raises(DataError, match=r"sum \(1/1\): key column 'k' changed type from int64 to string"):
+    with pytest.raises(
+        DataError, match=r"sum \(1/1\): key column 'k' changed type from int64 to string"
+    ):
         agg.update(pa.record_batch([pa.array(["a"]), pa.array([1])], names=["k", "v"]))
 
 
@@ -156,13 +166,21 @@ def test_a_column_changing_type_between_batches_is_bad_data() -> None:
 def test_integer_keys_of_several_widths_come_out_as_int64(sparse: bool) -> None:
     """A first batch of int8 keys and a later key of 1000 was a raw ArrowInvalid (the
     key did not fit the first batch's type) that the restart strategy retried."""
-    agg = ColumnarAggregates("count", key="k", value=None, max_parallelism=MAX_P, where="count (1/1)")
+    agg = ColumnarAggregates(
+        "count", key="k", value=None, max_parallelism=MAX_P, where="count (1/1)"
+    )
     first = [-1] if sparse else [1]
-    assert agg.update(pa.record_batch([pa.array(first, pa.int8())], names=["k"])).column("k").type == pa.int8()
+    assert (
+        agg.update(pa.record_batch([pa.array(first, pa.int8())], names=["k"])).column("k").type
+        == pa.int8()
+    )
     out = agg.update(pa.record_batch([pa.array([1_000, 1_000], pa.int64())], names=["k"]))
     assert out.to_pydict() == {"k": [1_000], "count": [2]} and out.column("k").type == pa.int64()
     keys, counts = agg.result()
-    assert sorted(zip(keys.to_pylist(), counts.to_pylist(), strict=True)) == [(first[0], 1), (1_000, 2)]
+    assert sorted(zip(keys.to_pylist(), counts.to_pylist(), strict=True)) == [
+        (first[0], 1),
+        (1_000, 2),
+    ]
 
 
 @pytest.mark.parametrize("keys", [[1, 1, 2], ["a", "a", "b"]], ids=["dense", "hashed"])
@@ -170,7 +188,9 @@ def test_an_int64_sum_that_would_wrap_is_bad_data_naming_the_key(keys: list[Any]
     """NumPy and Arrow sums wrap around silently; the row path's Python ints do not."""
     big = 2**62
     agg = ColumnarAggregates("sum", key="k", value="v", max_parallelism=MAX_P, where="sum(v) (1/1)")
-    out = agg.update(pa.record_batch([pa.array(keys), pa.array([big, big - 1, -big])], names=["k", "v"]))
+    out = agg.update(
+        pa.record_batch([pa.array(keys), pa.array([big, big - 1, -big])], names=["k", "v"])
+    )
     assert out.to_pydict()["v"] == [2**63 - 1, -big]  # at the limit, not past it
     agg.update(pa.record_batch([pa.array(keys), pa.array([-big, 1, big])], names=["k", "v"]))
     wraps = rf"sum\(v\) \(1/1\): the sum of column 'v' overflows int64 for key {keys[0]!r}"
@@ -187,7 +207,9 @@ def test_uint64_keys_above_the_int64_range_round_trip() -> None:
     assert agg.result()[0].to_pylist() == keys.to_pylist()
     table = agg.state_table()
     assert table.column(STATE_KEY).to_pylist() == keys.to_pylist()
-    assert table.column("_kg").to_pylist() == [key_group_for_key(k, MAX_P) for k in keys.to_pylist()]
+    assert table.column("_kg").to_pylist() == [
+        key_group_for_key(k, MAX_P) for k in keys.to_pylist()
+    ]
 
 
 @pytest.mark.parametrize("keys", [[1, 1, 2], ["a", "a", "b"]], ids=["dense", "hashed"])
@@ -195,7 +217,9 @@ def test_uint64_keys_above_the_int64_range_round_trip() -> None:
 def test_a_nan_value_gives_nan_whatever_the_key_type(kind: str, keys: list[Any]) -> None:
     """Dense integer keys (NumPy) gave NaN and hashed keys (Arrow, which skips NaN) 1.0."""
     agg = ColumnarAggregates(kind, key="k", value="v", max_parallelism=MAX_P)
-    out = agg.update(pa.record_batch([pa.array(keys), pa.array([float("nan"), 1.0, 2.0])], names=["k", "v"]))
+    out = agg.update(
+        pa.record_batch([pa.array(keys), pa.array([float("nan"), 1.0, 2.0])], names=["k", "v"])
+    )
     values = dict(zip(out.column("k").to_pylist(), out.column("v").to_pylist(), strict=True))
     assert values[keys[0]] != values[keys[0]] and values[keys[2]] == 2.0
     later = agg.update(pa.record_batch([pa.array(keys[:1]), pa.array([0.5])], names=["k", "v"]))

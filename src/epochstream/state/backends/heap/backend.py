@@ -1,7 +1,7 @@
 """The heap state backend: state as Python objects, snapshots proportional to change.
 
 Each state is one dict (``key -> value``) plus the set of keys written since the last
-snapshot (see :mod:`~epochstream.state.backends.heap_states`). At a barrier the
+snapshot (see :mod:`~epochstream.state.backends.heap.states`). At a barrier the
 synchronous part copies only the entries changed since the latest *completed*
 checkpoint (O(changed), not O(state); a table whose keys mostly changed is copied whole
 at C speed); the snapshot thread then either
@@ -31,6 +31,9 @@ from itertools import repeat
 from typing import Any, ClassVar
 
 from epochstream.core.filesystems import storage_fs
+from epochstream.core.serializers import DEFAULT_SERIALIZER
+from epochstream.core.state_descriptors import StateDescriptor, ValueStateDescriptor
+from epochstream.core.state_ttl import TtlConfig, TtlValue
 from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.state.backends.base import (
     NAMESPACED,
@@ -42,12 +45,12 @@ from epochstream.state.backends.base import (
     base_kind,
     is_namespaced,
 )
-from epochstream.state.backends.heap_files import (
+from epochstream.state.backends.heap.files import (
     DELETED,
     merge_chain,
 )
-from epochstream.state.backends.heap_snapshot import HeapSnapshotJob
-from epochstream.state.backends.heap_states import (
+from epochstream.state.backends.heap.snapshots import HeapSnapshotJob
+from epochstream.state.backends.heap.states import (
     HEAP_STATE_CLASSES,
     NO_KEY,
     HeapTable,
@@ -59,7 +62,6 @@ from epochstream.state.canonical import (
     read_batches,
     read_state_meta,
 )
-from epochstream.state.descriptors import StateDescriptor, ValueStateDescriptor
 from epochstream.state.handles import (
     CanonicalSnapshotHandle,
     HeapSnapshotHandle,
@@ -67,9 +69,7 @@ from epochstream.state.handles import (
 )
 from epochstream.state.keyformat import decode_key
 from epochstream.state.keygroups import KeyGroupAssigner, validate_max_parallelism
-from epochstream.state.serializers import DEFAULT_SERIALIZER
 from epochstream.state.states import copy_value
-from epochstream.state.ttl import TtlConfig, TtlValue
 
 __all__ = ["HeapKeyedStateBackend", "HeapStateBackend"]
 
@@ -219,7 +219,9 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             if written.keys or written.every_key:
                 taken[name] = written
             # Changed since the base: written now, or by snapshots not yet confirmed.
-            earlier = [taken_then[name] for taken_then in self._unconfirmed.values() if name in taken_then]
+            earlier = [
+                taken_then[name] for taken_then in self._unconfirmed.values() if name in taken_then
+            ]
             changed = written.keys.union(*(e.keys for e in earlier)) if earlier else written.keys
             every_key = written.every_key or any(e.every_key for e in earlier)
             if every_key or (len(changed) >= len(data) and changed.issuperset(data)):
@@ -248,7 +250,9 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         return job
 
     @staticmethod
-    def _copy_entries(table: HeapTable, keys: Iterable[Any], memo: dict[int, Any]) -> dict[Any, Any]:
+    def _copy_entries(
+        table: HeapTable, keys: Iterable[Any], memo: dict[int, Any]
+    ) -> dict[Any, Any]:
         """The entries of ``keys`` as the snapshot keeps them (absent ones as deleted)."""
         data = table.data
         kind = base_kind(table.kind)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from epochstream.state.backends.rocksdb_states import (
+from epochstream.state.backends.rocksdb.states import (
     decode_prefix,
     encode_prefix,
     key_group_bounds,

@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 from epochstream.api.datastream import DataStream, KeyedStream
 from epochstream.core.arrow import TS
 from epochstream.exceptions import ConfigurationError
+from epochstream.graph.specs import AggregateSpec
 from epochstream.graph.transformations import ColumnKey
 
 if TYPE_CHECKING:
-    from epochstream.api.windowing import WindowAssigner
+    from epochstream.graph.windowing import WindowAssigner
 
 __all__ = ["ColumnarAggregations", "ColumnarKeyedStream"]
 
@@ -119,7 +120,6 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
         return self._key_selector.column
 
     def _aggregate(self, kind: str, column: str | None) -> DataStream:
-        from epochstream.runtime.operators.columnar import AggregateSpec
 
         self._spec_columns(kind, self.key_column, column)
         spec = AggregateSpec(kind, key=self.key_column, value=column)

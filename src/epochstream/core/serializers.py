@@ -110,5 +110,3 @@ class JsonSerializer:
 
 #: The serializer of descriptors that do not name one.
 DEFAULT_SERIALIZER = PickleSerializer()
-
-

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from epochstream.cli.jobs import call_endpoint
-from epochstream.deploy import registry
-from epochstream.deploy.registry import (
+from epochstream.deploy import job_registry
+from epochstream.deploy.job_registry import (
     InvalidJobEntry,
     JobEntry,
     find_job,
@@ -74,7 +74,7 @@ def _list_in_child(state_home: Path) -> subprocess.CompletedProcess[str]:
     shows as a timeout or a failure instead of stalling the suite."""
     code = (
         "import resource; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-        "from epochstream.deploy.registry import running_jobs\n"
+        "from epochstream.deploy.job_registry import running_jobs\n"
         "print([e.job_id for e in running_jobs()])\n"
     )
     env = {**os.environ, "XDG_STATE_HOME": str(state_home)}
@@ -121,17 +121,19 @@ def test_a_symlink_to_dev_zero_is_not_read(state: Path) -> None:
 
 
 def test_an_oversized_entry_is_skipped(state: Path, caplog: pytest.LogCaptureFixture) -> None:
-    _plant(state, _entry(name="x" * (registry.MAX_ENTRY_BYTES + 1)))
-    with caplog.at_level(logging.WARNING, "epochstream.deploy.registry"):
+    _plant(state, _entry(name="x" * (job_registry.MAX_ENTRY_BYTES + 1)))
+    with caplog.at_level(logging.WARNING, "epochstream.deploy.job_registry"):
         assert running_jobs() == []
     assert "larger than" in caplog.text
 
 
-def test_a_dotdot_job_id_is_never_used_in_a_path(state: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_dotdot_job_id_is_never_used_in_a_path(
+    state: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     victim = state.parent / "victim.json"  # outside the registry
     victim.write_text("precious")
     planted = _plant(state, _entry(job_id="../victim", pid=2**22 + 7), name="evil.json")
-    with caplog.at_level(logging.WARNING, "epochstream.deploy.registry"):
+    with caplog.at_level(logging.WARNING, "epochstream.deploy.job_registry"):
         assert running_jobs() == []
     assert victim.read_text() == "precious"
     assert planted.exists(), "an invalid entry is reported, not deleted"
@@ -178,7 +180,7 @@ def test_entries_with_bad_fields_are_skipped(
     state: Path, caplog: pytest.LogCaptureFixture, fields: dict[str, object], reason: str
 ) -> None:
     _plant(state, _entry(**fields))
-    with caplog.at_level(logging.WARNING, "epochstream.deploy.registry"):
+    with caplog.at_level(logging.WARNING, "epochstream.deploy.job_registry"):
         assert running_jobs() == []
     assert reason in caplog.text
 
@@ -232,7 +234,7 @@ def test_register_does_not_follow_a_symlink_planted_at_its_temporary_name(
     register(JobEntry(**_entry()))  # type: ignore[arg-type]
     assert victim.read_text() == "precious"
     # Even a planted symlink at the (random) name itself is not followed.
-    monkeypatch.setattr(registry.secrets, "token_hex", lambda n: "fixed")
+    monkeypatch.setattr(job_registry.secrets, "token_hex", lambda n: "fixed")
     (state / f".{JOB_ID}.fixed.tmp").symlink_to(victim)
     with pytest.raises(FileExistsError):
         register(JobEntry(**_entry()))  # type: ignore[arg-type]

@@ -51,11 +51,11 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+from epochstream.core.serializers import pickle_dumps
 from epochstream.core.storage_faults import READ_RETRY, read_error, unavailable_or
 from epochstream.exceptions import CorruptStateError, StateError
 from epochstream.state.handles import HeapStateFile
 from epochstream.state.keygroups import KeyGroupAssigner
-from epochstream.state.serializers import pickle_dumps
 
 if TYPE_CHECKING:
     from epochstream.core.filesystems import StorageFS
@@ -145,7 +145,9 @@ def write_encoded(
     except OSError as err:
         # Storage that cannot be reached fails this checkpoint as unavailable, not as a
         # state error: the job master then reports the outage.
-        raise unavailable_or(err, what="write keyed state file", path=path, other=StateError) from err
+        raise unavailable_or(
+            err, what="write keyed state file", path=path, other=StateError
+        ) from err
     size = len(header) + sum(map(len, block.chunks))
     return dict.fromkeys(key_groups, (0, size)), size
 
@@ -213,13 +215,17 @@ def _corrupt(where: str, path: str, what: str) -> CorruptStateError:
     return CorruptStateError(f"{where}: {what}", path=path)
 
 
-def _payload(path: str, where: str, data: bytes, length: int, header: struct.Struct) -> tuple[Any, ...]:
+def _payload(
+    path: str, where: str, data: bytes, length: int, header: struct.Struct
+) -> tuple[Any, ...]:
     if len(data) != length or length < header.size:
         raise _corrupt(where, path, f"expected {length} bytes, found {len(data)} (file truncated?)")
     return header.unpack_from(data)
 
 
-def _load(path: str, where: str, data: bytes, offset: int, crc: int, *, chunked: bool = False) -> KeyGroupState:
+def _load(
+    path: str, where: str, data: bytes, offset: int, crc: int, *, chunked: bool = False
+) -> KeyGroupState:
     payload = memoryview(data)[offset:]
     if zlib.crc32(payload) != crc:
         raise _corrupt(where, path, "checksum mismatch (file corrupt)")
@@ -237,7 +243,9 @@ def _load(path: str, where: str, data: bytes, offset: int, crc: int, *, chunked:
         raise StateError(f"{where}: cannot unpickle state: {err!r}") from err
 
 
-def _check(path: str, kgs: list[int], offset: int, length: int, data: bytes) -> tuple[KeyGroupState, range]:
+def _check(
+    path: str, kgs: list[int], offset: int, length: int, data: bytes
+) -> tuple[KeyGroupState, range]:
     """The state in the segment at ``offset`` and the key groups it holds, verified to
     hold ``kgs`` (the wanted key groups the file maps to this span)."""
     where = f"keyed state file {path}, key group {kgs[0]} at offset {offset}"
@@ -303,13 +311,18 @@ def apply_segment(target: KeyGroupState, segment: KeyGroupState, *, full: bool =
 
 
 def _restrict(
-    segment: KeyGroupState, assigner: KeyGroupAssigner, key_groups: range, namespaced: frozenset[str]
+    segment: KeyGroupState,
+    assigner: KeyGroupAssigner,
+    key_groups: range,
+    namespaced: frozenset[str],
 ) -> KeyGroupState:
     """The entries of ``segment`` in ``key_groups`` (a block read for part of its range)."""
     kept: KeyGroupState = {}
     for name, entries in segment.items():
         kgs = key_groups_of(assigner, entries, namespaced=name in namespaced)
-        kept[name] = {k: v for (k, v), kg in zip(entries.items(), kgs, strict=True) if kg in key_groups}
+        kept[name] = {
+            k: v for (k, v), kg in zip(entries.items(), kgs, strict=True) if kg in key_groups
+        }
     return kept
 
 

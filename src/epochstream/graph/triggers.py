@@ -67,7 +67,9 @@ class Trigger(ABC):
     """
 
     @abstractmethod
-    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
+    def on_element(
+        self, element: Any, timestamp: int | None, window: Any, ctx: Any
+    ) -> TriggerResult:
         """A record was added to ``window``."""
 
     def on_event_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
@@ -101,7 +103,9 @@ class EventTimeTrigger(Trigger):
         """The trigger."""
         return EventTimeTrigger()
 
-    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
+    def on_element(
+        self, element: Any, timestamp: int | None, window: Any, ctx: Any
+    ) -> TriggerResult:
         if window.max_timestamp() <= ctx.current_watermark():
             return TriggerResult.FIRE  # a late record within the allowed lateness
         ctx.register_event_time_timer(window.max_timestamp())
@@ -132,7 +136,9 @@ class ProcessingTimeTrigger(Trigger):
         """The trigger."""
         return ProcessingTimeTrigger()
 
-    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
+    def on_element(
+        self, element: Any, timestamp: int | None, window: Any, ctx: Any
+    ) -> TriggerResult:
         ctx.register_processing_time_timer(window.max_timestamp())
         return TriggerResult.CONTINUE
 
@@ -167,11 +173,13 @@ class CountTrigger(Trigger):
         return CountTrigger(count)
 
     def _state(self, ctx: Any) -> Any:
-        from epochstream.state.descriptors import ValueStateDescriptor
+        from epochstream.core.state_descriptors import ValueStateDescriptor
 
         return ctx.get_partitioned_state(ValueStateDescriptor("__count", default=0))
 
-    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
+    def on_element(
+        self, element: Any, timestamp: int | None, window: Any, ctx: Any
+    ) -> TriggerResult:
         state = self._state(ctx)
         seen = state.value() + 1
         if seen >= self.count:
@@ -199,7 +207,7 @@ class _Continuous(Trigger):
         self.interval = to_millis(interval, "trigger interval", allow_zero=False)
 
     def _state(self, ctx: Any) -> Any:
-        from epochstream.state.descriptors import ValueStateDescriptor
+        from epochstream.core.state_descriptors import ValueStateDescriptor
 
         return ctx.get_partitioned_state(ValueStateDescriptor("__next_fire"))
 
@@ -218,7 +226,9 @@ class _Continuous(Trigger):
         self._state(ctx).update(time)
         self._register(ctx, time)
 
-    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
+    def on_element(
+        self, element: Any, timestamp: int | None, window: Any, ctx: Any
+    ) -> TriggerResult:
         if self.event_time:
             if window.max_timestamp() <= ctx.current_watermark():
                 return TriggerResult.FIRE
@@ -324,7 +334,9 @@ class PurgingTrigger(Trigger):
     def _purging(result: TriggerResult) -> TriggerResult:
         return TriggerResult.FIRE_AND_PURGE if result.fire else result
 
-    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
+    def on_element(
+        self, element: Any, timestamp: int | None, window: Any, ctx: Any
+    ) -> TriggerResult:
         return self._purging(self.trigger.on_element(element, timestamp, window, ctx))
 
     def on_event_time(self, time: int, window: Any, ctx: Any) -> TriggerResult:
@@ -346,5 +358,7 @@ class PurgingTrigger(Trigger):
 class _NeverTrigger(Trigger):
     """The default of global windows: they fire only through a trigger you set."""
 
-    def on_element(self, element: Any, timestamp: int | None, window: Any, ctx: Any) -> TriggerResult:
+    def on_element(
+        self, element: Any, timestamp: int | None, window: Any, ctx: Any
+    ) -> TriggerResult:
         return TriggerResult.CONTINUE

@@ -2,7 +2,7 @@
 
 Each keyed operator subtask owns one RocksDB database (through ``rocksdict``) in the
 slot's scratch directory, one column family per state (key layout in
-:mod:`~epochstream.state.backends.rocksdb_states`). The write-ahead log is off: state
+:mod:`~epochstream.state.backends.rocksdb.states`). The write-ahead log is off: state
 is recovered from checkpoints, never from the local disk.
 
 Snapshots:
@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from epochstream.core.filesystems import storage_fs
+from epochstream.core.serializers import DEFAULT_SERIALIZER, Serializer
+from epochstream.core.state_descriptors import StateDescriptor, ValueStateDescriptor
 from epochstream.core.storage_faults import READ_RETRY, read_error
 from epochstream.exceptions import ConfigurationError, CorruptStateError, StateError
 from epochstream.state.backends.base import (
@@ -51,14 +53,9 @@ from epochstream.state.backends.base import (
     base_kind,
     is_namespaced,
 )
-from epochstream.state.backends.rocksdb_snapshots import (
-    META_CF,
-    RocksSnapshotJob,
-    crc_file,
-    encode_meta,
-    read_meta,
-)
-from epochstream.state.backends.rocksdb_states import (
+from epochstream.state.backends.rocksdb.files import META_CF, crc_file, encode_meta, read_meta
+from epochstream.state.backends.rocksdb.snapshots import RocksSnapshotJob
+from epochstream.state.backends.rocksdb.states import (
     NO_KEY,
     ROCKS_STATE_CLASSES,
     KeyAccess,
@@ -74,7 +71,6 @@ from epochstream.state.canonical import (
     read_batches,
     read_state_meta,
 )
-from epochstream.state.descriptors import StateDescriptor, ValueStateDescriptor
 from epochstream.state.handles import (
     CanonicalSnapshotHandle,
     KeyedStateHandle,
@@ -83,7 +79,6 @@ from epochstream.state.handles import (
 )
 from epochstream.state.keyformat import decode_key, encode_key
 from epochstream.state.keygroups import KeyGroupAssigner, validate_max_parallelism
-from epochstream.state.serializers import DEFAULT_SERIALIZER, Serializer
 
 if TYPE_CHECKING:
     pass
@@ -372,9 +367,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             self.check_restorable(handle)
         mine = self.key_group_range
         rocks = [h for h in handles if isinstance(h, RocksDBSnapshotHandle)]
-        whole = (
-            len(handles) == 1 and len(rocks) == 1 and rocks[0].key_groups == mine
-        )
+        whole = len(handles) == 1 and len(rocks) == 1 and rocks[0].key_groups == mine
         if whole:
             self._download(rocks[0], self._db_path)
             self._db = self._open(self._db_path)
@@ -499,4 +492,3 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             log.warning("cannot remove RocksDB directory %s: %r", self._root, exc)
 
     # ------------------------------------------------------------------ canonical rows
-

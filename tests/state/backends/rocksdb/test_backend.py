@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from epochstream.state.backends.rocksdb import RocksDBStateBackend
-from epochstream.state.descriptors import ValueStateDescriptor
+from epochstream.core.state_descriptors import ValueStateDescriptor
+from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
 from epochstream.state.handles import RocksDBSnapshotHandle
 
 from .conftest import Harness

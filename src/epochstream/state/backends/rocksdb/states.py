@@ -23,16 +23,17 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from epochstream.exceptions import StateError
-from epochstream.state.backends.base import base_kind, is_namespaced
-from epochstream.state.descriptors import (
+from epochstream.core.serializers import Serializer
+from epochstream.core.state_descriptors import (
     AggregatingStateDescriptor,
     ReducingStateDescriptor,
     StateDescriptor,
     ValueStateDescriptor,
 )
+from epochstream.core.state_ttl import TtlConfig
+from epochstream.exceptions import StateError
+from epochstream.state.backends.base import base_kind, is_namespaced
 from epochstream.state.keyformat import decode_key, encode_key
-from epochstream.state.serializers import Serializer
 from epochstream.state.states import (
     AggregatingState,
     ListState,
@@ -41,7 +42,6 @@ from epochstream.state.states import (
     ValueState,
     copy_value,
 )
-from epochstream.state.ttl import TtlConfig
 
 __all__ = [
     "NO_KEY",
@@ -121,7 +121,9 @@ class RocksColumn:
 
     __slots__ = ("cf", "kind", "name", "serializer", "ttl")
 
-    def __init__(self, name: str, kind: str, cf: Any, serializer: Serializer, ttl: TtlConfig | None):
+    def __init__(
+        self, name: str, kind: str, cf: Any, serializer: Serializer, ttl: TtlConfig | None
+    ):
         self.name = name
         self.kind = kind
         self.cf = cf
@@ -157,7 +159,9 @@ class KeyAccess:
         cached = self.prefix_cache
         if cached is None:
             assert self.key_group is not None
-            cached = self.prefix_cache = encode_prefix(self.key_group(self.key), encode_key(self.key))
+            cached = self.prefix_cache = encode_prefix(
+                self.key_group(self.key), encode_key(self.key)
+            )
         return cached
 
     def namespaced_prefix(self, name: str, namespace: bytes) -> bytes:
@@ -353,7 +357,9 @@ class RocksReducingState(_RocksState, ReducingState):
     def add(self, value: Any) -> None:
         prefix = self._prefix()
         found = self._load(prefix, self._col.cf.get(prefix))
-        self._col.cf.put(prefix, self._store(value if found is _MISSING else self._reduce(found, value)))
+        self._col.cf.put(
+            prefix, self._store(value if found is _MISSING else self._reduce(found, value))
+        )
 
 
 class RocksAggregatingState(_RocksState, AggregatingState):

@@ -32,9 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from epochstream.core.serializers import DEFAULT_SERIALIZER, Serializer
+from epochstream.core.state_ttl import TtlConfig
 from epochstream.exceptions import ConfigurationError
-from epochstream.state.serializers import DEFAULT_SERIALIZER, Serializer
-from epochstream.state.ttl import TtlConfig
 
 __all__ = [
     "AggregateFunction",
@@ -90,10 +90,10 @@ class StateDescriptor:
     Keyword-only on every descriptor:
 
     - ``ttl``: a ``timedelta`` (or seconds) after which an entry expires (see
-      :mod:`epochstream.state.ttl`); ``ttl_update``: ``"on_write"`` (default) or
+      :mod:`epochstream.core.state_ttl`); ``ttl_update``: ``"on_write"`` (default) or
       ``"on_read_and_write"``;
     - ``serializer``: how values are stored (default: pickle protocol 5); anything with
-      ``dumps``/``loads``, e.g. :class:`~epochstream.state.serializers.JsonSerializer`.
+      ``dumps``/``loads``, e.g. :class:`~epochstream.core.serializers.JsonSerializer`.
 
     Example::
 

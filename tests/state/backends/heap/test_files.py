@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from epochstream.core.filesystems import storage_fs
+from epochstream.core.state_descriptors import ValueStateDescriptor
 from epochstream.exceptions import CorruptStateError
-from epochstream.state.backends.heap import HeapStateBackend
-from epochstream.state.backends.heap_files import (
+from epochstream.state.backends.heap.backend import HeapStateBackend
+from epochstream.state.backends.heap.files import (
     CHUNK_ENTRIES,
     DELETED,
     encode_block,
@@ -21,7 +22,6 @@ from epochstream.state.backends.heap_files import (
     split_key_groups,
     write_encoded,
 )
-from epochstream.state.descriptors import ValueStateDescriptor
 from epochstream.state.handles import HeapSnapshotHandle, HeapStateFile
 from epochstream.state.keygroups import KeyGroupAssigner, key_group_for_key
 
@@ -36,7 +36,9 @@ def _keys_in(groups: range, n: int) -> list[str]:
     return [k for k in keys if key_group_for_key(k, MAX_P) in groups][:n]
 
 
-def _block(tmp_path: Path, name: str, state: dict, groups: range, *, full: bool = True) -> HeapStateFile:
+def _block(
+    tmp_path: Path, name: str, state: dict, groups: range, *, full: bool = True
+) -> HeapStateFile:
     fs = storage_fs(str(tmp_path))
     path = str(tmp_path / name)
     spans, size = write_encoded(fs, path, encode_block(state), groups)
@@ -129,7 +131,9 @@ def test_a_corrupt_or_truncated_block_is_reported_with_its_file(tmp_path: Path) 
     raw = bytearray(Path(file.path).read_bytes())
     raw[-3] ^= 0xFF
     Path(file.path).write_bytes(bytes(raw))
-    with pytest.raises(CorruptStateError, match=r"a\.kst, key group 0 at offset 0: checksum mismatch"):
+    with pytest.raises(
+        CorruptStateError, match=r"a\.kst, key group 0 at offset 0: checksum mismatch"
+    ):
         merge_chain(fs, [file], groups, ASSIGNER)
     Path(file.path).write_bytes(bytes(raw[:-10]))
     with pytest.raises(CorruptStateError, match="file truncated"):
@@ -139,7 +143,11 @@ def test_a_corrupt_or_truncated_block_is_reported_with_its_file(tmp_path: Path) 
 def test_a_block_is_pickled_in_chunks_and_reads_back_whole(tmp_path: Path) -> None:
     groups = range(0, 64)
     keys = _keys_in(groups, CHUNK_ENTRIES + 10)
-    state = {"sums": {k: (k, i) for i, k in enumerate(keys)}, "empty": {}, "one": {keys[0]: DELETED}}
+    state = {
+        "sums": {k: (k, i) for i, k in enumerate(keys)},
+        "empty": {},
+        "one": {keys[0]: DELETED},
+    }
     fs = storage_fs(str(tmp_path))
     path = str(tmp_path / "c.kst")
     spans, size = write_encoded(fs, path, encode_block(state), groups)
@@ -156,7 +164,11 @@ def test_a_block_is_pickled_in_chunks_and_reads_back_whole(tmp_path: Path) -> No
         ("one", 1, 1),
     ]
     file = HeapStateFile(path, False, spans, size, shared=False)
-    assert merge_chain(fs, [file], groups, ASSIGNER) == {"sums": state["sums"], "empty": {}, "one": {}}
+    assert merge_chain(fs, [file], groups, ASSIGNER) == {
+        "sums": state["sums"],
+        "empty": {},
+        "one": {},
+    }
 
 
 def test_blocks_of_one_pickle_written_before_chunks_still_restore(tmp_path: Path) -> None:
@@ -191,7 +203,9 @@ def test_values_the_memo_less_pickler_refuses_still_round_trip(tmp_path: Path) -
     cyclic.append(cyclic)
     offset = 3
     state = {"odd": {a: cyclic, b: lambda x: x + offset}}  # a cycle; a lambda (cloudpickle)
-    restored = merge_chain(storage_fs(str(tmp_path)), [_block(tmp_path, "o.kst", state, groups)], groups, ASSIGNER)
+    restored = merge_chain(
+        storage_fs(str(tmp_path)), [_block(tmp_path, "o.kst", state, groups)], groups, ASSIGNER
+    )
     back = restored["odd"][a]
     assert back[0] == "loop" and back[1] is back
     assert restored["odd"][b](4) == 7

@@ -27,15 +27,16 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from epochstream.core.clock import Clock
-from epochstream.exceptions import StateError
-from epochstream.state.backends.base import is_namespaced
-from epochstream.state.descriptors import (
+from epochstream.core.serializers import Serializer
+from epochstream.core.state_descriptors import (
     AggregatingStateDescriptor,
     ReducingStateDescriptor,
     StateDescriptor,
     ValueStateDescriptor,
 )
-from epochstream.state.serializers import Serializer
+from epochstream.core.state_ttl import TtlConfig, TtlValue
+from epochstream.exceptions import StateError
+from epochstream.state.backends.base import is_namespaced
 from epochstream.state.states import (
     AggregatingState,
     ListState,
@@ -44,7 +45,6 @@ from epochstream.state.states import (
     ValueState,
     copy_value,
 )
-from epochstream.state.ttl import TtlConfig, TtlValue
 
 __all__ = [
     "NO_KEY",

@@ -1,6 +1,6 @@
 """The asynchronous part of a heap snapshot: the job that writes the files.
 
-:meth:`HeapKeyedStateBackend.snapshot <epochstream.state.backends.heap.HeapKeyedStateBackend.snapshot>`
+:meth:`HeapKeyedStateBackend.snapshot <epochstream.state.backends.heap.backend.HeapKeyedStateBackend.snapshot>`
 (the synchronous part, at the barrier) hands it the entries changed since the base;
 on the snapshot thread :meth:`HeapSnapshotJob.run` checks that every key belongs to
 the subtask's key groups, then writes a delta file onto the base's chain, a full
@@ -22,9 +22,10 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from epochstream.core.filesystems import storage_fs
+from epochstream.core.state_ttl import TtlConfig, TtlValue
 from epochstream.exceptions import StateError
 from epochstream.state.backends.base import SnapshotJob, SnapshotTarget, base_kind, is_namespaced
-from epochstream.state.backends.heap_files import (
+from epochstream.state.backends.heap.files import (
     CHUNK_ENTRIES,
     EncodedBlock,
     KeyGroupState,
@@ -37,10 +38,9 @@ from epochstream.state.backends.heap_files import (
 from epochstream.state.canonical import CanonicalRow, StateMeta, write_canonical
 from epochstream.state.handles import HeapSnapshotHandle, HeapStateFile, KeyedStateHandle
 from epochstream.state.keyformat import encode_key
-from epochstream.state.ttl import TtlConfig, TtlValue
 
 if TYPE_CHECKING:
-    from epochstream.state.backends.heap import HeapKeyedStateBackend
+    from epochstream.state.backends.heap.backend import HeapKeyedStateBackend
 
 __all__ = ["HeapSnapshotJob"]
 
@@ -127,7 +127,11 @@ class HeapSnapshotJob(SnapshotJob):
         else:
             base = self.base.chain if self.base is not None else ()
             # The chain lives in checkpoint storage; the target (a savepoint) may be elsewhere.
-            fs = storage_fs(base[0].path, self.backend.ctx.storage_options) if base else self.target.fs
+            fs = (
+                storage_fs(base[0].path, self.backend.ctx.storage_options)
+                if base
+                else self.target.fs
+            )
             merged = merge_chain(
                 fs, base, self.backend.key_group_range, self.backend.assigner, self._namespaced()
             )

@@ -1,0 +1,286 @@
+"""Columnar keyed aggregations: rolling per key, and per event-time window.
+
+- :class:`ColumnarAggregateOperator`: rolling keyed ``sum``/``count``/``min``/``max``/
+  ``mean`` over :class:`~epochstream.state.columnar_aggregates.ColumnarAggregates`, checkpointed
+  as a :class:`~epochstream.state.handles.ColumnarSnapshotHandle`;
+- :class:`ColumnarWindowOperator`: the same aggregations per tumbling or sliding
+  event-time window, fired by the watermark.
+
+Example::
+
+    op = ColumnarAggregateOperator(spec, ctx)  # spec.payload = AggregateSpec("sum", "k", "v")
+    op.emit = lambda batch, timestamps: print(batch.to_pydict())
+    op.process_batch(pa.record_batch({"k": ["a", "a"], "v": [1, 2], "_kg": [3, 3]}), None)
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from epochstream.core.arrow import KG as KG_COLUMN
+from epochstream.core.arrow import TS as TS_COLUMN
+from epochstream.core.filesystems import storage_fs
+from epochstream.exceptions import DataError
+from epochstream.graph.specs import AggregateSpec, WindowAggregateSpec
+from epochstream.runtime.operators.base import Operator, SnapshotParts
+from epochstream.runtime.operators.columnar_transforms import need_batch
+from epochstream.state.backends.base import SnapshotJob, SnapshotTarget
+from epochstream.state.columnar_aggregates import (
+    ColumnarAggregates,
+    read_columnar_state,
+    write_columnar_state,
+)
+from epochstream.state.columnar_checks import checked_value_type, event_times
+from epochstream.state.handles import KeyedStateHandle, OperatorRestore
+from epochstream.state.key_index import checked_key_type
+from epochstream.state.keygroups import key_group_range_for_operator
+
+__all__ = [
+    "ColumnarAggregateOperator",
+    "ColumnarKeyedOperator",
+    "ColumnarWindowAggregates",
+    "ColumnarWindowOperator",
+    "window_starts",
+]
+
+
+def window_starts(
+    ts: np.ndarray, size: int, slide: int, offset: int, watermark: int
+) -> tuple[int, list[tuple[int, np.ndarray]]]:
+    """Rows of event times ``ts`` per tumbling/sliding window: the number of late rows
+    (even their latest window fired at ``watermark``) and ``(start, row mask)`` of every
+    open window a row falls in."""
+    last = ts - (ts - offset) % slide
+    late = int((last + size - 1 <= watermark).sum())
+    windows: list[tuple[int, np.ndarray]] = []
+    for j in range(-(-size // slide)):
+        starts = last - j * slide
+        valid = (starts > ts - size) & (starts + size - 1 > watermark)
+        for start in np.unique(starts[valid]).tolist():
+            windows.append((start, valid & (starts == start)))
+    return late, windows
+
+
+class _StateSnapshot(SnapshotJob):
+    """Writes a copy of the columnar state taken at the barrier (snapshot thread)."""
+
+    def __init__(
+        self, table: pa.Table, target: SnapshotTarget, key_groups: range, state: str
+    ) -> None:
+        self.table = table
+        self.target = target
+        self.key_groups = key_groups
+        self.state = state
+
+    def run(self) -> KeyedStateHandle | None:
+        target = self.target
+        path = target.fs.join(target.directory, f"{target.name}.columnar.arrow")
+        handle = write_columnar_state(
+            target.fs, path, self.table, key_groups=self.key_groups, state=self.state
+        )
+        self.bytes_written = handle.size if handle is not None else 0
+        return handle
+
+
+class ColumnarKeyedOperator(Operator, ABC):
+    """Base of columnar operators with keyed state: key-group range, restore, snapshot."""
+
+    def __init__(self, spec: Any, ctx: Any) -> None:
+        super().__init__(spec, ctx)
+        self.key_groups = key_group_range_for_operator(
+            ctx.max_parallelism, ctx.parallelism, ctx.subtask_index
+        )
+
+    def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
+        super().initialize_state(restore, checkpoint_id)
+        if restore is None or not restore.keyed:
+            return
+        options = self.ctx.storage_options
+        table = read_columnar_state(
+            lambda path: storage_fs(path, options),
+            restore.keyed,
+            self.key_groups,
+            self.ctx.task_name,
+        )
+        if table is not None:
+            self.restore_table(table)
+
+    @abstractmethod
+    def restore_table(self, table: pa.Table) -> None:
+        """Add restored state rows (those of this subtask's key groups)."""
+
+    @abstractmethod
+    def state_table(self) -> pa.Table:
+        """A copy of the state with a ``_kg`` column, for the snapshot thread to write."""
+
+    def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
+        parts = super().snapshot(target)
+        parts.keyed = _StateSnapshot(
+            self.state_table(), target, self.key_groups, self.spec.payload.kind
+        )
+        return parts
+
+
+class ColumnarAggregateOperator(ColumnarKeyedOperator):
+    """Rolling keyed aggregation: per input batch, one row per key touched with its new
+    running value (``key``, value column; ``count`` for counts)."""
+
+    def __init__(self, spec: Any, ctx: Any) -> None:
+        super().__init__(spec, ctx)
+        agg: AggregateSpec = spec.payload
+        self.state = ColumnarAggregates(
+            agg.kind,
+            key=agg.key,
+            value=agg.value,
+            max_parallelism=ctx.max_parallelism,
+            where=ctx.task_name,
+        )
+
+    def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
+        batch = need_batch(self, records)
+        if batch.num_rows:
+            self.emit(self.state.update(batch), None)
+
+    def restore_table(self, table: pa.Table) -> None:
+        self.state.restore_rows(table)
+
+    def state_table(self) -> pa.Table:
+        return self.state.state_table()
+
+
+class ColumnarWindowAggregates(ColumnarKeyedOperator):
+    """What event-time and processing-time window aggregations on batches share: one
+    :class:`ColumnarAggregates` per open window (by start), firing, snapshots.
+
+    A fired window is one batch: the key column, ``window_start``, ``window_end``, the
+    value column (``count`` for counts) and ``_ts = window_end - 1``.
+    """
+
+    def __init__(self, spec: Any, ctx: Any) -> None:
+        super().__init__(spec, ctx)
+        self.agg: WindowAggregateSpec = spec.payload
+        self.windows: dict[int, ColumnarAggregates] = {}
+        # The key and value columns' types so far: each window checks only its own
+        # rows, and a batch touching only new windows would otherwise change a type
+        # unnoticed (until a snapshot failed to put the windows' tables together).
+        self._key_type: pa.DataType | None = None
+        self._value_type: pa.DataType | None = None
+
+    def _check_types(self, batch: pa.RecordBatch) -> None:
+        """A key or value column whose type changed between batches is refused, as a
+        rolling aggregation refuses it."""
+        schema = batch.schema
+        key = self.agg.key
+        if key in schema.names:  # else the window's own check names the missing column
+            where = f"{self.ctx.task_name}: key column {key!r}"
+            self._key_type = checked_key_type(self._key_type, schema.field(key).type, where)
+        value = self.agg.value
+        if not value or value not in schema.names:
+            return  # no value column (counts), or the window's own check names it
+        kind = schema.field(value).type
+        self._value_type = checked_value_type(self._value_type, kind, self.ctx.task_name, value)
+
+    def _window(self, start: int) -> ColumnarAggregates:
+        window = self.windows.get(start)
+        if window is None:
+            agg = self.agg
+            window = self.windows[start] = ColumnarAggregates(
+                agg.kind,
+                key=agg.key,
+                value=agg.value,
+                max_parallelism=self.ctx.max_parallelism,
+                where=self.ctx.task_name,
+            )
+        return window
+
+    def _fire_due(self, time: int) -> None:
+        """Emit and drop every window whose end - 1 ``time`` reached, oldest first."""
+        size = self.agg.size
+        for start in sorted(s for s in self.windows if s + size - 1 <= time):
+            keys, values = self.windows.pop(start).result()
+            n = len(keys)
+            self.emit(
+                pa.record_batch(
+                    [
+                        keys,
+                        pa.array(np.full(n, start, dtype=np.int64)),
+                        pa.array(np.full(n, start + size, dtype=np.int64)),
+                        values,
+                        pa.array(np.full(n, start + size - 1, dtype=np.int64)),
+                    ],
+                    names=[
+                        self.agg.key,
+                        "window_start",
+                        "window_end",
+                        _out_name(self.agg),
+                        TS_COLUMN,
+                    ],
+                ),
+                None,
+            )
+
+    def state_table(self) -> pa.Table:
+        parts = []
+        for start, window in self.windows.items():
+            table = window.state_table()
+            parts.append(table.append_column(_WINDOW, pa.array(np.full(table.num_rows, start))))
+        if not parts:
+            return pa.table({KG_COLUMN: pa.array([], pa.int32())})
+        # Windows that saw integer keys of several widths hold them as int64, the others
+        # in their own type: the file takes the widest.
+        return pa.concat_tables(parts, promote_options="permissive")
+
+    def restore_table(self, table: pa.Table) -> None:
+        starts = table.column(_WINDOW).to_numpy()
+        for start in np.unique(starts).tolist():
+            rows = table.filter(pa.array(starts == start)).drop_columns([_WINDOW])
+            window = self._window(start)
+            window.restore_rows(rows)
+            self._value_type = self._value_type or window.value_type
+
+
+class ColumnarWindowOperator(ColumnarWindowAggregates):
+    """Tumbling/sliding event-time window aggregation on record batches.
+
+    Rows are assigned to windows with vector arithmetic on ``_ts``; a window fires when
+    the watermark passes its end. Rows of windows the watermark passed already are late
+    and dropped (counted in the ``late_records_dropped`` metric).
+    """
+
+    def __init__(self, spec: Any, ctx: Any) -> None:
+        super().__init__(spec, ctx)
+        self.watermark = -(2**63)
+
+    def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
+        batch = need_batch(self, records)
+        if not batch.num_rows:
+            return
+        if TS_COLUMN not in batch.schema.names:
+            raise DataError(
+                f"{self.ctx.task_name}: event-time windows need event time; give the source "
+                "a watermark strategy with .with_timestamp_column(name)"
+            )
+        self._check_types(batch)
+        agg = self.agg
+        late, windows = window_starts(
+            event_times(batch, self.ctx.task_name), agg.size, agg.slide, agg.offset, self.watermark
+        )
+        self.counters.late_records_dropped += late
+        for start, rows in windows:
+            self._window(start).fold(batch.filter(pa.array(rows)))
+
+    def process_watermark(self, watermark: int) -> None:
+        self.watermark = watermark
+        self._fire_due(watermark)
+        self.emit_watermark(watermark)
+
+
+_WINDOW = "_window_start"
+
+
+def _out_name(agg: WindowAggregateSpec) -> str:
+    return "count" if agg.kind == "count" else str(agg.value)
