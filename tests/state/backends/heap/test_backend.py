@@ -19,7 +19,7 @@ from epochstream.state.backends.heap.files import DELETED
 from epochstream.state.backends.heap.states import UNTRACKED_MIN_KEYS
 from epochstream.state.handles import HeapSnapshotHandle
 
-from .conftest import Harness
+from ..conftest import Harness
 
 SUMS = ValueStateDescriptor("_sum")
 

@@ -25,7 +25,7 @@ from epochstream.state.backends.heap.files import (
 from epochstream.state.handles import HeapSnapshotHandle, HeapStateFile
 from epochstream.state.keygroups import KeyGroupAssigner, key_group_for_key
 
-from .conftest import Harness
+from ..conftest import Harness
 
 MAX_P = 128
 ASSIGNER = KeyGroupAssigner.shared(MAX_P)

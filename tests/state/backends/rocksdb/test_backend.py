@@ -10,7 +10,7 @@ from epochstream.core.state_descriptors import ValueStateDescriptor
 from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
 from epochstream.state.handles import RocksDBSnapshotHandle
 
-from .conftest import Harness
+from ..conftest import Harness
 
 BLOBS = ValueStateDescriptor("blobs")
 
