@@ -8,8 +8,7 @@ Example::
 from epochstream.connectors import kafka
 from epochstream.connectors.base import Source, SourceContext, SourceReader
 from epochstream.connectors.enumerators import SplitEnumerator
-from epochstream.connectors.files import TextFileSource
-from epochstream.connectors.formats import FileSource
+from epochstream.connectors.formats import FileSource, TextFileSource
 from epochstream.connectors.generators import CollectionSource, SequenceSource
 from epochstream.connectors.jetstream import JetStreamSource
 from epochstream.connectors.kafka import KafkaSource

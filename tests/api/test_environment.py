@@ -43,11 +43,11 @@ def test_overrides_apply_to_every_environment() -> None:
     assert es.Environment(parallelism=2, runner="local").parallelism == 2
 
 
-def test_missing_input_file_fails_at_execute(tmp_path) -> None:
+def test_missing_input_file_fails_where_the_stream_is_built(tmp_path) -> None:
+    """Like from_files: in the driver, before anything runs, naming the path."""
     env = es.Environment(parallelism=1, runner="local")
-    env.from_text_file(str(tmp_path / "nope.txt")).print()
     with pytest.raises(es.ConfigurationError, match=r"nope\.txt"):
-        env.execute("missing")
+        env.from_text_file(str(tmp_path / "nope.txt"))
 
 
 def test_unpicklable_function_is_a_clear_error() -> None:

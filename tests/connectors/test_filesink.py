@@ -11,8 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from epochstream.connectors.base import SinkContext, SourceContext
-from epochstream.connectors.files import TextFileSource, TextFileSplit
+from epochstream.connectors.files import TextFileSplit
 from epochstream.connectors.filesink import FileCommittable, FileSink, FileSinkWriter, RollingPolicy
+from epochstream.connectors.formats import TextFileSource
 from epochstream.core.clock import ManualClock
 from epochstream.exceptions import ConfigurationError, SinkError
 

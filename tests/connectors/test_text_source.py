@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from epochstream.connectors.base import SourceContext
-from epochstream.connectors.files import TextFileReader, TextFileSource, TextFileSplit
+from epochstream.connectors.files import TextFileReader, TextFileSplit
+from epochstream.connectors.formats import TextFileSource
 from epochstream.core.clock import ManualClock
 from epochstream.exceptions import ConfigurationError, SourceDecodeError
 
@@ -269,7 +270,7 @@ def test_invalid_line_first_in_poll_raises_at_once(tmp_path: Path) -> None:
 def test_dead_letter_receives_bad_line_and_reading_continues(tmp_path: Path) -> None:
     path, line_start, _ = bad_file(tmp_path)
     dead: list[dict[str, Any]] = []
-    source = TextFileSource(path, chunk_size=4)
+    source = TextFileSource(path, chunk_size=4, on_error="dead_letter")
     reader = source.create_reader(ctx(dead_letter=dead.append))
     reader.add_splits(source.create_splits(1))
     assert drain(reader, max_records=100) == ["first", "second", "fourth"]
@@ -285,7 +286,7 @@ def test_dead_letter_offsets_stay_exact_across_restore(tmp_path: Path) -> None:
     path = tmp_path / "mixed.txt"
     path.write_bytes(b"ok1\n\xfe\nok2\n\xff\xff\nok3\n")
     dead: list[dict[str, Any]] = []
-    source = TextFileSource(path)
+    source = TextFileSource(path, on_error="dead_letter")
     reader = source.create_reader(ctx(dead_letter=dead.append))
     reader.add_splits(source.create_splits(1))
     assert reader.poll(2) == ["ok1", "ok2"]

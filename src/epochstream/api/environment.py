@@ -21,12 +21,13 @@ from epochstream.api.datastream import DataStream
 from epochstream.api.result import JobResult
 from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.core.clock import Clock
+from epochstream.core.functions import DEAD_LETTERS
 from epochstream.core.restart import RestartStrategy, fixed_delay, none
 from epochstream.core.time import to_millis
 from epochstream.core.watermarks import WatermarkStrategy
 from epochstream.exceptions import ConfigurationError
 from epochstream.graph.jobgraph import JobGraph, build_job_graph, stateful_without_uid
-from epochstream.graph.transformations import Edge, LogicalGraph
+from epochstream.graph.transformations import LogicalGraph
 from epochstream.state.backends.base import StateBackend
 from epochstream.state.backends.heap.backend import HeapStateBackend
 from epochstream.state.keygroups import default_max_parallelism
@@ -297,24 +298,22 @@ class Environment:
     ) -> DataStream:
         """Lines of a text file (or a directory / glob of files), re-settable by (file, byte offset).
 
-        A line that does not decode fails the job with an error naming file and byte
-        offset, unless ``dead_letter`` (a sink, e.g. ``FileSink``) is given: then such
-        lines go there as ``{"file", "offset", "error", "line"}`` records.
+        ``from_files(path, "text")`` with a sink for its dead letters: a line that does
+        not decode fails the job with an error naming file and byte offset, unless
+        ``dead_letter`` (a sink, e.g. ``FileSink``) is given: then such lines go there as
+        ``{"file", "offset", "error", "line"}`` records (the stream's
+        :data:`~epochstream.DEAD_LETTERS` side output, consumed by that sink).
 
         Example: ``env.from_text_file("book.txt").flat_map(str.split)``
         """
-        from epochstream.connectors.files import TextFileSource
-
-        ds = self.from_source(
-            TextFileSource(path, encoding=encoding), name=f"text({os.path.basename(path)})"
+        ds = self.from_files(
+            path,
+            "text",
+            encoding=encoding,
+            on_error="fail" if dead_letter is None else "dead_letter",
         )
         if dead_letter is not None:
-            self._graph.add(
-                "sink",
-                "dead-letter",
-                payload=dead_letter,
-                inputs=[Edge(ds._t.id, tag="dead_letter")],
-            )
+            ds.get_side_output(DEAD_LETTERS).sink_to(dead_letter).name("dead-letter")
         return ds
 
     def from_files(
@@ -326,6 +325,7 @@ class Environment:
         on_error: str = "fail",
         encoding: str = "utf-8",
         watermark_strategy: WatermarkStrategy | None = None,
+        batch_size: int | None = None,
     ) -> DataStream:
         """Records of a file, a directory's files or a glob's files, exactly-once.
 
@@ -335,7 +335,9 @@ class Environment:
         never ends). ``on_error="fail"`` (default) fails the job at a bad record naming
         file, offset or row and reason; ``"dead_letter"`` sends such records, with that
         context, to ``stream.get_side_output(es.DEAD_LETTERS)``, which must be consumed.
-        See :mod:`epochstream.connectors.formats`.
+        ``batch_size`` (Parquet only): a columnar stream of Arrow record batches of up to
+        that many rows (what :meth:`from_parquet` asks for). See
+        :mod:`epochstream.connectors.formats`.
 
         Example: ``env.from_files("in/*.jsonl", format="jsonl", monitor_interval=1.0)``
         """
@@ -347,6 +349,7 @@ class Environment:
             monitor_interval=monitor_interval,
             on_error=on_error,
             encoding=encoding,
+            batch_size=batch_size,
         )
         name = f"{format}({os.path.basename(os.fspath(path_or_glob))})"
         return self.from_source(source, name=name, watermark_strategy=watermark_strategy)
@@ -393,17 +396,14 @@ class Environment:
 
         Example: ``env.from_parquet("events/*.parquet").filter(pc.field("price") > 100)``
         """
-        from epochstream.connectors.formats import FileSource
-
-        source = FileSource(
+        return self.from_files(
             path_or_glob,
             "parquet",
             monitor_interval=monitor_interval,
             on_error=on_error,
+            watermark_strategy=watermark_strategy,
             batch_size=batch_size,
         )
-        name = f"parquet({os.path.basename(os.fspath(path_or_glob))})"
-        return self.from_source(source, name=name, watermark_strategy=watermark_strategy)
 
     # ------------------------------------------------------------------ running
 

@@ -1,4 +1,4 @@
-"""A re-settable text-file source: one record per line, read in byte-range splits.
+"""Reading text files: one record per line, in byte-range splits, re-settable.
 
 Splits are byte ranges ``[start, end)`` of a file, aligned by the Hadoop rule: a line
 belongs to the split holding its first byte. A reader of a split with ``start > 0``
@@ -11,11 +11,14 @@ there and resumes exactly. Re-aligning is idempotent: it happens only while
 Files are read in binary, in large chunks, and decoded a batch of lines at a time;
 only a batch that fails to decode is decoded line by line, to find the bad line.
 
+The source is :class:`~epochstream.connectors.formats.FileSource` (``format="text"``,
+or :class:`~epochstream.connectors.formats.TextFileSource`); this module holds the
+text reading it shares with JSON lines and CSV.
+
 Example::
 
-    source = TextFileSource("/data/logs/*.log")
-    splits = source.create_splits(parallelism=4)
-    reader = source.create_reader(SourceContext(0, 4, SystemClock()))
+    splits = byte_range_splits(list_files("/data/logs/*.log", owner="me"), 4, 64 * 1024)
+    reader = TextFileReader("utf-8", 1 << 20, None)
     reader.add_splits(splits)
     lines = reader.poll(1000)
 """
@@ -32,13 +35,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from epochstream.connectors.base import Source, SourceContext, SourceReader
+from epochstream.connectors.base import SourceReader
 from epochstream.exceptions import ConfigurationError, SourceDecodeError
 
 __all__ = [
     "LineParser",
     "TextFileReader",
-    "TextFileSource",
     "TextFileSplit",
     "byte_range_splits",
     "check_encoding",
@@ -64,49 +66,6 @@ class TextFileSplit:
     start: int
     end: int
     offset: int
-
-
-class TextFileSource(Source):
-    """Lines of a file, of a directory's non-hidden regular files, or of a glob's files.
-
-    Guarantee: exactly-once (split byte offsets in every checkpoint).
-
-    ``chunk_size`` is the read size in bytes. At least ``parallelism`` splits are made
-    when the input totals ``parallelism * MIN_SPLIT_BYTES`` or more, else one per file;
-    empty files get no split.
-
-    Example::
-
-        TextFileSource("/data/in", encoding="latin-1").create_splits(parallelism=8)
-    """
-
-    bounded = True
-    replayable = True
-    MIN_SPLIT_BYTES = 64 * 1024
-
-    def __init__(
-        self, path: str | os.PathLike[str], *, encoding: str = "utf-8", chunk_size: int = 1 << 20
-    ) -> None:
-        # Absolute now, in the driver: slots may run with another working directory.
-        self.path = os.path.abspath(os.fspath(path))
-        self.encoding = check_encoding(encoding)
-        if chunk_size < 1:
-            raise ConfigurationError(f"TextFileSource chunk_size must be >= 1, got {chunk_size}")
-        self.chunk_size = chunk_size
-
-    def files(self) -> list[str]:
-        """The files this source reads, in order; ConfigurationError if the path is missing."""
-        return list_files(self.path, owner="TextFileSource", allow_none=False)
-
-    def create_splits(self, parallelism: int) -> list[TextFileSplit]:
-        """Byte-range splits covering every non-empty file (see the class docstring)."""
-        if parallelism < 1:
-            raise ConfigurationError(f"parallelism must be >= 1, got {parallelism}")
-        return byte_range_splits(self.files(), parallelism, self.MIN_SPLIT_BYTES)
-
-    def create_reader(self, ctx: SourceContext) -> TextFileReader:
-        """A reader decoding with this source's encoding; bad lines go to ``ctx.dead_letter``."""
-        return TextFileReader(self.encoding, self.chunk_size, ctx.dead_letter)
 
 
 class LineParser(Protocol):
