@@ -34,7 +34,7 @@ output is too bursty for it: windows fire in bursts). Slot 0 is killed as for W1
 
 Example::
 
-    run_query("q5", es.NexmarkConfig(events=1_000_000), spark=spark, checkpoint=1.0)["rate"]
+    run_query("q5", es.sources.nexmark.NexmarkConfig(events=1_000_000), spark=spark, checkpoint=1.0)["rate"]
 """
 
 from __future__ import annotations
@@ -85,12 +85,12 @@ QUERY_NAMES: tuple[str, ...] = tuple(queries.QUERIES)
 
 
 def nexmark_files(events: int, data_dir: str) -> str:
-    """``es.write_nexmark_files`` of ``events`` events under ``data_dir``, reused while
+    """``es.sources.nexmark.write_nexmark_files`` of ``events`` events under ``data_dir``, reused while
     the config and the files' layout match.
 
     Example: ``nexmark_files(1_000_000, "/tmp/epochstream-bench")``
     """
-    config = es.NexmarkConfig(events=events)
+    config = es.sources.nexmark.NexmarkConfig(events=events)
     directory = os.path.join(data_dir, f"nexmark-{events}")
     stamp = os.path.join(directory, ".config")
     # The layout number changes with write_nexmark_files' layout or the generator's
@@ -100,7 +100,7 @@ def nexmark_files(events: int, data_dir: str) -> str:
         with open(stamp, encoding="utf-8") as f:
             if f.read() == want:
                 return directory
-    es.write_nexmark_files(directory, config)
+    es.sources.nexmark.write_nexmark_files(directory, config)
     with open(stamp, "w", encoding="utf-8") as f:
         f.write(want)
     return directory
@@ -108,7 +108,7 @@ def nexmark_files(events: int, data_dir: str) -> str:
 
 def run_query(
     name: str,
-    config: es.NexmarkConfig,
+    config: es.sources.nexmark.NexmarkConfig,
     *,
     spark: Any,
     parallelism: int = 2,
@@ -123,7 +123,7 @@ def run_query(
     ``files``: read ``write_nexmark_files``' directory (of the same ``config``) instead
     of generating the events: rows from ``events.parquet``, batches from ``<kind>.parquet``.
 
-    Example: ``run_query("q1", es.NexmarkConfig(events=100_000), spark=spark)["seconds"]``
+    Example: ``run_query("q1", es.sources.nexmark.NexmarkConfig(events=100_000), spark=spark)["seconds"]``
     """
     table = columnar.COLUMNAR_QUERIES if path == "columnar" else queries.QUERIES
     if name not in table:
@@ -241,7 +241,9 @@ def run_latency(
         shutil.rmtree(storage, ignore_errors=True)
         env.enable_checkpointing(1.0, storage=storage)
         # In order (no shuffle groups): an event's time then says when it was read.
-        config = es.NexmarkConfig(events=int(rate * seconds), out_of_order_group_size=1)
+        config = es.sources.nexmark.NexmarkConfig(
+            events=int(rate * seconds), out_of_order_group_size=1
+        )
         is_columnar = path == "columnar"
         inputs = streams.NexmarkStreams.generated(env, config, columnar=is_columnar, rate=rate)
         results = table[name](inputs)
@@ -285,7 +287,7 @@ def run_latency(
 
 def run_recovery(
     name: str,
-    config: es.NexmarkConfig,
+    config: es.sources.nexmark.NexmarkConfig,
     *,
     spark: Any,
     parallelism: int = 2,
@@ -299,7 +301,7 @@ def run_recovery(
     The rate is that of the query's most frequent input kind (bids, else auctions,
     else persons).
 
-    Example: ``run_recovery("q5", es.NexmarkConfig(events=20_000_000), spark=spark)``
+    Example: ``run_recovery("q5", es.sources.nexmark.NexmarkConfig(events=20_000_000), spark=spark)``
     """
     import tempfile
 

@@ -1,7 +1,7 @@
 """Nexmark q11 (sessions) and q12 (processing-time windows): the columnar path against
 the row path, with checkpoints every 1 s and without, on Spark ``local[P]``.
 
-Each run is ``nexmark_jobs.run_query`` over generated events (``es.NexmarkConfig``):
+Each run is ``nexmark_jobs.run_query`` over generated events (``es.sources.nexmark.NexmarkConfig``):
 one job per query, path and checkpoint setting, results into a ``DiscardSink``; the
 rate counts every event of the config, as in ``bench/all.py``. Runs alternate the
 paths, so a noisy neighbour weighs on both; the table shows every run's rate.
@@ -42,11 +42,11 @@ def main() -> None:
     spark = create_session(
         f"local[{args.parallelism}]", app_name="epochstream-bench-nexmark-windows"
     )
-    config = es.NexmarkConfig(events=args.events)
+    config = es.sources.nexmark.NexmarkConfig(events=args.events)
     rates: dict[tuple[str, str, str], list[float]] = {}
     try:
         nexmark_jobs.run_query(
-            "q0", es.NexmarkConfig(events=1_000), spark=spark, checkpoint=None
+            "q0", es.sources.nexmark.NexmarkConfig(events=1_000), spark=spark, checkpoint=None
         )  # warm-up
         for _ in range(args.repeat):
             for query in args.queries.split(","):

@@ -46,12 +46,14 @@ def run_epochstream(results: Results, args: argparse.Namespace) -> None:
         if "nexmark" in args.workloads:
             import nexmark_jobs
 
-            config = es.NexmarkConfig(events=args.nexmark_events)
+            config = es.sources.nexmark.NexmarkConfig(events=args.nexmark_events)
             files = nexmark_files(args) if args.nexmark_source == "files" else None
-            long_config = es.NexmarkConfig(events=args.nexmark_recovery_events)
+            long_config = es.sources.nexmark.NexmarkConfig(events=args.nexmark_recovery_events)
             # The columnar path reads millions of events a second: an input that outlasts
             # the kill and the recovery (the run is cancelled once recovered).
-            columnar_long_config = es.NexmarkConfig(events=100 * args.nexmark_recovery_events)
+            columnar_long_config = es.sources.nexmark.NexmarkConfig(
+                events=100 * args.nexmark_recovery_events
+            )
             for q in args.queries:
                 if q not in nexmark_jobs.QUERY_NAMES:
                     results.add(

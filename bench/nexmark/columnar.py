@@ -8,7 +8,7 @@ plus ``_ts``.
 Example::
 
     env = es.Environment(parallelism=2)
-    streams = NexmarkStreams.generated(env, es.NexmarkConfig(events=10_000_000), columnar=True)
+    streams = NexmarkStreams.generated(env, es.sources.nexmark.NexmarkConfig(events=10_000_000), columnar=True)
     COLUMNAR_QUERIES["q1"](streams).sink_to(es.sinks.DiscardSink())
     env.execute("nexmark-q1-columnar")
 """

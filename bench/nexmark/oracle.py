@@ -1,4 +1,4 @@
-"""The Nexmark queries as DuckDB SQL over the files of ``es.write_nexmark_files``: the
+"""The Nexmark queries as DuckDB SQL over the files of ``es.sources.nexmark.write_nexmark_files``: the
 expected results epochstream's (and the peers') outputs are checked against.
 
 :func:`expected` runs a query's SQL; :func:`canonical` turns a job's output rows into
@@ -20,7 +20,7 @@ bound, which the tests check.
 
 Example::
 
-    es.write_nexmark_files("/tmp/nx", config)
+    es.sources.nexmark.write_nexmark_files("/tmp/nx", config)
     assert canonical("q7", rows) == expected("q7", "/tmp/nx")
 """
 

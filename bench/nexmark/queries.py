@@ -31,7 +31,7 @@ The same queries on the columnar path (Arrow batches) are in ``columnar.py``.
 Example::
 
     env = es.Environment(parallelism=2)
-    streams = NexmarkStreams.generated(env, es.NexmarkConfig(events=1_000_000))
+    streams = NexmarkStreams.generated(env, es.sources.nexmark.NexmarkConfig(events=1_000_000))
     q7(streams).sink_to(es.sinks.DiscardSink())
     env.execute("nexmark-q7")
 """
@@ -448,7 +448,7 @@ class ProcessingTimeOrEndOfInput(es.Trigger):
         self, element: Any, timestamp: int | None, window: Any, ctx: Any
     ) -> es.TriggerResult:
         ctx.register_processing_time_timer(window.max_timestamp())
-        ctx.register_event_time_timer(es.MAX_WATERMARK)
+        ctx.register_event_time_timer(es.WatermarkGenerator.MAX_WATERMARK)
         return es.TriggerResult.CONTINUE
 
     def on_processing_time(self, time: int, window: Any, ctx: Any) -> es.TriggerResult:
@@ -457,13 +457,13 @@ class ProcessingTimeOrEndOfInput(es.Trigger):
     def on_event_time(self, time: int, window: Any, ctx: Any) -> es.TriggerResult:
         return (
             es.TriggerResult.FIRE_AND_PURGE
-            if time == es.MAX_WATERMARK
+            if time == es.WatermarkGenerator.MAX_WATERMARK
             else es.TriggerResult.CONTINUE
         )
 
     def clear(self, window: Any, ctx: Any) -> None:
         ctx.delete_processing_time_timer(window.max_timestamp())
-        ctx.delete_event_time_timer(es.MAX_WATERMARK)
+        ctx.delete_event_time_timer(es.WatermarkGenerator.MAX_WATERMARK)
 
 
 def q12(streams: NexmarkStreams) -> es.DataStream:

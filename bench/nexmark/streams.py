@@ -8,7 +8,7 @@ watermarks 4 s behind the largest seen.
 
 Example::
 
-    streams = NexmarkStreams.generated(env, es.NexmarkConfig(events=1_000_000))
+    streams = NexmarkStreams.generated(env, es.sources.nexmark.NexmarkConfig(events=1_000_000))
     bids = streams.of("bid")             # dicts of a bid's fields
 """
 
@@ -64,21 +64,21 @@ class NexmarkStreams:
     def generated(
         cls,
         env: es.Environment,
-        config: es.NexmarkConfig,
+        config: es.sources.nexmark.NexmarkConfig,
         *,
         columnar: bool = False,
         batch_size: int = 65_536,
         rate: float | None = None,
         name: str = "nexmark",
     ) -> NexmarkStreams:
-        """The deterministic generator's events (``es.NexmarkSource(kind=...)``);
+        """The deterministic generator's events (``es.sources.NexmarkSource(kind=...)``);
         ``rate``: positions/s of each kind's source.
 
-        Example: ``NexmarkStreams.generated(env, es.NexmarkConfig(events=1_000_000), columnar=True)``
+        Example: ``NexmarkStreams.generated(env, es.sources.nexmark.NexmarkConfig(events=1_000_000), columnar=True)``
         """
 
         def make(kind: str, strategy: es.WatermarkStrategy) -> es.DataStream:
-            source = es.NexmarkSource(
+            source = es.sources.NexmarkSource(
                 config, kind=kind, batch_size=batch_size if columnar else None, rate=rate
             )
             return env.from_source(source, name=f"{name}-{kind}", watermark_strategy=strategy)
@@ -89,7 +89,7 @@ class NexmarkStreams:
     def from_files(
         cls, env: es.Environment, directory: str, *, columnar: bool = False, name: str = "nexmark"
     ) -> NexmarkStreams:
-        """The events of ``es.write_nexmark_files``' ``<kind>.parquet`` files.
+        """The events of ``es.sources.nexmark.write_nexmark_files``' ``<kind>.parquet`` files.
 
         Example: ``NexmarkStreams.from_files(env, "/tmp/nexmark-1m")``
         """

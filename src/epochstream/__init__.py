@@ -15,6 +15,10 @@ Example::
     result = env.execute("wordcount")
 """
 
+import importlib
+import warnings
+from typing import Any
+
 from epochstream import restart, savepoint, sinks, sources, state, testing
 from epochstream.api.columnar_joins import ColumnarJoinedStreams
 from epochstream.api.columnar_keyed import ColumnarKeyedStream
@@ -26,8 +30,6 @@ from epochstream.api.result import JobResult
 from epochstream.api.windowed import WindowedStream
 from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.checkpoint.metadata import CheckpointStats
-from epochstream.connectors.nexmark import NexmarkConfig, NexmarkSource, write_nexmark_files
-from epochstream.core.events import MAX_WATERMARK, MIN_WATERMARK
 from epochstream.core.functions import (
     DEAD_LETTERS,
     CheckpointListener,
@@ -101,14 +103,11 @@ from epochstream.graph.windowing import (
     TumblingProcessingTimeWindows,
     WindowAssigner,
 )
-from epochstream.runtime.messages import TaskCheckpointStats
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DEAD_LETTERS",
-    "MAX_WATERMARK",
-    "MIN_WATERMARK",
     "AggregateFunction",
     "AuthenticationError",
     "CheckpointConfig",
@@ -156,8 +155,6 @@ __all__ = [
     "KeyedProcessFunction",
     "KeyedStream",
     "MapFunction",
-    "NexmarkConfig",
-    "NexmarkSource",
     "OutputTag",
     "ProcessFunction",
     "ProcessJoinFunction",
@@ -174,7 +171,6 @@ __all__ = [
     "SourceDecodeError",
     "StateError",
     "StorageUnavailableError",
-    "TaskCheckpointStats",
     "TaskFailure",
     "TimeDomain",
     "TimeEvictor",
@@ -197,5 +193,36 @@ __all__ = [
     "sources",
     "state",
     "testing",
-    "write_nexmark_files",
 ]
+
+
+#: Names the package root used to export, and where each lives now. They still resolve
+#: (with a DeprecationWarning) so jobs written against the old root keep running.
+_MOVED = {
+    "MIN_WATERMARK": ("epochstream.core.watermarks", "WatermarkGenerator.MIN_WATERMARK"),
+    "MAX_WATERMARK": ("epochstream.core.watermarks", "WatermarkGenerator.MAX_WATERMARK"),
+    "NexmarkSource": ("epochstream.connectors.nexmark", "NexmarkSource"),
+    "NexmarkConfig": ("epochstream.connectors.nexmark", "NexmarkConfig"),
+    "write_nexmark_files": ("epochstream.connectors.nexmark", "write_nexmark_files"),
+    "TaskCheckpointStats": ("epochstream.runtime.messages", "TaskCheckpointStats"),
+}
+_NEW_HOME = {
+    "MIN_WATERMARK": "es.WatermarkGenerator.MIN_WATERMARK",
+    "MAX_WATERMARK": "es.WatermarkGenerator.MAX_WATERMARK",
+    "NexmarkSource": "es.sources.NexmarkSource",
+    "NexmarkConfig": "es.sources.nexmark.NexmarkConfig",
+    "write_nexmark_files": "es.sources.nexmark.write_nexmark_files",
+    "TaskCheckpointStats": "the values of es.CheckpointStats.tasks",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Resolve a name that moved off the package root, warning where it lives now."""
+    if name not in _MOVED:
+        raise AttributeError(f"module 'epochstream' has no attribute {name!r}")
+    module, path = _MOVED[name]
+    warnings.warn(f"es.{name} moved: use {_NEW_HOME[name]}", DeprecationWarning, stacklevel=2)
+    value: Any = importlib.import_module(module)
+    for part in path.split("."):
+        value = getattr(value, part)
+    return value

@@ -264,8 +264,8 @@ def test_nexmark_streams_read_from_files_equal_the_generated_ones(tmp_path: Path
         from nexmark.streams import KINDS, NexmarkStreams
     finally:
         sys.path.pop(0)
-    config = es.NexmarkConfig(events=3000)
-    es.write_nexmark_files(tmp_path / "files", config)
+    config = es.sources.nexmark.NexmarkConfig(events=3000)
+    es.sources.nexmark.write_nexmark_files(tmp_path / "files", config)
     env = es.Environment(parallelism=1, runner="local")
     sources = {
         "files-rows": NexmarkStreams.from_files(env, str(tmp_path / "files"), name="a"),

@@ -22,7 +22,7 @@ from epochstream.connectors.nexmark_model import (
 )
 from epochstream.core.clock import ManualClock
 
-CONFIG = es.NexmarkConfig(
+CONFIG = es.sources.nexmark.NexmarkConfig(
     events=20_000, seed=11, events_per_second=1_000, out_of_order_group_size=500
 )
 
@@ -51,9 +51,11 @@ def in_split_order(splits: list[NexmarkSplit], kind: str | None = None) -> list[
     return [{k: v for k, v in e.items() if k != "type"} for e in ordered if e["type"] == kind]
 
 
-def read_all(config: es.NexmarkConfig, parallelism: int, max_records: int = 777) -> list[Any]:
+def read_all(
+    config: es.sources.nexmark.NexmarkConfig, parallelism: int, max_records: int = 777
+) -> list[Any]:
     """Every event, read by ``parallelism`` readers, put back in stream order."""
-    source = es.NexmarkSource(config)
+    source = es.sources.NexmarkSource(config)
     out: list[Any] = [None] * config.events
     for split in source.create_splits(parallelism):
         reader = source.create_reader(SourceContext(0, parallelism, ManualClock()))
@@ -65,7 +67,9 @@ def read_all(config: es.NexmarkConfig, parallelism: int, max_records: int = 777)
 
 def test_parallel_splits_take_turns_by_blocks_of_positions() -> None:
     """Readers advance through event time together: split i reads blocks i, i+k, ..."""
-    splits = es.NexmarkSource(es.NexmarkConfig(events=40_000)).create_splits(2)
+    splits = es.sources.NexmarkSource(
+        es.sources.nexmark.NexmarkConfig(events=40_000)
+    ).create_splits(2)
     assert [(s.index, s.of, s.stop) for s in splits] == [
         (0, 2, 8_192 * 2 + 7_232),
         (1, 2, 8_192 * 2),
@@ -75,7 +79,12 @@ def test_parallel_splits_take_turns_by_blocks_of_positions() -> None:
         (3 * 8_192, 3 * 8_192 + 108),
     ]
     assert sorted(p for s in splits for p in positions(s)) == list(range(40_000))
-    assert [s.of for s in es.NexmarkSource(es.NexmarkConfig(events=100)).create_splits(4)] == [1]
+    assert [
+        s.of
+        for s in es.sources.NexmarkSource(
+            es.sources.nexmark.NexmarkConfig(events=100)
+        ).create_splits(4)
+    ] == [1]
 
 
 def test_the_same_events_whatever_the_parallelism_split_and_poll_size() -> None:
@@ -111,7 +120,7 @@ def test_kinds_come_in_proportion_1_3_46_with_sequential_ids() -> None:
     assert set(categories) == {10, 11, 12, 13, 14}
 
 
-def _bids(config: es.NexmarkConfig) -> list[dict[str, Any]]:
+def _bids(config: es.sources.nexmark.NexmarkConfig) -> list[dict[str, Any]]:
     return [e for e in nexmark_events(config, 0, config.events) if e["type"] == "bid"]
 
 
@@ -153,7 +162,7 @@ def test_hot_bidders_auctions_and_sellers_are_the_reference_generators() -> None
     "events,group", [(20_000, 500), (2_500, 1_000), (3_000, 953), (1_906, 953), (10, 1)]
 )
 def test_positions_permute_event_numbers_within_groups(events: int, group: int) -> None:
-    config = es.NexmarkConfig(events=events, out_of_order_group_size=group)
+    config = es.sources.nexmark.NexmarkConfig(events=events, out_of_order_group_size=group)
     numbers = event_numbers(config, 0, events)
     assert sorted(numbers.tolist()) == list(range(events))
     positions = np.arange(events)
@@ -189,7 +198,7 @@ def test_auctions_expire_after_they_open_and_bids_name_recent_auctions() -> None
 
 @pytest.mark.parametrize("cut", [0, 1, 4_095, 8_192, 8_193, 13_337, 20_000])
 def test_a_reader_restored_from_its_snapshot_resumes_with_identical_events(cut: int) -> None:
-    source = es.NexmarkSource(CONFIG)
+    source = es.sources.NexmarkSource(CONFIG)
     splits = source.create_splits(2)
     reader = source.create_reader(SourceContext(0, 1, ManualClock()))
     reader.add_splits(splits)
@@ -205,7 +214,7 @@ def test_a_reader_restored_from_its_snapshot_resumes_with_identical_events(cut: 
 
 def test_the_rate_releases_events_by_the_injected_clock() -> None:
     clock = ManualClock()
-    source = es.NexmarkSource(CONFIG, rate=100.0)
+    source = es.sources.NexmarkSource(CONFIG, rate=100.0)
     reader = source.create_reader(SourceContext(0, 1, clock))
     reader.add_splits(source.create_splits(1))
     assert len(reader.poll(1_000)) == 1
@@ -234,14 +243,14 @@ def test_the_rate_releases_events_by_the_injected_clock() -> None:
 )
 def test_bad_config_names_the_field(field: str, value: Any) -> None:
     with pytest.raises(es.ConfigurationError, match=f"NexmarkConfig.{field} "):
-        es.NexmarkConfig(**{field: value})
+        es.sources.nexmark.NexmarkConfig(**{field: value})
 
 
 def test_bad_sources_splits_and_ranges_are_refused() -> None:
     with pytest.raises(es.ConfigurationError, match="NexmarkConfig"):
-        es.NexmarkSource({"events": 10})  # type: ignore[arg-type]
+        es.sources.NexmarkSource({"events": 10})  # type: ignore[arg-type]
     with pytest.raises(es.ConfigurationError, match="rate"):
-        es.NexmarkSource(CONFIG, rate=0)
+        es.sources.NexmarkSource(CONFIG, rate=0)
     reader = NexmarkReader(CONFIG, ManualClock())
     with pytest.raises(es.ConfigurationError, match=r"nexmark-9 covers 0\.\.20001"):
         reader.add_splits([NexmarkSplit("nexmark-9", 0, 20_001)])
@@ -252,11 +261,11 @@ def test_bad_sources_splits_and_ranges_are_refused() -> None:
     with pytest.raises(es.ConfigurationError, match=r"outside the configured 0\.\.20000"):
         nexmark_events(CONFIG, 19_000, 20_001)
     with pytest.raises(TypeError):
-        es.NexmarkConfig(100)  # type: ignore[call-arg]  # keyword-only
+        es.sources.nexmark.NexmarkConfig(100)  # type: ignore[call-arg]  # keyword-only
 
 
 def test_files_hold_the_same_events_as_the_source(tmp_path: Path) -> None:
-    counts = es.write_nexmark_files(tmp_path, CONFIG)
+    counts = es.sources.nexmark.write_nexmark_files(tmp_path, CONFIG)
     events = nexmark_events(CONFIG, 0, CONFIG.events)
     by_kind = collections.defaultdict(list)
     for e in events:
@@ -279,7 +288,9 @@ def test_files_hold_the_same_events_as_the_source(tmp_path: Path) -> None:
 
 
 def test_files_of_no_events_have_schemas(tmp_path: Path) -> None:
-    counts = es.write_nexmark_files(tmp_path, es.NexmarkConfig(events=0))
+    counts = es.sources.nexmark.write_nexmark_files(
+        tmp_path, es.sources.nexmark.NexmarkConfig(events=0)
+    )
     assert counts == {"person": 0, "auction": 0, "bid": 0, "events": 0}
     assert pq.read_table(tmp_path / "bid.parquet").column_names == list(BID_FIELDS)
     assert pq.read_table(tmp_path / "events.parquet").num_rows == 0
@@ -287,8 +298,8 @@ def test_files_of_no_events_have_schemas(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["person", "auction", "bid"])
 def test_the_columnar_source_reads_one_kind_as_record_batches(kind: str) -> None:
-    source = es.NexmarkSource(CONFIG, batch_size=3_000, kind=kind)
-    assert source.columnar and not es.NexmarkSource(CONFIG).columnar
+    source = es.sources.NexmarkSource(CONFIG, batch_size=3_000, kind=kind)
+    assert source.columnar and not es.sources.NexmarkSource(CONFIG).columnar
     splits = source.create_splits(3)
     got: list[Any] = []
     for split in splits:
@@ -307,7 +318,7 @@ def test_the_columnar_source_reads_one_kind_as_record_batches(kind: str) -> None
 
 @pytest.mark.parametrize("kind", ["person", "auction", "bid"])
 def test_a_row_source_of_one_kind_reads_its_events_as_dicts(kind: str) -> None:
-    source = es.NexmarkSource(CONFIG, kind=kind)
+    source = es.sources.NexmarkSource(CONFIG, kind=kind)
     assert not source.columnar
     got: list[Any] = []
     splits = source.create_splits(2)
@@ -320,7 +331,7 @@ def test_a_row_source_of_one_kind_reads_its_events_as_dicts(kind: str) -> None:
 
 
 def test_a_row_reader_of_one_kind_resumes_from_its_snapshot() -> None:
-    source = es.NexmarkSource(CONFIG, kind="auction")
+    source = es.sources.NexmarkSource(CONFIG, kind="auction")
     reader = source.create_reader(SourceContext(0, 1, ManualClock()))
     splits = source.create_splits(2)
     reader.add_splits(splits)
@@ -334,7 +345,7 @@ def test_a_row_reader_of_one_kind_resumes_from_its_snapshot() -> None:
 
 
 def test_a_columnar_reader_resumes_from_its_snapshot() -> None:
-    source = es.NexmarkSource(CONFIG, batch_size=1_000, kind="bid")
+    source = es.sources.NexmarkSource(CONFIG, batch_size=1_000, kind="bid")
     reader = source.create_reader(SourceContext(0, 1, ManualClock()))
     splits = source.create_splits(2)
     reader.add_splits(splits)
@@ -361,4 +372,4 @@ def test_a_columnar_reader_resumes_from_its_snapshot() -> None:
 )
 def test_columnar_options_are_checked(options: dict[str, Any], message: str) -> None:
     with pytest.raises(es.ConfigurationError, match=message):
-        es.NexmarkSource(CONFIG, **options)
+        es.sources.NexmarkSource(CONFIG, **options)

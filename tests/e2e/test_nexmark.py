@@ -31,7 +31,7 @@ cloudpickle.register_pickle_by_value(nexmark)
 
 # 40 s of event time (4 tumbling windows, sessions that close), out of order by up to
 # 2 s: below the 4 s watermark bound, so no record is late and the oracle needs no lateness.
-CONFIG = es.NexmarkConfig(
+CONFIG = es.sources.nexmark.NexmarkConfig(
     events=20_000, seed=5, events_per_second=500, out_of_order_group_size=1_000
 )
 
@@ -51,7 +51,7 @@ COLUMNS = {
 @pytest.fixture(scope="module")
 def nexmark_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("nexmark")
-    es.write_nexmark_files(path, CONFIG)
+    es.sources.nexmark.write_nexmark_files(path, CONFIG)
     return path
 
 
@@ -103,7 +103,7 @@ def test_stateful_queries_after_a_crash_write_each_result_once(
     )
 
     def make(kind: str, strategy: es.WatermarkStrategy) -> es.DataStream:
-        source = es.NexmarkSource(CONFIG, kind=kind, rate=8_000)
+        source = es.sources.NexmarkSource(CONFIG, kind=kind, rate=8_000)
         events = env.from_source(source, name=f"nexmark-{kind}", watermark_strategy=strategy)
         return events.map(crash) if kind == "bid" else events
 
@@ -138,7 +138,7 @@ def test_columnar_sessions_and_processing_time_windows_after_a_sigkill(
     env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.2))
 
     def make(kind: str, strategy: es.WatermarkStrategy) -> es.DataStream:
-        source = es.NexmarkSource(CONFIG, batch_size=512, kind=kind, rate=6_000)
+        source = es.sources.NexmarkSource(CONFIG, batch_size=512, kind=kind, rate=6_000)
         return env.from_source(source, name=f"nexmark-{kind}", watermark_strategy=strategy)
 
     batches = streams.NexmarkStreams(make, columnar=True)  # one bid source feeds both queries

@@ -161,7 +161,7 @@ def test_aggregations_equal_duckdb(seed: int, key_type: str, value_type: str) ->
                 windows.process_batch(batch, None)
                 if mark is not None:
                     windows.process_watermark(mark)
-            windows.process_watermark(es.MAX_WATERMARK)
+            windows.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
             got = [(r["k"], r["window_start"], r["window_end"], r[column]) for r in out.take()]
             expected = con.execute(
                 f"SELECT k, ws, ws + {size}, {SQL[kind]} FROM ({_windows_sql('t', size, slide, 'k, v')}) "
@@ -177,7 +177,7 @@ def test_aggregations_equal_duckdb(seed: int, key_type: str, value_type: str) ->
         sessions, out = make("columnar_session_window", SessionWindowSpec(kind, "k", value, gap))
         for batch in batches:
             sessions.process_batch(batch, None)
-        sessions.process_watermark(es.MAX_WATERMARK)
+        sessions.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
         got = [(r["k"], r["window_start"], r["window_end"], r[column]) for r in out.take()]
         expected = con.execute(
             f"""WITH ends AS (SELECT *, MAX(_ts + {gap}) OVER (PARTITION BY k ORDER BY _ts
@@ -257,7 +257,7 @@ def test_joins_equal_duckdb(seed: int, left_type: pa.DataType, right_type: pa.Da
             if batch.num_rows:
                 mark = max(mark, max(batch.column("_ts").to_pylist()) - BOUND)
                 windowed.process_watermark(mark)
-        windowed.process_watermark(es.MAX_WATERMARK)
+        windowed.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
         got = sorted((r["key"], r["lv"], r["rv"], r["window_start"]) for r in out.take())
         expected = con.execute(
             f"SELECT a.key, lv, rv, a.ws FROM ({_windows_sql('l', size, slide, 'key, lv')}) a "

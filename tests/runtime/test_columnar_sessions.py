@@ -125,7 +125,7 @@ def test_an_out_of_order_row_bridges_two_sessions() -> None:
 def test_touching_sessions_merge_as_in_flink() -> None:
     op, out = sessions()
     op.process_batch(_kv(["s", "s", "s"], [1, 1, 1], ts=[100, 0, 201]), None)
-    op.process_watermark(es.MAX_WATERMARK)
+    op.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     assert _bounds(out.take()) == [("s", 0, 200, 2), ("s", 201, 301, 1)]
 
 
@@ -138,7 +138,7 @@ def test_rows_of_a_fired_session_are_late_unless_an_open_session_takes_them() ->
     # once b@95 came: it is late here (it comes first), as on the row path.
     op.process_batch(_kv(["a", "b", "b", "b", "c"], [1, 1, 1, 1, 1], ts=[5, 85, 95, 87, 30]), None)
     assert op.counters.late_records_dropped == 3  # a@5, b@85, c@30
-    op.process_watermark(es.MAX_WATERMARK)
+    op.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     assert _bounds(out.take()) == [("b", 87, 110, 3)]
 
 
@@ -151,11 +151,11 @@ def test_min_max_mean_and_null_values() -> None:
     ):
         op, out = sessions(kind, "v")
         op.process_batch(_kv(["a", "a", "b"], [7, 2, None], ts=[0, 50, 0]), None)
-        op.process_watermark(es.MAX_WATERMARK)
+        op.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
         assert [r["v"] for r in sorted(out.take(), key=lambda r: r["k"])] == expected, kind
     op, out = sessions("max", "v")
     op.process_batch(_kv([1, 1], [1.5, 2.5], ts=[0, 10]), None)
-    op.process_watermark(es.MAX_WATERMARK)
+    op.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     assert out.take()[0]["v"] == 2.5
 
 
@@ -199,7 +199,7 @@ def test_sessions_restore_and_rescale_by_key_group(tmp_path: Path) -> None:
         restored.process_batch(
             _kv(mine, [100] * len(mine), ts=[50] * len(mine)), None
         )  # joins [0, 100)
-        restored.process_watermark(es.MAX_WATERMARK)
+        restored.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
         got.extend(_bounds(out.take(), "v"))
     expected = [(k, 0, 150, 101) for k in keys] + [(k, 500, 600, 5) for k in keys[:10]]
     assert sorted(got) == sorted(expected)
@@ -305,9 +305,9 @@ def test_sessions_equal_the_row_path_on_random_data(seed: int) -> None:
             row_op.process_watermark(watermark)
             for op, _ in outputs.values():
                 op.process_watermark(watermark)
-    row_op.process_watermark(es.MAX_WATERMARK)
+    row_op.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     for op, _ in outputs.values():
-        op.process_watermark(es.MAX_WATERMARK)
+        op.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     late = {op.counters.late_records_dropped for op, _ in outputs.values()}
     assert len(late) == 1 and late.pop() > 0, (
         "every kind drops the same late rows, and some are late"
@@ -350,9 +350,14 @@ def test_sliding_processing_time_windows_and_end_of_input() -> None:
     clock = ManualClock(start=1.7)
     op, out = processing(size=1_000, slide=500, clock=clock)
     op.process_batch(_kv([1], [7]), None)
-    op.process_watermark(es.MAX_WATERMARK)  # the end of a bounded input fires every window
+    op.process_watermark(
+        es.WatermarkGenerator.MAX_WATERMARK
+    )  # the end of a bounded input fires every window
     assert sorted(_bounds(out.take(), "v")) == [(1, 1_000, 2_000, 7), (1, 1_500, 2_500, 7)]
-    assert out.watermarks == [es.MAX_WATERMARK] and op.next_processing_time() is None
+    assert (
+        out.watermarks == [es.WatermarkGenerator.MAX_WATERMARK]
+        and op.next_processing_time() is None
+    )
     with pytest.raises(
         ConfigurationError, match=r"columnar_processing_window \(1/1\): the batch has no column 'v'"
     ):
@@ -446,5 +451,5 @@ def test_min_max_keep_the_value_type_across_a_restore(
     handle = op.snapshot(_target(tmp_path, 1)).keyed.run()
     restored, out = make(kind, payload)
     restored.initialize_state(OperatorRestore(keyed=[handle]), 1)
-    restored.process_watermark(es.MAX_WATERMARK)
+    restored.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     assert out.items[0].schema.field("v").type == pa.int32()

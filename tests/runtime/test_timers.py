@@ -88,7 +88,7 @@ def test_each_domain_fires_in_time_order_and_deletes_count(backends: Backends) -
     ]
     assert timers.current_watermark == 30
     timers.on_processing_time(10)
-    timers.advance_watermark(es.MAX_WATERMARK)
+    timers.advance_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     assert [c[1] for c in fired.calls[3:]] == [5, 50]
     assert timers.next_processing_time() is None and timers.pending() == 0
     assert backend.keys(TIMERS_STATE) == []
@@ -131,7 +131,9 @@ def test_timers_survive_a_snapshot_and_follow_their_key_group(backends: Backends
         timers.register_processing_time_timer(None, 500 + n)
     timers.flush()  # as the operator does before every snapshot
     job = backend.snapshot(backends.target(1))
-    timers.advance_watermark(es.MAX_WATERMARK)  # later firing must not leak into the snapshot
+    timers.advance_watermark(
+        es.WatermarkGenerator.MAX_WATERMARK
+    )  # later firing must not leak into the snapshot
     handle = job.run()
     assert handle is not None
     event: dict[str, int] = {}
@@ -147,7 +149,7 @@ def test_timers_survive_a_snapshot_and_follow_their_key_group(backends: Backends
             fired,
             namespace_of=lambda ns: ns if ns is None else es.TimeWindow(*ns),
         )
-        again.advance_watermark(es.MAX_WATERMARK)
+        again.advance_watermark(es.WatermarkGenerator.MAX_WATERMARK)
         again.on_processing_time(10_000)
         for domain, ts, key, ns in fired.calls:
             if domain is TimeDomain.EVENT_TIME:

@@ -31,7 +31,7 @@ def test_tumbling_windows_fire_when_the_watermark_passes_their_end(rig: Rig) -> 
     assert sorted(out.records) == [("a", 2), ("b", 1)]
     assert out.timestamps == [999, 999], "window results carry the window's max timestamp"
     out.take()
-    op.process_watermark(es.MAX_WATERMARK)
+    op.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     assert out.take() == [("a", 1)]
     assert op.timers is not None and op.timers.pending() == 0, "state and timers cleaned up"
 
@@ -63,7 +63,7 @@ def test_late_records_without_a_side_output_are_dropped_and_counted(rig: Rig) ->
     op.process_watermark(1200)
     assert out.take() == [("a", 1)]
     feed(op, (("a", 5), 20), (("b", 2), 30), (("a", 3), 1300))
-    op.process_watermark(es.MAX_WATERMARK)
+    op.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     assert out.take() == [("a", 3)]
     assert op.counters.late_records_dropped == 2
 
@@ -71,7 +71,7 @@ def test_late_records_without_a_side_output_are_dropped_and_counted(rig: Rig) ->
 def test_sliding_windows_give_each_record_to_size_over_slide_windows(rig: Rig) -> None:
     op, out, _ = rig.operator(lambda k: k.window(es.SlidingEventTimeWindows.of(1000, 500)).count())
     feed(op, (("a", 0), 0), (("a", 0), 600), (("a", 0), 1100))
-    op.process_watermark(es.MAX_WATERMARK)
+    op.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     by_time = sorted(zip(out.timestamps, out.records, strict=True))
     # windows [-500,500) [0,1000) [500,1500) [1000,2000)
     assert by_time == [(499, ("a", 1)), (999, ("a", 2)), (1499, ("a", 2)), (1999, ("a", 1))]
@@ -86,7 +86,7 @@ def test_process_window_function_sees_all_elements_and_the_window(rig: Rig) -> N
         lambda k: k.window(es.TumblingEventTimeWindows.of(100)).process(Describe())
     )
     feed(op, (("k", 3), 5), (("k", 1), 50), (("k", 2), 150))
-    op.process_watermark(es.MAX_WATERMARK)
+    op.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     assert out.records == [("k", 0, 100, [1, 3]), ("k", 100, 200, [2])]
 
 
@@ -132,7 +132,7 @@ def test_session_windows_merge_when_a_record_bridges_them(rig: Rig) -> None:
     assert out.take() == [("s", 31)]
     assert out.timestamps == [] and op.timers is not None and op.timers.pending() == 0
     feed(op, (("s", 32), 1000))
-    op.process_watermark(es.MAX_WATERMARK)
+    op.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     assert out.take() == [("s", 32)]
 
 
@@ -143,7 +143,7 @@ def test_session_windows_that_touch_merge_as_in_flink(rig: Rig) -> None:
         lambda k: k.window(es.EventTimeSessionWindows.with_gap(100)).process(_Bounds())
     )
     feed(op, (("s", 1), 100), (("s", 2), 0), (("s", 4), 201))
-    op.process_watermark(es.MAX_WATERMARK)
+    op.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     assert out.take() == [("s", 0, 200, 3), ("s", 201, 301, 4)]
 
 
@@ -160,7 +160,7 @@ def test_sessions_survive_a_snapshot_and_keep_merging(rig: Rig) -> None:
         lambda k: k.window(es.EventTimeSessionWindows.with_gap(100)).sum(1), restore=handle
     )
     feed(again, (("s", 4), 150), (("s", 8), 240))
-    again.process_watermark(es.MAX_WATERMARK)
+    again.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     assert sorted(out.records) == [("s", 1), ("s", 14), ("t", 5)]
 
 
@@ -171,7 +171,7 @@ def test_count_window_fires_and_purges_every_n_records(rig: Rig) -> None:
     op, out, _ = rig.operator(lambda k: k.count_window(3).sum(1))
     feed(op, *[(("c", i), i) for i in range(1, 8)])
     assert out.take() == [("c", 6), ("c", 15)]
-    op.process_watermark(es.MAX_WATERMARK)
+    op.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     assert out.take() == [], "a global window never fires by time"
 
 
@@ -250,7 +250,7 @@ def test_dynamic_session_gaps_come_from_each_record(rig: Rig) -> None:
     )
     # a gap of 50 after the first record does not reach 100; a gap of 500 after 100 does reach 400
     feed(op, (("g", 50), 0), (("g", 500), 100), (("g", 10), 400))
-    op.process_watermark(es.MAX_WATERMARK)
+    op.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     assert sorted(zip(out.timestamps, out.records, strict=True)) == [
         (49, ("g", 1)),
         (599, ("g", 2)),
@@ -265,7 +265,7 @@ def test_trigger_state_and_timers_are_per_window_and_key(rig: Rig) -> None:
     )
     feed(op, (("a", 0), 1), (("b", 0), 2), (("a", 0), 150), (("a", 0), 3))
     assert out.take() == [("a", 2)], "a's first window reached 2; its second has 1, b's has 1"
-    op.process_watermark(es.MAX_WATERMARK)
+    op.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     assert out.take() == [], "a count trigger never fires by time, and the windows are cleaned up"
     assert op.timers is not None and op.timers.pending() == 0
 
@@ -323,7 +323,7 @@ def test_inlined_event_time_path_matches_the_general_path(
             op.flush_timer_output()
             assert op.timers is not None
             pending.append(op.timers.pending())
-        op.process_watermark(es.MAX_WATERMARK)
+        op.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
         op.flush_timer_output()
         assert not list(op._table.items()), "every window's contents were cleaned up"
         results.append((out.records, out.timestamps, late.records, pending))

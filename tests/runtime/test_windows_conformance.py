@@ -117,7 +117,7 @@ def test_negative_tumbling_offsets_shift_the_windows_back(rig: Rig) -> None:
         lambda k: k.window(es.TumblingEventTimeWindows.of(10, -3)).process(Bounds())
     )
     feed(op, (("a", 0), 0), (("a", 6), 6), (("a", 7), 7), (("a", -3), -3), (("a", -4), -4))
-    op.process_watermark(es.MAX_WATERMARK)
+    op.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     assert out.take() == [(-13, -3, [-4]), (-3, 7, [-3, 0, 6]), (7, 17, [7])]
 
 
@@ -337,7 +337,7 @@ def test_evicting_session_windows_keep_the_merged_elements(rig: Rig) -> None:
     )
     feed(op, (("s", 0), 0), (("s", 30), 30), (("s", 5), 5), (("s", 8), 8), (("s", 20), 20))
     feed(op, (("s", 15), 15))  # bridges [0, 18) and [20, 40)
-    op.process_watermark(es.MAX_WATERMARK)
+    op.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     assert out.take() == [(0, 40, [20, 30])], "one session; what is within 12 ms of its newest"
 
 
@@ -512,7 +512,7 @@ def test_global_state_is_shared_by_the_windows_of_a_key(rig: Rig) -> None:
         lambda k: k.window(es.TumblingEventTimeWindows.of(10)).process(Running())
     )
     feed(op, (("a", 1), 1), (("a", 2), 11), (("b", 5), 12), (("a", 4), 25))
-    op.process_watermark(es.MAX_WATERMARK)
+    op.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     assert sorted(out.take()) == [("a", 0, 1), ("a", 10, 3), ("a", 20, 7), ("b", 10, 5)]
 
 
@@ -578,11 +578,11 @@ def test_per_window_state_is_refused_on_merging_windows_and_with_ttl(rig: Rig) -
     )
     feed(op, (("s", 1), 1))
     with pytest.raises(es.UserFunctionError, match="not available with merging"):
-        op.process_watermark(es.MAX_WATERMARK)
+        op.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)
     ttl = es.state.ValueStateDescriptor("x", ttl=timedelta(seconds=1))
     op2, _, _ = rig.operator(
         lambda k: k.window(es.TumblingEventTimeWindows.of(10)).process(UsesWindowState(ttl))
     )
     feed(op2, (("s", 1), 1))
     with pytest.raises(es.UserFunctionError, match="no TTL, it is dropped with its window"):
-        op2.process_watermark(es.MAX_WATERMARK)
+        op2.process_watermark(es.WatermarkGenerator.MAX_WATERMARK)

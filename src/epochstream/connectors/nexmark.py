@@ -19,10 +19,10 @@ tuples between slots: the dicts of a batch share their key objects, which pickle
 
 Example::
 
-    config = es.NexmarkConfig(events=100_000, seed=7)
+    config = es.sources.nexmark.NexmarkConfig(events=100_000, seed=7)
     strategy = es.WatermarkStrategy.bounded_out_of_orderness(4_000).with_timestamp_assigner(
         lambda e: e["date_time"])
-    events = env.from_source(es.NexmarkSource(config), watermark_strategy=strategy)
+    events = env.from_source(es.sources.NexmarkSource(config), watermark_strategy=strategy)
     bids = events.filter(lambda e: e["type"] == "bid")
 """
 
@@ -220,9 +220,9 @@ class NexmarkSource(Source):
 
     Example::
 
-        env.from_source(es.NexmarkSource(es.NexmarkConfig(events=1_000_000)))
+        env.from_source(es.sources.NexmarkSource(es.sources.nexmark.NexmarkConfig(events=1_000_000)))
         bids = env.from_source(
-            es.NexmarkSource(config, batch_size=65_536, kind="bid"),
+            es.sources.NexmarkSource(config, batch_size=65_536, kind="bid"),
             watermark_strategy=strategy.with_timestamp_column("date_time"))
     """
 

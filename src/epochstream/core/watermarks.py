@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from epochstream.core.events import MIN_WATERMARK
+from epochstream.core.events import MAX_WATERMARK, MIN_WATERMARK
 from epochstream.core.time import to_millis
 from epochstream.exceptions import ConfigurationError
 
@@ -57,8 +57,13 @@ class WatermarkGenerator(ABC):
             def on_event(self, event, timestamp):
                 self.max = timestamp if self.max is None else max(self.max, timestamp)
             def current_watermark(self):
-                return es.MIN_WATERMARK if self.max is None else self.max // 10_000 * 10_000 - 1
+                return self.MIN_WATERMARK if self.max is None else self.max // 10_000 * 10_000 - 1
     """
+
+    #: The watermark before any record (no event time has passed yet).
+    MIN_WATERMARK = MIN_WATERMARK
+    #: The watermark of an input that has ended: every event-time timer and window fires.
+    MAX_WATERMARK = MAX_WATERMARK
 
     @abstractmethod
     def on_event(self, event: Any, timestamp: int) -> None:

@@ -77,7 +77,7 @@ class TimeWindow(NamedTuple):
 class GlobalWindow(NamedTuple):
     """The one window of :class:`GlobalWindows`: everything of a key.
 
-    Example: ``GlobalWindow().max_timestamp() == es.MAX_WATERMARK``
+    Example: ``GlobalWindow().max_timestamp() == es.WatermarkGenerator.MAX_WATERMARK``
     """
 
     def max_timestamp(self) -> int:

@@ -200,7 +200,7 @@ class TimerService:
         return self._internal.current_processing_time()
 
     def current_watermark(self) -> int:
-        """The operator's watermark (``es.MIN_WATERMARK`` before the first)."""
+        """The operator's watermark (``es.WatermarkGenerator.MIN_WATERMARK`` before the first)."""
         return self._internal.current_watermark
 
     def register_event_time_timer(self, timestamp: int) -> None:

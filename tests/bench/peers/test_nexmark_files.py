@@ -29,7 +29,9 @@ finally:
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("nexmark")
-    es.write_nexmark_files(directory, es.NexmarkConfig(events=20_000))
+    es.sources.nexmark.write_nexmark_files(
+        directory, es.sources.nexmark.NexmarkConfig(events=20_000)
+    )
     return directory
 
 
