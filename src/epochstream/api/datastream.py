@@ -15,6 +15,8 @@ import datetime as _dt
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from epochstream.connectors.base import Sink as SinkBase
+from epochstream.connectors.simple import PrintSink
 from epochstream.core.functions import (
     FilterFunction,
     FlatMapFunction,
@@ -24,6 +26,7 @@ from epochstream.core.functions import (
     ProcessFunction,
     ReduceFunction,
 )
+from epochstream.core.state_ttl import TtlConfig
 from epochstream.core.watermarks import WatermarkStrategy
 from epochstream.exceptions import ConfigurationError
 from epochstream.graph.evictors import CountEvictor
@@ -37,6 +40,7 @@ from epochstream.graph.transformations import (
 )
 from epochstream.graph.triggers import CountTrigger, PurgingTrigger
 from epochstream.graph.windowing import GlobalWindows
+from epochstream.state.bloom import BloomFilter
 
 if TYPE_CHECKING:
     from epochstream.api.columnar_joins import ColumnarJoinedStreams
@@ -163,7 +167,6 @@ class _Transforms:
 
         Example: ``ds.sink_to(es.sinks.FileSink("out/"))``
         """
-        from epochstream.connectors.base import Sink as SinkBase
 
         if not isinstance(sink, SinkBase):
             raise ConfigurationError(
@@ -175,7 +178,6 @@ class _Transforms:
 
     def print(self, prefix: str | None = None) -> DataStreamSink:
         """Print every record to stdout (at-least-once). Example: ``ds.print()``."""
-        from epochstream.connectors.simple import PrintSink
 
         return self.sink_to(PrintSink(prefix=prefix))
 
@@ -381,8 +383,6 @@ class DataStream(_Named, _Transforms):
 
         Example: ``events.deduplicate(lambda e: e["event_id"], ttl=timedelta(hours=1))``
         """
-        from epochstream.core.state_ttl import TtlConfig
-        from epochstream.state.bloom import BloomFilter
 
         TtlConfig.of(ttl, "on_write")  # fail here, not in the slots
         BloomFilter.sized(bloom_capacity, bloom_fp_rate)

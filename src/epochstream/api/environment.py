@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING, Any
 from epochstream.api.datastream import DataStream
 from epochstream.api.result import JobResult
 from epochstream.checkpoint.config import CheckpointConfig
+from epochstream.connectors.base import Source as SourceBase
+from epochstream.connectors.formats import FileSource
+from epochstream.connectors.generators import CollectionSource, SequenceSource
 from epochstream.core.clock import Clock
 from epochstream.core.functions import DEAD_LETTERS
 from epochstream.core.restart import RestartStrategy, fixed_delay, none
@@ -279,7 +282,6 @@ class Environment:
 
         Example: ``env.from_source(MySource(), watermark_strategy=strategy)``
         """
-        from epochstream.connectors.base import Source as SourceBase
 
         if not isinstance(source, SourceBase):
             raise ConfigurationError(f"from_source needs a Source, got {type(source).__name__}")
@@ -341,7 +343,6 @@ class Environment:
 
         Example: ``env.from_files("in/*.jsonl", format="jsonl", monitor_interval=1.0)``
         """
-        from epochstream.connectors.formats import FileSource
 
         source = FileSource(
             path_or_glob,
@@ -360,7 +361,6 @@ class Environment:
         """A bounded, re-settable stream of the given items (split into contiguous ranges,
         one per subtask). Example: ``env.from_collection([1, 2, 3])``
         """
-        from epochstream.connectors.generators import CollectionSource
 
         return self.from_source(
             CollectionSource(list(items)), name="collection", watermark_strategy=watermark_strategy
@@ -376,7 +376,6 @@ class Environment:
 
         Example: ``env.from_sequence(0, 10_000_000, batch_size=65_536)``
         """
-        from epochstream.connectors.generators import SequenceSource
 
         source = SequenceSource(start, stop, rate=rate, batch_size=batch_size)
         return self.from_source(source, name="sequence")

@@ -16,6 +16,7 @@ import enum
 from abc import ABC, abstractmethod
 from typing import Any
 
+from epochstream.core.state_descriptors import ValueStateDescriptor
 from epochstream.core.time import to_millis
 from epochstream.exceptions import ConfigurationError
 
@@ -173,7 +174,6 @@ class CountTrigger(Trigger):
         return CountTrigger(count)
 
     def _state(self, ctx: Any) -> Any:
-        from epochstream.core.state_descriptors import ValueStateDescriptor
 
         return ctx.get_partitioned_state(ValueStateDescriptor("__count", default=0))
 
@@ -207,7 +207,6 @@ class _Continuous(Trigger):
         self.interval = to_millis(interval, "trigger interval", allow_zero=False)
 
     def _state(self, ctx: Any) -> Any:
-        from epochstream.core.state_descriptors import ValueStateDescriptor
 
         return ctx.get_partitioned_state(ValueStateDescriptor("__next_fire"))
 
