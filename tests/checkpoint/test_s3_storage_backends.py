@@ -315,7 +315,7 @@ def test_savepoint_to_other_storage_than_checkpoints(
         callbacks=calls,
     )
     task = ("src", 0)
-    coordinator.start_attempt({task}, {task})
+    coordinator.start_attempt({task})
     n = coordinator.trigger_savepoint(savepoint)
     state = OperatorSubtaskState(operator_lists={"offsets": [42]})
     stats = TaskCheckpointStats(alignment_s=0.0, state_size=0)

@@ -491,7 +491,7 @@ class JobMaster:
                     # if any, ends with the next completed checkpoint.
                     self._storage_wait.restored()
                 if self.coordinator is not None:
-                    self.coordinator.start_attempt(set(self._tasks), set(self._sources))
+                    self.coordinator.start_attempt(set(self._tasks))
         elif isinstance(msg, AcknowledgeCheckpoint):
             if self.coordinator is not None:
                 self.coordinator.receive_ack(msg)
