@@ -24,9 +24,9 @@ from epochstream.api.environment import Environment
 from epochstream.api.joins import ConnectedStreams, IntervalJoin, JoinedStreams, JoinFunction
 from epochstream.api.result import JobResult
 from epochstream.api.windowed import WindowedStream
-from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.checkpoint.metadata import CheckpointStats
 from epochstream.connectors.nexmark import NexmarkConfig, NexmarkSource, write_nexmark_files
+from epochstream.core.checkpoint_config import CheckpointConfig
 from epochstream.core.events import MAX_WATERMARK, MIN_WATERMARK
 from epochstream.core.functions import (
     DEAD_LETTERS,

@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.checkpoint.coordinator import CheckpointCoordinator
 from epochstream.checkpoint.storage import CheckpointStorage
+from epochstream.core.checkpoint_config import CheckpointConfig
 from epochstream.core.clock import ManualClock
 from epochstream.exceptions import CheckpointError, ConfigurationError
 from epochstream.runtime.messages import (

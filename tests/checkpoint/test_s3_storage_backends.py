@@ -294,8 +294,8 @@ def test_savepoint_to_other_storage_than_checkpoints(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from epochstream.checkpoint.config import CheckpointConfig
     from epochstream.checkpoint.coordinator import CheckpointCoordinator
+    from epochstream.core.checkpoint_config import CheckpointConfig
     from epochstream.runtime.messages import AcknowledgeCheckpoint, TaskCheckpointStats
 
     monkeypatch.chdir(tmp_path)  # where a misdirected relative write would land

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from epochstream.api.datastream import DataStream
 from epochstream.api.result import JobResult
-from epochstream.checkpoint.config import CheckpointConfig
+from epochstream.core.checkpoint_config import CheckpointConfig
 from epochstream.core.clock import Clock
 from epochstream.core.restart import RestartStrategy, fixed_delay, none
 from epochstream.core.time import to_millis

@@ -41,12 +41,12 @@ from typing import Protocol
 
 from epochstream.checkpoint.cleanup import StorageCleaner
 from epochstream.checkpoint.completed import CompletedCheckpointStore
-from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats, task_key_str
 from epochstream.checkpoint.outage import StorageOutage
 from epochstream.checkpoint.pending import CompletedCheckpoint, PendingCheckpoint, PendingState
 from epochstream.checkpoint.shared_registry import SharedStateRegistry
 from epochstream.checkpoint.storage import CheckpointStorage, write_metadata_file
+from epochstream.core.checkpoint_config import CheckpointConfig
 from epochstream.core.clock import Clock
 from epochstream.core.events import CheckpointOptions
 from epochstream.core.filesystems import storage_fs
