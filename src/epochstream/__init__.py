@@ -24,9 +24,9 @@ from epochstream.api.environment import Environment
 from epochstream.api.joins import ConnectedStreams, IntervalJoin, JoinedStreams, JoinFunction
 from epochstream.api.result import JobResult
 from epochstream.api.windowed import WindowedStream
-from epochstream.checkpoint.metadata import CheckpointStats
 from epochstream.connectors.nexmark import NexmarkConfig, NexmarkSource, write_nexmark_files
 from epochstream.core.checkpoint_config import CheckpointConfig
+from epochstream.core.checkpoint_stats import CheckpointStats, TaskCheckpointStats
 from epochstream.core.events import MAX_WATERMARK, MIN_WATERMARK
 from epochstream.core.functions import (
     DEAD_LETTERS,
@@ -101,7 +101,6 @@ from epochstream.graph.windowing import (
     TumblingProcessingTimeWindows,
     WindowAssigner,
 )
-from epochstream.runtime.messages import TaskCheckpointStats
 
 __version__ = "0.1.0"
 

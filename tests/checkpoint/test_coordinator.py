@@ -8,13 +8,10 @@ import pytest
 from epochstream.checkpoint.coordinator import CheckpointCoordinator
 from epochstream.checkpoint.storage import CheckpointStorage
 from epochstream.core.checkpoint_config import CheckpointConfig
+from epochstream.core.checkpoint_stats import TaskCheckpointStats
 from epochstream.core.clock import ManualClock
 from epochstream.exceptions import CheckpointError, ConfigurationError
-from epochstream.runtime.messages import (
-    AcknowledgeCheckpoint,
-    DeclineCheckpoint,
-    TaskCheckpointStats,
-)
+from epochstream.state.acknowledgements import AcknowledgeCheckpoint, DeclineCheckpoint
 from epochstream.state.handles import HeapSnapshotHandle, HeapStateFile, OperatorSubtaskState
 
 SRC0, SRC1, SINK0 = ("src", 0), ("src", 1), ("sink", 0)

@@ -8,14 +8,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from epochstream.checkpoint.metadata import (
-    CheckpointMetadata,
+from epochstream.checkpoint.metadata import CheckpointMetadata
+from epochstream.core.checkpoint_stats import (
     CheckpointStats,
-    parse_task_key,
-    task_key_str,
+    TaskCheckpointStats,
 )
 from epochstream.exceptions import CheckpointError
-from epochstream.runtime.messages import TaskCheckpointStats
 from epochstream.state.handles import HeapSnapshotHandle, HeapStateFile, OperatorSubtaskState
 
 BASE = "/ck/job-1/chk-7"
@@ -117,23 +115,6 @@ def test_json_is_inspectable_and_uses_pickle5_base64() -> None:
     blob = base64.b64decode(doc["operators"]["source"]["0"]["union_lists"]["seen"])
     assert blob[:2] == b"\x80\x05"  # pickle protocol 5 header
     assert pickle.loads(blob) == [{"k": b"\x00\xff"}, None, 2**70]
-
-
-def test_stats_helpers() -> None:
-    stats = make_metadata().stats
-    assert stats.max_alignment_s == 0.3
-    assert stats.max_sync_s == 0.02
-    assert stats.max_async_s == 0.2
-    assert stats.largest_task == "a/b/1"
-    empty = CheckpointStats(checkpoint_id=1, trigger_time=0.0, duration=0.0, state_size=0)
-    assert empty.max_alignment_s == 0.0 and empty.largest_task is None
-
-
-def test_task_key_text_round_trip() -> None:
-    assert task_key_str(("a/b", 3)) == "a/b/3"
-    assert parse_task_key("a/b/3") == ("a/b", 3)
-    with pytest.raises(ValueError, match="chain_id/subtask"):
-        parse_task_key("nosubtask")
 
 
 def _mutated(change) -> bytes:

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from s3_storage_support import MAX_P, Options, checkpoint_metadata, files_under
 
-from epochstream.checkpoint.metadata import KIND_SAVEPOINT
 from epochstream.checkpoint.storage import CheckpointStorage, load_metadata, write_metadata_file
+from epochstream.core.checkpoint_stats import KIND_SAVEPOINT
 from epochstream.core.clock import ManualClock
 from epochstream.core.filesystems import StorageFS, storage_fs
 from epochstream.core.state_descriptors import (
@@ -296,7 +296,8 @@ def test_savepoint_to_other_storage_than_checkpoints(
 ) -> None:
     from epochstream.checkpoint.coordinator import CheckpointCoordinator
     from epochstream.core.checkpoint_config import CheckpointConfig
-    from epochstream.runtime.messages import AcknowledgeCheckpoint, TaskCheckpointStats
+    from epochstream.core.checkpoint_stats import TaskCheckpointStats
+    from epochstream.state.acknowledgements import AcknowledgeCheckpoint
 
     monkeypatch.chdir(tmp_path)  # where a misdirected relative write would land
     if savepoint_on == "s3":

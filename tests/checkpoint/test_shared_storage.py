@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats
+from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.checkpoint.storage import (
     CheckpointStorage,
     load_metadata,
     scan_checkpoints,
     write_metadata_file,
 )
+from epochstream.core.checkpoint_stats import CheckpointStats
 from epochstream.core.filesystems import (
     check_trusted_location,
     ensure_private_location,

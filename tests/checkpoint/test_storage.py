@@ -4,12 +4,13 @@ import os
 
 import pytest
 
-from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats
+from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.checkpoint.storage import (
     CheckpointStorage,
     find_completed_checkpoints,
     load_metadata,
 )
+from epochstream.core.checkpoint_stats import CheckpointStats
 from epochstream.exceptions import CheckpointError, ConfigurationError
 from epochstream.state.handles import OperatorSubtaskState
 

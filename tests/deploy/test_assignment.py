@@ -7,8 +7,9 @@ import logging
 import pytest
 
 import epochstream as es
-from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats
+from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.checkpoint.storage import CheckpointStorage
+from epochstream.core.checkpoint_stats import CheckpointStats
 from epochstream.deploy.assignment import load_restore_point
 from epochstream.exceptions import ConfigurationError
 from epochstream.state.handles import OperatorSubtaskState

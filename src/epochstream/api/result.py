@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from epochstream.checkpoint.metadata import CheckpointStats
+from epochstream.core.checkpoint_stats import CheckpointStats
 
 __all__ = ["JobResult"]
 

@@ -41,18 +41,19 @@ from typing import Protocol
 
 from epochstream.checkpoint.cleanup import StorageCleaner
 from epochstream.checkpoint.completed import CompletedCheckpointStore
-from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats, task_key_str
+from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.checkpoint.outage import StorageOutage
 from epochstream.checkpoint.pending import CompletedCheckpoint, PendingCheckpoint, PendingState
 from epochstream.checkpoint.shared_registry import SharedStateRegistry
 from epochstream.checkpoint.storage import CheckpointStorage, write_metadata_file
 from epochstream.core.checkpoint_config import CheckpointConfig
+from epochstream.core.checkpoint_stats import CheckpointStats, TaskKey, task_key_str
 from epochstream.core.clock import Clock
 from epochstream.core.events import CheckpointOptions
 from epochstream.core.filesystems import storage_fs
 from epochstream.core.storage_faults import is_unavailable
 from epochstream.exceptions import CheckpointError, ConfigurationError, StorageUnavailableError
-from epochstream.runtime.messages import AcknowledgeCheckpoint, DeclineCheckpoint, TaskKey
+from epochstream.state.acknowledgements import AcknowledgeCheckpoint, DeclineCheckpoint
 
 __all__ = ["CheckpointCoordinator", "CompletedCheckpoint", "CoordinatorCallbacks", "PendingState"]
 
