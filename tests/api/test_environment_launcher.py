@@ -103,8 +103,10 @@ def test_the_default_launcher_is_deploys_and_can_be_replaced(
     assert isinstance(environment._default_launcher, DriverLauncher)
     launcher = _Recording()
     monkeypatch.setattr(environment, "_default_launcher", None)
-    environment.set_default_launcher(launcher)
     env = es.Environment(parallelism=1, runner="local")
     env.from_collection([1]).print()
+    with pytest.raises(es.ConfigurationError, match="no launcher"):
+        env.execute("nowhere")
+    environment.set_default_launcher(launcher)
     assert env.execute("defaulted").job_id == "fake-job"
     assert [d.name for d in launcher.descriptions] == ["defaulted"]

@@ -501,7 +501,8 @@ class Environment:
             client.wait_for_checkpoint(1)
             result = client.result()
         """
-        launcher = launcher or _default_launcher
+        if launcher is None:
+            launcher = _default_launcher
         if launcher is None:
             raise ConfigurationError("no launcher: pass launcher=..., or import epochstream")
         description = self.job_description(
