@@ -24,12 +24,11 @@ from epochstream.api.columnar_joins import ColumnarJoinedStreams
 from epochstream.api.columnar_keyed import ColumnarKeyedStream
 from epochstream.api.columnar_windows import ColumnarWindowedStream
 from epochstream.api.datastream import DataStream, DataStreamSink, KeyedStream
-from epochstream.api.environment import Environment
+from epochstream.api.environment import Environment, set_default_launcher
 from epochstream.api.joins import ConnectedStreams, IntervalJoin, JoinedStreams, JoinFunction
-from epochstream.api.result import JobResult
 from epochstream.api.windowed import WindowedStream
-from epochstream.checkpoint.config import CheckpointConfig
-from epochstream.checkpoint.metadata import CheckpointStats
+from epochstream.core.checkpoint_config import CheckpointConfig
+from epochstream.core.checkpoint_stats import CheckpointStats
 from epochstream.core.functions import (
     DEAD_LETTERS,
     CheckpointListener,
@@ -52,7 +51,7 @@ from epochstream.core.functions import (
 from epochstream.core.state_descriptors import AggregateFunction
 from epochstream.core.time import TimeDomain
 from epochstream.core.watermarks import WatermarkGenerator, WatermarkStrategy
-from epochstream.deploy.client import JobClient
+from epochstream.deploy.client import DriverLauncher, JobClient
 from epochstream.exceptions import (
     AuthenticationError,
     CheckpointError,
@@ -80,6 +79,7 @@ from epochstream.graph.evictors import (
     TimeEvictor,
     TimestampedValue,
 )
+from epochstream.graph.launch import JobResult
 from epochstream.graph.triggers import (
     ContinuousEventTimeTrigger,
     ContinuousProcessingTimeTrigger,
@@ -103,6 +103,10 @@ from epochstream.graph.windowing import (
     TumblingProcessingTimeWindows,
     WindowAssigner,
 )
+
+# The API runs jobs through the launcher it is handed and may not import deploy/, which
+# sits above it: the root, which imports everything, makes deploy/'s the default.
+set_default_launcher(DriverLauncher())
 
 __version__ = "0.1.0"
 
@@ -204,7 +208,7 @@ _MOVED = {
     "NexmarkSource": ("epochstream.connectors.nexmark", "NexmarkSource"),
     "NexmarkConfig": ("epochstream.connectors.nexmark", "NexmarkConfig"),
     "write_nexmark_files": ("epochstream.connectors.nexmark", "write_nexmark_files"),
-    "TaskCheckpointStats": ("epochstream.runtime.messages", "TaskCheckpointStats"),
+    "TaskCheckpointStats": ("epochstream.core.checkpoint_stats", "TaskCheckpointStats"),
 }
 _NEW_HOME = {
     "MIN_WATERMARK": "es.WatermarkGenerator.MIN_WATERMARK",

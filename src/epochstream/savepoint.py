@@ -8,6 +8,6 @@ Example::
     print(table.num_rows, table.column("key"))
 """
 
-from epochstream.state.reader import read
+from epochstream.checkpoint.reader import read
 
 __all__ = ["read"]

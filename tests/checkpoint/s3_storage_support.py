@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats
+from epochstream.checkpoint.metadata import CheckpointMetadata
+from epochstream.core.checkpoint_stats import CheckpointStats
 from epochstream.core.filesystems import StorageFS
 from epochstream.state.handles import OperatorSubtaskState
 

@@ -5,21 +5,17 @@ import os
 
 import pytest
 
-from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.checkpoint.coordinator import CheckpointCoordinator
 from epochstream.checkpoint.storage import CheckpointStorage
+from epochstream.core.checkpoint_config import CheckpointConfig
+from epochstream.core.checkpoint_stats import TaskCheckpointStats
 from epochstream.core.clock import ManualClock
 from epochstream.exceptions import CheckpointError, ConfigurationError
-from epochstream.runtime.messages import (
-    AcknowledgeCheckpoint,
-    DeclineCheckpoint,
-    TaskCheckpointStats,
-)
+from epochstream.state.acknowledgements import AcknowledgeCheckpoint, DeclineCheckpoint
 from epochstream.state.handles import HeapSnapshotHandle, HeapStateFile, OperatorSubtaskState
 
 SRC0, SRC1, SINK0 = ("src", 0), ("src", 1), ("sink", 0)
 TASKS = {SRC0, SRC1, SINK0}
-SOURCES = {SRC0, SRC1}
 
 
 class Recorder:
@@ -131,7 +127,7 @@ class Harness:
 @pytest.fixture
 def h(tmp_path) -> Harness:
     harness = Harness(tmp_path, interval=1.0, timeout=10.0)
-    harness.coord.start_attempt(TASKS, SOURCES)
+    harness.coord.start_attempt(TASKS)
     return harness
 
 
@@ -148,7 +144,7 @@ def test_first_trigger_one_interval_after_start(h: Harness) -> None:
 
 def test_interval_between_triggers(tmp_path) -> None:
     h = Harness(tmp_path, interval=2.0, max_concurrent=5)
-    h.coord.start_attempt(TASKS, SOURCES)
+    h.coord.start_attempt(TASKS)
     h.advance(2.0)
     assert h.advance(1.9) == pytest.approx(0.1)
     assert [e[1] for e in h.cb.of("trigger")] == [1]
@@ -210,7 +206,7 @@ def test_duplicate_unknown_and_foreign_acks_are_ignored(h: Harness) -> None:
 
 def test_min_pause_after_completion(tmp_path) -> None:
     h = Harness(tmp_path, interval=1.0, min_pause=3.0)
-    h.coord.start_attempt(TASKS, SOURCES)
+    h.coord.start_attempt(TASKS)
     h.advance(1.0)
     h.clock.advance(0.5)
     h.ack_all(1)  # completes at t+1.5
@@ -223,7 +219,7 @@ def test_min_pause_after_completion(tmp_path) -> None:
 
 def test_max_concurrent_limits_triggers(tmp_path) -> None:
     h = Harness(tmp_path, interval=1.0, max_concurrent=2, timeout=100.0)
-    h.coord.start_attempt(TASKS, SOURCES)
+    h.coord.start_attempt(TASKS)
     for _ in range(5):
         h.advance(1.0)
     assert h.coord.pending_ids == [1, 2]
@@ -237,7 +233,7 @@ def test_max_concurrent_limits_triggers(tmp_path) -> None:
 
 def test_subsumption_on_completion(tmp_path) -> None:
     h = Harness(tmp_path, interval=1.0, max_concurrent=3, timeout=100.0, tolerable_failures=0)
-    h.coord.start_attempt(TASKS, SOURCES)
+    h.coord.start_attempt(TASKS)
     for _ in range(3):
         h.advance(1.0)
     h.cb.take()
@@ -258,7 +254,7 @@ def test_retained_pruning_on_disk(tmp_path) -> None:
     h = Harness(tmp_path, interval=1.0, retained=2)
     os.makedirs(h.storage.checkpoint_path(1))  # leftover of a crashed earlier job master
     h.coord = h.new_coordinator()
-    h.coord.start_attempt(TASKS, SOURCES)
+    h.coord.start_attempt(TASKS)
     for n in (2, 3, 4):
         h.advance(1.0)
         h.ack_all(n)
@@ -291,7 +287,7 @@ def test_timeout_aborts_and_fails_job(h: Harness) -> None:
 
 def test_tolerable_failures_and_reset_on_success(tmp_path) -> None:
     h = Harness(tmp_path, interval=1.0, timeout=5.0, tolerable_failures=2)
-    h.coord.start_attempt(TASKS, SOURCES)
+    h.coord.start_attempt(TASKS)
     h.advance(1.0)
     h.advance(5.0)  # 1 expires (failure 1), 2 is triggered one interval after 1
     h.advance(0.0)
@@ -334,7 +330,7 @@ def test_ids_monotonic_across_attempts_and_coordinators(h: Harness) -> None:
     h.coord.stop_attempt("task failed")
     assert not os.path.exists(h.storage.checkpoint_path(2))
     assert h.cb.of("aborted") == []  # no notifications on failover
-    h.coord.start_attempt(TASKS, SOURCES)
+    h.coord.start_attempt(TASKS)
     h.ack_all(2)  # a stale ack from the old attempt
     assert h.storage.completed_ids() == [1]
     h.advance(1.0)
@@ -342,7 +338,7 @@ def test_ids_monotonic_across_attempts_and_coordinators(h: Harness) -> None:
     # A new job master process on the same storage continues after chk-3 (pending).
     h.coord = h.new_coordinator()
     assert h.coord.next_checkpoint_id == 4
-    h.coord.start_attempt(TASKS, SOURCES)
+    h.coord.start_attempt(TASKS)
     h.advance(1.0)
     assert h.cb.of("trigger")[-1] == ("trigger", 4, False)
     assert h.new_coordinator(first_checkpoint_id=100).next_checkpoint_id == 100
@@ -357,7 +353,7 @@ def test_restore_from_sets_latest_and_continues_ids(tmp_path, h: Harness) -> Non
     other.coord.restore_from([restored])
     assert other.coord.latest_completed == restored
     assert other.coord.completed_stats == []
-    other.coord.start_attempt(TASKS, SOURCES)
+    other.coord.start_attempt(TASKS)
     other.advance(1.0)
     assert other.cb.of("trigger") == [("trigger", 2, False)]
     with pytest.raises(CheckpointError, match="while checkpoints \\[2\\] are pending"):
@@ -387,7 +383,7 @@ def test_final_checkpoint_immediately_when_idle(h: Harness) -> None:
 
 def test_final_checkpoint_after_abort_of_pending(tmp_path) -> None:
     h = Harness(tmp_path, interval=1.0, timeout=10.0, tolerable_failures=1)
-    h.coord.start_attempt(TASKS, SOURCES)
+    h.coord.start_attempt(TASKS)
     h.advance(1.0)
     h.coord.trigger_final()
     h.coord.receive_decline(DeclineCheckpoint(checkpoint_id=1, task=SRC0, reason="x"))
@@ -396,14 +392,14 @@ def test_final_checkpoint_after_abort_of_pending(tmp_path) -> None:
 
 def test_failed_final_checkpoint_fails_job(tmp_path) -> None:
     h = Harness(tmp_path, interval=1.0, timeout=10.0, tolerable_failures=5)
-    h.coord.start_attempt(TASKS, SOURCES)
+    h.coord.start_attempt(TASKS)
     h.coord.trigger_final()
     h.advance(10.0)
     fails = h.cb.of("fail")
     assert len(fails) == 1 and fails[0][1].startswith("final checkpoint 1 expired")
     assert not h.coord.final_completed
     h.coord.stop_attempt("failover")
-    h.coord.start_attempt(TASKS, SOURCES)  # a new attempt may take its own final checkpoint
+    h.coord.start_attempt(TASKS)  # a new attempt may take its own final checkpoint
     assert h.coord.final_checkpoint_id is None
     h.coord.trigger_final()
     assert h.cb.of("trigger")[-1] == ("trigger", 2, True)
@@ -412,7 +408,7 @@ def test_failed_final_checkpoint_fails_job(tmp_path) -> None:
 def test_shutdown_cancel_respects_retain_on_cancel(tmp_path) -> None:
     for retain, expected in ((False, []), (True, [1])):
         h = Harness(tmp_path / str(retain), interval=1.0, retain_on_cancel=retain)
-        h.coord.start_attempt(TASKS, SOURCES)
+        h.coord.start_attempt(TASKS)
         h.advance(1.0)
         h.ack_all(1)
         h.advance(1.0)
@@ -424,9 +420,7 @@ def test_shutdown_cancel_respects_retain_on_cancel(tmp_path) -> None:
 def test_start_attempt_validates_tasks(tmp_path) -> None:
     coord = Harness(tmp_path).coord
     with pytest.raises(ConfigurationError, match="at least one task"):
-        coord.start_attempt(set(), set())
-    with pytest.raises(ConfigurationError, match="subset"):
-        coord.start_attempt({SRC0}, {SRC1})
+        coord.start_attempt(set())
 
 
 def test_storage_failure_at_completion_aborts(h: Harness) -> None:
@@ -447,7 +441,7 @@ def test_checkpoints_failing_on_unreachable_storage_open_an_outage_until_one_com
     h = Harness(tmp_path, interval=1.0, timeout=10.0, tolerable_failures=2)
     outage = StorageOutage("job")
     h.coord = h.new_coordinator(outage=outage)
-    h.coord.start_attempt(TASKS, SOURCES)
+    h.coord.start_attempt(TASKS)
     h.advance(1.0)
     h.coord.receive_decline(
         DeclineCheckpoint(checkpoint_id=1, task=SRC0, reason="s3 down", storage_unavailable=True)
@@ -473,7 +467,7 @@ def test_a_metadata_write_on_unreachable_storage_is_an_outage(tmp_path) -> None:
     h = Harness(tmp_path, interval=1.0, timeout=10.0, tolerable_failures=1)
     outage = StorageOutage("job")
     h.coord = h.new_coordinator(outage=outage)
-    h.coord.start_attempt(TASKS, SOURCES)
+    h.coord.start_attempt(TASKS)
     h.advance(1.0)
     h.cb.hold_io = True
     h.ack_all(1)
@@ -493,7 +487,7 @@ def test_checkpoints_failing_past_the_tolerance_on_unreachable_storage_fail_the_
     from epochstream.exceptions import StorageUnavailableError
 
     h = Harness(tmp_path, interval=1.0, timeout=10.0, tolerable_failures=0)
-    h.coord.start_attempt(TASKS, SOURCES)
+    h.coord.start_attempt(TASKS)
     h.advance(1.0)
     h.coord.receive_decline(
         DeclineCheckpoint(checkpoint_id=1, task=SRC0, reason="disk full", storage_unavailable=True)
@@ -501,7 +495,7 @@ def test_checkpoints_failing_past_the_tolerance_on_unreachable_storage_fail_the_
     assert len(h.cb.of("fail")) == 1
     assert isinstance(h.cb.fail_errors[-1], StorageUnavailableError)
     # Any other failure past the tolerance is a plain one (the restart strategy decides).
-    h.coord.start_attempt(TASKS, SOURCES)
+    h.coord.start_attempt(TASKS)
     h.advance(1.0)
     h.coord.receive_decline(DeclineCheckpoint(checkpoint_id=2, task=SRC0, reason="bug"))
     assert len(h.cb.of("fail")) == 2 and h.cb.fail_errors[-1] is None
@@ -510,7 +504,7 @@ def test_checkpoints_failing_past_the_tolerance_on_unreachable_storage_fail_the_
 def test_maybe_completed_id_counts_a_checkpoint_once_its_metadata_write_began(tmp_path) -> None:
     # What cancelled sinks may abort: nothing filed under a checkpoint at or below it.
     h = Harness(tmp_path, interval=1.0, timeout=10.0, max_concurrent=3)
-    h.coord.start_attempt(TASKS, SOURCES)
+    h.coord.start_attempt(TASKS)
     assert h.coord.maybe_completed_id == 0
     h.advance(1.0)
     h.ack_all(1)

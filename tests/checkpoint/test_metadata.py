@@ -2,22 +2,18 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import pickle
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import pytest
 
-from epochstream.checkpoint.config import CheckpointConfig
-from epochstream.checkpoint.metadata import (
-    CheckpointMetadata,
+from epochstream.checkpoint.metadata import CheckpointMetadata
+from epochstream.core.checkpoint_stats import (
     CheckpointStats,
-    parse_task_key,
-    task_key_str,
+    TaskCheckpointStats,
 )
-from epochstream.exceptions import CheckpointError, ConfigurationError
-from epochstream.runtime.messages import TaskCheckpointStats
+from epochstream.exceptions import CheckpointError
 from epochstream.state.handles import HeapSnapshotHandle, HeapStateFile, OperatorSubtaskState
 
 BASE = "/ck/job-1/chk-7"
@@ -121,23 +117,6 @@ def test_json_is_inspectable_and_uses_pickle5_base64() -> None:
     assert pickle.loads(blob) == [{"k": b"\x00\xff"}, None, 2**70]
 
 
-def test_stats_helpers() -> None:
-    stats = make_metadata().stats
-    assert stats.max_alignment_s == 0.3
-    assert stats.max_sync_s == 0.02
-    assert stats.max_async_s == 0.2
-    assert stats.largest_task == "a/b/1"
-    empty = CheckpointStats(checkpoint_id=1, trigger_time=0.0, duration=0.0, state_size=0)
-    assert empty.max_alignment_s == 0.0 and empty.largest_task is None
-
-
-def test_task_key_text_round_trip() -> None:
-    assert task_key_str(("a/b", 3)) == "a/b/3"
-    assert parse_task_key("a/b/3") == ("a/b", 3)
-    with pytest.raises(ValueError, match="chain_id/subtask"):
-        parse_task_key("nosubtask")
-
-
 def _mutated(change) -> bytes:
     doc = json.loads(make_metadata().to_json(BASE))
     change(doc)
@@ -198,43 +177,3 @@ def test_unpicklable_state_fails_encoding_with_location() -> None:
 class _Unpicklable:
     def __reduce__(self):
         raise TypeError("no pickling here")
-
-
-# ---------------------------------------------------------------- config
-
-
-def test_config_defaults_and_storage_url() -> None:
-    cfg = CheckpointConfig()
-    assert cfg.exactly_once and cfg.interval == 1.0 and cfg.retained == 1
-    assert CheckpointConfig(mode="at_least_once").exactly_once is False
-    assert CheckpointConfig(storage="file:///data/ck%20x").storage_location == "/data/ck x"
-    relative = CheckpointConfig(storage="relative/dir").storage_location
-    assert relative == os.path.abspath("relative/dir")
-    assert CheckpointConfig(storage="s3://bucket/a/../b/").storage_location == "s3://bucket/b"
-    assert CheckpointConfig(storage="s3://b/ck").savepoint_location == "s3://b/ck/savepoints"
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "fragment"),
-    [
-        ({"interval": 0}, "interval"),
-        ({"interval": float("nan")}, "interval"),
-        ({"min_pause": -1.0}, "min_pause"),
-        ({"timeout": 0.0}, "timeout"),
-        ({"max_concurrent": 0}, "max_concurrent"),
-        ({"max_concurrent": 1.5}, "max_concurrent"),
-        ({"tolerable_failures": -1}, "tolerable_failures"),
-        ({"retained": 0}, "retained"),
-        ({"retained": True}, "retained"),
-        ({"mode": "exactly-once"}, "mode"),
-        ({"retain_on_cancel": "yes"}, "retain_on_cancel"),
-        ({"storage": "hdfs://nn/x"}, "storage"),
-        ({"storage": "file://host/x"}, "storage"),
-        ({"storage": ""}, "storage"),
-    ],
-)
-def test_config_rejects_bad_values(kwargs: dict, fragment: str) -> None:
-    with pytest.raises(ConfigurationError) as info:
-        CheckpointConfig(**kwargs)
-    assert fragment in str(info.value)
-    assert repr(next(iter(kwargs.values())))[:8] in str(info.value)

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from s3_storage_support import MAX_P, Options, checkpoint_metadata, files_under
 
-from epochstream.checkpoint.metadata import KIND_SAVEPOINT
 from epochstream.checkpoint.storage import CheckpointStorage, load_metadata, write_metadata_file
+from epochstream.core.checkpoint_stats import KIND_SAVEPOINT
 from epochstream.core.clock import ManualClock
 from epochstream.core.filesystems import StorageFS, storage_fs
 from epochstream.core.state_descriptors import (
@@ -294,9 +294,10 @@ def test_savepoint_to_other_storage_than_checkpoints(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from epochstream.checkpoint.config import CheckpointConfig
     from epochstream.checkpoint.coordinator import CheckpointCoordinator
-    from epochstream.runtime.messages import AcknowledgeCheckpoint, TaskCheckpointStats
+    from epochstream.core.checkpoint_config import CheckpointConfig
+    from epochstream.core.checkpoint_stats import TaskCheckpointStats
+    from epochstream.state.acknowledgements import AcknowledgeCheckpoint
 
     monkeypatch.chdir(tmp_path)  # where a misdirected relative write would land
     if savepoint_on == "s3":
@@ -315,7 +316,7 @@ def test_savepoint_to_other_storage_than_checkpoints(
         callbacks=calls,
     )
     task = ("src", 0)
-    coordinator.start_attempt({task}, {task})
+    coordinator.start_attempt({task})
     n = coordinator.trigger_savepoint(savepoint)
     state = OperatorSubtaskState(operator_lists={"offsets": [42]})
     stats = TaskCheckpointStats(alignment_s=0.0, state_size=0)

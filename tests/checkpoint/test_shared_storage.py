@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats
+from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.checkpoint.storage import (
     CheckpointStorage,
     load_metadata,
     scan_checkpoints,
     write_metadata_file,
 )
+from epochstream.core.checkpoint_stats import CheckpointStats
 from epochstream.core.filesystems import (
     check_trusted_location,
     ensure_private_location,
@@ -242,8 +243,9 @@ def test_resume_refuses_a_root_holding_a_refused_run_instead_of_starting_over(
         os.chown(path, NOBODY, -1)
     env = es.Environment(parallelism=1, runner="local")
     env.enable_checkpointing(1.0, storage=str(root))
+    env.from_sequence(0, 1).print()
     with pytest.raises(UntrustedStorageError, match="refused unread"):
-        latest_run_checkpoints(env, "victim")
+        latest_run_checkpoints(env.job_description("victim"))
     assert not (tmp_path / "pwned").exists()
     env.enable_checkpointing(1.0, storage=str(root), trust_shared_storage=True)
-    assert latest_run_checkpoints(env, "victim")
+    assert latest_run_checkpoints(env.job_description("victim"))

@@ -4,12 +4,13 @@ import os
 
 import pytest
 
-from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats
+from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.checkpoint.storage import (
     CheckpointStorage,
     find_completed_checkpoints,
     load_metadata,
 )
+from epochstream.core.checkpoint_stats import CheckpointStats
 from epochstream.exceptions import CheckpointError, ConfigurationError
 from epochstream.state.handles import OperatorSubtaskState
 
@@ -149,8 +150,8 @@ def test_find_completed_checkpoints_at_every_level(tmp_path) -> None:
 
 import stat  # noqa: E402
 
-from epochstream.checkpoint.config import CheckpointConfig  # noqa: E402
 from epochstream.checkpoint.storage import scan_checkpoints  # noqa: E402
+from epochstream.core.checkpoint_config import CheckpointConfig  # noqa: E402
 
 
 def test_storage_under_a_regular_file_is_a_checkpoint_error(tmp_path) -> None:

@@ -9,7 +9,7 @@ Example::
 
     env = make_env(tmp_path)
     sums_pipeline(env, env.from_collection(range(200)), tmp_path / "out")
-    result = JobMaster(env, env.job_graph("bounded"), runner=ThreadRunner(2)).run()
+    result = JobMaster(env.job_description("bounded"), runner=ThreadRunner(2)).run()
     assert exactly_once_problems(es.testing.read_committed(tmp_path / "out"), 200) == []
 """
 
@@ -173,7 +173,7 @@ def exactly_once_problems(rows: list[list[int]], n: int, keys: int = 5) -> list[
 
 def running_client(env: es.Environment, name: str) -> tuple[JobClient, JobMaster]:
     """Start the job of ``env`` on ``ThreadRunner`` slots; return once it runs."""
-    master = JobMaster(env, env.job_graph(name), runner=ThreadRunner(env.parallelism))
+    master = JobMaster(env.job_description(name), runner=ThreadRunner(env.parallelism))
     client = JobClient(master)
     client.wait_until_running(WAIT)
     return client, master

@@ -7,17 +7,19 @@ import logging
 import pytest
 
 import epochstream as es
-from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats
+from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.checkpoint.storage import CheckpointStorage
+from epochstream.core.checkpoint_stats import CheckpointStats
 from epochstream.deploy.assignment import load_restore_point
 from epochstream.exceptions import ConfigurationError
+from epochstream.graph.launch import JobDescription
 from epochstream.state.handles import OperatorSubtaskState
 
 
-def _graph() -> tuple[es.Environment, object]:
+def _description() -> JobDescription:
     env = es.Environment(parallelism=2, runner="local")
     env.from_sequence(0, 10).uid("src").print()
-    return env, env.job_graph("j")
+    return env.job_description("j")
 
 
 def _metadata(n: int) -> CheckpointMetadata:
@@ -40,9 +42,9 @@ def test_corrupt_older_checkpoint_does_not_block_the_newest(tmp_path, caplog) ->
         storage.write_metadata(n, _metadata(n))
     with open(storage.metadata_path(1), "wb") as f:
         f.write(b"garbage")
-    env, graph = _graph()
+    description = _description()
     with caplog.at_level(logging.WARNING):
-        points = load_restore_point(str(tmp_path / "old-job"), graph, env, False)
+        points = load_restore_point(str(tmp_path / "old-job"), description)
     assert [p.checkpoint_id for p in points] == [3, 2], "newest first, older ones as fallbacks"
     assert "skipping unreadable checkpoint" in caplog.text and "chk-1" in caplog.text
 
@@ -53,8 +55,8 @@ def test_corrupt_newest_checkpoint_falls_back_to_an_older_one(tmp_path) -> None:
         storage.write_metadata(n, _metadata(n))
     with open(storage.metadata_path(2), "wb") as f:
         f.write(b"{}")
-    env, graph = _graph()
-    assert [p.checkpoint_id for p in load_restore_point(str(tmp_path), graph, env, False)] == [1]
+    description = _description()
+    assert [p.checkpoint_id for p in load_restore_point(str(tmp_path), description)] == [1]
 
 
 def test_only_unreadable_checkpoints_is_a_clear_error(tmp_path) -> None:
@@ -62,6 +64,6 @@ def test_only_unreadable_checkpoints_is_a_clear_error(tmp_path) -> None:
     storage.write_metadata(1, _metadata(1))
     with open(storage.metadata_path(1), "wb") as f:
         f.write(b"")
-    env, graph = _graph()
+    description = _description()
     with pytest.raises(ConfigurationError, match=r"no readable completed checkpoint.*1 unreadable"):
-        load_restore_point(str(tmp_path), graph, env, False)
+        load_restore_point(str(tmp_path), description)

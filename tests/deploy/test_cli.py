@@ -127,8 +127,9 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path) -> None:
 
 
 def test_checkpoints_reports_corrupt_metadata(tmp_path) -> None:
-    from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats
+    from epochstream.checkpoint.metadata import CheckpointMetadata
     from epochstream.checkpoint.storage import CheckpointStorage
+    from epochstream.core.checkpoint_stats import CheckpointStats
 
     storage = CheckpointStorage(str(tmp_path), "job-a")
     for n in (1, 2):

@@ -33,7 +33,7 @@ class _Config:
         self.savepoint_location = root
 
 
-class _Env:
+class _Description:
     endpoint_savepoints_anywhere = False
 
 
@@ -46,7 +46,7 @@ class _Master:
         self.finished_at: float | None = None
         self.outcome: str | None = None
         self.checkpoint_config = _Config(root)
-        self.env = _Env()
+        self.description = _Description()
         self.requests: list[SavepointRequest] = []
         self.cancelled = 0
 

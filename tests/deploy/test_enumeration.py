@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import epochstream as es
-from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats
+from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.checkpoint.pending import CompletedCheckpoint
 from epochstream.connectors.base import (
     GlobalCommitter,
@@ -20,6 +20,7 @@ from epochstream.connectors.base import (
     SourceReader,
 )
 from epochstream.connectors.enumerators import SplitEnumerator
+from epochstream.core.checkpoint_stats import CheckpointStats
 from epochstream.deploy.committers import GlobalCommits
 from epochstream.deploy.enumeration import (
     EnumeratorCheckpoint,

@@ -49,7 +49,7 @@ def test_bounded_job_finishes_with_a_result_and_a_final_checkpoint(tmp_path: Pat
     n = 200
     sums_pipeline(env, env.from_collection(range(n)), tmp_path / "out")
     runner = ThreadRunner(2)
-    master = JobMaster(env, env.job_graph("bounded"), runner=runner)
+    master = JobMaster(env.job_description("bounded"), runner=runner)
     result = master.run()
 
     assert result.job_id == master.job_id
@@ -78,7 +78,7 @@ def test_a_failing_slot_restarts_from_the_latest_checkpoint_exactly_once(
     source = env.from_sequence(0, n, rate=8_000).map(fail)
     sums_pipeline(env, source, tmp_path / "out")
     runner = ThreadRunner(2)
-    master = JobMaster(env, env.job_graph("failover"), runner=runner)
+    master = JobMaster(env.job_description("failover"), runner=runner)
     with caplog.at_level(logging.WARNING, logger="epochstream.deploy.jobmaster"):
         result = master.run()
 
@@ -112,7 +112,7 @@ def test_an_attempt_that_cannot_start_its_slots_goes_through_the_restart_strateg
     env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.01))
     sums_pipeline(env, env.from_collection(range(200)), tmp_path / "out")
     runner = _StartFails(2, failures=2, error=OSError(errno.EMFILE, "Too many open files"))
-    result = JobMaster(env, env.job_graph("emfile"), runner=runner).run()
+    result = JobMaster(env.job_description("emfile"), runner=runner).run()
 
     assert result.restarts == 2 and runner.attempts == [3]
     assert len(result.failures) == 2
@@ -128,7 +128,7 @@ def test_an_attempt_that_never_starts_ends_the_job_when_restarts_run_out(tmp_pat
     sums_pipeline(env, env.from_collection(range(20)), tmp_path / "out")
     runner = _StartFails(2, failures=99, error=OSError(errno.EAGAIN, "Resource unavailable"))
     with pytest.raises(JobExecutionError) as info:
-        JobMaster(env, env.job_graph("eagain"), runner=runner).run()
+        JobMaster(env.job_description("eagain"), runner=runner).run()
 
     assert info.value.restarts == 2 and runner.tries == 3 and runner.attempts == []
     assert "could not start its slots" in info.value.cause
@@ -143,7 +143,7 @@ def test_a_start_error_that_says_restarting_cannot_help_ends_the_job_at_once(
     env.from_collection(range(20)).sink_to(es.sinks.DiscardSink())
     runner = _StartFails(2, failures=99, error=es.ConfigurationError("no such master"))
     with pytest.raises(JobExecutionError) as info:
-        JobMaster(env, env.job_graph("config"), runner=runner).run()
+        JobMaster(env.job_description("config"), runner=runner).run()
 
     assert info.value.restarts == 0 and runner.tries == 1
     assert "not recoverable by restarting" in str(info.value)
@@ -174,7 +174,7 @@ def test_sources_that_cannot_list_their_splits_go_through_the_restart_strategy(
     sums_pipeline(env, env.from_collection(range(200)), tmp_path / "out")
     outage = _EnumerationFails(monkeypatch, 2, KafkaClientError("Broker transport failure"))
     runner = ThreadRunner(2)
-    result = JobMaster(env, env.job_graph("broker-late"), runner=runner).run()
+    result = JobMaster(env.job_description("broker-late"), runner=runner).run()
 
     assert result.restarts == 2 and outage.calls == 3 and runner.attempts == [3]
     assert all(
@@ -194,7 +194,7 @@ def test_a_source_misconfiguration_found_while_listing_splits_fails_at_once(
         monkeypatch, 99, es.ConfigurationError("topic(s) ['bds'] do not exist")
     )
     with pytest.raises(es.ConfigurationError, match="bds"):
-        JobMaster(env, env.job_graph("typo"), runner=ThreadRunner(2)).run()
+        JobMaster(env.job_description("typo"), runner=ThreadRunner(2)).run()
     assert outage.calls == 1
 
 
@@ -209,7 +209,7 @@ def test_errors_that_suppress_restarts_fail_the_job_at_once(tmp_path: Path) -> N
     env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.05))
     env.from_collection(range(20)).map(_reject_seven).sink_to(es.sinks.DiscardSink())
     runner = ThreadRunner(2)
-    master = JobMaster(env, env.job_graph("data-error"), runner=runner)
+    master = JobMaster(env.job_description("data-error"), runner=runner)
     with pytest.raises(JobExecutionError) as info:
         master.run()
     err = info.value
@@ -224,7 +224,7 @@ def test_slots_that_stop_heartbeating_fail_the_attempt(tmp_path: Path) -> None:
     env = make_env(tmp_path, checkpointing=False)
     env.from_sequence(0, 10**9, rate=100).sink_to(es.sinks.DiscardSink())
     clock = ManualClock(start=100.0)
-    master = JobMaster(env, env.job_graph("silent"), runner=ThreadRunner(2), clock=clock)
+    master = JobMaster(env.job_description("silent"), runner=ThreadRunner(2), clock=clock)
     client = JobClient(master)
     client.wait_until_running(WAIT)
     clock.advance(env.heartbeat_timeout + 1)
@@ -247,7 +247,7 @@ def test_slots_that_never_register_time_out_on_the_injected_clock(tmp_path: Path
     env.from_collection([1]).sink_to(es.sinks.DiscardSink())
     clock = ManualClock()
     runner = NoSlots(clock)
-    master = JobMaster(env, env.job_graph("no-slots"), runner=runner, clock=clock)
+    master = JobMaster(env.job_description("no-slots"), runner=runner, clock=clock)
     with pytest.raises(JobExecutionError) as info:
         master.run()
     assert "only 0 of 2 slots registered within 180s" in info.value.cause
@@ -285,7 +285,7 @@ def test_a_slot_that_registers_after_a_cancel_is_sent_away(tmp_path: Path) -> No
     env = make_env(tmp_path, checkpointing=False)
     env.from_collection([1]).sink_to(es.sinks.DiscardSink())
     gate = threading.Event()
-    master = JobMaster(env, env.job_graph("late-slot"), runner=LateSlot(2, gate))
+    master = JobMaster(env.job_description("late-slot"), runner=LateSlot(2, gate))
     outcome: list[BaseException] = []
 
     def run() -> None:

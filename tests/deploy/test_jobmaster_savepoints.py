@@ -119,7 +119,7 @@ def test_runner_lost_on_cancel_says_how_to_resume(tmp_path: Path) -> None:
     fail = es.testing.FailOnce(after_checkpoints=1, subtask=1, marker_dir=str(markers))
     sums_pipeline(env, env.from_sequence(0, 10**9, rate=8_000).map(fail), tmp_path / "out")
     runner = LosingRunner(2)
-    master = JobMaster(env, env.job_graph("lost"), runner=runner)
+    master = JobMaster(env.job_description("lost"), runner=runner)
     with pytest.raises(JobExecutionError) as info:
         master.run()
     err = info.value
@@ -141,7 +141,7 @@ def test_runner_lost_error_keeps_the_failure_that_ended_the_attempt(tmp_path: Pa
 
     env = make_env(tmp_path, checkpointing=False)
     env.from_collection(range(20)).map(_explode_on_13).sink_to(es.sinks.DiscardSink())
-    master = JobMaster(env, env.job_graph("lost"), runner=LosingRunner(2))
+    master = JobMaster(env.job_description("lost"), runner=LosingRunner(2))
     with pytest.raises(JobExecutionError) as info:
         master.run()
     err = info.value

@@ -147,7 +147,7 @@ def _scripted_master(tmp_path: Path, *, bounded: bool) -> tuple[JobMaster, Scrip
     env.set_restart_strategy(es.restart.fixed_delay(attempts=1, delay=0.0))
     env.from_collection([1, 2, 3]).map(mod3).key_by(mod3).sink_to(es.sinks.DiscardSink())
     runner = ScriptedRunner(2, bounded=bounded)
-    master = JobMaster(env, env.job_graph("scripted"), runner=runner)
+    master = JobMaster(env.job_description("scripted"), runner=runner)
     runner.master = master
     return master, runner
 
@@ -291,7 +291,7 @@ def test_scripted_split_requests_get_pending_splits_then_discovered_ones(tmp_pat
         es.sinks.DiscardSink()
     )
     runner = ScriptedRunner(2, bounded=False)
-    master = JobMaster(env, env.job_graph("requests"), runner=runner)
+    master = JobMaster(env.job_description("requests"), runner=runner)
     runner.master = master
     client = JobClient(master)
     client.wait_until_running(WAIT)

@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 
 import epochstream as es
-from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats
+from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.checkpoint.pending import CompletedCheckpoint
 from epochstream.connectors.base import Source, SourceContext, SourceReader
+from epochstream.core.checkpoint_stats import CheckpointStats
 from epochstream.deploy.assignment import initial_splits, task_deployments
 from epochstream.exceptions import StateError
 from epochstream.graph.jobgraph import ChainSpec, JobGraph

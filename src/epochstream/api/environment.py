@@ -18,11 +18,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from epochstream.api.datastream import DataStream
-from epochstream.api.result import JobResult
-from epochstream.checkpoint.config import CheckpointConfig
 from epochstream.connectors.base import Source as SourceBase
 from epochstream.connectors.formats import FileSource
 from epochstream.connectors.generators import CollectionSource, SequenceSource
+from epochstream.core.checkpoint_config import CheckpointConfig
 from epochstream.core.clock import Clock
 from epochstream.core.functions import DEAD_LETTERS
 from epochstream.core.restart import RestartStrategy, fixed_delay, none
@@ -30,6 +29,7 @@ from epochstream.core.time import to_millis
 from epochstream.core.watermarks import WatermarkStrategy
 from epochstream.exceptions import ConfigurationError
 from epochstream.graph.jobgraph import JobGraph, build_job_graph, stateful_without_uid
+from epochstream.graph.launch import JobDescription, JobHandle, JobResult, Launcher
 from epochstream.graph.transformations import LogicalGraph
 from epochstream.state.backends.base import StateBackend
 from epochstream.state.backends.heap.backend import HeapStateBackend
@@ -37,9 +37,8 @@ from epochstream.state.keygroups import default_max_parallelism
 
 if TYPE_CHECKING:
     from epochstream.connectors.base import Sink, Source
-    from epochstream.deploy.client import JobClient
 
-__all__ = ["Environment", "set_overrides"]
+__all__ = ["Environment", "set_default_launcher", "set_overrides"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +56,22 @@ _OVERRIDE_KEYS = (
     "resume",
     "trust_shared_storage",
 )
+
+
+# What execute() runs jobs with when it is handed no launcher: deploy/'s, set by the
+# package root (the API may not import deploy/, which sits above it).
+_default_launcher: Launcher | None = None
+
+
+def set_default_launcher(launcher: Launcher) -> None:
+    """The launcher ``execute`` and ``execute_async`` use when given none.
+
+    Importing ``epochstream`` sets :class:`~epochstream.deploy.client.DriverLauncher`.
+
+    Example: ``set_default_launcher(DriverLauncher())``
+    """
+    global _default_launcher
+    _default_launcher = launcher
 
 
 def set_overrides(**settings: Any) -> None:
@@ -419,6 +434,49 @@ class Environment:
             clock=self.clock,
         )
 
+    def job_description(
+        self,
+        job_name: str = "job",
+        *,
+        from_savepoint: str | None = None,
+        restore_from: str | None = None,
+        allow_non_restored_state: bool = False,
+    ) -> JobDescription:
+        """What ``execute`` with these arguments hands its launcher: the job graph of
+        the operators built so far and every setting of this environment (with the
+        settings of ``epochstream run`` applied).
+
+        Example::
+
+            description = env.job_description("wordcount", from_savepoint="/sp/savepoint-1")
+            description.restore_from == "/sp/savepoint-1"
+        """
+        if from_savepoint is not None and restore_from is not None:
+            raise ConfigurationError("give from_savepoint or restore_from, not both")
+        restore = _OVERRIDES.get("restore_from", from_savepoint or restore_from)
+        return JobDescription(
+            graph=self.job_graph(job_name),
+            max_parallelism_explicit=self.max_parallelism_explicit,
+            runner=self.runner,
+            spark_master=self.spark_master,
+            spark=self.spark,
+            checkpoint_config=self.checkpoint_config,
+            restart_strategy=self.restart_strategy,
+            state_backend=self.state_backend,
+            heartbeat_interval=self.heartbeat_interval,
+            heartbeat_timeout=self.heartbeat_timeout,
+            endpoint_host=self.endpoint_host,
+            endpoint_linger=self.endpoint_linger,
+            endpoint_savepoints_anywhere=self.endpoint_savepoints_anywhere,
+            metrics_interval=self.metrics_interval,
+            trust_shared_storage=self.trusts_shared_storage,
+            restore_from=restore,
+            allow_non_restored_state=_OVERRIDES.get(
+                "allow_non_restored_state", allow_non_restored_state
+            ),
+            resume=bool(_OVERRIDES.get("resume")) and restore is None,
+        )
+
     def execute_async(
         self,
         job_name: str = "job",
@@ -426,11 +484,15 @@ class Environment:
         from_savepoint: str | None = None,
         restore_from: str | None = None,
         allow_non_restored_state: bool = False,
-    ) -> JobClient:
-        """Start the job and return a :class:`JobClient` at once (see :meth:`execute`).
+        launcher: Launcher | None = None,
+    ) -> JobHandle:
+        """Start the job and return a :class:`~epochstream.deploy.client.JobClient` at
+        once (see :meth:`execute`).
 
         Each call runs the operators built since the previous one; streams built before
-        it cannot be extended afterwards.
+        it cannot be extended afterwards. ``launcher``: what runs the job (default: a
+        job master in this process, slots on Spark or local processes); it is handed
+        :meth:`job_description` and returns the handle this returns.
 
         Example::
 
@@ -438,11 +500,16 @@ class Environment:
             client.wait_for_checkpoint(1)
             result = client.result()
         """
-        from epochstream.deploy.client import start_job
-
-        if from_savepoint is not None and restore_from is not None:
-            raise ConfigurationError("give from_savepoint or restore_from, not both")
-        restore = _OVERRIDES.get("restore_from", from_savepoint or restore_from)
+        if launcher is None:
+            launcher = _default_launcher
+        if launcher is None:
+            raise ConfigurationError("no launcher: pass launcher=..., or import epochstream")
+        description = self.job_description(
+            job_name,
+            from_savepoint=from_savepoint,
+            restore_from=restore_from,
+            allow_non_restored_state=allow_non_restored_state,
+        )
         unnamed = stateful_without_uid(self._graph)
         if unnamed and self.checkpoint_config is not None:
             log.warning(
@@ -453,18 +520,10 @@ class Environment:
                 job_name,
                 ", ".join(unnamed),
             )
-        client = start_job(
-            self,
-            self.job_graph(job_name),
-            restore_from=restore,
-            allow_non_restored_state=_OVERRIDES.get(
-                "allow_non_restored_state", allow_non_restored_state
-            ),
-            resume=bool(_OVERRIDES.get("resume")) and restore is None,
-        )
+        handle = launcher.launch(description)
         # As in Flink, the next execute() runs only what is built after this one.
         self._graph = LogicalGraph()
-        return client
+        return handle
 
     def execute(
         self,
@@ -473,6 +532,7 @@ class Environment:
         from_savepoint: str | None = None,
         restore_from: str | None = None,
         allow_non_restored_state: bool = False,
+        launcher: Launcher | None = None,
     ) -> JobResult:
         """Run the job to completion; raises JobExecutionError when restarts are exhausted.
 
@@ -483,7 +543,7 @@ class Environment:
         parallelism: keyed state moves by key group, operators are matched by uid,
         source positions and pending sink transactions come along, operators new in
         this job start empty. State of operators whose uid is not in this job is an
-        error unless ``allow_non_restored_state``.
+        error unless ``allow_non_restored_state``. ``launcher``: as :meth:`execute_async`.
 
         Example: ``result = env.execute("wordcount", from_savepoint="/sp/savepoint-3f2a9c-...")``
         """
@@ -492,4 +552,5 @@ class Environment:
             from_savepoint=from_savepoint,
             restore_from=restore_from,
             allow_non_restored_state=allow_non_restored_state,
+            launcher=launcher,
         ).result()

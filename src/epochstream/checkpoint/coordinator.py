@@ -28,7 +28,7 @@ Example::
     coord = CheckpointCoordinator(config=cfg, storage=storage, clock=SystemClock(),
                                   job_id="j", parallelism=2, max_parallelism=128,
                                   operator_parallelism={"sum": 2}, callbacks=master)
-    coord.start_attempt(tasks={("c", 0), ("c", 1)}, source_tasks={("c", 0), ("c", 1)})
+    coord.start_attempt(tasks={("c", 0), ("c", 1)})
     while running:
         wait_for_message(timeout=coord.tick())
 """
@@ -41,18 +41,19 @@ from typing import Protocol
 
 from epochstream.checkpoint.cleanup import StorageCleaner
 from epochstream.checkpoint.completed import CompletedCheckpointStore
-from epochstream.checkpoint.config import CheckpointConfig
-from epochstream.checkpoint.metadata import CheckpointMetadata, CheckpointStats, task_key_str
+from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.checkpoint.outage import StorageOutage
 from epochstream.checkpoint.pending import CompletedCheckpoint, PendingCheckpoint, PendingState
 from epochstream.checkpoint.shared_registry import SharedStateRegistry
 from epochstream.checkpoint.storage import CheckpointStorage, write_metadata_file
+from epochstream.core.checkpoint_config import CheckpointConfig
+from epochstream.core.checkpoint_stats import CheckpointStats, TaskKey, task_key_str
 from epochstream.core.clock import Clock
 from epochstream.core.events import CheckpointOptions
 from epochstream.core.filesystems import storage_fs
 from epochstream.core.storage_faults import is_unavailable
 from epochstream.exceptions import CheckpointError, ConfigurationError, StorageUnavailableError
-from epochstream.runtime.messages import AcknowledgeCheckpoint, DeclineCheckpoint, TaskKey
+from epochstream.state.acknowledgements import AcknowledgeCheckpoint, DeclineCheckpoint
 
 __all__ = ["CheckpointCoordinator", "CompletedCheckpoint", "CoordinatorCallbacks", "PendingState"]
 
@@ -109,7 +110,7 @@ class CheckpointCoordinator:
 
     Example::
 
-        coord.start_attempt(tasks, source_tasks)
+        coord.start_attempt(tasks)
         coord.tick()                      # triggers when the interval has elapsed
         coord.receive_ack(ack)            # the last ack persists _metadata ...
         coord.on_persisted(n, None)       # ... and this completes the checkpoint
@@ -211,19 +212,13 @@ class CheckpointCoordinator:
 
     # ------------------------------------------------------------ lifecycle
 
-    def start_attempt(self, tasks: set[TaskKey], source_tasks: set[TaskKey]) -> None:
+    def start_attempt(self, tasks: set[TaskKey]) -> None:
         """(Re)arm for a new deployment attempt; the first trigger is one interval away.
 
-        ``tasks`` must all acknowledge a checkpoint; ``source_tasks`` (a subset) are
-        the tasks the job master triggers. Resets the final-checkpoint state.
+        ``tasks`` must all acknowledge a checkpoint. Resets the final-checkpoint state.
         """
         if not tasks:
             raise ConfigurationError("start_attempt: a job needs at least one task")
-        if not source_tasks or not source_tasks <= tasks:
-            raise ConfigurationError(
-                f"start_attempt: source tasks {sorted(source_tasks)} must be a non-empty "
-                f"subset of the tasks {sorted(tasks)}"
-            )
         if self._pending:
             self.stop_attempt("new attempt started")
         self._tasks = frozenset(tasks)

@@ -17,17 +17,19 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from epochstream.checkpoint.metadata import (
+from epochstream.checkpoint.metadata import CheckpointMetadata
+from epochstream.core.checkpoint_stats import (
     KIND_CHECKPOINT,
     KIND_SAVEPOINT,
-    CheckpointMetadata,
     CheckpointStats,
+    TaskCheckpointStats,
+    TaskKey,
     task_key_str,
 )
 from epochstream.core.clock import Clock
 from epochstream.core.events import CheckpointOptions
 from epochstream.exceptions import CheckpointError
-from epochstream.runtime.messages import AcknowledgeCheckpoint, TaskCheckpointStats, TaskKey
+from epochstream.state.acknowledgements import AcknowledgeCheckpoint
 from epochstream.state.handles import OperatorSubtaskState
 
 __all__ = ["CompletedCheckpoint", "PendingCheckpoint", "PendingState"]

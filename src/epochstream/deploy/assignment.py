@@ -27,6 +27,7 @@ from epochstream.core.filesystems import (
 from epochstream.deploy.enumeration import SourceEnumerators
 from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.graph.jobgraph import JobGraph
+from epochstream.graph.launch import JobDescription
 from epochstream.runtime.messages import TaskDeployment
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.redistribute import build_restores
@@ -76,14 +77,12 @@ def restore_candidates(
     ]
 
 
-def check_restore_point(
-    point: CompletedCheckpoint, graph: JobGraph, env: Any, allow_non_restored_state: bool
-) -> None:
-    """Check ``point`` against the job graph; adopt its max parallelism when the job
-    did not set one (key groups are fixed for the life of the state)."""
-    directory, md = point.directory, point.metadata
+def check_restore_point(point: CompletedCheckpoint, description: JobDescription) -> None:
+    """Check ``point`` against the described job's graph; adopt its max parallelism when
+    the job did not set one (key groups are fixed for the life of the state)."""
+    directory, md, graph = point.directory, point.metadata, description.graph
     if md.max_parallelism != graph.max_parallelism:
-        if getattr(env, "max_parallelism_explicit", True):
+        if description.max_parallelism_explicit:
             raise StateError(
                 f"restore from {directory}: its max_parallelism is {md.max_parallelism} but the "
                 f"job sets {graph.max_parallelism}; key groups are fixed for the life of the state"
@@ -100,7 +99,7 @@ def check_restore_point(
         for uid, states in md.operators.items()
         if uid not in set(graph.operator_uids) and any(not s.is_empty for s in states.values())
     )
-    if unknown and not allow_non_restored_state:
+    if unknown and not description.allow_non_restored_state:
         raise StateError(
             f"restore from {directory}: state of operators {unknown} has no operator with that "
             "uid in this job; give operators stable uids with .uid(...), or pass "
@@ -108,13 +107,13 @@ def check_restore_point(
         )
 
 
-def load_restore_point(
-    path: str, graph: JobGraph, env: Any, allow_non_restored_state: bool, options: Any = None
-) -> list[CompletedCheckpoint]:
-    """The restore point at ``path`` (newest first, older ones as fallbacks), checked."""
-    trust_shared = bool(getattr(env, "trusts_shared_storage", False))
-    candidates = restore_candidates(path, options, trust_shared=trust_shared)
-    check_restore_point(candidates[0], graph, env, allow_non_restored_state)
+def load_restore_point(path: str, description: JobDescription) -> list[CompletedCheckpoint]:
+    """The restore point at ``path`` (newest first, older ones as fallbacks), checked
+    against the described job (read with its checkpoint storage's options)."""
+    config = description.checkpoint_config
+    options = config.storage_options if config is not None else None
+    candidates = restore_candidates(path, options, trust_shared=description.trust_shared_storage)
+    check_restore_point(candidates[0], description)
     return candidates
 
 

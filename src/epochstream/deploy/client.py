@@ -1,4 +1,5 @@
-"""JobClient: a handle on a running job (``env.execute_async``).
+"""JobClient: a handle on a running job (``env.execute_async``), and the launcher that
+starts jobs with it (:class:`DriverLauncher`, the default of ``env.execute``).
 
 Example::
 
@@ -15,16 +16,16 @@ import threading
 import time
 from typing import Any
 
-from epochstream.api.result import JobResult
+from epochstream.core.checkpoint_stats import CheckpointStats
 from epochstream.core.filesystems import ensure_private_location
 from epochstream.deploy.assignment import check_restore_point, load_restore_point
 from epochstream.deploy.browser import open_in_browser
 from epochstream.deploy.jobmaster import JobMaster
 from epochstream.deploy.runners import LocalRunner, Runner
 from epochstream.exceptions import EpochstreamError
-from epochstream.graph.jobgraph import JobGraph
+from epochstream.graph.launch import JobDescription, JobResult
 
-__all__ = ["JobClient", "latest_run_checkpoints", "start_job"]
+__all__ = ["DriverLauncher", "JobClient", "latest_run_checkpoints"]
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +119,8 @@ class JobClient:
         """Ids of the checkpoints completed so far."""
         return self._master.completed_checkpoint_ids()
 
-    def checkpoint_stats(self) -> list[Any]:
-        """Statistics of every checkpoint completed so far (CheckpointStats)."""
+    def checkpoint_stats(self) -> list[CheckpointStats]:
+        """Statistics of every checkpoint completed so far."""
         coordinator = self._master.coordinator
         return list(coordinator.completed_stats) if coordinator is not None else []
 
@@ -201,56 +202,64 @@ class JobClient:
         return self._result
 
 
-def _runner_for(env: Any) -> Runner:
-    if env.runner == "local":
-        return LocalRunner(parallelism=env.parallelism)
+def _runner_for(description: JobDescription) -> Runner:
+    if description.runner == "local":
+        return LocalRunner(parallelism=description.parallelism)
     from epochstream.deploy.spark import SparkRunner
 
-    return SparkRunner(parallelism=env.parallelism, master=env.spark_master, spark=env.spark)
+    return SparkRunner(
+        parallelism=description.parallelism,
+        master=description.spark_master,
+        spark=description.spark,
+    )
 
 
-def start_job(
-    env: Any,
-    graph: JobGraph,
-    *,
-    restore_from: str | None = None,
-    allow_non_restored_state: bool = False,
-    resume: bool = False,
-) -> JobClient:
-    """Create the job master for ``graph`` and run it in the background.
+class DriverLauncher:
+    """Runs jobs with a job master in this (the driver's) process and slots on Spark or
+    in local subprocesses (``description.runner``): the default launcher of
+    ``env.execute`` (see :class:`~epochstream.graph.launch.Launcher`).
 
-    ``resume``: start from the newest completed checkpoint of the newest earlier run of
-    a job with this name under the checkpoint storage (none: a fresh start).
+    Example: ``client = DriverLauncher().launch(env.job_description("wordcount"))``
     """
-    config = getattr(env, "checkpoint_config", None)
-    options = config.storage_options if config is not None else None
-    if config is not None:
-        # Before anything is read from it (--resume unpickles what it finds there).
-        ensure_private_location(
-            config.storage_location,
-            what="checkpoint storage",
-            trust_shared=config.trust_shared_storage,
-        )
-    restore = None
-    if restore_from:
-        restore = load_restore_point(restore_from, graph, env, allow_non_restored_state, options)
-    elif resume:
-        restore = latest_run_checkpoints(env, graph.name)
-        if restore:
-            check_restore_point(restore[0], graph, env, allow_non_restored_state)
-    return JobClient(JobMaster(env, graph, runner=_runner_for(env), restore=restore))
+
+    def launch(self, description: JobDescription) -> JobClient:
+        """Create the job master and run it in the background.
+
+        With ``description.restore_from`` the job starts from that savepoint or
+        checkpoint; with ``description.resume`` from the newest completed checkpoint of
+        the newest earlier run of a job with this name under the checkpoint storage
+        (none: a fresh start).
+        """
+        config = description.checkpoint_config
+        if config is not None:
+            # Before anything is read from it (--resume unpickles what it finds there).
+            ensure_private_location(
+                config.storage_location,
+                what="checkpoint storage",
+                trust_shared=config.trust_shared_storage,
+            )
+        restore = None
+        if description.restore_from:
+            restore = load_restore_point(description.restore_from, description)
+        elif description.resume:
+            restore = latest_run_checkpoints(description)
+            if restore:
+                check_restore_point(restore[0], description)
+        master = JobMaster(description, runner=_runner_for(description), restore=restore)
+        return JobClient(master)
 
 
-def latest_run_checkpoints(env: Any, job_name: str) -> list[Any] | None:
-    """The completed checkpoints of the newest earlier run of ``job_name``, newest first.
+def latest_run_checkpoints(description: JobDescription) -> list[Any] | None:
+    """The completed checkpoints of the newest earlier run of the described job (by
+    name), newest first.
 
-    Looks under the environment's checkpoint storage (``epochstream run --resume``).
+    Looks under the job's checkpoint storage (``epochstream run --resume``).
     """
     from epochstream.checkpoint.pending import CompletedCheckpoint
     from epochstream.checkpoint.storage import scan_checkpoints
     from epochstream.exceptions import CheckpointError, ConfigurationError, UntrustedStorageError
 
-    config = getattr(env, "checkpoint_config", None)
+    job_name, config = description.name, description.checkpoint_config
     if config is None:
         raise ConfigurationError("--resume needs checkpointing: call env.enable_checkpointing()")
     try:

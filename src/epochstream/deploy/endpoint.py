@@ -319,7 +319,7 @@ class _Api:
         master = self.master
         config = master.checkpoint_config
         if config is not None:
-            anywhere = bool(getattr(master.env, "endpoint_savepoints_anywhere", False))
+            anywhere = master.description.endpoint_savepoints_anywhere
             try:
                 directory = SavepointTargets(config.savepoint_location, anywhere=anywhere).resolve(
                     directory
@@ -444,7 +444,7 @@ class _Views:
         return {"exceptions": self.master.metrics.exceptions()}
 
     def config(self) -> dict[str, Any]:
-        env, graph = self.master.env, self.master.graph
+        description, graph = self.master.description, self.master.graph
         checkpointing = None
         config = self.master.checkpoint_config
         if config is not None:
@@ -463,19 +463,19 @@ class _Views:
             }
         return {
             "job_name": graph.name,
-            "runner": env.runner,
+            "runner": description.runner,
             "parallelism": graph.parallelism,
             "max_parallelism": graph.max_parallelism,
             "batch_size": graph.batch_size,
             "buffer_timeout_s": graph.buffer_timeout,
             "auto_watermark_interval_ms": graph.auto_watermark_interval,
-            "heartbeat_interval_s": env.heartbeat_interval,
-            "heartbeat_timeout_s": env.heartbeat_timeout,
-            "metrics_interval_s": env.metrics_interval,
-            "endpoint_linger_s": env.endpoint_linger,
-            "endpoint_savepoints_anywhere": getattr(env, "endpoint_savepoints_anywhere", False),
-            "restart_strategy": env.restart_strategy.describe(),
-            "state_backend": type(env.state_backend).__name__,
+            "heartbeat_interval_s": description.heartbeat_interval,
+            "heartbeat_timeout_s": description.heartbeat_timeout,
+            "metrics_interval_s": description.metrics_interval,
+            "endpoint_linger_s": description.endpoint_linger,
+            "endpoint_savepoints_anywhere": description.endpoint_savepoints_anywhere,
+            "restart_strategy": description.restart_strategy.describe(),
+            "state_backend": type(description.state_backend).__name__,
             "checkpointing": checkpointing,
         }
 

@@ -15,7 +15,7 @@ the first cause and the history.
 
 Example::
 
-    master = JobMaster(env, graph, runner=LocalRunner(parallelism=2))
+    master = JobMaster(env.job_description("job"), runner=LocalRunner(parallelism=2))
     result = master.run()
 """
 
@@ -33,7 +33,6 @@ from typing import Any
 
 import cloudpickle
 
-from epochstream.api.result import JobResult
 from epochstream.checkpoint.coordinator import CheckpointCoordinator
 from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.checkpoint.outage import StorageOutage
@@ -57,7 +56,7 @@ from epochstream.deploy.savepoints import SavepointRequest, SavepointRequests
 from epochstream.deploy.storage_io import StorageWorker
 from epochstream.deploy.storage_wait import StorageWaiter
 from epochstream.exceptions import ConfigurationError, JobCancelled, JobExecutionError
-from epochstream.graph.jobgraph import JobGraph
+from epochstream.graph.launch import JobDescription, JobResult
 from epochstream.runtime.auth import new_secret
 from epochstream.runtime.messages import (
     AcknowledgeCheckpoint,
@@ -104,15 +103,14 @@ class JobMaster:
 
     def __init__(
         self,
-        env: Any,
-        graph: JobGraph,
+        description: JobDescription,
         *,
         runner: Runner,
         clock: Clock | None = None,
         restore: list[CompletedCheckpoint] | None = None,
     ) -> None:
-        self.env = env
-        self.graph = graph
+        self.description = description
+        self.graph = graph = description.graph
         self.runner = runner
         self.clock = clock or SystemClock()
         self.job_id = uuid.uuid4().hex
@@ -148,7 +146,7 @@ class JobMaster:
         }
         self._fail_request: Failure | None = None
         self._restoring = False
-        config = env.checkpoint_config
+        config = description.checkpoint_config
         self.checkpoint_config = config
         self.storage: CheckpointStorage | None = None
         self.coordinator: CheckpointCoordinator | None = None
@@ -199,7 +197,7 @@ class JobMaster:
         if self._restore and self.coordinator is not None:
             self.coordinator.restore_from(self._restore)
         # The endpoint first: a bad endpoint_host fails here, before anything else binds.
-        host = getattr(env, "endpoint_host", "127.0.0.1")
+        host = description.endpoint_host
         self.endpoint = (
             JobEndpoint(self, host=host, token=secrets.token_urlsafe(32)) if host else None
         )
@@ -277,7 +275,7 @@ class JobMaster:
     def run(self) -> JobResult:
         """Run attempts until the job finishes, is cancelled, or restarts run out."""
         started = time.monotonic()
-        tracker = self.env.restart_strategy.create_tracker(self.clock)
+        tracker = self.description.restart_strategy.create_tracker(self.clock)
         handler = FailureHandler(self.job_id, tracker, self.coordinator, self._storage_wait)
         self.server.start()
         self.io.start()
@@ -320,7 +318,7 @@ class JobMaster:
             if self.endpoint is not None:
                 # The final state stays visible (dashboard, REST) for a while; the
                 # endpoint's threads are daemons, so it never holds the driver up.
-                self.endpoint.close_after(self.env.endpoint_linger)
+                self.endpoint.close_after(self.description.endpoint_linger)
                 unregister(self.job_id)
             if self.coordinator is not None:
                 self.coordinator.stop_attempt("job ended")
@@ -347,7 +345,7 @@ class JobMaster:
             attempt=self.attempt,
             master=(host, port),
             secret=self.secret,
-            heartbeat_interval=self.env.heartbeat_interval,
+            heartbeat_interval=self.description.heartbeat_interval,
             log_level=logging.getLogger("epochstream.slots").getEffectiveLevel(),
         )
 
@@ -383,7 +381,7 @@ class JobMaster:
             sources=self._sources,
             started=self.clock.now(),
             registration_timeout=REGISTRATION_TIMEOUT,
-            heartbeat_timeout=self.env.heartbeat_timeout,
+            heartbeat_timeout=self.description.heartbeat_timeout,
         )
         if restored is not None:
             log.warning(
@@ -491,7 +489,7 @@ class JobMaster:
                     # if any, ends with the next completed checkpoint.
                     self._storage_wait.restored()
                 if self.coordinator is not None:
-                    self.coordinator.start_attempt(set(self._tasks), set(self._sources))
+                    self.coordinator.start_attempt(set(self._tasks))
         elif isinstance(msg, AcknowledgeCheckpoint):
             if self.coordinator is not None:
                 self.coordinator.receive_ack(msg)
@@ -592,8 +590,8 @@ class JobMaster:
             checkpointing=self.coordinator is not None,
             exactly_once=bool(config and config.exactly_once),
             storage_options=config.storage_options if config else None,
-            state_backend=self.env.state_backend,
-            metrics_interval=self.env.metrics_interval,
+            state_backend=self.description.state_backend,
+            metrics_interval=self.description.metrics_interval,
         )
 
     def _end_attempt(self, failure: Failure | None) -> None:

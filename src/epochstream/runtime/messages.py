@@ -19,6 +19,11 @@ Flow of one attempt::
     JM -> slot   FinishSlot  (after the final checkpoint committed)  or CancelSlot
     slot -> JM   SlotClosed
 
+The messages of the checkpoint protocol that ``checkpoint/`` reads too are defined
+below it and listed here with the rest: the acknowledgement and decline beside the
+state handles they carry (:mod:`epochstream.state.acknowledgements`), task keys and
+checkpoint statistics on the ground floor (:mod:`epochstream.core.checkpoint_stats`).
+
 Example::
 
     TriggerCheckpoint(checkpoint_id=7, timestamp=1700000000.0, final=False)
@@ -29,9 +34,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from epochstream.core.checkpoint_stats import TaskCheckpointStats, TaskKey
 from epochstream.core.events import CheckpointOptions
 from epochstream.runtime.metrics import TaskMetricsSample
-from epochstream.state.handles import OperatorRestore, OperatorSubtaskState
+from epochstream.state.acknowledgements import AcknowledgeCheckpoint, DeclineCheckpoint
+from epochstream.state.handles import OperatorRestore
 
 __all__ = [
     "AcknowledgeCheckpoint",
@@ -59,8 +66,6 @@ __all__ = [
     "TaskKey",
     "TriggerCheckpoint",
 ]
-
-TaskKey = tuple[str, int]
 
 
 # ---------------------------------------------------------------- slot -> job master
@@ -90,43 +95,6 @@ class SlotRunning:
     """All outgoing data-plane channels are connected; tasks are running."""
 
     slot: int
-
-
-@dataclass(frozen=True)
-class TaskCheckpointStats:
-    """Timings and size of one task's part of a checkpoint (seconds, bytes).
-
-    Example: ``result.checkpoints[-1].tasks["counts/0"].alignment_s``
-    """
-
-    alignment_s: float = 0.0
-    sync_s: float = 0.0
-    async_s: float = 0.0
-    state_size: int = 0
-    #: Bytes this checkpoint wrote (an incremental one reuses earlier files).
-    bytes_written: int = 0
-
-
-@dataclass(frozen=True)
-class AcknowledgeCheckpoint:
-    """A task finished its snapshot for ``checkpoint_id``; ``states`` by operator uid."""
-
-    checkpoint_id: int
-    task: TaskKey
-    states: dict[str, OperatorSubtaskState]
-    stats: TaskCheckpointStats
-
-
-@dataclass(frozen=True)
-class DeclineCheckpoint:
-    """A task cannot take part in ``checkpoint_id`` (subsumed, failed snapshot...);
-    ``storage_unavailable`` when its snapshot could not be written because checkpoint
-    storage could not be reached."""
-
-    checkpoint_id: int
-    task: TaskKey
-    reason: str
-    storage_unavailable: bool = False
 
 
 @dataclass(frozen=True)

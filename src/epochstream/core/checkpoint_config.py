@@ -1,5 +1,8 @@
 """Checkpointing settings (docs/architecture.md, Checkpoint protocol) and their validation.
 
+On the ground floor because two layers that may not import each other use them: the
+API builds them (``env.enable_checkpointing``) and the checkpoint coordinator follows them.
+
 Example::
 
     cfg = CheckpointConfig(interval=5.0, storage="file:///data/ckpt", retained=3)
