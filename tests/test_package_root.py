@@ -6,7 +6,7 @@ import pytest
 
 import epochstream as es
 from epochstream.connectors import nexmark
-from epochstream.core import events
+from epochstream.core import checkpoint_stats, events
 
 
 def test_every_public_name_resolves() -> None:
@@ -22,6 +22,7 @@ def test_every_public_name_resolves() -> None:
         ("NexmarkSource", lambda: es.sources.NexmarkSource),
         ("NexmarkConfig", lambda: es.sources.nexmark.NexmarkConfig),
         ("write_nexmark_files", lambda: es.sources.nexmark.write_nexmark_files),
+        ("TaskCheckpointStats", lambda: checkpoint_stats.TaskCheckpointStats),
     ],
 )
 def test_a_moved_name_still_resolves_with_a_warning_naming_its_new_home(old, new) -> None:
