@@ -32,6 +32,8 @@ import pyarrow.compute as pc
 
 from epochstream.core.arrow import KG, TS
 from epochstream.exceptions import ConfigurationError, StateError
+from epochstream.state.backends.base import ColumnSchema, ColumnTable
+from epochstream.state.backends.heap.columns import HeapColumnTable
 from epochstream.state.canonical import read_batches, write_ipc_file
 from epochstream.state.column_keygroups import key_groups_of_column
 from epochstream.state.columnar_checks import (
@@ -48,11 +50,13 @@ from epochstream.state.key_index import KeyIndex, canonical_float_keys
 
 if TYPE_CHECKING:
     from epochstream.core.filesystems import StorageFS
+    from epochstream.state.backends.base import KeyedStateBackend
 
 __all__ = [
     "AGGREGATES",
     "STATE_KEY",
     "ColumnarAggregates",
+    "accumulator_schema",
     "columnar_rows",
     "read_columnar_state",
     "split_by_key_group",
@@ -96,7 +100,14 @@ class ColumnarAggregates:
     """
 
     def __init__(
-        self, kind: str, *, key: str, value: str | None, max_parallelism: int, where: str = ""
+        self,
+        kind: str,
+        *,
+        key: str,
+        value: str | None,
+        max_parallelism: int,
+        where: str = "",
+        backend: KeyedStateBackend | None = None,
     ) -> None:
         if kind not in AGGREGATES:
             raise ConfigurationError(
@@ -110,12 +121,78 @@ class ColumnarAggregates:
         self.out_name = "count" if kind == "count" else str(value)
         self.max_parallelism = max_parallelism
         self.where = where or f"{kind}({value or ''})"
-        self.index = KeyIndex(f"{self.where}: key column {key!r}")
-        self._kg = np.empty(0, dtype=np.int32)
-        self._acc = np.empty(0, dtype=np.int64)  # sum / count / min / max
-        self._count = np.empty(0, dtype=np.int64)  # non-null values (min, max, mean)
         self._value_type: pa.DataType | None = None
         self._sums = IntSumGuard(self.where, str(value)) if kind == "sum" else None
+        # The slots and accumulator arrays the fold works on in place: the heap
+        # backend's table itself, or (another backend) a scratch table holding only
+        # the keys of the batch being folded, read from and written back to the
+        # backend's table around the fold.
+        self._store = self._heap(self._schema(np.int64))
+        self._backend = backend
+        # The state: the backend's column table, once a batch or a restore made it;
+        # without a backend, the in-memory table (state the operator keeps itself).
+        self._table: ColumnTable | None = self._store if backend is None else None
+
+    def _heap(self, schema: ColumnSchema) -> HeapColumnTable:
+        return HeapColumnTable(self.kind, schema, f"{self.where}: key column {self.key!r}")
+
+    def _adopt(self, table: ColumnTable) -> None:
+        self._table = table
+        if isinstance(table, HeapColumnTable):
+            table.index.name = f"{self.where}: key column {self.key!r}"  # for its errors
+            self._store = table
+
+    def _schema(self, acc: Any) -> ColumnSchema:
+        return accumulator_schema(self.kind, acc, self._value_type)
+
+    # The fold's view of the store (reassigned as arrays grow or change type).
+    @property
+    def index(self) -> KeyIndex:
+        """The slots of the keys being folded (all keys on the heap backend)."""
+        return self._store.index
+
+    @property
+    def _kg(self) -> np.ndarray:
+        return self._store.kg
+
+    @property
+    def _acc(self) -> np.ndarray:
+        return self._store.arrays["acc"]
+
+    @_acc.setter
+    def _acc(self, array: np.ndarray) -> None:
+        self._store.arrays["acc"] = array
+
+    @property
+    def _count(self) -> np.ndarray:
+        return self._store.arrays["count"]
+
+    def attach(self) -> None:
+        """Take up the state the backend restored (call after the backend's restore).
+
+        Example: ``aggregates.attach(); aggregates.value_type``
+        """
+        if self._backend is None:
+            return
+        restored = self._backend.column_table(self.kind)
+        if restored is None:
+            return
+        self._value_type = self._value_type or restored.schema.value_type
+        acc = dict((n, k) for n, k, _ in restored.schema.fields)["acc"]
+        table = self._backend.column_table(self.kind, self._schema(acc))
+        assert table is not None
+        self._adopt(table)
+
+    def _attach_table(self) -> ColumnTable:
+        """The state's table, made (or given the schema) at the first batch."""
+        schema = self._schema(self._acc.dtype)
+        table = self._table
+        if table is None or table.schema != schema:
+            assert self._backend is not None
+            table = self._backend.column_table(self.kind, schema)
+            assert table is not None
+            self._adopt(table)
+        return table
 
     @property
     def value_type(self) -> pa.DataType | None:
@@ -136,15 +213,10 @@ class ColumnarAggregates:
             self._value_type = checked_value_type(first, kind, self.where, self.value)
             if first is None:
                 floating = pa.types.is_floating(kind) or self.kind == "mean"
-                self._acc = self._acc.astype(np.float64 if floating else np.int64)
+                self._store.set_schema(self._schema(np.float64 if floating else np.int64))
 
     def _grow(self, size: int) -> None:
-        if size <= len(self._kg):
-            return
-        capacity = max(size, 2 * len(self._kg), 1024)
-        self._kg = np.resize(self._kg, capacity)
-        self._acc = np.resize(self._acc, capacity)
-        self._count = np.resize(self._count, capacity)
+        self._store.grow(size)
 
     def _aggregations(self, has_ts: bool) -> list[tuple[Any, str]]:
         if self.kind == "count":
@@ -158,8 +230,26 @@ class ColumnarAggregates:
         return aggs
 
     def fold(self, batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray, pa.Array | None]:
-        """Fold ``batch`` in: (keys touched, their slots, their latest ``_ts`` or None)."""
+        """Fold ``batch`` in: (keys touched, their slots, their latest ``_ts`` or None).
+
+        The slots index :attr:`index` and the accumulators until the next fold."""
         self._check_columns(batch)
+        table = self._table if self._backend is None else self._attach_table()
+        if table is self._store:
+            return self._fold_checked(batch)
+        assert table is not None
+        # Another backend: fold into a scratch table of the batch's keys, preloaded
+        # with their accumulators (one batch read), then write them back (one batch write).
+        keys = pc.unique(canonical_float_keys(batch.column(self.key)))
+        key_groups = key_groups_of_column(keys, self.max_parallelism)
+        self._store = self._heap(table.schema)
+        self._store.write(keys, key_groups, table.read(keys, key_groups))
+        touched, slots, ts = self._fold_checked(batch)
+        values = {name: array[slots] for name, array in self._store.arrays.items()}
+        table.write(touched, self._kg[slots], values)
+        return touched, slots, ts
+
+    def _fold_checked(self, batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray, pa.Array | None]:
         has_ts = TS in batch.schema.names
         if has_ts:
             event_times(batch, self.where)
@@ -318,6 +408,8 @@ class ColumnarAggregates:
 
     def result(self) -> tuple[pa.Array, pa.Array]:
         """Every key and its value (for a window that fires)."""
+        if self._table is not None and self._table is not self._store:
+            self._store = self._loaded(self._table.table())
         slots = np.arange(self.index.size, dtype=np.int64)
         return self.index.keys_at(slots), self.values_at(slots)
 
@@ -325,34 +417,39 @@ class ColumnarAggregates:
     def state_table(self) -> pa.Table:
         """The state as columns ``_kg, _key, acc, count`` (a copy: later updates do not
         change it, so the asynchronous part of a snapshot can write it)."""
-        n = self.index.size
-        slots = np.arange(n, dtype=np.int64)
-        table = pa.table(
-            {
-                KG: pa.array(self._kg[:n].copy()),
-                STATE_KEY: self.index.keys_at(slots),
-                "acc": pa.array(self._acc[:n].copy()),
-                "count": pa.array(self._count[:n].copy()),
-            }
-        )
-        return with_value_type(table, self._value_type)
+        table = self._table if self._table is not None else self._store
+        return with_value_type(table.table(), self._value_type)
+
+    def _loaded(self, table: pa.Table) -> HeapColumnTable:
+        store = self._heap(self._schema(table.column("acc").type))
+        store.load(table, state_keys(table, self.where).combine_chunks())
+        return store
 
     def restore_rows(self, table: pa.Table) -> None:
-        """Add the rows of a :meth:`state_table` (keys not seen yet) to the state."""
+        """Add the rows of a :meth:`state_table` (keys not seen yet) to the state
+        (state the operator keeps itself: windows, sessions)."""
         if table.num_rows == 0:
             return
-        keys = state_keys(table, self.where).combine_chunks()
-        slots, new = self.index.slots(keys)
-        if not new.all():
-            raise StateError(f"{self.where}: restored state holds a key twice")
-        self._grow(self.index.size)
-        self._kg[slots] = table.column(KG).to_numpy()
-        acc = table.column("acc").to_numpy()
-        self._acc = self._acc.astype(acc.dtype) if self._acc.dtype != acc.dtype else self._acc
-        self._acc[slots] = acc
-        self._count[slots] = table.column("count").to_numpy()
+        self._store.load(table, state_keys(table, self.where).combine_chunks())
         if self._value_type is None:
             self._value_type = value_type_of(table)
+            self._store.set_schema(self._schema(self._acc.dtype))
+
+
+def accumulator_schema(kind: str, acc: Any, value_type: pa.DataType | None) -> ColumnSchema:
+    """The accumulators of aggregation ``kind``: ``acc`` (of NumPy or Arrow type
+    ``acc``; min/max start at the type's extreme, the others at 0) and ``count`` (the
+    non-null values seen).
+
+    Example: ``accumulator_schema("min", np.int64, pa.int32()).fields[0][2] == 2**63 - 1``
+    """
+    dtype = np.dtype(acc.to_pandas_dtype() if isinstance(acc, pa.DataType) else acc)
+    identity = _identity(dtype, high=True) if kind == "min" else 0
+    if kind == "max":
+        identity = _identity(dtype, high=False)
+    if isinstance(identity, np.generic):
+        identity = identity.item()
+    return ColumnSchema((("acc", dtype.name, identity), ("count", "int64", 0)), value_type)
 
 
 def _identity(dtype: np.dtype, high: bool) -> Any:

@@ -1,8 +1,8 @@
 """Columnar keyed aggregations: rolling per key, and per event-time window.
 
 - :class:`ColumnarAggregateOperator`: rolling keyed ``sum``/``count``/``min``/``max``/
-  ``mean`` over :class:`~epochstream.state.columnar_aggregates.ColumnarAggregates`, checkpointed
-  as a :class:`~epochstream.state.handles.ColumnarSnapshotHandle`;
+  ``mean`` over :class:`~epochstream.state.columnar_aggregates.ColumnarAggregates`, its
+  state in a column table of the job's keyed-state backend (heap or RocksDB);
 - :class:`ColumnarWindowOperator`: the same aggregations per tumbling or sliding
   event-time window, fired by the watermark.
 
@@ -28,7 +28,8 @@ from epochstream.exceptions import DataError
 from epochstream.graph.specs import AggregateSpec, WindowAggregateSpec
 from epochstream.runtime.operators.base import Operator, SnapshotParts
 from epochstream.runtime.operators.columnar_transforms import need_batch
-from epochstream.state.backends.base import SnapshotJob, SnapshotTarget
+from epochstream.state.backends.base import KeyedBackendContext, SnapshotJob, SnapshotTarget
+from epochstream.state.backends.heap.backend import HeapStateBackend
 from epochstream.state.columnar_aggregates import (
     ColumnarAggregates,
     read_columnar_state,
@@ -125,12 +126,35 @@ class ColumnarKeyedOperator(Operator, ABC):
         return parts
 
 
-class ColumnarAggregateOperator(ColumnarKeyedOperator):
+class ColumnarAggregateOperator(Operator):
     """Rolling keyed aggregation: per input batch, one row per key touched with its new
-    running value (``key``, value column; ``count`` for counts)."""
+    running value (``key``, value column; ``count`` for counts).
+
+    Its state is a column table of the job's keyed-state backend
+    (``env.set_state_backend``; :meth:`KeyedStateBackend.column_table`), named after
+    the aggregation (``"sum"``...), snapshotted and restored by the backend.
+    """
 
     def __init__(self, spec: Any, ctx: Any) -> None:
         super().__init__(spec, ctx)
+        if self.keyed is None:
+            # Driven without a task (tests, tools): a heap backend of its own, as the
+            # task would give it by default.
+            self.keyed = HeapStateBackend().create(
+                KeyedBackendContext(
+                    operator_uid=spec.uid,
+                    subtask=ctx.subtask_index,
+                    max_parallelism=ctx.max_parallelism,
+                    key_group_range=key_group_range_for_operator(
+                        ctx.max_parallelism, ctx.parallelism, ctx.subtask_index
+                    ),
+                    clock=ctx.clock,
+                    local_dir="",
+                    storage_options=ctx.storage_options,
+                )
+            )
+        #: The key groups of this subtask (those its backend holds).
+        self.key_groups = self.keyed.key_group_range
         agg: AggregateSpec = spec.payload
         self.state = ColumnarAggregates(
             agg.kind,
@@ -138,17 +162,20 @@ class ColumnarAggregateOperator(ColumnarKeyedOperator):
             value=agg.value,
             max_parallelism=ctx.max_parallelism,
             where=ctx.task_name,
+            backend=self.keyed,
         )
+
+    def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
+        super().initialize_state(restore, checkpoint_id)
+        self.state.attach()
 
     def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
         batch = need_batch(self, records)
         if batch.num_rows:
             self.emit(self.state.update(batch), None)
 
-    def restore_table(self, table: pa.Table) -> None:
-        self.state.restore_rows(table)
-
     def state_table(self) -> pa.Table:
+        """The state as a table (``_kg``, ``_key``, ``acc``, ``count``): tests, tools."""
         return self.state.state_table()
 
 

@@ -37,6 +37,7 @@ from epochstream.core.state_ttl import TtlConfig, TtlValue
 from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.state.backends.base import (
     NAMESPACED,
+    ColumnSchema,
     KeyedBackendContext,
     KeyedStateBackend,
     SnapshotJob,
@@ -45,11 +46,12 @@ from epochstream.state.backends.base import (
     base_kind,
     is_namespaced,
 )
+from epochstream.state.backends.heap.columns import HeapColumnTable
 from epochstream.state.backends.heap.files import (
     DELETED,
     merge_chain,
 )
-from epochstream.state.backends.heap.snapshots import HeapSnapshotJob
+from epochstream.state.backends.heap.snapshots import ColumnarSnapshotJob, HeapSnapshotJob
 from epochstream.state.backends.heap.states import (
     HEAP_STATE_CLASSES,
     NO_KEY,
@@ -62,8 +64,16 @@ from epochstream.state.canonical import (
     read_batches,
     read_state_meta,
 )
+from epochstream.state.columnar_aggregates import (
+    AGGREGATES,
+    accumulator_schema,
+    read_columnar_state,
+    state_keys,
+)
+from epochstream.state.columnar_checks import value_type_of
 from epochstream.state.handles import (
     CanonicalSnapshotHandle,
+    ColumnarSnapshotHandle,
     HeapSnapshotHandle,
     KeyedStateHandle,
 )
@@ -144,6 +154,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self.assigner = KeyGroupAssigner.shared(ctx.max_parallelism)
         self._key = KeyContext()
         self._tables: dict[str, HeapTable] = {}
+        self._columns: dict[str, HeapColumnTable] = {}
         # What snapshot n took per state, until a completed checkpoint covers it.
         self._unconfirmed: dict[int, dict[str, _Written]] = {}
         # Handles of snapshots whose files are written (filled by the snapshot thread).
@@ -187,6 +198,16 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         kind = NAMESPACED + "value" if namespaced else "value"
         return self._table(descriptor.name, kind, descriptor).data
 
+    def _column_table(self, name: str, schema: ColumnSchema | None) -> HeapColumnTable | None:
+        table = self._columns.get(name)
+        if schema is None:
+            return table
+        if table is None:
+            table = self._columns[name] = HeapColumnTable(name, schema)
+        else:
+            table.set_schema(schema)
+        return table
+
     def keys(self, state_name: str) -> list[Any]:
         table = self._tables.get(state_name)
         return [] if table is None else list(table.data)
@@ -206,6 +227,8 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             del self._handles[n]
 
     def snapshot(self, target: SnapshotTarget) -> SnapshotJob:
+        if self._columns:
+            return self._snapshot_columns(target)
         self._adopt_base(target.base_checkpoint_id)
         taken: dict[str, _Written] = {}
         delta: dict[str, dict[Any, Any]] = {}
@@ -249,6 +272,25 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             job.encode_at_barrier()
         return job
 
+    def _snapshot_columns(self, target: SnapshotTarget) -> SnapshotJob:
+        """Columnar state: the columnar Arrow file, full each time (the format columnar
+        state had before it moved behind the backend, so older checkpoints restore)."""
+        if self._tables:
+            # A columnar operator keeps only columnar state; the two snapshot formats
+            # (heap chain, columnar file) do not share one handle.
+            raise StateError(
+                "the heap backend holds columnar and row state in one operator: "
+                f"columnar {sorted(self._columns)}, row {sorted(self._tables)}"
+            )
+        if len(self._columns) > 1:
+            raise StateError(
+                f"the heap backend snapshots one columnar state per operator, not "
+                f"{sorted(self._columns)}"
+            )
+        ((name, table),) = self._columns.items()
+        state = table.table()
+        return ColumnarSnapshotJob(state, target, self.key_group_range, name, table.schema)
+
     @staticmethod
     def _copy_entries(
         table: HeapTable, keys: Iterable[Any], memo: dict[int, Any]
@@ -281,7 +323,9 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         for handle in handles:
             self.check_restorable(handle)
             fs = storage_fs(handle.files()[0] if handle.files() else "/", self.ctx.storage_options)
-            if isinstance(handle, HeapSnapshotHandle):
+            if isinstance(handle, ColumnarSnapshotHandle):
+                self._restore_columns(handle)
+            elif isinstance(handle, HeapSnapshotHandle):
                 namespaced = [n for n, kind in handle.states.items() if is_namespaced(kind)]
                 merged = merge_chain(fs, handle.chain, owned_groups, self.assigner, namespaced)
                 for name, entries in merged.items():
@@ -307,6 +351,31 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             # Not a chain of our own: the first snapshot must hold everything.
             for table in self._tables.values():
                 table.all_dirty = True
+
+    def check_restorable(self, handle: KeyedStateHandle) -> None:
+        if not isinstance(handle, ColumnarSnapshotHandle):  # columnar files are the heap's
+            super().check_restorable(handle)
+
+    def _restore_columns(self, handle: ColumnarSnapshotHandle) -> None:
+        options = self.ctx.storage_options
+        rows = read_columnar_state(
+            lambda path: storage_fs(path, options), [handle], self.key_group_range, handle.path
+        )
+        if rows is None:
+            return
+        name = next(iter(handle.states), "")
+        if name not in AGGREGATES or "_window_start" in rows.schema.names:
+            raise StateError(
+                f"{handle.path}: this state was written by another kind of columnar operator "
+                f"(state {name!r}); a columnar aggregation restores only its own state: "
+                "give the new operator another uid"
+            )
+        keys = state_keys(rows, handle.path).combine_chunks()
+        table = self._columns.get(name)
+        if table is None:
+            schema = accumulator_schema(name, rows.column("acc").type, value_type_of(rows))
+            table = self._columns[name] = HeapColumnTable(name, schema)
+        table.load(rows, keys)
 
     def _restored_table(self, name: str, kind: str | None = None) -> HeapTable:
         table = self._tables.get(name)
