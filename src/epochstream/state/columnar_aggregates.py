@@ -141,6 +141,9 @@ class ColumnarAggregates:
         if isinstance(table, HeapColumnTable):
             table.index.name = f"{self.where}: key column {self.key!r}"  # for its errors
             self._store = table
+        elif self._store.schema != table.schema:
+            # The accumulator types of a restored state: the next fold's scratch has them.
+            self._store = self._heap(table.schema)
 
     def _schema(self, acc: Any) -> ColumnSchema:
         return accumulator_schema(self.kind, acc, self._value_type)
