@@ -107,11 +107,11 @@ class RocksColumnTable(ColumnTable):
         return values
 
     def _records(self, stored: list[bytes]) -> np.ndarray:
+        size = self._record.itemsize
+        if any(len(v) != size for v in stored):
+            raise StateError(f"columnar state {self.name!r}: a stored value is not a record")
         records = np.frombuffer(b"".join(stored), dtype=self._record)
-        if (
-            len(records) * self._record.itemsize != sum(map(len, stored))
-            or (records["_header"] != _PLAIN).any()
-        ):
+        if (records["_header"] != _PLAIN).any():
             raise StateError(f"columnar state {self.name!r}: a stored value is not a record")
         return records
 
