@@ -123,3 +123,24 @@ def test_accumulator_schema_identities() -> None:
     schema = accumulator_schema("sum", np.float64, pa.float32())
     assert schema.loads(schema.dumps((1.5, 3))) == (1.5, 3)
     assert schema.identities(2)["acc"].dtype == np.float64
+
+
+@pytest.mark.parametrize("restore_on", ["heap", "rocksdb"])
+def test_a_savepoint_of_columnar_state_restores_on_either_backend(
+    harness: Harness, restore_on: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    backend = harness.backend()
+    table = backend.column_table("sum", SCHEMA)
+    keys = pa.array([f"u{i}" for i in range(300)])
+    table.write(keys, _kgs(keys), {"acc": np.arange(300), "count": np.full(300, 2)})
+    handle = backend.snapshot(harness.target(1, savepoint="sp")).run()
+    assert handle is not None
+    other = Harness(restore_on, tmp_path_factory.mktemp("other"))
+    merged: dict[object, tuple[int, int]] = {}
+    for subtask in range(2):
+        part = other.backend(parallelism=2, subtask=subtask)
+        part.restore([handle], checkpoint_id=None, owned=False)
+        restored = part.column_table("sum")
+        assert restored is not None and restored.schema.value_type == pa.int64()
+        merged.update(_entries(restored.table()))
+    assert merged == {f"u{i}": (i, 2) for i in range(300)}

@@ -30,6 +30,9 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, ClassVar
 
+import numpy as np
+import pyarrow as pa
+
 from epochstream.core.filesystems import storage_fs
 from epochstream.core.serializers import DEFAULT_SERIALIZER
 from epochstream.core.state_descriptors import StateDescriptor, ValueStateDescriptor
@@ -46,7 +49,7 @@ from epochstream.state.backends.base import (
     base_kind,
     is_namespaced,
 )
-from epochstream.state.backends.heap.columns import HeapColumnTable
+from epochstream.state.backends.heap.columns import COLUMNAR, HeapColumnTable
 from epochstream.state.backends.heap.files import (
     DELETED,
     merge_chain,
@@ -389,7 +392,11 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
     def _restore_canonical(self, fs: Any, handle: CanonicalSnapshotHandle) -> None:
         metas = read_state_meta(fs, handle.path)
+        columnar = {n for n, m in metas.items() if m.kind == COLUMNAR}
+        entries: dict[str, list[tuple[Any, int, tuple[Any, ...]]]] = {n: [] for n in columnar}
         for _kg, batch in read_batches(fs, handle, self.key_group_range):
+            if columnar:
+                batch = self._columnar_rows(batch, metas, entries)
             columns = batch.to_pydict()
             for name, key, ns, user_key, value, ttl_ts in zip(
                 columns["state"],
@@ -419,6 +426,38 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                     table.data.setdefault(k, {})[decode_key(user_key)] = v
                 else:
                     table.data[k] = v
+        for name in columnar:
+            self._load_columnar(name, metas[name].serializer, entries[name])
+
+    @staticmethod
+    def _columnar_rows(
+        batch: pa.RecordBatch,
+        metas: dict[str, StateMeta],
+        entries: dict[str, list[tuple[Any, int, tuple[Any, ...]]]],
+    ) -> pa.RecordBatch:
+        """Take the rows of columnar states (a RocksDB savepoint's) out of ``batch``."""
+        names = batch.column("state").to_pylist()
+        mine = [n in entries for n in names]
+        if not any(mine):
+            return batch
+        rows = batch.filter(pa.array(mine)).to_pydict()
+        for name, key, kg, value in zip(
+            rows["state"], rows["key"], rows["key_group"], rows["value"], strict=True
+        ):
+            entries[name].append((decode_key(key), kg, metas[name].serializer.loads(value)))
+        return batch.filter(pa.array([not m for m in mine]))
+
+    def _load_columnar(
+        self, name: str, schema: ColumnSchema, rows: list[tuple[Any, int, tuple[Any, ...]]]
+    ) -> None:
+        table = self._columns.get(name)
+        if table is None:
+            table = self._columns[name] = HeapColumnTable(name, schema)
+        if not rows:
+            return
+        keys, kgs, values = zip(*rows, strict=True)
+        fields = {f: np.array([v[i] for v in values]) for i, f in enumerate(schema.names)}
+        table.write(pa.array(list(keys)), np.array(kgs, dtype=np.int32), fields)
 
 
 def _snapshot_copy(value: Any, memo: dict[int, Any]) -> Any:

@@ -30,7 +30,10 @@ from epochstream.exceptions import StateError
 from epochstream.state.backends.base import COLUMN_KEY, ColumnSchema, ColumnTable
 from epochstream.state.key_index import KeyIndex
 
-__all__ = ["HeapColumnTable"]
+__all__ = ["COLUMNAR", "HeapColumnTable"]
+
+#: The state kind of columnar state in canonical savepoints (a RocksDB backend's).
+COLUMNAR = "columnar"
 
 
 class HeapColumnTable(ColumnTable):

@@ -55,6 +55,7 @@ from epochstream.state.backends.base import (
     base_kind,
     is_namespaced,
 )
+from epochstream.state.backends.heap.columns import COLUMNAR as HEAP_COLUMNAR
 from epochstream.state.backends.rocksdb.columns import RocksColumnTable
 from epochstream.state.backends.rocksdb.files import META_CF, crc_file, encode_meta, read_meta
 from epochstream.state.backends.rocksdb.snapshots import RocksSnapshotJob
@@ -96,8 +97,9 @@ if TYPE_CHECKING:
 
 __all__ = ["COLUMNAR", "RocksDBKeyedStateBackend", "RocksDBStateBackend"]
 
-#: The kind of columnar state in the meta column family (its serializer: the schema).
-COLUMNAR = "columnar"
+#: The kind of columnar state in the meta column family (its serializer: the schema);
+#: the heap backend's constant, so savepoints name it alike.
+COLUMNAR = HEAP_COLUMNAR
 
 log = logging.getLogger(__name__)
 
