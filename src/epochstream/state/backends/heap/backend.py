@@ -427,7 +427,10 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                 else:
                     table.data[k] = v
         for name in columnar:
-            self._load_columnar(name, metas[name].serializer, entries[name])
+            schema = metas[name].serializer
+            if not isinstance(schema, ColumnSchema):
+                raise StateError(f"{handle.path}: columnar state {name!r} without its schema")
+            self._load_columnar(name, schema, entries[name])
 
     @staticmethod
     def _columnar_rows(
