@@ -32,16 +32,16 @@ __all__ = [
 #: Keyed kinds that keep columnar state themselves (no keyed-state backend).
 COLUMNAR_STATE_KINDS = frozenset(
     {
-        "columnar_window",
         "columnar_session_window",
-        "columnar_processing_window",
         "columnar_join",
         "columnar_window_join",
     }
 )
 #: Kinds whose output is columnar (Arrow record batches).
 #: Keyed columnar kinds whose state is in the keyed-state backend (column tables).
-COLUMNAR_BACKEND_KINDS = frozenset({"columnar_aggregate"})
+COLUMNAR_BACKEND_KINDS = frozenset(
+    {"columnar_aggregate", "columnar_window", "columnar_processing_window"}
+)
 COLUMNAR_OUTPUT_KINDS = (
     frozenset({"map_batches", "filter_batches", "to_batches"})
     | COLUMNAR_STATE_KINDS

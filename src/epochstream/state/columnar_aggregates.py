@@ -58,9 +58,14 @@ __all__ = [
     "ColumnarAggregates",
     "accumulator_schema",
     "columnar_rows",
+    "columnar_state_parts",
     "read_columnar_state",
     "split_by_key_group",
+    "state_file_table",
     "state_keys",
+    "state_of_table",
+    "window_of_table",
+    "window_table_name",
     "write_columnar_state",
 ]
 
@@ -108,6 +113,7 @@ class ColumnarAggregates:
         max_parallelism: int,
         where: str = "",
         backend: KeyedStateBackend | None = None,
+        name: str | None = None,
     ) -> None:
         if kind not in AGGREGATES:
             raise ConfigurationError(
@@ -116,6 +122,9 @@ class ColumnarAggregates:
         if kind != "count" and not value:
             raise ConfigurationError(f"{kind}() needs the column to aggregate")
         self.kind = kind
+        #: The column table's name in the backend (the aggregation; a window's adds
+        #: ``@start``, see :func:`window_table_name`).
+        self.name = name or kind
         self.key = key
         self.value = value
         self.out_name = "count" if kind == "count" else str(value)
@@ -177,12 +186,12 @@ class ColumnarAggregates:
         """
         if self._backend is None:
             return
-        restored = self._backend.column_table(self.kind)
+        restored = self._backend.column_table(self.name)
         if restored is None:
             return
         self._value_type = self._value_type or restored.schema.value_type
         acc = dict((n, k) for n, k, _ in restored.schema.fields)["acc"]
-        table = self._backend.column_table(self.kind, self._schema(acc))
+        table = self._backend.column_table(self.name, self._schema(acc))
         assert table is not None
         self._adopt(table)
 
@@ -192,7 +201,7 @@ class ColumnarAggregates:
         table = self._table
         if table is None or table.schema != schema:
             assert self._backend is not None
-            table = self._backend.column_table(self.kind, schema)
+            table = self._backend.column_table(self.name, schema)
             assert table is not None
             self._adopt(table)
         return table
@@ -437,6 +446,60 @@ class ColumnarAggregates:
         if self._value_type is None:
             self._value_type = value_type_of(table)
             self._store.set_schema(self._schema(self._acc.dtype))
+
+
+#: Between a window aggregation's state name and its window's start.
+WINDOW_SEP = "@"
+
+
+def window_table_name(kind: str, start: int) -> str:
+    """The column table of one window. Example: ``window_table_name("sum", 0) == "sum@0"``"""
+    return f"{kind}{WINDOW_SEP}{start}"
+
+
+def state_of_table(name: str) -> str:
+    """The state (aggregation) of a column table. Example: ``state_of_table("sum@0") == "sum"``"""
+    return name.partition(WINDOW_SEP)[0]
+
+
+def window_of_table(name: str) -> int | None:
+    """The window start of a window's column table, else None."""
+    _, sep, start = name.partition(WINDOW_SEP)
+    return int(start) if sep else None
+
+
+def state_file_table(tables: list[tuple[str, pa.Table]]) -> pa.Table:
+    """The columnar state file's rows of column tables ``(name, table())``: a window's
+    rows get its ``_window_start``; keys of several integer widths take the widest."""
+    parts = []
+    for name, table in tables:
+        start = window_of_table(name)
+        if start is not None:
+            column = pa.array(np.full(table.num_rows, start, dtype=np.int64))
+            table = table.append_column(_WINDOW_START, column)
+        parts.append(table)
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+def columnar_state_parts(state: str, rows: pa.Table, where: str) -> Iterable[tuple[str, pa.Table]]:
+    """``(column table name, its rows)`` of a columnar state file's ``rows``: one
+    part for a rolling aggregation, one per window start for windows."""
+    if state not in AGGREGATES or "_window_end" in rows.schema.names:
+        raise StateError(
+            f"{where}: this state was written by another kind of columnar operator "
+            f"(state {state!r}); a columnar aggregation restores only its own state: "
+            "give the new operator another uid"
+        )
+    if _WINDOW_START not in rows.schema.names:
+        yield state, rows
+        return
+    starts = rows.column(_WINDOW_START).to_numpy()
+    for start in np.unique(starts).tolist():
+        part = rows.filter(pa.array(starts == start)).drop_columns([_WINDOW_START])
+        yield window_table_name(state, int(start)), part
+
+
+_WINDOW_START = "_window_start"
 
 
 def accumulator_schema(kind: str, acc: Any, value_type: pa.DataType | None) -> ColumnSchema:

@@ -396,6 +396,18 @@ class KeyedStateBackend(ABC):
         """The backend's column table ``name`` (see :meth:`column_table`)."""
 
     @abstractmethod
+    def column_tables(self) -> list[str]:
+        """The names of the columnar states held (restored ones included): a window
+        operator finds its open windows' tables by them.
+
+        Example: ``backend.column_tables() == ["sum@0", "sum@5000"]``
+        """
+
+    @abstractmethod
+    def drop_column_table(self, name: str) -> None:
+        """Remove columnar state ``name`` and its entries (a fired window's)."""
+
+    @abstractmethod
     def keys(self, state_name: str) -> list[Any]:
         """The keys with a value in ``state_name`` (a new list); ``(key, namespace)``
         pairs for namespaced state."""

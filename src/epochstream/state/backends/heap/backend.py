@@ -68,10 +68,12 @@ from epochstream.state.canonical import (
     read_state_meta,
 )
 from epochstream.state.columnar_aggregates import (
-    AGGREGATES,
     accumulator_schema,
+    columnar_state_parts,
     read_columnar_state,
+    state_file_table,
     state_keys,
+    state_of_table,
 )
 from epochstream.state.columnar_checks import value_type_of
 from epochstream.state.handles import (
@@ -211,6 +213,12 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             table.set_schema(schema)
         return table
 
+    def column_tables(self) -> list[str]:
+        return list(self._columns)
+
+    def drop_column_table(self, name: str) -> None:
+        self._columns.pop(name, None)
+
     def keys(self, state_name: str) -> list[Any]:
         table = self._tables.get(state_name)
         return [] if table is None else list(table.data)
@@ -285,14 +293,17 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                 "the heap backend holds columnar and row state in one operator: "
                 f"columnar {sorted(self._columns)}, row {sorted(self._tables)}"
             )
-        if len(self._columns) > 1:
+        states = {state_of_table(name) for name in self._columns}
+        if len(states) > 1:
             raise StateError(
-                f"the heap backend snapshots one columnar state per operator, not "
-                f"{sorted(self._columns)}"
+                f"the heap backend snapshots one columnar state per operator (with its "
+                f"windows), not {sorted(states)}"
             )
-        ((name, table),) = self._columns.items()
-        state = table.table()
-        return ColumnarSnapshotJob(state, target, self.key_group_range, name, table.schema)
+        tables = [(name, table.table()) for name, table in self._columns.items()]
+        schema = next(iter(self._columns.values())).schema
+        return ColumnarSnapshotJob(
+            state_file_table(tables), target, self.key_group_range, states.pop(), schema
+        )
 
     @staticmethod
     def _copy_entries(
@@ -367,18 +378,13 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         if rows is None:
             return
         name = next(iter(handle.states), "")
-        if name not in AGGREGATES or "_window_start" in rows.schema.names:
-            raise StateError(
-                f"{handle.path}: this state was written by another kind of columnar operator "
-                f"(state {name!r}); a columnar aggregation restores only its own state: "
-                "give the new operator another uid"
-            )
-        keys = state_keys(rows, handle.path).combine_chunks()
-        table = self._columns.get(name)
-        if table is None:
-            schema = accumulator_schema(name, rows.column("acc").type, value_type_of(rows))
-            table = self._columns[name] = HeapColumnTable(name, schema)
-        table.load(rows, keys)
+        for table_name, part in columnar_state_parts(name, rows, handle.path):
+            keys = state_keys(part, handle.path).combine_chunks()
+            table = self._columns.get(table_name)
+            if table is None:
+                schema = accumulator_schema(name, part.column("acc").type, value_type_of(part))
+                table = self._columns[table_name] = HeapColumnTable(table_name, schema)
+            table.load(part, keys)
 
     def _restored_table(self, name: str, kind: str | None = None) -> HeapTable:
         table = self._tables.get(name)

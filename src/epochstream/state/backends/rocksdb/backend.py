@@ -76,8 +76,8 @@ from epochstream.state.canonical import (
     read_state_meta,
 )
 from epochstream.state.columnar_aggregates import (
-    AGGREGATES,
     accumulator_schema,
+    columnar_state_parts,
     read_columnar_state,
     state_keys,
 )
@@ -352,6 +352,17 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         table.set_schema(schema)
         return table
 
+    def column_tables(self) -> list[str]:
+        return [name for name, column in self._columns.items() if column.kind == COLUMNAR]
+
+    def drop_column_table(self, name: str) -> None:
+        column = self._columns.pop(name, None)
+        if column is None:
+            return
+        column.cf = None  # the family's handle must be gone before the family is dropped
+        self._meta_cf().delete(name.encode("utf-8"))
+        self._ensure_db().drop_column_family(name)
+
     def keys(self, state_name: str) -> list[Any]:
         column = self._columns.get(state_name)
         if column is None:
@@ -435,20 +446,16 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         rows = read_columnar_state(
             lambda path: storage_fs(path, options), [handle], self.key_group_range, handle.path
         )
-        name = next(iter(handle.states), "")
         if rows is None:
             return
-        if name not in AGGREGATES or "_window_start" in rows.schema.names:
-            raise StateError(
-                f"{handle.path}: this state was written by another kind of columnar operator "
-                f"(state {name!r}); a columnar aggregation restores only its own state"
-            )
-        schema = accumulator_schema(name, rows.column("acc").type, value_type_of(rows))
-        table = self._column_table(name, schema)
-        assert table is not None
-        keys = state_keys(rows, handle.path).combine_chunks()
-        values = {f: rows.column(f).to_numpy() for f in schema.names}
-        table.write(keys, rows.column(KG).to_numpy(), values)
+        name = next(iter(handle.states), "")
+        for table_name, part in columnar_state_parts(name, rows, handle.path):
+            schema = accumulator_schema(name, part.column("acc").type, value_type_of(part))
+            table = self._column_table(table_name, schema)
+            assert table is not None
+            keys = state_keys(part, handle.path).combine_chunks()
+            values = {f: part.column(f).to_numpy() for f in schema.names}
+            table.write(keys, part.column(KG).to_numpy(), values)
 
     def _load_columns(self) -> None:
         for name, meta in read_meta(self._meta_cf()).items():
