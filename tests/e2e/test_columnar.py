@@ -170,7 +170,8 @@ def test_columnar_state_rescales_through_a_savepoint(spark: Any, tmp_path: Path)
 
 
 @pytest.mark.slow
-def test_parquet_window_aggregations_match_duckdb(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_parquet_window_aggregations_match_duckdb(tmp_path: Path, backend: str) -> None:
     duckdb = pytest.importorskip("duckdb")
     n = 60_000
     source = tmp_path / "events.parquet"
@@ -187,6 +188,8 @@ def test_parquet_window_aggregations_match_duckdb(tmp_path: Path) -> None:
 
     env = es.Environment(parallelism=2, runner="local")
     env.enable_checkpointing(0.2, storage=str(tmp_path / "ckpt"))
+    if backend == "rocksdb":  # each open window a column family, dropped when it fires
+        env.set_state_backend(es.state.RocksDBStateBackend(block_cache_mb=1, write_buffer_mb=1))
     strategy = es.WatermarkStrategy.bounded_out_of_orderness(3_000).with_timestamp_column("ts")
     events = env.from_parquet(str(source), batch_size=2_000, watermark_strategy=strategy)
     keyed = events.filter(pc.field("price") > 100).key_by("user")
