@@ -57,6 +57,7 @@ __all__ = [
     "STATE_KEY",
     "ColumnarAggregates",
     "accumulator_schema",
+    "aggregate_value",
     "columnar_rows",
     "columnar_state_parts",
     "read_columnar_state",
@@ -598,10 +599,16 @@ def columnar_rows(fs: StorageFS, handle: ColumnarSnapshotHandle) -> Iterable[tup
         keys = state_keys(batch, handle.path).to_pylist()
         windows = cols.get("_window_start", [None] * batch.num_rows)
         for key, acc, count, window in zip(keys, cols["acc"], cols["count"], windows, strict=True):
-            if kind == "mean":
-                value = acc / count if count else None
-            elif kind in ("min", "max", "sum") and not count:
-                value = None
-            else:
-                value = acc
-            yield key, value, kg, window
+            yield key, aggregate_value(kind, acc, count), kg, window
+
+
+def aggregate_value(kind: str, acc: Any, count: int) -> Any:
+    """The value of aggregation ``kind`` from its accumulators (None: only nulls seen).
+
+    Example: ``aggregate_value("mean", 9.0, 3) == 3.0``
+    """
+    if kind == "mean":
+        return acc / count if count else None
+    if kind in ("min", "max", "sum") and not count:
+        return None
+    return acc

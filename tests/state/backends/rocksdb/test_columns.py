@@ -105,3 +105,26 @@ def test_a_heap_columnar_file_restores_into_rocksdb(tmp_path: Any) -> None:
     assert table is not None and table.schema.fields[0][1] == "float64"
     got = table.table().to_pydict()
     assert dict(zip(got["_key"], got["acc"], strict=True)) == {3: 1.5, 4: 2.5, 5: 3.5}
+
+
+@pytest.mark.parametrize("savepoint", [False, True])
+def test_offline_reads_give_the_aggregate_per_key_and_window(
+    tmp_path: Any, savepoint: bool
+) -> None:
+    from epochstream.state.columnar_aggregates import accumulator_schema, window_table_name
+    from epochstream.state.reader import _state_names, state_rows
+
+    h = _harness(tmp_path)
+    backend = h.backend()
+    schema = accumulator_schema("mean", np.float64, pa.int64())
+    keys = pa.array(["a", "b"])
+    kgs = key_groups_of_column(keys, MAX_P)
+    for start in (0, 500):
+        table = backend.column_table(window_table_name("mean", start), schema)
+        acc = {"acc": np.array([9.0, 1.0]) + start, "count": np.array([3, 0])}
+        table.write(keys, kgs, acc)
+    target = h.target(1, savepoint="sp") if savepoint else h.target(1)
+    handle = backend.snapshot(target).run()
+    assert handle is not None and _state_names(handle) == {"mean"}
+    rows = sorted((r[0], r[1], r[3]) for r in state_rows(handle, "mean", MAX_P))
+    assert rows == [("a", 3.0, 0), ("a", 509.0 / 3, 500), ("b", None, 0), ("b", None, 500)]
