@@ -5,6 +5,13 @@ A batch updates the state with a handful of vectorized steps: Arrow's hash
 to dense slots (new keys get new slots), and NumPy applies the partial aggregates to
 the accumulator arrays at those slots. Nothing runs per record in Python.
 
+Where the state lives is the keyed-state backend's business (``backend=``, a
+:meth:`~epochstream.state.backends.base.KeyedStateBackend.column_table`): on the heap
+backend the slots and arrays *are* the backend's table, updated in place; on RocksDB
+each fold reads the batch's distinct keys into a scratch table (one multi-get), folds
+there with the same code, and writes the touched keys back (one write batch). Without
+a backend (session windows) the state is a table of the object's own.
+
 Checkpoints write the state as an Arrow IPC file of native columns with one record
 batch per key group (:class:`~epochstream.state.handles.ColumnarSnapshotHandle`), so a
 restore at another parallelism reads exactly the key groups of its new range, as
