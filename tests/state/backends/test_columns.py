@@ -144,3 +144,22 @@ def test_a_savepoint_of_columnar_state_restores_on_either_backend(
         assert restored is not None and restored.schema.value_type == pa.int64()
         merged.update(_entries(restored.table()))
     assert merged == {f"u{i}": (i, 2) for i in range(300)}
+
+
+def test_dropped_tables_are_gone_from_snapshots(harness: Harness) -> None:
+    backend = harness.backend()
+    keys = pa.array([1, 2])
+    for name in ("sum@0", "sum@10"):
+        table = backend.column_table(name, SCHEMA)
+        table.write(keys, _kgs(keys), {"acc": np.array([1, 2]), "count": np.array([1, 1])})
+    backend.drop_column_table("sum@0")
+    assert backend.column_tables() == ["sum@10"]
+    handle = backend.snapshot(harness.target(1)).run()
+    restored = harness.backend()
+    restored.restore([handle], checkpoint_id=1, owned=True)
+    assert restored.column_tables() == ["sum@10"]
+    restored.drop_column_table("sum@10")
+    empty = restored.snapshot(harness.target(2, base=1)).run()
+    again = harness.backend()
+    again.restore([empty] if empty is not None else [], checkpoint_id=2, owned=True)
+    assert again.column_tables() == []
