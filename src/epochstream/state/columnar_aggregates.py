@@ -265,8 +265,16 @@ class ColumnarAggregates:
         self._store = self._heap(table.schema)
         self._store.write(keys, key_groups, table.read(keys, key_groups))
         touched, slots, ts = self._fold_checked(batch)
-        values = {name: array[slots] for name, array in self._store.arrays.items()}
-        table.write(touched, self._kg[slots], values)
+        n = len(keys)
+        if self._store.index.size == n:
+            # Every key read was folded (the batch's keys are all touched) and holds
+            # slot i of keys[i]: write back under the same keys array, whose stored
+            # keys the table encoded for the read already.
+            values = {name: array[:n] for name, array in self._store.arrays.items()}
+            table.write(keys, key_groups, values)
+        else:
+            values = {name: array[slots] for name, array in self._store.arrays.items()}
+            table.write(touched, self._kg[slots], values)
         return touched, slots, ts
 
     def _fold_checked(self, batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray, pa.Array | None]:

@@ -66,6 +66,7 @@ class RocksColumnTable(ColumnTable):
         self._write_options = write_options
         self._remember = remember
         self._record = _stored_record(column.serializer)
+        self._last_keys: tuple[pa.Array, list[bytes]] | None = None
 
     @property
     def schema(self) -> ColumnSchema:
@@ -89,10 +90,17 @@ class RocksColumnTable(ColumnTable):
         self._remember(self._column)
 
     def _db_keys(self, keys: pa.Array, key_groups: np.ndarray) -> list[bytes]:
-        return [
+        # Encoding is most of a batch's cost; an operator writes back the very keys
+        # array it read, so the encoding of the last array is kept (by identity).
+        last = self._last_keys
+        if last is not None and last[0] is keys:
+            return last[1]
+        db_keys = [
             encode_prefix(kg, encode_key(key))
             for key, kg in zip(keys.to_pylist(), np.asarray(key_groups).tolist(), strict=True)
         ]
+        self._last_keys = (keys, db_keys)
+        return db_keys
 
     def read(self, keys: pa.Array, key_groups: np.ndarray) -> dict[str, np.ndarray]:
         values = self.schema.identities(len(keys))
