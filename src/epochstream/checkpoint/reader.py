@@ -36,10 +36,16 @@ from epochstream.core.filesystems import storage_fs
 from epochstream.core.state_ttl import TtlValue
 from epochstream.exceptions import StateError
 from epochstream.state.backends.base import base_kind, is_namespaced
+from epochstream.state.backends.heap.columns import COLUMNAR
 from epochstream.state.backends.heap.files import merge_chain, split_key_groups
 from epochstream.state.backends.rocksdb.files import read_database_rows
 from epochstream.state.canonical import read_batches, read_state_meta
-from epochstream.state.columnar_aggregates import columnar_rows
+from epochstream.state.columnar_aggregates import (
+    aggregate_value,
+    columnar_rows,
+    state_of_table,
+    window_of_table,
+)
 from epochstream.state.handles import (
     CanonicalSnapshotHandle,
     ColumnarSnapshotHandle,
@@ -114,14 +120,49 @@ def read(
 
 def _state_names(handle: KeyedStateHandle) -> set[str]:
     states = getattr(handle, "states", {})
-    return set(states)
+    # A columnar window's table (``sum@0``) reads under its aggregation's name.
+    return {state_of_table(n) if k == COLUMNAR else n for n, k in states.items()}
+
+
+def _backend_columnar_rows(
+    handle: KeyedStateHandle, state_name: str, max_parallelism: int, options: Any
+) -> Iterator[Row] | None:
+    """Columnar state a backend holds (RocksDB checkpoints, canonical savepoints): the
+    aggregate per key (and window), as the heap backend's columnar files read; None
+    when ``state_name`` is not columnar state of ``handle``."""
+    states = getattr(handle, "states", {})
+    tables = [n for n, k in states.items() if k == COLUMNAR and state_of_table(n) == state_name]
+    if not tables:
+        return None
+
+    def rows() -> Iterator[Row]:
+        for table in tables:
+            window = window_of_table(table)
+            for key, value, kg, _ns, _uk, _ttl in state_rows(
+                handle, table, max_parallelism, options, raw=True
+            ):
+                acc, count = value
+                yield key, aggregate_value(state_name, acc, count), kg, window, None, None
+
+    return rows()
 
 
 def state_rows(
-    handle: KeyedStateHandle, state_name: str, max_parallelism: int, options: Any = None
+    handle: KeyedStateHandle,
+    state_name: str,
+    max_parallelism: int,
+    options: Any = None,
+    *,
+    raw: bool = False,
 ) -> Iterator[Row]:
-    """The entries of one state in one keyed handle."""
-    if isinstance(handle, ColumnarSnapshotHandle):
+    """The entries of one state in one keyed handle (``raw``: columnar state's stored
+    accumulators, not the aggregate)."""
+    columnar = None
+    if not raw and not isinstance(handle, ColumnarSnapshotHandle):
+        columnar = _backend_columnar_rows(handle, state_name, max_parallelism, options)
+    if columnar is not None:
+        yield from columnar
+    elif isinstance(handle, ColumnarSnapshotHandle):
         if state_name in handle.states:
             fs = storage_fs(handle.path, options)
             for key, value, kg, window in columnar_rows(fs, handle):

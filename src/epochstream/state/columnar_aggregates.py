@@ -5,6 +5,13 @@ A batch updates the state with a handful of vectorized steps: Arrow's hash
 to dense slots (new keys get new slots), and NumPy applies the partial aggregates to
 the accumulator arrays at those slots. Nothing runs per record in Python.
 
+Where the state lives is the keyed-state backend's business (``backend=``, a
+:meth:`~epochstream.state.backends.base.KeyedStateBackend.column_table`): on the heap
+backend the slots and arrays *are* the backend's table, updated in place; on RocksDB
+each fold reads the batch's distinct keys into a scratch table (one multi-get), folds
+there with the same code, and writes the touched keys back (one write batch). Without
+a backend (session windows) the state is a table of the object's own.
+
 Checkpoints write the state as an Arrow IPC file of native columns with one record
 batch per key group (:class:`~epochstream.state.handles.ColumnarSnapshotHandle`), so a
 restore at another parallelism reads exactly the key groups of its new range, as
@@ -32,6 +39,8 @@ import pyarrow.compute as pc
 
 from epochstream.core.arrow import KG, TS
 from epochstream.exceptions import ConfigurationError, StateError
+from epochstream.state.backends.base import ColumnSchema, ColumnTable
+from epochstream.state.backends.heap.columns import HeapColumnTable
 from epochstream.state.canonical import read_batches, write_ipc_file
 from epochstream.state.column_keygroups import key_groups_of_column
 from epochstream.state.columnar_checks import (
@@ -48,15 +57,23 @@ from epochstream.state.key_index import KeyIndex, canonical_float_keys
 
 if TYPE_CHECKING:
     from epochstream.core.filesystems import StorageFS
+    from epochstream.state.backends.base import KeyedStateBackend
 
 __all__ = [
     "AGGREGATES",
     "STATE_KEY",
     "ColumnarAggregates",
+    "accumulator_schema",
+    "aggregate_value",
     "columnar_rows",
+    "columnar_state_parts",
     "read_columnar_state",
     "split_by_key_group",
+    "state_file_table",
     "state_keys",
+    "state_of_table",
+    "window_of_table",
+    "window_table_name",
     "write_columnar_state",
 ]
 
@@ -96,7 +113,15 @@ class ColumnarAggregates:
     """
 
     def __init__(
-        self, kind: str, *, key: str, value: str | None, max_parallelism: int, where: str = ""
+        self,
+        kind: str,
+        *,
+        key: str,
+        value: str | None,
+        max_parallelism: int,
+        where: str = "",
+        backend: KeyedStateBackend | None = None,
+        name: str | None = None,
     ) -> None:
         if kind not in AGGREGATES:
             raise ConfigurationError(
@@ -105,17 +130,89 @@ class ColumnarAggregates:
         if kind != "count" and not value:
             raise ConfigurationError(f"{kind}() needs the column to aggregate")
         self.kind = kind
+        #: The column table's name in the backend (the aggregation; a window's adds
+        #: ``@start``, see :func:`window_table_name`).
+        self.name = name or kind
         self.key = key
         self.value = value
         self.out_name = "count" if kind == "count" else str(value)
         self.max_parallelism = max_parallelism
         self.where = where or f"{kind}({value or ''})"
-        self.index = KeyIndex(f"{self.where}: key column {key!r}")
-        self._kg = np.empty(0, dtype=np.int32)
-        self._acc = np.empty(0, dtype=np.int64)  # sum / count / min / max
-        self._count = np.empty(0, dtype=np.int64)  # non-null values (min, max, mean)
         self._value_type: pa.DataType | None = None
         self._sums = IntSumGuard(self.where, str(value)) if kind == "sum" else None
+        # The slots and accumulator arrays the fold works on in place: the heap
+        # backend's table itself, or (another backend) a scratch table holding only
+        # the keys of the batch being folded, read from and written back to the
+        # backend's table around the fold.
+        self._store = self._heap(self._schema(np.int64))
+        self._backend = backend
+        # The state: the backend's column table, once a batch or a restore made it;
+        # without a backend, the in-memory table (state the operator keeps itself).
+        self._table: ColumnTable | None = self._store if backend is None else None
+
+    def _heap(self, schema: ColumnSchema) -> HeapColumnTable:
+        return HeapColumnTable(self.kind, schema, f"{self.where}: key column {self.key!r}")
+
+    def _adopt(self, table: ColumnTable) -> None:
+        self._table = table
+        if isinstance(table, HeapColumnTable):
+            table.index.name = f"{self.where}: key column {self.key!r}"  # for its errors
+            self._store = table
+        elif self._store.schema != table.schema:
+            # The accumulator types of a restored state: the next fold's scratch has them.
+            self._store = self._heap(table.schema)
+
+    def _schema(self, acc: Any) -> ColumnSchema:
+        return accumulator_schema(self.kind, acc, self._value_type)
+
+    # The fold's view of the store (reassigned as arrays grow or change type).
+    @property
+    def index(self) -> KeyIndex:
+        """The slots of the keys being folded (all keys on the heap backend)."""
+        return self._store.index
+
+    @property
+    def _kg(self) -> np.ndarray:
+        return self._store.kg
+
+    @property
+    def _acc(self) -> np.ndarray:
+        return self._store.arrays["acc"]
+
+    @_acc.setter
+    def _acc(self, array: np.ndarray) -> None:
+        self._store.arrays["acc"] = array
+
+    @property
+    def _count(self) -> np.ndarray:
+        return self._store.arrays["count"]
+
+    def attach(self) -> None:
+        """Take up the state the backend restored (call after the backend's restore).
+
+        Example: ``aggregates.attach(); aggregates.value_type``
+        """
+        if self._backend is None:
+            return
+        restored = self._backend.column_table(self.name)
+        if restored is None:
+            return
+        self._value_type = self._value_type or restored.schema.value_type
+        acc = dict((n, k) for n, k, _ in restored.schema.fields)["acc"]
+        table = self._backend.column_table(self.name, self._schema(acc))
+        assert table is not None
+        self._adopt(table)
+
+    def _attach_table(self) -> ColumnTable:
+        """The state's table, made (or given the schema) at the first batch."""
+        schema = self._schema(self._acc.dtype)
+        table = self._table
+        if table is None or table.schema != schema:
+            assert self._backend is not None
+            table = self._backend.column_table(self.name, schema)
+            assert table is not None
+            self._adopt(table)
+        return table
 
     @property
     def value_type(self) -> pa.DataType | None:
@@ -136,15 +233,10 @@ class ColumnarAggregates:
             self._value_type = checked_value_type(first, kind, self.where, self.value)
             if first is None:
                 floating = pa.types.is_floating(kind) or self.kind == "mean"
-                self._acc = self._acc.astype(np.float64 if floating else np.int64)
+                self._store.set_schema(self._schema(np.float64 if floating else np.int64))
 
     def _grow(self, size: int) -> None:
-        if size <= len(self._kg):
-            return
-        capacity = max(size, 2 * len(self._kg), 1024)
-        self._kg = np.resize(self._kg, capacity)
-        self._acc = np.resize(self._acc, capacity)
-        self._count = np.resize(self._count, capacity)
+        self._store.grow(size)
 
     def _aggregations(self, has_ts: bool) -> list[tuple[Any, str]]:
         if self.kind == "count":
@@ -158,8 +250,34 @@ class ColumnarAggregates:
         return aggs
 
     def fold(self, batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray, pa.Array | None]:
-        """Fold ``batch`` in: (keys touched, their slots, their latest ``_ts`` or None)."""
+        """Fold ``batch`` in: (keys touched, their slots, their latest ``_ts`` or None).
+
+        The slots index :attr:`index` and the accumulators until the next fold."""
         self._check_columns(batch)
+        table = self._table if self._backend is None else self._attach_table()
+        if table is self._store:
+            return self._fold_checked(batch)
+        assert table is not None
+        # Another backend: fold into a scratch table of the batch's keys, preloaded
+        # with their accumulators (one batch read), then write them back (one batch write).
+        keys = pc.unique(canonical_float_keys(batch.column(self.key)))
+        key_groups = key_groups_of_column(keys, self.max_parallelism)
+        self._store = self._heap(table.schema)
+        self._store.write(keys, key_groups, table.read(keys, key_groups))
+        touched, slots, ts = self._fold_checked(batch)
+        n = len(keys)
+        if self._store.index.size == n:
+            # Every key read was folded (the batch's keys are all touched) and holds
+            # slot i of keys[i]: write back under the same keys array, whose stored
+            # keys the table encoded for the read already.
+            values = {name: array[:n] for name, array in self._store.arrays.items()}
+            table.write(keys, key_groups, values)
+        else:
+            values = {name: array[slots] for name, array in self._store.arrays.items()}
+            table.write(touched, self._kg[slots], values)
+        return touched, slots, ts
+
+    def _fold_checked(self, batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray, pa.Array | None]:
         has_ts = TS in batch.schema.names
         if has_ts:
             event_times(batch, self.where)
@@ -318,6 +436,8 @@ class ColumnarAggregates:
 
     def result(self) -> tuple[pa.Array, pa.Array]:
         """Every key and its value (for a window that fires)."""
+        if self._table is not None and self._table is not self._store:
+            self._store = self._loaded(self._table.table())
         slots = np.arange(self.index.size, dtype=np.int64)
         return self.index.keys_at(slots), self.values_at(slots)
 
@@ -325,34 +445,93 @@ class ColumnarAggregates:
     def state_table(self) -> pa.Table:
         """The state as columns ``_kg, _key, acc, count`` (a copy: later updates do not
         change it, so the asynchronous part of a snapshot can write it)."""
-        n = self.index.size
-        slots = np.arange(n, dtype=np.int64)
-        table = pa.table(
-            {
-                KG: pa.array(self._kg[:n].copy()),
-                STATE_KEY: self.index.keys_at(slots),
-                "acc": pa.array(self._acc[:n].copy()),
-                "count": pa.array(self._count[:n].copy()),
-            }
-        )
-        return with_value_type(table, self._value_type)
+        table = self._table if self._table is not None else self._store
+        return with_value_type(table.table(), self._value_type)
+
+    def _loaded(self, table: pa.Table) -> HeapColumnTable:
+        store = self._heap(self._schema(table.column("acc").type))
+        store.load(table, state_keys(table, self.where).combine_chunks())
+        return store
 
     def restore_rows(self, table: pa.Table) -> None:
-        """Add the rows of a :meth:`state_table` (keys not seen yet) to the state."""
+        """Add the rows of a :meth:`state_table` (keys not seen yet) to the state
+        (state the operator keeps itself: windows, sessions)."""
         if table.num_rows == 0:
             return
-        keys = state_keys(table, self.where).combine_chunks()
-        slots, new = self.index.slots(keys)
-        if not new.all():
-            raise StateError(f"{self.where}: restored state holds a key twice")
-        self._grow(self.index.size)
-        self._kg[slots] = table.column(KG).to_numpy()
-        acc = table.column("acc").to_numpy()
-        self._acc = self._acc.astype(acc.dtype) if self._acc.dtype != acc.dtype else self._acc
-        self._acc[slots] = acc
-        self._count[slots] = table.column("count").to_numpy()
+        self._store.load(table, state_keys(table, self.where).combine_chunks())
         if self._value_type is None:
             self._value_type = value_type_of(table)
+            self._store.set_schema(self._schema(self._acc.dtype))
+
+
+#: Between a window aggregation's state name and its window's start.
+WINDOW_SEP = "@"
+
+
+def window_table_name(kind: str, start: int) -> str:
+    """The column table of one window. Example: ``window_table_name("sum", 0) == "sum@0"``"""
+    return f"{kind}{WINDOW_SEP}{start}"
+
+
+def state_of_table(name: str) -> str:
+    """The state (aggregation) of a column table. Example: ``state_of_table("sum@0") == "sum"``"""
+    return name.partition(WINDOW_SEP)[0]
+
+
+def window_of_table(name: str) -> int | None:
+    """The window start of a window's column table, else None."""
+    _, sep, start = name.partition(WINDOW_SEP)
+    return int(start) if sep else None
+
+
+def state_file_table(tables: list[tuple[str, pa.Table]]) -> pa.Table:
+    """The columnar state file's rows of column tables ``(name, table())``: a window's
+    rows get its ``_window_start``; keys of several integer widths take the widest."""
+    parts = []
+    for name, table in tables:
+        start = window_of_table(name)
+        if start is not None:
+            column = pa.array(np.full(table.num_rows, start, dtype=np.int64))
+            table = table.append_column(_WINDOW_START, column)
+        parts.append(table)
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+def columnar_state_parts(state: str, rows: pa.Table, where: str) -> Iterable[tuple[str, pa.Table]]:
+    """``(column table name, its rows)`` of a columnar state file's ``rows``: one
+    part for a rolling aggregation, one per window start for windows."""
+    if state not in AGGREGATES or "_window_end" in rows.schema.names:
+        raise StateError(
+            f"{where}: this state was written by another kind of columnar operator "
+            f"(state {state!r}); a columnar aggregation restores only its own state: "
+            "give the new operator another uid"
+        )
+    if _WINDOW_START not in rows.schema.names:
+        yield state, rows
+        return
+    starts = rows.column(_WINDOW_START).to_numpy()
+    for start in np.unique(starts).tolist():
+        part = rows.filter(pa.array(starts == start)).drop_columns([_WINDOW_START])
+        yield window_table_name(state, int(start)), part
+
+
+_WINDOW_START = "_window_start"
+
+
+def accumulator_schema(kind: str, acc: Any, value_type: pa.DataType | None) -> ColumnSchema:
+    """The accumulators of aggregation ``kind``: ``acc`` (of NumPy or Arrow type
+    ``acc``; min/max start at the type's extreme, the others at 0) and ``count`` (the
+    non-null values seen).
+
+    Example: ``accumulator_schema("min", np.int64, pa.int32()).fields[0][2] == 2**63 - 1``
+    """
+    dtype = np.dtype(acc.to_pandas_dtype() if isinstance(acc, pa.DataType) else acc)
+    identity = _identity(dtype, high=True) if kind == "min" else 0
+    if kind == "max":
+        identity = _identity(dtype, high=False)
+    if isinstance(identity, np.generic):
+        identity = identity.item()
+    return ColumnSchema((("acc", dtype.name, identity), ("count", "int64", 0)), value_type)
 
 
 def _identity(dtype: np.dtype, high: bool) -> Any:
@@ -435,10 +614,16 @@ def columnar_rows(fs: StorageFS, handle: ColumnarSnapshotHandle) -> Iterable[tup
         keys = state_keys(batch, handle.path).to_pylist()
         windows = cols.get("_window_start", [None] * batch.num_rows)
         for key, acc, count, window in zip(keys, cols["acc"], cols["count"], windows, strict=True):
-            if kind == "mean":
-                value = acc / count if count else None
-            elif kind in ("min", "max", "sum") and not count:
-                value = None
-            else:
-                value = acc
-            yield key, value, kg, window
+            yield key, aggregate_value(kind, acc, count), kg, window
+
+
+def aggregate_value(kind: str, acc: Any, count: int) -> Any:
+    """The value of aggregation ``kind`` from its accumulators (None: only nulls seen).
+
+    Example: ``aggregate_value("mean", 9.0, 3) == 3.0``
+    """
+    if kind == "mean":
+        return acc / count if count else None
+    if kind in ("min", "max", "sum") and not count:
+        return None
+    return acc

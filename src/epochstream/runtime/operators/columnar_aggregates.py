@@ -1,8 +1,8 @@
 """Columnar keyed aggregations: rolling per key, and per event-time window.
 
 - :class:`ColumnarAggregateOperator`: rolling keyed ``sum``/``count``/``min``/``max``/
-  ``mean`` over :class:`~epochstream.state.columnar_aggregates.ColumnarAggregates`, checkpointed
-  as a :class:`~epochstream.state.handles.ColumnarSnapshotHandle`;
+  ``mean`` over :class:`~epochstream.state.columnar_aggregates.ColumnarAggregates`, its
+  state in a column table of the job's keyed-state backend (heap or RocksDB);
 - :class:`ColumnarWindowOperator`: the same aggregations per tumbling or sliding
   event-time window, fired by the watermark.
 
@@ -24,14 +24,24 @@ import pyarrow as pa
 from epochstream.core.arrow import KG as KG_COLUMN
 from epochstream.core.arrow import TS as TS_COLUMN
 from epochstream.core.filesystems import storage_fs
-from epochstream.exceptions import DataError
+from epochstream.exceptions import DataError, StateError
 from epochstream.graph.specs import AggregateSpec, WindowAggregateSpec
 from epochstream.runtime.operators.base import Operator, SnapshotParts
 from epochstream.runtime.operators.columnar_transforms import need_batch
-from epochstream.state.backends.base import SnapshotJob, SnapshotTarget
+from epochstream.state.backends.base import (
+    KeyedBackendContext,
+    KeyedStateBackend,
+    SnapshotJob,
+    SnapshotTarget,
+)
+from epochstream.state.backends.heap.backend import HeapStateBackend
 from epochstream.state.columnar_aggregates import (
     ColumnarAggregates,
     read_columnar_state,
+    state_file_table,
+    state_of_table,
+    window_of_table,
+    window_table_name,
     write_columnar_state,
 )
 from epochstream.state.columnar_checks import checked_value_type, event_times
@@ -125,12 +135,38 @@ class ColumnarKeyedOperator(Operator, ABC):
         return parts
 
 
-class ColumnarAggregateOperator(ColumnarKeyedOperator):
+def _own_backend(spec: Any, ctx: Any) -> KeyedStateBackend:
+    """Driven without a task (tests, tools): a heap backend of the operator's own, as
+    the task would give it by default."""
+    return HeapStateBackend().create(
+        KeyedBackendContext(
+            operator_uid=spec.uid,
+            subtask=ctx.subtask_index,
+            max_parallelism=ctx.max_parallelism,
+            key_group_range=key_group_range_for_operator(
+                ctx.max_parallelism, ctx.parallelism, ctx.subtask_index
+            ),
+            clock=ctx.clock,
+            local_dir="",
+            storage_options=ctx.storage_options,
+        )
+    )
+
+
+class ColumnarAggregateOperator(Operator):
     """Rolling keyed aggregation: per input batch, one row per key touched with its new
-    running value (``key``, value column; ``count`` for counts)."""
+    running value (``key``, value column; ``count`` for counts).
+
+    Its state is a column table of the job's keyed-state backend
+    (``env.set_state_backend``; :meth:`KeyedStateBackend.column_table`), named after
+    the aggregation (``"sum"``...), snapshotted and restored by the backend.
+    """
 
     def __init__(self, spec: Any, ctx: Any) -> None:
         super().__init__(spec, ctx)
+        self.keyed = self.keyed or _own_backend(spec, ctx)
+        #: The key groups of this subtask (those its backend holds).
+        self.key_groups = self.keyed.key_group_range
         agg: AggregateSpec = spec.payload
         self.state = ColumnarAggregates(
             agg.kind,
@@ -138,23 +174,30 @@ class ColumnarAggregateOperator(ColumnarKeyedOperator):
             value=agg.value,
             max_parallelism=ctx.max_parallelism,
             where=ctx.task_name,
+            backend=self.keyed,
         )
+
+    def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
+        super().initialize_state(restore, checkpoint_id)
+        self.state.attach()
 
     def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
         batch = need_batch(self, records)
         if batch.num_rows:
             self.emit(self.state.update(batch), None)
 
-    def restore_table(self, table: pa.Table) -> None:
-        self.state.restore_rows(table)
-
     def state_table(self) -> pa.Table:
+        """The state as a table (``_kg``, ``_key``, ``acc``, ``count``): tests, tools."""
         return self.state.state_table()
 
 
-class ColumnarWindowAggregates(ColumnarKeyedOperator):
+class ColumnarWindowAggregates(Operator):
     """What event-time and processing-time window aggregations on batches share: one
-    :class:`ColumnarAggregates` per open window (by start), firing, snapshots.
+    :class:`ColumnarAggregates` per open window (by start), firing, restore.
+
+    Each open window is a column table of the job's keyed-state backend, named
+    ``<aggregation>@<start>`` (:func:`window_table_name`); a fired window's table is
+    dropped. The backend snapshots and restores them.
 
     A fired window is one batch: the key column, ``window_start``, ``window_end``, the
     value column (``count`` for counts) and ``_ts = window_end - 1``.
@@ -162,6 +205,8 @@ class ColumnarWindowAggregates(ColumnarKeyedOperator):
 
     def __init__(self, spec: Any, ctx: Any) -> None:
         super().__init__(spec, ctx)
+        self.keyed = self.keyed or _own_backend(spec, ctx)
+        self.key_groups = self.keyed.key_group_range
         self.agg: WindowAggregateSpec = spec.payload
         self.windows: dict[int, ColumnarAggregates] = {}
         # The key and value columns' types so far: each window checks only its own
@@ -194,6 +239,8 @@ class ColumnarWindowAggregates(ColumnarKeyedOperator):
                 value=agg.value,
                 max_parallelism=self.ctx.max_parallelism,
                 where=self.ctx.task_name,
+                backend=self.keyed,
+                name=window_table_name(agg.kind, start),
             )
         return window
 
@@ -201,7 +248,10 @@ class ColumnarWindowAggregates(ColumnarKeyedOperator):
         """Emit and drop every window whose end - 1 ``time`` reached, oldest first."""
         size = self.agg.size
         for start in sorted(s for s in self.windows if s + size - 1 <= time):
-            keys, values = self.windows.pop(start).result()
+            window = self.windows.pop(start)
+            keys, values = window.result()
+            assert self.keyed is not None
+            self.keyed.drop_column_table(window.name)
             n = len(keys)
             self.emit(
                 pa.record_batch(
@@ -223,24 +273,27 @@ class ColumnarWindowAggregates(ColumnarKeyedOperator):
                 None,
             )
 
-    def state_table(self) -> pa.Table:
-        parts = []
-        for start, window in self.windows.items():
-            table = window.state_table()
-            parts.append(table.append_column(_WINDOW, pa.array(np.full(table.num_rows, start))))
-        if not parts:
-            return pa.table({KG_COLUMN: pa.array([], pa.int32())})
-        # Windows that saw integer keys of several widths hold them as int64, the others
-        # in their own type: the file takes the widest.
-        return pa.concat_tables(parts, promote_options="permissive")
-
-    def restore_table(self, table: pa.Table) -> None:
-        starts = table.column(_WINDOW).to_numpy()
-        for start in np.unique(starts).tolist():
-            rows = table.filter(pa.array(starts == start)).drop_columns([_WINDOW])
+    def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
+        super().initialize_state(restore, checkpoint_id)
+        assert self.keyed is not None
+        for name in self.keyed.column_tables():
+            start = window_of_table(name)
+            if start is None or state_of_table(name) != self.agg.kind:
+                raise StateError(
+                    f"{self.ctx.task_name}: restored columnar state {name!r} is not this "
+                    "window aggregation's; give the new operator another uid"
+                )
             window = self._window(start)
-            window.restore_rows(rows)
+            window.attach()
             self._value_type = self._value_type or window.value_type
+
+    def state_table(self) -> pa.Table:
+        """Every open window's state (``_kg``, ``_key``, ``acc``, ``count``,
+        ``_window_start``): tests, tools."""
+        tables = [(w.name, w.state_table()) for w in self.windows.values()]
+        if not tables:
+            return pa.table({KG_COLUMN: pa.array([], pa.int32())})
+        return state_file_table(tables)
 
 
 class ColumnarWindowOperator(ColumnarWindowAggregates):
@@ -277,9 +330,6 @@ class ColumnarWindowOperator(ColumnarWindowAggregates):
         self.watermark = watermark
         self._fire_due(watermark)
         self.emit_watermark(watermark)
-
-
-_WINDOW = "_window_start"
 
 
 def _out_name(agg: WindowAggregateSpec) -> str:

@@ -39,6 +39,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+import numpy as np
+import pyarrow as pa
+
 from epochstream.core.clock import Clock
 from epochstream.core.state_descriptors import (
     AggregatingStateDescriptor,
@@ -55,9 +58,12 @@ if TYPE_CHECKING:
     from epochstream.core.filesystems import StorageFS
 
 __all__ = [
+    "COLUMN_KEY",
     "NAMESPACED",
     "NAMESPACED_KINDS",
     "STATE_KINDS",
+    "ColumnSchema",
+    "ColumnTable",
     "KeyedBackendContext",
     "KeyedStateBackend",
     "SnapshotJob",
@@ -187,6 +193,101 @@ class ValueTable(Protocol):
         """Every ``(key, value)`` of this subtask's key groups (do not write meanwhile)."""
 
 
+#: The key column of :meth:`ColumnTable.table` (and of columnar state files).
+COLUMN_KEY = "_key"
+
+
+@dataclass(frozen=True)
+class ColumnSchema:
+    """The accumulators of one columnar state: fixed-width NumPy fields, each with the
+    identity a key has before its first update, and the aggregated column's Arrow type.
+
+    It is also the state's serializer (``dumps``/``loads`` of one entry's tuple of
+    field values), so backends that record a serializer per state (RocksDB) keep the
+    schema with the state and offline readers decode entries with it.
+
+    Example::
+
+        schema = ColumnSchema((("acc", "int64", 0), ("count", "int64", 0)), pa.int64())
+        schema.loads(schema.dumps((5, 2))) == (5, 2)
+    """
+
+    #: ``(name, NumPy dtype name, identity)`` of each field.
+    fields: tuple[tuple[str, str, Any], ...]
+    value_type: pa.DataType | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The field names, in order. Example: ``schema.names == ("acc", "count")``."""
+        return tuple(f[0] for f in self.fields)
+
+    @property
+    def record(self) -> np.dtype:
+        """The packed little-endian record of one entry (fixed width, no padding)."""
+        return np.dtype([(name, np.dtype(kind).newbyteorder("<")) for name, kind, _ in self.fields])
+
+    def identities(self, n: int) -> dict[str, np.ndarray]:
+        """``n`` entries at their identities. Example: ``schema.identities(2)["acc"]``."""
+        return {name: np.full(n, identity, dtype=kind) for name, kind, identity in self.fields}
+
+    def dumps(self, value: Any) -> bytes:
+        """One entry's field values (a tuple, in field order) packed."""
+        record = np.zeros(1, dtype=self.record)
+        for name, v in zip(self.names, value, strict=True):
+            record[name] = v
+        return record.tobytes()
+
+    def loads(self, data: bytes) -> tuple[Any, ...]:
+        """The field values of one packed entry."""
+        record = np.frombuffer(bytes(data), dtype=self.record)[0]
+        return tuple(record[name].item() for name in self.names)
+
+
+class ColumnTable(ABC):
+    """Batch access to one columnar state: accumulators per key, read and written for a
+    whole batch's distinct keys at once (columnar operators; no current key).
+
+    ``keys`` is an Arrow array of distinct keys and ``key_groups`` their key groups
+    (:func:`~epochstream.state.column_keygroups.key_groups_of_column`); values are one
+    NumPy array per schema field, aligned with ``keys``.
+
+    Example::
+
+        table = backend.column_table("sum", schema)
+        acc = table.read(keys, kgs)                  # missing keys: the identities
+        acc["acc"] += partial_sums
+        table.write(keys, kgs, acc)
+        table.table().column("_key")                 # every entry (firing, tests)
+    """
+
+    name: str
+
+    @property
+    @abstractmethod
+    def schema(self) -> ColumnSchema:
+        """The accumulator fields and the aggregated column's type."""
+
+    @abstractmethod
+    def set_schema(self, schema: ColumnSchema) -> None:
+        """Adopt ``schema`` (the operator's: the identities of new keys, the value type)."""
+
+    @abstractmethod
+    def read(self, keys: pa.Array, key_groups: np.ndarray) -> dict[str, np.ndarray]:
+        """The accumulators of ``keys`` (the identities for keys without an entry)."""
+
+    @abstractmethod
+    def write(self, keys: pa.Array, key_groups: np.ndarray, values: dict[str, np.ndarray]) -> None:
+        """Store ``values`` as the accumulators of ``keys`` (one call per batch)."""
+
+    @abstractmethod
+    def table(self) -> pa.Table:
+        """Every entry as columns ``_kg``, ``_key`` and the fields (a copy)."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """The number of keys with an entry."""
+
+
 class KeyedStateBackend(ABC):
     """Keyed state of one operator in one subtask (see the module docstring)."""
 
@@ -275,6 +376,36 @@ class KeyedStateBackend(ABC):
     @abstractmethod
     def _value_table(self, descriptor: ValueStateDescriptor, namespaced: bool) -> ValueTable:
         """The backend's value table of ``descriptor``."""
+
+    def column_table(self, name: str, schema: ColumnSchema | None = None) -> ColumnTable | None:
+        """The columnar state ``name`` (columnar operators' batch access).
+
+        With ``schema`` the table is made if new and adopts ``schema`` if it exists
+        (restored); without, it is the existing (restored) table or ``None``, whose
+        ``schema`` tells what the restored state holds.
+
+        Example::
+
+            restored = backend.column_table("sum")      # None on a fresh start
+            table = backend.column_table("sum", schema)
+        """
+        return self._column_table(name, schema)
+
+    @abstractmethod
+    def _column_table(self, name: str, schema: ColumnSchema | None) -> ColumnTable | None:
+        """The backend's column table ``name`` (see :meth:`column_table`)."""
+
+    @abstractmethod
+    def column_tables(self) -> list[str]:
+        """The names of the columnar states held (restored ones included): a window
+        operator finds its open windows' tables by them.
+
+        Example: ``backend.column_tables() == ["sum@0", "sum@5000"]``
+        """
+
+    @abstractmethod
+    def drop_column_table(self, name: str) -> None:
+        """Remove columnar state ``name`` and its entries (a fired window's)."""
 
     @abstractmethod
     def keys(self, state_name: str) -> list[Any]:

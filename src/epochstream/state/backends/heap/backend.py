@@ -30,6 +30,9 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, ClassVar
 
+import numpy as np
+import pyarrow as pa
+
 from epochstream.core.filesystems import storage_fs
 from epochstream.core.serializers import DEFAULT_SERIALIZER
 from epochstream.core.state_descriptors import StateDescriptor, ValueStateDescriptor
@@ -37,6 +40,7 @@ from epochstream.core.state_ttl import TtlConfig, TtlValue
 from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.state.backends.base import (
     NAMESPACED,
+    ColumnSchema,
     KeyedBackendContext,
     KeyedStateBackend,
     SnapshotJob,
@@ -45,11 +49,12 @@ from epochstream.state.backends.base import (
     base_kind,
     is_namespaced,
 )
+from epochstream.state.backends.heap.columns import COLUMNAR, HeapColumnTable
 from epochstream.state.backends.heap.files import (
     DELETED,
     merge_chain,
 )
-from epochstream.state.backends.heap.snapshots import HeapSnapshotJob
+from epochstream.state.backends.heap.snapshots import ColumnarSnapshotJob, HeapSnapshotJob
 from epochstream.state.backends.heap.states import (
     HEAP_STATE_CLASSES,
     NO_KEY,
@@ -62,8 +67,18 @@ from epochstream.state.canonical import (
     read_batches,
     read_state_meta,
 )
+from epochstream.state.columnar_aggregates import (
+    accumulator_schema,
+    columnar_state_parts,
+    read_columnar_state,
+    state_file_table,
+    state_keys,
+    state_of_table,
+)
+from epochstream.state.columnar_checks import value_type_of
 from epochstream.state.handles import (
     CanonicalSnapshotHandle,
+    ColumnarSnapshotHandle,
     HeapSnapshotHandle,
     KeyedStateHandle,
 )
@@ -144,6 +159,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self.assigner = KeyGroupAssigner.shared(ctx.max_parallelism)
         self._key = KeyContext()
         self._tables: dict[str, HeapTable] = {}
+        self._columns: dict[str, HeapColumnTable] = {}
         # What snapshot n took per state, until a completed checkpoint covers it.
         self._unconfirmed: dict[int, dict[str, _Written]] = {}
         # Handles of snapshots whose files are written (filled by the snapshot thread).
@@ -187,6 +203,22 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         kind = NAMESPACED + "value" if namespaced else "value"
         return self._table(descriptor.name, kind, descriptor).data
 
+    def _column_table(self, name: str, schema: ColumnSchema | None) -> HeapColumnTable | None:
+        table = self._columns.get(name)
+        if schema is None:
+            return table
+        if table is None:
+            table = self._columns[name] = HeapColumnTable(name, schema)
+        else:
+            table.set_schema(schema)
+        return table
+
+    def column_tables(self) -> list[str]:
+        return list(self._columns)
+
+    def drop_column_table(self, name: str) -> None:
+        self._columns.pop(name, None)
+
     def keys(self, state_name: str) -> list[Any]:
         table = self._tables.get(state_name)
         return [] if table is None else list(table.data)
@@ -206,6 +238,8 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             del self._handles[n]
 
     def snapshot(self, target: SnapshotTarget) -> SnapshotJob:
+        if self._columns:
+            return self._snapshot_columns(target)
         self._adopt_base(target.base_checkpoint_id)
         taken: dict[str, _Written] = {}
         delta: dict[str, dict[Any, Any]] = {}
@@ -249,6 +283,28 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             job.encode_at_barrier()
         return job
 
+    def _snapshot_columns(self, target: SnapshotTarget) -> SnapshotJob:
+        """Columnar state: the columnar Arrow file, full each time (the format columnar
+        state had before it moved behind the backend, so older checkpoints restore)."""
+        if self._tables:
+            # A columnar operator keeps only columnar state; the two snapshot formats
+            # (heap chain, columnar file) do not share one handle.
+            raise StateError(
+                "the heap backend holds columnar and row state in one operator: "
+                f"columnar {sorted(self._columns)}, row {sorted(self._tables)}"
+            )
+        states = {state_of_table(name) for name in self._columns}
+        if len(states) > 1:
+            raise StateError(
+                f"the heap backend snapshots one columnar state per operator (with its "
+                f"windows), not {sorted(states)}"
+            )
+        tables = [(name, table.table()) for name, table in self._columns.items()]
+        schema = next(iter(self._columns.values())).schema
+        return ColumnarSnapshotJob(
+            state_file_table(tables), target, self.key_group_range, states.pop(), schema
+        )
+
     @staticmethod
     def _copy_entries(
         table: HeapTable, keys: Iterable[Any], memo: dict[int, Any]
@@ -281,7 +337,9 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         for handle in handles:
             self.check_restorable(handle)
             fs = storage_fs(handle.files()[0] if handle.files() else "/", self.ctx.storage_options)
-            if isinstance(handle, HeapSnapshotHandle):
+            if isinstance(handle, ColumnarSnapshotHandle):
+                self._restore_columns(handle)
+            elif isinstance(handle, HeapSnapshotHandle):
                 namespaced = [n for n, kind in handle.states.items() if is_namespaced(kind)]
                 merged = merge_chain(fs, handle.chain, owned_groups, self.assigner, namespaced)
                 for name, entries in merged.items():
@@ -308,6 +366,26 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             for table in self._tables.values():
                 table.all_dirty = True
 
+    def check_restorable(self, handle: KeyedStateHandle) -> None:
+        if not isinstance(handle, ColumnarSnapshotHandle):  # columnar files are the heap's
+            super().check_restorable(handle)
+
+    def _restore_columns(self, handle: ColumnarSnapshotHandle) -> None:
+        options = self.ctx.storage_options
+        rows = read_columnar_state(
+            lambda path: storage_fs(path, options), [handle], self.key_group_range, handle.path
+        )
+        if rows is None:
+            return
+        name = next(iter(handle.states), "")
+        for table_name, part in columnar_state_parts(name, rows, handle.path):
+            keys = state_keys(part, handle.path).combine_chunks()
+            table = self._columns.get(table_name)
+            if table is None:
+                schema = accumulator_schema(name, part.column("acc").type, value_type_of(part))
+                table = self._columns[table_name] = HeapColumnTable(table_name, schema)
+            table.load(part, keys)
+
     def _restored_table(self, name: str, kind: str | None = None) -> HeapTable:
         table = self._tables.get(name)
         if table is None:
@@ -320,7 +398,11 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
     def _restore_canonical(self, fs: Any, handle: CanonicalSnapshotHandle) -> None:
         metas = read_state_meta(fs, handle.path)
+        columnar = {n for n, m in metas.items() if m.kind == COLUMNAR}
+        entries: dict[str, list[tuple[Any, int, tuple[Any, ...]]]] = {n: [] for n in columnar}
         for _kg, batch in read_batches(fs, handle, self.key_group_range):
+            if columnar:
+                batch = self._columnar_rows(batch, metas, entries)
             columns = batch.to_pydict()
             for name, key, ns, user_key, value, ttl_ts in zip(
                 columns["state"],
@@ -350,6 +432,41 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                     table.data.setdefault(k, {})[decode_key(user_key)] = v
                 else:
                     table.data[k] = v
+        for name in columnar:
+            schema = metas[name].serializer
+            if not isinstance(schema, ColumnSchema):
+                raise StateError(f"{handle.path}: columnar state {name!r} without its schema")
+            self._load_columnar(name, schema, entries[name])
+
+    @staticmethod
+    def _columnar_rows(
+        batch: pa.RecordBatch,
+        metas: dict[str, StateMeta],
+        entries: dict[str, list[tuple[Any, int, tuple[Any, ...]]]],
+    ) -> pa.RecordBatch:
+        """Take the rows of columnar states (a RocksDB savepoint's) out of ``batch``."""
+        names = batch.column("state").to_pylist()
+        mine = [n in entries for n in names]
+        if not any(mine):
+            return batch
+        rows = batch.filter(pa.array(mine)).to_pydict()
+        for name, key, kg, value in zip(
+            rows["state"], rows["key"], rows["key_group"], rows["value"], strict=True
+        ):
+            entries[name].append((decode_key(key), kg, metas[name].serializer.loads(value)))
+        return batch.filter(pa.array([not m for m in mine]))
+
+    def _load_columnar(
+        self, name: str, schema: ColumnSchema, rows: list[tuple[Any, int, tuple[Any, ...]]]
+    ) -> None:
+        table = self._columns.get(name)
+        if table is None:
+            table = self._columns[name] = HeapColumnTable(name, schema)
+        if not rows:
+            return
+        keys, kgs, values = zip(*rows, strict=True)
+        fields = {f: np.array([v[i] for v in values]) for i, f in enumerate(schema.names)}
+        table.write(pa.array(list(keys)), np.array(kgs, dtype=np.int32), fields)
 
 
 def _snapshot_copy(value: Any, memo: dict[int, Any]) -> Any:

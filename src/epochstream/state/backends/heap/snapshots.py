@@ -21,10 +21,18 @@ from collections.abc import Iterable
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from epochstream.core.filesystems import storage_fs
 from epochstream.core.state_ttl import TtlConfig, TtlValue
 from epochstream.exceptions import StateError
-from epochstream.state.backends.base import SnapshotJob, SnapshotTarget, base_kind, is_namespaced
+from epochstream.state.backends.base import (
+    ColumnSchema,
+    SnapshotJob,
+    SnapshotTarget,
+    base_kind,
+    is_namespaced,
+)
 from epochstream.state.backends.heap.files import (
     CHUNK_ENTRIES,
     EncodedBlock,
@@ -36,13 +44,48 @@ from epochstream.state.backends.heap.files import (
     write_encoded,
 )
 from epochstream.state.canonical import CanonicalRow, StateMeta, write_canonical
+from epochstream.state.columnar_aggregates import write_columnar_state
+from epochstream.state.columnar_checks import with_value_type
 from epochstream.state.handles import HeapSnapshotHandle, HeapStateFile, KeyedStateHandle
 from epochstream.state.keyformat import encode_key
 
 if TYPE_CHECKING:
     from epochstream.state.backends.heap.backend import HeapKeyedStateBackend
 
-__all__ = ["HeapSnapshotJob"]
+__all__ = ["ColumnarSnapshotJob", "HeapSnapshotJob"]
+
+
+class ColumnarSnapshotJob(SnapshotJob):
+    """Writes the heap backend's columnar state, copied at the barrier, as a columnar
+    Arrow file (:class:`~epochstream.state.handles.ColumnarSnapshotHandle`).
+
+    Example::
+
+        job = ColumnarSnapshotJob(table.table(), target, range(0, 64), "sum", table.schema)
+        handle = job.run()   # snapshot thread
+    """
+
+    def __init__(
+        self,
+        table: pa.Table,
+        target: SnapshotTarget,
+        key_groups: range,
+        state: str,
+        schema: ColumnSchema,
+    ) -> None:
+        self.table = with_value_type(table, schema.value_type)
+        self.target = target
+        self.key_groups = key_groups
+        self.state = state
+
+    def run(self) -> KeyedStateHandle | None:
+        target = self.target
+        path = target.fs.join(target.directory, f"{target.name}.columnar.arrow")
+        handle = write_columnar_state(
+            target.fs, path, self.table, key_groups=self.key_groups, state=self.state
+        )
+        self.bytes_written = handle.size if handle is not None else 0
+        return handle
 
 
 class HeapSnapshotJob(SnapshotJob):

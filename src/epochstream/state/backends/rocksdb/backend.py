@@ -38,6 +38,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from epochstream.core.arrow import KG
 from epochstream.core.filesystems import storage_fs
 from epochstream.core.serializers import DEFAULT_SERIALIZER, Serializer
 from epochstream.core.state_descriptors import StateDescriptor, ValueStateDescriptor
@@ -45,6 +46,7 @@ from epochstream.core.storage_faults import READ_RETRY, read_error
 from epochstream.exceptions import ConfigurationError, CorruptStateError, StateError
 from epochstream.state.backends.base import (
     NAMESPACED,
+    ColumnSchema,
     KeyedBackendContext,
     KeyedStateBackend,
     SnapshotJob,
@@ -53,6 +55,8 @@ from epochstream.state.backends.base import (
     base_kind,
     is_namespaced,
 )
+from epochstream.state.backends.heap.columns import COLUMNAR as HEAP_COLUMNAR
+from epochstream.state.backends.rocksdb.columns import RocksColumnTable
 from epochstream.state.backends.rocksdb.files import META_CF, crc_file, encode_meta, read_meta
 from epochstream.state.backends.rocksdb.snapshots import RocksSnapshotJob
 from epochstream.state.backends.rocksdb.states import (
@@ -71,8 +75,16 @@ from epochstream.state.canonical import (
     read_batches,
     read_state_meta,
 )
+from epochstream.state.columnar_aggregates import (
+    accumulator_schema,
+    columnar_state_parts,
+    read_columnar_state,
+    state_keys,
+)
+from epochstream.state.columnar_checks import value_type_of
 from epochstream.state.handles import (
     CanonicalSnapshotHandle,
+    ColumnarSnapshotHandle,
     KeyedStateHandle,
     RocksDBSnapshotHandle,
     StateFile,
@@ -83,7 +95,11 @@ from epochstream.state.keygroups import KeyGroupAssigner, validate_max_paralleli
 if TYPE_CHECKING:
     pass
 
-__all__ = ["RocksDBKeyedStateBackend", "RocksDBStateBackend"]
+__all__ = ["COLUMNAR", "RocksDBKeyedStateBackend", "RocksDBStateBackend"]
+
+#: The kind of columnar state in the meta column family (its serializer: the schema);
+#: the heap backend's constant, so savepoints name it alike.
+COLUMNAR = HEAP_COLUMNAR
 
 log = logging.getLogger(__name__)
 
@@ -317,6 +333,36 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         column = self._column(descriptor.name, kind, descriptor)
         return _RocksValueTable(column, self.assigner.key_group, namespaced)
 
+    def _column_table(self, name: str, schema: ColumnSchema | None) -> RocksColumnTable | None:
+        column = self._columns.get(name)
+        if schema is None:
+            if column is None:
+                return None
+            return RocksColumnTable(column, self._db, self._write, self._remember)
+        if column is None:
+            column = self._column(name, COLUMNAR, None)
+            column.serializer = schema
+            self._remember(column)
+        elif column.kind != COLUMNAR:
+            raise StateError(
+                f"state {name!r} is registered (or restored) as {column.kind} state, cannot "
+                "use it as columnar state"
+            )
+        table = RocksColumnTable(column, self._db, self._write, self._remember)
+        table.set_schema(schema)
+        return table
+
+    def column_tables(self) -> list[str]:
+        return [name for name, column in self._columns.items() if column.kind == COLUMNAR]
+
+    def drop_column_table(self, name: str) -> None:
+        column = self._columns.pop(name, None)
+        if column is None:
+            return
+        column.cf = None  # the family's handle must be gone before the family is dropped
+        self._meta_cf().delete(name.encode("utf-8"))
+        self._ensure_db().drop_column_family(name)
+
     def keys(self, state_name: str) -> list[Any]:
         column = self._columns.get(state_name)
         if column is None:
@@ -380,11 +426,36 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         for handle in handles:
             if isinstance(handle, RocksDBSnapshotHandle):
                 self._copy_ranges(handle)
+            elif isinstance(handle, ColumnarSnapshotHandle):
+                self._restore_columnar_file(handle)
             elif isinstance(handle, CanonicalSnapshotHandle):
                 self._restore_canonical(handle)
             else:
                 raise StateError(f"cannot restore a {type(handle).__name__} into RocksDB")
         self._load_columns()
+
+    def check_restorable(self, handle: KeyedStateHandle) -> None:
+        # The heap backend's columnar files are canonical for columnar state: read here too.
+        if not isinstance(handle, ColumnarSnapshotHandle):
+            super().check_restorable(handle)
+
+    def _restore_columnar_file(self, handle: ColumnarSnapshotHandle) -> None:
+        """A heap backend's columnar state file (or a checkpoint of columnar state from
+        before it moved behind the backend): its key groups of this subtask's range."""
+        options = self.ctx.storage_options
+        rows = read_columnar_state(
+            lambda path: storage_fs(path, options), [handle], self.key_group_range, handle.path
+        )
+        if rows is None:
+            return
+        name = next(iter(handle.states), "")
+        for table_name, part in columnar_state_parts(name, rows, handle.path):
+            schema = accumulator_schema(name, part.column("acc").type, value_type_of(part))
+            table = self._column_table(table_name, schema)
+            assert table is not None
+            keys = state_keys(part, handle.path).combine_chunks()
+            values = {f: part.column(f).to_numpy() for f in schema.names}
+            table.write(keys, part.column(KG).to_numpy(), values)
 
     def _load_columns(self) -> None:
         for name, meta in read_meta(self._meta_cf()).items():
