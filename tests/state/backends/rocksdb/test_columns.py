@@ -111,8 +111,7 @@ def test_a_heap_columnar_file_restores_into_rocksdb(tmp_path: Any) -> None:
 def test_offline_reads_give_the_aggregate_per_key_and_window(
     tmp_path: Any, savepoint: bool
 ) -> None:
-    from epochstream.state.reader import _state_names, state_rows
-
+    from epochstream.checkpoint.reader import _state_names, state_rows
     from epochstream.state.columnar_aggregates import accumulator_schema, window_table_name
 
     h = _harness(tmp_path)
