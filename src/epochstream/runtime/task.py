@@ -23,7 +23,6 @@ import pickle
 import threading
 import time
 import traceback
-from collections.abc import Callable
 from typing import Any
 
 from pyarrow import RecordBatch
@@ -68,7 +67,7 @@ from epochstream.runtime.messages import (
     TaskKey,
     TriggerCheckpoint,
 )
-from epochstream.runtime.metrics import OperatorCounters, TaskMetrics
+from epochstream.runtime.metrics import TaskMetrics
 from epochstream.runtime.operators import (
     Operator,
     OperatorContext,
@@ -229,7 +228,6 @@ class Task:
             op.open()
         head = self.operators[0]
         if isinstance(head, SourceOperator):
-            head.emit_watermark = _watching(head.emit_watermark, self.metrics.head)
             head.assign_splits(self.deployment.splits)
         # Operators that act as processing time passes (timers, idleness, watermarks).
         self._timed = [op for op in self.operators if _follows_clock(op)]
@@ -630,16 +628,6 @@ class Task:
 
 def _safe(uid: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in uid)
-
-
-def _watching(emit: Callable[[int], None], counters: OperatorCounters) -> Callable[[int], None]:
-    """A source's watermark output that records its current watermark."""
-
-    def send(timestamp: int) -> None:
-        counters.watermark = timestamp
-        emit(timestamp)
-
-    return send
 
 
 def _follows_clock(op: Operator) -> bool:

@@ -9,7 +9,7 @@
 Example::
 
     op = ColumnarAggregateOperator(spec, ctx)  # spec.payload = AggregateSpec("sum", "k", "v")
-    op.emit = lambda batch, timestamps: print(batch.to_pydict())
+    op.output = ChainedOutput(sink_op, produced=op.counters, consumed=sink_op.counters)
     op.process_batch(pa.record_batch({"k": ["a", "a"], "v": [1, 2], "_kg": [3, 3]}), None)
 """
 
@@ -143,7 +143,7 @@ class ColumnarAggregateOperator(ColumnarKeyedOperator):
     def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
         batch = need_batch(self, records)
         if batch.num_rows:
-            self.emit(self.state.update(batch), None)
+            self.output.collect(self.state.update(batch), None)
 
     def restore_table(self, table: pa.Table) -> None:
         self.state.restore_rows(table)
@@ -203,7 +203,7 @@ class ColumnarWindowAggregates(ColumnarKeyedOperator):
         for start in sorted(s for s in self.windows if s + size - 1 <= time):
             keys, values = self.windows.pop(start).result()
             n = len(keys)
-            self.emit(
+            self.output.collect(
                 pa.record_batch(
                     [
                         keys,
