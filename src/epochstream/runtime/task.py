@@ -47,7 +47,7 @@ from epochstream.runtime.barriers import (
     EndOfAllInputs,
     TriggerSnapshot,
 )
-from epochstream.runtime.batches import KeyedBatch, TimedBatch
+from epochstream.runtime.batches import RowBatch
 from epochstream.runtime.chain import wire_chain
 from epochstream.runtime.channels import MAIL, Cancelled, InputGate
 from epochstream.runtime.messages import (
@@ -328,29 +328,15 @@ class Task:
                 continue
             ch, item = got
             kind = type(item)
-            if kind is list:
-                counters.records_in += len(item)
-                if two_inputs:
-                    head.process_input(ch // p, item, None)  # type: ignore[attr-defined]
-                else:
-                    head.process_batch(item, None)
-                self._maybe_flush()
-            elif kind is KeyedBatch:
+            if kind is RowBatch:
                 records = item.records
                 counters.records_in += len(records)
                 if two_inputs:
                     head.process_input(ch // p, records, item.timestamps)  # type: ignore[attr-defined]
-                elif keys_usable[ch // p]:
+                elif item.keys is not None and keys_usable[ch // p]:
                     head.process_keyed(records, item.keys, item.timestamps)
                 else:
                     head.process_batch(records, item.timestamps)
-                self._maybe_flush()
-            elif kind is TimedBatch:
-                counters.records_in += len(item.records)
-                if two_inputs:
-                    head.process_input(ch // p, item.records, item.timestamps)  # type: ignore[attr-defined]
-                else:
-                    head.process_batch(item.records, item.timestamps)
                 self._maybe_flush()
             elif kind is RecordBatch:
                 counters.records_in += item.num_rows
