@@ -135,7 +135,8 @@ def test_unhashable_key_names_selector_edge_and_record() -> None:
     assert info.value.suppress_restarts
 
 
-def test_key_selector_error_is_a_user_function_error_naming_the_record() -> None:
+@pytest.mark.parametrize("timed", [False, True])
+def test_key_selector_error_is_a_user_function_error_naming_the_record(timed: bool) -> None:
     w = RecordWriter(
         [ListChannel()],
         partitioning=Partitioning("hash", lambda r: r["missing"]),
@@ -144,7 +145,7 @@ def test_key_selector_error_is_a_user_function_error_naming_the_record() -> None
         edge="src -> sink (hash)",
     )
     with pytest.raises(UserFunctionError) as info:
-        w.write([{"present": 1}])
+        w.write([{"present": 1}], [5] if timed else None)
     assert "<lambda> (test_outputs.py:" in str(info.value) and "'present': 1" in str(info.value)
     assert "KeyError" in str(info.value)
 

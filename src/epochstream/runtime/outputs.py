@@ -191,7 +191,7 @@ class RecordWriter:
 
         Routing is decided once per batch (which slice goes to which channel) or, on a
         hash edge, once per record (its key's channel); the timestamps then follow the
-        records they belong to (``_carry_timestamps``, ``_write_hashed``).
+        records they belong to (``_carry_timestamps``, ``_ROUTE_BY_KEY_TIMED``).
         """
         self.records_out += len(records)
         if type(records) is RecordBatch:
@@ -248,50 +248,36 @@ class RecordWriter:
         return ts
 
     def _write_hashed(self, records: list[Any], timestamps: list[Any] | None) -> None:
-        if timestamps is not None:
+        key_of = self._key_selector
+        assert key_of is not None and self._keys is not None
+        # Bound appends per channel: the buffers are not swapped before the loop ends.
+        add = [buf.append for buf in self._buffers]
+        add_key = [keys.append for keys in self._keys]
+        if timestamps is None:
+            route, add_ts = _ROUTE_BY_KEY, None
+        else:
             # Made before the records join the buffers: padded to the records before them.
-            for ch in range(self._n):
-                self._timestamps_of(ch)
-        channels = self._route_hashed(records)
-        if timestamps is not None:
-            add_ts = [ts.append for ts in self._ts]  # type: ignore[union-attr]
-            for ch, ts in zip(channels, timestamps, strict=True):
-                add_ts[ch](ts)
-        elif any(ts is not None for ts in self._ts):
+            route, add_ts = (
+                _ROUTE_BY_KEY_TIMED,
+                [self._timestamps_of(ch).append for ch in range(self._n)],
+            )
+        record, exc = route(
+            records,
+            timestamps,
+            key_of,
+            self._channel_of_key.get,
+            self._channel_for,
+            add,
+            add_key,
+            add_ts,
+        )
+        if exc is not None:
+            raise self._routing_error(record, exc) from exc
+        if timestamps is None and any(ts is not None for ts in self._ts):
             # Rare: a batch without timestamps after one with them, on a hash edge.
             for ch, ts in enumerate(self._ts):
                 if ts is not None:
                     ts.extend([None] * (len(self._buffers[ch]) - len(ts)))
-
-    def _route_hashed(self, records: list[Any]) -> list[int]:
-        """Append each record and its key to its key group's channel; the channel of
-        each record, in order (its timestamp follows it there)."""
-        key_of = self._key_selector
-        assert key_of is not None
-        cache = self._channel_of_key
-        get = cache.get
-        # Bound appends per channel: the buffers are not swapped before the loop ends.
-        add = [buf.append for buf in self._buffers]
-        assert self._keys is not None
-        add_key = [keys.append for keys in self._keys]
-        channels: list[int] = []
-        route = channels.append
-        record = None
-        try:
-            for record in records:
-                key = key_of(record)
-                ch = get(key)
-                if ch is None:
-                    # A NaN key misses every time (it equals no cached key): the one NaN
-                    # object it becomes finds its state, where every NaN is one key.
-                    key = canonical_nan(key)
-                    ch = self._channel_for(key)
-                add[ch](record)
-                add_key[ch](key)
-                route(ch)
-        except Exception as exc:
-            raise self._routing_error(record, exc) from exc
-        return channels
 
     def _routing_error(self, record: Any, exc: Exception) -> Exception:
         """Say which key selector, edge and record failed, and why (off the hot path)."""
@@ -361,6 +347,50 @@ class RecordWriter:
     def close(self) -> None:
         for channel in self.channels:
             channel.close()
+
+
+#: The per-record loop of a hash edge: each record's key, its channel (cached per key),
+#: then the record, its key and (the timed variant) its timestamp appended to that
+#: channel's buffers. One template for both variants: a test or a call per record to
+#: tell them apart would cost the untimed path, the common one, a few percent of its
+#: routing. Returns the record that failed and its error, or ``(None, None)``.
+_ROUTE_BY_KEY_SOURCE = """
+def route(records, timestamps, key_of, channel_of_key, channel_for, add, add_key, add_ts):
+    record = None
+    try:
+        for {loop}:
+            key = key_of(record)
+            ch = channel_of_key(key)
+            if ch is None:
+                # A NaN key misses every time (it equals no cached key): the one NaN
+                # object it becomes finds its state, where every NaN is one key.
+                key = canonical_nan(key)
+                ch = channel_for(key)
+            add[ch](record)
+            add_key[ch](key){carry}
+    except Exception as exc:
+        return record, exc
+    return None, None
+"""
+
+_RouteByKey = Callable[..., tuple[Any, "Exception | None"]]
+
+
+def _route_by_key(*, timed: bool) -> _RouteByKey:
+    namespace: dict[str, Any] = {"canonical_nan": canonical_nan}
+    source = _ROUTE_BY_KEY_SOURCE.format(
+        loop="record, ts in zip(records, timestamps, strict=True)"
+        if timed
+        else "record in records",
+        carry="\n            add_ts[ch](ts)" if timed else "",
+    )
+    exec(compile(source, f"<hash routing, timed={timed}>", "exec"), namespace)  # fixed source
+    route: _RouteByKey = namespace["route"]
+    return route
+
+
+_ROUTE_BY_KEY = _route_by_key(timed=False)
+_ROUTE_BY_KEY_TIMED = _route_by_key(timed=True)
 
 
 def _serialization_error(item: Any, edge: str, exc: Exception) -> Exception:
