@@ -248,28 +248,22 @@ class RecordWriter:
         return ts
 
     def _write_hashed(self, records: list[Any], timestamps: list[Any] | None) -> None:
-        key_of = self._key_selector
-        assert key_of is not None and self._keys is not None
-        # Bound appends per channel: the buffers are not swapped before the loop ends.
-        add = [buf.append for buf in self._buffers]
-        add_key = [keys.append for keys in self._keys]
+        assert self._key_selector is not None and self._keys is not None
         if timestamps is None:
-            route, add_ts = _ROUTE_BY_KEY, None
+            route, stamps = _ROUTE_BY_KEY, None
         else:
             # Made before the records join the buffers: padded to the records before them.
-            route, add_ts = (
-                _ROUTE_BY_KEY_TIMED,
-                [self._timestamps_of(ch).append for ch in range(self._n)],
-            )
+            route, stamps = _ROUTE_BY_KEY_TIMED, [self._timestamps_of(ch) for ch in range(self._n)]
+        # The lists are not swapped (shipped) before the loop ends.
         record, exc = route(
             records,
             timestamps,
-            key_of,
-            self._channel_of_key.get,
+            self._key_selector,
+            self._channel_of_key,
             self._channel_for,
-            add,
-            add_key,
-            add_ts,
+            self._buffers,
+            self._keys,
+            stamps,
         )
         if exc is not None:
             raise self._routing_error(record, exc) from exc
@@ -351,23 +345,24 @@ class RecordWriter:
 
 #: The per-record loop of a hash edge: each record's key, its channel (cached per key),
 #: then the record, its key and (the timed variant) its timestamp appended to that
-#: channel's buffers. One template for both variants: a test or a call per record to
-#: tell them apart would cost the untimed path, the common one, a few percent of its
-#: routing. Returns the record that failed and its error, or ``(None, None)``.
+#: channel's lists. One template for both variants: a test or a call per record to tell
+#: them apart would cost the untimed path, the common one, a few percent of its routing.
+#: ``lists[ch].append(x)`` rather than pre-bound appends: CPython 3.11 specializes the
+#: method call of a list. Returns the record that failed and its error, or ``(None, None)``.
 _ROUTE_BY_KEY_SOURCE = """
-def route(records, timestamps, key_of, channel_of_key, channel_for, add, add_key, add_ts):
+def route(records, timestamps, key_of, cache, channel_for, buffers, keys, stamps):
     record = None
     try:
         for {loop}:
             key = key_of(record)
-            ch = channel_of_key(key)
+            ch = cache.get(key)
             if ch is None:
                 # A NaN key misses every time (it equals no cached key): the one NaN
                 # object it becomes finds its state, where every NaN is one key.
                 key = canonical_nan(key)
                 ch = channel_for(key)
-            add[ch](record)
-            add_key[ch](key){carry}
+            buffers[ch].append(record)
+            keys[ch].append(key){carry}
     except Exception as exc:
         return record, exc
     return None, None
@@ -382,7 +377,7 @@ def _route_by_key(*, timed: bool) -> _RouteByKey:
         loop="record, ts in zip(records, timestamps, strict=True)"
         if timed
         else "record in records",
-        carry="\n            add_ts[ch](ts)" if timed else "",
+        carry="\n            stamps[ch].append(ts)" if timed else "",
     )
     exec(compile(source, f"<hash routing, timed={timed}>", "exec"), namespace)  # fixed source
     route: _RouteByKey = namespace["route"]
