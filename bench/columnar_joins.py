@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -28,8 +29,25 @@ import pyarrow as pa
 from epochstream.graph.jobgraph import OperatorSpec
 from epochstream.graph.specs import JoinSpec
 from epochstream.graph.transformations import ColumnKey
+from epochstream.runtime.operator_outputs import Output
 from epochstream.runtime.operators import OperatorContext, create_operator
 from epochstream.state.operator import OperatorStateStore
+
+
+class _RowCount(Output):
+    """The operator's output: counts the rows of what comes out."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+
+    def collect(self, batch: Any, timestamps: Any = None) -> None:
+        self.rows += batch.num_rows
+
+    def emit_watermark(self, watermark: int) -> None:
+        """Not measured."""
+
+    def emit_status(self, idle: bool) -> None:
+        """Not measured."""
 
 
 def _batch(rng: np.random.Generator, n: int, keys: int, key: str) -> pa.RecordBatch:
@@ -82,8 +100,7 @@ def operator(state_rows: int, batch_rows: int, keys: int) -> list[dict[str, floa
         operator_state=OperatorStateStore(),
     )
     op = create_operator(op_spec, ctx)
-    pairs = [0]
-    op.emit = lambda batch, _ts=None: pairs.__setitem__(0, pairs[0] + batch.num_rows)
+    pairs = op.output = _RowCount()
     op.open()
     rng = np.random.default_rng(2)
     steps = max(1, state_rows // batch_rows)
@@ -102,7 +119,7 @@ def operator(state_rows: int, batch_rows: int, keys: int) -> list[dict[str, floa
                 {
                     "state_rows_per_side": (step + 1) * batch_rows,
                     "ms_per_batch": (now - mark) * 1e3 / (2 * max(1, steps // 10)),
-                    "pairs": pairs[0],
+                    "pairs": pairs.rows,
                 }
             )
             mark = now

@@ -27,6 +27,7 @@ from typing import Any
 import epochstream as es
 from epochstream.runtime.messages import TaskDeployment
 from epochstream.runtime.metrics import TaskSampler
+from epochstream.runtime.operator_outputs import Output
 from epochstream.runtime.outputs import Channel, RecordWriter
 from epochstream.runtime.snapshots import SnapshotExecutor
 from epochstream.runtime.task import Task, TaskEnvironment
@@ -79,6 +80,24 @@ def _task(graph: Any, chain: Any, local: str) -> Task:
     return task
 
 
+class _Plain(Output):
+    """An output that is its target itself: ``collect`` is the consumer's
+    ``process_batch`` or the writer's ``write``, no counting in between."""
+
+    def __init__(self, target: Any) -> None:
+        # An instance attribute in front of the method: the call lands on the target.
+        self.collect = target  # type: ignore[method-assign]
+
+    def collect(self, records: Any, timestamps: Any = None) -> None:
+        raise AssertionError("replaced by the target in __init__")
+
+    def emit_watermark(self, watermark: int) -> None:
+        """Not measured."""
+
+    def emit_status(self, idle: bool) -> None:
+        """Not measured."""
+
+
 def _plain_wiring(task: Task) -> None:
     """Rewire the chain's record outputs as plain calls (no counting)."""
     ops = {op.uid: op for op in task.operators}
@@ -92,7 +111,7 @@ def _plain_wiring(task: Task) -> None:
         ]
         if targets:
             assert len(targets) == 1
-            ops[spec.uid].emit = targets[0]
+            ops[spec.uid].output = _Plain(targets[0])
 
 
 def _run(task: Task, batches: list[list[Any]], *, counted: bool) -> float:
@@ -100,7 +119,7 @@ def _run(task: Task, batches: list[list[Any]], *, counted: bool) -> float:
     reduce task's input (reduce, sink)."""
     ops = task.operators
     # A source's output as the source hands it on; a reduce task's input as its loop does.
-    entry = ops[0].emit if task.chain.is_source else ops[0].process_batch
+    entry = ops[0].output.collect if task.chain.is_source else ops[0].process_batch
     counters = task.metrics.head
     start = time.perf_counter()
     if counted and not task.chain.is_source:

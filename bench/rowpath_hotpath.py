@@ -109,7 +109,7 @@ def _measure(events: int) -> dict[str, float]:
     )
     source._build()
     numbers = [list(range(i, min(i + BATCH, events))) for i in range(0, events, BATCH)]
-    emit = source.operators[0].emit
+    emit = source.operators[0].output.collect
     start = time.process_time()
     for batch in numbers:
         emit(batch, None)
@@ -235,7 +235,7 @@ def _built_chain(graph: Any, fuse: bool) -> Any:
         task._build()
     finally:
         task_module.wire_chain = wire
-    return task.operators[0].emit
+    return task.operators[0].output.collect
 
 
 def _export(commit: str, into: str) -> str:

@@ -34,6 +34,7 @@ from machine import machine_facts, machine_line  # noqa: E402
 import epochstream as es  # noqa: E402
 from epochstream.core.clock import SystemClock  # noqa: E402
 from epochstream.graph.jobgraph import OperatorSpec  # noqa: E402
+from epochstream.runtime.operator_outputs import Output  # noqa: E402
 from epochstream.runtime.operators import OperatorContext, create_operator  # noqa: E402
 from epochstream.runtime.operators.dedup import DedupSpec  # noqa: E402
 from epochstream.state.backends.base import KeyedBackendContext  # noqa: E402
@@ -73,14 +74,20 @@ def false_positive_rates() -> list[dict[str, Any]]:
     return rows
 
 
-class _Counter:
-    """The operator's emit: counts what comes out."""
+class _Counter(Output):
+    """The operator's output: counts what comes out (watermarks and idleness dropped)."""
 
     def __init__(self) -> None:
         self.count = 0
 
-    def __call__(self, batch: list[Any], timestamps: list[Any] | None) -> None:
+    def collect(self, batch: Any, timestamps: list[Any] | None = None) -> None:
         self.count += len(batch)
+
+    def emit_watermark(self, watermark: int) -> None:
+        """Not measured."""
+
+    def emit_status(self, idle: bool) -> None:
+        """Not measured."""
 
 
 def operator_throughput(kind: str, records: int = 500_000, repeat: int = 3) -> dict[str, Any]:
@@ -119,7 +126,7 @@ def operator_throughput(kind: str, records: int = 500_000, repeat: int = 3) -> d
             )
             op = create_operator(spec, ctx)
             counter = _Counter()
-            op.emit = counter  # type: ignore[method-assign]
+            op.output = counter
             op.open()
             start = time.perf_counter()
             for i in range(0, records, 1000):

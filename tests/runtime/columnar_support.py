@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+from output_support import RecordingOutput
 
 from epochstream.core.clock import ManualClock
 from epochstream.graph.jobgraph import OperatorSpec
@@ -23,15 +24,15 @@ from epochstream.state.operator import OperatorStateStore
 MAX_P = 128
 
 
-class Emitted:
+class Emitted(RecordingOutput):
     """Records what an operator emits: batches, their timestamps, watermarks."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.items: list[Any] = []
         self.timestamps: list[Any] = []
-        self.watermarks: list[int] = []
 
-    def __call__(self, batch: Any, timestamps: Any = None) -> None:
+    def collect(self, batch: Any, timestamps: Any = None) -> None:
         self.items.append(batch)
         self.timestamps.append(timestamps)
 
@@ -83,7 +84,6 @@ def make_operator(
     )
     op = create_operator(spec, ctx)
     out = Emitted()
-    op.emit = out
-    op.emit_watermark = out.watermarks.append
+    op.output = out
     op.open()
     return op, out

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from output_support import RecordingOutput
+
 from epochstream.core.clock import ManualClock
 from epochstream.core.filesystems import storage_fs
 from epochstream.graph.jobgraph import OperatorSpec
@@ -27,14 +29,15 @@ from epochstream.state.operator import OperatorStateStore
 MAX_P = 128
 
 
-class Emitted:
-    """Fake ``emit``: records every batch an operator hands on."""
+class Emitted(RecordingOutput):
+    """Fake output: records every batch an operator hands on."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.batches: list[list[Any]] = []
         self.timestamps: list[list[Any] | None] = []
 
-    def __call__(self, batch: list[Any], timestamps: list[Any] | None = None) -> None:
+    def collect(self, batch: list[Any], timestamps: list[Any] | None = None) -> None:
         self.batches.append(list(batch))
         self.timestamps.append(None if timestamps is None else list(timestamps))
 
@@ -106,7 +109,7 @@ def make(
     )
     op = create_operator(spec, ctx)
     out = Emitted()
-    op.emit = out
+    op.output = out
     if open_now:
         op.open()
     return op, out

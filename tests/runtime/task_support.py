@@ -35,7 +35,7 @@ from epochstream.core.events import (
     Watermark,
 )
 from epochstream.graph.jobgraph import ChainSpec, JobGraph
-from epochstream.runtime.batches import KeyedBatch, TimedBatch, split_item
+from epochstream.runtime.batches import RowBatch
 from epochstream.runtime.messages import FinishSlot, TaskDeployment, TaskFinished
 from epochstream.runtime.outputs import Channel, RecordWriter
 from epochstream.runtime.snapshots import SnapshotExecutor
@@ -90,7 +90,7 @@ class ListChannel(Channel):
 
     @property
     def records(self) -> list[Any]:
-        return [r for item in self.items if _is_batch(item) for r in split_item(item)[0]]
+        return [r for item in self.items if _is_batch(item) for r in item.records]
 
     @property
     def events(self) -> list[Any]:
@@ -107,12 +107,12 @@ class ListChannel(Channel):
                 elif item.checkpoint_id == before:
                     return out
             elif _is_batch(item) and inside:
-                out.extend(split_item(item)[0])
+                out.extend(item.records)
         return out
 
 
 def _is_batch(item: Any) -> bool:
-    return isinstance(item, (list, TimedBatch, KeyedBatch))
+    return type(item) is RowBatch
 
 
 @dataclass(frozen=True)
@@ -228,11 +228,12 @@ def make_task(
 
 
 def feed(task: Task, upstream: int, *items: Any) -> None:
-    """Queue ``items`` on the channel from upstream subtask ``upstream`` of the first input."""
+    """Queue ``items`` on the channel from upstream subtask ``upstream`` of the first input;
+    a plain list is a batch of records without timestamps (``RowBatch(list)``)."""
     edge = task.chain.inputs[0]
     channel = task.channel_index(edge.edge_id, upstream)
     for item in items:
-        task.gate.put(channel, item)
+        task.gate.put(channel, RowBatch(item) if type(item) is list else item)
 
 
 def finish_when_done(control: Control, task: Task) -> None:

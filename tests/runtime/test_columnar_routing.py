@@ -11,6 +11,7 @@ from epochstream.core.arrow import KG as KG_COLUMN
 from epochstream.core.arrow import plain_types
 from epochstream.exceptions import ConfigurationError, DataError
 from epochstream.graph.transformations import ColumnKey, Partitioning
+from epochstream.runtime.batches import RowBatch
 from epochstream.runtime.columnar_routing import ColumnarRouter, with_key_groups
 from epochstream.runtime.outputs import Channel, RecordWriter
 from epochstream.state.keygroups import key_group_for_key
@@ -185,7 +186,7 @@ def test_rows_buffered_before_a_columnar_batch_leave_first() -> None:
     writer.write([1, 2])
     writer.write(_batch([3]))
     writer.flush()
-    assert channel.items[0] == [1, 2]
+    assert channel.items[0] == RowBatch([1, 2])
     assert isinstance(channel.items[1], pa.RecordBatch)
 
 

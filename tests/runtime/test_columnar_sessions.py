@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from columnar_support import MAX_P, Emitted, make_operator
+from output_support import ListOutput
 
 import epochstream as es
 from epochstream.core.clock import ManualClock, wall_ms
@@ -274,10 +275,10 @@ def _row_sessions(gap: int) -> Any:
         keyed_backend=backend,
     )
     op = create_operator(spec, ctx)
-    rows: list[Any] = []
-    op.emit = lambda records, timestamps=None: rows.extend(records)
+    out = ListOutput()
+    op.output = out
     op.open()
-    return op, rows
+    return op, out.records
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from output_support import RecordingOutput
 
 import epochstream as es
 from epochstream.core.clock import ManualClock
@@ -73,10 +74,11 @@ class Harness:
         assert isinstance(op, DeduplicateOperator)
         out: list[Any] = []
 
-        def emit(records: list[Any], timestamps: list[Any] | None) -> None:
-            out.extend(zip(records, timestamps or [None] * len(records), strict=True))
+        class Pairs(RecordingOutput):
+            def collect(self, records: Any, timestamps: list[Any] | None = None) -> None:
+                out.extend(zip(records, timestamps or [None] * len(records), strict=True))
 
-        op.emit = emit  # type: ignore[method-assign]
+        op.output = Pairs()
         op.initialize_state(restore, 1 if restore else None)
         op.open()
         return op, out

@@ -147,8 +147,8 @@ def test_fused_chain_gives_what_the_operators_give_one_by_one(
         graph = _graph(main, odd)
         task = _task(graph, tmp_path / str(fuse), fuse=fuse, monkeypatch=monkeypatch)
         source = task.operators[0]
-        source.emit(values[:120], None if timestamps is None else timestamps[:120])
-        source.emit(values[120:], None if timestamps is None else timestamps[120:])
+        source.output.collect(values[:120], None if timestamps is None else timestamps[:120])
+        source.output.collect(values[120:], None if timestamps is None else timestamps[120:])
         counts = {uid: (c.records_in, c.records_out) for uid, c in task.metrics.operators.items()}
         results[fuse] = (main.records, odd.records, counts)
     assert results[True] == results[False]
@@ -201,7 +201,7 @@ def test_a_failing_step_is_reported_as_its_operators_error_on_its_input(
         )
         with pytest.raises(UserFunctionError) as info:
             # 1232 -> 1233 (kept) -> 1234 -> [1234, 12340]: _times_three fails on 12340.
-            task.operators[0].emit([5, 1232, 9], None)
+            task.operators[0].output.collect([5, 1232, 9], None)
         errors.append((info.value.operator, info.value.record_repr, str(info.value)))
     assert errors[0] == errors[1]
     assert errors[1][1] == "12340" and "twelve thousand" in errors[1][2]

@@ -117,18 +117,19 @@ def test_wire_chain_counts_each_operators_batches() -> None:
     from epochstream.graph.jobgraph import ChainSpec, OperatorSpec, OutputSpec
     from epochstream.runtime.chain import wire_chain
     from epochstream.runtime.metrics import OperatorCounters
+    from epochstream.runtime.operator_outputs import DISCARD
 
     class _Op:
         def __init__(self, uid: str) -> None:
             self.uid = uid
             self.got: list[Any] = []
             self.marks: list[int] = []
-            self.emit: Any = lambda records, timestamps=None: None
-            self.side_emits: dict[str, Any] = {}
+            self.output: Any = DISCARD
+            self.side_outputs: dict[str, Any] = {}
 
         def process_batch(self, records: list[Any], timestamps: Any) -> None:
             self.got.extend(records)
-            self.emit([r for r in records if r % 2 == 0], None)
+            self.output.collect([r for r in records if r % 2 == 0], None)
 
         def process_watermark(self, mark: int) -> None:
             self.marks.append(mark)
@@ -147,7 +148,7 @@ def test_wire_chain_counts_each_operators_batches() -> None:
     counters = {uid: OperatorCounters(uid, uid) for uid in ops}
     wire_chain(chain, ops, {}, counters)  # type: ignore[arg-type]
     ops["a"].process_batch([1, 2, 3, 4], None)
-    ops["a"].emit_watermark(42)
+    ops["a"].output.emit_watermark(42)
     assert (counters["a"].records_out, counters["b"].records_in) == (2, 2)
     assert counters["b"].records_out == 0  # a chain's last operator without outputs: a sink
     assert counters["b"].watermark == 42 and ops["b"].marks == [42]

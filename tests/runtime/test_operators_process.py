@@ -128,7 +128,7 @@ class Split(es.ProcessFunction):
 def test_process_function_side_outputs_and_timestamps() -> None:
     op, out = make("process", Split())
     side = Emitted()
-    op.side_emits[NEGATIVE.name] = side
+    op.side_outputs[NEGATIVE.name] = side
     op.process_batch([1, -2, 3], [10, 20, 30])
     assert out.records == [(1, 10), (3, 30)] and out.timestamps == [[10, 30]]
     assert side.records == [(-2, 20)] and side.timestamps == [[20]]
@@ -164,8 +164,7 @@ class Expire(es.KeyedProcessFunction):
 
 def test_event_time_timers_fire_as_the_watermark_passes_them(backends: Backends) -> None:
     op, out = make("process", Expire(), key=first_field, backend=backends.create())
-    forwarded: list[int] = []
-    op.emit_watermark = forwarded.append
+    forwarded = out.watermarks
     op.process_batch([("a", 0), ("b", 0), ("a", 0)], [1_000, 1_050, 1_200])
     op.process_watermark(1_099)
     assert out.records == [] and forwarded == [1_099]

@@ -8,7 +8,7 @@ import pytest
 
 from epochstream.core.events import END_OF_INPUT, CheckpointBarrier
 from epochstream.graph.transformations import Partitioning
-from epochstream.runtime.batches import KeyedBatch, TimedBatch, split_item
+from epochstream.runtime.batches import RowBatch
 from epochstream.runtime.outputs import Channel, RecordWriter
 from epochstream.state.keygroups import key_group_for_key, operator_index_for_key_group
 
@@ -22,8 +22,7 @@ class ListChannel(Channel):
 
     @property
     def records(self) -> list[Any]:
-        batches = (list, TimedBatch, KeyedBatch)
-        return [r for item in self.items if isinstance(item, batches) for r in split_item(item)[0]]
+        return [r for item in self.items if type(item) is RowBatch for r in item.records]
 
 
 def _writer(
@@ -75,8 +74,8 @@ def test_timestamps_travel_with_their_records_whatever_the_partitioning(kind: st
     pairs = []
     for channel in channels:
         for item in channel.items:
-            assert isinstance(item, (list, TimedBatch, KeyedBatch))
-            records, timestamps = split_item(item)
+            assert type(item) is RowBatch
+            records, timestamps = item.records, item.timestamps
             if timestamps is None:
                 pairs += [(r, None) for r in records]
             else:
@@ -90,13 +89,13 @@ def test_timestamps_travel_with_their_records_whatever_the_partitioning(kind: st
 def test_ships_full_buffers_and_keeps_events_after_records() -> None:
     w, channels = _writer("rebalance", 1, batch_size=4)
     w.write([1, 2, 3, 4, 5])
-    assert channels[0].items == [[1, 2, 3, 4, 5]]
+    assert channels[0].items == [RowBatch([1, 2, 3, 4, 5])]
     w.write([6])
-    assert channels[0].items == [[1, 2, 3, 4, 5]]
+    assert channels[0].items == [RowBatch([1, 2, 3, 4, 5])]
     barrier = CheckpointBarrier(1, 0.0)
     w.broadcast_event(barrier)
     w.broadcast_event(END_OF_INPUT)
-    assert channels[0].items == [[1, 2, 3, 4, 5], [6], barrier, END_OF_INPUT]
+    assert channels[0].items == [RowBatch([1, 2, 3, 4, 5]), RowBatch([6]), barrier, END_OF_INPUT]
 
 
 # ---------------------------------------------------------------- errors that name the place
@@ -136,7 +135,8 @@ def test_unhashable_key_names_selector_edge_and_record() -> None:
     assert info.value.suppress_restarts
 
 
-def test_key_selector_error_is_a_user_function_error_naming_the_record() -> None:
+@pytest.mark.parametrize("timed", [False, True])
+def test_key_selector_error_is_a_user_function_error_naming_the_record(timed: bool) -> None:
     w = RecordWriter(
         [ListChannel()],
         partitioning=Partitioning("hash", lambda r: r["missing"]),
@@ -145,7 +145,7 @@ def test_key_selector_error_is_a_user_function_error_naming_the_record() -> None
         edge="src -> sink (hash)",
     )
     with pytest.raises(UserFunctionError) as info:
-        w.write([{"present": 1}])
+        w.write([{"present": 1}], [5] if timed else None)
     assert "<lambda> (test_outputs.py:" in str(info.value) and "'present': 1" in str(info.value)
     assert "KeyError" in str(info.value)
 
@@ -181,7 +181,7 @@ def test_network_channel_names_the_record_that_does_not_pickle() -> None:
     channel = NetworkChannel(frames, "src -> sum (hash)")  # type: ignore[arg-type]
     lock = threading.Lock()
     with pytest.raises(SerializationError) as info:
-        channel.send([1, ("holds a lock", lock), 3])
+        channel.send(RowBatch([1, ("holds a lock", lock), 3]))
     message = str(info.value)
     assert "position 1" in message and "holds a lock" in message
     assert "src -> sum (hash)" in message
@@ -198,9 +198,9 @@ def test_network_channel_falls_back_to_by_value_pickling() -> None:
     point_class.__module__ = "__main__"  # not importable under that name here
     frames = _Frames()
     channel = NetworkChannel(frames)  # type: ignore[arg-type]
-    channel.send([point_class(3)])
-    channel.send([point_class(4)])
-    assert [pickle.loads(f)[0].x for f in frames.frames] == [3, 4]
+    channel.send(RowBatch([point_class(3)]))
+    channel.send(RowBatch([point_class(4)]))
+    assert [pickle.loads(f).records[0].x for f in frames.frames] == [3, 4]
     assert channel._dumps is cloudpickle.dumps
 
 
@@ -223,7 +223,7 @@ def test_hash_edge_ships_each_records_key_with_it(timed: bool) -> None:
     seen = []
     for channel in channels:
         for item in channel.items:
-            assert isinstance(item, KeyedBatch)
+            assert type(item) is RowBatch and item.keys is not None
             assert item.keys == [r[0] for r in item.records]
             if timed:
                 assert item.timestamps == [1_000 + r[1] for r in item.records]
@@ -255,18 +255,25 @@ def test_a_hash_batch_mixing_timed_and_untimed_records_keeps_keys_and_timestamps
     w.write([3, 4], None)
     w.flush()
     (item,) = channels[0].items
-    assert item == KeyedBatch([1, 2, 3, 4], [1, 2, 0, 1], [10, 20, None, None])
+    assert item == RowBatch([1, 2, 3, 4], [10, 20, None, None], [1, 2, 0, 1])
 
 
 def test_keyed_batches_cross_a_network_channel_whole() -> None:
-    batch = KeyedBatch([("a", 1), ("b", 2)], ["a", "b"], [5, None])
-    assert pickle.loads(pickle.dumps(batch, protocol=5)) == batch
-    assert split_item(batch) == ([("a", 1), ("b", 2)], [5, None])
+    batch = RowBatch([("a", 1), ("b", 2)], [5, None], ["a", "b"])
+    copy = pickle.loads(pickle.dumps(batch, protocol=5))
+    assert type(copy) is RowBatch and copy == batch
+    assert (copy.records, copy.timestamps, copy.keys) == (
+        [("a", 1), ("b", 2)],
+        [5, None],
+        ["a", "b"],
+    )
 
 
 @pytest.mark.parametrize("kind", ["rebalance", "broadcast", "forward"])
-def test_edges_that_do_not_hash_ship_plain_batches(kind: str) -> None:
+def test_edges_that_do_not_hash_ship_batches_without_keys(kind: str) -> None:
     w, channels = _writer(kind, 2, batch_size=1000)
     w.write([1, 2, 3])
     w.flush()
-    assert all(type(item) is list for c in channels for item in c.items)
+    items = [item for c in channels for item in c.items]
+    assert items and all(type(item) is RowBatch and item.keys is None for item in items)
+    assert all(item.timestamps is None for item in items)

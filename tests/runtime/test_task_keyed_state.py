@@ -27,7 +27,7 @@ from task_support import (
 import epochstream as es
 from epochstream.core.clock import ManualClock
 from epochstream.core.events import END_OF_INPUT
-from epochstream.runtime.batches import KeyedBatch
+from epochstream.runtime.batches import RowBatch
 from epochstream.runtime.messages import (
     AcknowledgeCheckpoint,
     FinishSlot,
@@ -110,8 +110,8 @@ def test_a_keyed_head_takes_the_keys_that_travelled_with_the_batch(tmp_path: Pat
     feed(
         task,
         0,
-        KeyedBatch([("a", 1), ("a", 2)], ["x", "y"], None),
-        KeyedBatch([("a", 10)], ["x"], [7]),
+        RowBatch([("a", 1), ("a", 2)], None, ["x", "y"]),
+        RowBatch([("a", 10)], [7], ["x"]),
         END_OF_INPUT,
     )
     finish_when_done(control, task)

@@ -429,3 +429,5 @@ def test_an_exhausted_source_sends_its_final_watermark_without_going_idle_first(
     for channel in channels:
         assert not [e for e in channel.events if isinstance(e, WatermarkStatus)], channel.events
         assert channel.events[-2:] == [END_OF_TIME, END_OF_INPUT]
+    # The task's metrics show the source's own watermark: the last one it sent on.
+    assert task.metrics.head.watermark == END_OF_TIME.timestamp

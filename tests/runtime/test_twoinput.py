@@ -59,7 +59,7 @@ def two_input(rig: Rig, build: Any, kind: str, restore: Any = None) -> tuple[Two
     op = create_operator(spec, ctx)
     assert isinstance(op, TwoInputOperator)
     out = Out()
-    op.emit = out
+    op.output = out
     if restore is not None:
         op.initialize_state(OperatorRestore(keyed=[restore]), checkpoint_id=None)
     op.open()

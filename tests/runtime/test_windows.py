@@ -318,7 +318,7 @@ def test_inlined_event_time_path_matches_the_general_path(
                 restored = rig.snapshot(op, 1 if fast else 2)
                 op, _, _ = rig.operator(configure, restore=restored)
                 op._fast = fast
-                op.emit, op.side_emits[LATE.name] = out, late
+                op.output, op.side_outputs[LATE.name] = out, late
             op.process_watermark(3 * i - 40)  # the i-th event's base time, 40 ms behind
             op.flush_timer_output()
             assert op.timers is not None

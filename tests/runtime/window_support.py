@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from output_support import RecordingOutput
+
 import epochstream as es
 from epochstream.core.clock import ManualClock
 from epochstream.core.filesystems import storage_fs
@@ -22,14 +24,15 @@ MAX_P = 128
 LATE = es.OutputTag("late")
 
 
-class Out:
+class Out(RecordingOutput):
     """Records (with timestamps) an operator emitted, per output."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.records: list[Any] = []
         self.timestamps: list[Any] = []
 
-    def __call__(self, records: list[Any], timestamps: list[Any] | None = None) -> None:
+    def collect(self, records: list[Any], timestamps: list[Any] | None = None) -> None:
         self.records.extend(records)
         self.timestamps.extend(timestamps if timestamps is not None else [None] * len(records))
 
@@ -92,8 +95,8 @@ class Rig:
         op = create_operator(spec, ctx)
         assert isinstance(op, WindowOperator)
         out, late = Out(), Out()
-        op.emit = out
-        op.side_emits[LATE.name] = late
+        op.output = out
+        op.side_outputs[LATE.name] = late
         if restore is not None:
             mine = restore.restricted_to(backend.key_group_range)
             op.initialize_state(OperatorRestore(keyed=[mine] if mine else []), checkpoint_id=None)

@@ -1,14 +1,14 @@
 """In-band control events that travel in the same FIFO channels as record batches.
 
-A channel carries a sequence of items: a record batch (a plain ``list``, or a
-:class:`~epochstream.runtime.batches.TimedBatch` when records carry timestamps) or
-one of these events. Because events ride in band, their order relative to records is
+A channel carries a sequence of items: a record batch (a
+:class:`~epochstream.runtime.batches.RowBatch` or a ``pyarrow.RecordBatch``) or one of
+these events. Because events ride in band, their order relative to records is
 kept: everything before barrier ``n`` on a channel belongs to checkpoint ``n``'s cut,
 and a :class:`Watermark` promises the event time its channel has reached.
 
 Example::
 
-    items = [[1, 2, 3], CheckpointBarrier(4, 1700000000.0), Watermark(5000), [4, 5], END_OF_INPUT]
+    items = [RowBatch([1, 2]), CheckpointBarrier(4, 1700000000.0), Watermark(5000), END_OF_INPUT]
 """
 
 from __future__ import annotations

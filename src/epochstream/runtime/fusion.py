@@ -3,8 +3,8 @@
 Unfused, each operator of ``map(f).filter(p).map(g)`` loops over its input batch and
 builds a new list for the next one. Fused, the first operator's ``process_batch`` runs
 one loop that takes each record through every step (``x = f(x)``, ``if not p(x):
-continue``, ``x = g(x)``; a flat_map step is a nested loop) and emits through the last
-operator's output. The operators themselves stay as they are (their ``open``,
+continue``, ``x = g(x)``; a flat_map step is a nested loop) and hands the result to the
+last operator's output. The operators themselves stay as they are (their ``open``,
 ``close``, snapshots and watermark path are unchanged); only the record path skips
 the intermediate lists.
 
@@ -110,7 +110,7 @@ def _fused(
             counters[i].records_out += n
             counters[i + 1].records_in += n
         if out or changes == len(kinds):
-            last.emit(out, timestamps if changes == len(kinds) else out_ts)
+            last.output.collect(out, timestamps if changes == len(kinds) else out_ts)
 
     return process_batch
 

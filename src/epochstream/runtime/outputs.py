@@ -4,9 +4,14 @@ A :class:`RecordWriter` belongs to one network edge of one upstream subtask. It
 partitions each batch over the downstream subtasks (forward, rebalance, key-group
 hash or broadcast), accumulates per-channel buffers and ships a buffer as one
 batch when it reaches ``batch_size``, when the buffer timeout fires, or before an
-in-band event (barrier, end-of-input) so that order is kept. A hash edge ships
-:class:`~epochstream.runtime.batches.KeyedBatch` es: the keys it computed to route the
-records travel with them, so the keyed operator downstream does not compute them again.
+in-band event (barrier, end-of-input) so that order is kept. Every buffer ships as a
+:class:`~epochstream.runtime.batches.RowBatch`: the records, their timestamps if any
+and, on a hash edge, the keys the writer computed to route them (the keyed operator
+downstream does not compute them again).
+
+Routing is implemented once per partitioning: a slice of the batch per channel
+(forward, broadcast, rebalance) or a channel per record by its key's group (hash); the
+records' timestamps, when they have any, follow the records to the same channels.
 
 A channel is either :class:`LocalChannel` (same slot: the batch object is handed
 over, no serialization) or :class:`NetworkChannel` (one frame over an authenticated
@@ -18,7 +23,7 @@ batches routed at once, key groups computed per column on hash edges.
 Example::
 
     writer = RecordWriter([LocalChannel(gate, 0)], partitioning=Partitioning(), ...)
-    writer.write([1, 2, 3]); writer.flush()
+    writer.write([1, 2, 3]); writer.flush()   # the gate gets RowBatch([1, 2, 3])
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from epochstream.exceptions import (
 )
 from epochstream.graph.transformations import Partitioning
 from epochstream.runtime.auth import FramedConnection
-from epochstream.runtime.batches import KeyedBatch, TimedBatch
+from epochstream.runtime.batches import RowBatch
 from epochstream.runtime.channels import InputGate
 from epochstream.runtime.columnar_routing import ColumnarRouter
 from epochstream.runtime.metrics import WaitClock
@@ -180,125 +185,93 @@ class RecordWriter:
             )
         return self._columnar
 
-    def write(self, batch: list[Any], timestamps: list[Any] | None = None) -> None:
-        """Partition ``batch`` (with its timestamps, if any) into the per-channel
-        buffers, shipping full ones."""
-        n = self._n
-        self.records_out += len(batch)
-        if type(batch) is RecordBatch:
+    def write(self, records: Any, timestamps: list[Any] | None = None) -> None:
+        """Partition ``records`` (with their timestamps, if any) into the per-channel
+        buffers, shipping full ones; a ``pyarrow.RecordBatch`` takes the columnar router.
+
+        Routing is decided once per batch (which slice goes to which channel) or, on a
+        hash edge, once per record (its key's channel); the timestamps then follow the
+        records they belong to (``_carry_timestamps``, ``_ROUTE_BY_KEY_TIMED``).
+        """
+        self.records_out += len(records)
+        if type(records) is RecordBatch:
             self._ship_rows_before_columns()
-            self._router().write(batch)
+            self._router().write(records)
             return
-        if timestamps is not None:
-            self._write_timed(batch, timestamps)
-        elif self.kind == "hash":
-            self._write_hashed(batch)
-        elif self.kind == "forward":
-            # An unchained forward edge (a union input): subtask i feeds subtask i only;
-            # in-band events still go to every channel (broadcast_event).
-            self._buffers[self._subtask].extend(batch)
-            self._pad(self._subtask, len(batch))
-        elif self.kind == "broadcast":
-            for ch, buf in enumerate(self._buffers):
-                buf.extend(batch)
-                self._pad(ch, len(batch))
-        else:  # rebalance: round-robin slices, continuing where the last batch stopped
-            start = self._next
-            for i in range(n):
-                part = batch[i::n]
-                if part:
-                    ch = (start + i) % n
-                    self._buffers[ch].extend(part)
-                    self._pad(ch, len(part))
-            self._next = (start + len(batch)) % n
+        if self._keys is not None:
+            self._write_hashed(records, timestamps)
+        else:
+            buffers = self._buffers
+            for ch, part in self._parts(len(records)):
+                chunk = records if part is None else records[part]
+                if chunk:
+                    ts = timestamps if part is None or timestamps is None else timestamps[part]
+                    self._carry_timestamps(ch, ts, len(chunk))
+                    buffers[ch].extend(chunk)
         size = self.batch_size
         for ch, buf in enumerate(self._buffers):
             if len(buf) >= size:
                 self._ship(ch)
 
-    def _pad(self, ch: int, count: int) -> None:
-        """Records without timestamps joined a buffer that has timestamps: ``None`` each."""
-        ts = self._ts[ch]
-        if ts is not None:
-            ts.extend([None] * count)
+    def _parts(self, count: int) -> list[tuple[int, slice | None]]:
+        """Where a batch of ``count`` records goes on an edge that does not hash: (channel,
+        slice of the batch, ``None`` for all of it) pairs."""
+        kind = self.kind
+        if kind == "forward":
+            # An unchained forward edge (a union input): subtask i feeds subtask i only;
+            # in-band events still go to every channel (broadcast_event).
+            return [(self._subtask, None)]
+        if kind == "broadcast":
+            return [(ch, None) for ch in range(self._n)]
+        # rebalance: round-robin slices, continuing where the last batch stopped
+        n, start = self._n, self._next
+        self._next = (start + count) % n
+        return [((start + i) % n, slice(i, None, n)) for i in range(n)]
+
+    def _carry_timestamps(self, ch: int, timestamps: list[Any] | None, count: int) -> None:
+        """Keep channel ``ch``'s timestamps parallel to its buffer as ``count`` records
+        join it: theirs, or ``None`` each when they have none but the buffer's earlier
+        records had some. Call before the records join the buffer."""
+        if timestamps is not None:
+            self._timestamps_of(ch).extend(timestamps)
+        else:
+            ts = self._ts[ch]
+            if ts is not None:
+                ts.extend([None] * count)
 
     def _timestamps_of(self, ch: int) -> list[Any]:
+        """Channel ``ch``'s timestamps, made (``None`` for each record already in its
+        buffer) when its first timestamped record comes."""
         ts = self._ts[ch]
         if ts is None:
             ts = self._ts[ch] = [None] * len(self._buffers[ch])
         return ts
 
-    def _write_timed(self, batch: list[Any], timestamps: list[Any]) -> None:
-        buffers = self._buffers
-        if self.kind == "hash":
-            key_of = self._key_selector
-            assert key_of is not None
-            cache = self._channel_of_key
-            ts_lists = [self._timestamps_of(ch) for ch in range(self._n)]
-            assert self._keys is not None
-            key_lists = self._keys
-            record = None
-            try:
-                for record, ts in zip(batch, timestamps, strict=True):
-                    key = key_of(record)
-                    ch = cache.get(key)
-                    if ch is None:
-                        key = canonical_nan(key)
-                        ch = self._channel_for(key)
-                    buffers[ch].append(record)
-                    key_lists[ch].append(key)
-                    ts_lists[ch].append(ts)
-            except Exception as exc:
-                raise self._routing_error(record, exc) from exc
-        # The timestamps list of a buffer is made (padded to the buffer) before the
-        # records join it.
-        elif self.kind == "forward":
-            self._timestamps_of(self._subtask).extend(timestamps)
-            buffers[self._subtask].extend(batch)
-        elif self.kind == "broadcast":
-            for ch, buf in enumerate(buffers):
-                self._timestamps_of(ch).extend(timestamps)
-                buf.extend(batch)
+    def _write_hashed(self, records: list[Any], timestamps: list[Any] | None) -> None:
+        assert self._key_selector is not None and self._keys is not None
+        if timestamps is None:
+            route, stamps = _ROUTE_BY_KEY, None
         else:
-            n, start = self._n, self._next
-            for i in range(n):
-                part = batch[i::n]
-                if part:
-                    ch = (start + i) % n
-                    self._timestamps_of(ch).extend(timestamps[i::n])
-                    buffers[ch].extend(part)
-            self._next = (start + len(batch)) % n
-
-    def _write_hashed(self, batch: list[Any]) -> None:
-        key_of = self._key_selector
-        assert key_of is not None
-        cache = self._channel_of_key
-        # Bound appends per channel: the buffers are not swapped before the loop ends.
-        add = [buf.append for buf in self._buffers]
-        assert self._keys is not None
-        add_key = [keys.append for keys in self._keys]
-        record = None
-        try:
-            for record in batch:
-                key = key_of(record)
-                ch = cache.get(key)
-                if ch is None:
-                    # A NaN key misses every time (it equals no cached key): the one NaN
-                    # object it becomes finds its state, where every NaN is one key.
-                    key = canonical_nan(key)
-                    ch = self._channel_for(key)
-                add[ch](record)
-                add_key[ch](key)
-        except Exception as exc:
+            # Made before the records join the buffers: padded to the records before them.
+            route, stamps = _ROUTE_BY_KEY_TIMED, [self._timestamps_of(ch) for ch in range(self._n)]
+        # The lists are not swapped (shipped) before the loop ends.
+        record, exc = route(
+            records,
+            timestamps,
+            self._key_selector,
+            self._channel_of_key,
+            self._channel_for,
+            self._buffers,
+            self._keys,
+            stamps,
+        )
+        if exc is not None:
             raise self._routing_error(record, exc) from exc
-        if any(ts is not None for ts in self._ts):
-            self._pad_hashed()
-
-    def _pad_hashed(self) -> None:
-        # Rare: a batch without timestamps after one with them, on a hash edge.
-        for ch, ts in enumerate(self._ts):
-            if ts is not None:
-                ts.extend([None] * (len(self._buffers[ch]) - len(ts)))
+        if timestamps is None and any(ts is not None for ts in self._ts):
+            # Rare: a batch without timestamps after one with them, on a hash edge.
+            for ch, ts in enumerate(self._ts):
+                if ts is not None:
+                    ts.extend([None] * (len(self._buffers[ch]) - len(ts)))
 
     def _routing_error(self, record: Any, exc: Exception) -> Exception:
         """Say which key selector, edge and record failed, and why (off the hot path)."""
@@ -339,13 +312,11 @@ class RecordWriter:
             if ts is not None:
                 self._ts[ch] = None
             keys = self._keys
-            if keys is not None:
-                shipped, keys[ch] = keys[ch], []
-                self.channels[ch].send(KeyedBatch(buf, shipped, ts))
-            elif ts is None:
-                self.channels[ch].send(buf)
+            if keys is None:
+                self.channels[ch].send(RowBatch(buf, ts))
             else:
-                self.channels[ch].send(TimedBatch(buf, ts))
+                shipped, keys[ch] = keys[ch], []
+                self.channels[ch].send(RowBatch(buf, ts, shipped))
 
     def _ship_rows_before_columns(self) -> None:
         # A stream switching forms keeps its order: buffered rows leave first.
@@ -372,12 +343,56 @@ class RecordWriter:
             channel.close()
 
 
+#: The per-record loop of a hash edge: each record's key, its channel (cached per key),
+#: then the record, its key and (the timed variant) its timestamp appended to that
+#: channel's lists. One template for both variants: a test or a call per record to tell
+#: them apart would cost the untimed path, the common one, a few percent of its routing.
+#: ``lists[ch].append(x)`` rather than pre-bound appends: CPython 3.11 specializes the
+#: method call of a list. Returns the record that failed and its error, or ``(None, None)``.
+_ROUTE_BY_KEY_SOURCE = """
+def route(records, timestamps, key_of, cache, channel_for, buffers, keys, stamps):
+    record = None
+    try:
+        for {loop}:
+            key = key_of(record)
+            ch = cache.get(key)
+            if ch is None:
+                # A NaN key misses every time (it equals no cached key): the one NaN
+                # object it becomes finds its state, where every NaN is one key.
+                key = canonical_nan(key)
+                ch = channel_for(key)
+            buffers[ch].append(record)
+            keys[ch].append(key){carry}
+    except Exception as exc:
+        return record, exc
+    return None, None
+"""
+
+_RouteByKey = Callable[..., tuple[Any, "Exception | None"]]
+
+
+def _route_by_key(*, timed: bool) -> _RouteByKey:
+    namespace: dict[str, Any] = {"canonical_nan": canonical_nan}
+    source = _ROUTE_BY_KEY_SOURCE.format(
+        loop="record, ts in zip(records, timestamps, strict=True)"
+        if timed
+        else "record in records",
+        carry="\n            stamps[ch].append(ts)" if timed else "",
+    )
+    exec(compile(source, f"<hash routing, timed={timed}>", "exec"), namespace)  # fixed source
+    route: _RouteByKey = namespace["route"]
+    return route
+
+
+_ROUTE_BY_KEY = _route_by_key(timed=False)
+_ROUTE_BY_KEY_TIMED = _route_by_key(timed=True)
+
+
 def _serialization_error(item: Any, edge: str, exc: Exception) -> Exception:
     """Find the record of a batch that does not pickle and name it with the edge."""
-    if isinstance(item, (TimedBatch, KeyedBatch)):
-        item = item.records
-    if not isinstance(item, list):
+    if type(item) is not RowBatch:
         return exc
+    item = item.records
     for index, record in enumerate(item):
         try:
             cloudpickle.dumps(record, protocol=5)

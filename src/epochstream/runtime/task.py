@@ -23,7 +23,6 @@ import pickle
 import threading
 import time
 import traceback
-from collections.abc import Callable
 from typing import Any
 
 from pyarrow import RecordBatch
@@ -48,7 +47,7 @@ from epochstream.runtime.barriers import (
     EndOfAllInputs,
     TriggerSnapshot,
 )
-from epochstream.runtime.batches import KeyedBatch, TimedBatch
+from epochstream.runtime.batches import RowBatch
 from epochstream.runtime.chain import wire_chain
 from epochstream.runtime.channels import MAIL, Cancelled, InputGate
 from epochstream.runtime.messages import (
@@ -68,7 +67,7 @@ from epochstream.runtime.messages import (
     TaskKey,
     TriggerCheckpoint,
 )
-from epochstream.runtime.metrics import OperatorCounters, TaskMetrics
+from epochstream.runtime.metrics import TaskMetrics
 from epochstream.runtime.operators import (
     Operator,
     OperatorContext,
@@ -229,7 +228,6 @@ class Task:
             op.open()
         head = self.operators[0]
         if isinstance(head, SourceOperator):
-            head.emit_watermark = _watching(head.emit_watermark, self.metrics.head)
             head.assign_splits(self.deployment.splits)
         # Operators that act as processing time passes (timers, idleness, watermarks).
         self._timed = [op for op in self.operators if _follows_clock(op)]
@@ -330,29 +328,15 @@ class Task:
                 continue
             ch, item = got
             kind = type(item)
-            if kind is list:
-                counters.records_in += len(item)
-                if two_inputs:
-                    head.process_input(ch // p, item, None)  # type: ignore[attr-defined]
-                else:
-                    head.process_batch(item, None)
-                self._maybe_flush()
-            elif kind is KeyedBatch:
+            if kind is RowBatch:
                 records = item.records
                 counters.records_in += len(records)
                 if two_inputs:
                     head.process_input(ch // p, records, item.timestamps)  # type: ignore[attr-defined]
-                elif keys_usable[ch // p]:
+                elif item.keys is not None and keys_usable[ch // p]:
                     head.process_keyed(records, item.keys, item.timestamps)
                 else:
                     head.process_batch(records, item.timestamps)
-                self._maybe_flush()
-            elif kind is TimedBatch:
-                counters.records_in += len(item.records)
-                if two_inputs:
-                    head.process_input(ch // p, item.records, item.timestamps)  # type: ignore[attr-defined]
-                else:
-                    head.process_batch(item.records, item.timestamps)
                 self._maybe_flush()
             elif kind is RecordBatch:
                 counters.records_in += item.num_rows
@@ -630,16 +614,6 @@ class Task:
 
 def _safe(uid: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in uid)
-
-
-def _watching(emit: Callable[[int], None], counters: OperatorCounters) -> Callable[[int], None]:
-    """A source's watermark output that records its current watermark."""
-
-    def send(timestamp: int) -> None:
-        counters.watermark = timestamp
-        emit(timestamp)
-
-    return send
 
 
 def _follows_clock(op: Operator) -> bool:

@@ -11,7 +11,7 @@ aggregations), ``columnar_sessions`` (columnar session and processing-time windo
 Example::
 
     op = create_operator(spec, ctx)
-    op.emit = lambda records, timestamps: print(records)
+    op.output = ChainedOutput(next_op, produced=op.counters, consumed=next_op.counters)
     op.process_batch([1, 2, 3], None)
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from epochstream.exceptions import ConfigurationError
 from epochstream.graph.jobgraph import OperatorSpec
-from epochstream.runtime.operators.base import Emit, Operator, OperatorContext, SnapshotParts
+from epochstream.runtime.operators.base import Operator, OperatorContext, SnapshotParts
 from epochstream.runtime.operators.basic import (
     FilterOperator,
     FlatMapOperator,
@@ -68,7 +68,6 @@ __all__ = [
     "ColumnarWindowJoinOperator",
     "ColumnarWindowOperator",
     "DeduplicateOperator",
-    "Emit",
     "EvictingWindowOperator",
     "FilterBatchesOperator",
     "FilterOperator",

@@ -2,14 +2,15 @@
 
 Each operator gets ``process_batch(records, timestamps)`` (``timestamps`` is a list
 parallel to ``records``, or ``None`` when the records carry no event time) and hands
-its results to ``emit(records, timestamps)``: the next chained operator's
-``process_batch`` or a record writer. A keyed operator fed by a hash edge gets
-``process_keyed(records, keys, timestamps)`` instead: the keys the upstream writer
-computed to route the records, so the key selector runs once per record in the whole
-job. Watermarks arrive in ``process_watermark``:
-an operator with timers fires the event-time timers it reached, then passes the
-watermark on (``emit_watermark``). The task calls ``on_processing_time`` as its clock
-moves, for processing-time timers and idleness.
+its results to ``self.output.collect(records, timestamps)`` (side outputs:
+``self.side_outputs[tag]``), an :class:`~epochstream.runtime.operator_outputs.Output`
+that ``wire_chain`` set: the next chained operator or a network edge's record writer.
+A keyed operator fed by a hash edge gets ``process_keyed(records, keys, timestamps)``
+instead: the keys the upstream writer computed to route the records, so the key
+selector runs once per record in the whole job. Watermarks arrive in
+``process_watermark``: an operator with timers fires the event-time timers it reached,
+then passes the watermark on (``emit_watermark``, to every output). The task calls
+``on_processing_time`` as its clock moves, for processing-time timers and idleness.
 
 Checkpointing: ``snapshot(target)`` is the synchronous part, run when the barrier is
 aligned; it returns a :class:`SnapshotParts` whose keyed part (a ``SnapshotJob`` of
@@ -20,7 +21,7 @@ All keyed state, timers included, goes through the operator's
 Example::
 
     op = create_operator(spec, ctx)
-    op.emit = lambda records, timestamps: print(records)
+    op.output = ChainedOutput(next_op, produced=op.counters, consumed=next_op.counters)
     op.process_batch([1, 2, 3], None)
 """
 
@@ -43,23 +44,13 @@ from epochstream.core.time import TimeDomain
 from epochstream.exceptions import ConfigurationError, UserFunctionError
 from epochstream.graph.jobgraph import OperatorSpec
 from epochstream.runtime.metrics import OperatorCounters
+from epochstream.runtime.operator_outputs import DISCARD, Output
 from epochstream.runtime.timers import InternalTimerService, TimerService
 from epochstream.state.backends.base import KeyedStateBackend, SnapshotJob, SnapshotTarget
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.operator import OperatorStateStore
 
-__all__ = ["Emit", "Operator", "OperatorContext", "SnapshotParts"]
-
-#: Where an operator's records go: ``emit(records, timestamps or None)``.
-Emit = Callable[[list[Any], "list[Any] | None"], None]
-
-
-def _discard(records: list[Any], timestamps: list[Any] | None = None) -> None:
-    """Default emit of an output nobody reads."""
-
-
-def _discard_event(value: Any) -> None:
-    """Default watermark/status output of an operator nobody reads."""
+__all__ = ["Operator", "OperatorContext", "SnapshotParts"]
 
 
 @dataclass
@@ -224,10 +215,10 @@ class Operator:
         self.ctx = ctx
         self.operator_state: OperatorStateStore = ctx._operator_state
         self.keyed: KeyedStateBackend | None = ctx._keyed
-        self.emit: Emit = _discard
-        self.side_emits: dict[str, Emit] = {}
-        self.emit_watermark: Callable[[int], None] = _discard_event
-        self.emit_status: Callable[[bool], None] = _discard_event
+        #: Where the main stream goes (set by ``wire_chain``; nobody reads it until then).
+        self.output: Output = DISCARD
+        #: Where each side output that something reads goes, by tag name.
+        self.side_outputs: dict[str, Output] = {}
         self.function: Any = spec.payload
         #: Event- and processing-time timers, for operators that use them.
         self.timers: InternalTimerService | None = None
@@ -295,6 +286,18 @@ class Operator:
         except Exception as exc:
             raise UserFunctionError(self.ctx.task_name, x, exc) from exc
         return keys
+
+    def emit_watermark(self, watermark: int) -> None:
+        """Send ``watermark`` on to every consumer, side outputs' included."""
+        self.output.emit_watermark(watermark)
+        for side in self.side_outputs.values():
+            side.emit_watermark(watermark)
+
+    def emit_status(self, idle: bool) -> None:
+        """Send the input's idleness on to every consumer, side outputs' included."""
+        self.output.emit_status(idle)
+        for side in self.side_outputs.values():
+            side.emit_status(idle)
 
     def process_watermark(self, watermark: int) -> None:
         """Fire the event-time timers ``watermark`` reached, then pass it on."""

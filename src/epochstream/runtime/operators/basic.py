@@ -7,7 +7,7 @@ repeats each input's timestamp for every output it produces.
 Example::
 
     op = MapOperator(spec, ctx)
-    op.emit = lambda records, timestamps: print(records)
+    op.output = ChainedOutput(sink_op, produced=op.counters, consumed=sink_op.counters)
     op.process_batch([1, 2], [1_000, 2_000])
 """
 
@@ -46,7 +46,7 @@ class MapOperator(Operator):
             out.extend(map(self._fn, records))
         except Exception as exc:
             raise UserFunctionError(self.ctx.task_name, records[len(out)], exc) from exc
-        self.emit(out, timestamps)
+        self.output.collect(out, timestamps)
 
 
 class FlatMapOperator(Operator):
@@ -75,7 +75,7 @@ class FlatMapOperator(Operator):
         except Exception as exc:
             raise UserFunctionError(self.ctx.task_name, x, exc) from exc
         if out:
-            self.emit(out, None if timestamps is None else out_ts)
+            self.output.collect(out, None if timestamps is None else out_ts)
 
 
 class FilterOperator(Operator):
@@ -108,7 +108,7 @@ class FilterOperator(Operator):
             raise UserFunctionError(self.ctx.task_name, x, exc) from exc
         # Emitting outside the try: an error downstream is not this filter's.
         if out:
-            self.emit(out, out_ts)
+            self.output.collect(out, out_ts)
 
 
 class ReduceOperator(Operator):
@@ -153,4 +153,4 @@ class ReduceOperator(Operator):
             raise UserFunctionError(self.ctx.task_name, x, exc) from exc
         finally:
             table.touched(keys)
-        self.emit(out, timestamps)
+        self.output.collect(out, timestamps)

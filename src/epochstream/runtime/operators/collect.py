@@ -16,11 +16,11 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from epochstream.core.functions import Collector, OutputTag
 from epochstream.exceptions import ConfigurationError
+from epochstream.runtime.operator_outputs import Output
 
 __all__ = ["OutputBuffer", "SideOutputs"]
 
@@ -62,10 +62,10 @@ class OutputBuffer:
             self.collector.collect = self.records.append
         return records, timestamps
 
-    def flush(self, emit: Callable[[list[Any], list[Any] | None], None]) -> None:
-        """Emit what was collected, if anything."""
+    def flush(self, output: Output) -> None:
+        """Hand what was collected, if anything, to ``output``."""
         if self.records:
-            emit(*self.take())
+            output.collect(*self.take())
 
 
 class SideOutputs:
@@ -74,10 +74,11 @@ class SideOutputs:
     Values for a tag nobody reads (no ``get_side_output``) are dropped, as in Flink.
     """
 
-    __slots__ = ("_buffers", "_emits", "ts")
+    __slots__ = ("_buffers", "_outputs", "ts")
 
-    def __init__(self, emits: dict[str, Callable[[list[Any], list[Any] | None], None]]) -> None:
-        self._emits = emits
+    def __init__(self, outputs: dict[str, Output]) -> None:
+        # The operator's own dict: side outputs wired after this was made still count.
+        self._outputs = outputs
         self._buffers: dict[str, tuple[list[Any], list[Any]]] = {}
         #: The timestamp the next side output gets.
         self.ts: int | None = None
@@ -85,7 +86,7 @@ class SideOutputs:
     def add(self, tag: OutputTag, value: Any) -> None:
         if not isinstance(tag, OutputTag):
             raise ConfigurationError(f"ctx.output needs an es.OutputTag, got {type(tag).__name__}")
-        if tag.name not in self._emits:
+        if tag.name not in self._outputs:
             return
         buffer = self._buffers.get(tag.name)
         if buffer is None:
@@ -100,4 +101,4 @@ class SideOutputs:
         buffers, self._buffers = self._buffers, {}
         for name, (records, timestamps) in buffers.items():
             has_ts = any(ts is not None for ts in timestamps)
-            self._emits[name](records, timestamps if has_ts else None)
+            self._outputs[name].collect(records, timestamps if has_ts else None)

@@ -9,7 +9,7 @@
 Example::
 
     op = ColumnarAggregateOperator(spec, ctx)  # spec.payload = AggregateSpec("sum", "k", "v")
-    op.emit = lambda batch, timestamps: print(batch.to_pydict())
+    op.output = ChainedOutput(sink_op, produced=op.counters, consumed=sink_op.counters)
     op.process_batch(pa.record_batch({"k": ["a", "a"], "v": [1, 2], "_kg": [3, 3]}), None)
 """
 
@@ -184,7 +184,7 @@ class ColumnarAggregateOperator(Operator):
     def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
         batch = need_batch(self, records)
         if batch.num_rows:
-            self.emit(self.state.update(batch), None)
+            self.output.collect(self.state.update(batch), None)
 
     def state_table(self) -> pa.Table:
         """The state as a table (``_kg``, ``_key``, ``acc``, ``count``): tests, tools."""
@@ -253,7 +253,7 @@ class ColumnarWindowAggregates(Operator):
             assert self.keyed is not None
             self.keyed.drop_column_table(window.name)
             n = len(keys)
-            self.emit(
+            self.output.collect(
                 pa.record_batch(
                     [
                         keys,

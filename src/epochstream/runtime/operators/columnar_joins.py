@@ -258,7 +258,7 @@ class _ColumnarJoinOperator(ColumnarKeyedOperator, TwoInputOperator):
                 self.join.function, batch, self.ctx.task_name, "join apply"
             )
         if batch.num_rows:
-            self.emit(batch, None)
+            self.output.collect(batch, None)
 
     @staticmethod
     def _sides_table(sides: list[list[tuple[pa.RecordBatch, int | None]]]) -> pa.Table:

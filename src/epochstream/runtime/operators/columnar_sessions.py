@@ -378,7 +378,7 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
             order = np.flatnonzero(due)
             order = order[np.lexsort((self.start[order], self.end[order]))]
             values = self.values.output(self.acc[order], self.count[order])
-            self.emit(
+            self.output.collect(
                 _window_batch(
                     self.agg.key,
                     self.keys.index.keys_at(self.slot[order]),

@@ -11,7 +11,7 @@ back when the output has the input's rows (``map_batches`` keeping rows one to o
 Example::
 
     op = FilterBatchesOperator(spec, ctx)      # spec.payload = pc.field("x") > 3
-    op.emit = lambda batch, timestamps: print(batch.num_rows)
+    op.output = ChainedOutput(sink_op, produced=op.counters, consumed=sink_op.counters)
     op.process_batch(pa.record_batch([pa.array([1, 5])], names=["x"]), None)   # prints 1
 """
 
@@ -97,7 +97,7 @@ class MapBatchesOperator(Operator):
         batch = need_batch(self, records)
         out = apply_batch_function(self.function, batch, self.ctx.task_name, "map_batches")
         if out.num_rows:
-            self.emit(out, None)
+            self.output.collect(out, None)
 
 
 class FilterBatchesOperator(Operator):
@@ -113,7 +113,7 @@ class FilterBatchesOperator(Operator):
                 f"{describe_batch(batch)}: {exc}"
             ) from exc
         if out.num_rows:
-            self.emit(out, None)
+            self.output.collect(out, None)
 
 
 class ToRowsOperator(Operator):
@@ -127,7 +127,7 @@ class ToRowsOperator(Operator):
         keep = [f.name for f in schema if f.name != TS_COLUMN and not is_key_group_field(f)]
         if len(keep) != len(schema):
             batch = batch.select(keep)
-        self.emit(rows_of(batch), ts)
+        self.output.collect(rows_of(batch), ts)
 
 
 class ToBatchesOperator(Operator):
@@ -180,7 +180,7 @@ class ToBatchesOperator(Operator):
                 if index >= 0
                 else batch.append_column(TS_COLUMN, ts)
             )
-        self.emit(batch, None)
+        self.output.collect(batch, None)
 
     def _check_fit(self, records: list[Any], batch: pa.RecordBatch) -> None:
         """What Arrow lets through silently: a row that is not a dict among dicts, or

@@ -72,7 +72,7 @@ class SourceOperator(Operator):
             self._restored_splits = list(restore.operator_lists[SPLITS])
 
     def open(self) -> None:
-        has_dead_letter = DEAD_LETTER in self.side_emits
+        has_dead_letter = DEAD_LETTER in self.side_outputs
         self.reader = self.source.create_reader(
             SourceContext(
                 subtask_index=self.ctx.subtask_index,
@@ -87,9 +87,9 @@ class SourceOperator(Operator):
             self._timestamps = TimestampsAndWatermarks(
                 strategy,
                 f"source {self.spec.name!r} ({self.ctx.task_name})",
-                lambda records, timestamps: self.emit(records, timestamps),
-                lambda mark: self.emit_watermark(mark),
-                lambda idle: self.emit_status(idle),
+                lambda records, timestamps: self.output.collect(records, timestamps),
+                self.emit_watermark,
+                self.emit_status,
                 now_ms=self.ctx.clock_ms,
                 interval_ms=self.ctx.watermark_interval_ms,
             )
@@ -118,7 +118,7 @@ class SourceOperator(Operator):
             records = self.reader.poll(max_records)
             count = len(records)
             if records:
-                self.emit(plain_types(records) if self._columnar else records, None)
+                self.output.collect(plain_types(records) if self._columnar else records, None)
         else:
             count = 0
             for group in self.reader.poll_splits(max_records):
@@ -134,8 +134,13 @@ class SourceOperator(Operator):
                 count += len(records)
         if self._dead:
             dead, self._dead = self._dead, []
-            self.side_emits[DEAD_LETTER](dead, None)
+            self.side_outputs[DEAD_LETTER].collect(dead, None)
         return count
+
+    def emit_watermark(self, watermark: int) -> None:
+        """Send ``watermark`` on; the task's metrics show it as the source's watermark."""
+        self.counters.watermark = watermark
+        super().emit_watermark(watermark)
 
     def on_processing_time(self, now_ms: int) -> None:
         if self._timestamps is not None:

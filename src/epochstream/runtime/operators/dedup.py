@@ -86,9 +86,9 @@ class DeduplicateOperator(Operator):
         except Exception as exc:
             raise UserFunctionError(self.ctx.task_name, records[i], exc) from exc
         if len(keep) == len(records):
-            self.emit(records, timestamps)
+            self.output.collect(records, timestamps)
         elif keep:
-            self.emit(
+            self.output.collect(
                 [records[i] for i in keep],
                 None if timestamps is None else [timestamps[i] for i in keep],
             )

@@ -32,7 +32,7 @@ class ProcessOperator(Operator):
 
     def open(self) -> None:
         self._out = OutputBuffer()
-        self._side = SideOutputs(self.side_emits)
+        self._side = SideOutputs(self.side_outputs)
         self.ctx._side = self._side.add
         super().open()
 
@@ -53,7 +53,7 @@ class ProcessOperator(Operator):
                 ctx._timestamp = side.ts = None
         except Exception as exc:
             raise UserFunctionError(ctx.task_name, x, exc) from exc
-        out.flush(self.emit)
+        out.flush(self.output)
         side.flush()
 
 
@@ -69,7 +69,7 @@ class UserTimersOperator(Operator):
     def _open_outputs(self, *, timers: bool) -> None:
         self._out = OutputBuffer()
         self._timer_out = OutputBuffer()
-        self._side = SideOutputs(self.side_emits)
+        self._side = SideOutputs(self.side_outputs)
         self.ctx._side = self._side.add
         if timers:
             # Before the user's open(): it may ask for the timer service.
@@ -99,7 +99,7 @@ class UserTimersOperator(Operator):
         super().on_processing_time(now_ms)
 
     def flush_timer_output(self) -> None:
-        self._timer_out.flush(self.emit)
+        self._timer_out.flush(self.output)
         self._side.flush()
 
 
@@ -138,5 +138,5 @@ class KeyedProcessOperator(UserTimersOperator):
                 ctx._timestamp = side.ts = None
         except Exception as exc:
             raise UserFunctionError(ctx.task_name, x, exc) from exc
-        out.flush(self.emit)
+        out.flush(self.output)
         side.flush()

@@ -33,9 +33,9 @@ class TimestampsOperator(Operator):
         self._tw = TimestampsAndWatermarks(
             self.function,
             f"assign_timestamps_and_watermarks ({self.ctx.task_name})",
-            lambda records, timestamps: self.emit(records, timestamps),
-            lambda mark: self.emit_watermark(mark),
-            lambda idle: self.emit_status(idle),
+            lambda records, timestamps: self.output.collect(records, timestamps),
+            self.emit_watermark,
+            self.emit_status,
             now_ms=self.ctx.clock_ms,
             interval_ms=self.ctx.watermark_interval_ms,
         )

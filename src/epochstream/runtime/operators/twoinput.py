@@ -79,7 +79,7 @@ class CoMapOperator(TwoInputOperator):
                 append(fn(x))
         except Exception as exc:
             raise UserFunctionError(f"{self.ctx.task_name} input {index + 1}", x, exc) from exc
-        self.emit(out, timestamps)
+        self.output.collect(out, timestamps)
 
 
 class CoFlatMapOperator(CoMapOperator):
@@ -107,7 +107,7 @@ class CoFlatMapOperator(CoMapOperator):
         except Exception as exc:
             raise UserFunctionError(f"{self.ctx.task_name} input {index + 1}", x, exc) from exc
         if out:
-            self.emit(out, None if timestamps is None else out_ts)
+            self.output.collect(out, None if timestamps is None else out_ts)
 
 
 class CoProcessOperator(UserTimersOperator, TwoInputOperator):
@@ -139,7 +139,7 @@ class CoProcessOperator(UserTimersOperator, TwoInputOperator):
             ctx._timestamp = side.ts = None
         except Exception as exc:
             raise UserFunctionError(f"{ctx.task_name} input {index + 1}", x, exc) from exc
-        out.flush(self.emit)
+        out.flush(self.output)
         side.flush()
 
 
@@ -194,7 +194,7 @@ class IntervalJoinOperator(TwoInputOperator):
             self.keyed.get_state(MapStateDescriptor("interval-join-right")),
         )
         self._out = OutputBuffer()
-        self._side = SideOutputs(self.side_emits)
+        self._side = SideOutputs(self.side_outputs)
         self._jctx = _JoinContext(self._side)
         self.create_timer_service(self._cleanup)
         if hasattr(self._fn, "open"):
@@ -235,7 +235,7 @@ class IntervalJoinOperator(TwoInputOperator):
                 self._add(index, x, ts)
         except Exception as exc:
             raise UserFunctionError(f"{self.ctx.task_name} input {index + 1}", x, exc) from exc
-        out.flush(self.emit)
+        out.flush(self.output)
         self._side.flush()
 
     def _add(self, index: int, x: Any, ts: int) -> None:

@@ -173,7 +173,7 @@ class WindowOperator(Operator):
         self._trigger_states: dict[str, Any] = {}
         self._out = OutputBuffer()
         self._timer_out = OutputBuffer()
-        self._side = SideOutputs(self.side_emits)
+        self._side = SideOutputs(self.side_outputs)
         self._tctx = _TriggerContext(self)
         # Per-window state (ctx.window_state()) exists where a ProcessWindowFunction runs
         # and windows do not merge (Flink refuses it on merging windows too).
@@ -230,7 +230,7 @@ class WindowOperator(Operator):
                 self._add_records(records, timestamps)
         finally:
             self._flush_touched()
-        self._out.flush(self.emit)
+        self._out.flush(self.output)
         self._side.flush()
 
     def _add_records(self, records: list[Any], timestamps: list[Any] | None) -> None:
@@ -595,5 +595,5 @@ class WindowOperator(Operator):
 
     def flush_timer_output(self) -> None:
         self._flush_touched()
-        self._timer_out.flush(self.emit)
+        self._timer_out.flush(self.output)
         self._side.flush()
