@@ -85,8 +85,7 @@ class Job:
         )
         op = create_operator(spec, ctx)
         out = Emitted()
-        op.emit = out
-        op.emit_watermark = out.watermarks.append
+        op.output = out
         return op, out
 
     def snapshot(self, op: Any, checkpoint_id: int) -> OperatorRestore:

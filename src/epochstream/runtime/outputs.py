@@ -191,7 +191,7 @@ class RecordWriter:
 
         Routing is decided once per batch (which slice goes to which channel) or, on a
         hash edge, once per record (its key's channel); the timestamps then follow the
-        records they belong to (``_carry_timestamps``, ``_ROUTE_BY_KEY_TIMED``).
+        records they belong to (``_carry_timestamps``, ``_route_by_key_timed``).
         """
         self.records_out += len(records)
         if type(records) is RecordBatch:
@@ -249,22 +249,18 @@ class RecordWriter:
 
     def _write_hashed(self, records: list[Any], timestamps: list[Any] | None) -> None:
         assert self._key_selector is not None and self._keys is not None
+        key_of, cache, channel_for = self._key_selector, self._channel_of_key, self._channel_for
+        # The lists are not swapped (shipped) before the loop ends.
         if timestamps is None:
-            route, stamps = _ROUTE_BY_KEY, None
+            record, exc = _route_by_key(
+                records, key_of, cache, channel_for, self._buffers, self._keys
+            )
         else:
             # Made before the records join the buffers: padded to the records before them.
-            route, stamps = _ROUTE_BY_KEY_TIMED, [self._timestamps_of(ch) for ch in range(self._n)]
-        # The lists are not swapped (shipped) before the loop ends.
-        record, exc = route(
-            records,
-            timestamps,
-            self._key_selector,
-            self._channel_of_key,
-            self._channel_for,
-            self._buffers,
-            self._keys,
-            stamps,
-        )
+            stamps = [self._timestamps_of(ch) for ch in range(self._n)]
+            record, exc = _route_by_key_timed(
+                records, timestamps, key_of, cache, channel_for, self._buffers, self._keys, stamps
+            )
         if exc is not None:
             raise self._routing_error(record, exc) from exc
         if timestamps is None and any(ts is not None for ts in self._ts):
@@ -343,49 +339,63 @@ class RecordWriter:
             channel.close()
 
 
-#: The per-record loop of a hash edge: each record's key, its channel (cached per key),
-#: then the record, its key and (the timed variant) its timestamp appended to that
-#: channel's lists. One template for both variants: a test or a call per record to tell
-#: them apart would cost the untimed path, the common one, a few percent of its routing.
-#: ``lists[ch].append(x)`` rather than pre-bound appends: CPython 3.11 specializes the
-#: method call of a list. Returns the record that failed and its error, or ``(None, None)``.
-_ROUTE_BY_KEY_SOURCE = """
-def route(records, timestamps, key_of, cache, channel_for, buffers, keys, stamps):
+# The per-record loops of a hash edge: each record's key, its channel (cached per key),
+# then the record, its key and (the timed loop) its timestamp appended to that channel's
+# lists. Two loops, one line apart, rather than one with a test or a call per record to
+# tell them apart: that would cost the untimed path, the common one, a few percent of
+# its routing. ``lists[ch].append(x)`` rather than pre-bound appends: CPython 3.11
+# specializes the method call of a list. A NaN key misses the cache every time (it
+# equals no cached key): the one NaN object it becomes finds its state, where every NaN
+# is one key. Each returns the record that failed and its error, or ``(None, None)``.
+
+
+def _route_by_key(
+    records: list[Any],
+    key_of: Callable[[Any], Any],
+    cache: dict[Any, int],
+    channel_for: Callable[[Any], int],
+    buffers: list[list[Any]],
+    keys: list[list[Any]],
+) -> tuple[Any, Exception | None]:
     record = None
     try:
-        for {loop}:
+        for record in records:
             key = key_of(record)
             ch = cache.get(key)
             if ch is None:
-                # A NaN key misses every time (it equals no cached key): the one NaN
-                # object it becomes finds its state, where every NaN is one key.
                 key = canonical_nan(key)
                 ch = channel_for(key)
             buffers[ch].append(record)
-            keys[ch].append(key){carry}
+            keys[ch].append(key)
     except Exception as exc:
         return record, exc
     return None, None
-"""
-
-_RouteByKey = Callable[..., tuple[Any, "Exception | None"]]
 
 
-def _route_by_key(*, timed: bool) -> _RouteByKey:
-    namespace: dict[str, Any] = {"canonical_nan": canonical_nan}
-    source = _ROUTE_BY_KEY_SOURCE.format(
-        loop="record, ts in zip(records, timestamps, strict=True)"
-        if timed
-        else "record in records",
-        carry="\n            stamps[ch].append(ts)" if timed else "",
-    )
-    exec(compile(source, f"<hash routing, timed={timed}>", "exec"), namespace)  # fixed source
-    route: _RouteByKey = namespace["route"]
-    return route
-
-
-_ROUTE_BY_KEY = _route_by_key(timed=False)
-_ROUTE_BY_KEY_TIMED = _route_by_key(timed=True)
+def _route_by_key_timed(
+    records: list[Any],
+    timestamps: list[Any],
+    key_of: Callable[[Any], Any],
+    cache: dict[Any, int],
+    channel_for: Callable[[Any], int],
+    buffers: list[list[Any]],
+    keys: list[list[Any]],
+    stamps: list[list[Any]],
+) -> tuple[Any, Exception | None]:
+    record = None
+    try:
+        for record, ts in zip(records, timestamps, strict=True):
+            key = key_of(record)
+            ch = cache.get(key)
+            if ch is None:
+                key = canonical_nan(key)
+                ch = channel_for(key)
+            buffers[ch].append(record)
+            keys[ch].append(key)
+            stamps[ch].append(ts)
+    except Exception as exc:
+        return record, exc
+    return None, None
 
 
 def _serialization_error(item: Any, edge: str, exc: Exception) -> Exception:
