@@ -31,10 +31,10 @@ from epochstream.runtime.operators.columnar_transforms import need_batch
 from epochstream.state.backends.base import (
     KeyedBackendContext,
     KeyedStateBackend,
-    SnapshotJob,
     SnapshotTarget,
 )
 from epochstream.state.backends.heap.backend import HeapStateBackend
+from epochstream.state.backends.heap.snapshots import ColumnarSnapshotJob
 from epochstream.state.columnar_aggregates import (
     ColumnarAggregates,
     read_columnar_state,
@@ -42,10 +42,9 @@ from epochstream.state.columnar_aggregates import (
     state_of_table,
     window_of_table,
     window_table_name,
-    write_columnar_state,
 )
 from epochstream.state.columnar_checks import checked_value_type, event_times
-from epochstream.state.handles import KeyedStateHandle, OperatorRestore
+from epochstream.state.handles import OperatorRestore
 from epochstream.state.key_index import checked_key_type
 from epochstream.state.keygroups import key_group_range_for_operator
 
@@ -73,27 +72,6 @@ def window_starts(
         for start in np.unique(starts[valid]).tolist():
             windows.append((start, valid & (starts == start)))
     return late, windows
-
-
-class _StateSnapshot(SnapshotJob):
-    """Writes a copy of the columnar state taken at the barrier (snapshot thread)."""
-
-    def __init__(
-        self, table: pa.Table, target: SnapshotTarget, key_groups: range, state: str
-    ) -> None:
-        self.table = table
-        self.target = target
-        self.key_groups = key_groups
-        self.state = state
-
-    def run(self) -> KeyedStateHandle | None:
-        target = self.target
-        path = target.fs.join(target.directory, f"{target.name}.columnar.arrow")
-        handle = write_columnar_state(
-            target.fs, path, self.table, key_groups=self.key_groups, state=self.state
-        )
-        self.bytes_written = handle.size if handle is not None else 0
-        return handle
 
 
 class ColumnarKeyedOperator(Operator, ABC):
@@ -129,7 +107,7 @@ class ColumnarKeyedOperator(Operator, ABC):
 
     def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
         parts = super().snapshot(target)
-        parts.keyed = _StateSnapshot(
+        parts.keyed = ColumnarSnapshotJob(
             self.state_table(), target, self.key_groups, self.spec.payload.kind
         )
         return parts

@@ -56,8 +56,10 @@ __all__ = ["ColumnarSnapshotJob", "HeapSnapshotJob"]
 
 
 class ColumnarSnapshotJob(SnapshotJob):
-    """Writes the heap backend's columnar state, copied at the barrier, as a columnar
-    Arrow file (:class:`~epochstream.state.handles.ColumnarSnapshotHandle`).
+    """Writes columnar state, copied at the barrier, as a columnar Arrow file
+    (:class:`~epochstream.state.handles.ColumnarSnapshotHandle`): the heap backend's
+    column tables, with the value column cast to ``schema``'s type, and the state the
+    columnar session and join operators keep themselves (no ``schema``).
 
     Example::
 
@@ -71,9 +73,9 @@ class ColumnarSnapshotJob(SnapshotJob):
         target: SnapshotTarget,
         key_groups: range,
         state: str,
-        schema: ColumnSchema,
+        schema: ColumnSchema | None = None,
     ) -> None:
-        self.table = with_value_type(table, schema.value_type)
+        self.table = table if schema is None else with_value_type(table, schema.value_type)
         self.target = target
         self.key_groups = key_groups
         self.state = state
