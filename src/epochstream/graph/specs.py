@@ -153,7 +153,10 @@ class DedupSpec:
 
 @dataclass(frozen=True)
 class IntervalJoinSpec:
-    """The interval join operator's payload: bounds (ms) and the ProcessJoinFunction."""
+    """The interval join operator's payload: bounds (ms) and the ProcessJoinFunction.
+
+    Example: ``IntervalJoinSpec(lower=-2_000, upper=1_000, function=MyJoin())``
+    """
 
     lower: int
     upper: int
@@ -168,6 +171,11 @@ class WindowSpec:
     ReduceFunction/callable, AggregateFunction or ProcessWindowFunction;
     ``window_function`` the optional ProcessWindowFunction after an incremental one;
     ``evictor`` the optional :class:`~epochstream.graph.evictors.Evictor`.
+
+    Example::
+
+        WindowSpec(TumblingEventTimeWindows.of(5_000), EventTimeTrigger(), 0, None,
+                   "reduce", lambda a, b: a + b)
     """
 
     assigner: WindowAssigner

@@ -47,6 +47,11 @@ def describe_batch(batch: Any) -> str:
 
 
 def need_batch(op: Operator, item: Any) -> pa.RecordBatch:
+    """``item`` if it is an Arrow record batch, else a ConfigurationError naming ``op``'s
+    task (a row stream was given to a columnar operator).
+
+    Example: ``batch = need_batch(self, records)`` at the top of ``process_batch``.
+    """
     if type(item) is not pa.RecordBatch:
         raise ConfigurationError(
             f"{op.ctx.task_name}: expects columnar batches (pyarrow.RecordBatch) but got "

@@ -39,6 +39,10 @@ SST_SUFFIX = ".sst"
 
 
 def crc_file(path: str) -> int:
+    """The CRC-32 of a local file, read in 1 MiB chunks (checked when it is downloaded).
+
+    Example: ``crc_file("/scratch/rocks-0/000012.sst")``
+    """
     crc = 0
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
