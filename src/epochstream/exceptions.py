@@ -5,6 +5,7 @@
     EpochstreamError
      +-- ConfigurationError          bad settings or a job graph that cannot run (never restarted)
      |    +-- UntrustedStorageError  a local checkpoint or savepoint path other users can change
+     |    +-- SqlError               a SQL statement that cannot be parsed or planned (line, column)
      +-- JobExecutionError           execute() gave up; names the first cause and restart history
      +-- JobCancelled                the job was cancelled, or stopped with a savepoint
      +-- DataError                   bad input that retrying cannot fix (restarts are suppressed)
@@ -47,6 +48,7 @@ __all__ = [
     "SerializationError",
     "SinkError",
     "SourceDecodeError",
+    "SqlError",
     "StateError",
     "StorageUnavailableError",
     "TaskFailure",
@@ -99,6 +101,33 @@ class UntrustedStorageError(ConfigurationError):
     Example: ``env.enable_checkpointing(storage="/tmp/shared")`` where ``/tmp/shared``
     is ``0777`` makes ``execute()`` raise it.
     """
+
+
+class SqlError(ConfigurationError):
+    """A SQL statement that cannot be parsed, bound or planned; the message starts with
+    the position (``line L, column C: ...``) and says what is unsupported or wrong.
+
+    Example::
+
+        try:
+            env.sql_query("SELECT nosuch FROM bids")
+        except es.SqlError as err:
+            print(err.line, err.column)     # 1, 8
+    """
+
+    def __init__(self, message: str, *, line: int = 0, column: int = 0) -> None:
+        where = f"line {line}, column {column}: " if line else ""
+        super().__init__(where + message)
+        self.line = line
+        self.column = column
+        self.reason = message
+
+    def __reduce__(self):  # keep the position across pickling
+        return (_rebuild_sql_error, (self.reason, self.line, self.column))
+
+
+def _rebuild_sql_error(message: str, line: int, column: int) -> SqlError:
+    return SqlError(message, line=line, column=column)
 
 
 class JobExecutionError(EpochstreamError):
