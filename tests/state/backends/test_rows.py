@@ -1,5 +1,5 @@
 """The row-table contract (``KeyedStateBackend.row_table``), on every backend: append,
-read and delete per key, the queue by integer key (``pop_until``), snapshots restored
+read and pop per key, the queue by integer key (``pop_until``), snapshots restored
 at the same and at another parallelism, and savepoints restored on either backend."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _append(table: object, ids: list[int], names: list[str]) -> None:
     table.append(rows, _kgs(rows.column("id")))  # type: ignore[attr-defined]
 
 
-def test_rows_are_read_and_deleted_per_key(harness: Harness) -> None:
+def test_rows_are_read_and_popped_per_key(harness: Harness) -> None:
     backend = harness.backend()
     assert backend.row_table("left") is None
     table = backend.row_table("left", SCHEMA)
@@ -45,8 +45,10 @@ def test_rows_are_read_and_deleted_per_key(harness: Harness) -> None:
     keys = pa.array([1, 9], pa.int64())
     got = table.read(keys, _kgs(keys))
     assert got.column("name").to_pylist() == ["a", "c", "d"]  # appended order per key
-    table.delete(pa.array([1], pa.int64()), _kgs(pa.array([1], pa.int64())))
+    popped = table.pop(pa.array([1, 9], pa.int64()), _kgs(pa.array([1, 9], pa.int64())))
+    assert popped.column("name").to_pylist() == ["a", "c", "d"]
     assert _pairs(table.table().drop_columns(["_kg"])) == [(2, "b"), (3, "e")]
+    assert table.pop(keys, _kgs(keys)).num_rows == 0
     assert len(table) == 2 and backend.row_tables() == ["left"]
     _append(table, [1], ["f"])  # a deleted key starts over
     assert table.read(keys, _kgs(keys)).column("name").to_pylist() == ["f"]

@@ -218,10 +218,20 @@ def _due_keys(end: np.ndarray) -> pa.Array:
 def _new_pairs(
     slot: np.ndarray, end: np.ndarray, old_slot: np.ndarray, old_end: np.ndarray
 ) -> np.ndarray:
-    """Which ``(slot, end)`` pairs are not among the ``(old_slot, old_end)`` pairs."""
+    """Which ``(slot, end)`` pairs are not among the ``(old_slot, old_end)`` pairs.
+
+    Each pair is one int64 (``slot * span + end - low``) when the slots times the ends'
+    span fit, so one ``isin`` compares them; else rows of a 2-column array are ranked
+    (slower: ``unique`` sorts the rows).
+    """
     if not len(old_slot):
         return np.ones(len(slot), dtype=bool)
-    pairs = np.stack([np.concatenate([slot, old_slot]), np.concatenate([end, old_end])], axis=1)
+    ends = np.concatenate([end, old_end])
+    low = int(ends.min())
+    span = int(ends.max()) - low + 1
+    if (int(max(slot.max(initial=0), old_slot.max())) + 1) * span < 2**62:
+        return ~np.isin(slot * span + (end - low), old_slot * span + (old_end - low))
+    pairs = np.stack([np.concatenate([slot, old_slot]), ends], axis=1)
     _, ids = np.unique(pairs, axis=0, return_inverse=True)
     ids = ids.reshape(-1)
     return ~np.isin(ids[: len(slot)], ids[len(slot) :])
@@ -255,14 +265,15 @@ class ColumnarSessionOperator(Operator):
     The open sessions are a row table of the job's keyed-state backend
     (``env.set_state_backend``; :meth:`KeyedStateBackend.row_table`), ``sessions``:
     per key its sessions (``_key``, ``_start``, ``_end``, ``_acc``, ``_count``). A
-    batch reads the open sessions of the keys it touches, :func:`merge_sessions` them
-    with one interval ``[ts, ts + gap)`` per accepted row, and writes those keys'
-    sessions back; the other keys' sessions are not read. A second row table,
+    batch pops the open sessions of the keys it touches (:meth:`RowTable.pop`),
+    :func:`merge_sessions` them with one interval ``[ts, ts + gap)`` per accepted row,
+    and appends those keys' sessions back; the other keys' sessions are not read. A second row table,
     ``sessions-due``, files each key under the time its session is due (``end - 1``,
     shifted to a non-negative uint64), so a watermark takes out only the keys whose
-    sessions may be due (:meth:`RowTable.pop_until`) and emits, in order of end, every
-    session whose end - 1 it reached; a key filed under a session that merged into a
-    later one since is read and left as it is. On RocksDB the state is bounded by the
+    sessions may be due (:meth:`RowTable.pop_until`), pops their sessions, emits, in
+    order of end, every session whose end - 1 it reached and puts the others back (a
+    key filed under a session that merged into a later one since is filed under that
+    end too). On RocksDB the state is bounded by the
     disk, not memory. The ``late_records_dropped`` metric counts the rows dropped
     because their session had fired.
 
@@ -350,21 +361,13 @@ class ColumnarSessionOperator(Operator):
             raise DataError(f"{where}: keys of type {keys.type} do not fit {first}: {exc}") from exc
 
     def _write(
-        self,
-        keys: pa.Array,
-        merged: tuple[np.ndarray, ...],
-        replace: np.ndarray,
-        filed: tuple[np.ndarray, np.ndarray],
+        self, keys: pa.Array, merged: tuple[np.ndarray, ...], filed: tuple[np.ndarray, np.ndarray]
     ) -> None:
-        """Store ``merged`` sessions (slots into ``keys``) in place of the open sessions
-        of the keys at slots ``replace``, and file as due the ``(slot, end)`` pairs not
-        ``filed`` already."""
+        """Store ``merged`` sessions (slots into ``keys``, whose sessions were popped),
+        and file as due the ``(slot, end)`` pairs not ``filed`` already."""
         sessions, due = self._tables()
         slot, start, end, acc, count = merged
         max_p = self.ctx.max_parallelism
-        if len(replace):
-            gone = keys.take(pa.array(replace))
-            sessions.delete(gone, key_groups_of_column(gone, max_p))
         if not len(slot):
             return
         session_keys = keys.take(pa.array(slot))
@@ -398,15 +401,16 @@ class ColumnarSessionOperator(Operator):
         acc, count = self.values.rows(batch)
         sessions, _ = self._tables()
         keys = pc.unique(row_keys)
+        # The keys' sessions come out of the table and go back merged below.
         old = _Sessions(
-            keys, sessions.read(keys, key_groups_of_column(keys, self.ctx.max_parallelism))
+            keys, sessions.pop(keys, key_groups_of_column(keys, self.ctx.max_parallelism))
         )
         slots = _slots(row_keys, keys)
         accepted = self._accepted(slots, ts, old)
         if accepted is not None:
             self.counters.late_records_dropped += int(len(ts) - accepted.sum())
             slots, ts, acc, count = slots[accepted], ts[accepted], acc[accepted], count[accepted]
-            if not len(ts):
+            if not len(ts) and not len(old.slot):
                 return
         risky = (
             self.sums is not None
@@ -430,7 +434,7 @@ class ColumnarSessionOperator(Operator):
                 *parts[:3], parts[3].astype(np.float64), parts[4], self.agg.kind
             )
             self.sums.check(merged[3], shadow[3], lambda i: keys[int(merged[0][i])].as_py())
-        self._write(keys, merged, np.unique(old.slot), (old.slot, old.end))
+        self._write(keys, merged, (old.slot, old.end))
 
     def _accepted(self, slots: np.ndarray, ts: np.ndarray, old: _Sessions) -> np.ndarray | None:
         """Which rows join a session (``None``: all of them).
@@ -487,13 +491,20 @@ class ColumnarSessionOperator(Operator):
             return
         keys = pc.unique(filed.column(_KEY).combine_chunks())
         old = _Sessions(
-            keys, self._sessions.read(keys, key_groups_of_column(keys, self.ctx.max_parallelism))
+            keys, self._sessions.pop(keys, key_groups_of_column(keys, self.ctx.max_parallelism))
         )
         due = old.end - 1 <= watermark
-        if not due.any():
-            return
         order = np.flatnonzero(due)
         order = order[np.lexsort((old.start[order], old.end[order]))]
+        if len(order):
+            self._emit(keys, old, order)
+        # The other sessions of these keys go back (filed under their own ends already).
+        keep = ~due
+        kept = (old.slot[keep], old.start[keep], old.end[keep], old.acc[keep], old.count[keep])
+        self._write(keys, kept, (kept[0], kept[2]))
+
+    def _emit(self, keys: pa.Array, old: _Sessions, order: np.ndarray) -> None:
+        """Emit the sessions at ``order`` of ``old`` as one batch."""
         self.output.collect(
             _window_batch(
                 self.agg.key,
@@ -505,10 +516,6 @@ class ColumnarSessionOperator(Operator):
             ),
             None,
         )
-        # The fired sessions' keys keep their other sessions (filed under their own ends).
-        keep = ~due & np.isin(old.slot, old.slot[due])
-        kept = (old.slot[keep], old.start[keep], old.end[keep], old.acc[keep], old.count[keep])
-        self._write(keys, kept, np.unique(old.slot[due]), (kept[0], kept[2]))
 
     def state_table(self) -> pa.Table:
         """The open sessions (``_kg``, ``_key``, ``_start``, ``_end``, ``_acc``,

@@ -338,11 +338,11 @@ class RowSchema:
 
 class RowTable(ABC):
     """Batch access to one table of keyed rows: Arrow rows appended under their key
-    (the schema's key column), read back and deleted per key, for whole batches of keys
+    (the schema's key column), read back and taken out per key, for whole batches of keys
     at once (columnar joins' buffered rows, session windows' open sessions).
 
     ``key_groups`` are the key groups of the rows (``append``) or of the distinct
-    ``keys`` (``read``, ``delete``); they need not be the key's own (a table may file
+    ``keys`` (``read``, ``pop``); they need not be the key's own (a table may file
     rows under another key, as long as they go with a key of that group). A table whose
     key column is uint64 is also a queue by key: :meth:`pop_until` takes out every row
     up to a key (session windows file their keys by the time their sessions are due).
@@ -352,7 +352,7 @@ class RowTable(ABC):
         table = backend.row_table("left", RowSchema(batch.schema, key="id"))
         table.append(batch, key_groups_of_column(batch["id"], 128))
         table.read(pa.array([7]), key_groups_of_column(pa.array([7]), 128))  # a pa.Table
-        table.delete(pa.array([7]), key_groups_of_column(pa.array([7]), 128))
+        table.pop(pa.array([7]), key_groups_of_column(pa.array([7]), 128))    # read and removed
     """
 
     name: str
@@ -371,8 +371,9 @@ class RowTable(ABC):
         """Every row of the distinct ``keys`` (in the order they were appended per key)."""
 
     @abstractmethod
-    def delete(self, keys: pa.Array, key_groups: np.ndarray) -> None:
-        """Remove every row of the distinct ``keys``."""
+    def pop(self, keys: pa.Array, key_groups: np.ndarray) -> pa.Table:
+        """Remove and return every row of the distinct ``keys`` (a read and delete in
+        one: what an operator that rewrites its keys' rows needs)."""
 
     @abstractmethod
     def pop_until(self, bound: int) -> pa.Table:

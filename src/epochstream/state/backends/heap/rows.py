@@ -80,8 +80,7 @@ class HeapRowTable(RowTable):
         return pc.is_in(table.column(self._schema.key), value_set=keys, skip_nulls=False)
 
     def _keep(self, table: pa.Table, mask: Any) -> None:
-        kept = table.filter(mask).combine_chunks()
-        self._batches = [b for b in kept.to_batches() if b.num_rows]
+        self._batches = [b for b in table.filter(mask).to_batches() if b.num_rows]
 
     def read(self, keys: pa.Array, key_groups: np.ndarray) -> pa.Table:
         if not self._batches or not len(keys):
@@ -89,11 +88,15 @@ class HeapRowTable(RowTable):
         table = self._all()
         return table.filter(self._of_keys(table, keys)).drop_columns([KG])
 
-    def delete(self, keys: pa.Array, key_groups: np.ndarray) -> None:
+    def pop(self, keys: pa.Array, key_groups: np.ndarray) -> pa.Table:
         if not self._batches or not len(keys):
-            return
+            return self._schema.schema.empty_table()
         table = self._all()
-        self._keep(table, pc.invert(self._of_keys(table, keys)))
+        mine = self._of_keys(table, keys)
+        popped = table.filter(mine).drop_columns([KG])
+        if popped.num_rows:
+            self._keep(table, pc.invert(mine))
+        return popped
 
     def pop_until(self, bound: int) -> pa.Table:
         if not self._batches:

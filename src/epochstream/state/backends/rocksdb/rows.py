@@ -6,7 +6,7 @@ list state is: each append puts one entry per distinct key, ``prefix | sequence 
 (8 bytes, big-endian)``, whose value is the backend's value header followed by that
 key's rows as one Arrow IPC record batch message (:meth:`RowSchema.dumps`), and
 a counter entry at ``prefix`` holding the next sequence number. A key's live entries
-are exactly its sequence numbers below the counter (``delete`` removes them all and
+are exactly its sequence numbers below the counter (``pop`` removes them all and
 the counter), so reading a batch's keys is two multi-gets (the counters, then the
 entries), no iterator per key. The schema is the table's serializer, recorded in the
 meta column family.
@@ -131,14 +131,18 @@ class RocksRowTable(RowTable):
         _, entries = self._entries(keys, key_groups)
         return self._decoded(self._column.cf.get(entries) if entries else [])
 
-    def delete(self, keys: pa.Array, key_groups: np.ndarray) -> None:
+    def pop(self, keys: pa.Array, key_groups: np.ndarray) -> pa.Table:
         if not len(keys):
-            return
+            return self.schema.schema.empty_table()
         prefixes, entries = self._entries(keys, key_groups)
+        if not entries:
+            return self.schema.schema.empty_table()
+        stored = self._column.cf.get(entries)
         batch = self._write_batch()
         for db_key in entries + prefixes:
             batch.delete(db_key)
         self._db.write(batch, self._write_options)
+        return self._decoded(stored)
 
     def pop_until(self, bound: int) -> pa.Table:
         if bound < 0:
