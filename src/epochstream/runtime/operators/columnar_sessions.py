@@ -238,11 +238,11 @@ def _new_pairs(
 
 
 class _Sessions:
-    """The open sessions of a batch's keys, as NumPy columns: each session's key (a
-    slot into ``keys``), start, end, accumulator and value count."""
+    """Sessions of a row table (``table``) as NumPy columns: each session's key (a slot
+    into ``keys``, the distinct keys they were popped for), start, end, accumulator and
+    value count."""
 
     def __init__(self, keys: pa.Array, table: pa.Table) -> None:
-        self.keys = keys
         self.slot = _slots(table.column(_KEY), keys)
         self.start = table.column(_START).to_numpy()
         self.end = table.column(_END).to_numpy()
@@ -406,7 +406,7 @@ class ColumnarSessionOperator(Operator):
             keys, sessions.pop(keys, key_groups_of_column(keys, self.ctx.max_parallelism))
         )
         slots = _slots(row_keys, keys)
-        accepted = self._accepted(slots, ts, old)
+        accepted = self._accepted(slots, ts, old, len(keys))
         if accepted is not None:
             self.counters.late_records_dropped += int(len(ts) - accepted.sum())
             slots, ts, acc, count = slots[accepted], ts[accepted], acc[accepted], count[accepted]
@@ -436,7 +436,9 @@ class ColumnarSessionOperator(Operator):
             self.sums.check(merged[3], shadow[3], lambda i: keys[int(merged[0][i])].as_py())
         self._write(keys, merged, (old.slot, old.end))
 
-    def _accepted(self, slots: np.ndarray, ts: np.ndarray, old: _Sessions) -> np.ndarray | None:
+    def _accepted(
+        self, slots: np.ndarray, ts: np.ndarray, old: _Sessions, keys: int
+    ) -> np.ndarray | None:
         """Which rows join a session (``None``: all of them).
 
         A row whose own window ``[ts, ts + gap)`` the watermark has passed joins only a
@@ -445,13 +447,14 @@ class ColumnarSessionOperator(Operator):
         key (those reach past the watermark too), so some start by ``ts + gap``. Rows
         accepted that way let later ones in, so the test repeats, each round on whole
         columns, until no row changes (rounds: the longest such chain, usually one).
+        ``slots`` and ``old.slot`` index the batch's ``keys`` distinct keys.
         """
         gap = self.agg.gap
         late = ts + (gap - 1) <= self.watermark
         if not late.any():
             return None
         far = int(ts.max()) + gap + 1  # above every threshold ts + gap
-        first_open = np.full(len(old.keys), far, dtype=np.int64)
+        first_open = np.full(keys, far, dtype=np.int64)
         np.minimum.at(first_open, old.slot, old.start)
         order = np.argsort(slots, kind="stable")  # by key, in arrival order within a key
         slots_o, ts_o, late_o = slots[order], ts[order], late[order]
