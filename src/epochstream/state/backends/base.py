@@ -544,7 +544,10 @@ class KeyedStateBackend(ABC):
 
     @abstractmethod
     def drop_row_table(self, name: str) -> None:
-        """Remove row table ``name`` and its rows (a fired window's)."""
+        """Remove row table ``name`` and its rows (a fired window's).
+
+        Example: ``backend.drop_row_table("left@0")``
+        """
 
     @abstractmethod
     def keys(self, state_name: str) -> list[Any]:

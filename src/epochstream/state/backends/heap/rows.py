@@ -172,7 +172,10 @@ def write_row_tables(
     key_groups: range,
 ) -> ColumnarSnapshotHandle | None:
     """Write row tables (``name: (schema, batches with _kg)``) as one file (see the
-    module docstring); ``None`` when no table has rows."""
+    module docstring); ``None`` when no table has rows.
+
+    Example: ``write_row_tables(fs, path, {"left": (t.schema, t.batches())}, range(0, 64))``
+    """
     if not any(batches for _, batches in tables.values()):
         return None
     batches, size, crc = write_ipc_file(fs, path, _FILE_SCHEMA, _key_groups(tables))
@@ -187,7 +190,10 @@ def write_row_tables(
 
 
 def is_row_file(handle: KeyedStateHandle) -> bool:
-    """Whether ``handle`` is a file of row tables (:func:`write_row_tables`)."""
+    """Whether ``handle`` is a file of row tables (:func:`write_row_tables`).
+
+    Example: ``is_row_file(job.run())`` for a heap backend holding row tables
+    """
     return isinstance(handle, ColumnarSnapshotHandle) and ROWS in handle.states.values()
 
 
@@ -195,7 +201,13 @@ def read_row_tables(
     fs_of: Callable[[str], StorageFS], handle: ColumnarSnapshotHandle, key_groups: range
 ) -> Iterable[tuple[str, RowSchema, pa.Table]]:
     """``(table name, schema, rows with _kg)`` of ``key_groups`` in a row file, a part
-    per key group and table (``fs_of(path)`` opens a file system)."""
+    per key group and table (``fs_of(path)`` opens a file system).
+
+    Example::
+
+        for name, schema, rows in read_row_tables(storage_fs, handle, range(0, 32)):
+            backend.row_table(name, schema)
+    """
     for kg, batch in read_batches(fs_of(handle.path), handle, key_groups):
         names = batch.column(_TABLE).to_pylist()
         streams = batch.column(_ROWS)
