@@ -606,8 +606,8 @@ def columnar_rows(fs: StorageFS, handle: ColumnarSnapshotHandle) -> Iterable[tup
     kind = next(iter(handle.states), "")
     if kind not in AGGREGATES:
         raise StateError(
-            f"state {kind!r} of {handle.path} holds a columnar join's rows, not one value "
-            "per key; read the file with pyarrow.ipc.open_file (columns _kg, left, right)"
+            f"state {kind!r} of {handle.path} is a row table (a columnar join's or session "
+            "window's rows), not one value per key; read it with es.savepoint.read"
         )
     for kg, batch in read_batches(fs, handle, handle.key_groups):
         cols = batch.to_pydict()
