@@ -25,6 +25,7 @@ from epochstream.graph.specs import (
     WindowAggregateSpec,
     WindowTvf,
 )
+from epochstream.runtime.operators import columnar_window_aggregates as window_aggregates
 from epochstream.runtime.operators.columnar_window_aggregates import SliceAssigner
 from epochstream.state.backends.base import SnapshotTarget
 from epochstream.state.column_keygroups import key_groups_by_columns
@@ -389,13 +390,34 @@ def test_equals_duckdb_with_late_rows_dropped(scenario: Any) -> None:
     _run_against_duckdb(scenario)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_many_batches_into_one_slice_are_compacted_and_still_equal_duckdb(seed: int) -> None:
+    rng = random.Random(seed)
+    spec = _spec(WindowTvf.hop(40, 20), ("k1", "k2"), CATALOG)
+    rows = [
+        {
+            "k1": rng.randint(0, 3),
+            "k2": rng.choice(["a", None]),
+            "v": rng.choice([None, rng.randint(-9, 9)]),
+            "f": rng.choice([None, float("nan"), 1.5, -2.0]),
+            "b": rng.choice([True, False, None]),
+            "_ts": t // 6,
+        }
+        for t in range(300)
+    ]
+    batches = [rows[i : i + 5] for i in range(0, len(rows), 5)]  # 60 batches: > 16 per slice
+    watermarks = [batch[-1]["_ts"] - 1 for batch in batches]
+    _run_against_duckdb((spec, batches, watermarks))
+
+
 # ---------------------------------------------------------------------- snapshots
 
 
 @pytest.mark.parametrize("window", [WindowTvf.hop(10, 4), WindowTvf.cumulate(12, 3)])
 def test_restore_at_another_parallelism_gives_the_same_output(
-    tmp_path: Path, window: WindowTvf
+    tmp_path: Path, window: WindowTvf, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(window_aggregates, "_COMPACT_AT", 3)  # compacted slices snapshotted
     spec = _spec(
         window,
         ("k1", "k2"),
@@ -424,7 +446,8 @@ def test_restore_at_another_parallelism_gives_the_same_output(
     handles = []
     for subtask in range(2):  # 2 subtasks up to the snapshot...
         op, out = _op(spec, subtask, 2)
-        op.process_batch(_mine(first, spec, op.key_groups), None)
+        for i in range(0, first.num_rows, 10):
+            op.process_batch(_mine(first.slice(i, 10), spec, op.key_groups), None)
         op.process_watermark(20)
         emitted += out.batches()
         handle = op.snapshot(_target(tmp_path, 1, subtask)).keyed.run()

@@ -416,19 +416,10 @@ class ColumnarWindowAggregateOperator(ColumnarKeyedOperator):
             self._keep(i, _distinct_rows(values, [*group, column]))
 
     def _keep(self, part: int, rows: pa.Table) -> None:
-        """Add ``rows`` (with a ``_wa_slice`` column) to their slices' ``part``."""
-        if not rows.num_rows:
-            return
+        """Add a batch's ``rows`` (with a ``_wa_slice`` column) to their slices' ``part``."""
         rows = rows.append_column(FIRED, pa.nulls(rows.num_rows, pa.int64()))
-        ends = rows.column(SLICE).to_numpy()
-        order = np.argsort(ends, kind="stable")
-        rows = rows.take(pa.array(order)).drop_columns([SLICE])
-        ends = ends[order]
-        bounds = np.flatnonzero(np.diff(ends)) + 1
-        starts = [0, *bounds.tolist()]
-        stops = [*bounds.tolist(), len(ends)]
-        for start, stop in zip(starts, stops, strict=True):
-            self.store.add(int(ends[start]), part, rows.slice(start, stop - start))
+        for end, slice_rows in _per_slice(rows):
+            self.store.add(end, part, slice_rows)
 
     # ------------------------------------------------------------ firing
     def process_watermark(self, watermark: int) -> None:
@@ -529,13 +520,16 @@ class ColumnarWindowAggregateOperator(ColumnarKeyedOperator):
         columns = {_MAIN: [*self.keys, *(p.name for p in calls.partials), FIRED]}
         for i, column in calls.distinct:
             columns[i] = [*self.keys, column, FIRED]
-        for (end, part), rows in _groups(table, [SLICE, PART]):
+        parts = table.column(PART).to_numpy()
+        for part in np.unique(parts).tolist():
             if part not in columns or any(c not in names for c in columns[part]):
                 raise StateError(
                     f"{self._where}: restored state does not hold this query's aggregates; "
                     "give the new operator another uid"
                 )
-            self.store.add(end, part, rows.select(columns[part]))
+            rows = table.filter(pa.array(parts == part)).select([*columns[part], SLICE])
+            for end, slice_rows in _per_slice(rows):
+                self.store.add(end, part, slice_rows)
 
     def _restore_calls(self, table: pa.Table) -> None:
         """The aggregates' float columns from the restored partials' types."""
@@ -557,11 +551,16 @@ def _distinct_rows(table: pa.Table, columns: list[str]) -> pa.Table:
     return table.group_by(columns, use_threads=False).aggregate([]).select(columns)
 
 
-def _groups(table: pa.Table, by: list[str]) -> Iterable[tuple[tuple[int, int], pa.Table]]:
-    """``table``'s rows per distinct value of the int columns ``by``."""
-    for row in _distinct_rows(table.select(by), by).to_pylist():
-        mask = None
-        for name in by:
-            equal = pc.equal(table.column(name), row[name])
-            mask = equal if mask is None else pc.and_(mask, equal)
-        yield (row[by[0]], row[by[1]]), table.filter(mask)
+def _per_slice(rows: pa.Table) -> Iterable[tuple[int, pa.Table]]:
+    """``rows``' slice ends (column ``_wa_slice``), each with its rows (without it)."""
+    if not rows.num_rows:
+        return
+    ends = rows.column(SLICE).to_numpy()
+    order = np.argsort(ends, kind="stable")
+    rows = rows.take(pa.array(order)).drop_columns([SLICE])
+    ends = ends[order]
+    bounds = np.flatnonzero(np.diff(ends)) + 1
+    starts = [0, *bounds.tolist()]
+    stops = [*bounds.tolist(), len(ends)]
+    for start, stop in zip(starts, stops, strict=True):
+        yield int(ends[start]), rows.slice(start, stop - start)
