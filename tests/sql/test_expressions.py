@@ -252,6 +252,39 @@ def test_case_without_else_and_null_conditions() -> None:
     assert ours("CASE WHEN flag THEN 1 WHEN flag2 THEN 2 END") == [1, 2, None, 1, None, 2]
 
 
+def test_branches_that_can_fail_run_on_their_rows_only() -> None:
+    # Flink's generated code evaluates a CASE branch, IF's arms and the right side of
+    # AND/OR only where they decide the result: guarded divisions do not fail.
+    assert ours("CASE WHEN b <> 0 THEN a / b ELSE -1 END") == [0, -3, -2, None, -1, 2]
+    assert ours("IF(b = 0, NULL, a / b)") == [0, -3, -2, None, None, 2]
+    assert ours("CASE WHEN a > 100 THEN 1 / 0 ELSE 1 END") == [1] * 6
+    zero = pa.record_batch({"p": pa.array([0, 2, None, 4], pa.int32())})
+    assert ours("p <> 0 AND 8 / p > 2", zero) == [False, True, None, False]
+    assert ours("p = 0 OR 8 / p > 2", zero) == [True, True, None, False]
+    assert ours("p IS NULL OR CAST(CAST(p AS STRING) AS INT) = 2", zero) == [
+        False,
+        True,
+        True,
+        False,
+    ]
+    with pytest.raises(DataError, match="divide by zero"):
+        ours("CASE WHEN a > 0 THEN a / 0 END")  # a selected row still fails
+
+
+def test_udf_in_a_case_branch_sees_its_rows_only() -> None:
+    lengths: list[int] = []
+
+    def plus_one(v: pa.Array) -> pa.Array:
+        lengths.append(len(v))
+        return pc.add(v, 1)
+
+    catalog = FunctionCatalog()
+    catalog.register("plus_one", ScalarFunction(plus_one, "BIGINT"))
+    got = ours("CASE WHEN a > 0 THEN plus_one(big) ELSE 0 END", catalog=catalog)
+    assert got == [11, 0, -2, 0, 0, 7]
+    assert lengths == [3]
+
+
 def test_like_without_escape_takes_backslash_literally() -> None:
     batch = pa.record_batch({"v": ["a\\b", "ab", None]})
     assert ours("v LIKE 'a\\\\b'", batch) == [True, False, None]

@@ -106,7 +106,7 @@ class _Program:
             except kernels.KernelError as err:
                 raise DataError(f"{step.where}: {err}") from None
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
-                raise DataError(f"{step.where}: {kernels._first_line(err)}") from None
+                raise DataError(f"{step.where}: {kernels.first_line(err)}") from None
 
 
 def _where(node: exp.Expr) -> str:
@@ -440,14 +440,30 @@ class _Compiler:
         return value
 
     def _and(self, node: exp.And) -> Operand:
-        left, right = self._boolean_operand(node.left), self._boolean_operand(node.right)
+        left = self._boolean_operand(node.left)
+        # Short-circuit a right side that can fail: it runs where the left is not FALSE.
+        right = self._short_circuit(node.right, left, when_left_is=False)
         result = BOOLEAN.with_nullable(left.type.nullable or right.type.nullable)
         return self.emit(kernels.call, [left, right], ("and_kleene", ()), result, node)
 
     def _or(self, node: exp.Or) -> Operand:
-        left, right = self._boolean_operand(node.left), self._boolean_operand(node.right)
+        left = self._boolean_operand(node.left)
+        right = self._short_circuit(node.right, left, when_left_is=True)
         result = BOOLEAN.with_nullable(left.type.nullable or right.type.nullable)
         return self.emit(kernels.call, [left, right], ("or_kleene", ()), result, node)
+
+    def _short_circuit(self, right: exp.Expr, left: Operand, *, when_left_is: bool) -> Operand:
+        if not _fallible(right):
+            return self._boolean_operand(right)
+        flag = BOOLEAN.with_nullable(False)
+        decided = self.emit(kernels.is_true, [left], (not when_left_is,), flag, right)
+        needed = self.emit(kernels.call, [decided], ("invert", ()), flag, right)
+        deferred = _Deferred(self, right)
+        if deferred.type.name not in ("BOOLEAN", "NULL"):
+            raise _error(
+                right, f"expected a BOOLEAN, not {deferred.type.sql()}: {right.sql(dialect=Flink)}"
+            )
+        return deferred.guarded(needed, BOOLEAN, right)
 
     def _not(self, node: exp.Not) -> Operand:
         value = self._boolean_operand(node.this)
@@ -541,33 +557,83 @@ class _Compiler:
     def _case(self, node: exp.Case) -> Operand:
         subject = node.this
         conditions: list[Operand] = []
-        values: list[Operand] = []
+        value_nodes: list[exp.Expr | None] = []
         for branch in node.args.get("ifs") or []:
             when = branch.this
             if subject is not None:
                 when = exp.EQ(this=subject.copy(), expression=when.copy())
             conditions.append(self._boolean_operand(when))
-            values.append(self.compile(branch.args["true"]))
-        default = node.args.get("default")
-        values.append(
-            self.compile(default) if default is not None else self.constant(None, NULL, node)
-        )
-        target = self._common(node, values, "CASE")
+            value_nodes.append(branch.args["true"])
+        value_nodes.append(node.args.get("default"))
+        # A branch that can fail (1 / x, a CAST, a UDF) runs on the rows it selects only,
+        # as Flink's generated code evaluates it; the others run on the whole batch.
+        values: list[Operand | _Deferred] = [
+            self.constant(None, NULL, node)
+            if v is None
+            else _Deferred(self, v)
+            if _fallible(v)
+            else self.compile(v)
+            for v in value_nodes
+        ]
+        target = common_type([v.type for v in values])
+        if target is None:
+            types = ", ".join(v.type.sql() for v in values)
+            raise _error(node, f"CASE: no common type for {types}")
         if target.name == "NULL":
             target = STRING
         if target.name == "CHAR":
             target = SqlType("VARCHAR", target.precision, None, target.nullable)
-        values = [self.convert(v, target, node) for v in values]
-        target = target.with_nullable(any(v.type.nullable for v in values))
+        selections = (
+            self._selections(conditions, node)
+            if any(isinstance(v, _Deferred) for v in values)
+            else []
+        )
+        converted = [
+            v.guarded(selections[i], target, node)
+            if isinstance(v, _Deferred)
+            else self.convert(v, target, node)
+            for i, v in enumerate(values)
+        ]
+        target = target.with_nullable(any(v.type.nullable for v in converted))
         return self.emit(
-            kernels.case, [*conditions, *values], (len(conditions), target.to_arrow()), target, node
+            kernels.case,
+            [*conditions, *converted],
+            (len(conditions), target.to_arrow()),
+            target,
+            node,
         )
 
+    def _selections(self, conditions: list[Operand], node: exp.Expr) -> list[Operand]:
+        """For each CASE branch (ELSE last), the rows it selects: its condition is TRUE
+        and no earlier one is."""
+        selections: list[Operand] = []
+        taken: Operand | None = None
+        flag = BOOLEAN.with_nullable(False)
+        for condition in conditions:
+            true = self.emit(kernels.is_true, [condition], (False,), flag, node)
+            if taken is None:
+                selections.append(true)
+                taken = true
+            else:
+                selections.append(
+                    self.emit(kernels.call, [true, taken], ("and_not", ()), flag, node)
+                )
+                taken = self.emit(kernels.call, [taken, true], ("or_", ()), flag, node)
+        if taken is None:
+            selections.append(self.constant(True, flag, node))
+        else:
+            selections.append(self.emit(kernels.call, [taken], ("invert", ()), flag, node))
+        return selections
+
     def _if(self, node: exp.If) -> Operand:
-        args = [self.compile(node.this), self.compile(node.args["true"])]
         false = node.args.get("false")
-        args.append(self.compile(false) if false is not None else self.constant(None, NULL, node))
-        return self.call("IF", args, node)
+        case = exp.Case(
+            ifs=[exp.If(this=node.this.copy(), true=node.args["true"].copy())],
+            default=false.copy() if false is not None else None,
+        )
+        if self._boolean_operand(case.args["ifs"][0].this).type.name != "BOOLEAN":
+            raise _error(node, "IF takes a BOOLEAN condition")
+        return self._case(case)
 
     def _cast(self, node: exp.Cast, try_: bool = False) -> Operand:
         target = SqlType.from_ddl(node.to)
@@ -635,6 +701,63 @@ class _Compiler:
         if isinstance(node, exp.Log) and node.args.get("expression") is None:
             name = "LN"
         return self.call(name, args, node)
+
+
+class _Deferred:
+    """A sub-expression compiled as its own program, to run on selected rows only (a CASE
+    branch, the right side of AND/OR) because it can fail on rows it does not select."""
+
+    def __init__(self, compiler: _Compiler, node: exp.Expr) -> None:
+        self.parent = compiler
+        self.compiler = _Compiler(list(compiler.fields.values()), compiler.functions)
+        _collect_columns(self.compiler, [node])
+        self.value = self.compiler.compile(node)
+        self.type = self.value.type
+
+    def guarded(self, selection: Operand, target: SqlType, node: exp.Expr) -> Operand:
+        """The step computing the value where ``selection`` is TRUE (NULL elsewhere)."""
+        value = self.compiler.convert(self.value, target, node)
+        expression = CompiledExpression(self.compiler.program(), value.slot, value.type, False)
+        columns = [
+            Operand(self.parent.columns.index(n), self.parent.fields[n].type)
+            for n in self.compiler.columns
+        ]
+        options = (expression, tuple(self.compiler.columns))
+        return self.parent.emit(
+            run_selected,
+            [selection, *columns],
+            options,
+            value.type,
+            node,
+            key=("deferred", next(self.parent.unique)),
+        )
+
+
+def run_selected(args: Sequence[Any], options: tuple, ctx: kernels.EvalContext) -> Any:
+    """The kernel of a deferred sub-expression: ``args = (selection, *columns)``,
+    ``options = (CompiledExpression, column names)``; the value where selected, NULL
+    elsewhere."""
+    expression, names = options
+    mask = kernels.as_array(args[0], ctx.length)
+    columns = [kernels.as_array(c, ctx.length) for c in args[1:]]
+    if not columns:  # a constant expression still needs the row count
+        columns, names = [pa.nulls(ctx.length)], ("_rows",)
+    batch = pa.RecordBatch.from_arrays(columns, names=list(names))
+    selected = pc.sum(mask).as_py() or 0
+    if selected == 0:  # nothing to compute (constants would be computed regardless)
+        return pa.nulls(ctx.length, expression.type.to_arrow())
+    if selected == ctx.length:
+        return expression.evaluate(batch, ctx.now_ms)
+    values = expression.evaluate(batch.filter(mask), ctx.now_ms)
+    return pc.replace_with_mask(pa.nulls(ctx.length, values.type), mask, values)
+
+
+def _fallible(node: exp.Expr) -> bool:
+    """Whether evaluating ``node`` can raise on some rows: a division, a CAST, a call of
+    a function that is not built in as a typed node (a UDF, SPLIT_INDEX ...)."""
+    return any(
+        isinstance(n, (exp.Div, exp.Mod, exp.Anonymous)) or type(n) is exp.Cast for n in node.walk()
+    )
 
 
 def _castable(source: SqlType, target: SqlType) -> bool:

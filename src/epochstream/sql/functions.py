@@ -154,7 +154,7 @@ class ScalarFunction:
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as err:
                 raise kernels.KernelError(
                     f"SQL function {self.name} returned {type(out).__name__}, not an Arrow array "
-                    f"({kernels._first_line(err)})"
+                    f"({kernels.first_line(err)})"
                 ) from None
         if len(out) != length:
             raise kernels.KernelError(
@@ -167,7 +167,7 @@ class ScalarFunction:
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
                 raise kernels.KernelError(
                     f"SQL function {self.name} returned {out.type}, which does not convert to "
-                    f"{self.result_type.sql()} without loss ({kernels._first_line(err)})"
+                    f"{self.result_type.sql()} without loss ({kernels.first_line(err)})"
                 ) from None
         return out
 
@@ -612,19 +612,6 @@ def _nullif(site: CallSite, args: list[Operand]) -> Operand:
     return site.emit(kernels.nullif, [a, b, args[0]], (result.to_arrow(),), result)
 
 
-def _if(site: CallSite, args: list[Operand]) -> Operand:
-    _need(site, args, 3, 3)
-    if args[0].type.name not in ("BOOLEAN", "NULL"):
-        raise site.error(f"IF takes a BOOLEAN condition, not {args[0].type.sql()}")
-    target = common_type([args[1].type, args[2].type])
-    if target is None:
-        raise site.error(
-            f"IF branches have no common type: {args[1].type.sql()}, {args[2].type.sql()}"
-        )
-    values = [site.convert(a, target) for a in args[1:]]
-    return site.emit(kernels.if_, [args[0], *values], (), target)
-
-
 BUILTINS: dict[str, Builtin] = {
     "UPPER": _unary_string("utf8_upper"),
     "LOWER": _unary_string("utf8_lower"),
@@ -668,7 +655,6 @@ BUILTINS: dict[str, Builtin] = {
     "PROCTIME": _clock(SqlType("TIMESTAMP_LTZ", 3, nullable=False)),
     "COALESCE": _coalesce,
     "NULLIF": _nullif,
-    "IF": _if,
 }
 # Spellings sqlglot gives Flink's functions, and Flink's synonyms.
 ALIASES = {

@@ -87,7 +87,7 @@ def cast(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
         return _cast(value, target, how)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
         if not try_:
-            raise KernelError(_first_line(err)) from None
+            raise KernelError(first_line(err)) from None
     # TRY_CAST of a batch with bad values: convert row by row, NULL where one fails.
     array = as_array(value, ctx.length)
     out = []
@@ -117,7 +117,7 @@ def _cast(value: Value, target: pa.DataType, how: str) -> Value:
     return pc.cast(value, target)
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
 
@@ -130,7 +130,7 @@ def divide_integer(args: Sequence[Value], options: tuple, ctx: EvalContext) -> V
     try:
         return pc.divide_checked(args[0], args[1])
     except pa.ArrowInvalid as err:
-        raise KernelError(_first_line(err)) from None
+        raise KernelError(first_line(err)) from None
 
 
 def divide_decimal(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
@@ -144,7 +144,7 @@ def divide_decimal(args: Sequence[Value], options: tuple, ctx: EvalContext) -> V
     try:
         quotient = pc.divide_checked(wide_left, wide_right)
     except pa.ArrowInvalid as err:
-        raise KernelError(_first_line(err)) from None
+        raise KernelError(first_line(err)) from None
     rounded = pc.round(quotient, ndigits=target.scale, round_mode="half_towards_infinity")
     return pc.cast(rounded, target)
 
@@ -155,7 +155,7 @@ def modulo(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
     try:
         return pc.remainder_checked(args[0], args[1]) if options[0] else pc.remainder(*args)
     except pa.ArrowInvalid as err:
-        raise KernelError(_first_line(err)) from None
+        raise KernelError(first_line(err)) from None
 
 
 # --------------------------------------------------------------------------- logic
@@ -186,11 +186,6 @@ def case(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
     values = [as_array(v, ctx.length) for v in args[n:]]
     names = [str(i) for i in range(n)]
     return pc.case_when(pc.make_struct(*conditions, field_names=names), *values).cast(result_type)
-
-
-def if_(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
-    """IF(c, a, b): a where c is TRUE, else b (NULL c takes b)."""
-    return pc.if_else(pc.fill_null(args[0], False), args[1], args[2])
 
 
 def nullif(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
