@@ -19,7 +19,7 @@ import importlib
 import warnings
 from typing import Any
 
-from epochstream import restart, savepoint, sinks, sources, state, testing
+from epochstream import agg, restart, savepoint, sinks, sources, state, testing
 from epochstream.api.columnar_joins import ColumnarJoinedStreams
 from epochstream.api.columnar_keyed import ColumnarKeyedStream
 from epochstream.api.columnar_windows import ColumnarWindowedStream
@@ -92,6 +92,7 @@ from epochstream.graph.triggers import (
     TriggerResult,
 )
 from epochstream.graph.windowing import (
+    CumulativeEventTimeWindows,
     EventTimeSessionWindows,
     GlobalWindow,
     GlobalWindows,
@@ -133,6 +134,7 @@ __all__ = [
     "CorruptStateError",
     "CountEvictor",
     "CountTrigger",
+    "CumulativeEventTimeWindows",
     "DataError",
     "DataStream",
     "DataStreamSink",
@@ -193,6 +195,7 @@ __all__ = [
     "WindowAssigner",
     "WindowedStream",
     "__version__",
+    "agg",
     "restart",
     "savepoint",
     "sinks",

@@ -10,7 +10,7 @@ import pytest
 from epochstream.core.arrow import KG as KG_COLUMN
 from epochstream.core.arrow import plain_types
 from epochstream.exceptions import ConfigurationError, DataError
-from epochstream.graph.transformations import ColumnKey, Partitioning
+from epochstream.graph.transformations import ColumnKey, ColumnKeys, Partitioning
 from epochstream.runtime.batches import RowBatch
 from epochstream.runtime.columnar_routing import ColumnarRouter, with_key_groups
 from epochstream.runtime.outputs import Channel, RecordWriter
@@ -268,3 +268,16 @@ def test_batches_with_the_same_columns_in_another_order_are_concatenated() -> No
     router.write(pa.record_batch([pa.array(["b"]), pa.array([2])], names=["v", "k"]))
     router.flush_channel(0)
     assert [b.to_pydict() for b in shipped] == [{"k": [1, 2], "v": ["a", "b"]}]
+
+
+def test_several_key_columns_route_by_the_tuple_key_group() -> None:
+    batch = pa.record_batch({"a": [1, 2, None], "b": ["x", None, "y"], "v": [0, 0, 0]})
+    routed = with_key_groups(batch, ColumnKeys(("a", "b")), 128)
+    expected = [key_group_for_key(k, 128) for k in [(1, "x"), (2, None), (None, "y")]]
+    assert routed.column(KG_COLUMN).to_pylist() == expected
+    everything = with_key_groups(batch, ColumnKeys(()), 128)  # a global aggregation's key
+    assert set(everything.column(KG_COLUMN).to_pylist()) == {key_group_for_key((), 128)}
+    with pytest.raises(
+        ConfigurationError, match=r"key_by\(\['a', 'c'\]\): the batch has no column 'c'"
+    ):
+        with_key_groups(batch, ColumnKeys(("a", "c")), 128)

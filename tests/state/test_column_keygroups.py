@@ -9,7 +9,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from epochstream.state.column_keygroups import key_groups_of_column, murmur3_32_rows
+from epochstream.state.column_keygroups import (
+    key_groups_by_columns,
+    key_groups_of_column,
+    key_groups_of_columns,
+    murmur3_32_rows,
+)
 from epochstream.state.keygroups import key_group_for_key, murmur3_32
 
 
@@ -98,3 +103,46 @@ def test_dense_table_grows_and_matches_the_row_path() -> None:
     unsigned = [0, 9, 60_000]
     got = key_groups_of_column(pa.array(unsigned, pa.uint16()), 32768)
     assert got.tolist() == _row_path(unsigned, 32768)
+
+
+def _random_column(rng: random.Random, kind: str, n: int) -> pa.Array:
+    if kind == "int":
+        pool = [*INT_EDGES, None]
+        return pa.array([rng.choice([*pool, rng.randint(-(2**40), 2**40)]) for _ in range(n)])
+    if kind == "int_dense":  # no nulls: the vectorized integer encoding
+        return pa.array([rng.choice([*INT_EDGES, rng.randint(-999, 999)]) for _ in range(n)])
+    if kind == "uint":
+        return pa.array([rng.choice([0, 7, 2**64 - 1, 2**40]) for _ in range(n)], pa.uint64())
+    if kind == "string":
+        return pa.array([rng.choice([None, "", "a", "é€", "x" * 70, "S"]) for _ in range(n)])
+    if kind == "binary":
+        return pa.array([rng.choice([None, b"", b"\x00", b"bytes"]) for _ in range(n)])
+    if kind == "float":
+        pool = [None, 0.0, -0.0, 1.0, 2.5, -3.25, float("nan"), float("inf"), 1e300]
+        return pa.array([rng.choice(pool) for _ in range(n)], pa.float64())
+    if kind == "bool":
+        return pa.array([rng.choice([None, True, False]) for _ in range(n)])
+    return pa.array([None] * n, pa.null())
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_tuples_of_columns_match_the_row_path_tuple_keys(seed: int) -> None:
+    kinds = ["int", "int_dense", "uint", "string", "binary", "float", "bool", "null"]
+    rng = random.Random(seed)
+    chosen = [rng.choice(kinds) for _ in range(rng.randint(1, 4))]
+    columns = [_random_column(rng, kind, 500) for kind in chosen]
+    tuples = list(zip(*(c.to_pylist() for c in columns), strict=True))
+    for max_parallelism in (1, 128, 32768):
+        got = key_groups_of_columns(columns, max_parallelism)
+        assert got.dtype == np.int32
+        assert got.tolist() == _row_path(tuples, max_parallelism), chosen
+
+
+def test_no_columns_is_the_empty_tuple_and_one_column_by_its_value() -> None:
+    assert key_groups_of_columns([], 128, rows=3).tolist() == [key_group_for_key((), 128)] * 3
+    column = pa.array(["a", None, "b"])
+    assert key_groups_by_columns([column], 128, rows=3).tolist() == _row_path(["a", None, "b"], 128)
+    pairs = [column, pa.array([1, 2, 3])]
+    assert key_groups_by_columns(pairs, 128, rows=3).tolist() == _row_path(
+        [("a", 1), (None, 2), ("b", 3)], 128
+    )

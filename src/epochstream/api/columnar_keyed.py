@@ -24,7 +24,7 @@ from epochstream.api.datastream import DataStream, KeyedStream
 from epochstream.core.arrow import TS
 from epochstream.exceptions import ConfigurationError
 from epochstream.graph.specs import AggregateSpec
-from epochstream.graph.transformations import ColumnKey
+from epochstream.graph.transformations import ColumnKey, ColumnKeys
 
 if TYPE_CHECKING:
     from epochstream.graph.windowing import WindowAssigner
@@ -112,12 +112,25 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
         batches.key_by("user").count()          # columns user, count
     """
 
-    _key_selector: ColumnKey
+    _key_selector: ColumnKey | ColumnKeys
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        """The columns the stream is keyed by.
+        Example: ``batches.key_by(["a", "b"]).key_columns == ("a", "b")``"""
+        key = self._key_selector
+        return (key.column,) if isinstance(key, ColumnKey) else key.columns
 
     @property
     def key_column(self) -> str:
         """The column the stream is keyed by. Example: ``batches.key_by("k").key_column == "k"``"""
-        return self._key_selector.column
+        key = self._key_selector
+        if not isinstance(key, ColumnKey):
+            raise ConfigurationError(
+                f"this stream is keyed by the columns {list(key.columns)}: sum/count/min/max/"
+                "mean take one key column; use .window(...).aggregate(es.agg...) for several"
+            )
+        return key.column
 
     def _aggregate(self, kind: str, column: str | None) -> DataStream:
 

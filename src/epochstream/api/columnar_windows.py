@@ -19,8 +19,15 @@ from typing import TYPE_CHECKING, Any
 from epochstream.api.columnar_keyed import ColumnarAggregations
 from epochstream.api.datastream import DataStream
 from epochstream.exceptions import ConfigurationError
-from epochstream.graph.specs import SessionWindowSpec, WindowAggregateSpec
+from epochstream.graph.specs import (
+    AggCall,
+    SessionWindowSpec,
+    SliceWindowAggregateSpec,
+    WindowAggregateSpec,
+    WindowTvf,
+)
 from epochstream.graph.windowing import (
+    CumulativeEventTimeWindows,
     EventTimeSessionWindows,
     SlidingEventTimeWindows,
     SlidingProcessingTimeWindows,
@@ -60,10 +67,19 @@ class ColumnarWindowedStream(ColumnarAggregations):
 
     def __init__(self, keyed: ColumnarKeyedStream, assigner: WindowAssigner) -> None:
         self._keyed = keyed
-        self._kind, self._describe, self._params = _operator_for(assigner)
+        self._assigner = assigner
+        # Cumulative windows are the SQL window aggregation's only (aggregate()).
+        cumulative = isinstance(assigner, CumulativeEventTimeWindows)
+        self._kind, self._describe, self._params = (
+            ("", "", {}) if cumulative else _operator_for(assigner)
+        )
 
     def _aggregate(self, kind: str, column: str | None) -> DataStream:
-
+        if not self._kind:
+            raise ConfigurationError(
+                f"{kind}() of CumulativeEventTimeWindows: cumulative windows take "
+                ".aggregate(es.agg...) (the SQL window aggregation) only"
+            )
         key = self._keyed.key_column
         self._spec_columns(kind, key, column, window=True)
         spec: Any
@@ -84,9 +100,35 @@ class ColumnarWindowedStream(ColumnarAggregations):
         """Not for columnar windows (use the aggregations or ``to_rows()``)."""
         return self._rows_only("reduce")
 
-    def aggregate(self, fn: Any, *args: Any) -> Any:
-        """Not for columnar windows (use the aggregations or ``to_rows()``)."""
-        return self._rows_only("aggregate")
+    def aggregate(self, *aggs: Any) -> Any:
+        """The SQL window aggregation (Flink SQL's ``GROUP BY window_start, window_end,
+        keys``) of ``aggs`` (:mod:`epochstream.agg` calls) per key and window: tumbling,
+        sliding (HOP) or ``CumulativeEventTimeWindows`` (CUMULATE) event-time windows.
+
+        Output batches: the key columns, ``window_start``, ``window_end``
+        (``timestamp[ms]``), one column per aggregate, ``_ts`` (end - 1). A row per key
+        and window with rows, when the watermark passes the window's end; rows of
+        windows that all fired are late (dropped and counted).
+
+        Example::
+
+            (bids.key_by(["auction", "bidder"])
+                .window(es.SlidingEventTimeWindows.of(10_000, 2_000))
+                .aggregate(es.agg.count_star("bids"), es.agg.max("price", "top")))
+        """
+        if not aggs or not all(isinstance(a, AggCall) for a in aggs):
+            raise ConfigurationError(
+                "aggregate() works on windows of rows; these windows are columnar: give it "
+                f"es.agg calls (es.agg.sum('price', 'total')...), not {aggs!r}, or call "
+                "to_rows() before key_by()"
+            )
+        spec = SliceWindowAggregateSpec(
+            keys=self._keyed.key_columns, window=_table_window(self._assigner), aggs=aggs
+        )
+        described = ", ".join(f"{a.kind}({a.column or '*'})" for a in aggs)
+        return self._keyed._then(
+            "columnar_window_aggregate", f"{spec.window.kind} window {described}", spec
+        )
 
     def process(self, fn: Any) -> Any:
         """Not for columnar windows (use the aggregations or ``to_rows()``)."""
@@ -140,3 +182,17 @@ def _operator_for(assigner: WindowAssigner) -> tuple[str, str, dict[str, int]]:
 
 def _fixed(size: int, slide: int, offset: int) -> dict[str, int]:
     return {"size": size, "slide": slide, "offset": offset}
+
+
+def _table_window(assigner: WindowAssigner) -> WindowTvf:
+    """The SQL window (TUMBLE, HOP, CUMULATE) of an event-time window assigner."""
+    if isinstance(assigner, TumblingEventTimeWindows):
+        return WindowTvf.tumble(assigner.size, assigner.offset)
+    if isinstance(assigner, SlidingEventTimeWindows):
+        return WindowTvf.hop(assigner.size, assigner.slide, assigner.offset)
+    if isinstance(assigner, CumulativeEventTimeWindows):
+        return WindowTvf.cumulate(assigner.size, assigner.step, assigner.offset)
+    raise ConfigurationError(
+        "a SQL window aggregation takes tumbling, sliding or cumulative event-time windows, "
+        f"got {type(assigner).__name__}"
+    )

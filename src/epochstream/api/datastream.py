@@ -34,12 +34,13 @@ from epochstream.graph.specs import DedupSpec
 from epochstream.graph.transformations import (
     COLUMNAR_OUTPUT_KINDS,
     ColumnKey,
+    ColumnKeys,
     Edge,
     Partitioning,
     Transformation,
 )
 from epochstream.graph.triggers import CountTrigger, PurgingTrigger
-from epochstream.graph.windowing import GlobalWindows
+from epochstream.graph.windowing import CumulativeEventTimeWindows, GlobalWindows
 from epochstream.state.bloom import BloomFilter
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from epochstream.api.joins import ConnectedStreams, IntervalJoin, JoinedStreams
     from epochstream.api.windowed import WindowedStream
     from epochstream.connectors.base import Sink
+    from epochstream.graph.specs import AggCall
     from epochstream.graph.windowing import WindowAssigner
 
 __all__ = ["DataStream", "DataStreamSink", "KeyedStream"]
@@ -389,7 +391,7 @@ class DataStream(_Named, _Transforms):
         spec = DedupSpec(ttl, bloom_capacity, bloom_fp_rate)
         return self.key_by(id_fn)._then("deduplicate", "deduplicate", spec)
 
-    def key_by(self, key_selector: Callable[[Any], Any] | str) -> KeyedStream:
+    def key_by(self, key_selector: Callable[[Any], Any] | str | list[str]) -> KeyedStream:
         """Partition by key: records with equal keys go to the same subtask (by key group).
 
         Keys must have a stable encoding (str, int, float, bytes, bool, None, tuples of
@@ -397,10 +399,20 @@ class DataStream(_Named, _Transforms):
 
         A column name keys a columnar stream by that column (key groups computed for
         the whole column at once, equal to the row path's for the same values), or a
-        stream of dict rows by that field.
+        stream of dict rows by that field. A list of column names keys by the tuple of
+        their values (``key_by(["a"])`` is ``key_by("a")``; ``key_by([])`` gives every
+        row one key, for a global window aggregation).
 
-        Example: ``ds.key_by(lambda t: t[0])`` or ``batches.key_by("user")``
+        Example: ``ds.key_by(lambda t: t[0])``, ``batches.key_by("user")`` or
+        ``batches.key_by(["auction", "bidder"])``
         """
+        if isinstance(key_selector, list | tuple):
+            if not all(isinstance(c, str) for c in key_selector):
+                raise ConfigurationError(f"key_by takes column names, got {key_selector!r}")
+            if len(key_selector) == 1:
+                key_selector = ColumnKey(key_selector[0])
+            else:
+                key_selector = ColumnKeys(tuple(key_selector))
         if isinstance(key_selector, str):
             key_selector = ColumnKey(key_selector)
         elif not callable(key_selector):
@@ -408,7 +420,7 @@ class DataStream(_Named, _Transforms):
         if self.columnar:
             from epochstream.api.columnar_keyed import ColumnarKeyedStream
 
-            if not isinstance(key_selector, ColumnKey):
+            if not isinstance(key_selector, ColumnKey | ColumnKeys):
                 raise ConfigurationError(
                     f"{self._t.name!r} is a columnar stream: key it by a column name "
                     "(key_by('column')), or call to_rows() first to key rows by a function"
@@ -418,6 +430,24 @@ class DataStream(_Named, _Transforms):
             keyed = KeyedStream(self._env, self._t, key_selector, self._tag)
         keyed._graph = self._graph
         return keyed
+
+    def window_aggregate(self, assigner: WindowAssigner, *aggs: AggCall) -> DataStream:
+        """A global SQL window aggregation of a columnar stream (no ``GROUP BY`` keys):
+        ``key_by([]).window(assigner).aggregate(*aggs)``, one row per window, all rows
+        on one subtask.
+
+        Example::
+
+            batches.window_aggregate(es.TumblingEventTimeWindows.of(10_000),
+                                     es.agg.count_star("bids"), es.agg.max("price", "top"))
+        """
+        keyed: Any = self.key_by([])
+        if not self.columnar:
+            raise ConfigurationError(
+                "window_aggregate() aggregates a columnar stream (Arrow batches); call "
+                "to_batches() first"
+            )
+        return keyed.window(assigner).aggregate(*aggs)
 
     def rebalance(self) -> DataStream:
         """Distribute records round-robin over the next operator's subtasks. Example: ``ds.rebalance().map(f)``."""
@@ -467,6 +497,12 @@ class KeyedStream(_Named, _Transforms):
         """
         from epochstream.api.windowed import WindowedStream
 
+        if isinstance(assigner, CumulativeEventTimeWindows):
+            raise ConfigurationError(
+                "CumulativeEventTimeWindows are for the columnar SQL window aggregation "
+                "(batches.key_by(...).window(...).aggregate(es.agg...)); windows of rows do "
+                "not take them"
+            )
         return WindowedStream(self, assigner)
 
     def count_window(self, size: int, slide: int | None = None) -> WindowedStream:

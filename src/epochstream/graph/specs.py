@@ -14,8 +14,9 @@ Example::
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -27,14 +28,18 @@ from epochstream.graph.triggers import Trigger
 from epochstream.graph.windowing import ProcessWindowFunction, WindowAssigner
 
 __all__ = [
+    "AGG_KINDS",
     "JOIN_WINDOW_COLUMN",
+    "AggCall",
     "AggregateSpec",
     "DedupSpec",
     "IntervalJoinSpec",
     "JoinSpec",
     "SessionWindowSpec",
+    "SliceWindowAggregateSpec",
     "WindowAggregateSpec",
     "WindowSpec",
+    "WindowTvf",
     "join_key_type",
     "reserved_join_columns",
 ]
@@ -186,3 +191,170 @@ class WindowSpec:
     function: Any
     window_function: ProcessWindowFunction | None = None
     evictor: Evictor | None = None
+
+
+#: The aggregate functions of a SQL window aggregation (:class:`AggCall` kinds).
+AGG_KINDS = ("count_star", "count", "sum", "min", "max", "avg")
+#: The columns a SQL window aggregation adds to its keys (and its inputs may not be keyed by).
+WINDOW_AGG_COLUMNS = ("window_start", "window_end", "_ts")
+
+
+@dataclass(frozen=True)
+class AggCall:
+    """One aggregate of a SQL window aggregation: ``kind`` of ``column`` as ``output``.
+
+    ``count_star`` is ``COUNT(*)`` (no column); ``count`` counts the non-null values;
+    ``sum``/``min``/``max``/``avg`` skip nulls. ``distinct=True`` is ``COUNT(DISTINCT
+    column)`` (count only); ``filter`` names a boolean column of the input: only rows
+    where it is TRUE count for this aggregate (SQL ``FILTER (WHERE ...)``).
+
+    Example::
+
+        AggCall("count", "bidder", "bidders", distinct=True, filter="is_big")
+        AggCall("count_star", None, "n")
+    """
+
+    kind: str
+    column: str | None
+    output: str
+    distinct: bool = field(default=False, kw_only=True)
+    filter: str | None = field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.kind not in AGG_KINDS:
+            raise ConfigurationError(
+                f"unknown aggregate {self.kind!r} (known: {', '.join(AGG_KINDS)})"
+            )
+        if (self.kind == "count_star") != (self.column is None):
+            raise ConfigurationError(
+                f"{self.kind} for {self.output!r}: COUNT(*) takes no column, every other "
+                "aggregate one"
+            )
+        if self.distinct and self.kind != "count":
+            raise ConfigurationError(
+                f"{self.kind.upper()}(DISTINCT ...) for {self.output!r} is not supported; "
+                "only COUNT(DISTINCT column)"
+            )
+        if not self.output:
+            raise ConfigurationError(f"{self.kind}({self.column or '*'}) needs an output name")
+
+
+@dataclass(frozen=True)
+class WindowTvf:
+    """The window of a SQL window aggregation, as Flink's window table functions:
+    ``tumble`` (``size``), ``hop`` (``size`` every ``slide``; size need not be a
+    multiple of slide) and ``cumulate`` (windows of ``step``, ``2 * step`` ... ``size``
+    from each ``size``-aligned start); all in ms, shifted by ``offset``.
+
+    Rows are kept per slice of :attr:`slice_width` ms, each window is the merge of its
+    slices (Flink's slice sharing).
+
+    Example::
+
+        WindowTvf.hop(10_000, 2_000).slice_width == 2_000
+        WindowTvf.cumulate(60_000, 10_000)
+    """
+
+    kind: str
+    size: int
+    slide: int | None = field(default=None, kw_only=True)
+    step: int | None = field(default=None, kw_only=True)
+    offset: int = field(default=0, kw_only=True)
+
+    @classmethod
+    def tumble(cls, size: int, offset: int = 0) -> WindowTvf:
+        """``TUMBLE(..., size)``. Example: ``WindowTvf.tumble(10_000)``"""
+        return cls("tumble", size, offset=offset)
+
+    @classmethod
+    def hop(cls, size: int, slide: int, offset: int = 0) -> WindowTvf:
+        """``HOP(..., slide, size)``. Example: ``WindowTvf.hop(10_000, 2_000)``"""
+        return cls("hop", size, slide=slide, offset=offset)
+
+    @classmethod
+    def cumulate(cls, size: int, step: int, offset: int = 0) -> WindowTvf:
+        """``CUMULATE(..., step, size)``. Example: ``WindowTvf.cumulate(60_000, 10_000)``"""
+        return cls("cumulate", size, step=step, offset=offset)
+
+    def __post_init__(self) -> None:
+        params = {"tumble": (), "hop": ("slide",), "cumulate": ("step",)}
+        if self.kind not in params:
+            raise ConfigurationError(f"unknown window {self.kind!r} (known: tumble, hop, cumulate)")
+        for name in ("slide", "step"):
+            value = getattr(self, name)
+            if (name in params[self.kind]) != (value is not None):
+                raise ConfigurationError(
+                    f"a {self.kind} window {'needs' if value is None else 'takes no'} {name}"
+                )
+        for name in ("size", *params[self.kind]):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigurationError(
+                    f"a {self.kind} window's {name} must be a positive int (ms), got {value!r}"
+                )
+        if self.kind == "cumulate" and self.size % int(self.step or 1):
+            raise ConfigurationError(
+                f"a cumulate window's size ({self.size} ms) must be a multiple of its "
+                f"step ({self.step} ms)"
+            )
+
+    @property
+    def slice_width(self) -> int:
+        """The width of the slices rows are kept in: size (tumble), gcd(size, slide)
+        (hop), step (cumulate). Example: ``WindowTvf.hop(10, 4).slice_width == 2``"""
+        if self.kind == "hop":
+            return math.gcd(self.size, int(self.slide or 0))
+        if self.kind == "cumulate":
+            return int(self.step or 0)
+        return self.size
+
+    @property
+    def period(self) -> int:
+        """The distance between window starts: slide (hop), else size.
+        Example: ``WindowTvf.hop(10, 4).period == 4``"""
+        return int(self.slide or 0) if self.kind == "hop" else self.size
+
+
+@dataclass(frozen=True)
+class SliceWindowAggregateSpec:
+    """A SQL window aggregation (``GROUP BY window_start, window_end, keys...`` over
+    ``TABLE(TUMBLE|HOP|CUMULATE(...))``) on batches: ``aggs`` per ``keys`` (zero or more
+    columns; none: a global aggregation) and ``window``.
+
+    Output: the key columns, ``window_start``, ``window_end`` (``timestamp[ms]``), each
+    aggregate's ``output`` column, and ``_ts = window_end - 1`` (int64).
+
+    Example::
+
+        SliceWindowAggregateSpec(
+            keys=("auction",),
+            window=WindowTvf.hop(10_000, 2_000),
+            aggs=(AggCall("count_star", None, "bids"), AggCall("max", "price", "top")),
+        )
+    """
+
+    keys: tuple[str, ...]
+    window: WindowTvf
+    aggs: tuple[AggCall, ...]
+
+    @property
+    def kind(self) -> str:
+        """Names the state in snapshots."""
+        return "window_aggregate"
+
+    def __post_init__(self) -> None:
+        if not self.aggs:
+            raise ConfigurationError("a window aggregation needs at least one aggregate")
+        names = [*self.keys, "window_start", "window_end", *(a.output for a in self.aggs), "_ts"]
+        clash = next((n for n in names if names.count(n) > 1), None)
+        if clash is not None:
+            raise ConfigurationError(
+                f"a window aggregation's output would have two columns named {clash!r} "
+                f"(its columns: {', '.join(names)}); rename the key or the aggregate"
+            )
+        internal = next((n for n in names if n.startswith("_wa") or n == "_kg"), None)
+        if internal is not None:
+            raise ConfigurationError(
+                f"column {internal!r}: names starting with '_wa' and '_kg' are the window "
+                "aggregation's own; rename it"
+            )

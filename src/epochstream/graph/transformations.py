@@ -22,6 +22,7 @@ __all__ = [
     "KINDS",
     "TWO_INPUT_KINDS",
     "ColumnKey",
+    "ColumnKeys",
     "Edge",
     "LogicalGraph",
     "Partitioning",
@@ -35,6 +36,7 @@ COLUMNAR_STATE_KINDS = frozenset(
         "columnar_session_window",
         "columnar_join",
         "columnar_window_join",
+        "columnar_window_aggregate",
     }
 )
 #: Kinds whose output is columnar (Arrow record batches).
@@ -120,6 +122,26 @@ class ColumnKey:
 
     def __call__(self, record: Any) -> Any:
         return record[self.column]
+
+
+@dataclass(frozen=True)
+class ColumnKeys:
+    """The key selector of ``key_by(["a", "b"])``: the tuple of several columns' values
+    (none: one key ``()`` for every row, a global aggregation's).
+
+    Batches are routed by the key groups of the tuples (``key_groups_of_columns``),
+    equal to the row path's for the same tuple key; called on one row it returns the
+    tuple. ``key_by(["a"])`` is ``key_by("a")`` (a :class:`ColumnKey`).
+
+    Example::
+
+        ColumnKeys(("auction", "bidder"))({"auction": 1, "bidder": 7, "price": 5}) == (1, 7)
+    """
+
+    columns: tuple[str, ...]
+
+    def __call__(self, record: Any) -> Any:
+        return tuple(record[c] for c in self.columns)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from epochstream.graph.triggers import (
 )
 
 __all__ = [
+    "CumulativeEventTimeWindows",
     "EventTimeSessionWindows",
     "GlobalWindow",
     "GlobalWindows",
@@ -271,6 +272,46 @@ class SlidingProcessingTimeWindows(_Sliding):
 
     def default_trigger(self) -> Trigger:
         return ProcessingTimeTrigger()
+
+
+class CumulativeEventTimeWindows(WindowAssigner):
+    """Flink SQL's CUMULATE windows: from each ``size``-aligned start, windows of
+    ``step``, ``2 * step`` ... ``size`` (``size`` a multiple of ``step``), shifted by
+    ``offset``. For the columnar SQL window aggregation only (``.aggregate(es.agg...)``
+    on a columnar keyed stream); windows of rows refuse it.
+
+    Example::
+
+        batches.key_by("k").window(es.CumulativeEventTimeWindows.of(60_000, 10_000)) \
+            .aggregate(es.agg.count_star("n"))
+    """
+
+    event_time = True
+
+    def __init__(self, size: Any, step: Any, offset: Any = 0) -> None:
+        self.size = to_millis(size, "window size", allow_zero=False)
+        self.step = to_millis(step, "window step", allow_zero=False)
+        if self.size % self.step:
+            raise ConfigurationError(
+                f"CumulativeEventTimeWindows: size ({self.size} ms) must be a multiple of "
+                f"step ({self.step} ms)"
+            )
+        self.offset = _offset(type(self).__name__, offset, self.size, "size")
+
+    @staticmethod
+    def of(size: Any, step: Any, offset: Any = 0) -> CumulativeEventTimeWindows:
+        """Cumulating windows up to ``size`` growing by ``step`` (ms or timedelta)."""
+        return CumulativeEventTimeWindows(size, step, offset)
+
+    def assign_windows(self, element: Any, timestamp: int | None, now_ms: int) -> list[Any]:
+        raise ConfigurationError(
+            "CumulativeEventTimeWindows are for the columnar SQL window aggregation "
+            "(batches.key_by(...).window(...).aggregate(es.agg...)); windows of rows do not "
+            "take them"
+        )
+
+    def default_trigger(self) -> Trigger:
+        return EventTimeTrigger()
 
 
 class _Sessions(WindowAssigner):

@@ -28,43 +28,54 @@ from epochstream.core.arrow import (
     shown_columns,
 )
 from epochstream.exceptions import ConfigurationError, DataError
-from epochstream.graph.transformations import ColumnKey
-from epochstream.state.column_keygroups import key_groups_of_column
+from epochstream.graph.transformations import ColumnKey, ColumnKeys
+from epochstream.state.column_keygroups import key_groups_of_column, key_groups_of_columns
 
 __all__ = ["ColumnarRouter", "with_key_groups"]
 
 
-def with_key_groups(batch: pa.RecordBatch, key: ColumnKey, max_parallelism: int) -> pa.RecordBatch:
-    """``batch`` with its ``_kg`` column computed from column ``key.column`` (replacing
-    the one an earlier hash edge added, which a keyed stream's ``map_batches`` carries).
+def with_key_groups(
+    batch: pa.RecordBatch, key: ColumnKey | ColumnKeys, max_parallelism: int
+) -> pa.RecordBatch:
+    """``batch`` with its ``_kg`` column computed from column ``key.column`` (or the
+    tuples of ``key.columns``), replacing the one an earlier hash edge added, which a
+    keyed stream's ``map_batches`` carries.
 
     Raises :class:`ConfigurationError` naming the column and the schema when the column
     is missing or nested, and :class:`DataError` when the batch has a ``_kg`` column of
     the user's (overwriting it would lose its values)."""
     schema = batch.schema
-    index = schema.get_field_index(key.column)
-    if index < 0:
-        raise ConfigurationError(
-            f"key_by({key.column!r}): the batch has no column {key.column!r} "
-            f"(columns: {shown_columns(schema)})"
-        )
+    names = (key.column,) if isinstance(key, ColumnKey) else key.columns
+    shown = repr(names[0]) if isinstance(key, ColumnKey) else repr(list(names))
     existing = schema.get_field_index(KG)
     if existing >= 0 and not is_key_group_field(schema.field(existing)):
         raise DataError(
-            f"key_by({key.column!r}): the batch has a column named {KG!r}, the name "
+            f"key_by({shown}): the batch has a column named {KG!r}, the name "
             "epochstream keeps the key groups of keyed batches under; rename it (in "
             f"map_batches, the source's files or the to_batches schema) (columns: {', '.join(schema.names)})"
         )
-    kind = schema.field(index).type
-    if pa.types.is_nested(kind):
-        # Arrow can neither hash-group nor join such keys (and a struct's dicts have no
-        # stable key group); refuse them here, naming the column, not in a kernel.
-        raise ConfigurationError(
-            f"key_by({key.column!r}): column {key.column!r} is {kind}; columnar keys are "
-            "scalars (integers, strings, binary, floats, dates...): combine the parts into "
-            "one column in map_batches, or call to_rows() to key rows by a tuple"
-        )
-    groups = pa.array(key_groups_of_column(batch.column(index), max_parallelism), pa.int32())
+    for name in names:
+        index = schema.get_field_index(name)
+        if index < 0:
+            raise ConfigurationError(
+                f"key_by({shown}): the batch has no column {name!r} "
+                f"(columns: {shown_columns(schema)})"
+            )
+        kind = schema.field(index).type
+        if pa.types.is_nested(kind):
+            # Arrow can neither hash-group nor join such keys (and a struct's dicts have no
+            # stable key group); refuse them here, naming the column, not in a kernel.
+            raise ConfigurationError(
+                f"key_by({shown}): column {name!r} is {kind}; columnar keys are "
+                "scalars (integers, strings, binary, floats, dates...): combine the parts into "
+                "one column in map_batches, or call to_rows() to key rows by a tuple"
+            )
+    columns = [batch.column(name) for name in names]
+    if isinstance(key, ColumnKey):
+        kgs = key_groups_of_column(columns[0], max_parallelism)
+    else:
+        kgs = key_groups_of_columns(columns, max_parallelism, rows=batch.num_rows)
+    groups = pa.array(kgs, pa.int32())
     if existing >= 0:
         return batch.set_column(existing, KG_FIELD, groups)
     return batch.append_column(KG_FIELD, groups)
@@ -125,14 +136,14 @@ class ColumnarRouter:
         ship: Callable[[int, pa.RecordBatch], None],
         edge: str,
     ) -> None:
-        if kind == "hash" and not isinstance(key, ColumnKey):
+        if kind == "hash" and not isinstance(key, ColumnKey | ColumnKeys):
             raise ConfigurationError(
                 f"edge {edge}: a columnar stream is keyed by a column name "
                 "(key_by('column')), not by a function; call to_rows() first to key rows"
             )
         self._n = n
         self._kind = kind
-        self._key: ColumnKey | None = key if kind == "hash" else None
+        self._key: ColumnKey | ColumnKeys | None = key if kind == "hash" else None
         self._max_parallelism = max_parallelism
         self._batch_size = batch_size
         self._subtask = subtask_index

@@ -20,6 +20,13 @@ NumPy, a few vector operations per 4-byte block instead of a Python call per row
 - anything else (floats, timestamps, dictionaries, nested types) goes through
   :func:`key_group_for_key` per distinct value: correct, not vectorized.
 
+Composite keys (``key_by(["a", "b"])``, the groups of a SQL window aggregation) are the
+tuple ``(a, b)`` on the row path: ``KeyTag.SEQUENCE`` bytes, ``b"L"``, the item count,
+then each item's ``encode_key`` bytes behind its 4-byte length.
+:func:`key_groups_of_columns` builds those bytes for the whole batch (each column
+encoded as above: integers and strings with vector operations, other types per
+distinct value), joins them row-wise with Arrow and hashes them as the string path does.
+
 ``tests/state/test_column_keygroups.py`` is the golden test against the row path.
 
 Example::
@@ -30,6 +37,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -40,7 +48,13 @@ from epochstream.state.keygroups import key_group_for_key, validate_max_parallel
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["DENSE_LIMIT", "key_groups_of_column", "murmur3_32_rows"]
+__all__ = [
+    "DENSE_LIMIT",
+    "key_groups_by_columns",
+    "key_groups_of_column",
+    "key_groups_of_columns",
+    "murmur3_32_rows",
+]
 
 #: Integer keys in ``0 <= key < DENSE_LIMIT`` use a lookup table (int16 per value).
 DENSE_LIMIT = 1 << 22
@@ -216,3 +230,119 @@ def key_groups_of_column(column: pa.Array | pa.ChunkedArray, max_parallelism: in
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         return _binary_key_groups(column, KeyTag.BYTES.value, max_parallelism)
     return _generic_key_groups(column, max_parallelism)
+
+
+def _binary_of(rows: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """A binary array of the first ``lengths[i]`` bytes of each row of ``rows``."""
+    import pyarrow as pa
+
+    data = rows[np.arange(rows.shape[1]) < lengths[:, None]]
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.Array.from_buffers(
+        pa.large_binary(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+
+
+def _encoded_integers(values: np.ndarray) -> pa.Array:
+    """``encode_key`` of each integer (the ``KeyTag.INT`` layout), as a binary array."""
+    negative = values < 0
+    if values.dtype == np.uint64:
+        magnitude = values
+    else:
+        magnitude = np.where(negative, -(values.astype(np.int64)), values).astype(np.uint64)
+    size = np.zeros(len(values), dtype=np.int64)
+    rest = magnitude.copy()
+    for _ in range(8):
+        size += rest > 0
+        rest >>= np.uint64(8)
+    big_endian = magnitude.astype(">u8").view(np.uint8).reshape(-1, 8)
+    rows = np.zeros((len(values), 14), dtype=np.uint8)
+    rows[:, 0] = _INT_POSITIVE[0]
+    rows[:, 1] = np.where(negative, _INT_NEGATIVE[1], _INT_POSITIVE[1])
+    rows[:, 2:6] = size.astype(">u4").view(np.uint8).reshape(-1, 4)
+    # The magnitude's last ``size`` bytes, moved to the front of bytes 6..13.
+    source = np.arange(8)[None, :] + (8 - size)[:, None]
+    rows[:, 6:] = np.take_along_axis(big_endian, np.minimum(source, 7), axis=1)
+    return _binary_of(rows, 6 + size)
+
+
+def _encoded_column(column: pa.Array) -> pa.Array:
+    """``encode_key`` of every value of ``column`` (``b"N"`` for nulls), as a binary array."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = column.type
+    if pa.types.is_integer(kind) and column.null_count == 0:
+        unsigned = pa.types.is_unsigned_integer(kind)
+        return _encoded_integers(column.to_numpy().astype(np.uint64 if unsigned else np.int64))
+    tag = None
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        tag = KeyTag.STR.value
+    elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        tag = KeyTag.BYTES.value
+    if tag is not None:
+        joined = pc.binary_join_element_wise(
+            pa.scalar(tag, pa.large_binary()),
+            column.cast(pa.large_binary()),
+            pa.scalar(b"", pa.large_binary()),
+        )
+    else:
+        encoded = column.dictionary_encode() if not hasattr(column, "indices") else column
+        values = [encode_key(v) for v in encoded.dictionary.to_pylist()]
+        joined = pa.array(values, pa.large_binary()).take(encoded.indices)
+    if joined.null_count:
+        joined = pc.fill_null(joined, pa.scalar(encode_key(None), pa.large_binary()))
+    return joined
+
+
+def _length_prefixes(encoded: pa.Array) -> pa.Array:
+    """The 4-byte big-endian length of each value of ``encoded``, as a binary array."""
+    import pyarrow.compute as pc
+
+    lengths = pc.binary_length(encoded).to_numpy(zero_copy_only=False)
+    rows = lengths.astype(">u4").view(np.uint8).reshape(-1, 4)
+    return _binary_of(rows, np.full(len(lengths), 4, dtype=np.int64))
+
+
+def key_groups_of_columns(
+    columns: Sequence[pa.Array | pa.ChunkedArray], max_parallelism: int, *, rows: int = 0
+) -> np.ndarray:
+    """The key group (int32) of every row's tuple of ``columns``' values, as the row path
+    computes it for the tuple key ``(a, b, ...)`` (``encode_key`` of the tuple, murmur).
+    No columns: each of ``rows`` rows has the key ``()`` (a global aggregation's).
+
+    Example::
+
+        kgs = key_groups_of_columns([pa.array([1, 2]), pa.array(["x", None])], 128)
+        kgs.tolist() == [key_group_for_key((1, "x"), 128), key_group_for_key((2, None), 128)]
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    validate_max_parallelism(max_parallelism)
+    if not columns:
+        return np.full(rows, key_group_for_key((), max_parallelism), dtype=np.int32)
+    parts: list[pa.Array | pa.Scalar] = [
+        pa.scalar(encode_key(())[:1] + len(columns).to_bytes(4, "big"), pa.large_binary())
+    ]
+    for column in columns:
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+        encoded = _encoded_column(column)
+        parts += [_length_prefixes(encoded), encoded]
+    joined = pc.binary_join_element_wise(*parts, pa.scalar(b"", pa.large_binary()))
+    return _binary_key_groups(joined, b"", max_parallelism)
+
+
+def key_groups_by_columns(
+    columns: Sequence[pa.Array | pa.ChunkedArray], max_parallelism: int, *, rows: int
+) -> np.ndarray:
+    """The key groups of ``key_by(names)``: one column keys by its value (as
+    ``key_by("name")``), none or several by the tuple of their values.
+
+    Example: ``key_groups_by_columns([pa.array(["a"])], 128, rows=1)[0] == key_group_for_key("a", 128)``
+    """
+    if len(columns) == 1:
+        return key_groups_of_column(columns[0], max_parallelism)
+    return key_groups_of_columns(columns, max_parallelism, rows=rows)

@@ -3,7 +3,8 @@
 One module per operator family: ``basic`` (map, flat_map, filter, rolling reduce),
 ``columnar`` (Arrow batches: map_batches, expression filters, conversions, columnar
 aggregations), ``columnar_sessions`` (columnar session and processing-time windows),
-``columnar_joins`` (window and regular joins of batches),
+``columnar_joins`` (window and regular joins of batches), ``columnar_window_aggregates``
+(SQL window aggregations: tumble, hop, cumulate),
 ``process`` (process functions), ``timestamps`` (timestamps and watermarks),
 ``windows`` (window operators), ``evicting`` (windows with an evictor), ``twoinput`` (connect, joins), ``dedup``
 (``deduplicate``) and ``connectors`` (source readers and sink writers).
@@ -44,6 +45,9 @@ from epochstream.runtime.operators.columnar_transforms import (
     ToBatchesOperator,
     ToRowsOperator,
 )
+from epochstream.runtime.operators.columnar_window_aggregates import (
+    ColumnarWindowAggregateOperator,
+)
 from epochstream.runtime.operators.dedup import DeduplicateOperator
 from epochstream.runtime.operators.evicting import EvictingWindowOperator
 from epochstream.runtime.operators.process import KeyedProcessOperator, ProcessOperator
@@ -65,6 +69,7 @@ __all__ = [
     "ColumnarProcessingTimeWindowOperator",
     "ColumnarRegularJoinOperator",
     "ColumnarSessionOperator",
+    "ColumnarWindowAggregateOperator",
     "ColumnarWindowJoinOperator",
     "ColumnarWindowOperator",
     "DeduplicateOperator",
@@ -111,6 +116,7 @@ _FACTORIES: dict[str, type[Operator]] = {
     "columnar_processing_window": ColumnarProcessingTimeWindowOperator,
     "columnar_join": ColumnarRegularJoinOperator,
     "columnar_window_join": ColumnarWindowJoinOperator,
+    "columnar_window_aggregate": ColumnarWindowAggregateOperator,
 }
 
 

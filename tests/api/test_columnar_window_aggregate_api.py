@@ -1,0 +1,158 @@
+"""The SQL window aggregation's API: ``key_by([...]).window(...).aggregate(es.agg...)``,
+``window_aggregate`` for a global one, and the errors that say why; one local job
+against DuckDB."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import epochstream as es
+from epochstream.exceptions import ConfigurationError
+from epochstream.graph.specs import AggCall, WindowTvf
+from epochstream.graph.transformations import ColumnKeys
+
+
+def _batches(env: es.Environment) -> es.DataStream:
+    def columns(b: pa.RecordBatch) -> pa.RecordBatch:
+        v = b["value"]
+        return pa.record_batch([v, v, v], names=["a", "b", "_ts"])
+
+    return env.from_sequence(0, 9, batch_size=4).map_batches(columns)
+
+
+def test_key_by_columns_builds_the_sql_window_aggregation() -> None:
+    env = es.Environment(parallelism=1, runner="local")
+    keyed = _batches(env).key_by(["a", "b"])
+    assert keyed.key_columns == ("a", "b")
+    assert keyed._edge().partitioning.key_selector == ColumnKeys(("a", "b"))
+    out = keyed.window(es.SlidingEventTimeWindows.of(10_000, 3_000)).aggregate(
+        es.agg.count_star("n"), es.agg.count("b", "nb", distinct=True, filter="f")
+    )
+    assert out.columnar and out._t.kind == "columnar_window_aggregate"
+    spec = out._t.payload
+    assert spec.keys == ("a", "b") and spec.window == WindowTvf.hop(10_000, 3_000)
+    assert spec.aggs[1] == AggCall("count", "b", "nb", distinct=True, filter="f")
+    cumulate = keyed.window(es.CumulativeEventTimeWindows.of(6_000, 2_000)).aggregate(
+        es.agg.sum("a", "s")
+    )
+    assert cumulate._t.payload.window == WindowTvf.cumulate(6_000, 2_000)
+    assert _batches(env).key_by(["a"]).key_column == "a"  # one column: key_by("a")
+
+
+def test_window_aggregate_is_the_global_aggregation() -> None:
+    env = es.Environment(parallelism=1, runner="local")
+    out = _batches(env).window_aggregate(
+        es.TumblingEventTimeWindows.of(5_000), es.agg.max("a", "top")
+    )
+    assert out._t.payload.keys == () and out._t.payload.window == WindowTvf.tumble(5_000)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda s: s.key_by(["a", "b"]).sum("a"), "keyed by the columns"),
+        (
+            lambda s: s.key_by("a").window(es.TumblingEventTimeWindows.of(5)).aggregate(len),
+            "es.agg",
+        ),
+        (
+            lambda s: (
+                s.key_by("a")
+                .window(es.EventTimeSessionWindows.with_gap(5))
+                .aggregate(es.agg.count_star("n"))
+            ),
+            "tumbling, sliding or cumulative",
+        ),
+        (
+            lambda s: (
+                s.to_rows().key_by(lambda r: r["a"]).window(es.CumulativeEventTimeWindows.of(6, 2))
+            ),
+            "columnar SQL window aggregation",
+        ),
+        (lambda s: s.key_by([1]), "column names"),
+        (lambda s: s.to_rows().window_aggregate(es.TumblingEventTimeWindows.of(5)), "columnar"),
+    ],
+)
+def test_misuse_is_refused_when_the_job_is_built(build: Any, message: str) -> None:
+    env = es.Environment(parallelism=1, runner="local")
+    with pytest.raises(ConfigurationError, match=message):
+        build(_batches(env))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-9)
+    return bool(a == b)
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_a_local_job_with_checkpoints_equals_duckdb(tmp_path: Path, backend: str) -> None:
+    rng = random.Random(3)
+    n = 6_000
+    table = pa.table(
+        {
+            "auction": [rng.randint(0, 20) for _ in range(n)],
+            "bidder": [rng.choice(["ann", "bob", "cy", None]) for _ in range(n)],
+            "price": [rng.choice([None, float("nan"), rng.uniform(1, 100)]) for _ in range(n)],
+            "qty": [rng.randint(-5, 50) for _ in range(n)],
+            "ts": sorted(rng.randint(0, 60_000) for _ in range(n)),
+        }
+    )
+    pq.write_table(table, tmp_path / "bids.parquet", row_group_size=500)
+    env = es.Environment(parallelism=2, runner="local")
+    env.enable_checkpointing(0.2, storage=str(tmp_path / "checkpoints"))
+    if backend == "rocksdb":
+        env.set_state_backend(es.state.RocksDBStateBackend())
+    strategy = es.WatermarkStrategy.bounded_out_of_orderness(0).with_timestamp_column("ts")
+    bids = env.from_parquet(
+        str(tmp_path / "bids.parquet"), batch_size=500, watermark_strategy=strategy
+    )
+    out = (
+        bids.key_by(["auction", "bidder"])
+        .window(es.SlidingEventTimeWindows.of(10_000, 4_000))
+        .aggregate(
+            es.agg.count_star("n"),
+            es.agg.sum("qty", "total"),
+            es.agg.max("price", "top"),
+            es.agg.min("price", "low"),
+            es.agg.count("qty", "kinds", distinct=True),
+        )
+    )
+    out.to_rows().map(
+        lambda r: [
+            r["auction"],
+            r["bidder"],
+            int(r["window_start"].timestamp() * 1000),
+            r["n"],
+            r["total"],
+            r["top"],
+            r["low"],
+            r["kinds"],
+        ]
+    ).sink_to(es.sinks.FileSink(str(tmp_path / "out")))
+    result = env.execute("window-aggregate")
+    assert result.checkpoints, "no checkpoint completed while the job ran"
+    got = sorted(map(tuple, es.testing.read_committed(tmp_path / "out")), key=repr)
+    db = duckdb.connect()
+    db.register("t", table)
+    expected = db.execute(
+        """
+        SELECT auction, bidder, ws, count(*), sum(qty), max(price), min(price),
+               count(DISTINCT qty)
+        FROM (SELECT t.*, ts - ts % 4000 - 4000 * j AS ws FROM t, range(0, 3) r(j)) x
+        WHERE ws > ts - 10000
+        GROUP BY auction, bidder, ws
+        """
+    ).fetchall()
+    expected = sorted(expected, key=repr)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        assert all(_same(a, b) for a, b in zip(g, e, strict=True)), (g, e)

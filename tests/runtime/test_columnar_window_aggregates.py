@@ -1,0 +1,481 @@
+"""The SQL window aggregation operator (tumble, hop, cumulate over slices): examples,
+a property test against DuckDB over random windows, keys, aggregates and out-of-order
+batches (with and without late rows), and snapshot/restore at another parallelism."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+from columnar_support import MAX_P, make_operator
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from epochstream.core.events import MAX_WATERMARK
+from epochstream.core.filesystems import storage_fs
+from epochstream.exceptions import ConfigurationError, DataError, StateError
+from epochstream.graph.specs import (
+    AggCall,
+    SliceWindowAggregateSpec,
+    WindowAggregateSpec,
+    WindowTvf,
+)
+from epochstream.runtime.operators import columnar_window_aggregates as window_aggregates
+from epochstream.runtime.operators.columnar_window_aggregates import SliceAssigner
+from epochstream.state.backends.base import SnapshotTarget
+from epochstream.state.column_keygroups import key_groups_by_columns
+from epochstream.state.handles import OperatorRestore
+
+KIND = "columnar_window_aggregate"
+SCHEMA = pa.schema(
+    [
+        ("k1", pa.int64()),
+        ("k2", pa.string()),
+        ("v", pa.int64()),
+        ("f", pa.float64()),
+        ("b", pa.bool_()),
+        ("_ts", pa.int64()),
+    ]
+)
+# Every aggregate the property test draws from (v: int64, f: float64, b: the filter).
+CATALOG = [
+    AggCall("count_star", None, "n"),
+    AggCall("count_star", None, "n_b", filter="b"),
+    AggCall("count", "v", "c_v"),
+    AggCall("count", "v", "cd_v", distinct=True),
+    AggCall("count", "v", "cd_v_b", distinct=True, filter="b"),
+    AggCall("count", "f", "cd_f", distinct=True),
+    AggCall("sum", "v", "s_v"),
+    AggCall("sum", "v", "s_v_b", filter="b"),
+    AggCall("sum", "f", "s_f"),
+    AggCall("avg", "v", "a_v"),
+    AggCall("avg", "f", "a_f", filter="b"),
+    AggCall("min", "v", "mn_v"),
+    AggCall("max", "v", "mx_v_b", filter="b"),
+    AggCall("min", "f", "mn_f"),
+    AggCall("max", "f", "mx_f"),
+    AggCall("min", "f", "mn_f_b", filter="b"),
+]
+
+
+def _spec(
+    window: WindowTvf, keys: tuple[str, ...], aggs: list[AggCall]
+) -> SliceWindowAggregateSpec:
+    return SliceWindowAggregateSpec(keys=keys, window=window, aggs=tuple(aggs))
+
+
+def _op(spec: SliceWindowAggregateSpec, subtask: int = 0, parallelism: int = 1) -> Any:
+    return make_operator(
+        KIND, spec, keys=list(spec.keys) or None, subtask=subtask, parallelism=parallelism
+    )
+
+
+def _batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(rows, schema=SCHEMA)
+
+
+def _target(root: Path, n: int, subtask: int = 0) -> SnapshotTarget:
+    return SnapshotTarget(
+        fs=storage_fs(str(root)),
+        checkpoint_id=n,
+        directory=str(root / f"chk-{n}"),
+        shared_dir=None,
+        name=f"wa-{n}-{subtask}",
+    )
+
+
+def _results(batches: list[pa.RecordBatch], spec: SliceWindowAggregateSpec) -> dict[Any, Any]:
+    """Emitted rows as ``{(keys..., start, end): {output: value}}`` (times as int ms)."""
+    out: dict[Any, Any] = {}
+    for batch in batches:
+        assert batch.schema.field("window_start").type == pa.timestamp("ms")
+        assert batch.schema.field("_ts").type == pa.int64()
+        names = [*spec.keys, "window_start", "window_end", *(a.output for a in spec.aggs), "_ts"]
+        assert batch.schema.names == names
+        table = batch.to_pydict()
+        starts = batch.column("window_start").cast(pa.int64()).to_pylist()
+        ends = batch.column("window_end").cast(pa.int64()).to_pylist()
+        for i, (start, end) in enumerate(zip(starts, ends, strict=True)):
+            assert table["_ts"][i] == end - 1
+            key = (*(table[k][i] for k in spec.keys), start, end)
+            assert key not in out, f"window {key} emitted twice"
+            out[key] = {a.output: table[a.output][i] for a in spec.aggs}
+    return out
+
+
+def _duckdb(rows: list[dict[str, Any]], spec: SliceWindowAggregateSpec) -> dict[Any, Any]:
+    """DuckDB's answer: each row in its windows (arithmetic on ``_ts``), those the
+    watermark ``wm`` at the row's arrival had not fired yet, grouped and aggregated."""
+    w = spec.window
+    table = pa.Table.from_pylist(rows, schema=SCHEMA.append(pa.field("wm", pa.int64())))
+    db = duckdb.connect()
+    db.register("t", table)
+    if w.kind == "cumulate":
+        windows = (
+            f"SELECT t.*, s AS ws, s + {w.step} * j AS we FROM "
+            f"(SELECT t.*, _ts - (((_ts - {w.offset}) % {w.size}) + {w.size}) % {w.size} AS s "
+            f"FROM t) t, range(1, {w.size // w.step + 1}) r(j) WHERE s + {w.step} * j > _ts"
+        )
+    else:
+        slide = w.size if w.kind == "tumble" else w.slide
+        windows = (
+            f"SELECT t.*, last - {slide} * j AS ws, last - {slide} * j + {w.size} AS we FROM "
+            f"(SELECT t.*, _ts - (((_ts - {w.offset}) % {slide}) + {slide}) % {slide} AS last "
+            f"FROM t) t, range(0, {w.size // slide + 2}) r(j) "
+            f"WHERE last - {slide} * j > _ts - {w.size}"
+        )
+    select = []
+    for a in spec.aggs:
+        where = f" FILTER (WHERE {a.filter})" if a.filter else ""
+        if a.kind == "count_star":
+            select.append(f"count(*){where}")
+        elif a.kind == "avg" and a.column == "v":  # integer AVG: truncated, below
+            select.append(f"sum(v){where}")
+            select.append(f"count(v){where}")
+        elif a.distinct:
+            select.append(f"count(DISTINCT {a.column}){where}")
+        else:
+            select.append(f"{a.kind}({a.column}){where}")
+    group = [*spec.keys, "ws", "we"]
+    query = (
+        f"SELECT {', '.join(group)}, {', '.join(select)} FROM ({windows}) x "
+        f"WHERE we - 1 > wm GROUP BY {', '.join(group)}"
+    )
+    out: dict[Any, Any] = {}
+    for row in db.execute(query).fetchall():
+        values = list(row[len(group) :])
+        result = {}
+        for a in spec.aggs:
+            if a.kind == "avg" and a.column == "v":
+                total, count = values.pop(0), values.pop(0)
+                quotient = None if total is None else abs(int(total)) // count
+                result[a.output] = quotient if total is None or total >= 0 else -quotient
+            else:
+                value = values.pop(0)
+                integer = a.kind == "sum" and a.column == "v" and value is not None
+                result[a.output] = int(value) if integer else value
+        out[tuple(row[: len(group)])] = result
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is b
+    if isinstance(a, float) or isinstance(b, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+    return bool(a == b)
+
+
+def _assert_equal(got: dict[Any, Any], expected: dict[Any, Any]) -> None:
+    assert sorted(got, key=repr) == sorted(expected, key=repr)
+    for key, values in expected.items():
+        for name, value in values.items():
+            assert _same(got[key][name], value), (key, name, got[key][name], value)
+
+
+# ---------------------------------------------------------------------- examples
+
+
+def test_hop_emits_each_window_as_the_merge_of_its_slices() -> None:
+    spec = _spec(
+        WindowTvf.hop(10, 4),
+        ("k2",),
+        [AggCall("count_star", None, "n"), AggCall("sum", "v", "s"), AggCall("max", "f", "mx")],
+    )
+    op, out = _op(spec)
+    rows = [
+        {"k2": "a", "v": 1, "f": 1.0, "_ts": 1},
+        {"k2": "a", "v": 2, "f": float("nan"), "_ts": 3},
+        {"k2": "b", "v": None, "f": None, "_ts": 5},
+        {"k2": "a", "v": 2, "f": -3.0, "_ts": 9},
+    ]
+    op.process_batch(_batch(rows), None)
+    op.process_watermark(5)  # windows ending by 6
+    got = _results(out.batches(), spec)
+    assert {k: v["n"] for k, v in got.items()} == {
+        ("a", -8, 2): 1,
+        ("a", -4, 6): 2,
+        ("b", -4, 6): 1,
+    }
+    assert math.isnan(got[("a", -4, 6)]["mx"]) and got[("b", -4, 6)]["s"] is None
+    out.take()
+    op.process_watermark(MAX_WATERMARK)
+    ends = [e for b in out.batches() for e in b.column("window_end").cast(pa.int64()).to_pylist()]
+    assert ends == sorted(ends) and set(ends) == {10, 14, 18}
+    assert op.store.slices == {}  # every slice dropped once its last window fired
+
+
+def test_cumulate_windows_grow_by_step_and_share_slices() -> None:
+    spec = _spec(WindowTvf.cumulate(6, 2), (), [AggCall("count_star", None, "n")])
+    op, out = _op(spec)
+    op.process_batch(_batch([{"_ts": t} for t in (0, 1, 2, 5, 6)]), None)
+    op.process_watermark(MAX_WATERMARK)
+    got = {(s, e): v["n"] for (s, e), v in _results(out.batches(), spec).items()}
+    assert got == {(0, 2): 2, (0, 4): 3, (0, 6): 4, (6, 8): 1, (6, 10): 1, (6, 12): 1}
+
+
+def test_late_rows_are_dropped_and_counted_partly_late_rows_join_open_windows() -> None:
+    spec = _spec(WindowTvf.hop(10, 5), ("k1",), [AggCall("count_star", None, "n")])
+    op, out = _op(spec)
+    op.process_batch(_batch([{"k1": 1, "_ts": 12}]), None)
+    op.process_watermark(10)  # fired: windows ending by 11 ([0, 10))
+    op.process_batch(_batch([{"k1": 1, "_ts": 3}, {"k1": 1, "_ts": 7}]), None)
+    assert op.counters.late_records_dropped == 1  # 3 is in [-5, 5) and [0, 10) only
+    op.process_watermark(MAX_WATERMARK)
+    got = {(s, e): v["n"] for (_, s, e), v in _results(out.batches(), spec).items()}
+    assert got == {(5, 15): 2, (10, 20): 1}  # 7 joins [5, 15), [0, 10) fired without it
+
+
+def test_types_and_nulls_follow_flink_sql() -> None:
+    spec = _spec(
+        WindowTvf.tumble(10),
+        ("k1",),
+        [
+            AggCall("count", "v", "c"),
+            AggCall("sum", "v", "s"),
+            AggCall("avg", "v", "a"),
+            AggCall("min", "v", "mn"),
+            AggCall("min", "f", "mnf"),
+        ],
+    )
+    op, out = _op(spec)
+    rows = [
+        {"k1": 1, "v": -7, "f": float("nan"), "_ts": 0},
+        {"k1": 1, "v": 2, "_ts": 1},
+        {"k1": 2, "v": None, "f": float("nan"), "_ts": 2},
+    ]
+    op.process_batch(
+        pa.RecordBatch.from_pylist(rows, schema=SCHEMA.set(2, pa.field("v", pa.int16()))), None
+    )
+    op.process_watermark(MAX_WATERMARK)
+    batch = out.batches()[0]
+    assert batch.schema.field("c").type == pa.int64()
+    assert batch.schema.field("s").type == pa.int64()
+    assert batch.schema.field("a").type == pa.int64()
+    assert batch.schema.field("mn").type == pa.int16()
+    got = _results([batch], spec)
+    assert got[(1, 0, 10)] == {
+        "c": 2,
+        "s": -5,
+        "a": -2,
+        "mn": -7,
+        "mnf": pytest.approx(float("nan"), nan_ok=True),
+    }
+    assert got[(2, 0, 10)]["c"] == 0 and got[(2, 0, 10)]["s"] is None
+    assert math.isnan(got[(2, 0, 10)]["mnf"])  # every non-null value NaN: NaN
+
+
+def test_the_spec_refuses_bad_windows_and_aggregates() -> None:
+    with pytest.raises(ConfigurationError, match="multiple of its step"):
+        WindowTvf.cumulate(10, 3)
+    with pytest.raises(ConfigurationError, match=r"SUM\(DISTINCT"):
+        AggCall("sum", "v", "s", distinct=True)
+    with pytest.raises(ConfigurationError, match="two columns named 'k'"):
+        _spec(WindowTvf.tumble(5), ("k",), [AggCall("count_star", None, "k")])
+    with pytest.raises(ConfigurationError, match="positive"):
+        WindowTvf.hop(10, 0)
+    assert WindowTvf.hop(10, 4).slice_width == 2  # no size % slide needed
+
+
+def test_bad_input_is_a_data_error_naming_the_operator() -> None:
+    spec = _spec(WindowTvf.tumble(5), ("k1",), [AggCall("count_star", None, "n", filter="v")])
+    op, _ = _op(spec)
+    with pytest.raises(DataError, match=r"filter column 'v'.*not boolean"):
+        op.process_batch(_batch([{"k1": 1, "v": 1, "_ts": 1}]), None)
+
+
+def test_slice_assigner_windows_of_a_hop_with_size_not_a_multiple_of_slide() -> None:
+    hop = SliceAssigner(WindowTvf.hop(10, 4, offset=1))
+    import numpy as np
+
+    assert hop.slice_ends(np.array([1, 2, 3])).tolist() == [3, 3, 5]
+    starts, ends = hop.windows_ending(np.array([3]), -100, 100)
+    assert list(zip(starts.tolist(), ends.tolist(), strict=True)) == [(-7, 3), (-3, 7), (1, 11)]
+
+
+# ---------------------------------------------------------------------- property test
+
+
+@st.composite
+def _scenarios(
+    draw: Any, late: bool
+) -> tuple[SliceWindowAggregateSpec, list[list[dict[str, Any]]], list[int]]:
+    kind = draw(st.sampled_from(["tumble", "hop", "cumulate"]))
+    size = draw(st.integers(1, 12))
+    if kind == "tumble":
+        window = WindowTvf.tumble(size, offset=draw(st.integers(-size + 1, size - 1)))
+    elif kind == "hop":
+        window = WindowTvf.hop(size, draw(st.integers(1, size)), offset=draw(st.integers(-5, 5)))
+    else:
+        step = draw(st.sampled_from([d for d in range(1, size + 1) if size % d == 0]))
+        window = WindowTvf.cumulate(size, step, offset=draw(st.integers(0, size - 1)))
+    keys = draw(st.sampled_from([(), ("k1",), ("k2",), ("k1", "k2")]))
+    aggs = draw(st.lists(st.sampled_from(CATALOG), min_size=1, max_size=6, unique=True))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = random.Random(seed)
+    n = draw(st.integers(1, 120))
+    floats = [None, float("nan"), -0.0, 0.0, 1.5, -2.25, 3.0, 1e300]
+    rows = [
+        {
+            "k1": rng.choice([None, 1, 2, 3, -(2**40)]),
+            "k2": rng.choice([None, "a", "b", "é"]),
+            "v": rng.choice([None, rng.randint(-50, 50), rng.randint(-(2**40), 2**40)]),
+            "f": rng.choice(floats),
+            "b": rng.choice([None, True, False]),
+            "_ts": rng.randint(-30, 60),
+        }
+        for _ in range(n)
+    ]
+    disorder = draw(st.integers(0, 20))
+    rows.sort(key=lambda r: r["_ts"] + rng.randint(0, disorder))
+    cuts = sorted(rng.sample(range(1, n), min(n - 1, rng.randint(0, 6)))) if n > 1 else []
+    batches = [rows[a:b] for a, b in zip([0, *cuts], [*cuts, n], strict=True)]
+    watermarks = []
+    for i in range(len(batches)):
+        future = [r["_ts"] for batch in batches[i + 1 :] for r in batch]
+        seen = max(r["_ts"] for batch in batches[: i + 1] for r in batch)
+        if late:
+            wm = seen - rng.randint(0, 10)
+        else:
+            wm = (min(future) if future else 1000) - 1 - rng.randint(0, 5)
+        watermarks.append(wm)
+    return _spec(window, keys, aggs), batches, watermarks
+
+
+def _run_against_duckdb(scenario: Any) -> None:
+    spec, batches, watermarks = scenario
+    op, out = _op(spec)
+    arrived = []
+    current = -(2**63)
+    for batch, wm in zip(batches, watermarks, strict=True):
+        arrived += [{**r, "wm": current} for r in batch]
+        op.process_batch(_batch(batch), None)
+        op.process_watermark(wm)
+        current = max(current, wm)
+    op.process_watermark(MAX_WATERMARK)
+    expected = _duckdb(arrived, spec)
+    _assert_equal(_results(out.batches(), spec), expected)
+    assert op.store.slices == {}
+    late = [
+        r
+        for r in arrived
+        if SliceAssigner(spec.window).last_window_end(
+            SliceAssigner(spec.window).slice_ends(r["_ts"])
+        )
+        - 1
+        <= r["wm"]
+    ]
+    assert op.counters.late_records_dropped == len(late)
+
+
+_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@_SETTINGS
+@given(_scenarios(late=False))
+def test_equals_duckdb_without_late_rows(scenario: Any) -> None:
+    _run_against_duckdb(scenario)
+
+
+@_SETTINGS
+@given(_scenarios(late=True))
+def test_equals_duckdb_with_late_rows_dropped(scenario: Any) -> None:
+    _run_against_duckdb(scenario)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_many_batches_into_one_slice_are_compacted_and_still_equal_duckdb(seed: int) -> None:
+    rng = random.Random(seed)
+    spec = _spec(WindowTvf.hop(40, 20), ("k1", "k2"), CATALOG)
+    rows = [
+        {
+            "k1": rng.randint(0, 3),
+            "k2": rng.choice(["a", None]),
+            "v": rng.choice([None, rng.randint(-9, 9)]),
+            "f": rng.choice([None, float("nan"), 1.5, -2.0]),
+            "b": rng.choice([True, False, None]),
+            "_ts": t // 6,
+        }
+        for t in range(300)
+    ]
+    batches = [rows[i : i + 5] for i in range(0, len(rows), 5)]  # 60 batches: > 16 per slice
+    watermarks = [batch[-1]["_ts"] - 1 for batch in batches]
+    _run_against_duckdb((spec, batches, watermarks))
+
+
+# ---------------------------------------------------------------------- snapshots
+
+
+@pytest.mark.parametrize("window", [WindowTvf.hop(10, 4), WindowTvf.cumulate(12, 3)])
+def test_restore_at_another_parallelism_gives_the_same_output(
+    tmp_path: Path, window: WindowTvf, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(window_aggregates, "_COMPACT_AT", 3)  # compacted slices snapshotted
+    spec = _spec(
+        window,
+        ("k1", "k2"),
+        [c for c in CATALOG if c.output in ("n", "cd_v_b", "s_f", "mn_f", "a_v")],
+    )
+    rng = random.Random(5)
+    rows = [
+        {
+            "k1": rng.randint(0, 30),
+            "k2": rng.choice(["x", "y", None]),
+            "v": rng.randint(-9, 9),
+            "f": rng.choice([1.0, float("nan"), None, 2.5]),
+            "b": rng.choice([True, False]),
+            "_ts": t // 4,
+        }
+        for t in range(400)
+    ]
+    first, second = _batch(rows[:200]), _batch(rows[200:])
+    whole, whole_out = _op(spec)
+    for batch, wm in ((first, 20), (second, MAX_WATERMARK)):
+        whole.process_batch(batch, None)
+        whole.process_watermark(wm)
+    expected = _results(whole_out.batches(), spec)
+
+    emitted: list[pa.RecordBatch] = []
+    handles = []
+    for subtask in range(2):  # 2 subtasks up to the snapshot...
+        op, out = _op(spec, subtask, 2)
+        for i in range(0, first.num_rows, 10):
+            op.process_batch(_mine(first.slice(i, 10), spec, op.key_groups), None)
+        op.process_watermark(20)
+        emitted += out.batches()
+        handle = op.snapshot(_target(tmp_path, 1, subtask)).keyed.run()
+        if handle is not None:
+            handles.append(handle)
+    for subtask in range(3):  # ... then 3 from it, the key groups of each
+        op, out = _op(spec, subtask, 3)
+        parts = [p for h in handles if (p := h.restricted_to(op.key_groups)) is not None]
+        op.initialize_state(OperatorRestore(keyed=parts), 1)
+        op.process_watermark(19)  # a watermark below the snapshot's emits nothing again
+        op.process_batch(_mine(second, spec, op.key_groups), None)
+        op.process_watermark(MAX_WATERMARK)
+        emitted += out.batches()
+    _assert_equal(_results(emitted, spec), expected)
+
+
+def _mine(batch: pa.RecordBatch, spec: SliceWindowAggregateSpec, groups: range) -> pa.RecordBatch:
+    """The rows of ``batch`` a hash edge sends to the subtask of key groups ``groups``."""
+    kgs = key_groups_by_columns([batch.column(k) for k in spec.keys], MAX_P, rows=batch.num_rows)
+    return batch.filter(pa.array([int(g) in groups for g in kgs]))
+
+
+def test_restore_refuses_state_of_another_operator(tmp_path: Path) -> None:
+    other, _ = make_operator(
+        "columnar_window", WindowAggregateSpec("count", "k", None, 5, 5), keys=["k"]
+    )
+    other.process_batch(pa.record_batch({"k": ["a"], "_ts": [1]}), None)
+    handle = other.snapshot(_target(tmp_path, 1)).keyed.run()
+    op, _ = _op(_spec(WindowTvf.tumble(5), ("k",), [AggCall("count_star", None, "n")]))
+    with pytest.raises(StateError, match="another uid"):
+        op.initialize_state(OperatorRestore(keyed=[handle]), 1)
