@@ -33,7 +33,7 @@ def _duckdb(sql: str) -> exp.Expression:
 def _tvf_subquery(tvf: WindowTVF) -> exp.Expression:
     kind = tvf.kind
     src = tvf.args["table"].sql(dialect="duckdb")
-    t = f"epoch_ms({tvf.args['timecol'].sql(dialect='duckdb')})"
+    t = f"epoch_ms(CAST({tvf.args['timecol'].sql(dialect='duckdb')} AS TIMESTAMP))"
     off = interval_ms(tvf.args["offset"]) if tvf.args.get("offset") else 0
     size = interval_ms(tvf.args["size"])
     if kind == "TUMBLE":
@@ -71,7 +71,8 @@ def _flink_functions(tree: exp.Expression) -> None:
     for f in list(tree.find_all(exp.Anonymous, exp.RegexpExtract, exp.Avg)):
         if isinstance(f, exp.RegexpExtract):
             s, pat = f.this.sql("duckdb"), f.expression.sql("duckdb")
-            group = f.args.get("group")
+            # Flink: the third argument is the group (sqlglot files it as "position").
+            group = f.args.get("group") or f.args.get("position")
             g = group.sql("duckdb") if group is not None else "1"
             f.replace(
                 _duckdb(

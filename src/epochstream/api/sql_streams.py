@@ -10,9 +10,15 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from epochstream.api.datastream import DataStream, DataStreamSink
+from epochstream.graph.windowing import (
+    CumulativeEventTimeWindows,
+    SlidingEventTimeWindows,
+    TumblingEventTimeWindows,
+    WindowAssigner,
+)
 from epochstream.sql.connectors import source_binding
 from epochstream.sql.plan import (
     CalcNode,
@@ -80,5 +86,16 @@ class StreamBuilder:
             stream = stream.to_batches(binding.rows_schema).uid(node.uid + "-batches")
         return stream.map_batches(binding.adapter).name(f"{node.label}: columns").uid(node.uid + "-columns")
 
-    def _window_aggregate(self, node: WindowAggregateNode) -> Any:
-        raise NotImplementedError
+    def _window_aggregate(self, node: WindowAggregateNode) -> DataStream:
+        spec = node.spec
+        window = spec.window
+        assigner: WindowAssigner
+        if window.kind == "tumble":
+            assigner = TumblingEventTimeWindows.of(window.size, window.offset)
+        elif window.kind == "hop":
+            assigner = SlidingEventTimeWindows.of(window.size, window.slide, window.offset)
+        else:
+            assigner = CumulativeEventTimeWindows.of(window.size, window.step, window.offset)
+        keyed = self.stream(node.inputs[0]).key_by(list(spec.keys))
+        result: DataStream = keyed.window(assigner).aggregate(*spec.aggs)
+        return result.name(node.label).uid(node.uid)

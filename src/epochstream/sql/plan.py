@@ -19,11 +19,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from epochstream.graph.specs import AggCall, SliceWindowAggregateSpec
 from epochstream.sql.catalog import TableDef
 from epochstream.sql.expressions import CalcProgram, Field
 
 __all__ = [
-    "AggregateCall",
     "CalcNode",
     "PlanNode",
     "ScanNode",
@@ -116,60 +116,43 @@ class CalcNode(PlanNode):
         return [self.text]
 
 
-@dataclass(frozen=True)
-class AggregateCall:
-    """One aggregate of a window aggregation: ``kind`` of input ``column`` (None for
-    ``COUNT(*)``) into ``output``, over distinct values or not, counting only rows where
-    the boolean column ``filter`` is TRUE (None: every row).
-
-    Example: ``AggregateCall("count", "bidder", "__a0", distinct=True, filter="__f0")``
-    """
-
-    kind: str
-    column: str | None
-    output: str
-    distinct: bool = False
-    filter: str | None = None
-
-    def sql(self) -> str:
-        """The call as text. Example: ``COUNT(DISTINCT bidder) FILTER (__f0)``"""
-        arg = "*" if self.column is None else self.column
-        text = f"{self.kind.upper()}({'DISTINCT ' if self.distinct else ''}{arg})"
-        return text + (f" FILTER ({self.filter})" if self.filter else "")
-
-
 @dataclass(eq=False)
 class WindowAggregateNode(PlanNode):
     """Aggregate per key and TUMBLE/HOP/CUMULATE window, emitted once when the
     watermark passes the window's end (slices shared by overlapping windows).
 
-    ``window`` is ``(kind, size_ms, step_ms, offset_ms)``: ``step`` is the slide (HOP),
-    the step (CUMULATE) or the size (TUMBLE)."""
+    ``spec`` is the operator's (keys, window, aggregates)."""
 
-    keys: tuple[str, ...] = field(kw_only=True)
-    window: tuple[str, int, int, int] = field(kw_only=True)
-    aggregates: tuple[AggregateCall, ...] = field(kw_only=True)
+    spec: SliceWindowAggregateSpec = field(kw_only=True)
 
     kind = "window-aggregate"
 
     def digest(self) -> str:
-        calls = ",".join(f"{a.output}={a.sql()}" for a in self.aggregates)
-        return f"{self.window}|{','.join(self.keys)}|{calls}"
+        return repr(self.spec)
 
     def details(self) -> list[str]:
-        kind, size, step, offset = self.window
-        shape = f"{kind.upper()} size {size} ms" + (
-            f", {'slide' if kind == 'hop' else 'step'} {step} ms" if kind != "tumble" else ""
-        )
-        if offset:
-            shape += f", offset {offset} ms"
+        window = self.spec.window
+        shape = f"{window.kind.upper()} size {window.size} ms"
+        if window.kind == "hop":
+            shape += f", slide {window.slide} ms"
+        elif window.kind == "cumulate":
+            shape += f", step {window.step} ms"
+        if window.offset:
+            shape += f", offset {window.offset} ms"
         return [
             f"window: {shape}",
-            f"keys: {', '.join(self.keys) or '(none: one group)'}",
-            f"aggregates: {', '.join(a.sql() for a in self.aggregates)}",
+            f"keys: {', '.join(self.spec.keys) or '(none: one group)'}",
+            f"aggregates: {', '.join(_call_text(a) for a in self.spec.aggs)}",
             "state: per key and slice, dropped when the watermark passes the slice's last window",
             "emits: once per key and window, when the watermark passes window_end",
         ]
+
+
+def _call_text(call: AggCall) -> str:
+    arg = "*" if call.column is None else call.column
+    kind = "COUNT" if call.kind == "count_star" else call.kind.upper()
+    text = f"{kind}({'DISTINCT ' if call.distinct else ''}{arg})"
+    return text + (f" FILTER ({call.filter})" if call.filter else "")
 
 
 @dataclass(eq=False)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from epochstream.exceptions import SqlError
+from epochstream.exceptions import ConfigurationError, SqlError
 from epochstream.sql.catalog import Catalog, TableDef, interval_ms
 from epochstream.sql.connectors import sink_binding
 from epochstream.sql.dialect import Flink, WindowTVF, node_position
@@ -36,8 +36,8 @@ from epochstream.sql.expressions import CalcProgram, Field
 from epochstream.sql.types import SqlType, aggregate_result_type
 from epochstream.core.arrow import TS
 
+from epochstream.graph.specs import AggCall, SliceWindowAggregateSpec, WindowTvf
 from epochstream.sql.plan import (
-    AggregateCall,
     CalcNode,
     PlanNode,
     ScanNode,
@@ -77,10 +77,11 @@ class _Window:
     """The window TVF a SELECT reads (planned only with its aggregation)."""
 
     tvf: WindowTVF
-    kind: str
-    size: int
-    step: int
-    offset: int
+    window: WindowTvf
+
+    @property
+    def kind(self) -> str:
+        return self.window.kind
 
 
 class Planner:
@@ -231,17 +232,16 @@ class Planner:
             raise _error(tvf, "SESSION windows in SQL are not supported yet")
         size = interval_ms(tvf.args["size"])
         offset = interval_ms(tvf.args["offset"]) if tvf.args.get("offset") else 0
-        if kind == "tumble":
-            step = size
-        elif kind == "hop":
-            step = interval_ms(tvf.args["slide"])
-        else:
-            step = interval_ms(tvf.args["step"])
-            if size % step:
-                raise _error(tvf, f"CUMULATE: the size ({size} ms) must be a multiple of the step ({step} ms)")
-        if size <= 0 or step <= 0:
-            raise _error(tvf, f"{kind.upper()}: window sizes must be positive")
-        return _Window(tvf, kind, size, step, offset)
+        try:
+            if kind == "tumble":
+                window = WindowTvf.tumble(size, offset)
+            elif kind == "hop":
+                window = WindowTvf.hop(size, interval_ms(tvf.args["slide"]), offset)
+            else:
+                window = WindowTvf.cumulate(size, interval_ms(tvf.args["step"]), offset)
+        except ConfigurationError as err:
+            raise _error(tvf, f"{kind.upper()}: {err}") from None
+        return _Window(tvf, window)
 
     # ------------------------------------------------------------------ binding
 
@@ -429,7 +429,7 @@ class Planner:
                 keys.append(name)
             key_text[_text(g)] = name
 
-        calls: list[AggregateCall] = []
+        calls: list[AggCall] = []
         call_text: dict[str, str] = {}
         for agg in self._aggregate_calls(select, having):
             text = _text(agg)
@@ -476,9 +476,7 @@ class Planner:
             out_fields,
             None,
             _short(f"{window.kind.upper()} aggregate: {_text(select)}"),
-            keys=tuple(keys),
-            window=(window.kind, window.size, window.step, window.offset),
-            aggregates=tuple(calls),
+            spec=SliceWindowAggregateSpec(keys=tuple(keys), window=window.window, aggs=tuple(calls)),
         )
 
         # The select list and HAVING over the aggregate's output.
@@ -525,7 +523,7 @@ class Planner:
         for item in [*select.expressions, *([having] if having is not None else [])]:
             yield from _aggregates_in(item)
 
-    def _aggregate_call(self, agg: exp.Expression, output: str, pre_column: object) -> AggregateCall:
+    def _aggregate_call(self, agg: exp.Expression, output: str, pre_column: object) -> AggCall:
         add = pre_column  # (node, prefix) -> column name of the pre-Calc
         filter_name = None
         if isinstance(agg, exp.Filter):
@@ -545,11 +543,11 @@ class Planner:
         if isinstance(arg, exp.Star):
             if kind != "count":
                 raise _error(agg, f"{kind.upper()}(*) is not valid")
-            return AggregateCall("count_star", None, output, filter=filter_name)
+            return AggCall("count_star", None, output, filter=filter_name)
         if any(_aggregates_in(arg)):
             raise _error(agg, "aggregates cannot be nested")
         column = add(arg, "$v")  # type: ignore[operator]
-        return AggregateCall(kind, column, output, distinct=distinct, filter=filter_name)
+        return AggCall(kind, column, output, distinct=distinct, filter=filter_name)
 
     # ------------------------------------------------------------------ UNION ALL
 
@@ -574,14 +572,14 @@ class Planner:
         return UnionNode(tuple(aligned), first, rowtime, "UNION ALL")
 
 
-def _flink_result_type(call: AggregateCall, arg_type: SqlType | None) -> SqlType:
+def _flink_result_type(call: AggCall, arg_type: SqlType | None) -> SqlType:
     """Flink's result type of ``call`` (``COUNT`` is ``BIGINT NOT NULL``, ``SUM(INT)``
     is ``INT``, ...)."""
     kind = "COUNT" if call.kind in ("count", "count_star") else call.kind.upper()
     return aggregate_result_type(kind, None if kind == "COUNT" else arg_type)
 
 
-def _operator_result_type(call: AggregateCall, arg_type: SqlType | None) -> SqlType:
+def _operator_result_type(call: AggCall, arg_type: SqlType | None) -> SqlType:
     """The type the window aggregate operator emits for ``call``: Flink's result type,
     except that SUM and AVG of the integer types below BIGINT come out as BIGINT (the
     operator accumulates in int64); the Calc after the operator casts them back."""
