@@ -913,24 +913,23 @@ class CalcProgram:
         """The projected (and filtered) batch."""
         ctx = kernels.EvalContext(batch.num_rows, clock_ms or self.clock_ms)
         values = self._program.start(batch)
+        kept = [batch.column(name) for name in self.keep]
         if self._condition is not None:
-            # The condition's steps run on the whole batch; the values computed so far are
-            # filtered with it, so the projections reuse them on the kept rows only.
+            # The condition's steps run on the whole batch; the values computed so far
+            # (input columns included) and the kept columns are filtered with it, so the
+            # projections reuse them on the kept rows only. Unused columns are not copied.
             self._program.execute(values, ctx, stop=self._condition)
             mask = kernels.as_array(values[self._condition], batch.num_rows)
             if mask.null_count or not pc.all(mask).as_py():
-                batch = batch.filter(mask, null_selection_behavior="drop")
                 values = [_filtered(v, mask) for v in values]
-                ctx.length = batch.num_rows
+                kept = [_filtered(v, mask) for v in kept]
+                ctx.length = pc.sum(mask).as_py() or 0
         self._program.execute(values, ctx)
         arrays = [
-            _column(values[slot], sql_type, batch.num_rows) for _, slot, sql_type in self._outputs
+            _column(values[slot], sql_type, ctx.length) for _, slot, sql_type in self._outputs
         ]
         names = [name for name, _, _ in self._outputs]
-        for name in self.keep:
-            arrays.append(batch.column(name))
-            names.append(name)
-        return pa.RecordBatch.from_arrays(arrays, names=names)
+        return pa.RecordBatch.from_arrays([*arrays, *kept], names=[*names, *self.keep])
 
     def explain(self) -> str:
         """One line per output: ``name: TYPE``. Example: ``'euro: DECIMAL(24, 3)'``"""

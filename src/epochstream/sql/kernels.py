@@ -99,6 +99,9 @@ def cast(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
     return pa.array([s.as_py() for s in out], target)
 
 
+_INTEGER_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}  # of the signed types' extremes
+
+
 def _cast(value: Value, target: pa.DataType, how: str) -> Value:
     if how == "trim":
         value = pc.utf8_trim_whitespace(value)
@@ -111,9 +114,11 @@ def _cast(value: Value, target: pa.DataType, how: str) -> Value:
     elif how == "text_bool":
         value = pc.utf8_lower(pc.utf8_trim_whitespace(value))
     if pa.types.is_decimal(target) and pa.types.is_integer(value.type):
-        # Arrow checks an integer's widest value against the precision; go through the
-        # widest DECIMAL so that only the values themselves must fit.
-        value = pc.cast(value, pa.decimal128(38, target.scale))
+        # Arrow checks an integer type's widest value against the precision; when that
+        # does not fit, go through the widest DECIMAL so only the values must fit.
+        digits = _INTEGER_DIGITS[value.type.bit_width] + pa.types.is_unsigned_integer(value.type)
+        if digits + target.scale > target.precision:
+            value = pc.cast(value, pa.decimal128(38, target.scale))
     return pc.cast(value, target)
 
 
