@@ -578,3 +578,29 @@ def test_program_does_not_modify_the_planners_tree() -> None:
     before = node.sql()
     compile_expression(node, FIELDS, FunctionCatalog())
     assert node.sql() == before and node.this.parent is node
+
+
+def test_modulo_of_a_wide_dividend_by_a_narrow_divisor() -> None:
+    # BIGINT % INT is an INT (the divisor's type), computed without narrowing the dividend.
+    compiled = compile_expression(parse("big % b"), FIELDS, FunctionCatalog())
+    assert compiled.type.sql() == "INT"
+    assert compiled.evaluate(BATCH).to_pylist() == [0, None, 0, 0, None, 1]
+
+
+def test_decimal_products_past_38_digits_keep_flinks_scale() -> None:
+    batch = pa.record_batch(
+        {"m": pa.array([Decimal("12345.6789012345"), None], pa.decimal128(30, 10))}
+    )
+    compiled = compile_expression(
+        parse("m * m"), [Field("m", SqlType("DECIMAL", 30, 10))], FunctionCatalog()
+    )
+    assert compiled.type.sql() == "DECIMAL(38, 6)"
+    exact = Decimal("12345.6789012345") ** 2
+    rounded = exact.quantize(Decimal("0.000001"), rounding="ROUND_HALF_UP")
+    assert compiled.evaluate(batch).to_pylist() == [rounded, None]
+
+
+def test_zero_argument_udf_gets_the_batch_length() -> None:
+    catalog = FunctionCatalog()
+    catalog.register("seven", lambda: pa.array([7] * 6), result_type="INT")
+    assert ours("seven()", catalog=catalog) == [7] * 6
