@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import cloudpickle
@@ -590,12 +592,9 @@ def test_udf_gets_literals_as_arrays_and_survives_cloudpickle() -> None:
     assert (6, 6) in seen or seen == []  # the restored copy records in its own list
 
 
-def test_every_builtin_has_a_test_here() -> None:
-    text = (
-        open(__file__, encoding="utf-8").read()
-        + open(
-            __file__.replace("test_functions.py", "test_expressions.py"), encoding="utf-8"
-        ).read()
-    )
-    missing = [name for name in BUILTINS if f"{name}(" not in text and name not in text]
+def test_every_builtin_is_called_in_these_tests() -> None:
+    here = Path(__file__).parent
+    text = (here / "test_functions.py").read_text() + (here / "test_expressions.py").read_text()
+    # Called as NAME( in an expression string, or bare for the clock functions.
+    missing = [name for name in BUILTINS if not re.search(rf"[\"'(, ]{name}(\(|\b)", text)]
     assert missing == []
