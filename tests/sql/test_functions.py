@@ -218,6 +218,9 @@ def test_substring_positions_follow_flink() -> None:
     assert ours("SUBSTRING(s, 0, 3)")[:2] == ["Hel", "  p"]
     assert ours("SUBSTRING(s, -3)")[:2] == ["rld", "d  "]
     assert ours("SUBSTRING(s, -3, 2)")[:2] == ["rl", "d "]
+    # ... and gives '' when it reaches before the start; a negative length gives NULL.
+    assert ours("SUBSTRING(s, -11)") == ["Hello World", "", None, "", "", ""]
+    assert ours("SUBSTRING(s, 2, -1)") == [None] * 6
 
 
 def test_initcap() -> None:

@@ -248,19 +248,23 @@ def position(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
 
 
 def substring(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
-    """SUBSTRING(s, start[, length]) with Flink's positions: start 0 is 1, a negative
-    start counts from the end; ``options = (start, length or None)``."""
+    """SUBSTRING(s, start[, length]) with Flink's positions (SqlFunctionUtils.subString):
+    start 0 is 1, a negative start counts from the end and gives '' when it reaches
+    before the start, a negative length gives NULL; ``options = (start, length or None)``.
+    """
     start, length = options
-    begin = start - 1 if start > 0 else start  # 0-based; negative counts from the end
-    if length is None:
-        stop = None
-    else:
-        stop = begin + length
-        if begin < 0 <= stop:
-            stop = None  # runs past the end
+    text = args[0]
     if length is not None and length < 0:
-        return pc.if_else(pc.is_null(args[0]), pa.scalar(None, pa.string()), "")
-    return pc.utf8_slice_codeunits(args[0], start=begin, stop=stop)
+        return pa.nulls(ctx.length, pa.string())
+    begin = start - 1 if start > 0 else start  # 0-based; negative counts from the end
+    stop = None if length is None else begin + length
+    if begin < 0 and stop is not None and stop >= 0:
+        stop = None  # runs to the end
+    piece = pc.utf8_slice_codeunits(text, start=begin, stop=stop)
+    if begin >= 0:
+        return piece
+    too_far = pc.less(pc.add(pc.utf8_length(text), begin), 0)
+    return pc.if_else(too_far, "", piece)
 
 
 def trim(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
