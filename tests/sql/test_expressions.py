@@ -408,6 +408,8 @@ def test_calc_program_filters_then_projects_and_keeps_columns() -> None:
     ]
     out = program(batch)
     assert out.schema.names == ["double_a", "name", "_ts"]
+    assert sorted(program.input_columns) == ["a", "flag", "s"]
+    assert program.explain() == "double_a: INT\nname: STRING"
     assert out.to_pydict() == {
         "double_a": [2, 14, None, 24],
         "name": ["APPLE", None, "A_B%C", "  PAD  "],

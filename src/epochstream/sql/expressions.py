@@ -940,6 +940,14 @@ class CalcProgram:
         names = [name for name, _, _ in self._outputs]
         return pa.RecordBatch.from_arrays([*arrays, *kept], names=[*names, *self.keep])
 
+    @property
+    def input_columns(self) -> tuple[str, ...]:
+        """The input columns the program reads (``keep`` aside), in slot order.
+
+        Example: ``program.input_columns == ("price",)``
+        """
+        return self._program.columns
+
     def explain(self) -> str:
         """One line per output: ``name: TYPE``. Example: ``'euro: DECIMAL(24, 3)'``"""
         return "\n".join(f"{f.name}: {f.type.sql()}" for f in self.output_fields)
