@@ -408,6 +408,8 @@ def test_calc_program_filters_then_projects_and_keeps_columns() -> None:
     ]
     out = program(batch)
     assert out.schema.names == ["double_a", "name", "_ts"]
+    assert sorted(program.input_columns) == ["a", "flag", "s"]
+    assert program.explain() == "double_a: INT\nname: STRING"
     assert out.to_pydict() == {
         "double_a": [2, 14, None, 24],
         "name": ["APPLE", None, "A_B%C", "  PAD  "],
@@ -578,3 +580,29 @@ def test_program_does_not_modify_the_planners_tree() -> None:
     before = node.sql()
     compile_expression(node, FIELDS, FunctionCatalog())
     assert node.sql() == before and node.this.parent is node
+
+
+def test_modulo_of_a_wide_dividend_by_a_narrow_divisor() -> None:
+    # BIGINT % INT is an INT (the divisor's type), computed without narrowing the dividend.
+    compiled = compile_expression(parse("big % b"), FIELDS, FunctionCatalog())
+    assert compiled.type.sql() == "INT"
+    assert compiled.evaluate(BATCH).to_pylist() == [0, None, 0, 0, None, 1]
+
+
+def test_decimal_products_past_38_digits_keep_flinks_scale() -> None:
+    batch = pa.record_batch(
+        {"m": pa.array([Decimal("12345.6789012345"), None], pa.decimal128(30, 10))}
+    )
+    compiled = compile_expression(
+        parse("m * m"), [Field("m", SqlType("DECIMAL", 30, 10))], FunctionCatalog()
+    )
+    assert compiled.type.sql() == "DECIMAL(38, 6)"
+    exact = Decimal("12345.6789012345") ** 2
+    rounded = exact.quantize(Decimal("0.000001"), rounding="ROUND_HALF_UP")
+    assert compiled.evaluate(batch).to_pylist() == [rounded, None]
+
+
+def test_zero_argument_udf_gets_the_batch_length() -> None:
+    catalog = FunctionCatalog()
+    catalog.register("seven", lambda: pa.array([7] * 6), result_type="INT")
+    assert ours("seven()", catalog=catalog) == [7] * 6

@@ -47,6 +47,7 @@ from epochstream.sql.types import (
     DOUBLE,
     INT,
     INTERVAL,
+    MAX_PRECISION,
     NULL,
     STRING,
     SqlType,
@@ -348,55 +349,55 @@ class _Compiler:
             return self._timestamp_arithmetic(node, op, left, right)
         result = arithmetic_result_type(op, left.type, right.type)
         if result is None:
-            raise _error(
-                node,
-                f"cannot apply {op} to {left.type.sql()} and {right.type.sql()}",
-            )
-        if result.name == "DECIMAL" and op in "*/%":
-            left = (
-                self.convert(
-                    left, left.type.as_decimal() if not left.type.name == "NULL" else result, node
-                )
-                if not left.type.is_approximate
-                else left
-            )
-            right = self.convert(
-                right, right.type.as_decimal() if not right.type.name == "NULL" else result, node
-            )
-            if op == "/":
-                extra = max(
-                    0, (result.scale or 0) + (right.type.scale or 0) - (left.type.scale or 0) + 1
-                )
-                return self.emit(
-                    kernels.divide_decimal, [left, right], (result.to_arrow(), extra), result, node
-                )
-            if op == "%":
-                raise _error(node, "MOD of DECIMAL values is not supported")
-            product = self.emit(kernels.call, [left, right], ("multiply_checked", ()), result, node)
-            return self.convert(product, result, node)
-        operand_type = result if result.name != "DECIMAL" else None
-        if operand_type is not None:
-            left, right = (
-                self.convert(left, operand_type, node),
-                self.convert(right, operand_type, node),
-            )
-        else:  # DECIMAL + and -: operands at their own scale, Arrow aligns them
-            left = self.convert(
-                left, left.type.as_decimal() if left.type.name != "NULL" else result, node
-            )
-            right = self.convert(
-                right, right.type.as_decimal() if right.type.name != "NULL" else result, node
-            )
+            raise _error(node, f"cannot apply {op} to {left.type.sql()} and {right.type.sql()}")
+        if result.name == "DECIMAL":
+            return self._decimal_arithmetic(node, op, left, right, result)
+        if op == "%" and result.is_integer:
+            # Computed in the wider operand type, then narrowed to the divisor's type,
+            # which always holds the remainder.
+            wide = common_type([left.type, right.type]) or result
+            left, right = self.convert(left, wide, node), self.convert(right, wide, node)
+            remainder = self.emit(kernels.modulo, [left, right], (True,), wide, node)
+            return self.convert(remainder, result, node)
+        left, right = self.convert(left, result, node), self.convert(right, result, node)
         if op == "/":
             if result.is_integer:
                 return self.emit(kernels.divide_integer, [left, right], (), result, node)
             return self.emit(kernels.call, [left, right], ("divide", ()), result, node)
         if op == "%":
-            return self.emit(kernels.modulo, [left, right], (result.is_integer,), result, node)
+            return self.emit(kernels.modulo, [left, right], (False,), result, node)
         name = {"+": "add", "-": "subtract", "*": "multiply"}[op]
-        checked = name + "_checked" if not result.is_approximate else name
-        value = self.emit(kernels.call, [left, right], (checked, ()), result, node)
-        return self.convert(value, result, node)
+        function = name if result.is_approximate else name + "_checked"
+        return self.emit(kernels.call, [left, right], (function, ()), result, node)
+
+    def _decimal_arithmetic(
+        self, node: exp.Binary, op: str, left: Operand, right: Operand, result: SqlType
+    ) -> Operand:
+        if op == "%":
+            raise _error(node, "MOD of DECIMAL values is not supported")
+        # Each side as the DECIMAL holding it (INT is DECIMAL(10, 0)); a NULL literal
+        # takes the result's type.
+        left, right = (
+            self.convert(o, o.type.as_decimal() if o.type.name != "NULL" else result, node)
+            for o in (left, right)
+        )
+        if op == "/":
+            lscale, rscale = left.type.scale or 0, right.type.scale or 0
+            extra = max(0, (result.scale or 0) + rscale - lscale + 1)  # one digit to round
+            options = (result.to_arrow(), extra)
+            return self.emit(kernels.divide_decimal, [left, right], options, result, node)
+        name = {"+": "add_checked", "-": "subtract_checked", "*": "multiply_checked"}[op]
+        if result.precision != MAX_PRECISION:
+            # Below the cap Arrow's result type is Flink's (the same SQL Server rules).
+            return self.emit(kernels.call, [left, right], (name, ()), result, node)
+        # At the cap Flink keeps fewer fraction digits than the exact result has: compute
+        # it as DECIMAL256 (76 digits), then round half up to Flink's type.
+        wide = [
+            self.emit(kernels.cast, [o], (_decimal256(o.type), "plain", False), o.type, node)
+            for o in (left, right)
+        ]
+        exact = self.emit(kernels.call, wide, (name, ()), result, node)
+        return self.emit(kernels.cast, [exact], (result.to_arrow(), "round", False), result, node)
 
     def _timestamp_arithmetic(
         self, node: exp.Binary, op: str, left: Operand, right: Operand
@@ -760,16 +761,24 @@ def _fallible(node: exp.Expr) -> bool:
     )
 
 
+def _decimal256(decimal: SqlType) -> pa.DataType:
+    return pa.decimal256(decimal.precision or 10, decimal.scale or 0)
+
+
 def _castable(source: SqlType, target: SqlType) -> bool:
-    if source.is_numeric and (target.is_numeric or target.is_string or target.name == "BOOLEAN"):
+    """Whether Flink's CAST converts ``source`` to ``target`` (every type prints as a
+    string; numbers, booleans, strings and times convert within their families)."""
+    if source.name == target.name or target.is_string:
         return True
     if source.is_string:
-        return target.name not in ("INTERVAL", "BYTES") or target.name == "BYTES"
-    if source.is_timestamp or source.name in ("DATE", "TIME"):
-        return target.is_string or target.is_timestamp or target.name in ("DATE", "TIME", "BIGINT")
+        return target.name != "INTERVAL"
+    if source.is_numeric:
+        return target.is_numeric or target.name == "BOOLEAN"
     if source.name == "BOOLEAN":
-        return target.is_string or target.is_integer or target.name == "BOOLEAN"
-    return source.name == target.name
+        return target.is_numeric
+    if source.is_timestamp or source.name in ("DATE", "TIME"):
+        return target.is_timestamp or target.name in ("DATE", "TIME")
+    return False
 
 
 def _like_pattern(pattern: str, escape: str | None, node: exp.Expr) -> str:
@@ -913,24 +922,31 @@ class CalcProgram:
         """The projected (and filtered) batch."""
         ctx = kernels.EvalContext(batch.num_rows, clock_ms or self.clock_ms)
         values = self._program.start(batch)
+        kept = [batch.column(name) for name in self.keep]
         if self._condition is not None:
-            # The condition's steps run on the whole batch; the values computed so far are
-            # filtered with it, so the projections reuse them on the kept rows only.
+            # The condition's steps run on the whole batch; the values computed so far
+            # (input columns included) and the kept columns are filtered with it, so the
+            # projections reuse them on the kept rows only. Unused columns are not copied.
             self._program.execute(values, ctx, stop=self._condition)
             mask = kernels.as_array(values[self._condition], batch.num_rows)
             if mask.null_count or not pc.all(mask).as_py():
-                batch = batch.filter(mask, null_selection_behavior="drop")
                 values = [_filtered(v, mask) for v in values]
-                ctx.length = batch.num_rows
+                kept = [_filtered(v, mask) for v in kept]
+                ctx.length = pc.sum(mask).as_py() or 0
         self._program.execute(values, ctx)
         arrays = [
-            _column(values[slot], sql_type, batch.num_rows) for _, slot, sql_type in self._outputs
+            _column(values[slot], sql_type, ctx.length) for _, slot, sql_type in self._outputs
         ]
         names = [name for name, _, _ in self._outputs]
-        for name in self.keep:
-            arrays.append(batch.column(name))
-            names.append(name)
-        return pa.RecordBatch.from_arrays(arrays, names=names)
+        return pa.RecordBatch.from_arrays([*arrays, *kept], names=[*names, *self.keep])
+
+    @property
+    def input_columns(self) -> tuple[str, ...]:
+        """The input columns the program reads (``keep`` aside), in slot order.
+
+        Example: ``program.input_columns == ("price",)``
+        """
+        return self._program.columns
 
     def explain(self) -> str:
         """One line per output: ``name: TYPE``. Example: ``'euro: DECIMAL(24, 3)'``"""

@@ -133,13 +133,12 @@ class ScalarFunction:
             self.fn, self.result_type, name=name, deterministic=self.deterministic
         )
 
-    def evaluate(self, args: Sequence[pa.Array], where: str) -> pa.Array:
-        """Run on one batch's argument arrays; ``where`` (position and call text) names
-        the call in errors.
+    def evaluate(self, args: Sequence[pa.Array], length: int, where: str) -> pa.Array:
+        """Run on one batch's argument arrays (``length`` rows); ``where`` (position and
+        call text) names the call in errors.
 
-        Example: ``f.evaluate([pa.array(["abc"])], "line 1, column 8: f(s)")``
+        Example: ``f.evaluate([pa.array(["abc"])], 1, "line 1, column 8: f(s)")``
         """
-        length = len(args[0]) if args else 0
         try:
             out = self.fn(*args)
         except Exception as exc:
@@ -179,7 +178,7 @@ def _batch(length: int) -> str:
 def call_udf(args: Sequence[Any], options: tuple, ctx: kernels.EvalContext) -> Any:
     """The kernel of a UDF call: ``options = (ScalarFunction, where)``."""
     function, where = options
-    return function.evaluate([kernels.as_array(a, ctx.length) for a in args], where)
+    return function.evaluate([kernels.as_array(a, ctx.length) for a in args], ctx.length, where)
 
 
 _PROCESS_UDFS: dict[str, ScalarFunction] = {}

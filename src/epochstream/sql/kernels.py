@@ -99,6 +99,9 @@ def cast(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
     return pa.array([s.as_py() for s in out], target)
 
 
+_INTEGER_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}  # of the signed types' extremes
+
+
 def _cast(value: Value, target: pa.DataType, how: str) -> Value:
     if how == "trim":
         value = pc.utf8_trim_whitespace(value)
@@ -111,9 +114,11 @@ def _cast(value: Value, target: pa.DataType, how: str) -> Value:
     elif how == "text_bool":
         value = pc.utf8_lower(pc.utf8_trim_whitespace(value))
     if pa.types.is_decimal(target) and pa.types.is_integer(value.type):
-        # Arrow checks an integer's widest value against the precision; go through the
-        # widest DECIMAL so that only the values themselves must fit.
-        value = pc.cast(value, pa.decimal128(38, target.scale))
+        # Arrow checks an integer type's widest value against the precision; when that
+        # does not fit, go through the widest DECIMAL so only the values must fit.
+        digits = _INTEGER_DIGITS[value.type.bit_width] + pa.types.is_unsigned_integer(value.type)
+        if digits + target.scale > target.precision:
+            value = pc.cast(value, pa.decimal128(38, target.scale))
     return pc.cast(value, target)
 
 
@@ -243,19 +248,23 @@ def position(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
 
 
 def substring(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
-    """SUBSTRING(s, start[, length]) with Flink's positions: start 0 is 1, a negative
-    start counts from the end; ``options = (start, length or None)``."""
+    """SUBSTRING(s, start[, length]) with Flink's positions (SqlFunctionUtils.subString):
+    start 0 is 1, a negative start counts from the end and gives '' when it reaches
+    before the start, a negative length gives NULL; ``options = (start, length or None)``.
+    """
     start, length = options
-    begin = start - 1 if start > 0 else start  # 0-based; negative counts from the end
-    if length is None:
-        stop = None
-    else:
-        stop = begin + length
-        if begin < 0 <= stop:
-            stop = None  # runs past the end
+    text = args[0]
     if length is not None and length < 0:
-        return pc.if_else(pc.is_null(args[0]), pa.scalar(None, pa.string()), "")
-    return pc.utf8_slice_codeunits(args[0], start=begin, stop=stop)
+        return pa.nulls(ctx.length, pa.string())
+    begin = start - 1 if start > 0 else start  # 0-based; negative counts from the end
+    stop = None if length is None else begin + length
+    if begin < 0 and stop is not None and stop >= 0:
+        stop = None  # runs to the end
+    piece = pc.utf8_slice_codeunits(text, start=begin, stop=stop)
+    if begin >= 0:
+        return piece
+    too_far = pc.less(pc.add(pc.utf8_length(text), begin), 0)
+    return pc.if_else(too_far, "", piece)
 
 
 def trim(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:

@@ -31,6 +31,7 @@ __all__ = [
     "DOUBLE",
     "INT",
     "INTERVAL",
+    "MAX_PRECISION",
     "NULL",
     "STRING",
     "SqlType",
