@@ -7,26 +7,35 @@ of the 1,000 most recent people; a 10 s gap; a watermark 4 s behind the latest r
 every ``--watermark-every`` rows (in a job a source sends one every 200 ms: about
 100,000 rows at the rates of bench/nexmark_windows.py; here 16,384 by default).
 
+``--backend rocksdb`` keeps the open sessions in RocksDB (64 MB block cache) instead
+of the heap backend's memory.
+
 Example::
 
     PYTHONPATH=src .venv/bin/python bench/session_operator.py --rows 2000000 --batch-sizes 1024,4096,65536
+    PYTHONPATH=src .venv/bin/python bench/session_operator.py --backend rocksdb --batch-sizes 4096
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from epochstream.core.clock import SystemClock
 from epochstream.core.events import MAX_WATERMARK
 from epochstream.graph.jobgraph import OperatorSpec
 from epochstream.graph.specs import SessionWindowSpec
 from epochstream.graph.transformations import ColumnKey
 from epochstream.runtime.operator_outputs import Output
 from epochstream.runtime.operators import OperatorContext, create_operator
+from epochstream.state.backends.base import KeyedBackendContext, KeyedStateBackend
+from epochstream.state.backends.heap.backend import HeapStateBackend
+from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
 from epochstream.state.operator import OperatorStateStore
 
 
@@ -56,8 +65,27 @@ def bids(rows: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
     return bidders, pos // 10 + rng.integers(0, 100, rows)
 
 
+def keyed_backend(kind: str, local_dir: str) -> KeyedStateBackend:
+    """A keyed-state backend of ``kind`` (``heap`` or ``rocksdb``) for the one subtask."""
+    config = RocksDBStateBackend() if kind == "rocksdb" else HeapStateBackend()
+    return config.create(
+        KeyedBackendContext(
+            operator_uid="sessions",
+            subtask=0,
+            max_parallelism=128,
+            key_group_range=range(0, 128),
+            clock=SystemClock(),
+            local_dir=local_dir,
+        )
+    )
+
+
 def run(
-    bidders: np.ndarray, times: np.ndarray, batch_size: int, watermark_every: int
+    bidders: np.ndarray,
+    times: np.ndarray,
+    batch_size: int,
+    watermark_every: int,
+    keyed: KeyedStateBackend,
 ) -> tuple[float, int]:
     """Rows/s through the operator and the number of sessions it emitted."""
     spec = OperatorSpec(
@@ -75,6 +103,7 @@ def run(
         job_id="bench",
         task_name="sessions",
         operator_state=OperatorStateStore(),
+        keyed_backend=keyed,
     )
     op = create_operator(spec, ctx)
     emitted = op.output = _RowCount()
@@ -102,10 +131,14 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--batch-sizes", default="1024,4096,65536")
     parser.add_argument("--watermark-every", type=int, default=16_384)
+    parser.add_argument("--backend", choices=("heap", "rocksdb"), default="heap")
     args = parser.parse_args()
     bidders, times = bids(args.rows)
     for size in (int(s) for s in args.batch_sizes.split(",")):
-        rate, sessions = run(bidders, times, size, args.watermark_every)
+        with tempfile.TemporaryDirectory() as scratch:
+            keyed = keyed_backend(args.backend, f"{scratch}/db")
+            rate, sessions = run(bidders, times, size, args.watermark_every, keyed)
+            keyed.dispose()
         print(f"batches of {size:>6} rows: {rate / 1e6:.2f} M rows/s ({sessions} sessions)")
 
 

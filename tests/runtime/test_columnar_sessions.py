@@ -120,7 +120,7 @@ def test_an_out_of_order_row_bridges_two_sessions() -> None:
     op.process_watermark(399)
     assert out.take() == [{"k": "s", "window_start": 0, "window_end": 400, "v": 31, "_ts": 399}]
     assert out.watermarks == [98, 398, 399]
-    assert op.counters.late_records_dropped == 0 and len(op.start) == 0
+    assert op.counters.late_records_dropped == 0 and op.state_table().num_rows == 0
 
 
 def test_touching_sessions_merge_as_in_flink() -> None:
@@ -217,13 +217,15 @@ def test_restore_refuses_state_of_another_window_kind(tmp_path: Path) -> None:
 
 
 def test_savepoint_reader_reads_session_state(tmp_path: Path) -> None:
-    from epochstream.state.columnar_aggregates import columnar_rows
+    from epochstream.checkpoint.reader import state_rows
 
     op, _ = sessions("sum", "v")
     op.process_batch(_kv(["a", "b"], [3, 4], ts=[0, 1000]), None)
     handle = op.snapshot(_target(tmp_path, 1)).keyed.run()
-    rows = sorted((k, v, w) for k, v, _, w in columnar_rows(storage_fs(str(tmp_path)), handle))
-    assert rows == [("a", 3, 0), ("b", 4, 1000)]
+    rows = sorted(
+        (k, v["_acc"], v["_start"], v["_end"]) for k, v, *_ in state_rows(handle, "sessions", MAX_P)
+    )
+    assert rows == [("a", 3, 0, 100), ("b", 4, 1000, 1100)]
 
 
 # ---------------------------------------------------------------- golden: the row path

@@ -479,3 +479,29 @@ def test_restore_refuses_state_of_another_operator(tmp_path: Path) -> None:
     op, _ = _op(_spec(WindowTvf.tumble(5), ("k",), [AggCall("count_star", None, "n")]))
     with pytest.raises(StateError, match="another uid"):
         op.initialize_state(OperatorRestore(keyed=[handle]), 1)
+
+
+def test_min_max_of_strings_and_timestamps_keep_their_types() -> None:
+    spec = _spec(
+        WindowTvf.tumble(10),
+        (),
+        [
+            AggCall("min", "name", "first"),
+            AggCall("max", "name", "last"),
+            AggCall("max", "at", "latest"),
+            AggCall("count", "name", "names", distinct=True),
+        ],
+    )
+    op, out = _op(spec)
+    at = pa.array([5_000, None, 1_000], pa.timestamp("ms"))
+    batch = pa.record_batch(
+        {"name": ["bob", "ann", None], "at": at, "_ts": pa.array([1, 2, 3], pa.int64())}
+    )
+    op.process_batch(batch, None)
+    op.process_watermark(MAX_WATERMARK)
+    result = out.batches()[0]
+    assert result.schema.field("first").type == pa.string()
+    assert result.schema.field("latest").type == pa.timestamp("ms")
+    row = result.to_pylist()[0]
+    assert (row["first"], row["last"], row["names"]) == ("ann", "bob", 2)
+    assert row["latest"] == at[0].as_py()

@@ -441,12 +441,12 @@ class DataStream(_Named, _Transforms):
             batches.window_aggregate(es.TumblingEventTimeWindows.of(10_000),
                                      es.agg.count_star("bids"), es.agg.max("price", "top"))
         """
-        keyed: Any = self.key_by([])
         if not self.columnar:
             raise ConfigurationError(
                 "window_aggregate() aggregates a columnar stream (Arrow batches); call "
                 "to_batches() first"
             )
+        keyed: Any = self.key_by([])  # every row one key: one subtask
         return keyed.window(assigner).aggregate(*aggs)
 
     def rebalance(self) -> DataStream:

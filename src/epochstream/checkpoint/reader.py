@@ -35,9 +35,10 @@ from epochstream.checkpoint.storage import load_metadata
 from epochstream.core.filesystems import storage_fs
 from epochstream.core.state_ttl import TtlValue
 from epochstream.exceptions import StateError
-from epochstream.state.backends.base import base_kind, is_namespaced
+from epochstream.state.backends.base import ROWS, base_kind, is_namespaced
 from epochstream.state.backends.heap.columns import COLUMNAR
 from epochstream.state.backends.heap.files import merge_chain, split_key_groups
+from epochstream.state.backends.heap.rows import read_row_tables
 from epochstream.state.backends.rocksdb.files import read_database_rows
 from epochstream.state.canonical import read_batches, read_state_meta
 from epochstream.state.columnar_aggregates import (
@@ -163,18 +164,42 @@ def state_rows(
     if columnar is not None:
         yield from columnar
     elif isinstance(handle, ColumnarSnapshotHandle):
-        if state_name in handle.states:
+        if handle.states.get(state_name) == ROWS:
+            yield from _row_file_rows(handle, state_name, options)
+        elif state_name in handle.states:
             fs = storage_fs(handle.path, options)
             for key, value, kg, window in columnar_rows(fs, handle):
                 yield key, value, kg, window, None, None
     elif isinstance(handle, CanonicalSnapshotHandle):
-        yield from _canonical_rows(handle, state_name, options)
+        yield from _each_row(_canonical_rows(handle, state_name, options))
     elif isinstance(handle, HeapSnapshotHandle):
         yield from _heap_rows(handle, state_name, max_parallelism, options)
     elif isinstance(handle, RocksDBSnapshotHandle):
-        yield from _rocksdb_rows(handle, state_name, options)
+        yield from _each_row(_rocksdb_rows(handle, state_name, options))
     else:
         raise StateError(f"cannot read a {type(handle).__name__}")
+
+
+def _row_file_rows(handle: ColumnarSnapshotHandle, name: str, options: Any) -> Iterator[Row]:
+    """A heap row file's rows of row table ``name``: ``(key, row as a dict, key group)``."""
+    fs_of = lambda path: storage_fs(path, options)  # noqa: E731
+    for table, schema, rows in read_row_tables(fs_of, handle, handle.key_groups):
+        if table == name:
+            for row in rows.to_pylist():
+                yield row[schema.key], row, row.pop("_kg"), None, None, None
+
+
+def _each_row(entries: Iterator[Row]) -> Iterator[Row]:
+    """``entries`` with a row table's entries (record batches of a key's rows) as one
+    entry per row (a dict), as a heap row file reads."""
+    import pyarrow as pa
+
+    for key, value, kg, ns, user_key, ttl_ts in entries:
+        if isinstance(value, pa.RecordBatch):
+            for row in value.to_pylist():
+                yield key, row, kg, ns, user_key, ttl_ts
+        else:
+            yield key, value, kg, ns, user_key, ttl_ts
 
 
 def _canonical_rows(handle: CanonicalSnapshotHandle, name: str, options: Any) -> Iterator[Row]:

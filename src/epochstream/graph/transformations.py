@@ -18,7 +18,6 @@ from epochstream.exceptions import ConfigurationError
 __all__ = [
     "COLUMNAR_BACKEND_KINDS",
     "COLUMNAR_OUTPUT_KINDS",
-    "COLUMNAR_STATE_KINDS",
     "KINDS",
     "TWO_INPUT_KINDS",
     "ColumnKey",
@@ -30,9 +29,13 @@ __all__ = [
     "describe_callable",
 ]
 
-#: Keyed kinds that keep columnar state themselves (no keyed-state backend).
-COLUMNAR_STATE_KINDS = frozenset(
+#: Keyed columnar kinds: their state is in the keyed-state backend (column tables for
+#: aggregations and windows, row tables for session windows and joins).
+COLUMNAR_BACKEND_KINDS = frozenset(
     {
+        "columnar_aggregate",
+        "columnar_window",
+        "columnar_processing_window",
         "columnar_session_window",
         "columnar_join",
         "columnar_window_join",
@@ -40,20 +43,12 @@ COLUMNAR_STATE_KINDS = frozenset(
     }
 )
 #: Kinds whose output is columnar (Arrow record batches).
-#: Keyed columnar kinds whose state is in the keyed-state backend (column tables).
-COLUMNAR_BACKEND_KINDS = frozenset(
-    {"columnar_aggregate", "columnar_window", "columnar_processing_window"}
-)
 COLUMNAR_OUTPUT_KINDS = (
-    frozenset({"map_batches", "filter_batches", "to_batches"})
-    | COLUMNAR_STATE_KINDS
-    | COLUMNAR_BACKEND_KINDS
+    frozenset({"map_batches", "filter_batches", "to_batches"}) | COLUMNAR_BACKEND_KINDS
 )
 #: Kinds that need a keyed input (key-group hash partitioning and a key selector).
 KEYED_KINDS = (
-    frozenset({"reduce", "window", "interval_join", "deduplicate"})
-    | COLUMNAR_STATE_KINDS
-    | COLUMNAR_BACKEND_KINDS
+    frozenset({"reduce", "window", "interval_join", "deduplicate"}) | COLUMNAR_BACKEND_KINDS
 )
 #: Operator kinds the runtime knows how to run.
 KINDS = (

@@ -40,7 +40,6 @@ from epochstream.core.serializers import pickle_dumps
 from epochstream.core.storage_faults import is_unavailable
 from epochstream.exceptions import CorruptStateError, StorageUnavailableError
 from epochstream.graph.jobgraph import ChainSpec, JobGraph
-from epochstream.graph.transformations import COLUMNAR_STATE_KINDS
 from epochstream.runtime.barriers import (
     AbortAlignment,
     BarrierHandler,
@@ -174,7 +173,7 @@ class Task:
         ops: dict[str, Operator] = {}
         for spec in self.chain.operators:
             keyed = None
-            if spec.key_selector is not None and spec.kind not in COLUMNAR_STATE_KINDS:
+            if spec.key_selector is not None:
                 keyed = self.env.state_backend.create(
                     KeyedBackendContext(
                         operator_uid=spec.uid,

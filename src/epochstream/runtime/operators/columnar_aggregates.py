@@ -15,7 +15,6 @@ Example::
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
@@ -23,21 +22,17 @@ import pyarrow as pa
 
 from epochstream.core.arrow import KG as KG_COLUMN
 from epochstream.core.arrow import TS as TS_COLUMN
-from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import DataError, StateError
 from epochstream.graph.specs import AggregateSpec, WindowAggregateSpec
-from epochstream.runtime.operators.base import Operator, SnapshotParts
+from epochstream.runtime.operators.base import Operator
 from epochstream.runtime.operators.columnar_transforms import need_batch
 from epochstream.state.backends.base import (
     KeyedBackendContext,
     KeyedStateBackend,
-    SnapshotTarget,
 )
 from epochstream.state.backends.heap.backend import HeapStateBackend
-from epochstream.state.backends.heap.snapshots import ColumnarSnapshotJob
 from epochstream.state.columnar_aggregates import (
     ColumnarAggregates,
-    read_columnar_state,
     state_file_table,
     state_of_table,
     window_of_table,
@@ -50,9 +45,9 @@ from epochstream.state.keygroups import key_group_range_for_operator
 
 __all__ = [
     "ColumnarAggregateOperator",
-    "ColumnarKeyedOperator",
     "ColumnarWindowAggregates",
     "ColumnarWindowOperator",
+    "own_backend",
     "window_starts",
 ]
 
@@ -74,48 +69,12 @@ def window_starts(
     return late, windows
 
 
-class ColumnarKeyedOperator(Operator, ABC):
-    """Base of columnar operators with keyed state: key-group range, restore, snapshot."""
+def own_backend(spec: Any, ctx: Any) -> KeyedStateBackend:
+    """The keyed-state backend of a columnar operator driven without a task (tests,
+    tools): a heap backend of the operator's own, as the task would give it by default.
 
-    def __init__(self, spec: Any, ctx: Any) -> None:
-        super().__init__(spec, ctx)
-        self.key_groups = key_group_range_for_operator(
-            ctx.max_parallelism, ctx.parallelism, ctx.subtask_index
-        )
-
-    def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
-        super().initialize_state(restore, checkpoint_id)
-        if restore is None or not restore.keyed:
-            return
-        options = self.ctx.storage_options
-        table = read_columnar_state(
-            lambda path: storage_fs(path, options),
-            restore.keyed,
-            self.key_groups,
-            self.ctx.task_name,
-        )
-        if table is not None:
-            self.restore_table(table)
-
-    @abstractmethod
-    def restore_table(self, table: pa.Table) -> None:
-        """Add restored state rows (those of this subtask's key groups)."""
-
-    @abstractmethod
-    def state_table(self) -> pa.Table:
-        """A copy of the state with a ``_kg`` column, for the snapshot thread to write."""
-
-    def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
-        parts = super().snapshot(target)
-        parts.keyed = ColumnarSnapshotJob(
-            self.state_table(), target, self.key_groups, self.spec.payload.kind
-        )
-        return parts
-
-
-def _own_backend(spec: Any, ctx: Any) -> KeyedStateBackend:
-    """Driven without a task (tests, tools): a heap backend of the operator's own, as
-    the task would give it by default."""
+    Example: ``self.keyed = self.keyed or own_backend(spec, ctx)``
+    """
     return HeapStateBackend().create(
         KeyedBackendContext(
             operator_uid=spec.uid,
@@ -142,7 +101,7 @@ class ColumnarAggregateOperator(Operator):
 
     def __init__(self, spec: Any, ctx: Any) -> None:
         super().__init__(spec, ctx)
-        self.keyed = self.keyed or _own_backend(spec, ctx)
+        self.keyed = self.keyed or own_backend(spec, ctx)
         #: The key groups of this subtask (those its backend holds).
         self.key_groups = self.keyed.key_group_range
         agg: AggregateSpec = spec.payload
@@ -183,7 +142,7 @@ class ColumnarWindowAggregates(Operator):
 
     def __init__(self, spec: Any, ctx: Any) -> None:
         super().__init__(spec, ctx)
-        self.keyed = self.keyed or _own_backend(spec, ctx)
+        self.keyed = self.keyed or own_backend(spec, ctx)
         self.key_groups = self.keyed.key_group_range
         self.agg: WindowAggregateSpec = spec.payload
         self.windows: dict[int, ColumnarAggregates] = {}

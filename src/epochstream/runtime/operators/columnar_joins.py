@@ -15,12 +15,12 @@ left columns, then the right ones (a right column whose name a left column has a
 gets the suffix ``_right``), then ``window_start``, ``window_end`` (window joins) and
 ``_ts``; the internal ``_kg`` columns are dropped.
 
-State is each side's rows as the immutable batches they came in (with ``_kg``; window
-joins per window start). A snapshot refers to those batches at the barrier (nothing can
-change them afterwards) and the snapshot thread writes one Arrow IPC file with a record
-batch per key group whose columns are ``_kg``, ``_window_start`` (window joins) and one
-struct column per side (``left``, ``right``; null on the other side's rows), so a
-restore at another parallelism reads only its key groups.
+State is each side's rows in a row table of the job's keyed-state backend
+(``env.set_state_backend``; :meth:`KeyedStateBackend.row_table`), keyed by the side's
+key column: ``left`` and ``right`` for regular joins, ``left@<start>`` and
+``right@<start>`` per open window for window joins (dropped when the window fires).
+The backend snapshots and restores them (at another parallelism, by key group); on
+RocksDB they live on disk, so a join's state may outgrow memory.
 
 Example::
 
@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 from epochstream.core.arrow import KG as KG_COLUMN
 from epochstream.core.arrow import TS as TS_COLUMN
 from epochstream.core.arrow import same_columns, schema_difference, shown_columns
-from epochstream.exceptions import ConfigurationError, DataError
+from epochstream.exceptions import ConfigurationError, DataError, StateError
 from epochstream.graph.specs import (
     JOIN_WINDOW_COLUMN,
     JoinSpec,
@@ -49,10 +49,13 @@ from epochstream.graph.specs import (
 )
 from epochstream.graph.transformations import ColumnKey
 from epochstream.runtime.columnar_routing import with_key_groups
-from epochstream.runtime.operators.columnar_aggregates import ColumnarKeyedOperator, window_starts
+from epochstream.runtime.operators.columnar_aggregates import own_backend, window_starts
 from epochstream.runtime.operators.columnar_transforms import apply_batch_function, need_batch
 from epochstream.runtime.operators.twoinput import TwoInputOperator
+from epochstream.state.backends.base import RowSchema, RowTable
+from epochstream.state.column_keygroups import key_groups_of_column
 from epochstream.state.columnar_checks import event_times
+from epochstream.state.handles import OperatorRestore
 
 __all__ = [
     "RIGHT_SUFFIX",
@@ -63,8 +66,6 @@ __all__ = [
 #: Appended to a right column whose name a left column has already.
 RIGHT_SUFFIX = "_right"
 _SIDES = ("left", "right")
-# Compact a side's batches into one when it holds this many (fewer chunks to probe).
-_MAX_CHUNKS = 32
 
 
 class _Inputs:
@@ -240,14 +241,50 @@ def _row_ids(table: pa.Table, key: str, name: str) -> pa.Table:
     )
 
 
-class _ColumnarJoinOperator(ColumnarKeyedOperator, TwoInputOperator):
-    """Shared by both joins: input checks, output (with the optional function), state
-    tables of both sides."""
+def _side_schema(prepared: pa.Schema, key: str) -> RowSchema:
+    """The row table schema of a side: its first batch's schema without ``_kg``."""
+    fields = [f for f in prepared if f.name != KG_COLUMN]
+    return RowSchema(pa.schema(fields, metadata=prepared.metadata), key)
+
+
+class _ColumnarJoinOperator(TwoInputOperator):
+    """Shared by both joins: input checks, output (with the optional function), the
+    sides' row tables in the keyed-state backend."""
 
     def __init__(self, spec: Any, ctx: Any) -> None:
         super().__init__(spec, ctx)
+        self.keyed = self.keyed or own_backend(spec, ctx)
+        #: The key groups of this subtask (those its backend holds).
+        self.key_groups = self.keyed.key_group_range
         self.join: JoinSpec = spec.payload
         self.inputs = _Inputs(self.join, ctx.task_name, ctx.max_parallelism)
+
+    def _side_table(self, index: int, name: str) -> RowTable:
+        """Row table ``name`` of side ``index``, made with the side's schema if new."""
+        schema = self.inputs.schemas[index]
+        assert schema is not None and self.keyed is not None
+        table = self.keyed.row_table(name, _side_schema(schema, self.inputs.keys[index]))
+        assert table is not None
+        return table
+
+    def _adopt(self, index: int, schema: RowSchema) -> None:
+        """Take up a restored side's schema, as if its first batch had come."""
+        if self.inputs.schemas[index] is None:
+            self.inputs.schemas[index] = pa.schema(
+                [*schema.schema, pa.field(KG_COLUMN, pa.int32())], metadata=schema.schema.metadata
+            )
+            self.inputs.key_types[index] = schema.schema.field(schema.key).type
+
+    def _restored(self, names: list[str]) -> None:
+        """Refuse restored state that is not this join's (``names``: its tables)."""
+        assert self.keyed is not None
+        other = [n for n in self.keyed.row_tables() if n not in names]
+        other += self.keyed.column_tables()
+        if other:
+            raise StateError(
+                f"{self.ctx.task_name}: restored state is not this join's (it holds "
+                f"{', '.join(sorted(other))}); give the new operator another uid"
+            )
 
     def _emit_joined(self, joined: pa.Table) -> None:
         if not joined.num_rows:
@@ -260,80 +297,21 @@ class _ColumnarJoinOperator(ColumnarKeyedOperator, TwoInputOperator):
         if batch.num_rows:
             self.output.collect(batch, None)
 
-    @staticmethod
-    def _sides_table(sides: list[list[tuple[pa.RecordBatch, int | None]]]) -> pa.Table:
-        """One table of both sides' rows (each side's batches, with their window start
-        or None): ``_kg``, ``_window_start`` for windows, and a struct column per side
-        that has rows (null on the other side's rows). The rows are not copied (the structs
-        wrap the batches' arrays); only the nulls and window starts are allocated."""
-        types = {
-            name: pa.struct(list(_payload(batches[0][0], keep_ts=True).schema))
-            for name, batches in zip(_SIDES, sides, strict=True)
-            if batches
-        }
-        parts = []
-        for name, batches in zip(_SIDES, sides, strict=True):
-            for batch, start in batches:
-                n = batch.num_rows
-                columns, names = [batch.column(KG_COLUMN)], [KG_COLUMN]
-                if start is not None:
-                    columns.append(pa.array(np.full(n, start, dtype=np.int64)))
-                    names.append(JOIN_WINDOW_COLUMN)
-                for side, kind in types.items():
-                    if side == name:
-                        payload = _payload(batch, keep_ts=True)
-                        columns.append(
-                            pa.StructArray.from_arrays(payload.columns, fields=list(kind))
-                        )
-                    else:
-                        columns.append(pa.nulls(n, kind))
-                    names.append(side)
-                parts.append(pa.record_batch(columns, names=names))
-        if not parts:
-            return pa.table({KG_COLUMN: pa.array([], pa.int32())})
-        return pa.Table.from_batches(parts)
 
-    @staticmethod
-    def _side_rows(table: pa.Table, side: str) -> pa.RecordBatch | None:
-        """The rows of ``side`` in a restored :meth:`_sides_table` (``_kg`` and
-        ``_window_start`` included)."""
-        if side not in table.schema.names:
-            return None
-        rows = table.filter(pc.is_valid(table.column(side))).combine_chunks()
-        if not rows.num_rows:
-            return None
-        batch = pa.RecordBatch.from_struct_array(rows.column(side).chunk(0))
-        for name in (KG_COLUMN, JOIN_WINDOW_COLUMN):
-            if name in rows.schema.names:
-                batch = batch.append_column(name, rows.column(name).chunk(0))
-        return batch
-
-
-class _Rows:
-    """One side's rows as a list of immutable batches, compacted now and then."""
-
-    def __init__(self) -> None:
-        self.batches: list[pa.RecordBatch] = []
-
-    def add(self, batch: pa.RecordBatch) -> None:
-        """Keep ``batch`` (already in its side's schema: ``_Inputs.prepare``)."""
-        batches = self.batches
-        batches.append(batch)
-        if len(self.batches) >= _MAX_CHUNKS:
-            self.batches = [pa.concat_batches(self.batches)]
-
-    def table(self) -> pa.Table | None:
-        return pa.Table.from_batches(self.batches) if self.batches else None
+def _rows_of(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, np.ndarray]:
+    """A prepared batch's rows (without ``_kg``) and their key groups."""
+    kgs = batch.column(KG_COLUMN).to_numpy(zero_copy_only=False)
+    return batch.drop_columns([KG_COLUMN]), kgs
 
 
 class ColumnarRegularJoinOperator(_ColumnarJoinOperator):
-    """Regular (unbounded) inner equi-join: a batch of one input is joined with every
-    row of the other input received so far (Acero hashes the arriving batch and probes
-    the other side's rows, so no hash table of the whole state is built per batch), then
-    appended to its own side. Output ``_ts`` is the arriving row's (with event time; the
-    kept row's when only the kept side has it).
+    """Regular (unbounded) inner equi-join: a batch of one input is joined with the rows
+    of the other input received so far under the batch's keys (read from the other
+    side's row table; Acero hashes the arriving batch and probes them), then appended
+    to its own side. Output ``_ts`` is the arriving row's (with event time; the kept
+    row's when only the kept side has it).
 
-    State grows without bound: every row of both inputs is kept.
+    State grows without bound: every row of both inputs is kept (``left``, ``right``).
 
     Example::
 
@@ -343,39 +321,43 @@ class ColumnarRegularJoinOperator(_ColumnarJoinOperator):
         # emits {"id": 1, "seller": 7, "id_right": 7, "name": "ann"}
     """
 
-    def __init__(self, spec: Any, ctx: Any) -> None:
-        super().__init__(spec, ctx)
-        self.rows = (_Rows(), _Rows())
+    def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
+        super().initialize_state(restore, checkpoint_id)
+        assert self.keyed is not None
+        self._restored(list(_SIDES))
+        for index, side in enumerate(_SIDES):
+            table = self.keyed.row_table(side)
+            if table is not None:
+                self._adopt(index, table.schema)
 
     def process_input(self, index: int, records: Any, timestamps: list[Any] | None) -> None:
         batch = self.inputs.prepare(index, need_batch(self, records))
         if not batch.num_rows:
             return
-        other = self.rows[1 - index].table()
+        rows, kgs = _rows_of(batch)
+        assert self.keyed is not None
+        other = self.keyed.row_table(_SIDES[1 - index])
         if other is not None:
-            arriving = _payload(pa.Table.from_batches([batch]), keep_ts=True)
-            # One _ts per pair: the arriving row's, else (only the kept side has event
-            # time) the kept row's, so every output batch has the same columns.
-            kept = _payload(other, keep_ts=TS_COLUMN not in arriving.schema.names)
-            pair = (arriving, kept) if index == 0 else (kept, arriving)
-            self._emit_joined(_join_tables(*pair, self.join, build=index, where=self.ctx.task_name))
-        self.rows[index].add(batch)
-
-    def state_table(self) -> pa.Table:
-        return self._sides_table([[(b, None) for b in rows.batches] for rows in self.rows])
-
-    def restore_table(self, table: pa.Table) -> None:
-        for index, side in enumerate(_SIDES):
-            batch = self._side_rows(table, side)
-            if batch is not None:
-                self.rows[index].add(self.inputs.prepare(index, batch))
+            keys = pc.unique(rows.column(self.inputs.keys[index]))
+            kept = other.read(keys, key_groups_of_column(keys, self.ctx.max_parallelism))
+            if kept.num_rows:
+                arriving = _payload(pa.Table.from_batches([rows]), keep_ts=True)
+                # One _ts per pair: the arriving row's, else (only the kept side has event
+                # time) the kept row's, so every output batch has the same columns.
+                kept = _payload(kept, keep_ts=TS_COLUMN not in arriving.schema.names)
+                pair = (arriving, kept) if index == 0 else (kept, arriving)
+                self._emit_joined(
+                    _join_tables(*pair, self.join, build=index, where=self.ctx.task_name)
+                )
+        self._side_table(index, _SIDES[index]).append(rows, kgs)
 
 
 class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
     """Window join: each side's rows are kept per window (tumbling or sliding, assigned
-    from ``_ts``); when the watermark passes a window's end, the window's pairs are
-    joined and emitted as one batch (then the watermark moves on), with
-    ``window_start``, ``window_end`` and ``_ts = window_end - 1``. A row whose windows
+    from ``_ts``) in row tables ``left@<start>`` and ``right@<start>``; when the
+    watermark passes a window's end, the window's pairs are joined and emitted as one
+    batch (then the watermark moves on), with ``window_start``, ``window_end`` and
+    ``_ts = window_end - 1``, and the window's tables are dropped. A row whose windows
     have all fired is late: dropped and counted in the ``late_records_dropped`` metric.
 
     Example::
@@ -388,14 +370,21 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
 
     def __init__(self, spec: Any, ctx: Any) -> None:
         super().__init__(spec, ctx)
-        self.windows: dict[int, tuple[_Rows, _Rows]] = {}
+        #: The open windows' starts (each has a row table per side that received rows).
+        self.windows: set[int] = set()
         self.watermark = -(2**63)
 
-    def _window(self, start: int) -> tuple[_Rows, _Rows]:
-        window = self.windows.get(start)
-        if window is None:
-            window = self.windows[start] = (_Rows(), _Rows())
-        return window
+    def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
+        super().initialize_state(restore, checkpoint_id)
+        assert self.keyed is not None
+        names = self.keyed.row_tables()
+        self._restored([n for n in names if _window_of(n) is not None])
+        for name in names:
+            side, start = _window_of(name) or ("", 0)
+            self.windows.add(start)
+            table = self.keyed.row_table(name)
+            assert table is not None
+            self._adopt(_SIDES.index(side), table.schema)
 
     def process_input(self, index: int, records: Any, timestamps: list[Any] | None) -> None:
         batch = self.inputs.prepare(index, need_batch(self, records))
@@ -416,16 +405,22 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
             self.watermark,
         )
         self.counters.late_records_dropped += late
-        for start, rows in windows:
-            part = batch if rows.all() else batch.filter(pa.array(rows))
-            self._window(start)[index].add(part)
+        for start, mask in windows:
+            part = batch if mask.all() else batch.filter(pa.array(mask))
+            self.windows.add(start)
+            self._side_table(index, _window_table(_SIDES[index], start)).append(*_rows_of(part))
 
     def process_watermark(self, watermark: int) -> None:
         self.watermark = watermark
         size = self.join.size
-        assert size is not None
+        assert size is not None and self.keyed is not None
         for start in sorted(s for s in self.windows if s + size - 1 <= watermark):
-            left, right = (rows.table() for rows in self.windows.pop(start))
+            self.windows.discard(start)
+            names = [_window_table(side, start) for side in _SIDES]
+            tables = [self.keyed.row_table(name) for name in names]
+            left, right = (None if t is None else t.table() for t in tables)
+            for name in names:
+                self.keyed.drop_row_table(name)
             if left is None or right is None:
                 continue
             joined = _join_tables(
@@ -445,24 +440,22 @@ class ColumnarWindowJoinOperator(_ColumnarJoinOperator):
             self._emit_joined(joined)
         self.emit_watermark(watermark)
 
-    def state_table(self) -> pa.Table:
-        return self._sides_table(
-            [
-                [
-                    (b, start)
-                    for start, window in self.windows.items()
-                    for b in window[index].batches
-                ]
-                for index in range(2)
-            ]
-        )
 
-    def restore_table(self, table: pa.Table) -> None:
-        for index, side in enumerate(_SIDES):
-            batch = self._side_rows(table, side)
-            if batch is None:
-                continue
-            starts = batch.column(JOIN_WINDOW_COLUMN).to_numpy()
-            for start in np.unique(starts).tolist():
-                rows = batch.filter(pa.array(starts == start)).drop_columns([JOIN_WINDOW_COLUMN])
-                self._window(start)[index].add(self.inputs.prepare(index, rows))
+#: Between a side's name and its window's start in a window join's row table name.
+_AT = "@"
+
+
+def _window_table(side: str, start: int) -> str:
+    """The row table of one side of one window: ``_window_table("left", 0) == "left@0"``."""
+    return f"{side}{_AT}{start}"
+
+
+def _window_of(name: str) -> tuple[str, int] | None:
+    """``(side, start)`` of a window join's row table name, else None."""
+    side, sep, start = name.partition(_AT)
+    if not sep or side not in _SIDES:
+        return None
+    try:
+        return side, int(start)
+    except ValueError:
+        return None

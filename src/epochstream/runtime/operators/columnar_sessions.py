@@ -34,13 +34,14 @@ from epochstream.core.arrow import TS as TS_COLUMN
 from epochstream.core.events import MAX_WATERMARK
 from epochstream.exceptions import DataError, StateError
 from epochstream.graph.specs import SessionWindowSpec, WindowAggregateSpec
+from epochstream.runtime.operators.base import Operator
 from epochstream.runtime.operators.columnar_aggregates import (
-    ColumnarKeyedOperator,
     ColumnarWindowAggregates,
+    own_backend,
 )
 from epochstream.runtime.operators.columnar_transforms import need_batch
+from epochstream.state.backends.base import RowSchema, RowTable
 from epochstream.state.column_keygroups import key_groups_of_column
-from epochstream.state.columnar_aggregates import STATE_KEY, state_keys
 from epochstream.state.columnar_checks import (
     IntSumGuard,
     check_value_range,
@@ -50,16 +51,14 @@ from epochstream.state.columnar_checks import (
     value_type_of,
     with_value_type,
 )
-from epochstream.state.key_index import KeyIndex
+from epochstream.state.handles import OperatorRestore
+from epochstream.state.key_index import canonical_float_keys, checked_key_type
 
 __all__ = [
     "ColumnarProcessingTimeWindowOperator",
     "ColumnarSessionOperator",
     "merge_sessions",
 ]
-
-_WINDOW_START = "_window_start"
-_WINDOW_END = "_window_end"
 
 
 def _segment_cummax(values: np.ndarray, segment: np.ndarray) -> np.ndarray:
@@ -193,35 +192,6 @@ class _WindowedValues:
         return array
 
 
-class _KeySlots:
-    """Dense slots of the keys (a :class:`KeyIndex`) and each slot's key group."""
-
-    def __init__(self, max_parallelism: int, name: str) -> None:
-        self.index = KeyIndex(name)
-        self.max_parallelism = max_parallelism
-        self.key_group = np.empty(0, dtype=np.int32)
-
-    def of_rows(self, keys: pa.Array) -> np.ndarray:
-        """The slot of every row's key (repeats allowed); new keys get slots."""
-        rows = self.index.row_slots(keys)
-        if rows is not None:
-            slots, fresh = rows
-        else:
-            encoded = keys.dictionary_encode(null_encoding="encode")
-            distinct, new = self.index.slots(encoded.dictionary)
-            slots = distinct[encoded.indices.to_numpy(zero_copy_only=False)]
-            fresh = distinct[new]
-        if len(fresh):
-            if len(self.key_group) < self.index.size:  # doubling: O(1) amortized per key
-                self.key_group = np.resize(
-                    self.key_group, max(self.index.size, 2 * len(self.key_group))
-                )
-            self.key_group[fresh] = key_groups_of_column(
-                self.index.keys_at(fresh), self.max_parallelism
-            )
-        return slots.astype(np.int64, copy=False)
-
-
 def _window_batch(
     key: str, keys: pa.Array, start: np.ndarray, end: np.ndarray, values: pa.Array, out_name: str
 ) -> pa.RecordBatch:
@@ -231,15 +201,80 @@ def _window_batch(
     )
 
 
-class ColumnarSessionOperator(ColumnarKeyedOperator):
+#: The row tables of the session operator: the open sessions by key, and the keys
+#: by the time their sessions are due (``end - 1`` shifted to uint64).
+SESSIONS, DUE = "sessions", "sessions-due"
+_KEY, _START, _END, _ACC, _COUNT, _DUE = "_key", "_start", "_end", "_acc", "_count", "_due"
+#: Added to ``end - 1`` (int64) to give the due table's keys: non-negative, in order.
+_SHIFT = 2**63
+
+
+def _due_keys(end: np.ndarray) -> pa.Array:
+    """The due table's key of sessions ending at ``end``: ``end - 1 + 2**63`` (uint64,
+    ordered as the times are)."""
+    return pa.array((end - 1).astype(np.int64).view(np.uint64) + np.uint64(_SHIFT))
+
+
+def _new_pairs(
+    slot: np.ndarray, end: np.ndarray, old_slot: np.ndarray, old_end: np.ndarray
+) -> np.ndarray:
+    """Which ``(slot, end)`` pairs are not among the ``(old_slot, old_end)`` pairs.
+
+    Each pair is one int64 (``slot * span + end - low``) when the slots times the ends'
+    span fit, so one ``isin`` compares them; else rows of a 2-column array are ranked
+    (slower: ``unique`` sorts the rows).
+    """
+    if not len(old_slot):
+        return np.ones(len(slot), dtype=bool)
+    ends = np.concatenate([end, old_end])
+    low = int(ends.min())
+    span = int(ends.max()) - low + 1
+    if (int(max(slot.max(initial=0), old_slot.max())) + 1) * span < 2**62:
+        return ~np.isin(slot * span + (end - low), old_slot * span + (old_end - low))
+    pairs = np.stack([np.concatenate([slot, old_slot]), ends], axis=1)
+    _, ids = np.unique(pairs, axis=0, return_inverse=True)
+    ids = ids.reshape(-1)
+    return ~np.isin(ids[: len(slot)], ids[len(slot) :])
+
+
+class _Sessions:
+    """Sessions of a row table (``table``) as NumPy columns: each session's key (a slot
+    into ``keys``, the distinct keys they were popped for), start, end, accumulator and
+    value count."""
+
+    def __init__(self, keys: pa.Array, table: pa.Table) -> None:
+        self.slot = _slots(table.column(_KEY), keys)
+        self.start = table.column(_START).to_numpy()
+        self.end = table.column(_END).to_numpy()
+        self.acc = table.column(_ACC).to_numpy()
+        self.count = table.column(_COUNT).to_numpy()
+
+
+def _slots(column: pa.ChunkedArray | pa.Array, keys: pa.Array) -> np.ndarray:
+    """The position in ``keys`` (distinct) of every value of ``column``."""
+    found = pc.index_in(column, value_set=keys, skip_nulls=False)
+    if isinstance(found, pa.ChunkedArray):
+        found = found.combine_chunks()
+    return found.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+class ColumnarSessionOperator(Operator):
     """Event-time session windows on record batches, merged and aggregated with vector
     operations (no per-row Python).
 
-    Open sessions are five parallel arrays (key slot, start, end, accumulator, value
-    count). A batch takes the open sessions of the keys it touches plus one interval
-    ``[ts, ts + gap)`` per accepted row and :func:`merge_sessions` them; the other keys'
-    sessions stay as they are. A watermark emits, in order of end, every session whose
-    end - 1 it reached. The ``late_records_dropped`` metric counts the rows dropped
+    The open sessions are a row table of the job's keyed-state backend
+    (``env.set_state_backend``; :meth:`KeyedStateBackend.row_table`), ``sessions``:
+    per key its sessions (``_key``, ``_start``, ``_end``, ``_acc``, ``_count``). A
+    batch pops the open sessions of the keys it touches (:meth:`RowTable.pop`),
+    :func:`merge_sessions` them with one interval ``[ts, ts + gap)`` per accepted row,
+    and appends those keys' sessions back; the other keys' sessions are not read. A second row table,
+    ``sessions-due``, files each key under the time its session is due (``end - 1``,
+    shifted to a non-negative uint64), so a watermark takes out only the keys whose
+    sessions may be due (:meth:`RowTable.pop_until`), pops their sessions, emits, in
+    order of end, every session whose end - 1 it reached and puts the others back (a
+    key filed under a session that merged into a later one since is filed under that
+    end too). On RocksDB the state is bounded by the
+    disk, not memory. The ``late_records_dropped`` metric counts the rows dropped
     because their session had fired.
 
     Example::
@@ -252,18 +287,109 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
 
     def __init__(self, spec: Any, ctx: Any) -> None:
         super().__init__(spec, ctx)
+        self.keyed = self.keyed or own_backend(spec, ctx)
+        #: The key groups of this subtask (those its backend holds).
+        self.key_groups = self.keyed.key_group_range
         self.agg: SessionWindowSpec = spec.payload
         self.values = _WindowedValues(self.agg.kind, self.agg.key, self.agg.value, ctx.task_name)
-        self.keys = _KeySlots(ctx.max_parallelism, f"{ctx.task_name}: key column {self.agg.key!r}")
-        self.slot = np.empty(0, dtype=np.int64)
-        self.start = np.empty(0, dtype=np.int64)
-        self.end = np.empty(0, dtype=np.int64)
-        self.acc = np.empty(0, dtype=self.values.acc_dtype)
-        self.count = np.empty(0, dtype=np.int64)
         self.watermark = -(2**63)
         self.sums = (
             IntSumGuard(ctx.task_name, str(self.agg.value)) if self.agg.kind == "sum" else None
         )
+        self._sessions: RowTable | None = None
+        self._due: RowTable | None = None
+        self._key_type: pa.DataType | None = None
+
+    # ---------------------------------------------------------------- state
+
+    def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
+        super().initialize_state(restore, checkpoint_id)
+        assert self.keyed is not None
+        other = [n for n in self.keyed.row_tables() if n not in (SESSIONS, DUE)]
+        other += self.keyed.column_tables()
+        if other:
+            raise StateError(
+                f"{self.ctx.task_name}: restored state is not session-window state (it holds "
+                f"{', '.join(sorted(other))}); give the new operator another uid"
+            )
+        sessions = self.keyed.row_table(SESSIONS)
+        if sessions is None:
+            return
+        schema = sessions.schema.schema
+        self._key_type = schema.field(_KEY).type
+        self.values.acc_dtype = np.dtype(schema.field(_ACC).type.to_pandas_dtype())
+        self.values.value_type = value_type_of(schema.empty_table())
+        self._sessions = sessions
+        self._due = self.keyed.row_table(DUE)
+
+    def _tables(self) -> tuple[RowTable, RowTable]:
+        """The row tables, made at the first batch (its key and value types)."""
+        if self._sessions is None or self._due is None:
+            assert self.keyed is not None and self._key_type is not None
+            acc_type = pa.from_numpy_dtype(np.dtype(self.values.acc_dtype))
+            schema = pa.schema(
+                [
+                    (_KEY, self._key_type),
+                    (_START, pa.int64()),
+                    (_END, pa.int64()),
+                    (_ACC, acc_type),
+                    (_COUNT, pa.int64()),
+                ]
+            )
+            schema = with_value_type(schema.empty_table(), self.values.value_type).schema
+            self._sessions = self.keyed.row_table(SESSIONS, RowSchema(schema, _KEY))
+            due = pa.schema([(_DUE, pa.uint64()), (_KEY, self._key_type)])
+            self._due = self.keyed.row_table(DUE, RowSchema(due, _DUE))
+        assert self._sessions is not None and self._due is not None
+        return self._sessions, self._due
+
+    def _row_keys(self, batch: pa.RecordBatch) -> pa.Array:
+        """The batch's keys as state holds them: equal floats alike (``-0.0``, NaN), in
+        the first batch's key type (integer widths may differ)."""
+        keys = canonical_float_keys(batch.column(self.agg.key))
+        first = self._key_type
+        if first is None:
+            self._key_type = keys.type
+            return keys
+        if keys.type == first:
+            return keys
+        where = f"{self.ctx.task_name}: key column {self.agg.key!r}"
+        checked_key_type(first, keys.type, where)  # raises unless both are integers
+        try:
+            return keys.cast(first)
+        except pa.ArrowInvalid as exc:
+            raise DataError(f"{where}: keys of type {keys.type} do not fit {first}: {exc}") from exc
+
+    def _write(
+        self, keys: pa.Array, merged: tuple[np.ndarray, ...], filed: tuple[np.ndarray, np.ndarray]
+    ) -> None:
+        """Store ``merged`` sessions (slots into ``keys``, whose sessions were popped),
+        and file as due the ``(slot, end)`` pairs not ``filed`` already."""
+        sessions, due = self._tables()
+        slot, start, end, acc, count = merged
+        max_p = self.ctx.max_parallelism
+        if not len(slot):
+            return
+        session_keys = keys.take(pa.array(slot))
+        kgs = key_groups_of_column(session_keys, max_p)
+        sessions.append(
+            pa.record_batch(
+                [session_keys, pa.array(start), pa.array(end), pa.array(acc), pa.array(count)],
+                schema=sessions.schema.schema,
+            ),
+            kgs,
+        )
+        fresh = _new_pairs(slot, end, *filed)
+        if fresh.any():
+            due.append(
+                pa.record_batch(
+                    [_due_keys(end[fresh]), session_keys.filter(pa.array(fresh))],
+                    schema=due.schema.schema,
+                ),
+                kgs[fresh],
+            )
+
+    # ---------------------------------------------------------------- batches
 
     def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
         batch = need_batch(self, records)
@@ -271,31 +397,35 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
             return
         self.values.check(batch)
         ts = event_times(batch, self.ctx.task_name)
-        slots = self.keys.of_rows(batch.column(self.agg.key))
+        row_keys = self._row_keys(batch)
         acc, count = self.values.rows(batch)
-        accepted = self._accepted(slots, ts)
+        sessions, _ = self._tables()
+        keys = pc.unique(row_keys)
+        # The keys' sessions come out of the table and go back merged below.
+        old = _Sessions(
+            keys, sessions.pop(keys, key_groups_of_column(keys, self.ctx.max_parallelism))
+        )
+        slots = _slots(row_keys, keys)
+        accepted = self._accepted(slots, ts, old, len(keys))
         if accepted is not None:
             self.counters.late_records_dropped += int(len(ts) - accepted.sum())
             slots, ts, acc, count = slots[accepted], ts[accepted], acc[accepted], count[accepted]
-            if not len(ts):
+            if not len(ts) and not len(old.slot):
                 return
-        if self.acc.dtype != acc.dtype:
-            self.acc = self.acc.astype(acc.dtype)
         risky = (
             self.sums is not None
             and acc.dtype == np.int64
-            and self.sums.risky(batch.column(str(self.agg.value)), self._held)
+            and self.sums.risky(
+                batch.column(str(self.agg.value)),
+                lambda: float(np.abs(old.acc.astype(np.float64)).max()) if len(old.acc) else 0.0,
+            )
         )
-        touched = np.zeros(self.keys.index.size, dtype=bool)
-        touched[slots] = True
-        involved = touched[self.slot]
-        kept = ~involved
         parts = (
-            np.concatenate([self.slot[involved], slots]),
-            np.concatenate([self.start[involved], ts]),
-            np.concatenate([self.end[involved], ts + self.agg.gap]),
-            np.concatenate([self.acc[involved], acc]),
-            np.concatenate([self.count[involved], count]),
+            np.concatenate([old.slot, slots]),
+            np.concatenate([old.start, ts]),
+            np.concatenate([old.end, ts + self.agg.gap]),
+            np.concatenate([old.acc.astype(acc.dtype, copy=False), acc]),
+            np.concatenate([old.count, count]),
         )
         merged = merge_sessions(*parts, self.agg.kind)
         if risky:
@@ -303,34 +433,12 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
             shadow = merge_sessions(
                 *parts[:3], parts[3].astype(np.float64), parts[4], self.agg.kind
             )
-            self.sums.check(
-                merged[3],
-                shadow[3],
-                lambda i: self.keys.index.keys_at(merged[0][i : i + 1])[0].as_py(),
-            )
-        self._set(
-            *(
-                np.concatenate([old[kept], new])
-                for old, new in zip(
-                    (self.slot, self.start, self.end, self.acc, self.count), merged, strict=True
-                )
-            )
-        )
+            self.sums.check(merged[3], shadow[3], lambda i: keys[int(merged[0][i])].as_py())
+        self._write(keys, merged, (old.slot, old.end))
 
-    def _held(self) -> float:
-        return float(np.abs(self.acc.astype(np.float64)).max()) if len(self.acc) else 0.0
-
-    def _set(
-        self,
-        slot: np.ndarray,
-        start: np.ndarray,
-        end: np.ndarray,
-        acc: np.ndarray,
-        count: np.ndarray,
-    ) -> None:
-        self.slot, self.start, self.end, self.acc, self.count = slot, start, end, acc, count
-
-    def _accepted(self, slots: np.ndarray, ts: np.ndarray) -> np.ndarray | None:
+    def _accepted(
+        self, slots: np.ndarray, ts: np.ndarray, old: _Sessions, keys: int
+    ) -> np.ndarray | None:
         """Which rows join a session (``None``: all of them).
 
         A row whose own window ``[ts, ts + gap)`` the watermark has passed joins only a
@@ -339,14 +447,15 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
         key (those reach past the watermark too), so some start by ``ts + gap``. Rows
         accepted that way let later ones in, so the test repeats, each round on whole
         columns, until no row changes (rounds: the longest such chain, usually one).
+        ``slots`` and ``old.slot`` index the batch's ``keys`` distinct keys.
         """
         gap = self.agg.gap
         late = ts + (gap - 1) <= self.watermark
         if not late.any():
             return None
         far = int(ts.max()) + gap + 1  # above every threshold ts + gap
-        first_open = np.full(self.keys.index.size, far, dtype=np.int64)
-        np.minimum.at(first_open, self.slot, self.start)
+        first_open = np.full(keys, far, dtype=np.int64)
+        np.minimum.at(first_open, old.slot, old.start)
         order = np.argsort(slots, kind="stable")  # by key, in arrival order within a key
         slots_o, ts_o, late_o = slots[order], ts[order], late[order]
         first = np.empty(len(order), dtype=bool)
@@ -373,64 +482,50 @@ class ColumnarSessionOperator(ColumnarKeyedOperator):
 
     def process_watermark(self, watermark: int) -> None:
         self.watermark = watermark
-        due = self.end - 1 <= watermark
-        if due.any():
-            order = np.flatnonzero(due)
-            order = order[np.lexsort((self.start[order], self.end[order]))]
-            values = self.values.output(self.acc[order], self.count[order])
-            self.output.collect(
-                _window_batch(
-                    self.agg.key,
-                    self.keys.index.keys_at(self.slot[order]),
-                    self.start[order],
-                    self.end[order],
-                    values,
-                    self.values.out_name,
-                ),
-                None,
-            )
-            keep = ~due
-            self._set(
-                self.slot[keep], self.start[keep], self.end[keep], self.acc[keep], self.count[keep]
-            )
+        if self._sessions is not None and self._due is not None:
+            self._fire(watermark)
         self.emit_watermark(watermark)
 
-    def state_table(self) -> pa.Table:
-        return with_value_type(self._state_columns(), self.values.value_type)
-
-    def _state_columns(self) -> pa.Table:
-        return pa.table(
-            {
-                KG_COLUMN: pa.array(self.keys.key_group[self.slot]),
-                STATE_KEY: self.keys.index.keys_at(self.slot),
-                "acc": pa.array(self.acc.copy()),
-                "count": pa.array(self.count.copy()),
-                _WINDOW_START: pa.array(self.start.copy()),
-                _WINDOW_END: pa.array(self.end.copy()),
-            }
-        )
-
-    def restore_table(self, table: pa.Table) -> None:
-        if not table.num_rows:
+    def _fire(self, watermark: int) -> None:
+        """Emit, in order of end, the sessions whose end - 1 ``watermark`` reached."""
+        assert self._sessions is not None and self._due is not None
+        filed = self._due.pop_until(watermark + _SHIFT)
+        if not filed.num_rows:
             return
-        missing = {"acc", "count", _WINDOW_START, _WINDOW_END} - set(table.column_names)
-        if missing:
-            raise StateError(
-                f"{self.ctx.task_name}: restored state is not session-window state (no "
-                f"{', '.join(sorted(missing))}); give the new operator another uid"
-            )
-        slots = self.keys.of_rows(state_keys(table, self.ctx.task_name).combine_chunks())
-        acc = table.column("acc").to_numpy()
-        self.values.acc_dtype = acc.dtype
-        if self.values.value_type is None:
-            self.values.value_type = value_type_of(table)
-        self._set(
-            np.concatenate([self.slot, slots]),
-            np.concatenate([self.start, table.column(_WINDOW_START).to_numpy()]),
-            np.concatenate([self.end, table.column(_WINDOW_END).to_numpy()]),
-            np.concatenate([self.acc.astype(acc.dtype), acc]),
-            np.concatenate([self.count, table.column("count").to_numpy()]),
+        keys = pc.unique(filed.column(_KEY).combine_chunks())
+        old = _Sessions(
+            keys, self._sessions.pop(keys, key_groups_of_column(keys, self.ctx.max_parallelism))
         )
+        due = old.end - 1 <= watermark
+        order = np.flatnonzero(due)
+        order = order[np.lexsort((old.start[order], old.end[order]))]
+        if len(order):
+            self._emit(keys, old, order)
+        # The other sessions of these keys go back (filed under their own ends already).
+        keep = ~due
+        kept = (old.slot[keep], old.start[keep], old.end[keep], old.acc[keep], old.count[keep])
+        self._write(keys, kept, (kept[0], kept[2]))
+
+    def _emit(self, keys: pa.Array, old: _Sessions, order: np.ndarray) -> None:
+        """Emit the sessions at ``order`` of ``old`` as one batch."""
+        self.output.collect(
+            _window_batch(
+                self.agg.key,
+                keys.take(pa.array(old.slot[order])),
+                old.start[order],
+                old.end[order],
+                self.values.output(old.acc[order], old.count[order]),
+                self.values.out_name,
+            ),
+            None,
+        )
+
+    def state_table(self) -> pa.Table:
+        """The open sessions (``_kg``, ``_key``, ``_start``, ``_end``, ``_acc``,
+        ``_count``): tests, tools."""
+        if self._sessions is None:
+            return pa.table({KG_COLUMN: pa.array([], pa.int32())})
+        return self._sessions.table()
 
 
 class ColumnarProcessingTimeWindowOperator(ColumnarWindowAggregates):

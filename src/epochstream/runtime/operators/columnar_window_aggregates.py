@@ -57,6 +57,7 @@ __all__ = [
     "AggregateCalls",
     "ColumnarWindowAggregateOperator",
     "SliceAssigner",
+    "SliceStore",
 ]
 
 _INT64_MIN = -(2**63)
@@ -78,7 +79,7 @@ class SliceAssigner:
 
         hop = SliceAssigner(WindowTvf.hop(10, 4))        # slices of 2 ms
         hop.slice_ends(np.array([5])).tolist() == [6]
-        hop.windows_ending(np.array([6]), -100, 100)[0].tolist()[:2] == [-2, 2]
+        hop.windows_ending(np.array([6]), -100, 100)[1].tolist() == [6, 10, 14]
     """
 
     def __init__(self, window: WindowTvf) -> None:
@@ -296,16 +297,17 @@ class SliceStore:
     Example: ``store.add(6_000, -1, partials); store.tables([6_000], -1)``
     """
 
-    def __init__(self, compact: dict[int, Any]) -> None:
+    def __init__(self) -> None:
         self.slices: dict[int, dict[int, list[pa.Table]]] = {}
-        self._compact = compact  # per part: merges a list of its tables into one
+        #: Per part, how to merge its tables into one (set once the aggregates are known).
+        self.compaction: dict[int, Any] = {}
 
     def add(self, end: int, part: int, table: pa.Table) -> None:
         """Keep ``table`` (rows of slice ``end``) in ``part``."""
         tables = self.slices.setdefault(end, {}).setdefault(part, [])
         tables.append(table)
         if len(tables) >= _COMPACT_AT:
-            tables[:] = [self._compact[part](_concat(tables))]
+            tables[:] = [self.compaction[part](_concat(tables))]
 
     def tables(self, ends: Iterable[int], part: int) -> list[pa.Table]:
         """The tables of ``part`` in slices ``ends`` (those open)."""
@@ -344,7 +346,7 @@ class ColumnarWindowAggregateOperator(ColumnarKeyedOperator):
         self.keys = list(self.agg.keys)
         self.assigner = SliceAssigner(self.agg.window)
         self.watermark = _INT64_MIN
-        self.store = SliceStore({})
+        self.store = SliceStore()
         self._calls: AggregateCalls | None = None  # once the first batch tells float columns
         self._types: dict[str, pa.DataType] = {}
         self._where = ctx.task_name
@@ -381,7 +383,7 @@ class ColumnarWindowAggregateOperator(ColumnarKeyedOperator):
         compact: dict[int, Any] = {_MAIN: lambda t: calls.merge(t, keys)}
         for i, column in calls.distinct:
             compact[i] = lambda t, c=column: _distinct_rows(t, [*keys, c])
-        self.store._compact = compact
+        self.store.compaction = compact
 
     def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
         batch = need_batch(self, records)

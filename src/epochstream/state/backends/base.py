@@ -61,11 +61,14 @@ __all__ = [
     "COLUMN_KEY",
     "NAMESPACED",
     "NAMESPACED_KINDS",
+    "ROWS",
     "STATE_KINDS",
     "ColumnSchema",
     "ColumnTable",
     "KeyedBackendContext",
     "KeyedStateBackend",
+    "RowSchema",
+    "RowTable",
     "SnapshotJob",
     "SnapshotTarget",
     "StateBackend",
@@ -288,6 +291,104 @@ class ColumnTable(ABC):
         """The number of keys with an entry."""
 
 
+#: The state kind of row tables (RocksDB meta column family, savepoints, heap files).
+ROWS = "rows"
+
+
+@dataclass(frozen=True)
+class RowSchema:
+    """The rows of one row table: their Arrow schema and the column holding each row's
+    key (the rows of a key are stored, read and deleted together).
+
+    It is also the state's serializer (``dumps``/``loads`` of a record batch of such
+    rows, as an Arrow IPC message without the schema), so RocksDB records it with the
+    state and savepoints carry the rows as those bytes.
+
+    Example::
+
+        schema = RowSchema(pa.schema([("id", pa.int64()), ("name", pa.string())]), key="id")
+        batch = pa.record_batch([pa.array([7]), pa.array(["ann"])], schema=schema.schema)
+        schema.loads(schema.dumps(batch)).equals(batch)
+    """
+
+    schema: pa.Schema
+    key: str
+
+    def conform(self, rows: pa.RecordBatch) -> pa.RecordBatch:
+        """``rows`` in this schema (columns selected in order and cast); a batch that
+        does not fit is a :class:`StateError` naming the difference."""
+        if rows.schema.equals(self.schema):
+            return rows
+        try:
+            return rows.select(self.schema.names).cast(self.schema)
+        except (KeyError, pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:
+            raise StateError(
+                f"rows with columns {rows.schema.names} do not fit the row table's schema "
+                f"{self.schema}: {exc}"
+            ) from exc
+
+    def dumps(self, rows: pa.RecordBatch) -> bytes:
+        """``rows`` (in this schema) as one Arrow IPC record batch message."""
+        return rows.serialize().to_pybytes()
+
+    def loads(self, data: bytes) -> pa.RecordBatch:
+        """The rows of one :meth:`dumps`."""
+        return pa.ipc.read_record_batch(pa.py_buffer(data), self.schema)
+
+
+class RowTable(ABC):
+    """Batch access to one table of keyed rows: Arrow rows appended under their key
+    (the schema's key column), read back and taken out per key, for whole batches of keys
+    at once (columnar joins' buffered rows, session windows' open sessions).
+
+    ``key_groups`` are the key groups of the rows (``append``) or of the distinct
+    ``keys`` (``read``, ``pop``); they need not be the key's own (a table may file
+    rows under another key, as long as they go with a key of that group). A table whose
+    key column is uint64 is also a queue by key: :meth:`pop_until` takes out every row
+    up to a key (session windows file their keys by the time their sessions are due).
+
+    Example::
+
+        table = backend.row_table("left", RowSchema(batch.schema, key="id"))
+        table.append(batch, key_groups_of_column(batch["id"], 128))
+        table.read(pa.array([7]), key_groups_of_column(pa.array([7]), 128))  # a pa.Table
+        table.pop(pa.array([7]), key_groups_of_column(pa.array([7]), 128))    # read and removed
+    """
+
+    name: str
+
+    @property
+    @abstractmethod
+    def schema(self) -> RowSchema:
+        """The rows' schema and key column."""
+
+    @abstractmethod
+    def append(self, rows: pa.RecordBatch, key_groups: np.ndarray) -> None:
+        """Keep ``rows`` (in :attr:`schema`), each under its key; ``key_groups`` per row."""
+
+    @abstractmethod
+    def read(self, keys: pa.Array, key_groups: np.ndarray) -> pa.Table:
+        """Every row of the distinct ``keys`` (in the order they were appended per key)."""
+
+    @abstractmethod
+    def pop(self, keys: pa.Array, key_groups: np.ndarray) -> pa.Table:
+        """Remove and return every row of the distinct ``keys`` (a read and delete in
+        one: what an operator that rewrites its keys' rows needs)."""
+
+    @abstractmethod
+    def pop_until(self, bound: int) -> pa.Table:
+        """Remove and return the rows whose key is at most ``bound`` (a uint64 key
+        column: a queue by key)."""
+
+    @abstractmethod
+    def table(self) -> pa.Table:
+        """Every row, with its key group as a first column ``_kg`` (snapshots, tests)."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """The number of rows held."""
+
+
 class KeyedStateBackend(ABC):
     """Keyed state of one operator in one subtask (see the module docstring)."""
 
@@ -406,6 +507,47 @@ class KeyedStateBackend(ABC):
     @abstractmethod
     def drop_column_table(self, name: str) -> None:
         """Remove columnar state ``name`` and its entries (a fired window's)."""
+
+    def row_table(self, name: str, schema: RowSchema | None = None) -> RowTable | None:
+        """The row table ``name`` (columnar joins and session windows).
+
+        With ``schema`` the table is made if new (a restored one must hold rows of the
+        same schema); without, it is the existing (restored) table or ``None``.
+
+        Example::
+
+            sessions = backend.row_table("sessions")            # None on a fresh start
+            sessions = backend.row_table("sessions", RowSchema(schema, key="_key"))
+        """
+        table = self._row_table(name, schema)
+        if (
+            table is not None
+            and schema is not None
+            and not table.schema.schema.equals(schema.schema)
+        ):
+            raise StateError(
+                f"row table {name!r} holds rows of schema {table.schema.schema}, not "
+                f"{schema.schema}; give the new operator another uid"
+            )
+        return table
+
+    @abstractmethod
+    def _row_table(self, name: str, schema: RowSchema | None) -> RowTable | None:
+        """The backend's row table ``name`` (see :meth:`row_table`)."""
+
+    @abstractmethod
+    def row_tables(self) -> list[str]:
+        """The names of the row tables held (restored ones included).
+
+        Example: ``backend.row_tables() == ["left@0", "right@0"]``
+        """
+
+    @abstractmethod
+    def drop_row_table(self, name: str) -> None:
+        """Remove row table ``name`` and its rows (a fired window's).
+
+        Example: ``backend.drop_row_table("left@0")``
+        """
 
     @abstractmethod
     def keys(self, state_name: str) -> list[Any]:

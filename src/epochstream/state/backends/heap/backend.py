@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
+from epochstream.core.arrow import KG as KG_COLUMN
 from epochstream.core.filesystems import storage_fs
 from epochstream.core.serializers import DEFAULT_SERIALIZER
 from epochstream.core.state_descriptors import StateDescriptor, ValueStateDescriptor
@@ -40,9 +41,11 @@ from epochstream.core.state_ttl import TtlConfig, TtlValue
 from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.state.backends.base import (
     NAMESPACED,
+    ROWS,
     ColumnSchema,
     KeyedBackendContext,
     KeyedStateBackend,
+    RowSchema,
     SnapshotJob,
     SnapshotTarget,
     StateBackend,
@@ -54,7 +57,12 @@ from epochstream.state.backends.heap.files import (
     DELETED,
     merge_chain,
 )
-from epochstream.state.backends.heap.snapshots import ColumnarSnapshotJob, HeapSnapshotJob
+from epochstream.state.backends.heap.rows import HeapRowTable, is_row_file, read_row_tables
+from epochstream.state.backends.heap.snapshots import (
+    ColumnarSnapshotJob,
+    HeapSnapshotJob,
+    RowsSnapshotJob,
+)
 from epochstream.state.backends.heap.states import (
     HEAP_STATE_CLASSES,
     NO_KEY,
@@ -160,6 +168,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self._key = KeyContext()
         self._tables: dict[str, HeapTable] = {}
         self._columns: dict[str, HeapColumnTable] = {}
+        self._rows: dict[str, HeapRowTable] = {}
         # What snapshot n took per state, until a completed checkpoint covers it.
         self._unconfirmed: dict[int, dict[str, _Written]] = {}
         # Handles of snapshots whose files are written (filled by the snapshot thread).
@@ -219,6 +228,18 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def drop_column_table(self, name: str) -> None:
         self._columns.pop(name, None)
 
+    def _row_table(self, name: str, schema: RowSchema | None) -> HeapRowTable | None:
+        table = self._rows.get(name)
+        if table is None and schema is not None:
+            table = self._rows[name] = HeapRowTable(name, schema)
+        return table
+
+    def row_tables(self) -> list[str]:
+        return list(self._rows)
+
+    def drop_row_table(self, name: str) -> None:
+        self._rows.pop(name, None)
+
     def keys(self, state_name: str) -> list[Any]:
         table = self._tables.get(state_name)
         return [] if table is None else list(table.data)
@@ -238,6 +259,8 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             del self._handles[n]
 
     def snapshot(self, target: SnapshotTarget) -> SnapshotJob:
+        if self._rows:
+            return self._snapshot_rows(target)
         if self._columns:
             return self._snapshot_columns(target)
         self._adopt_base(target.base_checkpoint_id)
@@ -282,6 +305,19 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         if complete and not ttls and not target.savepoint:
             job.encode_at_barrier()
         return job
+
+    def _snapshot_rows(self, target: SnapshotTarget) -> SnapshotJob:
+        """Row tables: the row file, full each time; the batches are immutable, so the
+        barrier only takes the lists of them."""
+        if self._tables or self._columns:
+            # A columnar join or session operator keeps only row tables; the snapshot
+            # formats (heap chain, columnar file, row file) do not share one handle.
+            raise StateError(
+                "the heap backend holds row tables and other state in one operator: "
+                f"rows {sorted(self._rows)}, other {sorted([*self._tables, *self._columns])}"
+            )
+        tables = {name: (t.schema, t.batches()) for name, t in self._rows.items()}
+        return RowsSnapshotJob(tables, target, self.key_group_range)
 
     def _snapshot_columns(self, target: SnapshotTarget) -> SnapshotJob:
         """Columnar state: the columnar Arrow file, full each time (the format columnar
@@ -337,7 +373,10 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         for handle in handles:
             self.check_restorable(handle)
             fs = storage_fs(handle.files()[0] if handle.files() else "/", self.ctx.storage_options)
-            if isinstance(handle, ColumnarSnapshotHandle):
+            if is_row_file(handle):
+                assert isinstance(handle, ColumnarSnapshotHandle)
+                self._restore_rows(handle)
+            elif isinstance(handle, ColumnarSnapshotHandle):
                 self._restore_columns(handle)
             elif isinstance(handle, HeapSnapshotHandle):
                 namespaced = [n for n, kind in handle.states.items() if is_namespaced(kind)]
@@ -370,6 +409,15 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         if not isinstance(handle, ColumnarSnapshotHandle):  # columnar files are the heap's
             super().check_restorable(handle)
 
+    def _restore_rows(self, handle: ColumnarSnapshotHandle) -> None:
+        options = self.ctx.storage_options
+        fs_of = lambda path: storage_fs(path, options)  # noqa: E731
+        for name, schema, rows in read_row_tables(fs_of, handle, self.key_group_range):
+            table = self.row_table(name, schema)
+            assert table is not None
+            for batch in rows.to_batches():
+                table.append(batch.drop_columns([KG_COLUMN]), batch.column(KG_COLUMN).to_numpy())
+
     def _restore_columns(self, handle: ColumnarSnapshotHandle) -> None:
         options = self.ctx.storage_options
         rows = read_columnar_state(
@@ -398,8 +446,8 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
     def _restore_canonical(self, fs: Any, handle: CanonicalSnapshotHandle) -> None:
         metas = read_state_meta(fs, handle.path)
-        columnar = {n for n, m in metas.items() if m.kind == COLUMNAR}
-        entries: dict[str, list[tuple[Any, int, tuple[Any, ...]]]] = {n: [] for n in columnar}
+        columnar = {n for n, m in metas.items() if m.kind in (COLUMNAR, ROWS)}
+        entries: dict[str, list[tuple[Any, int, Any]]] = {n: [] for n in columnar}
         for _kg, batch in read_batches(fs, handle, self.key_group_range):
             if columnar:
                 batch = self._columnar_rows(batch, metas, entries)
@@ -434,6 +482,9 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                     table.data[k] = v
         for name in columnar:
             schema = metas[name].serializer
+            if isinstance(schema, RowSchema):
+                self._load_rows(name, schema, entries[name])
+                continue
             if not isinstance(schema, ColumnSchema):
                 raise StateError(f"{handle.path}: columnar state {name!r} without its schema")
             self._load_columnar(name, schema, entries[name])
@@ -442,9 +493,10 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def _columnar_rows(
         batch: pa.RecordBatch,
         metas: dict[str, StateMeta],
-        entries: dict[str, list[tuple[Any, int, tuple[Any, ...]]]],
+        entries: dict[str, list[tuple[Any, int, Any]]],
     ) -> pa.RecordBatch:
-        """Take the rows of columnar states (a RocksDB savepoint's) out of ``batch``."""
+        """Take the rows of columnar states and row tables (a RocksDB savepoint's) out
+        of ``batch``."""
         names = batch.column("state").to_pylist()
         mine = [n in entries for n in names]
         if not any(mine):
@@ -455,6 +507,14 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         ):
             entries[name].append((decode_key(key), kg, metas[name].serializer.loads(value)))
         return batch.filter(pa.array([not m for m in mine]))
+
+    def _load_rows(
+        self, name: str, schema: RowSchema, rows: list[tuple[Any, int, pa.RecordBatch]]
+    ) -> None:
+        table = self.row_table(name, schema)
+        assert table is not None
+        for _key, kg, batch in rows:
+            table.append(batch, np.full(batch.num_rows, kg, dtype=np.int32))
 
     def _load_columnar(
         self, name: str, schema: ColumnSchema, rows: list[tuple[Any, int, tuple[Any, ...]]]

@@ -28,6 +28,7 @@ from epochstream.core.state_ttl import TtlConfig, TtlValue
 from epochstream.exceptions import StateError
 from epochstream.state.backends.base import (
     ColumnSchema,
+    RowSchema,
     SnapshotJob,
     SnapshotTarget,
     base_kind,
@@ -43,6 +44,7 @@ from epochstream.state.backends.heap.files import (
     split_key_groups,
     write_encoded,
 )
+from epochstream.state.backends.heap.rows import write_row_tables
 from epochstream.state.canonical import CanonicalRow, StateMeta, write_canonical
 from epochstream.state.columnar_aggregates import write_columnar_state
 from epochstream.state.columnar_checks import with_value_type
@@ -52,14 +54,13 @@ from epochstream.state.keyformat import encode_key
 if TYPE_CHECKING:
     from epochstream.state.backends.heap.backend import HeapKeyedStateBackend
 
-__all__ = ["ColumnarSnapshotJob", "HeapSnapshotJob"]
+__all__ = ["ColumnarSnapshotJob", "HeapSnapshotJob", "RowsSnapshotJob"]
 
 
 class ColumnarSnapshotJob(SnapshotJob):
     """Writes columnar state, copied at the barrier, as a columnar Arrow file
     (:class:`~epochstream.state.handles.ColumnarSnapshotHandle`): the heap backend's
-    column tables, with the value column cast to ``schema``'s type, and the state the
-    columnar session and join operators keep themselves (no ``schema``).
+    column tables, with the value column cast to ``schema``'s type.
 
     Example::
 
@@ -73,9 +74,9 @@ class ColumnarSnapshotJob(SnapshotJob):
         target: SnapshotTarget,
         key_groups: range,
         state: str,
-        schema: ColumnSchema | None = None,
+        schema: ColumnSchema,
     ) -> None:
-        self.table = table if schema is None else with_value_type(table, schema.value_type)
+        self.table = with_value_type(table, schema.value_type)
         self.target = target
         self.key_groups = key_groups
         self.state = state
@@ -86,6 +87,34 @@ class ColumnarSnapshotJob(SnapshotJob):
         handle = write_columnar_state(
             target.fs, path, self.table, key_groups=self.key_groups, state=self.state
         )
+        self.bytes_written = handle.size if handle is not None else 0
+        return handle
+
+
+class RowsSnapshotJob(SnapshotJob):
+    """Writes the heap backend's row tables, as they were at the barrier, as one row
+    file (:func:`~epochstream.state.backends.heap.rows.write_row_tables`), full each time.
+
+    Example::
+
+        job = RowsSnapshotJob({"left": (schema, table.batches())}, target, range(0, 64))
+        handle = job.run()   # snapshot thread
+    """
+
+    def __init__(
+        self,
+        tables: dict[str, tuple[RowSchema, list[pa.RecordBatch]]],
+        target: SnapshotTarget,
+        key_groups: range,
+    ) -> None:
+        self.tables = tables
+        self.target = target
+        self.key_groups = key_groups
+
+    def run(self) -> KeyedStateHandle | None:
+        target = self.target
+        path = target.fs.join(target.directory, f"{target.name}.rows.arrow")
+        handle = write_row_tables(target.fs, path, self.tables, self.key_groups)
         self.bytes_written = handle.size if handle is not None else 0
         return handle
 

@@ -46,9 +46,11 @@ from epochstream.core.storage_faults import READ_RETRY, read_error
 from epochstream.exceptions import ConfigurationError, CorruptStateError, StateError
 from epochstream.state.backends.base import (
     NAMESPACED,
+    ROWS,
     ColumnSchema,
     KeyedBackendContext,
     KeyedStateBackend,
+    RowSchema,
     SnapshotJob,
     SnapshotTarget,
     StateBackend,
@@ -56,8 +58,10 @@ from epochstream.state.backends.base import (
     is_namespaced,
 )
 from epochstream.state.backends.heap.columns import COLUMNAR as HEAP_COLUMNAR
+from epochstream.state.backends.heap.rows import is_row_file, read_row_tables
 from epochstream.state.backends.rocksdb.columns import RocksColumnTable
 from epochstream.state.backends.rocksdb.files import META_CF, crc_file, encode_meta, read_meta
+from epochstream.state.backends.rocksdb.rows import RocksRowTable
 from epochstream.state.backends.rocksdb.snapshots import RocksSnapshotJob
 from epochstream.state.backends.rocksdb.states import (
     NO_KEY,
@@ -355,7 +359,31 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def column_tables(self) -> list[str]:
         return [name for name, column in self._columns.items() if column.kind == COLUMNAR]
 
+    def _row_table(self, name: str, schema: RowSchema | None) -> RocksRowTable | None:
+        column = self._columns.get(name)
+        if column is None:
+            if schema is None:
+                return None
+            column = self._column(name, ROWS, None)
+            column.serializer = schema
+            self._remember(column)
+        elif column.kind != ROWS:
+            raise StateError(
+                f"state {name!r} is registered (or restored) as {column.kind} state, cannot "
+                "use it as a row table"
+            )
+        return RocksRowTable(column, self._db, self._write, self.key_group_range)
+
+    def row_tables(self) -> list[str]:
+        return [name for name, column in self._columns.items() if column.kind == ROWS]
+
+    def drop_row_table(self, name: str) -> None:
+        self._drop(name)
+
     def drop_column_table(self, name: str) -> None:
+        self._drop(name)
+
+    def _drop(self, name: str) -> None:
         column = self._columns.pop(name, None)
         if column is None:
             return
@@ -426,6 +454,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         for handle in handles:
             if isinstance(handle, RocksDBSnapshotHandle):
                 self._copy_ranges(handle)
+            elif is_row_file(handle):
+                assert isinstance(handle, ColumnarSnapshotHandle)
+                self._restore_row_file(handle)
             elif isinstance(handle, ColumnarSnapshotHandle):
                 self._restore_columnar_file(handle)
             elif isinstance(handle, CanonicalSnapshotHandle):
@@ -438,6 +469,16 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         # The heap backend's columnar files are canonical for columnar state: read here too.
         if not isinstance(handle, ColumnarSnapshotHandle):
             super().check_restorable(handle)
+
+    def _restore_row_file(self, handle: ColumnarSnapshotHandle) -> None:
+        """A heap backend's row tables: the rows of this subtask's key groups."""
+        options = self.ctx.storage_options
+        fs_of = lambda path: storage_fs(path, options)  # noqa: E731
+        for name, schema, rows in read_row_tables(fs_of, handle, self.key_group_range):
+            table = self.row_table(name, schema)
+            assert table is not None
+            for batch in rows.to_batches():
+                table.append(batch.drop_columns([KG]), batch.column(KG).to_numpy())
 
     def _restore_columnar_file(self, handle: ColumnarSnapshotHandle) -> None:
         """A heap backend's columnar state file (or a checkpoint of columnar state from
@@ -538,7 +579,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                 prefix = encode_prefix(kg, key, ns or b"")
                 stored = encode_value(value, ttl_ts)
                 kind = base_kind(column.kind)
-                if kind == "list":
+                if kind in ("list", ROWS):
                     seq = counters.get((name, prefix), 0)
                     column.cf.put(prefix + struct.pack(">Q", seq), stored)
                     counters[(name, prefix)] = seq + 1

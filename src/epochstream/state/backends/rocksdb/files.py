@@ -19,7 +19,7 @@ from typing import Any
 import cloudpickle
 
 from epochstream.core.state_ttl import TtlConfig
-from epochstream.state.backends.base import base_kind
+from epochstream.state.backends.base import ROWS, base_kind
 from epochstream.state.backends.rocksdb.states import decode_prefix, key_group_bounds, split_value
 from epochstream.state.canonical import CanonicalRow, StateMeta
 from epochstream.state.keyformat import decode_key
@@ -90,7 +90,7 @@ def read_database_rows(path: str, state_name: str) -> Iterator[tuple[Any, ...]]:
         for db_key, stored in entries:
             kg, key, ns, rest = decode_prefix(db_key)
             kind = base_kind(meta.kind)
-            if kind == "list" and not rest:
+            if kind in ("list", ROWS) and not rest:
                 continue  # the element counter
             data, ts = split_value(stored)
             user_key = decode_key(rest) if kind == "map" else None
@@ -117,7 +117,7 @@ def canonical_rows(
         options.set_iterate_upper_bound(hi)
         for db_key, stored in cf.items(from_key=lo, read_opt=options):
             _kg, key, ns, rest = decode_prefix(db_key)
-            if kind == "list" and not rest:
+            if kind in ("list", ROWS) and not rest:
                 continue  # the element counter
             data, ts = split_value(stored)
             if ttl is not None and ts is not None and now - ts >= ttl.seconds:
