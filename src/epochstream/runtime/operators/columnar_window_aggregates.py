@@ -35,6 +35,7 @@ Example::
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -45,13 +46,19 @@ import pyarrow.compute as pc
 
 from epochstream.core.arrow import KG as KG_COLUMN
 from epochstream.core.arrow import TS as TS_COLUMN
+from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import DataError, StateError
 from epochstream.graph.specs import AggCall, SliceWindowAggregateSpec, WindowTvf
-from epochstream.runtime.operators.columnar_aggregates import ColumnarKeyedOperator
+from epochstream.runtime.operators.base import Operator, SnapshotParts
 from epochstream.runtime.operators.columnar_transforms import need_batch
+from epochstream.state.backends.base import ColumnSchema, SnapshotTarget
+from epochstream.state.backends.heap.snapshots import ColumnarSnapshotJob
 from epochstream.state.column_keygroups import key_groups_by_columns
+from epochstream.state.columnar_aggregates import read_columnar_state
 from epochstream.state.columnar_checks import event_times, require_columns
+from epochstream.state.handles import OperatorRestore
 from epochstream.state.key_index import canonical_float_keys, checked_key_type
+from epochstream.state.keygroups import key_group_range_for_operator
 
 __all__ = [
     "AggregateCalls",
@@ -332,7 +339,51 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
     return pa.concat_tables(tables, promote_options="permissive")
 
 
-class ColumnarWindowAggregateOperator(ColumnarKeyedOperator):
+class _OwnStateOperator(Operator, ABC):
+    """Key-group range, restore and snapshot of state this operator keeps itself (as a
+    table with a ``_kg`` column, written with the heap backend's snapshot job)."""
+
+    def __init__(self, spec: Any, ctx: Any) -> None:
+        super().__init__(spec, ctx)
+        self.key_groups = key_group_range_for_operator(
+            ctx.max_parallelism, ctx.parallelism, ctx.subtask_index
+        )
+
+    def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
+        super().initialize_state(restore, checkpoint_id)
+        if restore is None or not restore.keyed:
+            return
+        options = self.ctx.storage_options
+        table = read_columnar_state(
+            lambda path: storage_fs(path, options),
+            restore.keyed,
+            self.key_groups,
+            self.ctx.task_name,
+        )
+        if table is not None:
+            self.restore_table(table)
+
+    @abstractmethod
+    def restore_table(self, table: pa.Table) -> None:
+        """Add restored state rows (those of this subtask's key groups)."""
+
+    @abstractmethod
+    def state_table(self) -> pa.Table:
+        """A copy of the state with a ``_kg`` column, for the snapshot thread to write."""
+
+    def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
+        parts = super().snapshot(target)
+        parts.keyed = ColumnarSnapshotJob(
+            self.state_table(),
+            target,
+            self.key_groups,
+            self.spec.payload.kind,
+            ColumnSchema((), None),  # typed partials: no value column to cast
+        )
+        return parts
+
+
+class ColumnarWindowAggregateOperator(_OwnStateOperator):
     """SQL window aggregation (tumble, hop, cumulate) on record batches, fired by the
     watermark (see the module docstring for slices, state and restore).
 
