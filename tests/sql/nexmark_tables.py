@@ -117,3 +117,25 @@ def read_sink_rows(path: str) -> list[tuple[object, ...]]:
         table = pq.read_table(f)
         rows.extend(tuple(r.values()) for r in table.to_pylist())
     return rows
+
+
+def run_select(
+    select: str, columns: list[tuple[str, str]], directory: str, *, events: int, setup: str = ""
+) -> list[tuple[object, ...]]:
+    """Run ``INSERT INTO result <select>`` over the Nexmark tables (local runner,
+    parallelism 2, checkpoints every 0.5 s) into a Parquet directory; its rows."""
+    import epochstream as es
+
+    out = f"{directory}/out"
+    env = es.Environment(parallelism=2, runner="local")
+    env.enable_checkpointing(interval=0.5, storage=f"{directory}/ck")
+    env.execute_sql(nexmark_ddl(events=events))
+    if setup:
+        env.execute_sql(setup)
+    body = ", ".join(f"`{n}` {t}" for n, t in columns)
+    env.execute_sql(
+        f"CREATE TABLE result ({body}) WITH ('connector' = 'filesystem', 'path' = '{out}', "
+        "'format' = 'parquet')"
+    )
+    env.execute_sql(f"INSERT INTO result {select}")
+    return read_sink_rows(out)

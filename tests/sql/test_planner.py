@@ -76,9 +76,19 @@ def test_uids_follow_the_query(env: es.Environment) -> None:
         ("SELECT DISTINCT auction FROM bid", "line 1", "SELECT DISTINCT produces updates"),
         ("SELECT auction FROM bid ORDER BY price", "line 1", "ORDER BY is not supported"),
         (
-            "SELECT b.auction FROM bid b JOIN bid c ON b.auction = c.auction",
+            "SELECT b.auction FROM bid b LEFT JOIN bid c ON b.auction = c.auction",
             "line 1",
-            "joins are not supported yet",
+            "LEFT JOIN is not supported yet",
+        ),
+        (
+            "SELECT b.auction FROM bid b JOIN bid c ON b.price > c.price",
+            "line 1",
+            "a join needs an equality between the two sides",
+        ),
+        (
+            "SELECT b.auction FROM bid b JOIN bid c ON b.auction = c.auction WHERE nosuch.x = 1",
+            "line 1, column 71",
+            "unknown table alias 'nosuch'",
         ),
         (
             "SELECT window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(price), "

@@ -69,7 +69,9 @@ class StreamBuilder:
             stream: DataStream = node.table.stream
             return stream
         if isinstance(node, CalcNode):
-            return self.stream(node.inputs[0]).map_batches(node.program).name(node.label).uid(node.uid)
+            return (
+                self.stream(node.inputs[0]).map_batches(node.program).name(node.label).uid(node.uid)
+            )
         if isinstance(node, WindowAggregateNode):
             return self._window_aggregate(node)
         if isinstance(node, UnionNode):
@@ -84,7 +86,11 @@ class StreamBuilder:
         ).uid(node.uid)
         if binding.rows_schema is not None:
             stream = stream.to_batches(binding.rows_schema).uid(node.uid + "-batches")
-        return stream.map_batches(binding.adapter).name(f"{node.label}: columns").uid(node.uid + "-columns")
+        return (
+            stream.map_batches(binding.adapter)
+            .name(f"{node.label}: columns")
+            .uid(node.uid + "-columns")
+        )
 
     def _window_aggregate(self, node: WindowAggregateNode) -> DataStream:
         spec = node.spec

@@ -146,7 +146,9 @@ class Catalog:
             raise _error(node, f"table or view {name!r} exists already")
         return True
 
-    def add_stream(self, name: str, stream: Any, fields: tuple[Field, ...], rowtime: str | None) -> TableDef:
+    def add_stream(
+        self, name: str, stream: Any, fields: tuple[Field, ...], rowtime: str | None
+    ) -> TableDef:
         """Register a DataStream under ``name`` (see ``Environment.create_table``)."""
         if name in self._tables or name in self._views:
             raise SqlError(f"table or view {name!r} exists already")
@@ -174,8 +176,11 @@ class Catalog:
         name = create.this.name
         props = create.args.get("properties")
         language = next(
-            (p.this.name.upper() for p in (props.expressions if props else [])
-             if isinstance(p, exp.LanguageProperty)),
+            (
+                p.this.name.upper()
+                for p in (props.expressions if props else [])
+                if isinstance(p, exp.LanguageProperty)
+            ),
             None,
         )
         if language != "PYTHON":
@@ -191,7 +196,9 @@ class Catalog:
         try:
             fn = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as err:
-            raise _error(create.expression, f"CREATE FUNCTION {name}: cannot import {target!r}: {err}") from None
+            raise _error(
+                create.expression, f"CREATE FUNCTION {name}: cannot import {target!r}: {err}"
+            ) from None
         self.functions.register(name, fn)
 
     def create_table(self, create: exp.Create) -> TableDef:

@@ -110,7 +110,9 @@ class _Options:
         if key in self._left:
             return self._left.pop(key)
         if required:
-            raise self.table.option_error(key, f"is required by the {self.table.connector} connector")
+            raise self.table.option_error(
+                key, f"is required by the {self.table.connector} connector"
+            )
         return default
 
     def take_int(self, key: str, default: int) -> int:
@@ -158,7 +160,9 @@ def _declared_schema(table: TableDef, columns: list[str]) -> pa.Schema:
     )
 
 
-def source_binding(table: TableDef, columns: list[str], *, batch_size: int = 65_536) -> SourceBinding:
+def source_binding(
+    table: TableDef, columns: list[str], *, batch_size: int = 65_536
+) -> SourceBinding:
     """How to read ``columns`` (declared names) of the DDL table ``table``.
 
     Only the named columns are read where the connector can skip the rest (Parquet).
@@ -218,7 +222,9 @@ def _file_source(
     path = options.take("path", required=True)
     fmt = options.take("format", required=True)
     if fmt not in _FILE_FORMATS:
-        raise table.option_error("format", f"must be one of {', '.join(_FILE_FORMATS)}, got {fmt!r}")
+        raise table.option_error(
+            "format", f"must be one of {', '.join(_FILE_FORMATS)}, got {fmt!r}"
+        )
     interval = options.take("source.monitor-interval")
     source = FileSource(
         path,  # type: ignore[arg-type]
@@ -269,7 +275,9 @@ def _seconds(table: TableDef, text: str) -> float:
             return int(text[: -len(unit)]) * factor
     if text.isdigit():
         return float(text)
-    raise table.option_error("source.monitor-interval", f"expected e.g. '10 s' or '500 ms', got {text!r}")
+    raise table.option_error(
+        "source.monitor-interval", f"expected e.g. '10 s' or '500 ms', got {text!r}"
+    )
 
 
 def sink_binding(table: TableDef) -> SinkBinding:
@@ -299,11 +307,14 @@ def sink_binding(table: TableDef) -> SinkBinding:
         guarantee = options.take("sink.delivery-guarantee", "exactly-once")
         deliveries = {"exactly-once": "exactly_once", "at-least-once": "at_least_once"}
         if guarantee not in deliveries:
-            raise table.option_error("sink.delivery-guarantee", f"must be one of {', '.join(deliveries)}")
+            raise table.option_error(
+                "sink.delivery-guarantee", f"must be one of {', '.join(deliveries)}"
+            )
         prefix = options.take("sink.transactional-id-prefix")
         if guarantee == "exactly-once" and prefix is None:
             raise table.option_error(
-                "sink.transactional-id-prefix", "is required with 'sink.delivery-guarantee' = 'exactly-once'"
+                "sink.transactional-id-prefix",
+                "is required with 'sink.delivery-guarantee' = 'exactly-once'",
             )
         properties = options.take_prefixed("properties.")
         sink = KafkaSink(

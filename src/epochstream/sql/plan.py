@@ -19,12 +19,13 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-from epochstream.graph.specs import AggCall, SliceWindowAggregateSpec
+from epochstream.graph.specs import AggCall, SliceWindowAggregateSpec, WindowTvf
 from epochstream.sql.catalog import TableDef
-from epochstream.sql.expressions import CalcProgram, Field
+from epochstream.sql.expressions import CalcProgram, CompiledExpression, Field
 
 __all__ = [
     "CalcNode",
+    "JoinNode",
     "PlanNode",
     "ScanNode",
     "SinkNode",
@@ -45,6 +46,9 @@ class PlanNode(ABC):
     fields: tuple[Field, ...]
     rowtime: str | None
     label: str
+    #: Output columns that are a window's bounds: name -> ("start" or "end", the window).
+    #: They survive renames, so a query may group or join on them further down.
+    windows: dict[str, tuple[str, WindowTvf]] = field(default_factory=dict, kw_only=True)
 
     kind = "node"
 
@@ -156,6 +160,65 @@ def _call_text(call: AggCall) -> str:
 
 
 @dataclass(eq=False)
+class JoinNode(PlanNode):
+    """An inner equi-join of two inputs, each keyed by its ``*_keys`` columns (the
+    inputs are the sides' key Calcs). ``mode``:
+
+    - ``"regular"``: every pair with equal keys; each side's rows are kept forever;
+    - ``"interval"``: pairs whose event times satisfy ``left - right`` in ``bounds``
+      (ms, inclusive); rows are dropped once the watermark passes their interval;
+    - ``"window"``: pairs of the same window (the keys hold both sides' window bounds);
+      rows are dropped when the watermark passes ``window_end`` (``window_ends``: each
+      side's window-end column).
+
+    ``left_output``/``right_output``: (input column, output column) pairs; ``condition``
+    (a compiled boolean expression over the output columns) keeps the pairs where it is
+    TRUE."""
+
+    left_keys: tuple[str, ...] = field(kw_only=True)
+    right_keys: tuple[str, ...] = field(kw_only=True)
+    left_output: tuple[tuple[str, str], ...] = field(kw_only=True)
+    right_output: tuple[tuple[str, str], ...] = field(kw_only=True)
+    mode: str = field(kw_only=True)
+    bounds: tuple[int, int] | None = field(default=None, kw_only=True)
+    window_ends: tuple[str, str] | None = field(default=None, kw_only=True)
+    condition: CompiledExpression | None = field(default=None, kw_only=True)
+    condition_text: str = field(default="", kw_only=True)
+
+    kind = "join"
+
+    def digest(self) -> str:
+        return "|".join(
+            str(part)
+            for part in (
+                self.mode,
+                self.left_keys,
+                self.right_keys,
+                self.left_output,
+                self.right_output,
+                self.bounds,
+                self.window_ends,
+                self.condition_text,
+            )
+        )
+
+    def details(self) -> list[str]:
+        keys = ", ".join(f"{a} = {b}" for a, b in zip(self.left_keys, self.right_keys, strict=True))
+        lines = [f"{self.mode} join on {keys}"]
+        if self.mode == "interval":
+            assert self.bounds is not None
+            lines.append(f"time: left - right in [{self.bounds[0]}, {self.bounds[1]}] ms")
+            lines.append("state: each side's rows until the watermark passes their interval")
+        elif self.mode == "window":
+            lines.append("state: each side's rows until the watermark passes their window_end")
+        else:
+            lines.append("state: every row of both sides, kept forever (unbounded)")
+        if self.condition_text:
+            lines.append(f"condition: {self.condition_text}")
+        return lines
+
+
+@dataclass(eq=False)
 class UnionNode(PlanNode):
     """``UNION ALL`` of inputs with the same columns (each cast by its own Calc)."""
 
@@ -205,10 +268,15 @@ def explain(root: PlanNode) -> str:
             return
         seen[id(node)] = node.uid
         lines.append(f"{pad}{node.kind} [{node.uid}]  {node.label}")
-        columns = ", ".join(
-            f"{f.name} {f.type.sql()}" + (" *ROWTIME*" if f.name == node.rowtime else "")
-            for f in node.fields
-        )
+
+        def mark(name: str) -> str:
+            if name == node.rowtime:
+                return " *ROWTIME*"
+            if name in node.windows:
+                return f" *WINDOW {node.windows[name][0].upper()}*"
+            return ""
+
+        columns = ", ".join(f"{f.name} {f.type.sql()}{mark(f.name)}" for f in node.fields)
         if columns:
             lines.append(f"{pad}    columns: {columns}")
         for line in node.details():

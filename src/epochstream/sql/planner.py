@@ -23,22 +23,22 @@ Example::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sqlglot import exp
 
+from epochstream.core.arrow import TS
 from epochstream.exceptions import ConfigurationError, SqlError
+from epochstream.graph.specs import AggCall, SliceWindowAggregateSpec, WindowTvf
 from epochstream.sql.catalog import Catalog, TableDef, interval_ms
 from epochstream.sql.connectors import sink_binding
 from epochstream.sql.dialect import Flink, WindowTVF, node_position
-from epochstream.sql.expressions import CalcProgram, Field
-from epochstream.sql.types import SqlType, aggregate_result_type
-from epochstream.core.arrow import TS
-
-from epochstream.graph.specs import AggCall, SliceWindowAggregateSpec, WindowTvf
+from epochstream.sql.expressions import CalcProgram, Field, compile_expression
 from epochstream.sql.plan import (
     CalcNode,
+    JoinNode,
     PlanNode,
     ScanNode,
     SinkNode,
@@ -46,10 +46,12 @@ from epochstream.sql.plan import (
     UnionNode,
     WindowAggregateNode,
 )
+from epochstream.sql.types import SqlType, aggregate_result_type
 
 __all__ = ["Planner"]
 
 _WINDOW_COLUMNS = ("window_start", "window_end", "window_time")
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min", exp.Max: "max", exp.Avg: "avg"}
 _TIMESTAMP = SqlType.parse("TIMESTAMP(3)").with_nullable(False)
 
@@ -64,12 +66,56 @@ def _text(node: exp.Expression) -> str:
 
 
 @dataclass
-class _Relation:
-    """A planned input while a SELECT is bound: its plan and the name it is known by
-    (a table name or alias; ``None`` for an unnamed subquery)."""
+class _Scope:
+    """The names a SELECT's expressions can use: per FROM item, its qualifier (table
+    name or alias; None for an unnamed subquery) and its column names, each mapped to
+    the name of a field of the planned input (joins rename the right side's clashes)."""
 
-    node: PlanNode
-    qualifier: str | None
+    items: list[tuple[str | None, dict[str, str]]]
+
+    @classmethod
+    def of(cls, qualifier: str | None, fields: tuple[Field, ...]) -> _Scope:
+        return cls([(qualifier, {f.name: f.name for f in fields})])
+
+    def with_columns(self, names: tuple[str, ...]) -> _Scope:
+        """This scope with extra columns on its (single) item: a TVF's window columns."""
+        qualifier, columns = self.items[0]
+        return _Scope([(qualifier, {**columns, **{n: n for n in names}})])
+
+    def resolve(self, column: exp.Column) -> str:
+        """The field name ``column`` names; unknown or ambiguous names are errors."""
+        qualifier = column.table
+        if qualifier:
+            for name, columns in self.items:
+                if name == qualifier:
+                    if column.name in columns:
+                        return columns[column.name]
+                    raise _error(
+                        column,
+                        f"{qualifier} has no column {column.name!r} (columns: "
+                        f"{', '.join(sorted(columns))})",
+                    )
+            if len(self.items) == 1 and self.items[0][0] is None:
+                return self.resolve(_column(column.name))
+            known = ", ".join(n for n, _ in self.items if n) or "none"
+            raise _error(
+                column.args.get("table"), f"unknown table alias {qualifier!r} (known: {known})"
+            )
+        found = [columns[column.name] for _, columns in self.items if column.name in columns]
+        if not found:
+            every = sorted({c for _, columns in self.items for c in columns})
+            raise _error(column, f"unknown column {column.name!r} (columns: {', '.join(every)})")
+        if len(found) > 1:
+            raise _error(column, f"column {column.name!r} is ambiguous: qualify it with its table")
+        return found[0]
+
+    def side(self, column: exp.Column) -> int:
+        """Which FROM item ``column`` belongs to (its index)."""
+        qualifier = column.table
+        for i, (name, columns) in enumerate(self.items):
+            if (qualifier and name == qualifier) or (not qualifier and column.name in columns):
+                return i
+        raise _error(column, f"unknown column {column.name!r}")
 
 
 @dataclass
@@ -93,8 +139,10 @@ class Planner:
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
         self._ctes: list[dict[str, exp.Expression]] = []
-        # Scans of the same table and columns are planned once (shared by a statement set).
-        self._scans: dict[tuple[str, tuple[str, ...]], PlanNode] = {}
+        # One scan per table: the INSERTs of a statement set share their sources.
+        self._scans: dict[str, PlanNode] = {}
+        # The output names of a SELECT's bare column items before binding renamed them.
+        self._item_names: dict[int, list[str]] = {}
 
     # ------------------------------------------------------------------ statements
 
@@ -127,15 +175,13 @@ class Planner:
         for column, f in zip(wanted, query.fields, strict=True):
             declared = table.field(column)
             assert declared is not None
-            ref: exp.Expression = exp.column(f.name, quoted=True)
+            ref: exp.Expression = _column(f.name)
             if declared.type.with_nullable(True) != f.type.with_nullable(True):
                 ref = exp.Cast(this=ref, to=exp.DataType.build(declared.type.sql(), dialect=Flink))
             projections.append((column, ref))
         cast = self._calc(query, projections, None, f"INSERT INTO {name}")
         binding = sink_binding(table)
-        return SinkNode(
-            (cast,), cast.fields, None, f"sink: {name}", table=table, binding=binding
-        )
+        return SinkNode((cast,), cast.fields, None, f"sink: {name}", table=table, binding=binding)
 
     def plan_query(self, query: exp.Expression) -> PlanNode:
         """A ``SELECT``, ``UNION ALL`` or parenthesized query."""
@@ -179,12 +225,16 @@ class Planner:
         return self._scan(found)
 
     def _scan(self, table: TableDef) -> PlanNode:
+        if table.name not in self._scans:
+            self._scans[table.name] = self._new_scan(table)
+        return self._scans[table.name]
+
+    def _new_scan(self, table: TableDef) -> PlanNode:
         if table.stream is not None:
             return StreamScanNode(
                 (), table.fields, table.rowtime, f"table: {table.name}", table=table
             )
-        # Every declared column; the Calc above drops the ones not used, and the scan
-        # is narrowed to the referenced ones when the plan is finished (_narrow).
+        # Every declared column; the Calc above keeps the ones the query uses.
         columns = tuple(f.name for f in table.fields if f.name != table.proctime)
         return ScanNode(
             (),
@@ -195,18 +245,30 @@ class Planner:
             columns=columns,
         )
 
-    def _from(self, select: exp.Select) -> tuple[_Relation, _Window | None]:
+    def _from(
+        self, select: exp.Select
+    ) -> tuple[PlanNode, _Scope, _Window | None, exp.Expression | None]:
+        """The planned FROM clause: its node, the names it offers, the window TVF it
+        reads (if any), and what is left of WHERE to apply on top (a join takes the
+        conditions between its sides)."""
         from_ = select.args.get("from_")
         if from_ is None:
             raise _error(select, "SELECT without FROM is not supported (a stream needs a source)")
-        if select.args.get("joins"):
-            join = select.args["joins"][0]
+        where = select.args.get("where")
+        condition = where.this if where is not None else None
+        node, scope, window = self._from_item(from_.this)
+        joins = select.args.get("joins") or []
+        if joins and window is not None:
             raise _error(
-                join,
-                "joins are not supported yet (window, interval and regular joins are planned "
-                "for a later release)",
+                window.tvf,
+                "a window TVF joined with another table is not supported yet; aggregate each "
+                "side by window first (window join)",
             )
-        source = from_.this
+        for join in joins:
+            node, scope, condition = self._plan_join(node, scope, join, condition)
+        return node, scope, window, condition
+
+    def _from_item(self, source: exp.Expression) -> tuple[PlanNode, _Scope, _Window | None]:
         if isinstance(source, WindowTVF):
             window = self._window(source)
             input_ = self._lookup(source.args["table"])
@@ -218,13 +280,215 @@ class Planner:
                     f"attribute (a column with a WATERMARK; the input's is "
                     f"{input_.rowtime or 'none'})",
                 )
-            return _Relation(input_, source.alias or None), window
+            return input_, _Scope.of(source.alias or None, input_.fields), window
         if isinstance(source, exp.Table):
             node = self._lookup(source)
-            return _Relation(node, source.alias_or_name), None
+            return node, _Scope.of(source.alias_or_name, node.fields), None
         if isinstance(source, exp.Subquery):
-            return _Relation(self.plan_query(source.this), source.alias or None), None
+            node = self.plan_query(source.this)
+            return node, _Scope.of(source.alias or None, node.fields), None
         raise _error(source, f"unsupported FROM item {type(source).__name__}")
+
+    # ------------------------------------------------------------------ joins
+
+    def _plan_join(
+        self,
+        left: PlanNode,
+        left_scope: _Scope,
+        join: exp.Join,
+        where: exp.Expression | None,
+    ) -> tuple[PlanNode, _Scope, exp.Expression | None]:
+        """``left JOIN right ON ...`` (or ``left, right WHERE ...``): an inner join,
+        planned as a window join, an interval join or a regular join (in that order of
+        preference: the first two keep bounded state). Returns the join, the names it
+        offers, and the WHERE conjuncts it did not take."""
+        side = (join.args.get("side") or "").upper()
+        if side:
+            raise _error(
+                join,
+                f"{side} JOIN is not supported yet (an outer join emits rows it may have to "
+                "take back); use an inner join",
+            )
+        if join.args.get("using"):
+            raise _error(join, "JOIN ... USING is not supported; write ON a.k = b.k")
+        right, right_scope, window = self._from_item(join.this)
+        if window is not None:
+            raise _error(window.tvf, "a window TVF as a join input is not supported yet")
+        rename, used = {}, {f.name for f in left.fields}
+        for f in right.fields:
+            out, i = f.name, 0
+            while out in used:
+                out, i = f"{f.name}{i}", i + 1
+            used.add(out)
+            rename[f.name] = out
+        [(right_qualifier, right_columns)] = right_scope.items
+        scope = _Scope(
+            [*left_scope.items, (right_qualifier, {k: rename[v] for k, v in right_columns.items()})]
+        )
+        right_index = len(scope.items) - 1
+
+        def sides(node: exp.Expression) -> set[int] | None:
+            try:
+                return {
+                    0 if scope.side(c) < right_index else 1
+                    for c in node.find_all(exp.Column)
+                    if not isinstance(c.this, exp.Star)
+                }
+            except SqlError:
+                return None
+
+        on = join.args.get("on")
+        conjuncts = list(_conjuncts(on)) if on is not None else []
+        remaining: list[exp.Expression] = []
+        for c in _conjuncts(where) if where is not None else []:
+            (conjuncts if sides(c) is not None else remaining).append(c)
+
+        def bound(node: exp.Expression, side_scope: _Scope) -> exp.Expression:
+            node = node.copy()
+            self._bind(node, side_scope)
+            return node
+
+        left_filters, right_filters, residual = [], [], []
+        key_pairs: list[tuple[exp.Expression, exp.Expression]] = []
+        times: list[exp.Expression] = []
+        for c in conjuncts:
+            where_sides = sides(c)
+            if where_sides is None:
+                scope.resolve(next(x for x in c.find_all(exp.Column) if _unresolved(scope, x)))
+            if where_sides == {0}:
+                left_filters.append(bound(c, left_scope))
+            elif where_sides == {1}:
+                right_filters.append(bound(c, right_scope))
+            elif (
+                where_sides == {0, 1}
+                and isinstance(c, exp.EQ)
+                and {
+                    frozenset(sides(c.this) or ()),
+                    frozenset(sides(c.expression) or ()),
+                }
+                == {frozenset({0}), frozenset({1})}
+            ):
+                lhs, rhs = (
+                    (c.this, c.expression) if sides(c.this) == {0} else (c.expression, c.this)
+                )
+                key_pairs.append((bound(lhs, left_scope), bound(rhs, right_scope)))
+            elif where_sides == {0, 1} and _time_comparison(c):
+                times.append(c)
+                residual.append(c)
+            else:
+                residual.append(c)
+
+        mode, bounds, window_ends = "regular", None, None
+        ends = _window_pairs(key_pairs, left, right)
+        if ends is not None:
+            mode, window_ends = "window", ends
+        else:
+            found = self._interval_bounds(times, scope, right_index, left, right)
+            if found is not None:
+                mode, bounds = "interval", found
+                residual = [c for c in residual if all(c is not t for t in times)]
+        if not key_pairs:
+            raise _error(
+                on if on is not None else join,
+                "a join needs an equality between the two sides (a.k = b.k); a join without "
+                "one pairs every row with every other",
+            )
+
+        left_pre, left_keys = self._join_side(left, [k for k, _ in key_pairs], left_filters, "$lk")
+        right_pre, right_keys = self._join_side(
+            right, [k for _, k in key_pairs], right_filters, "$rk"
+        )
+        fields = (
+            *left.fields,
+            *(Field(rename[f.name], f.type) for f in right.fields),
+        )
+        condition = None
+        condition_text = ""
+        if residual:
+            predicate = _and([bound(c, scope) for c in residual])
+            condition = compile_expression(predicate, fields, self.catalog.functions)
+            condition_text = _text(predicate)
+        windows = {}
+        if mode == "window":
+            windows = {n: w for n, w in left.windows.items()}
+        node = JoinNode(
+            (left_pre, right_pre),
+            fields,
+            None,
+            _short(f"{mode} join"),
+            windows=windows,
+            left_keys=tuple(left_keys),
+            right_keys=tuple(right_keys),
+            left_output=tuple((f.name, f.name) for f in left.fields),
+            right_output=tuple((f.name, rename[f.name]) for f in right.fields),
+            mode=mode,
+            bounds=bounds,
+            window_ends=window_ends,
+            condition=condition,
+            condition_text=condition_text,
+        )
+        return node, scope, _and(remaining) if remaining else None
+
+    def _join_side(
+        self,
+        node: PlanNode,
+        keys: list[exp.Expression],
+        filters: list[exp.Expression],
+        prefix: str,
+    ) -> tuple[PlanNode, list[str]]:
+        """One join input: its filters and computed key columns in a Calc (the input
+        itself when there is nothing to compute), and its key column names."""
+        names = [f.name for f in node.fields]
+        projections = [(n, _column(n)) for n in names]
+        key_names = []
+        for i, key in enumerate(keys):
+            if isinstance(key, exp.Column) and key.name in names:
+                key_names.append(key.name)
+            else:
+                name = f"{prefix}{i}"
+                projections.append((name, key))
+                key_names.append(name)
+        pre = self._calc(node, projections, _and(filters) if filters else None, "join input")
+        return pre, key_names
+
+    def _interval_bounds(
+        self,
+        comparisons: list[exp.Expression],
+        scope: _Scope,
+        right_index: int,
+        left: PlanNode,
+        right: PlanNode,
+    ) -> tuple[int, int] | None:
+        """``(lower, upper)`` with ``lower <= left._ts - right._ts <= upper`` implied by
+        ``comparisons`` of the two sides' time attributes, or None when they do not bound
+        it on both ends. A window aggregation's ``window_end`` counts as a time
+        attribute: its rows' event time is ``window_end - 1``."""
+        lower, upper = None, None
+        for c in comparisons:
+            for op, a, b in _comparisons(c):
+                ta = _time_term(a, scope, right_index, left, right)
+                tb = _time_term(b, scope, right_index, left, right)
+                if ta is None or tb is None or ta[0] == tb[0]:
+                    return None
+                # value = _ts + shift + constant on each side; normalize to left - right.
+                if ta[0] == 1:
+                    ta, tb, op = tb, ta, _FLIPPED[op]
+                k = (tb[1] + tb[2]) - (ta[1] + ta[2])
+                if op in (">=", ">"):
+                    value = k if op == ">=" else k + 1
+                    lower = value if lower is None else max(lower, value)
+                elif op in ("<=", "<"):
+                    value = k if op == "<=" else k - 1
+                    upper = value if upper is None else min(upper, value)
+                else:
+                    return None
+        if lower is None or upper is None:
+            return None
+        if lower > upper:
+            raise _error(
+                comparisons[0], f"the join's time bounds are empty ([{lower}, {upper}] ms)"
+            )
+        return lower, upper
 
     def _window(self, tvf: WindowTVF) -> _Window:
         kind = tvf.kind.lower()
@@ -245,42 +509,55 @@ class Planner:
 
     # ------------------------------------------------------------------ binding
 
-    def _bind(self, node: exp.Expression, relation: _Relation, fields: tuple[Field, ...]) -> None:
-        """Rewrite every column of ``node`` to a field name of ``fields`` (qualifiers
-        checked against the relation's name, then dropped)."""
-        names = {f.name for f in fields}
+    def _bind(self, node: exp.Expression, scope: _Scope) -> None:
+        """Rewrite every column of ``node`` to the field name it names in ``scope``
+        (qualifiers checked, then dropped)."""
         for column in list(node.find_all(exp.Column)):
             if isinstance(column.this, exp.Star):
                 continue
-            qualifier = column.table
-            if qualifier and relation.qualifier is not None and qualifier != relation.qualifier:
-                raise _error(column, f"unknown table alias {qualifier!r} in {_text(column)}")
-            if column.name not in names:
-                raise _error(
-                    column,
-                    f"unknown column {column.name!r} (columns: {', '.join(sorted(names))})",
-                )
+            name = scope.resolve(column)
             column.set("table", None)
+            identifier = _identifier(name)
+            identifier.meta.update(column.this.meta)  # keeps the position for errors
+            column.set("this", identifier)
 
-    def _select_list(self, select: exp.Select, fields: tuple[Field, ...]) -> list[tuple[str, exp.Expression]]:
-        """``(output name, expression)`` per select item, ``*`` expanded."""
+    def _select_list(
+        self, select: exp.Select, scope: _Scope, fields: tuple[Field, ...], *, bind: bool = True
+    ) -> list[tuple[str, exp.Expression]]:
+        """``(output name, bound expression)`` per select item, ``*`` and ``t.*``
+        expanded (``fields``: the input's, for ``*``). ``bind=False``: the items are
+        bound already."""
         out: list[tuple[str, exp.Expression]] = []
+        names_before = self._item_names.get(id(select)) or [
+            e.name if isinstance(e, exp.Column) else "" for e in select.expressions
+        ]
         for i, item in enumerate(select.expressions):
-            if isinstance(item, exp.Star) or (
-                isinstance(item, exp.Column) and isinstance(item.this, exp.Star)
-            ):
-                out.extend((f.name, exp.column(f.name, quoted=True)) for f in fields)
+            if isinstance(item, exp.Star):
+                out.extend((f.name, _column(f.name)) for f in fields)
                 continue
+            if isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
+                columns = next((c for q, c in scope.items if q == item.table), None)
+                if columns is None:
+                    raise _error(item, f"unknown table alias {item.table!r} in {_text(item)}")
+                out.extend((name, _column(field)) for name, field in columns.items())
+                continue
+            if bind:
+                item = item.copy()
+                self._bind(item, scope)
             if isinstance(item, exp.Alias):
                 out.append((item.alias, item.this))
             elif isinstance(item, exp.Column):
-                out.append((item.name, item))
+                out.append((names_before[i], item))
             else:
                 out.append((f"EXPR${i}", item))
-        names = [n for n, _ in out]
-        duplicate = next((n for n in names if names.count(n) > 1), None)
-        if duplicate is not None:
-            raise _error(select, f"the select list names {duplicate!r} twice; give one an alias")
+        # A name given twice (a.x, b.x) is made unique as Flink does: x, x0, x1...
+        seen: set[str] = set()
+        for i, (name, expr) in enumerate(out):
+            unique, n = name, 0
+            while unique in seen:
+                unique, n = f"{name}{n}", n + 1
+            seen.add(unique)
+            out[i] = (unique, expr)
         if not out:
             raise _error(select, "empty select list")
         return out
@@ -303,8 +580,7 @@ class Planner:
                 "SELECT DISTINCT produces updates (an append-only result cannot take back a "
                 "row); group by a window instead",
             )
-        relation, window = self._from(select)
-        input_ = relation.node
+        input_, scope, window, where = self._from(select)
         over = next(select.find_all(exp.Window), None)
         if over is not None:
             raise _error(over, "OVER windows and ROW_NUMBER are not supported yet")
@@ -319,24 +595,11 @@ class Planner:
                 )
             if select.args.get("having"):
                 raise _error(select.args["having"], "HAVING needs a GROUP BY")
-            for item in select.expressions:
-                self._bind(item, relation, input_.fields)
-            where = select.args.get("where")
-            condition = None
+            projections = self._select_list(select, scope, input_.fields)
             if where is not None:
-                self._bind(where, relation, input_.fields)
-                condition = where.this
-            projections = self._select_list(select, input_.fields)
-            return self._calc(input_, projections, condition, _text(select))
-        if window is None:
-            group = select.args.get("group")
-            raise _error(
-                group if group is not None else select,
-                "GROUP BY without a window TVF produces updates (each new row changes its "
-                "group's result), which append-only results cannot take; group by "
-                "window_start, window_end of a TUMBLE, HOP or CUMULATE window",
-            )
-        return self._plan_window_aggregate(select, relation, window)
+                self._bind(where, scope)
+            return self._calc(input_, projections, where, _text(select))
+        return self._plan_window_aggregate(select, input_, scope, window, where)
 
     def _calc(
         self,
@@ -347,8 +610,10 @@ class Planner:
     ) -> PlanNode:
         """A Calc over ``input_``, or ``input_`` itself when it would change nothing."""
         names = [f.name for f in input_.fields]
-        identity = condition is None and [n for n, _ in projections] == names and all(
-            isinstance(e, exp.Column) and e.name == n for n, e in projections
+        identity = (
+            condition is None
+            and [n for n, _ in projections] == names
+            and all(isinstance(e, exp.Column) and e.name == n for n, e in projections)
         )
         if identity:
             return input_
@@ -356,10 +621,14 @@ class Planner:
             projections, condition, input_.fields, self.catalog.functions, keep=(TS,)
         )
         rowtime = None
+        windows: dict[str, tuple[str, WindowTvf]] = {}
         for name, expr in projections:
-            if input_.rowtime is not None and isinstance(expr, exp.Column) and expr.name == input_.rowtime:
+            if not isinstance(expr, exp.Column):
+                continue
+            if rowtime is None and expr.name == input_.rowtime:
                 rowtime = name
-                break
+            if expr.name in input_.windows:
+                windows[name] = input_.windows[expr.name]
         text = ", ".join(
             _text(e) if isinstance(e, exp.Column) and e.name == n else f"{_text(e)} AS {n}"
             for n, e in projections
@@ -367,94 +636,150 @@ class Planner:
         if condition is not None:
             text += f" WHERE {_text(condition)}"
         return CalcNode(
-            (input_,), program.output_fields, rowtime, _short(label), program=program, text=text
+            (input_,),
+            program.output_fields,
+            rowtime,
+            _short(label),
+            windows=windows,
+            program=program,
+            text=text,
         )
 
     # ------------------------------------------------------------------ window aggregation
 
     def _plan_window_aggregate(
-        self, select: exp.Select, relation: _Relation, window: _Window
+        self,
+        select: exp.Select,
+        input_: PlanNode,
+        scope: _Scope,
+        window: _Window | None,
+        where: exp.Expression | None,
     ) -> PlanNode:
-        input_ = relation.node
-        window_fields = (
-            Field("window_start", _TIMESTAMP),
-            Field("window_end", _TIMESTAMP),
-            Field("window_time", _TIMESTAMP),
-        )
-        visible = (*input_.fields, *window_fields)
+        """A window aggregation: over a window TVF (``window``; windows computed from the
+        event time), or over an input whose rows already carry their windows (the
+        output of a window aggregation, grouped again by its window bounds: Flink's
+        cascading window aggregation)."""
         group = select.args.get("group")
         group_items = list(group.expressions) if group is not None else []
+        tvf_columns = window is not None
+        visible = input_.fields
+        columns_scope = scope
+        if tvf_columns:
+            visible = (
+                *input_.fields,
+                Field("window_start", _TIMESTAMP),
+                Field("window_end", _TIMESTAMP),
+                Field("window_time", _TIMESTAMP),
+            )
+            columns_scope = scope.with_columns(_WINDOW_COLUMNS)
+        # Output names of bare column items, before binding renames them.
+        self._item_names[id(select)] = [
+            e.name if isinstance(e, exp.Column) else "" for e in select.expressions
+        ]
+        if where is not None:
+            self._bind(where, scope)
         for item in [*group_items, *select.expressions]:
-            self._bind(item, relation, visible)
+            self._bind(item, columns_scope)
         having = select.args.get("having")
         if having is not None:
-            self._bind(having, relation, visible)
-        where = select.args.get("where")
-        if where is not None:
-            self._bind(where, relation, input_.fields)
-            if any(c.name in _WINDOW_COLUMNS for c in where.find_all(exp.Column)):
-                raise _error(where, "WHERE cannot use the window columns before aggregation")
+            self._bind(having, columns_scope)
 
-        # Group items: window_start and window_end (required), the rest are keys.
-        window_items = {_text(g) for g in group_items if isinstance(g, exp.Column) and g.name in _WINDOW_COLUMNS}
-        if not {"window_start", "window_end"} <= {n.strip('"`') for n in window_items}:
-            raise _error(
-                group if group is not None else select,
-                f"a {window.kind.upper()} window aggregation groups by window_start and "
-                "window_end (Flink's window aggregation); without them the result would be "
-                "updating",
+        if tvf_columns:
+            assert window is not None
+            operator_window = window.window
+            bounds = {"window_start", "window_end"}
+            if where is not None and any(
+                c.name in _WINDOW_COLUMNS for c in where.find_all(exp.Column)
+            ):
+                raise _error(where, "WHERE cannot use the window columns before aggregation")
+            grouped = {g.name for g in group_items if isinstance(g, exp.Column)}
+            if not bounds <= grouped:
+                raise _error(
+                    group if group is not None else select,
+                    f"a {window.kind.upper()} window aggregation groups by window_start and "
+                    "window_end (Flink's window aggregation); without them the result would be "
+                    "updating",
+                )
+            keys_of_group = [
+                g
+                for g in group_items
+                if not (isinstance(g, exp.Column) and g.name in _WINDOW_COLUMNS)
+            ]
+            for g in group_items:
+                if isinstance(g, exp.Column) and g.name == "window_time":
+                    raise _error(
+                        g, "group by window_start, window_end (window_time follows from them)"
+                    )
+            out_windows = {
+                "window_start": ("start", operator_window),
+                "window_end": ("end", operator_window),
+            }
+        else:
+            given = _given_window(group_items, input_)
+            if given is None:
+                raise _error(
+                    group if group is not None else select,
+                    "GROUP BY without a window TVF produces updates (each new row changes its "
+                    "group's result), which append-only results cannot take; group by "
+                    "window_start, window_end of a TUMBLE, HOP or CUMULATE window",
+                )
+            input_window = given
+            # Each input window ends on its own multiple of this period (its rows' event
+            # time is window_end - 1), so tumbling windows of it tell the input windows apart.
+            period = {"hop": input_window.slide, "cumulate": input_window.step}.get(
+                input_window.kind, input_window.size
             )
+            assert period is not None
+            operator_window = WindowTvf.tumble(period, input_window.offset % period)
+            keys_of_group = list(group_items)
+            out_windows = {}
+
         pre: list[tuple[str, exp.Expression]] = []
         pre_names: dict[str, str] = {}  # expression text -> pre-Calc column
 
         def pre_column(node: exp.Expression, prefix: str) -> str:
             text = _text(node)
             if text not in pre_names:
-                name = node.name if isinstance(node, exp.Column) and node.name not in pre_names.values() else f"{prefix}{len(pre)}"
+                plain = isinstance(node, exp.Column) and node.name not in _WINDOW_COLUMNS
+                name = (
+                    node.name
+                    if plain and node.name not in pre_names.values()
+                    else f"{prefix}{len(pre)}"
+                )
                 pre.append((name, node))
                 pre_names[text] = name
             return pre_names[text]
 
         keys: list[str] = []
         key_text: dict[str, str] = {}
-        for g in group_items:
-            if isinstance(g, exp.Column) and g.name in _WINDOW_COLUMNS:
-                if g.name == "window_time":
-                    raise _error(g, "group by window_start, window_end (window_time follows from them)")
-                continue
-            if any(c.name in _WINDOW_COLUMNS for c in g.find_all(exp.Column)):
+        for g in keys_of_group:
+            if tvf_columns and any(c.name in _WINDOW_COLUMNS for c in g.find_all(exp.Column)):
                 raise _error(g, "a group key cannot compute on the window columns")
             name = pre_column(g, "$k")
             if name not in keys:
                 keys.append(name)
             key_text[_text(g)] = name
+            if not tvf_columns and isinstance(g, exp.Column) and g.name in input_.windows:
+                out_windows[name] = input_.windows[g.name]
 
         calls: list[AggCall] = []
         call_text: dict[str, str] = {}
         for agg in self._aggregate_calls(select, having):
             text = _text(agg)
-            if text in call_text:
-                continue
-            output = f"$a{len(calls)}"
-            calls.append(self._aggregate_call(agg, output, pre_column))
-            call_text[text] = output
+            if text not in call_text:
+                output = f"$a{len(calls)}"
+                calls.append(self._aggregate_call(agg, output, pre_column))
+                call_text[text] = output
+        if not calls:
+            # Grouping alone (SELECT k, window_start ... GROUP BY ...): COUNT(*) keeps the
+            # operator's one aggregate; the select list does not show it.
+            calls.append(AggCall("count_star", None, "$a0"))
 
-        pre_program_input = input_
-        if where is None and all(isinstance(e, exp.Column) and e.name == n for n, e in pre):
-            # Plain columns only: the operator reads them from the input as they are.
-            pre_node = self._calc(
-                pre_program_input,
-                [(n, e) for n, e in pre] or [(input_.fields[0].name, exp.column(input_.fields[0].name, quoted=True))],
-                None,
-                f"{window.kind.upper()} input",
-            )
-        else:
-            pre_node = self._calc(
-                pre_program_input,
-                pre or [(input_.fields[0].name, exp.column(input_.fields[0].name, quoted=True))],
-                where.this if where is not None else None,
-                f"{window.kind.upper()} input",
-            )
+        if not pre:
+            # COUNT(*) over no keys still needs one column to read.
+            first = input_.fields[0].name
+            pre.append((first, _column(first)))
+        pre_node = self._calc(input_, pre, where, f"{operator_window.kind.upper()} input")
         pre_types = {f.name: f.type for f in pre_node.fields}
         agg_fields = []
         for call in calls:
@@ -475,8 +800,11 @@ class Planner:
             (pre_node,),
             out_fields,
             None,
-            _short(f"{window.kind.upper()} aggregate: {_text(select)}"),
-            spec=SliceWindowAggregateSpec(keys=tuple(keys), window=window.window, aggs=tuple(calls)),
+            _short(f"{operator_window.kind.upper()} aggregate: {_text(select)}"),
+            windows=out_windows,
+            spec=SliceWindowAggregateSpec(
+                keys=tuple(keys), window=operator_window, aggs=tuple(calls)
+            ),
         )
 
         # The select list and HAVING over the aggregate's output.
@@ -485,20 +813,22 @@ class Planner:
                 text = _text(n)
                 if text in call_text:
                     output = call_text[text]
-                    ref: exp.Expression = exp.column(output, quoted=True)
+                    ref: exp.Expression = _column(output)
                     if flink_types[output] != operator_types[output]:
                         to = exp.DataType.build(flink_types[output].sql(), dialect=Flink)
                         ref = exp.Cast(this=ref, to=to)
                     return ref
                 if text in key_text:
-                    return exp.column(key_text[text], quoted=True)
+                    return _column(key_text[text])
                 if isinstance(n, exp.Column):
-                    if n.name == "window_time":
+                    if tvf_columns and n.name == "window_time":
                         return exp.Sub(
-                            this=exp.column("window_end", quoted=True),
-                            expression=exp.Interval(this=exp.Literal.string("1"), unit=exp.var("MILLISECOND")),
+                            this=_column("window_end"),
+                            expression=exp.Interval(
+                                this=exp.Literal.string("1"), unit=exp.var("MILLISECOND")
+                            ),
                         )
-                    if n.name in ("window_start", "window_end"):
+                    if tvf_columns and n.name in ("window_start", "window_end"):
                         return n
                     raise _error(
                         n,
@@ -509,17 +839,20 @@ class Planner:
 
             return node.copy().transform(visit)
 
-        projections = [(name, substitute(e)) for name, e in self._select_list(select, visible)]
+        items = self._select_list(select, columns_scope, visible, bind=False)
+        projections = [(name, substitute(e)) for name, e in items]
         condition = substitute(having.this) if having is not None else None
         post = self._calc(aggregate, projections, condition, _text(select))
-        rowtime = next(
-            (name for name, e in self._select_list(select, visible) if isinstance(e, exp.Column) and e.name == "window_time"),
-            None,
-        )
-        post.rowtime = rowtime
+        if tvf_columns:
+            post.rowtime = next(
+                (n for n, e in items if isinstance(e, exp.Column) and e.name == "window_time"),
+                None,
+            )
         return post
 
-    def _aggregate_calls(self, select: exp.Select, having: exp.Having | None) -> Iterator[exp.Expression]:
+    def _aggregate_calls(
+        self, select: exp.Select, having: exp.Having | None
+    ) -> Iterator[exp.Expression]:
         for item in [*select.expressions, *([having] if having is not None else [])]:
             yield from _aggregates_in(item)
 
@@ -539,7 +872,9 @@ class Planner:
             distinct = True
             arg = arg.expressions[0]
             if kind != "count":
-                raise _error(agg, f"{kind.upper()}(DISTINCT ...) is not supported; COUNT(DISTINCT ...) is")
+                raise _error(
+                    agg, f"{kind.upper()}(DISTINCT ...) is not supported; COUNT(DISTINCT ...) is"
+                )
         if isinstance(arg, exp.Star):
             if kind != "count":
                 raise _error(agg, f"{kind.upper()}(*) is not valid")
@@ -553,23 +888,141 @@ class Planner:
 
     def _plan_union(self, union: exp.Union) -> PlanNode:
         if union.args.get("distinct"):
-            raise _error(union, "UNION without ALL removes duplicates, which produces updates; use UNION ALL")
+            raise _error(
+                union, "UNION without ALL removes duplicates, which produces updates; use UNION ALL"
+            )
         inputs = [self.plan_query(union.this), self.plan_query(union.expression)]
         first = inputs[0].fields
         for other in inputs[1:]:
             if len(other.fields) != len(first):
-                raise _error(union, f"UNION ALL inputs have {len(first)} and {len(other.fields)} columns")
+                raise _error(
+                    union, f"UNION ALL inputs have {len(first)} and {len(other.fields)} columns"
+                )
         aligned = []
         for node in inputs:
             projections: list[tuple[str, exp.Expression]] = []
             for target, f in zip(first, node.fields, strict=True):
-                ref: exp.Expression = exp.column(f.name, quoted=True)
+                ref: exp.Expression = _column(f.name)
                 if f.type != target.type:
-                    ref = exp.Cast(this=ref, to=exp.DataType.build(target.type.sql(), dialect=Flink))
+                    ref = exp.Cast(
+                        this=ref, to=exp.DataType.build(target.type.sql(), dialect=Flink)
+                    )
                 projections.append((target.name, ref))
             aligned.append(self._calc(node, projections, None, "UNION ALL input"))
-        rowtime = inputs[0].rowtime if all(n.rowtime == inputs[0].rowtime for n in aligned) else None
+        rowtime = (
+            inputs[0].rowtime if all(n.rowtime == inputs[0].rowtime for n in aligned) else None
+        )
         return UnionNode(tuple(aligned), first, rowtime, "UNION ALL")
+
+
+def _column(name: str) -> exp.Column:
+    """A column reference to the field ``name``."""
+    return exp.Column(this=_identifier(name))
+
+
+_FLIPPED = {">=": "<=", ">": "<", "<=": ">=", "<": ">", "=": "="}
+_COMPARISONS = {exp.GTE: ">=", exp.GT: ">", exp.LTE: "<=", exp.LT: "<", exp.EQ: "="}
+
+
+def _conjuncts(node: exp.Expression) -> Iterator[exp.Expression]:
+    """The AND-ed parts of a condition."""
+    if isinstance(node, exp.Paren):
+        yield from _conjuncts(node.this)
+    elif isinstance(node, exp.And):
+        yield from _conjuncts(node.this)
+        yield from _conjuncts(node.expression)
+    else:
+        yield node
+
+
+def _and(parts: list[exp.Expression]) -> exp.Expression:
+    out = parts[0]
+    for part in parts[1:]:
+        out = exp.And(this=out, expression=part)
+    return out
+
+
+def _unresolved(scope: _Scope, column: exp.Column) -> bool:
+    try:
+        scope.resolve(column)
+    except SqlError:
+        return True
+    return False
+
+
+def _time_comparison(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Between | exp.GTE | exp.GT | exp.LTE | exp.LT)
+
+
+def _comparisons(node: exp.Expression) -> list[tuple[str, exp.Expression, exp.Expression]]:
+    """``a BETWEEN l AND h`` as ``a >= l``, ``a <= h``; a comparison as itself."""
+    if isinstance(node, exp.Between):
+        return [(">=", node.this, node.args["low"]), ("<=", node.this, node.args["high"])]
+    return [(_COMPARISONS[type(node)], node.this, node.expression)]
+
+
+def _time_term(
+    node: exp.Expression, scope: _Scope, right_index: int, left: PlanNode, right: PlanNode
+) -> tuple[int, int, int] | None:
+    """``(side, shift, constant)`` when ``node`` is a side's time attribute plus or minus
+    an interval: its value is that side's event time + shift + constant (ms)."""
+    constant = 0
+    while isinstance(node, exp.Add | exp.Sub) and isinstance(node.expression, exp.Interval):
+        amount = interval_ms(node.expression)
+        constant += amount if isinstance(node, exp.Add) else -amount
+        node = node.this
+    if isinstance(node, exp.Paren):
+        return _time_term(node.this, scope, right_index, left, right)
+    if not isinstance(node, exp.Column):
+        return None
+    try:
+        index = scope.side(node)
+        name = scope.resolve(node)
+    except SqlError:
+        return None
+    side, input_ = (1, right) if index == right_index else (0, left)
+    if side == 1:
+        name = next((k for k, v in scope.items[right_index][1].items() if v == name), name)
+    if name == input_.rowtime:
+        return side, 0, constant
+    role = input_.windows.get(name)
+    if role is not None and role[0] == "end":
+        return side, 1, constant  # rows of a window aggregation carry _ts = window_end - 1
+    return None
+
+
+def _window_pairs(
+    keys: list[tuple[exp.Expression, exp.Expression]], left: PlanNode, right: PlanNode
+) -> tuple[str, str] | None:
+    """The two sides' window-end columns when ``keys`` equate both sides' window start
+    and window end of the same window (a window join), else None."""
+    found: dict[str, tuple[str, str]] = {}
+    for a, b in keys:
+        if not (isinstance(a, exp.Column) and isinstance(b, exp.Column)):
+            continue
+        wa, wb = left.windows.get(a.name), right.windows.get(b.name)
+        if wa is not None and wb is not None and wa == wb:
+            found[wa[0]] = (a.name, b.name)
+    if "start" in found and "end" in found:
+        return found["end"]
+    return None
+
+
+def _identifier(name: str) -> exp.Identifier:
+    """``name`` as an identifier, quoted only where it must be (shown in plans)."""
+    return exp.to_identifier(name, quoted=not _PLAIN.fullmatch(name))
+
+
+def _given_window(group_items: list[exp.Expression], input_: PlanNode) -> WindowTvf | None:
+    """The window of ``input_`` whose start and end columns are both among
+    ``group_items``, or None."""
+    starts = {}
+    ends = {}
+    for g in group_items:
+        if isinstance(g, exp.Column) and g.name in input_.windows:
+            role, window = input_.windows[g.name]
+            (starts if role == "start" else ends)[window] = g.name
+    return next((window for window in starts if window in ends), None)
 
 
 def _flink_result_type(call: AggCall, arg_type: SqlType | None) -> SqlType:
