@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+
 import pyarrow as pa
 
 from epochstream.connectors.base import Sink, Source

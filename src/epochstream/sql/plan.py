@@ -32,6 +32,7 @@ __all__ = [
     "StreamScanNode",
     "UnionNode",
     "WindowAggregateNode",
+    "WindowTopNNode",
     "explain",
 ]
 
@@ -216,6 +217,36 @@ class JoinNode(PlanNode):
         if self.condition_text:
             lines.append(f"condition: {self.condition_text}")
         return lines
+
+
+@dataclass(eq=False)
+class WindowTopNNode(PlanNode):
+    """Flink's window Top-N: per window and ``partition`` key, the first ``n`` rows in
+    ``order`` (``(column, descending, nulls_first)``), emitted when the watermark
+    passes the window's end; ``rank_column`` holds ROW_NUMBER when the query keeps it.
+    ``window_ends``: the input's window-start and window-end columns."""
+
+    partition: tuple[str, ...] = field(kw_only=True)
+    order: tuple[tuple[str, bool, bool], ...] = field(kw_only=True)
+    n: int = field(kw_only=True)
+    rank_column: str | None = field(kw_only=True)
+    window_columns: tuple[str, str] = field(kw_only=True)
+
+    kind = "window-top-n"
+
+    def digest(self) -> str:
+        return f"{self.partition}|{self.order}|{self.n}|{self.rank_column}|{self.window_columns}"
+
+    def details(self) -> list[str]:
+        order = ", ".join(
+            f"{c} {'DESC' if d else 'ASC'} NULLS {'FIRST' if nf else 'LAST'}"
+            for c, d, nf in self.order
+        )
+        return [
+            f"top {self.n} per window and {', '.join(self.partition) or '(window only)'}",
+            f"order: {order}",
+            "state: the rows of each open window, dropped when the watermark passes its end",
+        ]
 
 
 @dataclass(eq=False)

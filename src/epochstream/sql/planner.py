@@ -45,6 +45,7 @@ from epochstream.sql.plan import (
     StreamScanNode,
     UnionNode,
     WindowAggregateNode,
+    WindowTopNNode,
 )
 from epochstream.sql.types import SqlType, aggregate_result_type
 
@@ -580,6 +581,9 @@ class Planner:
                 "SELECT DISTINCT produces updates (an append-only result cannot take back a "
                 "row); group by a window instead",
             )
+        top_n = self._window_top_n(select)
+        if top_n is not None:
+            return top_n
         input_, scope, window, where = self._from(select)
         over = next(select.find_all(exp.Window), None)
         if over is not None:
@@ -600,6 +604,97 @@ class Planner:
                 self._bind(where, scope)
             return self._calc(input_, projections, where, _text(select))
         return self._plan_window_aggregate(select, input_, scope, window, where)
+
+    # ------------------------------------------------------------------ window Top-N
+
+    def _window_top_n(self, select: exp.Select) -> PlanNode | None:
+        """``SELECT ... FROM (SELECT ..., ROW_NUMBER() OVER (PARTITION BY window_start,
+        window_end, ... ORDER BY ...) AS rn FROM windowed) WHERE rn <= N``: Flink's window
+        Top-N, or None when ``select`` is not of that shape."""
+        from_ = select.args.get("from_")
+        inner = from_.this if from_ is not None else None
+        if not isinstance(inner, exp.Subquery) or not isinstance(inner.this, exp.Select):
+            return None
+        body = inner.this
+        ranked = [
+            (i, item)
+            for i, item in enumerate(body.expressions)
+            if isinstance(item, exp.Alias) and isinstance(item.this, exp.Window)
+        ]
+        if len(ranked) != 1 or select.args.get("joins"):
+            return None
+        index, item = ranked[0]
+        over = item.this
+        if not isinstance(over.this, exp.RowNumber):
+            raise _error(over, f"{_text(over.this)} OVER is not supported; ROW_NUMBER() is")
+        rank = item.alias
+        where = select.args.get("where")
+        limit, rest = _rank_limit(where.this if where is not None else None, rank)
+        if limit is None:
+            raise _error(
+                over,
+                f"ROW_NUMBER() needs a filter on {rank} in the outer query (WHERE {rank} <= N): "
+                "without one the result is an unbounded, updating ranking",
+            )
+        trimmed = body.copy()
+        trimmed.set("expressions", [e for i, e in enumerate(trimmed.expressions) if i != index])
+        ranked_input = self.plan_query(trimmed)
+        names = {f.name for f in ranked_input.fields}
+
+        def column_of(node: exp.Expression) -> str:
+            if not isinstance(node, exp.Column) or node.name not in names:
+                raise _error(
+                    node, "PARTITION BY and ORDER BY take columns of the ranked query's output"
+                )
+            return node.name
+
+        partition = [column_of(p) for p in over.args.get("partition_by") or []]
+        roles = {ranked_input.windows.get(c, ("", None))[0]: c for c in partition}
+        if "start" not in roles or "end" not in roles:
+            raise _error(
+                over,
+                "ROW_NUMBER() OVER (PARTITION BY ...) must partition by window_start and "
+                "window_end of a window aggregation or window TVF (window Top-N); other "
+                "rankings produce updates",
+            )
+        order_node = over.args.get("order")
+        if order_node is None:
+            raise _error(over, "ROW_NUMBER() OVER needs an ORDER BY")
+        order = tuple(
+            (column_of(o.this), bool(o.args.get("desc")), bool(o.args.get("nulls_first")))
+            for o in order_node.expressions
+        )
+        keys = tuple(c for c in partition if c not in (roles["start"], roles["end"]))
+        keeps_rank = any(
+            isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.name == rank)
+            for item in select.expressions
+            for e in item.find_all(exp.Column, exp.Star)
+        )
+        fields = ranked_input.fields
+        if keeps_rank:
+            fields = (*fields, Field(rank, SqlType.parse("BIGINT").with_nullable(False)))
+        node = WindowTopNNode(
+            (ranked_input,),
+            fields,
+            None,
+            _short(f"window top {limit}: {_text(over)}"),
+            windows=dict(ranked_input.windows),
+            partition=keys,
+            order=order,
+            n=limit,
+            rank_column=rank if keeps_rank else None,
+            window_columns=(roles["start"], roles["end"]),
+        )
+        outer = select.copy()
+        outer.set("from_", exp.From(this=exp.Table(this=exp.to_identifier("__top_n"))))
+        outer.set("where", exp.Where(this=rest) if rest is not None else None)
+        scope = _Scope.of(inner.alias or None, node.fields)
+        projections = self._select_list(outer, scope, node.fields)
+        condition = None
+        if rest is not None:
+            condition = outer.args["where"].this
+            self._bind(condition, scope)
+        return self._calc(node, projections, condition, _text(select))
 
     def _calc(
         self,
@@ -922,6 +1017,35 @@ def _column(name: str) -> exp.Column:
 
 _FLIPPED = {">=": "<=", ">": "<", "<=": ">=", "<": ">", "=": "="}
 _COMPARISONS = {exp.GTE: ">=", exp.GT: ">", exp.LTE: "<=", exp.LT: "<", exp.EQ: "="}
+
+
+def _rank_limit(
+    condition: exp.Expression | None, rank: str
+) -> tuple[int | None, exp.Expression | None]:
+    """``N`` of ``rank <= N`` (``< N``, ``= 1``) among ``condition``'s conjuncts, and
+    the other conjuncts."""
+    if condition is None:
+        return None, None
+    limit, rest = None, []
+    for c in _conjuncts(condition):
+        is_rank = (
+            isinstance(c, exp.LTE | exp.LT | exp.EQ)
+            and isinstance(c.this, exp.Column)
+            and c.this.name == rank
+            and isinstance(c.expression, exp.Literal)
+            and not c.expression.is_string
+        )
+        if not is_rank:
+            rest.append(c)
+            continue
+        value = int(c.expression.name)
+        n = value - 1 if isinstance(c, exp.LT) else value
+        if isinstance(c, exp.EQ) and value != 1:
+            raise _error(c, f"{rank} = {value}: only {rank} = 1 (deduplication) or {rank} <= N")
+        if n < 1:
+            raise _error(c, f"{_text(c)} keeps no row")
+        limit = n if limit is None else min(limit, n)
+    return limit, _and(rest) if rest else None
 
 
 def _conjuncts(node: exp.Expression) -> Iterator[exp.Expression]:
