@@ -35,7 +35,7 @@ def _tvf_subquery(tvf: WindowTVF) -> exp.Expression:
     src = tvf.args["table"].sql(dialect="duckdb")
     t = f"epoch_ms(CAST({tvf.args['timecol'].sql(dialect='duckdb')} AS TIMESTAMP))"
     off = interval_ms(tvf.args["offset"]) if tvf.args.get("offset") else 0
-    size = interval_ms(tvf.args["size"])
+    size = interval_ms(tvf.args["size"]) if tvf.args.get("size") else 0
     if kind == "TUMBLE":
         ws = f"({t} - (({t} - {off}) % {size} + {size}) % {size})"
         body = f"SELECT *, {ws} AS __ws, {ws} + {size} AS __we FROM {src}"
@@ -54,6 +54,19 @@ def _tvf_subquery(tvf: WindowTVF) -> exp.Expression:
         body = (
             f"SELECT * EXCLUDE (__k), {base} AS __ws, {base} + __k * {step} AS __we FROM {src} "
             f"CROSS JOIN range(1, {size // step + 1}) AS __r(__k) WHERE {base} + __k * {step} > {t}"
+        )
+    elif kind == "SESSION":
+        gap = interval_ms(tvf.args["gap"])
+        part = ", ".join(c.sql(dialect="duckdb") for c in tvf.args.get("partition_by") or [])
+        by = f"PARTITION BY {part} " if part else ""
+        per_session = f"PARTITION BY __sid{', ' + part if part else ''}"
+        # Sessions that touch merge (Flink's TimeWindow.intersects is inclusive).
+        body = (
+            f"SELECT * EXCLUDE (__new, __sid), min({t}) OVER ({per_session}) AS __ws, "
+            f"max({t}) OVER ({per_session}) + {gap} AS __we FROM ("
+            f"SELECT *, sum(__new) OVER ({by}ORDER BY {t} ROWS UNBOUNDED PRECEDING) AS __sid FROM ("
+            f"SELECT *, CASE WHEN {t} - lag({t}) OVER ({by}ORDER BY {t}) <= {gap} THEN 0 ELSE 1 END "
+            f"AS __new FROM {src}))"
         )
     else:
         raise ValueError(f"no DuckDB rewrite for {kind}")
@@ -101,11 +114,44 @@ def _flink_functions(tree: exp.Expression) -> None:
             f.replace(_duckdb(f"SELECT list_extract(string_split({s}, {d}), {i} + 1)").selects[0])
 
 
+_LEGACY = {"TUMBLE": ("size",), "HOP": ("slide", "size"), "SESSION": ("gap",)}
+
+
+def _legacy_group_windows(select: exp.Select) -> None:
+    """``GROUP BY k, SESSION(t, gap)`` with ``SESSION_START(..)`` etc. as the TVF they
+    mean (SESSION partitioned by the other keys), written independently of the planner."""
+    group = select.args.get("group")
+    for g in list(group.expressions if group is not None else []):
+        if not (isinstance(g, exp.Anonymous) and g.name.upper() in _LEGACY):
+            continue
+        kind = g.name.upper()
+        time, *intervals = g.expressions
+        keys = [k for k in group.expressions if k is not g]
+        table = select.args["from_"].this
+        tvf = WindowTVF(
+            this=exp.Var(this=kind),
+            table=exp.Table(this=table.this.copy()),
+            timecol=exp.column(time.name),
+            **dict(zip(_LEGACY[kind], intervals, strict=True)),
+        )
+        if kind == "SESSION":
+            tvf.set("partition_by", [exp.column(k.name) for k in keys])
+        tvf.set("alias", table.args.get("alias"))
+        table.replace(tvf)
+        group.set("expressions", [*keys, exp.column("window_start"), exp.column("window_end")])
+        for f in list(select.find_all(exp.Anonymous)):
+            head, _, prop = f.name.upper().rpartition("_")
+            if head == kind and prop in ("START", "END", "ROWTIME"):
+                f.replace(exp.column({"START": "window_start", "END": "window_end"}.get(prop, "window_time")))
+
+
 def to_duckdb(flink_sql: str) -> str:
     """DuckDB SQL for one Flink query (or the query of an ``INSERT``)."""
     [tree] = parse_script(flink_sql)
     query = tree.expression if isinstance(tree, exp.Insert) else tree
     assert isinstance(query, exp.Expression)
+    for select in list(query.find_all(exp.Select)):
+        _legacy_group_windows(select)
     for tvf in list(query.find_all(WindowTVF)):
         tvf.replace(_tvf_subquery(tvf))
     _flink_functions(query)

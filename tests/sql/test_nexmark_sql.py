@@ -6,11 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-import epochstream as es
-
 from duckdb_oracle import run_duckdb
 from nexmark_tables import nexmark_arrow_tables, nexmark_ddl, query_statements, read_sink_rows
+
+import epochstream as es
 
 EVENTS = 30_000
 
@@ -24,7 +23,7 @@ def _sorted(rows: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
     return sorted(rows, key=lambda r: tuple((v is None, str(v)) for v in r))
 
 
-@pytest.mark.parametrize("query", ["q0", "q1", "q2", "q21", "q22"])
+@pytest.mark.parametrize("query", ["q0", "q1", "q2", "q11", "q21", "q22"])
 def test_nexmark_query_equals_duckdb(query: str, tables: dict, tmp_path: Path) -> None:
     out = str(tmp_path / "out")
     create, insert = query_statements(query, out)

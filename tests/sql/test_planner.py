@@ -110,6 +110,13 @@ def test_uids_follow_the_query(env: es.Environment) -> None:
             "column 'price' is neither grouped nor aggregated",
         ),
         (
+            "SELECT bidder, COUNT(*), SUM(price) FROM TABLE(SESSION(TABLE bid PARTITION BY "
+            "bidder, DESCRIPTOR(`dateTime`), INTERVAL '1' SECOND)) "
+            "GROUP BY bidder, window_start, window_end",
+            "line 1",
+            "SESSION windows take one aggregate",
+        ),
+        (
             "SELECT auction FROM bid UNION SELECT auction FROM bid",
             "line 1",
             "UNION without ALL",

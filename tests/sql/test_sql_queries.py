@@ -35,6 +35,17 @@ CASES = {
         f"FROM ({COUNT_BIDS}) AS CountBids GROUP BY CountBids.starttime, CountBids.endtime",
         [("maxn", "BIGINT"), ("starttime", "TIMESTAMP(3)"), ("endtime", "TIMESTAMP(3)")],
     ),
+    "session_tvf": (
+        "SELECT bidder, window_start, window_end, MAX(price) AS top "
+        "FROM TABLE(SESSION(TABLE bid PARTITION BY bidder, DESCRIPTOR(`dateTime`), "
+        "INTERVAL '3' SECOND)) WHERE price > 1000 GROUP BY bidder, window_start, window_end",
+        [
+            ("bidder", "BIGINT"),
+            ("window_start", "TIMESTAMP(3)"),
+            ("window_end", "TIMESTAMP(3)"),
+            ("top", "BIGINT"),
+        ],
+    ),
     "union_all": (
         "SELECT auction AS id, price FROM bid WHERE price > 5000000 "
         "UNION ALL SELECT id, initialBid FROM auction WHERE category = 10",

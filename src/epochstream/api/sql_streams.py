@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from epochstream.api.datastream import DataStream, DataStreamSink
 from epochstream.graph.windowing import (
     CumulativeEventTimeWindows,
+    EventTimeSessionWindows,
     SlidingEventTimeWindows,
     TumblingEventTimeWindows,
     WindowAssigner,
@@ -24,6 +25,7 @@ from epochstream.sql.plan import (
     CalcNode,
     PlanNode,
     ScanNode,
+    SessionAggregateNode,
     SinkNode,
     StreamScanNode,
     UnionNode,
@@ -74,6 +76,8 @@ class StreamBuilder:
             )
         if isinstance(node, WindowAggregateNode):
             return self._window_aggregate(node)
+        if isinstance(node, SessionAggregateNode):
+            return self._session(node)
         if isinstance(node, UnionNode):
             first, *others = (self.stream(i) for i in node.inputs)
             return first.union(*others)
@@ -91,6 +95,17 @@ class StreamBuilder:
             .name(f"{node.label}: columns")
             .uid(node.uid + "-columns")
         )
+
+    def _session(self, node: SessionAggregateNode) -> DataStream:
+        sessions = (
+            self.stream(node.inputs[0])
+            .key_by(node.key)
+            .window(EventTimeSessionWindows.with_gap(node.gap))
+        )
+        aggregate = getattr(sessions, node.aggregate)
+        result = aggregate() if node.value is None else aggregate(node.value)
+        result = result.name(node.label).uid(node.uid)
+        return result.map_batches(node.adapter).name(f"{node.label}: columns").uid(node.uid + "-columns")
 
     def _window_aggregate(self, node: WindowAggregateNode) -> DataStream:
         spec = node.spec

@@ -32,12 +32,12 @@ from epochstream.connectors.kafka.sink import KafkaSink
 from epochstream.connectors.kafka.source import KafkaSource
 from epochstream.connectors.nexmark import KINDS, NexmarkConfig, NexmarkSource
 from epochstream.connectors.simple import DiscardSink, PrintSink
-from epochstream.core.arrow import TS
 from epochstream.core.watermarks import WatermarkStrategy
 from epochstream.exceptions import ConfigurationError, SqlError
 from epochstream.sql.catalog import TableDef
+from epochstream.sql.plan import ColumnAdapter
 
-__all__ = ["SinkBinding", "SourceAdapter", "SourceBinding", "sink_binding", "source_binding"]
+__all__ = ["SinkBinding", "SourceBinding", "sink_binding", "source_binding"]
 
 # Flink's Nexmark tables name columns in camelCase; the generator's are snake_case.
 _NEXMARK_ALIASES = {
@@ -51,32 +51,6 @@ _NEXMARK_ALIASES = {
 _FILE_FORMATS = {"parquet": "parquet", "json": "jsonl", "csv": "csv"}
 
 
-class SourceAdapter:
-    """Per batch: the declared columns, in order, under their declared names and Arrow
-    types (the connector's names and types may differ: Nexmark's ``date_time`` is int64
-    milliseconds, the table's ``dateTime`` a ``TIMESTAMP(3)``); ``_ts`` passes through.
-
-    Example: ``SourceAdapter([("dateTime", "date_time", pa.timestamp("ms"))])(batch)``
-    """
-
-    def __init__(self, columns: list[tuple[str, str, pa.DataType]]) -> None:
-        self.columns = columns
-
-    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        arrays: list[pa.Array] = []
-        names: list[str] = []
-        for name, physical, kind in self.columns:
-            column = batch.column(physical)
-            if column.type != kind:
-                column = column.cast(kind)
-            arrays.append(column)
-            names.append(name)
-        if TS in batch.schema.names:
-            arrays.append(batch.column(TS))
-            names.append(TS)
-        return pa.RecordBatch.from_arrays(arrays, names=names)
-
-
 @dataclass(frozen=True)
 class SourceBinding:
     """How to read a DDL table: the source, its watermark strategy (None without a
@@ -85,7 +59,7 @@ class SourceBinding:
 
     source: Source
     watermark_strategy: WatermarkStrategy | None
-    adapter: SourceAdapter
+    adapter: ColumnAdapter
     rows_schema: pa.Schema | None = None
 
 
@@ -138,14 +112,14 @@ class _Options:
             )
 
 
-def _adapter(table: TableDef, columns: list[str], physical: Callable[[str], str]) -> SourceAdapter:
+def _adapter(table: TableDef, columns: list[str], physical: Callable[[str], str]) -> ColumnAdapter:
     out = []
     for name in columns:
         declared = table.field(name)
         if declared is None or name == table.proctime:
             continue
         out.append((name, physical(name), declared.type.to_arrow()))
-    return SourceAdapter(out)
+    return ColumnAdapter(out)
 
 
 def _watermarks(table: TableDef, physical: Callable[[str], str]) -> WatermarkStrategy | None:

@@ -19,15 +19,20 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
+from epochstream.core.arrow import TS
 from epochstream.graph.specs import AggCall, SliceWindowAggregateSpec, WindowTvf
 from epochstream.sql.catalog import TableDef
 from epochstream.sql.expressions import CalcProgram, CompiledExpression, Field
 
 __all__ = [
     "CalcNode",
+    "ColumnAdapter",
     "JoinNode",
     "PlanNode",
     "ScanNode",
+    "SessionAggregateNode",
     "SinkNode",
     "StreamScanNode",
     "UnionNode",
@@ -35,6 +40,33 @@ __all__ = [
     "WindowTopNNode",
     "explain",
 ]
+
+
+class ColumnAdapter:
+    """Per batch: the named columns, in order, under new names and Arrow types (a
+    connector's or an operator's columns as the plan declares them: Nexmark's
+    ``date_time`` is int64 milliseconds, the table's ``dateTime`` a ``TIMESTAMP(3)``);
+    ``_ts`` passes through. Picklable: it runs in the slots.
+
+    Example: ``ColumnAdapter([("dateTime", "date_time", pa.timestamp("ms"))])(batch)``
+    """
+
+    def __init__(self, columns: list[tuple[str, str, pa.DataType]]) -> None:
+        self.columns = columns
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        arrays: list[pa.Array] = []
+        names: list[str] = []
+        for name, source, kind in self.columns:
+            column = batch.column(source)
+            if column.type != kind:
+                column = column.cast(kind)
+            arrays.append(column)
+            names.append(name)
+        if TS in batch.schema.names:
+            arrays.append(batch.column(TS))
+            names.append(TS)
+        return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
 @dataclass(eq=False)
@@ -246,6 +278,31 @@ class WindowTopNNode(PlanNode):
             f"top {self.n} per window and {', '.join(self.partition) or '(window only)'}",
             f"order: {order}",
             "state: the rows of each open window, dropped when the watermark passes its end",
+        ]
+
+
+@dataclass(eq=False)
+class SessionAggregateNode(PlanNode):
+    """A session-window aggregation: ``kind`` (``count``, ``sum``, ``min``, ``max``) of
+    ``value`` per ``key`` and session of event time closed by ``gap`` ms without rows;
+    ``adapter`` turns the operator's columns into the node's (timestamps, names)."""
+
+    key: str = field(kw_only=True)
+    aggregate: str = field(kw_only=True)
+    value: str | None = field(kw_only=True)
+    gap: int = field(kw_only=True)
+    adapter: ColumnAdapter = field(kw_only=True)
+
+    kind = "session-aggregate"
+
+    def digest(self) -> str:
+        return f"{self.key}|{self.aggregate}|{self.value}|{self.gap}"
+
+    def details(self) -> list[str]:
+        return [
+            f"session: gap {self.gap} ms, key {self.key}",
+            f"aggregate: {self.aggregate.upper()}({self.value or '*'})",
+            "state: each key's open sessions, emitted when the watermark passes their end",
         ]
 
 

@@ -38,9 +38,11 @@ from epochstream.sql.dialect import Flink, WindowTVF, node_position
 from epochstream.sql.expressions import CalcProgram, Field, compile_expression
 from epochstream.sql.plan import (
     CalcNode,
+    ColumnAdapter,
     JoinNode,
     PlanNode,
     ScanNode,
+    SessionAggregateNode,
     SinkNode,
     StreamScanNode,
     UnionNode,
@@ -124,11 +126,14 @@ class _Window:
     """The window TVF a SELECT reads (planned only with its aggregation)."""
 
     tvf: WindowTVF
-    window: WindowTvf
+    #: TUMBLE, HOP or CUMULATE; None for SESSION (``gap``, ``partition``).
+    window: WindowTvf | None
+    gap: int = 0
+    partition: tuple[exp.Column, ...] = ()
 
     @property
     def kind(self) -> str:
-        return self.window.kind
+        return self.tvf.kind.lower()
 
 
 class Planner:
@@ -494,7 +499,10 @@ class Planner:
     def _window(self, tvf: WindowTVF) -> _Window:
         kind = tvf.kind.lower()
         if kind == "session":
-            raise _error(tvf, "SESSION windows in SQL are not supported yet")
+            gap = interval_ms(tvf.args["gap"])
+            if gap <= 0:
+                raise _error(tvf, "SESSION: the gap must be positive")
+            return _Window(tvf, None, gap, tuple(tvf.args.get("partition_by") or ()))
         size = interval_ms(tvf.args["size"])
         offset = interval_ms(tvf.args["offset"]) if tvf.args.get("offset") else 0
         try:
@@ -584,6 +592,7 @@ class Planner:
         top_n = self._window_top_n(select)
         if top_n is not None:
             return top_n
+        select = _legacy_group_window(select)
         input_, scope, window, where = self._from(select)
         over = next(select.find_all(exp.Window), None)
         if over is not None:
@@ -604,6 +613,110 @@ class Planner:
                 self._bind(where, scope)
             return self._calc(input_, projections, where, _text(select))
         return self._plan_window_aggregate(select, input_, scope, window, where)
+
+    # ------------------------------------------------------------------ sessions
+
+    def _plan_session(
+        self,
+        select: exp.Select,
+        input_: PlanNode,
+        scope: _Scope,
+        window: _Window,
+        where: exp.Expression | None,
+    ) -> PlanNode:
+        """A SESSION window aggregation: one key (the TVF's ``PARTITION BY`` column) and
+        one of ``COUNT(*)``, ``SUM``, ``MIN``, ``MAX``, planned onto the columnar session
+        operator; more keys or aggregates are refused."""
+        tvf = window.tvf
+        columns_scope = scope.with_columns(_WINDOW_COLUMNS)
+        group = select.args.get("group")
+        group_items = list(group.expressions) if group is not None else []
+        self._item_names[id(select)] = [
+            e.name if isinstance(e, exp.Column) else "" for e in select.expressions
+        ]
+        if where is not None:
+            self._bind(where, scope)
+        for item in [*group_items, *select.expressions, *window.partition]:
+            self._bind(item, columns_scope)
+        if select.args.get("having"):
+            raise _error(select.args["having"], "HAVING over SESSION windows is not supported yet")
+        keys = [
+            g for g in group_items if not (isinstance(g, exp.Column) and g.name in _WINDOW_COLUMNS)
+        ]
+        partition = [p.name for p in window.partition]
+        if len(keys) != 1 or not isinstance(keys[0], exp.Column) or partition != [keys[0].name]:
+            raise _error(
+                tvf,
+                "SESSION windows take exactly one key: PARTITION BY k in the TVF and GROUP BY "
+                "k, window_start, window_end (several keys are not supported yet)",
+            )
+        key = keys[0].name
+        calls = [a for item in select.expressions for a in _aggregates_in(item)]
+        if len({_text(c) for c in calls}) != 1:
+            raise _error(
+                select, "SESSION windows take one aggregate (several are not supported yet)"
+            )
+        call = self._aggregate_call(calls[0], "$a0", lambda node, prefix: _plain(node, prefix))
+        if call.distinct or call.filter or call.kind not in ("count_star", "sum", "min", "max"):
+            raise _error(
+                calls[0],
+                "SESSION windows take COUNT(*), SUM, MIN or MAX (without DISTINCT or FILTER)",
+            )
+        value = call.column
+        pre = [(key, _column(key))] + (
+            [(value, _column(value))] if value not in (None, key) else []
+        )
+        pre_node = self._calc(input_, pre, where, "SESSION input")
+        types = {f.name: f.type for f in pre_node.fields}
+        operator_out = "count" if call.kind == "count_star" else str(value)
+        result_type = _flink_result_type(call, types.get(value or ""))
+        adapter = ColumnAdapter(
+            [
+                (key, key, types[key].to_arrow()),
+                ("window_start", "window_start", _TIMESTAMP.to_arrow()),
+                ("window_end", "window_end", _TIMESTAMP.to_arrow()),
+                ("$a0", operator_out, result_type.to_arrow()),
+            ]
+        )
+        session = SessionAggregateNode(
+            (pre_node,),
+            (
+                Field(key, types[key]),
+                Field("window_start", _TIMESTAMP),
+                Field("window_end", _TIMESTAMP),
+                Field("$a0", result_type),
+            ),
+            None,
+            _short(f"SESSION aggregate: {_text(select)}"),
+            key=key,
+            aggregate="count" if call.kind == "count_star" else call.kind,
+            value=value,
+            gap=window.gap,
+            adapter=adapter,
+        )
+        call_text = _text(calls[0])
+
+        def substitute(node: exp.Expression) -> exp.Expression:
+            def visit(n: exp.Expression) -> exp.Expression:
+                if _text(n) == call_text:
+                    return _column("$a0")
+                if isinstance(n, exp.Column):
+                    if n.name == "window_time":
+                        return exp.Sub(
+                            this=_column("window_end"),
+                            expression=exp.Interval(
+                                this=exp.Literal.string("1"), unit=exp.var("MILLISECOND")
+                            ),
+                        )
+                    if n.name not in (key, "window_start", "window_end"):
+                        raise _error(n, f"column {n.name!r} is neither grouped nor aggregated")
+                return n
+
+            return node.copy().transform(visit)
+
+        visible = (*input_.fields, *session.fields[1:3])
+        items = self._select_list(select, columns_scope, visible, bind=False)
+        return self._calc(session, [(n, substitute(e)) for n, e in items], None, _text(select))
 
     # ------------------------------------------------------------------ window Top-N
 
@@ -779,8 +892,10 @@ class Planner:
         if having is not None:
             self._bind(having, columns_scope)
 
+        if window is not None and window.window is None:
+            return self._plan_session(select, input_, scope, window, where)
         if tvf_columns:
-            assert window is not None
+            assert window is not None and window.window is not None
             operator_window = window.window
             bounds = {"window_start", "window_end"}
             if where is not None and any(
@@ -1017,6 +1132,61 @@ def _column(name: str) -> exp.Column:
 
 _FLIPPED = {">=": "<=", ">": "<", "<=": ">=", "<": ">", "=": "="}
 _COMPARISONS = {exp.GTE: ">=", exp.GT: ">", exp.LTE: "<=", exp.LT: "<", exp.EQ: "="}
+
+
+def _plain(node: exp.Expression, prefix: str) -> str:
+    """The column an aggregate of a SESSION window reads (a plain column only)."""
+    if not isinstance(node, exp.Column):
+        raise _error(node, "SESSION window aggregates take a column, not an expression, for now")
+    return node.name
+
+
+_LEGACY = {"TUMBLE": ("size",), "HOP": ("slide", "size"), "SESSION": ("gap",)}
+_LEGACY_PROPERTIES = {"START": "window_start", "END": "window_end", "ROWTIME": "window_time"}
+
+
+def _legacy_group_window(select: exp.Select) -> exp.Select:
+    """Flink's deprecated group windows (``GROUP BY k, SESSION(t, INTERVAL ..)`` with
+    ``SESSION_START(..)``/``_END``/``_ROWTIME``, and TUMBLE/HOP alike) as the window TVF
+    they mean (SESSION partitioned by the other group keys); other SELECTs unchanged."""
+    group = select.args.get("group")
+    calls = [
+        g
+        for g in (group.expressions if group is not None else [])
+        if isinstance(g, exp.Anonymous) and g.name.upper() in _LEGACY
+    ]
+    if not calls:
+        return select
+    if len(calls) > 1:
+        raise _error(calls[1], "GROUP BY takes one group window")
+    call = calls[0]
+    kind = call.name.upper()
+    source = select.args["from_"].this
+    if not isinstance(source, exp.Table) or select.args.get("joins"):
+        raise _error(call, f"GROUP BY {kind}(...) reads one table; use the {kind} window TVF")
+    time, *intervals = call.expressions
+    if not isinstance(time, exp.Column) or len(intervals) != len(_LEGACY[kind]):
+        raise _error(call, f"{kind}(time_column, {', '.join(_LEGACY[kind])})")
+    rewritten = select.copy()
+    group = rewritten.args["group"]
+    keys = [g for g in group.expressions if _text(g) != _text(call)]
+    tvf = WindowTVF(
+        this=exp.Var(this=kind),
+        table=exp.Table(this=source.this.copy()),
+        timecol=exp.column(time.name),
+        **{name: value.copy() for name, value in zip(_LEGACY[kind], intervals, strict=True)},
+    )
+    if kind == "SESSION":
+        tvf.set("partition_by", [exp.column(k.name) for k in keys if isinstance(k, exp.Column)])
+    tvf.set("alias", source.args.get("alias"))
+    tvf.meta.update(call.meta)
+    rewritten.args["from_"].set("this", tvf)
+    group.set("expressions", [*keys, exp.column("window_start"), exp.column("window_end")])
+    for f in list(rewritten.find_all(exp.Anonymous)):
+        prefix, _, prop = f.name.upper().rpartition("_")
+        if prefix == kind and prop in _LEGACY_PROPERTIES:
+            f.replace(exp.column(_LEGACY_PROPERTIES[prop]))
+    return rewritten
 
 
 def _rank_limit(
