@@ -107,7 +107,9 @@ def _flink_functions(tree: exp.Expression) -> None:
             for k, v in java.items():
                 pattern = pattern.replace(k, v)
             f.replace(
-                _duckdb(f"SELECT strftime({f.expressions[0].sql('duckdb')}, '{pattern}')").selects[0]
+                _duckdb(f"SELECT strftime({f.expressions[0].sql('duckdb')}, '{pattern}')").selects[
+                    0
+                ]
             )
         elif isinstance(f, exp.Anonymous) and f.name.upper() == "SPLIT_INDEX":
             s, d, i = (a.sql("duckdb") for a in f.expressions)
@@ -142,7 +144,11 @@ def _legacy_group_windows(select: exp.Select) -> None:
         for f in list(select.find_all(exp.Anonymous)):
             head, _, prop = f.name.upper().rpartition("_")
             if head == kind and prop in ("START", "END", "ROWTIME"):
-                f.replace(exp.column({"START": "window_start", "END": "window_end"}.get(prop, "window_time")))
+                f.replace(
+                    exp.column(
+                        {"START": "window_start", "END": "window_end"}.get(prop, "window_time")
+                    )
+                )
 
 
 def to_duckdb(flink_sql: str) -> str:

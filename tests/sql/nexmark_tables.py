@@ -95,18 +95,18 @@ def nexmark_arrow_tables(*, events: int, seed: int = 7, rate: int = 10_000) -> d
 
 
 def query_statements(name: str, sink_path: str) -> tuple[str, str]:
-    """Flink's ``qN.sql`` as two statements: its result table's DDL with the
-    ``blackhole`` connector replaced by a Parquet directory, and its INSERT, unchanged."""
+    """Flink's ``qN.sql`` as its DDL (the result table's ``blackhole`` connector
+    replaced by a Parquet directory, and any views) and its INSERT, unchanged."""
     text = (QUERIES / f"{name}.sql").read_text()
     text = "\n".join(line for line in text.splitlines() if not line.strip().startswith("--"))
-    create, insert = (s.strip() for s in text.split(";") if s.strip())
+    create, *views, insert = (s.strip() for s in text.split(";") if s.strip())
     create = re.sub(
         r"WITH\s*\(.*\)\s*$",
         f"WITH ('connector' = 'filesystem', 'path' = '{sink_path}', 'format' = 'parquet')",
         create,
         flags=re.S,
     )
-    return create, insert
+    return ";\n".join([create, *views]), insert
 
 
 def read_sink_rows(path: str) -> list[tuple[object, ...]]:

@@ -94,7 +94,7 @@ def test_uids_follow_the_query(env: es.Environment) -> None:
             "SELECT window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(price), "
             "INTERVAL '1' SECOND)) GROUP BY window_start, window_end",
             "line 1, column 71",
-            "must name the input's event-time attribute",
+            "must name the input's time attribute",
         ),
         (
             "SELECT auction, COUNT(*) FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), "

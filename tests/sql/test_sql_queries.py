@@ -36,9 +36,10 @@ CASES = {
         [("maxn", "BIGINT"), ("starttime", "TIMESTAMP(3)"), ("endtime", "TIMESTAMP(3)")],
     ),
     "session_tvf": (
+        "WITH big AS (SELECT * FROM bid WHERE price > 1000) "
         "SELECT bidder, window_start, window_end, MAX(price) AS top "
-        "FROM TABLE(SESSION(TABLE bid PARTITION BY bidder, DESCRIPTOR(`dateTime`), "
-        "INTERVAL '3' SECOND)) WHERE price > 1000 GROUP BY bidder, window_start, window_end",
+        "FROM TABLE(SESSION(TABLE big PARTITION BY bidder, DESCRIPTOR(`dateTime`), "
+        "INTERVAL '3' SECOND)) GROUP BY bidder, window_start, window_end",
         [
             ("bidder", "BIGINT"),
             ("window_start", "TIMESTAMP(3)"),
@@ -95,7 +96,11 @@ def test_a_view_is_planned_inline(tables: dict, tmp_path: Path) -> None:
     setup = "CREATE VIEW expensive AS SELECT auction, price FROM bid WHERE price > 3000000"
     select = "SELECT auction, price FROM expensive WHERE MOD(auction, 2) = 0"
     got = run_select(
-        select, [("auction", "BIGINT"), ("price", "BIGINT")], str(tmp_path), events=EVENTS, setup=setup
+        select,
+        [("auction", "BIGINT"), ("price", "BIGINT")],
+        str(tmp_path),
+        events=EVENTS,
+        setup=setup,
     )
     expected = run_duckdb(
         "SELECT auction, price FROM bid WHERE price > 3000000 AND MOD(auction, 2) = 0", tables

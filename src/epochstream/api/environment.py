@@ -72,6 +72,7 @@ def _one_statement(text: str) -> list[exp.Expression]:
 def _statement_name(inserts: list[exp.Expression]) -> str:
     return "; ".join(f"INSERT INTO {i.this.name}" for i in inserts)
 
+
 _RUNNERS = ("spark", "local")
 # Settings the CLI (`epochstream run`) applies to every Environment a script creates,
 # the way `flink run -p` overrides what the program says.
@@ -521,7 +522,9 @@ class Environment:
             elif kind == "FUNCTION":
                 self._catalog.create_function(statement)
             else:
-                raise sql_error(statement, f"CREATE {kind} is not supported (TABLE, VIEW, FUNCTION)")
+                raise sql_error(
+                    statement, f"CREATE {kind} is not supported (TABLE, VIEW, FUNCTION)"
+                )
         elif isinstance(statement, exp.Drop):
             self._catalog.drop(statement)
         elif isinstance(statement, exp.Set):
@@ -529,7 +532,9 @@ class Environment:
                 eq = item.this
                 key, value = eq.this.name, eq.expression.name
                 if key not in _SQL_OPTIONS:
-                    raise sql_error(item, f"unknown option '{key}' (known: {', '.join(_SQL_OPTIONS)})")
+                    raise sql_error(
+                        item, f"unknown option '{key}' (known: {', '.join(_SQL_OPTIONS)})"
+                    )
                 self._sql_options[key] = value
         elif isinstance(statement, exp.Select | exp.Union):
             raise sql_error(
@@ -583,7 +588,9 @@ class Environment:
         Example: ``env.create_table("people", stream, schema=pa.schema([("name", pa.string())]))``
         """
         if not isinstance(stream, DataStream):
-            raise ConfigurationError(f"create_table needs a DataStream, got {type(stream).__name__}")
+            raise ConfigurationError(
+                f"create_table needs a DataStream, got {type(stream).__name__}"
+            )
         known = self._sql_results.get(stream._t.id)
         if schema is not None:
             if not stream.columnar:
@@ -598,10 +605,14 @@ class Environment:
                 f"create_table({name!r}): give schema=pyarrow.Schema(...) for this stream"
             )
         if rowtime_column is not None and not any(f.name == rowtime_column for f in fields):
-            raise ConfigurationError(f"create_table({name!r}): rowtime {rowtime_column!r} is not a column")
+            raise ConfigurationError(
+                f"create_table({name!r}): rowtime {rowtime_column!r} is not a column"
+            )
         self._catalog.add_stream(name, stream, fields, rowtime_column)
 
-    def create_temporary_function(self, name: str, fn: Any, *, result_type: str | None = None) -> None:
+    def create_temporary_function(
+        self, name: str, fn: Any, *, result_type: str | None = None
+    ) -> None:
         """Let SQL statements call ``fn`` as ``name`` (a vectorized scalar function:
         Arrow arrays in, an Arrow array out; see :func:`epochstream.sql.udf`).
 

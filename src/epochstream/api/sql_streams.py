@@ -10,22 +10,21 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from epochstream.api.datastream import DataStream, DataStreamSink
 from epochstream.graph.windowing import (
     CumulativeEventTimeWindows,
-    EventTimeSessionWindows,
     SlidingEventTimeWindows,
     TumblingEventTimeWindows,
     WindowAssigner,
 )
 from epochstream.sql.connectors import source_binding
 from epochstream.sql.plan import (
+    AssignerAggregateNode,
     CalcNode,
     PlanNode,
     ScanNode,
-    SessionAggregateNode,
     SinkNode,
     StreamScanNode,
     UnionNode,
@@ -76,8 +75,8 @@ class StreamBuilder:
             )
         if isinstance(node, WindowAggregateNode):
             return self._window_aggregate(node)
-        if isinstance(node, SessionAggregateNode):
-            return self._session(node)
+        if isinstance(node, AssignerAggregateNode):
+            return self._assigner_aggregate(node)
         if isinstance(node, UnionNode):
             first, *others = (self.stream(i) for i in node.inputs)
             return first.union(*others)
@@ -96,16 +95,16 @@ class StreamBuilder:
             .uid(node.uid + "-columns")
         )
 
-    def _session(self, node: SessionAggregateNode) -> DataStream:
-        sessions = (
-            self.stream(node.inputs[0])
-            .key_by(node.key)
-            .window(EventTimeSessionWindows.with_gap(node.gap))
-        )
-        aggregate = getattr(sessions, node.aggregate)
+    def _assigner_aggregate(self, node: AssignerAggregateNode) -> DataStream:
+        windows = self.stream(node.inputs[0]).key_by(node.key).window(node.assigner)
+        aggregate = getattr(windows, node.aggregate)
         result = aggregate() if node.value is None else aggregate(node.value)
         result = result.name(node.label).uid(node.uid)
-        return result.map_batches(node.adapter).name(f"{node.label}: columns").uid(node.uid + "-columns")
+        return (
+            result.map_batches(node.adapter)
+            .name(f"{node.label}: columns")
+            .uid(node.uid + "-columns")
+        )
 
     def _window_aggregate(self, node: WindowAggregateNode) -> DataStream:
         spec = node.spec
@@ -117,6 +116,6 @@ class StreamBuilder:
             assigner = SlidingEventTimeWindows.of(window.size, window.slide, window.offset)
         else:
             assigner = CumulativeEventTimeWindows.of(window.size, window.step, window.offset)
-        keyed = self.stream(node.inputs[0]).key_by(list(spec.keys))
+        keyed: Any = self.stream(node.inputs[0]).key_by(list(spec.keys))
         result: DataStream = keyed.window(assigner).aggregate(*spec.aggs)
         return result.name(node.label).uid(node.uid)

@@ -234,7 +234,7 @@ def _kafka_source(table: TableDef, columns: list[str], options: _Options) -> Sou
         servers,  # type: ignore[arg-type]
         [topic],  # type: ignore[list-item]
         group_id=group,
-        starting_offsets=starts[mode],  # type: ignore[index]
+        starting_offsets=starts[str(mode)],
         value_format="json",
         columnar=True,
         schema=schema,

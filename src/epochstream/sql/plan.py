@@ -23,16 +23,17 @@ import pyarrow as pa
 
 from epochstream.core.arrow import TS
 from epochstream.graph.specs import AggCall, SliceWindowAggregateSpec, WindowTvf
+from epochstream.graph.windowing import EventTimeSessionWindows, WindowAssigner
 from epochstream.sql.catalog import TableDef
 from epochstream.sql.expressions import CalcProgram, CompiledExpression, Field
 
 __all__ = [
+    "AssignerAggregateNode",
     "CalcNode",
     "ColumnAdapter",
     "JoinNode",
     "PlanNode",
     "ScanNode",
-    "SessionAggregateNode",
     "SinkNode",
     "StreamScanNode",
     "UnionNode",
@@ -82,6 +83,8 @@ class PlanNode(ABC):
     #: Output columns that are a window's bounds: name -> ("start" or "end", the window).
     #: They survive renames, so a query may group or join on them further down.
     windows: dict[str, tuple[str, WindowTvf]] = field(default_factory=dict, kw_only=True)
+    #: The output column that is a processing-time attribute (``PROCTIME()``), if any.
+    proctime: str | None = field(default=None, kw_only=True)
 
     kind = "node"
 
@@ -282,27 +285,37 @@ class WindowTopNNode(PlanNode):
 
 
 @dataclass(eq=False)
-class SessionAggregateNode(PlanNode):
-    """A session-window aggregation: ``kind`` (``count``, ``sum``, ``min``, ``max``) of
-    ``value`` per ``key`` and session of event time closed by ``gap`` ms without rows;
-    ``adapter`` turns the operator's columns into the node's (timestamps, names)."""
+class AssignerAggregateNode(PlanNode):
+    """One aggregate per key and window of a DataStream window assigner: event-time
+    sessions (``EventTimeSessionWindows``) or processing-time windows. ``aggregate``
+    is ``count``, ``sum``, ``min`` or ``max`` of ``value``; ``adapter`` turns the
+    operator's columns into the node's (timestamps, names)."""
 
     key: str = field(kw_only=True)
     aggregate: str = field(kw_only=True)
     value: str | None = field(kw_only=True)
-    gap: int = field(kw_only=True)
+    assigner: WindowAssigner = field(kw_only=True)
+    #: The windows in words (``SESSION gap 10000 ms``): shown, and hashed into the uid.
+    window_text: str = field(kw_only=True)
     adapter: ColumnAdapter = field(kw_only=True)
 
-    kind = "session-aggregate"
+    @property
+    def kind(self) -> str:  # type: ignore[override]
+        return (
+            "session-aggregate"
+            if isinstance(self.assigner, EventTimeSessionWindows)
+            else "proctime-aggregate"
+        )
 
     def digest(self) -> str:
-        return f"{self.key}|{self.aggregate}|{self.value}|{self.gap}"
+        return f"{self.key}|{self.aggregate}|{self.value}|{self.window_text}"
 
     def details(self) -> list[str]:
         return [
-            f"session: gap {self.gap} ms, key {self.key}",
+            f"windows: {self.window_text}, key {self.key}",
             f"aggregate: {self.aggregate.upper()}({self.value or '*'})",
-            "state: each key's open sessions, emitted when the watermark passes their end",
+            "state: each key's open windows, emitted when they end"
+            + (" (watermark)" if self.kind == "session-aggregate" else " (the slot's clock)"),
         ]
 
 
@@ -360,6 +373,8 @@ def explain(root: PlanNode) -> str:
         def mark(name: str) -> str:
             if name == node.rowtime:
                 return " *ROWTIME*"
+            if name == node.proctime:
+                return " *PROCTIME*"
             if name in node.windows:
                 return f" *WINDOW {node.windows[name][0].upper()}*"
             return ""

@@ -32,17 +32,23 @@ from sqlglot import exp
 from epochstream.core.arrow import TS
 from epochstream.exceptions import ConfigurationError, SqlError
 from epochstream.graph.specs import AggCall, SliceWindowAggregateSpec, WindowTvf
+from epochstream.graph.windowing import (
+    EventTimeSessionWindows,
+    SlidingProcessingTimeWindows,
+    TumblingProcessingTimeWindows,
+    WindowAssigner,
+)
 from epochstream.sql.catalog import Catalog, TableDef, interval_ms
 from epochstream.sql.connectors import sink_binding
 from epochstream.sql.dialect import Flink, WindowTVF, node_position
 from epochstream.sql.expressions import CalcProgram, Field, compile_expression
 from epochstream.sql.plan import (
+    AssignerAggregateNode,
     CalcNode,
     ColumnAdapter,
     JoinNode,
     PlanNode,
     ScanNode,
-    SessionAggregateNode,
     SinkNode,
     StreamScanNode,
     UnionNode,
@@ -130,6 +136,8 @@ class _Window:
     window: WindowTvf | None
     gap: int = 0
     partition: tuple[exp.Column, ...] = ()
+    #: Over a processing-time attribute (windows by the slots' clocks).
+    proctime: bool = False
 
     @property
     def kind(self) -> str:
@@ -242,7 +250,7 @@ class Planner:
             )
         # Every declared column; the Calc above keeps the ones the query uses.
         columns = tuple(f.name for f in table.fields if f.name != table.proctime)
-        return ScanNode(
+        scan = ScanNode(
             (),
             tuple(f for f in table.fields if f.name in columns),
             table.rowtime,
@@ -250,6 +258,17 @@ class Planner:
             table=table,
             columns=columns,
         )
+        if table.proctime is None:
+            return scan
+        # A PROCTIME() column is no connector's: the Calc above the source fills it.
+        projections: list[tuple[str, exp.Expression]] = [
+            (
+                f.name,
+                _column(f.name) if f.name != table.proctime else exp.Anonymous(this="PROCTIME"),
+            )
+            for f in table.fields
+        ]
+        return self._calc(scan, projections, None, f"{table.name}: PROCTIME()")
 
     def _from(
         self, select: exp.Select
@@ -279,12 +298,14 @@ class Planner:
             window = self._window(source)
             input_ = self._lookup(source.args["table"])
             timecol = source.args["timecol"].name
-            if input_.rowtime is None or timecol != input_.rowtime:
+            if timecol == input_.proctime and input_.proctime is not None:
+                window.proctime = True
+            elif input_.rowtime is None or timecol != input_.rowtime:
                 raise _error(
                     source.args["timecol"],
-                    f"{window.kind.upper()}: DESCRIPTOR({timecol}) must name the input's event-time "
-                    f"attribute (a column with a WATERMARK; the input's is "
-                    f"{input_.rowtime or 'none'})",
+                    f"{window.kind.upper()}: DESCRIPTOR({timecol}) must name the input's time "
+                    "attribute (a column with a WATERMARK, or a PROCTIME() column; the input's "
+                    f"is {input_.rowtime or input_.proctime or 'none'})",
                 )
             return input_, _Scope.of(source.alias or None, input_.fields), window
         if isinstance(source, exp.Table):
@@ -445,7 +466,7 @@ class Planner:
         """One join input: its filters and computed key columns in a Calc (the input
         itself when there is nothing to compute), and its key column names."""
         names = [f.name for f in node.fields]
-        projections = [(n, _column(n)) for n in names]
+        projections: list[tuple[str, exp.Expression]] = [(n, _column(n)) for n in names]
         key_names = []
         for i, key in enumerate(keys):
             if isinstance(key, exp.Column) and key.name in names:
@@ -616,7 +637,7 @@ class Planner:
 
     # ------------------------------------------------------------------ sessions
 
-    def _plan_session(
+    def _plan_assigner_aggregate(
         self,
         select: exp.Select,
         input_: PlanNode,
@@ -624,32 +645,61 @@ class Planner:
         window: _Window,
         where: exp.Expression | None,
     ) -> PlanNode:
-        """A SESSION window aggregation: one key (the TVF's ``PARTITION BY`` column) and
-        one of ``COUNT(*)``, ``SUM``, ``MIN``, ``MAX``, planned onto the columnar session
-        operator; more keys or aggregates are refused."""
+        """A SESSION window aggregation, or a TUMBLE/HOP one over a processing-time
+        attribute: one key and one of ``COUNT(*)``, ``SUM``, ``MIN``, ``MAX``, planned onto
+        the columnar operators of the DataStream window assigners; more keys or
+        aggregates are refused."""
         tvf = window.tvf
+        what = "SESSION" if window.window is None else f"processing-time {window.kind.upper()}"
         columns_scope = scope.with_columns(_WINDOW_COLUMNS)
         group = select.args.get("group")
         group_items = list(group.expressions) if group is not None else []
         self._item_names[id(select)] = [
             e.name if isinstance(e, exp.Column) else "" for e in select.expressions
         ]
+        if where is not None and window.window is None:
+            # Sessions are cut by every row of the TVF's input: a WHERE applied after
+            # them is not the same as one applied before (as for TUMBLE/HOP).
+            raise _error(
+                where,
+                "WHERE over a SESSION window would filter rows after the sessions are cut; "
+                "filter the input instead (WITH t AS (SELECT ... WHERE ...) ... TABLE t)",
+            )
         if where is not None:
             self._bind(where, scope)
         for item in [*group_items, *select.expressions, *window.partition]:
             self._bind(item, columns_scope)
         if select.args.get("having"):
-            raise _error(select.args["having"], "HAVING over SESSION windows is not supported yet")
+            raise _error(select.args["having"], f"HAVING over {what} windows is not supported yet")
         keys = [
             g for g in group_items if not (isinstance(g, exp.Column) and g.name in _WINDOW_COLUMNS)
         ]
         partition = [p.name for p in window.partition]
-        if len(keys) != 1 or not isinstance(keys[0], exp.Column) or partition != [keys[0].name]:
+        one_key = len(keys) == 1 and isinstance(keys[0], exp.Column)
+        if not one_key or (window.window is None and partition != [keys[0].name]):
             raise _error(
                 tvf,
-                "SESSION windows take exactly one key: PARTITION BY k in the TVF and GROUP BY "
-                "k, window_start, window_end (several keys are not supported yet)",
+                f"{what} windows take exactly one key column"
+                + (" (PARTITION BY k in the TVF)" if window.window is None else "")
+                + " and GROUP BY k, window_start, window_end (several keys are not supported yet)",
             )
+        assigner: WindowAssigner
+        if window.window is None:
+            assigner = EventTimeSessionWindows.with_gap(window.gap)
+            window_text = f"SESSION gap {window.gap} ms"
+        elif window.kind == "tumble":
+            size, offset = window.window.size, window.window.offset
+            assigner = TumblingProcessingTimeWindows.of(size, offset)
+            window_text = f"processing-time TUMBLE size {size} ms, offset {offset} ms"
+        elif window.kind == "hop":
+            size, slide = window.window.size, int(window.window.slide or 0)
+            offset = window.window.offset
+            assigner = SlidingProcessingTimeWindows.of(size, slide, offset)
+            window_text = (
+                f"processing-time HOP size {size} ms, slide {slide} ms, offset {offset} ms"
+            )
+        else:
+            raise _error(tvf, "CUMULATE over a processing-time attribute is not supported")
         key = keys[0].name
         calls = [a for item in select.expressions for a in _aggregates_in(item)]
         if len({_text(c) for c in calls}) != 1:
@@ -663,10 +713,10 @@ class Planner:
                 "SESSION windows take COUNT(*), SUM, MIN or MAX (without DISTINCT or FILTER)",
             )
         value = call.column
-        pre = [(key, _column(key))] + (
-            [(value, _column(value))] if value not in (None, key) else []
-        )
-        pre_node = self._calc(input_, pre, where, "SESSION input")
+        pre: list[tuple[str, exp.Expression]] = [(key, _column(key))]
+        if value is not None and value != key:
+            pre.append((value, _column(value)))
+        pre_node = self._calc(input_, pre, where, f"{what} input")
         types = {f.name: f.type for f in pre_node.fields}
         operator_out = "count" if call.kind == "count_star" else str(value)
         result_type = _flink_result_type(call, types.get(value or ""))
@@ -678,7 +728,7 @@ class Planner:
                 ("$a0", operator_out, result_type.to_arrow()),
             ]
         )
-        session = SessionAggregateNode(
+        session = AssignerAggregateNode(
             (pre_node,),
             (
                 Field(key, types[key]),
@@ -687,11 +737,12 @@ class Planner:
                 Field("$a0", result_type),
             ),
             None,
-            _short(f"SESSION aggregate: {_text(select)}"),
+            _short(f"{what} aggregate: {_text(select)}"),
             key=key,
             aggregate="count" if call.kind == "count_star" else call.kind,
             value=value,
-            gap=window.gap,
+            assigner=assigner,
+            window_text=window_text,
             adapter=adapter,
         )
         call_text = _text(calls[0])
@@ -829,10 +880,15 @@ class Planner:
             projections, condition, input_.fields, self.catalog.functions, keep=(TS,)
         )
         rowtime = None
+        proctime = None
         windows: dict[str, tuple[str, WindowTvf]] = {}
         for name, expr in projections:
+            if isinstance(expr, exp.Anonymous) and expr.name.upper() == "PROCTIME":
+                proctime = name
             if not isinstance(expr, exp.Column):
                 continue
+            if expr.name == input_.proctime:
+                proctime = name
             if rowtime is None and expr.name == input_.rowtime:
                 rowtime = name
             if expr.name in input_.windows:
@@ -849,6 +905,7 @@ class Planner:
             rowtime,
             _short(label),
             windows=windows,
+            proctime=proctime,
             program=program,
             text=text,
         )
@@ -892,8 +949,8 @@ class Planner:
         if having is not None:
             self._bind(having, columns_scope)
 
-        if window is not None and window.window is None:
-            return self._plan_session(select, input_, scope, window, where)
+        if window is not None and (window.window is None or window.proctime):
+            return self._plan_assigner_aggregate(select, input_, scope, window, where)
         if tvf_columns:
             assert window is not None and window.window is not None
             operator_window = window.window
@@ -1073,7 +1130,7 @@ class Planner:
             condition = agg.expression.this
             filter_name = add(condition, "$f")  # type: ignore[operator]
             agg = agg.this
-        kind = _AGGREGATES[type(agg)]
+        kind = _AGGREGATES[type(agg)]  # type: ignore[index]  # one of _AGGREGATES' types
         arg = agg.this
         distinct = False
         if isinstance(arg, exp.Distinct):
@@ -1137,7 +1194,7 @@ _COMPARISONS = {exp.GTE: ">=", exp.GT: ">", exp.LTE: "<=", exp.LT: "<", exp.EQ: 
 def _plain(node: exp.Expression, prefix: str) -> str:
     """The column an aggregate of a SESSION window reads (a plain column only)."""
     if not isinstance(node, exp.Column):
-        raise _error(node, "SESSION window aggregates take a column, not an expression, for now")
+        raise _error(node, "this window's aggregate takes a column, not an expression, for now")
     return node.name
 
 
@@ -1252,7 +1309,7 @@ def _comparisons(node: exp.Expression) -> list[tuple[str, exp.Expression, exp.Ex
     """``a BETWEEN l AND h`` as ``a >= l``, ``a <= h``; a comparison as itself."""
     if isinstance(node, exp.Between):
         return [(">=", node.this, node.args["low"]), ("<=", node.this, node.args["high"])]
-    return [(_COMPARISONS[type(node)], node.this, node.expression)]
+    return [(_COMPARISONS[type(node)], node.this, node.expression)]  # type: ignore[index]
 
 
 def _time_term(
@@ -1310,8 +1367,8 @@ def _identifier(name: str) -> exp.Identifier:
 def _given_window(group_items: list[exp.Expression], input_: PlanNode) -> WindowTvf | None:
     """The window of ``input_`` whose start and end columns are both among
     ``group_items``, or None."""
-    starts = {}
-    ends = {}
+    starts: dict[WindowTvf, str] = {}
+    ends: dict[WindowTvf, str] = {}
     for g in group_items:
         if isinstance(g, exp.Column) and g.name in input_.windows:
             role, window = input_.windows[g.name]
