@@ -167,3 +167,22 @@ def test_ddl_errors(env: es.Environment) -> None:
     assert env.catalog.table("bid").field("auction") is not None
     with pytest.raises(es.SqlError, match="for a query use sql_query"):
         env.execute_sql("SELECT auction FROM bid")
+
+
+def test_source_options_reach_the_source(env: es.Environment) -> None:
+    env.execute_sql(
+        "CREATE TABLE k (a BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ("
+        "'connector' = 'kafka', 'topic' = 't', 'properties.bootstrap.servers' = 'localhost:1',"
+        "'scan.bounded.mode' = 'latest-offset', 'scan.watermark.idle-timeout' = '5 s')"
+    )
+    from epochstream.sql.connectors import source_binding
+
+    binding = source_binding(env.catalog.table("k"), ["a", "ts"])
+    assert binding.source.bounded
+    assert binding.watermark_strategy.idle_timeout_ms == 5000
+    env.execute_sql(
+        "CREATE TABLE k2 (a BIGINT) WITH ('connector' = 'kafka', 'topic' = 't', "
+        "'properties.bootstrap.servers' = 'localhost:1', 'scan.bounded.mode' = 'forever')"
+    )
+    with pytest.raises(es.SqlError, match="'scan.bounded.mode': must be 'unbounded' or"):
+        source_binding(env.catalog.table("k2"), ["a"])

@@ -122,11 +122,20 @@ def _adapter(table: TableDef, columns: list[str], physical: Callable[[str], str]
     return ColumnAdapter(out)
 
 
-def _watermarks(table: TableDef, physical: Callable[[str], str]) -> WatermarkStrategy | None:
+def _watermarks(
+    table: TableDef, options: _Options, physical: Callable[[str], str]
+) -> WatermarkStrategy | None:
+    idle = options.take("scan.watermark.idle-timeout")
     if table.rowtime is None:
+        if idle is not None:
+            raise table.option_error("scan.watermark.idle-timeout", "needs a WATERMARK")
         return None
     strategy = WatermarkStrategy.bounded_out_of_orderness(table.watermark_delay_ms)
-    return strategy.with_timestamp_column(physical(table.rowtime))
+    strategy = strategy.with_timestamp_column(physical(table.rowtime))
+    if idle is not None:
+        seconds = _seconds(table, "scan.watermark.idle-timeout", idle)
+        strategy = strategy.with_idleness(int(seconds * 1000))
+    return strategy
 
 
 def _declared_schema(table: TableDef, columns: list[str]) -> pa.Schema:
@@ -188,7 +197,9 @@ def _nexmark_source(
     def physical(name: str) -> str:
         return _NEXMARK_ALIASES.get(name, name)
 
-    return SourceBinding(source, _watermarks(table, physical), _adapter(table, columns, physical))
+    return SourceBinding(
+        source, _watermarks(table, options, physical), _adapter(table, columns, physical)
+    )
 
 
 def _file_source(
@@ -204,13 +215,15 @@ def _file_source(
     source = FileSource(
         path,  # type: ignore[arg-type]
         _FILE_FORMATS[fmt],
-        monitor_interval=None if interval is None else _seconds(table, interval),
+        monitor_interval=None
+        if interval is None
+        else _seconds(table, "source.monitor-interval", interval),
         batch_size=batch_size if fmt == "parquet" else None,
     )
     rows_schema = None if fmt == "parquet" else _declared_schema(table, columns)
     return SourceBinding(
         source,
-        _watermarks(table, str),
+        _watermarks(table, options, str),
         _adapter(table, columns, str),
         rows_schema=rows_schema,
     )
@@ -226,6 +239,11 @@ def _kafka_source(table: TableDef, columns: list[str], options: _Options) -> Sou
     starts = {"earliest-offset": "earliest", "latest-offset": "latest"}
     if mode not in starts:
         raise table.option_error("scan.startup.mode", f"must be one of {', '.join(starts)}")
+    bounded = options.take("scan.bounded.mode", "unbounded")
+    if bounded not in ("unbounded", "latest-offset"):
+        raise table.option_error(
+            "scan.bounded.mode", f"must be 'unbounded' or 'latest-offset', got {bounded!r}"
+        )
     group = options.take("properties.group.id")
     properties = options.take_prefixed("properties.")
     # The JSON decoder reads the declared columns; the adapter then orders them.
@@ -235,24 +253,24 @@ def _kafka_source(table: TableDef, columns: list[str], options: _Options) -> Sou
         [topic],  # type: ignore[list-item]
         group_id=group,
         starting_offsets=starts[str(mode)],
+        bounded="latest" if bounded == "latest-offset" else None,
         value_format="json",
         columnar=True,
         schema=schema,
         properties=dict(properties) or None,
     )
-    return SourceBinding(source, _watermarks(table, str), _adapter(table, columns, str))
+    return SourceBinding(source, _watermarks(table, options, str), _adapter(table, columns, str))
 
 
-def _seconds(table: TableDef, text: str) -> float:
+def _seconds(table: TableDef, key: str, text: str) -> float:
+    """Seconds of a duration option (``'10 s'``, ``'500 ms'``, ``'1 min'``, ``'10'``)."""
     units = {"ms": 0.001, "s": 1.0, "min": 60.0}
     for unit, factor in sorted(units.items(), key=lambda u: -len(u[0])):
         if text.endswith(unit) and text[: -len(unit)].strip().isdigit():
             return int(text[: -len(unit)]) * factor
     if text.isdigit():
         return float(text)
-    raise table.option_error(
-        "source.monitor-interval", f"expected e.g. '10 s' or '500 ms', got {text!r}"
-    )
+    raise table.option_error(key, f"expected e.g. '10 s' or '500 ms', got {text!r}")
 
 
 def sink_binding(table: TableDef) -> SinkBinding:
