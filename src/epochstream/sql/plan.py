@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from sqlglot import exp
 
 from epochstream.core.arrow import TS
 from epochstream.graph.specs import AggCall, SliceWindowAggregateSpec, WindowTvf
@@ -146,6 +147,9 @@ class CalcNode(PlanNode):
 
     program: CalcProgram = field(kw_only=True)
     text: str = field(kw_only=True)
+    #: What ``program`` was compiled from (the planner fuses a Calc into the one above).
+    projections: tuple[tuple[str, exp.Expression], ...] = field(kw_only=True)
+    condition: exp.Expression | None = field(kw_only=True)
 
     kind = "calc"
 

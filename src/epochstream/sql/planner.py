@@ -876,6 +876,8 @@ class Planner:
         )
         if identity:
             return input_
+        if isinstance(input_, CalcNode) and _fusable(input_):
+            return self._fused(input_, projections, condition, label)
         program = CalcProgram.compile(
             projections, condition, input_.fields, self.catalog.functions, keep=(TS,)
         )
@@ -908,7 +910,48 @@ class Planner:
             proctime=proctime,
             program=program,
             text=text,
+            projections=tuple(projections),
+            condition=condition,
         )
+
+    def _fused(
+        self,
+        below: CalcNode,
+        projections: list[tuple[str, exp.Expression]],
+        condition: exp.Expression | None,
+        label: str,
+    ) -> PlanNode:
+        """One Calc for a Calc over a Calc: the upper one's columns replaced by the lower
+        one's expressions, the conditions AND-ed (the lower first: the compiler runs the
+        right side of an AND only on the rows the left side keeps)."""
+        definitions = dict(below.projections)
+
+        def inline(node: exp.Expression) -> exp.Expression:
+            def visit(n: exp.Expression) -> exp.Expression:
+                if isinstance(n, exp.Column) and n.name in definitions:
+                    return definitions[n.name].copy()
+                return n
+
+            return node.copy().transform(visit)
+
+        merged = [(name, inline(e)) for name, e in projections]
+        conditions = [
+            c for c in (below.condition, condition and inline(condition)) if c is not None
+        ]
+        fused = self._calc(below.inputs[0], merged, _and(conditions) if conditions else None, label)
+        # Attributes are the upper Calc's: a column it renames keeps what the lower one had.
+        upper_names = {n for n, _ in projections}
+        if isinstance(fused, CalcNode):
+            for name, expr in projections:
+                if isinstance(expr, exp.Column):
+                    if expr.name == below.rowtime:
+                        fused.rowtime = name
+                    if expr.name == below.proctime:
+                        fused.proctime = name
+                    if expr.name in below.windows:
+                        fused.windows[name] = below.windows[expr.name]
+            fused.windows = {n: w for n, w in fused.windows.items() if n in upper_names}
+        return fused
 
     # ------------------------------------------------------------------ window aggregation
 
@@ -1189,6 +1232,18 @@ def _column(name: str) -> exp.Column:
 
 _FLIPPED = {">=": "<=", ">": "<", "<=": ">=", "<": ">", "=": "="}
 _COMPARISONS = {exp.GTE: ">=", exp.GT: ">", exp.LTE: "<=", exp.LT: "<", exp.EQ: "="}
+
+
+def _fusable(node: CalcNode) -> bool:
+    """Whether a Calc's expressions may be copied into the Calc above it: no function
+    calls that are UDFs (a copy could call a non-deterministic one twice) or
+    ``PROCTIME()`` (the attribute it marks must stay a column)."""
+    for _, expr in node.projections:
+        if not isinstance(expr, exp.Column) and any(
+            isinstance(f, exp.Anonymous) for f in expr.find_all(exp.Anonymous)
+        ):
+            return False
+    return True
 
 
 def _plain(node: exp.Expression, prefix: str) -> str:
