@@ -186,3 +186,17 @@ def test_source_options_reach_the_source(env: es.Environment) -> None:
     )
     with pytest.raises(es.SqlError, match="'scan.bounded.mode': must be 'unbounded' or"):
         source_binding(env.catalog.table("k2"), ["a"])
+
+
+def test_a_changed_column_type_changes_the_uids_of_what_reads_it() -> None:
+    def uids(price_type: str) -> list[str]:
+        env = es.Environment(parallelism=1, runner="local")
+        env.execute_sql(DDL.replace("price BIGINT", f"price {price_type}"))
+        return [
+            line.split("[")[1].split("]")[0]
+            for line in env.explain_sql(HOP.replace("COUNT(*)", "SUM(price)")).splitlines()
+            if "[sql-" in line
+        ]
+
+    assert uids("BIGINT") == uids("BIGINT")
+    assert not set(uids("BIGINT")) & set(uids("DOUBLE"))  # summed as int64 vs float64

@@ -99,8 +99,11 @@ class PlanNode(ABC):
 
     @property
     def uid(self) -> str:
-        """``sql-<kind>-<16 hex>``: a hash of the node's digest and its inputs' uids."""
-        text = "\x1f".join((self.kind, self.digest(), *(i.uid for i in self.inputs)))
+        """``sql-<kind>-<16 hex>``: a hash of the node's digest, its output columns with
+        their types (state written under other types is another operator's) and its
+        inputs' uids."""
+        columns = ",".join(f"{f.name}:{f.type.sql()}" for f in self.fields)
+        text = "\x1f".join((self.kind, self.digest(), columns, *(i.uid for i in self.inputs)))
         return f"sql-{self.kind}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
