@@ -26,6 +26,8 @@ from columnar_support import MAX_P, Emitted
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import epochstream as es
+from epochstream.api.columnar_joins import equi_join
 from epochstream.core.clock import ManualClock
 from epochstream.core.events import MIN_WATERMARK
 from epochstream.core.filesystems import storage_fs
@@ -449,3 +451,39 @@ def test_spec_and_operator_errors() -> None:
         cluster.send(0, row)
         with pytest.raises(ConfigurationError, match="incompatible types: left 'b' is string"):
             cluster.send(1, right_of(row).set_column(1, "y", pa.array([1])))
+
+
+def test_the_api_builds_each_mode_and_refuses_misuse() -> None:
+    env = es.Environment(parallelism=1, runner="local")
+    rows = env.from_collection([1, 2])
+    schema = pa.schema([("a", pa.int32()), ("b", pa.string()), ("v", pa.int64())])
+    left, right = rows.to_batches(schema), rows.to_batches(schema)
+    regular = left.join(right).where(["a", "b"]).equal_to(["a", "b"])
+    regular.select(["a", ("v", "lv")], [("v", "rv")], condition=LeftAbove())
+    left.join(right).where("a").equal_to("a").between(-10, 5, upper_inclusive=False).select(
+        ["a"], [("v", "rv")]
+    )
+    left.join(right).where(["a", "b"]).equal_to(["a", "b"]).within_windows("v", "v").select(
+        ["a"], [("b", "rb")], name="windowed"
+    )
+    nodes = [t for t in env._graph.transformations if t.kind == "columnar_equi_join"]
+    assert [n.name for n in nodes] == ["join(a=a,b=b)", "interval-join(a=a)", "windowed"]
+    specs = [n.payload for n in nodes]
+    assert specs[0].left_output == (("a", "a"), ("v", "lv"))
+    assert isinstance(specs[0].condition, LeftAbove)
+    assert specs[1].retention == IntervalBounds(-10, 4)
+    assert specs[2].retention == WindowEnd("v", "v")
+    with pytest.raises(ConfigurationError, match="finish it with select"):
+        left.join(right).where(["a", "b"]).equal_to(["a", "b"]).apply()
+    with pytest.raises(ConfigurationError, match="takes apply"):
+        left.join(right).where("a").equal_to("a").window(es.TumblingEventTimeWindows.of(10)).select(
+            ["a"], ["v"]
+        )
+    with pytest.raises(ConfigurationError, match="as many left keys as right keys"):
+        left.join(right).where(["a", "b"]).equal_to("a").select(["a"], ["v"])
+    with pytest.raises(ConfigurationError, match="the right stream 'to_batches' has no column 'w'"):
+        left.join(right).where("a").equal_to("a").select(["a"], ["w"])
+    with pytest.raises(ConfigurationError, match=r"a name or an \(input, output\) pair"):
+        left.join(right).where("a").equal_to("a").select(["a"], [("v",)])
+    with pytest.raises(ConfigurationError, match="must both be columnar"):
+        equi_join(left, rows, spec_of())
