@@ -87,7 +87,9 @@ def keyed_backend(kind: str, local_dir: str) -> KeyedStateBackend:
     )
 
 
-def run(left: pa.Table, right: pa.Table, batch_size: int, keyed: KeyedStateBackend) -> tuple[float, int]:
+def run(
+    left: pa.Table, right: pa.Table, batch_size: int, keyed: KeyedStateBackend
+) -> tuple[float, int]:
     """Rows/s through the operator and the pairs it emitted."""
     keys = ("auction", "channel")
     payload = EquiJoinSpec(
