@@ -487,3 +487,15 @@ def test_the_api_builds_each_mode_and_refuses_misuse() -> None:
         left.join(right).where("a").equal_to("a").select(["a"], [("v",)])
     with pytest.raises(ConfigurationError, match="must both be columnar"):
         equi_join(left, rows, spec_of())
+
+
+def test_regular_join_stamps_the_later_time_or_the_one_side_s() -> None:
+    with tempfile.TemporaryDirectory() as root:
+        cluster = Cluster("heap", Path(root), spec_of(), 1)
+        cluster.send(0, batch_of([(1, "p", 1, 5, 30)]))
+        cluster.send(1, right_of(batch_of([(1, "p", 2, 6, 10)])))
+        assert [r["_ts"] for r in cluster.rows()] == [30]
+        timeless = Cluster("heap", Path(root), spec_of(), 1)
+        timeless.send(1, right_of(batch_of([(1, "p", 2, 6, 10)])).drop_columns(["_ts"]))
+        timeless.send(0, batch_of([(1, "p", 1, 5, 30)]))
+        assert [(r["lid"], r["_ts"]) for r in timeless.rows()] == [(1, 30)]

@@ -221,7 +221,7 @@ class _Pairs:
             taken = side.select([c for c, _ in self.outputs[index]]).take(picked)
             for (_, out), column in zip(self.outputs[index], taken.columns, strict=True):
                 columns[out] = column.combine_chunks()
-        stamps = self._stamps(left, rows, times)
+        stamps = self._stamps(left, right, rows, times)
         if stamps is not None:
             columns[TS_COLUMN] = stamps
         batch = pa.RecordBatch.from_pydict(columns)
@@ -242,17 +242,21 @@ class _Pairs:
     def _stamps(
         self,
         left: pa.Table,
+        right: pa.Table,
         rows: tuple[pa.Array, pa.Array],
         times: tuple[pa.Array, pa.Array] | None,
     ) -> pa.Array | None:
         """The pairs' ``_ts``: ``end - 1`` of their window (window joins), else the later
-        of both times (or the one side's that has them)."""
+        of both times (or the one side's that has them; none when neither has)."""
         retention = self.spec.retention
         if isinstance(retention, WindowEnd):
             ends = _end_times(left.column(retention.left_column).take(rows[0]))
             return pa.array(ends - 1)
         if times is not None:
             return pc.max_element_wise(times[0], times[1])
+        for side, picked in zip((left, right), rows, strict=True):
+            if TS_COLUMN in side.schema.names:
+                return side.column(TS_COLUMN).take(picked).combine_chunks()
         return None
 
     def _kept(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
