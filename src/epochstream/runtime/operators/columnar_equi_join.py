@@ -123,7 +123,6 @@ class _Sides:
     restored table."""
 
     def __init__(self, spec: EquiJoinSpec) -> None:
-        self.spec = spec
         self.keys = (spec.left_keys, spec.right_keys)
         self.composite = len(spec.left_keys) > 1
         ends = (
