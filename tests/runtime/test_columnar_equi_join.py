@@ -432,6 +432,10 @@ def test_spec_and_operator_errors() -> None:
         EquiJoinSpec(("a", "b"), ("x",), (), ())
     with pytest.raises(ConfigurationError, match="two columns named 'v'"):
         EquiJoinSpec(("a",), ("x",), (("v", "v"),), (("v", "v"),))
+    with pytest.raises(ConfigurationError, match="two columns named '_ts'"):
+        EquiJoinSpec(("a",), ("x",), (("t", "_ts"),), ())
+    with pytest.raises(ConfigurationError, match="a column named '_kg'"):
+        EquiJoinSpec(("a",), ("x",), (("g", "_kg"),), ())
     with pytest.raises(ConfigurationError, match=r"lower bound .* above its upper bound"):
         IntervalBounds(5, 4)
     assert IntervalBounds.of(0, 10, lower_inclusive=False, upper_inclusive=False) == (

@@ -237,6 +237,11 @@ class EquiJoinSpec:
                 f"an equi-join's output would have two columns named {clash!r} (its columns: "
                 f"{', '.join(names)}); name one otherwise"
             )
+        if "_kg" in names:
+            raise ConfigurationError(
+                "an equi-join's output may not have a column named '_kg', the name keyed "
+                "batches keep their key groups under; name it otherwise"
+            )
         if self.condition is not None and not callable(self.condition):
             raise ConfigurationError(
                 f"an equi-join's condition must be callable, got {type(self.condition).__name__}"
