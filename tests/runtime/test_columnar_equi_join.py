@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 import epochstream as es
 from epochstream.api.columnar_joins import equi_join
 from epochstream.core.clock import ManualClock
-from epochstream.core.events import MIN_WATERMARK
+from epochstream.core.events import MAX_WATERMARK, MIN_WATERMARK
 from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError
 from epochstream.graph.jobgraph import OperatorSpec
@@ -372,6 +372,9 @@ def test_interval_join_drops_late_rows_and_expired_buckets(backend: str, tmp_pat
     cluster.send(1, right_of(batch_of([(1, "p", 4, 1, 13_000), (1, "p", 5, 1, 19_500)])))
     assert op.counters.late_records_dropped == 1
     assert [(r["lid"], r["rid"], r["_ts"]) for r in out.take()] == [(2, 5, 20_000)]
+    # The end of input is passed on as it is (downstream flushes on it).
+    cluster.watermark(MAX_WATERMARK)
+    assert out.watermarks[-1] == MAX_WATERMARK and op.keyed.row_tables() == []
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))

@@ -32,7 +32,8 @@ How long rows are kept is the spec's ``retention``:
   or ``W - upper`` (right row), never late downstream (Flink's SQL planner holds the
   interval join's watermark back by ``RowTimeIntervalJoin.getMaxOutputDelay()`` =
   ``max(leftRelativeSize, rightRelativeSize)`` with ``leftRelativeSize = -lower``,
-  ``rightRelativeSize = upper``, through ``KeyedCoProcessOperatorWithWatermarkDelay``).
+  ``rightRelativeSize = upper``, through ``KeyedCoProcessOperatorWithWatermarkDelay``);
+  the end of input, ``MAX_WATERMARK``, is passed on as it is.
 - :class:`~epochstream.graph.specs.WindowEnd` (window join of two window
   aggregations' outputs, their window in the keys): rows are kept per window end, in
   ``left@<end>`` and ``right@<end>``, dropped once the watermark reaches ``end - 1``
@@ -64,7 +65,7 @@ import pyarrow.compute as pc
 
 from epochstream.core.arrow import KG as KG_COLUMN
 from epochstream.core.arrow import TS as TS_COLUMN
-from epochstream.core.events import MIN_WATERMARK
+from epochstream.core.events import MAX_WATERMARK, MIN_WATERMARK
 from epochstream.exceptions import DataError, StateError, UserFunctionError
 from epochstream.graph.specs import EquiJoinSpec, IntervalBounds, WindowEnd
 from epochstream.runtime.operators.columnar_aggregates import own_backend
@@ -455,7 +456,10 @@ class ColumnarEquiJoinOperator(TwoInputOperator):
             # t + (upper - lower) > W (see the module docstring).
             width = retention.upper - retention.lower
             self._drop(lambda start: start + self.bucket - 1 + width <= watermark)
-            self.emit_watermark(max(watermark - retention.delay, MIN_WATERMARK))
+            # The end of input (MAX_WATERMARK) passes as it is: downstream operators
+            # flush on it (global windows, sessions).
+            held = watermark if watermark >= MAX_WATERMARK else watermark - retention.delay
+            self.emit_watermark(max(held, MIN_WATERMARK))
             return
         if isinstance(retention, WindowEnd):
             self._drop(lambda end: end - 1 <= watermark)
