@@ -492,6 +492,8 @@ def test_the_api_builds_each_mode_and_refuses_misuse() -> None:
         left.join(right).where("a").equal_to("a").select(["a"], ["w"])
     with pytest.raises(ConfigurationError, match=r"a name or an \(input, output\) pair"):
         left.join(right).where("a").equal_to("a").select(["a"], [("v",)])
+    with pytest.raises(ConfigurationError, match="left 'b' is string, right 'v' is int64"):
+        left.join(right).where(["a", "b"]).equal_to(["a", "v"]).select(["a"], ["v"])
     with pytest.raises(ConfigurationError, match="must both be columnar"):
         equi_join(left, rows, spec_of())
 

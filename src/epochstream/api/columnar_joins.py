@@ -324,18 +324,7 @@ def equi_join(
         )
     if not isinstance(spec, EquiJoinSpec):
         raise ConfigurationError(f"equi_join() takes an EquiJoinSpec, got {type(spec).__name__}")
-    for side, stream, keys in (("left", left, spec.left_keys), ("right", right, spec.right_keys)):
-        schema = _declared_schema(stream)
-        if schema is not None:
-            outputs = spec.left_output if side == "left" else spec.right_output
-            missing = next(
-                (c for c in (*keys, *(i for i, _ in outputs)) if c not in schema.names), None
-            )
-            if missing is not None:
-                raise ConfigurationError(
-                    f"join(): the {side} stream {stream._t.name!r} has no column {missing!r} "
-                    f"(columns: {', '.join(schema.names)})"
-                )
+    _check_equi_join_schemas(left, right, spec)
     keyed = [
         stream.key_by(list(keys))
         for stream, keys in ((left, spec.left_keys), (right, spec.right_keys))
@@ -355,3 +344,30 @@ def equi_join(
         [keyed[0]._edge(), keyed[1]._edge()],
     )
     return DataStream(left._env, t)
+
+
+def _check_equi_join_schemas(left: DataStream, right: DataStream, spec: EquiJoinSpec) -> None:
+    """Fail at build time when a declared schema lacks a key or output column, or the
+    keys' types cannot match (the operator checks the others at the first batch)."""
+    types = []
+    for side, stream, keys in (("left", left, spec.left_keys), ("right", right, spec.right_keys)):
+        schema = _declared_schema(stream)
+        if schema is None:
+            return
+        outputs = spec.left_output if side == "left" else spec.right_output
+        missing = next(
+            (c for c in (*keys, *(i for i, _ in outputs)) if c not in schema.names), None
+        )
+        if missing is not None:
+            raise ConfigurationError(
+                f"join(): the {side} stream {stream._t.name!r} has no column {missing!r} "
+                f"(columns: {', '.join(schema.names)})"
+            )
+        types.append([schema.field(k).type for k in keys])
+    for position, (kind, other) in enumerate(zip(*types, strict=True)):
+        if join_key_type(kind) != join_key_type(other):
+            raise ConfigurationError(
+                f"join(): the keys have incompatible types: left {spec.left_keys[position]!r} is "
+                f"{kind}, right {spec.right_keys[position]!r} is {other}; equal keys must have "
+                "one type on both sides (cast one in map_batches)"
+            )
