@@ -39,6 +39,7 @@ COLUMNAR_BACKEND_KINDS = frozenset(
         "columnar_session_window",
         "columnar_join",
         "columnar_window_join",
+        "columnar_equi_join",
         "columnar_window_aggregate",
     }
 )
@@ -79,6 +80,7 @@ TWO_INPUT_KINDS = frozenset(
         "interval_join",
         "columnar_join",
         "columnar_window_join",
+        "columnar_equi_join",
     }
 )
 

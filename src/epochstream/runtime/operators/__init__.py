@@ -3,7 +3,8 @@
 One module per operator family: ``basic`` (map, flat_map, filter, rolling reduce),
 ``columnar`` (Arrow batches: map_batches, expression filters, conversions, columnar
 aggregations), ``columnar_sessions`` (columnar session and processing-time windows),
-``columnar_joins`` (window and regular joins of batches), ``columnar_window_aggregates``
+``columnar_joins`` (window and regular joins of batches), ``columnar_equi_join`` (the
+SQL joins' operator: composite keys, regular, interval and window-end retention), ``columnar_window_aggregates``
 (SQL window aggregations: tumble, hop, cumulate),
 ``process`` (process functions), ``timestamps`` (timestamps and watermarks),
 ``windows`` (window operators), ``evicting`` (windows with an evictor), ``twoinput`` (connect, joins), ``dedup``
@@ -31,6 +32,7 @@ from epochstream.runtime.operators.columnar_aggregates import (
     ColumnarAggregateOperator,
     ColumnarWindowOperator,
 )
+from epochstream.runtime.operators.columnar_equi_join import ColumnarEquiJoinOperator
 from epochstream.runtime.operators.columnar_joins import (
     ColumnarRegularJoinOperator,
     ColumnarWindowJoinOperator,
@@ -66,6 +68,7 @@ __all__ = [
     "CoMapOperator",
     "CoProcessOperator",
     "ColumnarAggregateOperator",
+    "ColumnarEquiJoinOperator",
     "ColumnarProcessingTimeWindowOperator",
     "ColumnarRegularJoinOperator",
     "ColumnarSessionOperator",
@@ -116,6 +119,7 @@ _FACTORIES: dict[str, type[Operator]] = {
     "columnar_processing_window": ColumnarProcessingTimeWindowOperator,
     "columnar_join": ColumnarRegularJoinOperator,
     "columnar_window_join": ColumnarWindowJoinOperator,
+    "columnar_equi_join": ColumnarEquiJoinOperator,
     "columnar_window_aggregate": ColumnarWindowAggregateOperator,
 }
 
