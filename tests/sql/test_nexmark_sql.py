@@ -24,7 +24,9 @@ def _sorted(rows: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
     return sorted(rows, key=lambda r: tuple((v is None, str(v)) for v in r))
 
 
-@pytest.mark.parametrize("query", ["q0", "q1", "q2", "q11", "q21", "q22"])
+@pytest.mark.parametrize(
+    "query", ["q0", "q1", "q2", "q3", "q5", "q7", "q8", "q11", "q20", "q21", "q22"]
+)
 def test_nexmark_query_equals_duckdb(query: str, tables: dict, tmp_path: Path) -> None:
     out = str(tmp_path / "out")
     create, insert = query_statements(query, out)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from epochstream.api.columnar_joins import equi_join
 from epochstream.api.datastream import DataStream, DataStreamSink
 from epochstream.graph.windowing import (
     CumulativeEventTimeWindows,
@@ -23,6 +24,7 @@ from epochstream.sql.connectors import source_binding
 from epochstream.sql.plan import (
     AssignerAggregateNode,
     CalcNode,
+    JoinNode,
     PlanNode,
     ScanNode,
     SinkNode,
@@ -38,22 +40,24 @@ __all__ = ["StreamBuilder"]
 
 
 class StreamBuilder:
-    """Builds the DataStreams of one job's plans; a node reached twice (a source shared
-    by the INSERTs of a statement set) is built once.
+    """Builds the DataStreams of one job's plans. Nodes with the same uid compute the
+    same thing from the same inputs, so each uid is built once: a source shared by the
+    INSERTs of a statement set, or a subquery written twice (Nexmark q5's two HOP
+    counts), runs once and feeds both (Flink's sub-plan reuse).
 
     Example: ``StreamBuilder(env).sink(sink_node)``
     """
 
     def __init__(self, env: Environment) -> None:
         self.env = env
-        self._built: dict[int, DataStream] = {}
+        self._built: dict[str, DataStream] = {}
 
     def stream(self, node: PlanNode) -> DataStream:
         """The columnar DataStream of ``node``'s output."""
-        built = self._built.get(id(node))
+        built = self._built.get(node.uid)
         if built is None:
             built = self._build(node)
-            self._built[id(node)] = built
+            self._built[node.uid] = built
         return built
 
     def sink(self, node: SinkNode) -> DataStreamSink:
@@ -77,6 +81,9 @@ class StreamBuilder:
             return self._window_aggregate(node)
         if isinstance(node, AssignerAggregateNode):
             return self._assigner_aggregate(node)
+        if isinstance(node, JoinNode):
+            left, right = (self.stream(i) for i in node.inputs)
+            return equi_join(left, right, node.spec, name=node.label).uid(node.uid)
         if isinstance(node, UnionNode):
             first, *others = (self.stream(i) for i in node.inputs)
             return first.union(*others)

@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import hashlib
+from functools import cached_property
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,10 +24,17 @@ import pyarrow as pa
 from sqlglot import exp
 
 from epochstream.core.arrow import TS
-from epochstream.graph.specs import AggCall, SliceWindowAggregateSpec, WindowTvf
+from epochstream.graph.specs import (
+    AggCall,
+    EquiJoinSpec,
+    IntervalBounds,
+    SliceWindowAggregateSpec,
+    WindowEnd,
+    WindowTvf,
+)
 from epochstream.graph.windowing import EventTimeSessionWindows, WindowAssigner
 from epochstream.sql.catalog import TableDef
-from epochstream.sql.expressions import CalcProgram, CompiledExpression, Field
+from epochstream.sql.expressions import CalcProgram, Field
 
 __all__ = [
     "AssignerAggregateNode",
@@ -97,7 +105,7 @@ class PlanNode(ABC):
         """Lines for :func:`explain` beyond the label (keys, state, watermarks)."""
         return []
 
-    @property
+    @cached_property
     def uid(self) -> str:
         """``sql-<kind>-<16 hex>``: a hash of the node's digest, its output columns with
         their types (state written under other types is another operator's) and its
@@ -204,55 +212,47 @@ def _call_text(call: AggCall) -> str:
 
 @dataclass(eq=False)
 class JoinNode(PlanNode):
-    """An inner equi-join of two inputs, each keyed by its ``*_keys`` columns (the
-    inputs are the sides' key Calcs). ``mode``:
+    """An inner equi-join of two inputs (the sides' key Calcs), each keyed by its key
+    columns: ``spec`` is the operator's (keys, output columns, the residual condition,
+    and the retention that makes it a regular, interval or window join).
+    ``condition_text`` is the residual condition's SQL (shown, and hashed)."""
 
-    - ``"regular"``: every pair with equal keys; each side's rows are kept forever;
-    - ``"interval"``: pairs whose event times satisfy ``left - right`` in ``bounds``
-      (ms, inclusive); rows are dropped once the watermark passes their interval;
-    - ``"window"``: pairs of the same window (the keys hold both sides' window bounds);
-      rows are dropped when the watermark passes ``window_end`` (``window_ends``: each
-      side's window-end column).
-
-    ``left_output``/``right_output``: (input column, output column) pairs; ``condition``
-    (a compiled boolean expression over the output columns) keeps the pairs where it is
-    TRUE."""
-
-    left_keys: tuple[str, ...] = field(kw_only=True)
-    right_keys: tuple[str, ...] = field(kw_only=True)
-    left_output: tuple[tuple[str, str], ...] = field(kw_only=True)
-    right_output: tuple[tuple[str, str], ...] = field(kw_only=True)
-    mode: str = field(kw_only=True)
-    bounds: tuple[int, int] | None = field(default=None, kw_only=True)
-    window_ends: tuple[str, str] | None = field(default=None, kw_only=True)
-    condition: CompiledExpression | None = field(default=None, kw_only=True)
+    spec: EquiJoinSpec = field(kw_only=True)
     condition_text: str = field(default="", kw_only=True)
 
     kind = "join"
 
+    @property
+    def mode(self) -> str:
+        """``regular``, ``interval`` or ``window``."""
+        retention = self.spec.retention
+        if isinstance(retention, IntervalBounds):
+            return "interval"
+        return "window" if isinstance(retention, WindowEnd) else "regular"
+
     def digest(self) -> str:
+        spec = self.spec
         return "|".join(
             str(part)
             for part in (
-                self.mode,
-                self.left_keys,
-                self.right_keys,
-                self.left_output,
-                self.right_output,
-                self.bounds,
-                self.window_ends,
+                spec.left_keys,
+                spec.right_keys,
+                spec.left_output,
+                spec.right_output,
+                spec.retention,
                 self.condition_text,
             )
         )
 
     def details(self) -> list[str]:
-        keys = ", ".join(f"{a} = {b}" for a, b in zip(self.left_keys, self.right_keys, strict=True))
+        spec = self.spec
+        keys = ", ".join(f"{a} = {b}" for a, b in zip(spec.left_keys, spec.right_keys, strict=True))
         lines = [f"{self.mode} join on {keys}"]
-        if self.mode == "interval":
-            assert self.bounds is not None
-            lines.append(f"time: left - right in [{self.bounds[0]}, {self.bounds[1]}] ms")
+        if isinstance(spec.retention, IntervalBounds):
+            bounds = spec.retention
+            lines.append(f"time: left - right in [{bounds.lower}, {bounds.upper}] ms")
             lines.append("state: each side's rows until the watermark passes their interval")
-        elif self.mode == "window":
+        elif isinstance(spec.retention, WindowEnd):
             lines.append("state: each side's rows until the watermark passes their window_end")
         else:
             lines.append("state: every row of both sides, kept forever (unbounded)")
@@ -367,14 +367,14 @@ def explain(root: PlanNode) -> str:
           scan [sql-scan-7a...]  bid
     """
     lines = ["== Physical plan =="]
-    seen: dict[int, str] = {}
+    seen: set[str] = set()
 
     def walk(node: PlanNode, depth: int) -> None:
         pad = "  " * depth
-        if id(node) in seen:
-            lines.append(f"{pad}(reused) {node.kind} [{seen[id(node)]}]")
+        if node.uid in seen:
+            lines.append(f"{pad}(reused) {node.kind} [{node.uid}]")
             return
-        seen[id(node)] = node.uid
+        seen.add(node.uid)
         lines.append(f"{pad}{node.kind} [{node.uid}]  {node.label}")
 
         def mark(name: str) -> str:

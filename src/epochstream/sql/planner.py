@@ -31,7 +31,14 @@ from sqlglot import exp
 
 from epochstream.core.arrow import TS
 from epochstream.exceptions import ConfigurationError, SqlError
-from epochstream.graph.specs import AggCall, SliceWindowAggregateSpec, WindowTvf
+from epochstream.graph.specs import (
+    AggCall,
+    EquiJoinSpec,
+    IntervalBounds,
+    SliceWindowAggregateSpec,
+    WindowEnd,
+    WindowTvf,
+)
 from epochstream.graph.windowing import (
     EventTimeSessionWindows,
     SlidingProcessingTimeWindows,
@@ -438,20 +445,28 @@ class Planner:
         windows = {}
         if mode == "window":
             windows = {n: w for n, w in left.windows.items()}
+        retention: IntervalBounds | WindowEnd | None = None
+        if mode == "interval":
+            assert bounds is not None
+            retention = IntervalBounds(*bounds)
+        elif mode == "window":
+            assert window_ends is not None
+            retention = WindowEnd(*window_ends)
+        spec = EquiJoinSpec(
+            left_keys=tuple(left_keys),
+            right_keys=tuple(right_keys),
+            left_output=tuple((f.name, f.name) for f in left.fields),
+            right_output=tuple((f.name, rename[f.name]) for f in right.fields),
+            condition=condition.evaluate if condition is not None else None,
+            retention=retention,
+        )
         node = JoinNode(
             (left_pre, right_pre),
             fields,
             None,
             _short(f"{mode} join"),
             windows=windows,
-            left_keys=tuple(left_keys),
-            right_keys=tuple(right_keys),
-            left_output=tuple((f.name, f.name) for f in left.fields),
-            right_output=tuple((f.name, rename[f.name]) for f in right.fields),
-            mode=mode,
-            bounds=bounds,
-            window_ends=window_ends,
-            condition=condition,
+            spec=spec,
             condition_text=condition_text,
         )
         return node, scope, _and(remaining) if remaining else None
