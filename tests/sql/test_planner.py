@@ -184,7 +184,7 @@ def test_source_options_reach_the_source(env: es.Environment) -> None:
         "CREATE TABLE k2 (a BIGINT) WITH ('connector' = 'kafka', 'topic' = 't', "
         "'properties.bootstrap.servers' = 'localhost:1', 'scan.bounded.mode' = 'forever')"
     )
-    with pytest.raises(es.SqlError, match="'scan.bounded.mode': must be 'unbounded' or"):
+    with pytest.raises(es.SqlError, match=r"'scan.bounded.mode': must be 'unbounded' or"):
         source_binding(env.catalog.table("k2"), ["a"])
 
 

@@ -15,9 +15,9 @@ Example::
 from __future__ import annotations
 
 import hashlib
-from functools import cached_property
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
