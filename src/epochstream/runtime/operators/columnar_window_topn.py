@@ -55,8 +55,11 @@ from epochstream.state.key_index import canonical_float_keys
 
 __all__ = ["ColumnarWindowTopNOperator", "rank_rows"]
 
-#: The row tables' key column: each row's key group (a window's rows are read whole).
+#: The row tables' key column: each row's key group, as uint64 so a table is a queue by
+#: key and ``pop_until`` takes all its rows out without dropping it (a window's rows are
+#: read whole; dropping and making a RocksDB column family per pruning costs more).
 _GROUP = "_tn_group"
+_ALL_GROUPS = 2**32 - 1
 #: Between the table prefix and the window end in a row table's name.
 _PREFIX = "topn@"
 #: A window's table is not re-ranked below this many rows (small tables stay as they are).
@@ -65,16 +68,26 @@ _PRUNE_FLOOR = 1_024
 
 def _partition_ids(table: pa.Table, columns: list[str]) -> np.ndarray:
     """One int64 id per row, equal for rows of one partition (NULL is a value, equal
-    floats alike: ``-0.0`` is ``0.0``, every NaN one NaN)."""
+    floats alike: ``-0.0`` is ``0.0``, every NaN one NaN).
+
+    Each column's dictionary codes are digits of a mixed-radix number (one
+    multiply-add per column); ids need not be dense, only equal per partition. When the
+    radices' product would overflow int64, rows of codes are ranked instead (slower:
+    ``unique`` sorts them).
+    """
     if not columns:
         return np.zeros(table.num_rows, dtype=np.int64)
-    codes = []
+    codes, radices = [], []
     for name in columns:
         column = canonical_float_keys(table.column(name).combine_chunks())
         encoded = pc.dictionary_encode(column, null_encoding="encode")
         codes.append(encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64))
-    if len(codes) == 1:
-        return codes[0]
+        radices.append(max(len(encoded.dictionary), 1))
+    if float(np.prod(np.array(radices, dtype=np.float64))) < 2.0**62:
+        ids = codes[0]
+        for code, radix in zip(codes[1:], radices[1:], strict=True):
+            ids = ids * radix + code
+        return ids
     _, ids = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)
     return ids.reshape(-1).astype(np.int64)
 
@@ -218,12 +231,12 @@ class ColumnarWindowTopNOperator(Operator):
         their key group under ``_tn_group``."""
         names = batch.schema.names
         if KG_COLUMN in names:
-            groups = batch.column(KG_COLUMN)
+            groups = batch.column(KG_COLUMN).cast(pa.uint64())
         else:  # driven without a hash edge (tests, tools): the edge's key groups
             columns = [batch.column(c) for c in self.topn.partition_by]
             groups = pa.array(
                 key_groups_by_columns(columns, self.ctx.max_parallelism, rows=batch.num_rows),
-                pa.int32(),
+                pa.uint64(),
             )
         kept = [n for n in names if n not in (KG_COLUMN, TS_COLUMN)]
         rows = pa.Table.from_batches([batch.select(kept)]).append_column(_GROUP, groups)
@@ -257,12 +270,13 @@ class ColumnarWindowTopNOperator(Operator):
         size = self.sizes.setdefault(end, [0, 0])
         size[0] += rows.num_rows
         if size[0] > max(2 * size[1], _PRUNE_FLOOR):
-            kept = self._ranked(self._take(end))[0]
-            self._table(end).append(*_with_groups(kept))
+            table = self._table(end)
+            kept = self._ranked(table.pop_until(_ALL_GROUPS))[0]
+            table.append(*_with_groups(kept))
             size[:] = [kept.num_rows, kept.num_rows]
 
     def _take(self, end: int) -> pa.Table:
-        """Remove window ``end``'s table and return its rows (with ``_kg``)."""
+        """Drop window ``end``'s table and return its rows."""
         assert self.keyed is not None
         name = _table_name(end)
         table = self.keyed.row_table(name)
@@ -321,4 +335,5 @@ def _one_batch(rows: pa.Table) -> pa.RecordBatch:
 def _with_groups(rows: pa.Table) -> tuple[pa.RecordBatch, np.ndarray]:
     """``rows`` as one record batch and their key groups (column ``_tn_group``)."""
     record = _one_batch(rows)
-    return record, record.column(_GROUP).to_numpy(zero_copy_only=False)
+    groups = record.column(_GROUP).to_numpy(zero_copy_only=False)
+    return record, groups.astype(np.int32)
