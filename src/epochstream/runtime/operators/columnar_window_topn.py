@@ -21,7 +21,12 @@ and the row numbers are positions minus each partition's first position. NULLs s
 first ascending and last descending, as Flink's planner sets it (``NullCollation.LOW``
 in ``FlinkPlannerImpl``: "null values appear first when the order is ASC, and ordered
 last when the order is DESC"); NaN is the largest float, as in Java's
-``Double.compare``. Ties get distinct row numbers by arrival order: the sort is stable,
+``Double.compare``. A restored subtask starts from no watermark, so each snapshot also files, per key
+group, the watermark its windows had fired up to (row table ``topn-fired``): after a
+restore, at any parallelism, a row of a window its key group had fired is late as it
+would have been without the restore, not emitted a second time.
+
+Ties get distinct row numbers by arrival order: the sort is stable,
 and a table keeps a partition's rows in arrival order (pruned survivors first, in rank
 order, then the rows that came after), through snapshots too.
 
@@ -44,10 +49,10 @@ from epochstream.core.arrow import KG as KG_COLUMN
 from epochstream.core.arrow import TS as TS_COLUMN
 from epochstream.exceptions import DataError, StateError
 from epochstream.graph.specs import WindowTopNSpec
-from epochstream.runtime.operators.base import Operator
+from epochstream.runtime.operators.base import Operator, SnapshotParts
 from epochstream.runtime.operators.columnar_aggregates import own_backend
 from epochstream.runtime.operators.columnar_transforms import need_batch
-from epochstream.state.backends.base import RowSchema, RowTable
+from epochstream.state.backends.base import RowSchema, RowTable, SnapshotTarget
 from epochstream.state.column_keygroups import key_groups_by_columns
 from epochstream.state.columnar_checks import require_columns
 from epochstream.state.handles import OperatorRestore
@@ -60,6 +65,11 @@ __all__ = ["ColumnarWindowTopNOperator", "rank_rows"]
 #: read whole; dropping and making a RocksDB column family per pruning costs more).
 _GROUP = "_tn_group"
 _ALL_GROUPS = 2**32 - 1
+#: The row table of the watermark each key group had fired windows up to at the last
+#: snapshot (one row per key group), and its watermark column.
+_FIRED, _MARK = "topn-fired", "_tn_watermark"
+_FIRED_SCHEMA = RowSchema(pa.schema([(_GROUP, pa.uint64()), (_MARK, pa.int64())]), _GROUP)
+_NO_WATERMARK = -(2**63)
 #: Between the table prefix and the window end in a row table's name.
 _PREFIX = "topn@"
 #: A window's table is not re-ranked below this many rows (small tables stay as they are).
@@ -183,7 +193,10 @@ class ColumnarWindowTopNOperator(Operator):
         #: The key groups of this subtask (those its backend holds).
         self.key_groups = self.keyed.key_group_range
         self.topn: WindowTopNSpec = spec.payload
-        self.watermark = -(2**63)
+        self.watermark = _NO_WATERMARK
+        #: Per key group of this subtask (from its first), the restored watermark its
+        #: windows had fired up to; None without a restore.
+        self.fired: np.ndarray | None = None
         #: Per open window end: rows held, and rows held after its last pruning.
         self.sizes: dict[int, list[int]] = {}
         self._schema: RowSchema | None = None
@@ -194,7 +207,7 @@ class ColumnarWindowTopNOperator(Operator):
     def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
         super().initialize_state(restore, checkpoint_id)
         assert self.keyed is not None
-        names = self.keyed.row_tables()
+        names = [n for n in self.keyed.row_tables() if n != _FIRED]
         other = [n for n in names if _end_of(n) is None] + self.keyed.column_tables()
         if other:
             raise StateError(
@@ -207,6 +220,31 @@ class ColumnarWindowTopNOperator(Operator):
             self._schema = table.schema
             held = len(table)
             self.sizes[int(_end_of(name) or 0)] = [held, held]
+        fired = self.keyed.row_table(_FIRED)
+        if fired is not None:
+            marks = fired.table()
+            self.fired = np.full(len(self.key_groups), _NO_WATERMARK, dtype=np.int64)
+            slots = marks.column(_GROUP).to_numpy().astype(np.int64) - self.key_groups.start
+            np.maximum.at(self.fired, slots, marks.column(_MARK).to_numpy())
+
+    def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
+        self._file_fired()
+        return super().snapshot(target)
+
+    def _file_fired(self) -> None:
+        """Put each key group's fired-up-to watermark into ``topn-fired``."""
+        assert self.keyed is not None
+        marks = np.full(len(self.key_groups), self.watermark, dtype=np.int64)
+        if self.fired is not None:
+            marks = np.maximum(marks, self.fired)
+        table = self.keyed.row_table(_FIRED, _FIRED_SCHEMA)
+        assert table is not None
+        table.pop_until(_ALL_GROUPS)
+        groups = np.arange(self.key_groups.start, self.key_groups.stop)
+        rows = pa.record_batch(
+            [pa.array(groups, pa.uint64()), pa.array(marks)], schema=_FIRED_SCHEMA.schema
+        )
+        table.append(rows, groups.astype(np.int32))
 
     def _table(self, end: int) -> RowTable:
         assert self.keyed is not None and self._schema is not None
@@ -250,13 +288,17 @@ class ColumnarWindowTopNOperator(Operator):
             return
         self._check(batch)
         ends = _window_ends(batch, self._where)
-        late = ends - 1 <= self.watermark
+        rows = self._rows(batch)
+        fired = np.full(len(ends), self.watermark, dtype=np.int64)
+        if self.fired is not None:
+            slots = rows.column(_GROUP).to_numpy().astype(np.int64) - self.key_groups.start
+            np.maximum(fired, self.fired[slots], out=fired)
+        late = ends - 1 <= fired
         if late.any():
             self.counters.late_records_dropped += int(late.sum())
-            batch, ends = batch.filter(pa.array(~late)), ends[~late]
-            if not batch.num_rows:
+            rows, ends = rows.filter(pa.array(~late)), ends[~late]
+            if not rows.num_rows:
                 return
-        rows = self._rows(batch)
         # Only a batch's own best n per (window, partition) can make a window's best n.
         positions, _ = rank_rows(rows, self._ranked_by, self.topn.order_by, self.topn.n)
         positions.sort()  # arrival order kept within a partition (ties)
