@@ -13,7 +13,8 @@ Only a partition's best ``n`` rows can ever be emitted, so state is pruned as it
 each batch keeps its own best ``n`` per (window, partition) before it is appended, and
 a window's table is re-ranked down to ``n`` per partition whenever it has doubled
 since its last pruning (amortized: each row is ranked a constant number of times), so
-a window holds at most about twice ``n`` rows per partition, whatever the input rate.
+a window holds at most about twice the rows it will emit (or ``_PRUNE_FLOOR`` rows),
+whatever the input rate.
 
 Ranking (:func:`rank_rows`) is vectorized: partitions become integer ids (a dictionary
 code per column), one stable Arrow ``sort_indices`` orders rows by id and order keys,
@@ -21,14 +22,14 @@ and the row numbers are positions minus each partition's first position. NULLs s
 first ascending and last descending, as Flink's planner sets it (``NullCollation.LOW``
 in ``FlinkPlannerImpl``: "null values appear first when the order is ASC, and ordered
 last when the order is DESC"); NaN is the largest float, as in Java's
-``Double.compare``. A restored subtask starts from no watermark, so each snapshot also files, per key
+``Double.compare``. Ties get distinct row numbers by arrival order: the sort is stable,
+and a table keeps a partition's rows in arrival order (pruned survivors first, in rank
+order, then the rows that came after), through snapshots too.
+
+A restored subtask starts from no watermark, so each snapshot also files, per key
 group, the watermark its windows had fired up to (row table ``topn-fired``): after a
 restore, at any parallelism, a row of a window its key group had fired is late as it
 would have been without the restore, not emitted a second time.
-
-Ties get distinct row numbers by arrival order: the sort is stable,
-and a table keeps a partition's rows in arrival order (pruned survivors first, in rank
-order, then the rows that came after), through snapshots too.
 
 Example::
 
