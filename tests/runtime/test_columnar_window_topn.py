@@ -1,7 +1,7 @@
 """The window Top-N operator: examples (NULL placement, ties, rank column, late rows), a
 property test against DuckDB's ``ROW_NUMBER()`` over random windows, partitions, order
-keys with NULLs, NaNs and ties and random batches, and snapshot/restore at another
-parallelism on both backends, with pruned state."""
+keys with NULLs, NaNs and ties and random batches on both backends, and
+snapshot/restore at another parallelism on both backends, with pruned state."""
 
 from __future__ import annotations
 
@@ -267,9 +267,11 @@ def _random_rows(rng: random.Random, count: int) -> list[dict[str, Any]]:
     n=st.integers(1, 4),
     batch_size=st.integers(1, 40),
     prune_floor=st.sampled_from([1, 3, 1_024]),
+    backend=st.sampled_from(sorted(BACKENDS)),
 )
 def test_top_n_equals_duckdb_row_number(
     monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
     seed: int,
     count: int,
     partition_by: tuple[str, ...],
@@ -277,14 +279,16 @@ def test_top_n_equals_duckdb_row_number(
     n: int,
     batch_size: int,
     prune_floor: int,
+    backend: str,
 ) -> None:
     monkeypatch.setattr(topn, "_PRUNE_FLOOR", prune_floor)
     rows = _random_rows(random.Random(seed), count)
     spec = WindowTopNSpec(partition_by, tuple(order_by), n, rank_column="rownum")
-    op, out = _op(spec)
+    op, out = _backend_op(backend, tmp_path, spec, 0, 1)
     for i in range(0, count, batch_size):
         op.process_batch(_batch(rows[i : i + batch_size]), None)
     op.process_watermark(MAX_WATERMARK)
+    op.keyed.dispose()
     assert _ranked(_emitted(out), spec) == _duckdb(rows, spec)
 
 
