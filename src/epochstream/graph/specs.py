@@ -40,8 +40,10 @@ __all__ = [
     "SessionWindowSpec",
     "SliceWindowAggregateSpec",
     "WindowAggregateSpec",
+    "WindowAssignSpec",
     "WindowEnd",
     "WindowSpec",
+    "WindowTopNSpec",
     "WindowTvf",
     "join_key_type",
     "reserved_join_columns",
@@ -488,3 +490,71 @@ class SliceWindowAggregateSpec:
                 f"column {internal!r}: names starting with '_wa' and '_kg' are the window "
                 "aggregation's own; rename it"
             )
+
+
+#: The columns a window assignment adds to each row (Flink's window TVF columns).
+WINDOW_TVF_COLUMNS = ("window_start", "window_end", "window_time")
+
+
+@dataclass(frozen=True)
+class WindowAssignSpec:
+    """A window table function without aggregation (Flink SQL's ``SELECT * FROM
+    TABLE(TUMBLE|HOP|CUMULATE(TABLE t, DESCRIPTOR(ts), ...))``): every row once per
+    ``window`` it belongs to, with ``window_start``, ``window_end`` and ``window_time``.
+
+    Example: ``WindowAssignSpec(WindowTvf.hop(10_000, 5_000))``
+    """
+
+    window: WindowTvf
+
+    @property
+    def kind(self) -> str:
+        """Names the operator in messages."""
+        return "window_assign"
+
+
+#: The sort directions of a window Top-N's order keys.
+SORT_DIRECTIONS = ("asc", "desc")
+
+
+@dataclass(frozen=True)
+class WindowTopNSpec:
+    """A window Top-N (Flink SQL's ``ROW_NUMBER() OVER (PARTITION BY window_start,
+    window_end, partition_by... ORDER BY order_by...) <= n``): per window and partition
+    the first ``n`` rows by ``order_by`` (``(column, "asc" | "desc")`` pairs; NULLs first
+    ascending, last descending, as Flink orders them), with their row number in
+    ``rank_column`` when it is given.
+
+    Example::
+
+        WindowTopNSpec(partition_by=("category",), order_by=(("price", "desc"),), n=3)
+    """
+
+    partition_by: tuple[str, ...]
+    order_by: tuple[tuple[str, str], ...]
+    n: int
+    rank_column: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """Names the state in snapshots."""
+        return "window_top_n"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
+            raise ConfigurationError(f"a window Top-N keeps n >= 1 rows, got {self.n!r}")
+        if not self.order_by:
+            raise ConfigurationError("a window Top-N needs at least one order key")
+        for column, direction in self.order_by:
+            if direction not in SORT_DIRECTIONS:
+                raise ConfigurationError(
+                    f"order key {column!r}: direction {direction!r} is not 'asc' or 'desc'"
+                )
+        rank = self.rank_column
+        if rank is not None and (not rank or rank.startswith("_")):
+            raise ConfigurationError(
+                f"rank column {rank!r}: give a non-empty name not starting with '_' "
+                "(those are epochstream's own columns)"
+            )
+        if rank is not None and rank in WINDOW_AGG_COLUMNS:
+            raise ConfigurationError(f"rank column {rank!r} is a window column's name")

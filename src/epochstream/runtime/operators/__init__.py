@@ -4,8 +4,10 @@ One module per operator family: ``basic`` (map, flat_map, filter, rolling reduce
 ``columnar`` (Arrow batches: map_batches, expression filters, conversions, columnar
 aggregations), ``columnar_sessions`` (columnar session and processing-time windows),
 ``columnar_joins`` (window and regular joins of batches), ``columnar_equi_join`` (the
-SQL joins' operator: composite keys, regular, interval and window-end retention), ``columnar_window_aggregates``
-(SQL window aggregations: tumble, hop, cumulate),
+SQL joins' operator: composite keys, regular, interval and window-end retention),
+``columnar_window_aggregates`` (SQL window aggregations: tumble, hop, cumulate),
+``columnar_window_assign`` (window table functions without aggregation),
+``columnar_window_topn`` (window Top-N),
 ``process`` (process functions), ``timestamps`` (timestamps and watermarks),
 ``windows`` (window operators), ``evicting`` (windows with an evictor), ``twoinput`` (connect, joins), ``dedup``
 (``deduplicate``) and ``connectors`` (source readers and sink writers).
@@ -50,6 +52,8 @@ from epochstream.runtime.operators.columnar_transforms import (
 from epochstream.runtime.operators.columnar_window_aggregates import (
     ColumnarWindowAggregateOperator,
 )
+from epochstream.runtime.operators.columnar_window_assign import ColumnarWindowAssignOperator
+from epochstream.runtime.operators.columnar_window_topn import ColumnarWindowTopNOperator
 from epochstream.runtime.operators.dedup import DeduplicateOperator
 from epochstream.runtime.operators.evicting import EvictingWindowOperator
 from epochstream.runtime.operators.process import KeyedProcessOperator, ProcessOperator
@@ -73,8 +77,10 @@ __all__ = [
     "ColumnarRegularJoinOperator",
     "ColumnarSessionOperator",
     "ColumnarWindowAggregateOperator",
+    "ColumnarWindowAssignOperator",
     "ColumnarWindowJoinOperator",
     "ColumnarWindowOperator",
+    "ColumnarWindowTopNOperator",
     "DeduplicateOperator",
     "EvictingWindowOperator",
     "FilterBatchesOperator",
@@ -121,6 +127,8 @@ _FACTORIES: dict[str, type[Operator]] = {
     "columnar_window_join": ColumnarWindowJoinOperator,
     "columnar_equi_join": ColumnarEquiJoinOperator,
     "columnar_window_aggregate": ColumnarWindowAggregateOperator,
+    "columnar_window_assign": ColumnarWindowAssignOperator,
+    "columnar_window_top_n": ColumnarWindowTopNOperator,
 }
 
 
