@@ -47,6 +47,33 @@ CASES = {
             ("top", "BIGINT"),
         ],
     ),
+    # Window Top-N over a window aggregation (the shape of Flink's documentation).
+    "window_top_n": (
+        "SELECT * FROM ("
+        " SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end "
+        "   ORDER BY price DESC) AS rownum"
+        " FROM (SELECT window_start, window_end, auction, SUM(price) AS price"
+        "       FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '5' SECOND))"
+        "       GROUP BY window_start, window_end, auction)"
+        ") WHERE rownum <= 3",
+        [
+            ("window_start", "TIMESTAMP(3)"),
+            ("window_end", "TIMESTAMP(3)"),
+            ("auction", "BIGINT"),
+            ("price", "BIGINT"),
+            ("rownum", "BIGINT"),
+        ],
+    ),
+    "window_top_n_per_key": (
+        "SELECT bidder, price, window_end FROM ("
+        " SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end, bidder "
+        "   ORDER BY price DESC, auction) AS rn"
+        " FROM (SELECT window_start, window_end, bidder, auction, MAX(price) AS price"
+        "       FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '5' SECOND))"
+        "       GROUP BY window_start, window_end, bidder, auction)"
+        ") WHERE rn = 1",
+        [("bidder", "BIGINT"), ("price", "BIGINT"), ("window_end", "TIMESTAMP(3)")],
+    ),
     "union_all": (
         "SELECT auction AS id, price FROM bid WHERE price > 5000000 "
         "UNION ALL SELECT id, initialBid FROM auction WHERE category = 10",

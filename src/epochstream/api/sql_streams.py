@@ -31,6 +31,7 @@ from epochstream.sql.plan import (
     StreamScanNode,
     UnionNode,
     WindowAggregateNode,
+    WindowTopNNode,
 )
 
 if TYPE_CHECKING:
@@ -84,6 +85,15 @@ class StreamBuilder:
         if isinstance(node, JoinNode):
             left, right = (self.stream(i) for i in node.inputs)
             return equi_join(left, right, node.spec, name=node.label).uid(node.uid)
+        if isinstance(node, WindowTopNNode):
+            keyed: Any = self.stream(node.inputs[0]).key_by(list(node.partition))
+            order = [
+                (column, "desc" if descending else "asc") for column, descending, _ in node.order
+            ]
+            ranked: DataStream = keyed.window_top_n(
+                node.n, order_by=order, rank_column=node.rank_column
+            )
+            return ranked.name(node.label).uid(node.uid)
         if isinstance(node, UnionNode):
             first, *others = (self.stream(i) for i in node.inputs)
             return first.union(*others)

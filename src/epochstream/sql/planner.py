@@ -843,6 +843,14 @@ class Planner:
             (column_of(o.this), bool(o.args.get("desc")), bool(o.args.get("nulls_first")))
             for o in order_node.expressions
         )
+        for o, (_, descending, nulls_first) in zip(order_node.expressions, order, strict=True):
+            # Flink's default null order (first ascending, last descending) is the
+            # operator's; another is not supported yet.
+            if nulls_first == descending:
+                raise _error(
+                    o,
+                    "NULLS FIRST with DESC or NULLS LAST with ASC is not supported in window Top-N",
+                )
         keys = tuple(c for c in partition if c not in (roles["start"], roles["end"]))
         keeps_rank = any(
             isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.name == rank)
