@@ -74,6 +74,32 @@ CASES = {
         ") WHERE rn = 1",
         [("bidder", "BIGINT"), ("price", "BIGINT"), ("window_end", "TIMESTAMP(3)")],
     ),
+    "window_assign": (
+        "SELECT auction, price, window_start, window_end, window_time "
+        "FROM TABLE(HOP(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '2' SECOND, "
+        "INTERVAL '6' SECOND)) WHERE price > 8000000",
+        [
+            ("auction", "BIGINT"),
+            ("price", "BIGINT"),
+            ("window_start", "TIMESTAMP(3)"),
+            ("window_end", "TIMESTAMP(3)"),
+            ("window_time", "TIMESTAMP(3)"),
+        ],
+    ),
+    # Flink's "window Top-N follows a windowing TVF": the top bids of each window.
+    "window_top_n_over_tvf": (
+        "SELECT auction, bidder, price, window_end FROM ("
+        " SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end "
+        "   ORDER BY price DESC, bidder, auction) AS rn"
+        " FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '5' SECOND))"
+        ") WHERE rn <= 2",
+        [
+            ("auction", "BIGINT"),
+            ("bidder", "BIGINT"),
+            ("price", "BIGINT"),
+            ("window_end", "TIMESTAMP(3)"),
+        ],
+    ),
     "union_all": (
         "SELECT auction AS id, price FROM bid WHERE price > 5000000 "
         "UNION ALL SELECT id, initialBid FROM auction WHERE category = 10",

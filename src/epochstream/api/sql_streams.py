@@ -31,6 +31,7 @@ from epochstream.sql.plan import (
     StreamScanNode,
     UnionNode,
     WindowAggregateNode,
+    WindowAssignNode,
     WindowTopNNode,
 )
 
@@ -85,6 +86,9 @@ class StreamBuilder:
         if isinstance(node, JoinNode):
             left, right = (self.stream(i) for i in node.inputs)
             return equi_join(left, right, node.spec, name=node.label).uid(node.uid)
+        if isinstance(node, WindowAssignNode):
+            assigned = self.stream(node.inputs[0]).window_assign(node.window)
+            return assigned.name(node.label).uid(node.uid)
         if isinstance(node, WindowTopNNode):
             keyed: Any = self.stream(node.inputs[0]).key_by(list(node.partition))
             order = [

@@ -47,6 +47,7 @@ __all__ = [
     "StreamScanNode",
     "UnionNode",
     "WindowAggregateNode",
+    "WindowAssignNode",
     "WindowTopNNode",
     "explain",
 ]
@@ -323,6 +324,24 @@ class AssignerAggregateNode(PlanNode):
             f"aggregate: {self.aggregate.upper()}({self.value or '*'})",
             "state: each key's open windows, emitted when they end"
             + (" (watermark)" if self.kind == "session-aggregate" else " (the slot's clock)"),
+        ]
+
+
+@dataclass(eq=False)
+class WindowAssignNode(PlanNode):
+    """A window TVF without aggregation: every row once per window it belongs to, with
+    ``window_start``, ``window_end`` and ``window_time`` added (stateless)."""
+
+    window: WindowTvf = field(kw_only=True)
+
+    kind = "window-assign"
+
+    def digest(self) -> str:
+        return repr(self.window)
+
+    def details(self) -> list[str]:
+        return [
+            f"windows: {self.window.kind.upper()} size {self.window.size} ms (one row per window)"
         ]
 
 

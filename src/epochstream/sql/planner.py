@@ -60,6 +60,7 @@ from epochstream.sql.plan import (
     StreamScanNode,
     UnionNode,
     WindowAggregateNode,
+    WindowAssignNode,
     WindowTopNNode,
 )
 from epochstream.sql.types import SqlType, aggregate_result_type
@@ -637,11 +638,7 @@ class Planner:
         grouped = select.args.get("group") is not None or has_aggregates
         if not grouped:
             if window is not None:
-                raise _error(
-                    window.tvf,
-                    f"a {window.kind.upper()} window without GROUP BY window_start, window_end "
-                    "is not supported yet",
-                )
+                input_, scope = self._window_assign(input_, scope, window)
             if select.args.get("having"):
                 raise _error(select.args["having"], "HAVING needs a GROUP BY")
             projections = self._select_list(select, scope, input_.fields)
@@ -649,6 +646,33 @@ class Planner:
                 self._bind(where, scope)
             return self._calc(input_, projections, where, _text(select))
         return self._plan_window_aggregate(select, input_, scope, window, where)
+
+    def _window_assign(
+        self, input_: PlanNode, scope: _Scope, window: _Window
+    ) -> tuple[PlanNode, _Scope]:
+        """A window TVF read without aggregation: its rows with their windows' columns
+        (``SELECT * FROM TABLE(TUMBLE(...))``, a Top-N or join input)."""
+        if window.window is None or window.proctime:
+            raise _error(
+                window.tvf,
+                f"a {'SESSION' if window.window is None else 'processing-time'} window TVF "
+                "without GROUP BY window_start, window_end is not supported yet",
+            )
+        taken = [c for c in _WINDOW_COLUMNS if c in {f.name for f in input_.fields}]
+        if taken:
+            raise _error(window.tvf, f"the window TVF's input already has a column {taken[0]!r}")
+        node = WindowAssignNode(
+            (input_,),
+            (*input_.fields, *(Field(c, _TIMESTAMP) for c in _WINDOW_COLUMNS)),
+            input_.rowtime,
+            _short(f"{window.kind.upper()} windows"),
+            windows={
+                "window_start": ("start", window.window),
+                "window_end": ("end", window.window),
+            },
+            window=window.window,
+        )
+        return node, scope.with_columns(_WINDOW_COLUMNS)
 
     # ------------------------------------------------------------------ sessions
 
