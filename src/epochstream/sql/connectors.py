@@ -212,9 +212,15 @@ def _file_source(
             "format", f"must be one of {', '.join(_FILE_FORMATS)}, got {fmt!r}"
         )
     interval = options.take("source.monitor-interval")
+    # Parquet reads only the columns the query uses (and the event-time column).
+    wanted = [
+        *columns,
+        *([table.rowtime] if table.rowtime and table.rowtime not in columns else []),
+    ]
     source = FileSource(
         path,  # type: ignore[arg-type]
         _FILE_FORMATS[fmt],
+        columns=tuple(wanted) if fmt == "parquet" else None,
         monitor_interval=None
         if interval is None
         else _seconds(table, "source.monitor-interval", interval),

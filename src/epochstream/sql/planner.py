@@ -925,6 +925,8 @@ class Planner:
             return input_
         if isinstance(input_, CalcNode) and _fusable(input_):
             return self._fused(input_, projections, condition, label)
+        if isinstance(input_, ScanNode):
+            input_ = self._narrowed(input_, projections, condition)
         program = CalcProgram.compile(
             projections, condition, input_.fields, self.catalog.functions, keep=(TS,)
         )
@@ -959,6 +961,34 @@ class Planner:
             text=text,
             projections=tuple(projections),
             condition=condition,
+        )
+
+    def _narrowed(
+        self,
+        scan: ScanNode,
+        projections: list[tuple[str, exp.Expression]],
+        condition: exp.Expression | None,
+    ) -> ScanNode:
+        """``scan`` reading only the columns ``projections`` and ``condition`` use (a
+        connector that can skip the others, Parquet, then does)."""
+        used = {
+            c.name
+            for node in [
+                *(e for _, e in projections),
+                *([condition] if condition is not None else []),
+            ]
+            for c in node.find_all(exp.Column)
+        }
+        columns = tuple(c for c in scan.columns if c in used)
+        if columns == scan.columns or not columns:
+            return scan
+        return ScanNode(
+            (),
+            tuple(f for f in scan.fields if f.name in columns),
+            scan.rowtime if scan.rowtime in columns else None,
+            scan.label,
+            table=scan.table,
+            columns=columns,
         )
 
     def _fused(
