@@ -19,7 +19,7 @@ import importlib
 import warnings
 from typing import Any
 
-from epochstream import agg, restart, savepoint, sinks, sources, state, testing
+from epochstream import agg, restart, savepoint, sinks, sources, sql, state, testing
 from epochstream.api.columnar_joins import ColumnarJoinedStreams
 from epochstream.api.columnar_keyed import ColumnarKeyedStream
 from epochstream.api.columnar_windows import ColumnarWindowedStream
@@ -200,6 +200,7 @@ __all__ = [
     "savepoint",
     "sinks",
     "sources",
+    "sql",
     "state",
     "testing",
 ]

@@ -152,3 +152,64 @@ def test_columnar_joins_survive_sigkill_with_exactly_once_output(
     regular = es.testing.read_committed(tmp_path / "regular")
     assert sorted(r["i"] for r in regular) == list(range(N))
     assert all(r["ten"] == 10 * r["k"] for r in regular)
+
+
+INTERVAL_N = 20_000
+
+
+def _interval_columns(b: pa.RecordBatch) -> pa.RecordBatch:
+    """Sequence numbers as rows of a two-column key: (i % 97, (i // 97) % 2), v = i."""
+    value = b["value"]
+    group = pc.cast(pc.bit_wise_and(pc.divide(value, 97), 1), pa.string())
+    return pa.record_batch(
+        [pc.remainder(value, 97), group, value, b["_ts"]], names=["k", "g", "v", "_ts"]
+    )
+
+
+@pytest.mark.slow
+def test_interval_join_on_two_keys_with_checkpoints_equals_duckdb(tmp_path: Path) -> None:
+    """The SQL interval join (``between``) on a two-column key, at parallelism 2 with
+    checkpoints on the local runner: every pair once, as DuckDB's BETWEEN join gives
+    (in-order sources and ``lower <= 0 <= upper``: no row is late)."""
+    import duckdb
+
+    from epochstream.connectors.generators import SequenceSource
+
+    env = es.Environment(parallelism=2, runner="local")
+    env.enable_checkpointing(0.2, storage=str(tmp_path / "ckpt"))
+    strategy = es.WatermarkStrategy.bounded_out_of_orderness(0).with_timestamp_column("value")
+    streams = []
+    for name in ("left", "right"):
+        source = SequenceSource(0, INTERVAL_N, rate=15_000, batch_size=500)
+        stream = env.from_source(source, name=name, watermark_strategy=strategy).uid(name)
+        if name == "right":  # a sparser side
+            stream = stream.filter(pc.equal(pc.remainder(pc.field("value"), 7), 0)).uid("sparse")
+        streams.append(stream.map_batches(_interval_columns).uid(f"{name}-columns"))
+    pairs = (
+        streams[0]
+        .join(streams[1])
+        .where(["k", "g"])
+        .equal_to(["k", "g"])
+        .between(-500, 200)
+        .select(["k", "g", ("v", "lv")], [("v", "rv")])
+        .uid("interval-join")
+    )
+    # The pairs' event time as a column (to_rows() turns _ts into the rows' timestamps).
+    stamped = pairs.map_batches(lambda b: b.append_column("t", b["_ts"])).uid("stamped")
+    stamped.to_rows().sink_to(es.sinks.FileSink(str(tmp_path / "pairs"))).uid("files")
+    result = env.execute("interval-join")
+    assert result.checkpoints  # checkpoints were taken while the join held state
+    got = sorted(
+        (r["k"], r["g"], r["lv"], r["rv"], r["t"])
+        for r in es.testing.read_committed(tmp_path / "pairs")
+    )
+    expected = duckdb.sql(
+        f"""
+        WITH s AS (SELECT i AS v, i % 97 AS k, CAST((i // 97) % 2 AS VARCHAR) AS g
+                   FROM range({INTERVAL_N}) t(i))
+        SELECT l.k, l.g, l.v, r.v, greatest(l.v, r.v) FROM s l JOIN s r
+        ON l.k = r.k AND l.g = r.g AND r.v % 7 = 0 AND l.v BETWEEN r.v - 500 AND r.v + 200
+        """
+    ).fetchall()
+    assert len(expected) > 1_000
+    assert got == sorted(expected)

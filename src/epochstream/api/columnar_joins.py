@@ -19,6 +19,16 @@ column has already gets the suffix ``_right``), then ``window_start``/``window_e
 (window joins) and ``_ts`` (window joins: ``window_end - 1``; regular joins: the
 arriving row's ``_ts``, when the inputs have event time). Null keys never join.
 
+**The SQL joins** (:class:`~epochstream.graph.specs.EquiJoinSpec`, operator
+``columnar_equi_join``): keys may be several columns (``where(["a", "b"])``), the
+caller names the output columns with ``select(left_output, right_output,
+condition=...)``, and the state is kept forever (regular join), within an interval
+(``between(lower, upper)``: ``lower <= left._ts - right._ts <= upper``; the output
+watermark is held back by ``max(-lower, upper)``) or until the watermark passes each
+row's window end (``within_windows("window_end", "window_end")``, for two window
+aggregations' outputs). :func:`equi_join` builds it from a spec directly (the SQL
+planner's entry).
+
 Example::
 
     pairs = (auctions.join(persons)
@@ -34,7 +44,15 @@ from typing import TYPE_CHECKING, Any
 
 from epochstream.api.joins import _check_same_pipeline
 from epochstream.exceptions import ConfigurationError
-from epochstream.graph.specs import JoinSpec, join_key_type, reserved_join_columns
+from epochstream.graph.specs import (
+    EquiJoinSpec,
+    IntervalBounds,
+    JoinSpec,
+    OutputColumns,
+    WindowEnd,
+    join_key_type,
+    reserved_join_columns,
+)
 from epochstream.graph.windowing import (
     SlidingEventTimeWindows,
     TumblingEventTimeWindows,
@@ -44,7 +62,7 @@ from epochstream.graph.windowing import (
 if TYPE_CHECKING:
     from epochstream.api.datastream import DataStream
 
-__all__ = ["ColumnarJoinedStreams"]
+__all__ = ["ColumnarJoinedStreams", "equi_join"]
 
 
 class ColumnarJoinedStreams:
@@ -71,28 +89,106 @@ class ColumnarJoinedStreams:
             )
         self._left = left
         self._right = right
-        self._left_key: str | None = None
-        self._right_key: str | None = None
+        self._left_keys: tuple[str, ...] | None = None
+        self._right_keys: tuple[str, ...] | None = None
         self._window: tuple[int, int, int] | None = None
+        self._retention: IntervalBounds | WindowEnd | None = None
 
     @staticmethod
-    def _column(method: str, column: Any) -> str:
-        if not isinstance(column, str) or not column:
+    def _columns(method: str, columns: Any) -> tuple[str, ...]:
+        names = tuple(columns) if isinstance(columns, list | tuple) else (columns,)
+        if not names or not all(isinstance(c, str) and c for c in names):
             raise ConfigurationError(
-                f"{method}() of a columnar join takes a column name, got {column!r}; call "
-                "to_rows() on both streams to join rows by key functions"
+                f"{method}() of a columnar join takes a column name or a list of them, got "
+                f"{columns!r}; call to_rows() on both streams to join rows by key functions"
             )
-        return column
+        return names
 
-    def where(self, column: str) -> ColumnarJoinedStreams:
-        """The left stream's key column. Example: ``.where("seller")``"""
-        self._left_key = self._column("where", column)
+    def where(self, columns: str | list[str]) -> ColumnarJoinedStreams:
+        """The left stream's key column, or columns (a composite key).
+
+        Example: ``.where("seller")``, ``.where(["auction", "window_end"])``
+        """
+        self._left_keys = self._columns("where", columns)
         return self
 
-    def equal_to(self, column: str) -> ColumnarJoinedStreams:
-        """The right stream's key column. Example: ``.equal_to("id")``"""
-        self._right_key = self._column("equal_to", column)
+    def equal_to(self, columns: str | list[str]) -> ColumnarJoinedStreams:
+        """The right stream's key column(s), as many as ``where``'s.
+
+        Example: ``.equal_to("id")``
+        """
+        self._right_keys = self._columns("equal_to", columns)
         return self
+
+    def between(
+        self, lower: int, upper: int, *, lower_inclusive: bool = True, upper_inclusive: bool = True
+    ) -> ColumnarJoinedStreams:
+        """An interval join: pairs with ``lower <= left._ts - right._ts <= upper`` (ms),
+        each side's rows kept only while they may still pair; build it with
+        :meth:`select`.
+
+        Example: ``.between(-10_000, 0)`` (the left row at most 10 s before the right one)
+        """
+        self._retention = IntervalBounds.of(
+            lower, upper, lower_inclusive=lower_inclusive, upper_inclusive=upper_inclusive
+        )
+        return self
+
+    def within_windows(
+        self, left_column: str = "window_end", right_column: str = "window_end"
+    ) -> ColumnarJoinedStreams:
+        """A window join of two window aggregations' outputs: each row is kept until
+        the watermark reaches its window's end (column ``left_column``/``right_column``)
+        minus 1; pairs get ``_ts = window_end - 1``. Put the window in the keys; build
+        it with :meth:`select`.
+
+        Example: ``.where(["window_end", "auction"]).equal_to(["window_end", "id"]).within_windows()``
+        """
+        self._retention = WindowEnd(left_column, right_column)
+        return self
+
+    def select(
+        self,
+        left_output: Any,
+        right_output: Any,
+        *,
+        condition: Callable[[Any], Any] | None = None,
+        name: str | None = None,
+    ) -> DataStream:
+        """The joined pairs with the columns the caller names: ``left_output`` and
+        ``right_output`` are lists of input column names or ``(input, output)`` pairs,
+        emitted in that order, then ``_ts``. ``condition(batch) -> BooleanArray``
+        (picklable) keeps the candidate pairs where it is TRUE. A regular join unless
+        :meth:`between` or :meth:`within_windows` was called.
+
+        Example::
+
+            bids.join(auctions).where("auction").equal_to("id").between(-60_000, 0) \
+                .select(["auction", ("price", "bid_price")], [("seller", "seller")])
+        """
+        if self._window is not None:
+            raise ConfigurationError(
+                "select() builds the SQL joins (regular, between(), within_windows()); a "
+                "join with window(assigner) takes apply()"
+            )
+        left_keys, right_keys = self._keys()
+        spec = EquiJoinSpec(
+            left_keys,
+            right_keys,
+            _output_columns("left", left_output),
+            _output_columns("right", right_output),
+            condition=condition,
+            retention=self._retention,
+        )
+        return equi_join(self._left, self._right, spec, name=name)
+
+    def _keys(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        if self._left_keys is None or self._right_keys is None:
+            raise ConfigurationError(
+                "a columnar join needs where(column) and equal_to(column) before apply() "
+                "or select()"
+            )
+        return self._left_keys, self._right_keys
 
     def window(self, assigner: WindowAssigner) -> ColumnarJoinedStreams:
         """Pairs must share a tumbling or sliding event-time window.
@@ -120,15 +216,17 @@ class ColumnarJoinedStreams:
         """
         from epochstream.api.datastream import DataStream
 
-        if self._left_key is None or self._right_key is None:
+        left_keys, right_keys = self._keys()
+        if len(left_keys) > 1 or self._retention is not None:
             raise ConfigurationError(
-                "a columnar join needs where(column) and equal_to(column) before apply()"
+                "a join on several columns, between() or within_windows() names its output "
+                "columns: finish it with select(left_output, right_output)"
             )
         if fn is not None and not callable(fn):
             raise ConfigurationError(
                 f"apply() takes a batch function or nothing, got {type(fn).__name__}"
             )
-        left_key, right_key = self._left_key, self._right_key
+        left_key, right_key = left_keys[0], right_keys[0]
         if self._window is None:
             spec = JoinSpec(left_key, right_key, fn)
             kind, name = "columnar_join", f"join({left_key}={right_key})"
@@ -183,3 +281,93 @@ def _check_declared_schemas(
             f"{right_key!r} is {types[1]}; equal keys must have one type on both sides "
             "(cast one in map_batches)"
         )
+
+
+def _output_columns(side: str, columns: Any) -> OutputColumns:
+    """``select()``'s columns of one side as (input, output) pairs."""
+    if isinstance(columns, str) or not isinstance(columns, list | tuple):
+        raise ConfigurationError(
+            f"select(): the {side} columns are a list of names or (input, output) pairs, "
+            f"got {columns!r}"
+        )
+    pairs = []
+    for column in columns:
+        pair = (column, column) if isinstance(column, str) else tuple(column)
+        if len(pair) != 2 or not all(isinstance(c, str) and c for c in pair):
+            raise ConfigurationError(
+                f"select(): a {side} column is a name or an (input, output) pair, got {column!r}"
+            )
+        pairs.append((pair[0], pair[1]))
+    return tuple(pairs)
+
+
+def equi_join(
+    left: DataStream, right: DataStream, spec: EquiJoinSpec, *, name: str | None = None
+) -> DataStream:
+    """The inner equi-join ``spec`` of two columnar streams (operator
+    ``columnar_equi_join``): both inputs keyed by their key columns (``key_by``, the
+    tuple when there are several), pairs as batches of ``spec.output_names``.
+
+    Example::
+
+        spec = EquiJoinSpec(("auction",), ("id",), (("price", "price"),),
+                            (("seller", "seller"),), retention=IntervalBounds(-60_000, 0))
+        pairs = equi_join(bids, auctions, spec)
+    """
+    from epochstream.api.datastream import DataStream
+
+    _check_same_pipeline(left, right, "join")
+    if not (left.columnar and right.columnar):
+        raise ConfigurationError(
+            f"equi_join(): {left._t.name!r} and {right._t.name!r} must both be columnar "
+            "(to_batches(schema))"
+        )
+    if not isinstance(spec, EquiJoinSpec):
+        raise ConfigurationError(f"equi_join() takes an EquiJoinSpec, got {type(spec).__name__}")
+    _check_equi_join_schemas(left, right, spec)
+    keyed = [
+        stream.key_by(list(keys))
+        for stream, keys in ((left, spec.left_keys), (right, spec.right_keys))
+    ]
+    shown = ",".join(f"{a}={b}" for a, b in zip(spec.left_keys, spec.right_keys, strict=True))
+    kind = (
+        "interval-join"
+        if isinstance(spec.retention, IntervalBounds)
+        else "window-join"
+        if isinstance(spec.retention, WindowEnd)
+        else "join"
+    )
+    t = left._add(
+        "columnar_equi_join",
+        name or f"{kind}({shown})",
+        spec,
+        [keyed[0]._edge(), keyed[1]._edge()],
+    )
+    return DataStream(left._env, t)
+
+
+def _check_equi_join_schemas(left: DataStream, right: DataStream, spec: EquiJoinSpec) -> None:
+    """Fail at build time when a declared schema lacks a key or output column, or the
+    keys' types cannot match (the operator checks the others at the first batch)."""
+    types = []
+    for side, stream, keys in (("left", left, spec.left_keys), ("right", right, spec.right_keys)):
+        schema = _declared_schema(stream)
+        if schema is None:
+            return
+        outputs = spec.left_output if side == "left" else spec.right_output
+        missing = next(
+            (c for c in (*keys, *(i for i, _ in outputs)) if c not in schema.names), None
+        )
+        if missing is not None:
+            raise ConfigurationError(
+                f"join(): the {side} stream {stream._t.name!r} has no column {missing!r} "
+                f"(columns: {', '.join(schema.names)})"
+            )
+        types.append([schema.field(k).type for k in keys])
+    for position, (kind, other) in enumerate(zip(*types, strict=True)):
+        if join_key_type(kind) != join_key_type(other):
+            raise ConfigurationError(
+                f"join(): the keys have incompatible types: left {spec.left_keys[position]!r} is "
+                f"{kind}, right {spec.right_keys[position]!r} is {other}; equal keys must have "
+                "one type on both sides (cast one in map_batches)"
+            )

@@ -18,12 +18,13 @@ Example::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from epochstream.api.datastream import DataStream, KeyedStream
 from epochstream.core.arrow import TS
 from epochstream.exceptions import ConfigurationError
-from epochstream.graph.specs import AggregateSpec
+from epochstream.graph.specs import AggregateSpec, WindowTopNSpec
 from epochstream.graph.transformations import ColumnKey, ColumnKeys
 
 if TYPE_CHECKING:
@@ -137,6 +138,46 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
         self._spec_columns(kind, self.key_column, column)
         spec = AggregateSpec(kind, key=self.key_column, value=column)
         return self._then("columnar_aggregate", f"{kind}({column or ''})", spec)
+
+    def window_top_n(
+        self,
+        n: int,
+        *,
+        order_by: Sequence[tuple[str, str] | str],
+        rank_column: str | None = None,
+    ) -> DataStream:
+        """Flink SQL's window Top-N: per window (``window_start``, ``window_end``
+        columns of the input: a window aggregation's or ``window_assign``'s output) and
+        key (the ``key_by`` columns; ``key_by([])``: one partition per window), the first
+        ``n`` rows by ``order_by``, emitted when the watermark passes the window's end.
+
+        ``order_by``: ``(column, "asc" | "desc")`` pairs (a bare column name is
+        ascending); NULLs sort first ascending and last descending (Flink's default),
+        ties get distinct row numbers by arrival order (``ROW_NUMBER``). ``rank_column``
+        names an int64 column of the row numbers (1 to ``n``); without it the rows come
+        without. SQL's ``rownum <= N`` is ``n=N``, ``rownum < N`` is ``n=N - 1``,
+        ``rownum = 1`` is ``n=1``. Output: the input's columns, the rank column, and
+        ``_ts = window_end - 1``. Rows of windows that fired are late (dropped, counted).
+
+        Example::
+
+            (bids.key_by("auction")
+                .window(es.TumblingEventTimeWindows.of(10_000))
+                .aggregate(es.agg.sum("price", "volume"), es.agg.count_star("bids"))
+                .key_by([])                                   # the top 3 auctions per window
+                .window_top_n(3, order_by=[("volume", "desc")], rank_column="rownum"))
+        """
+        if isinstance(order_by, str):
+            raise ConfigurationError(
+                f"window_top_n(order_by={order_by!r}): give a list, e.g. [({order_by!r}, 'desc')]"
+            )
+        keys: list[tuple[str, str]] = []
+        for item in order_by:
+            column, direction = (item, "asc") if isinstance(item, str) else item
+            keys.append((column, str(direction).lower()))
+        spec = WindowTopNSpec(self.key_columns, tuple(keys), n, rank_column)
+        shown = ", ".join(f"{c} {d}" for c, d in keys)
+        return self._then("columnar_window_top_n", f"window top-{n} by {shown}", spec)
 
     # Row-only operations on a keyed stream, refused with the way out.
     def _rows_only_keyed(self, method: str) -> Any:

@@ -30,7 +30,7 @@ from epochstream.core.state_ttl import TtlConfig
 from epochstream.core.watermarks import WatermarkStrategy
 from epochstream.exceptions import ConfigurationError
 from epochstream.graph.evictors import CountEvictor
-from epochstream.graph.specs import DedupSpec
+from epochstream.graph.specs import DedupSpec, WindowAssignSpec, WindowTvf
 from epochstream.graph.transformations import (
     COLUMNAR_OUTPUT_KINDS,
     ColumnKey,
@@ -448,6 +448,31 @@ class DataStream(_Named, _Transforms):
             )
         keyed: Any = self.key_by([])  # every row one key: one subtask
         return keyed.window(assigner).aggregate(*aggs)
+
+    def window_assign(self, window: WindowTvf | WindowAssigner) -> DataStream:
+        """Flink SQL's window table function without aggregation (``SELECT * FROM
+        TABLE(TUMBLE|HOP|CUMULATE(TABLE t, DESCRIPTOR(ts), ...))``) on a columnar
+        stream: every row once per window it belongs to, with ``window_start``,
+        ``window_end`` and ``window_time`` (``timestamp[ms]``, ``window_end - 1``) added;
+        ``_ts`` stays the row's own. ``window``: an :class:`~epochstream.graph.specs.WindowTvf`
+        or a tumbling, sliding or cumulative event-time window assigner. Stateless.
+
+        Example::
+
+            bids.window_assign(es.SlidingEventTimeWindows.of(10_000, 5_000))   # HOP
+            bids.window_assign(WindowTvf.cumulate(60_000, 10_000))
+        """
+        from epochstream.api.columnar_windows import _table_window
+
+        if not self.columnar:
+            raise ConfigurationError(
+                "window_assign() works on a columnar stream (Arrow batches); call "
+                "to_batches() first"
+            )
+        tvf = window if isinstance(window, WindowTvf) else _table_window(window)
+        return self._then(
+            "columnar_window_assign", f"{tvf.kind} window assign", WindowAssignSpec(tvf)
+        )
 
     def rebalance(self) -> DataStream:
         """Distribute records round-robin over the next operator's subtasks. Example: ``ds.rebalance().map(f)``."""

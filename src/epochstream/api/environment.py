@@ -17,7 +17,11 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+from sqlglot import exp
+
 from epochstream.api.datastream import DataStream
+from epochstream.api.sql_streams import StreamBuilder
 from epochstream.connectors.base import Source as SourceBase
 from epochstream.connectors.formats import FileSource
 from epochstream.connectors.generators import CollectionSource, SequenceSource
@@ -27,10 +31,16 @@ from epochstream.core.functions import DEAD_LETTERS
 from epochstream.core.restart import RestartStrategy, fixed_delay, none
 from epochstream.core.time import to_millis
 from epochstream.core.watermarks import WatermarkStrategy
-from epochstream.exceptions import ConfigurationError
+from epochstream.exceptions import ConfigurationError, SqlError
 from epochstream.graph.jobgraph import JobGraph, build_job_graph, stateful_without_uid
 from epochstream.graph.launch import JobDescription, JobHandle, JobResult, Launcher
 from epochstream.graph.transformations import LogicalGraph
+from epochstream.sql.catalog import Catalog
+from epochstream.sql.dialect import node_position, parse_script
+from epochstream.sql.expressions import Field
+from epochstream.sql.plan import explain
+from epochstream.sql.planner import Planner
+from epochstream.sql.types import SqlType
 from epochstream.state.backends.base import StateBackend
 from epochstream.state.backends.heap.backend import HeapStateBackend
 from epochstream.state.keygroups import default_max_parallelism
@@ -41,6 +51,27 @@ if TYPE_CHECKING:
 __all__ = ["Environment", "set_default_launcher", "set_overrides"]
 
 log = logging.getLogger(__name__)
+
+# What SET 'key' = 'value' may set in execute_sql.
+_SQL_OPTIONS = ("pipeline.name",)
+
+
+def sql_error(node: exp.Expression, message: str) -> SqlError:
+    """A :class:`SqlError` at ``node``'s position."""
+    line, column = node_position(node)
+    return SqlError(message, line=line, column=column)
+
+
+def _one_statement(text: str) -> list[exp.Expression]:
+    statements = parse_script(text)
+    if len(statements) != 1 or isinstance(statements[0], list):
+        raise SqlError(f"expected one statement, got {len(statements)}")
+    return statements  # type: ignore[return-value]
+
+
+def _statement_name(inserts: list[exp.Expression]) -> str:
+    return "; ".join(f"INSERT INTO {i.this.name}" for i in inserts)
+
 
 _RUNNERS = ("spark", "local")
 # Settings the CLI (`epochstream run`) applies to every Environment a script creates,
@@ -172,6 +203,10 @@ class Environment:
         self.auto_watermark_interval = 200
         self.clock: Clock | None = None
         self._graph = LogicalGraph()
+        self._catalog = Catalog()
+        self._sql_options: dict[str, str] = {}
+        # Columns and time attribute of each sql_query() result, for create_table().
+        self._sql_results: dict[int, tuple[tuple[Field, ...], str | None]] = {}
 
     # ------------------------------------------------------------------ settings
 
@@ -418,6 +453,172 @@ class Environment:
             watermark_strategy=watermark_strategy,
             batch_size=batch_size,
         )
+
+    # ------------------------------------------------------------------ SQL
+
+    @property
+    def catalog(self) -> Catalog:
+        """The tables, views and functions SQL statements of this environment can name.
+
+        Example: ``env.catalog.table("bid").rowtime``
+        """
+        return self._catalog
+
+    def execute_sql(
+        self,
+        script: str,
+        *,
+        wait: bool = True,
+        from_savepoint: str | None = None,
+        restore_from: str | None = None,
+        allow_non_restored_state: bool = False,
+    ) -> JobResult | JobHandle | None:
+        """Run a script of ``;``-separated Flink SQL statements.
+
+        ``CREATE TABLE`` (with ``WITH ('connector' = ...)``), ``CREATE VIEW``, ``DROP``
+        and ``SET`` change the catalog; each ``INSERT INTO`` (or ``EXECUTE STATEMENT SET
+        BEGIN ... END``, planned as one job) runs a job, as :meth:`execute` would, with
+        uids derived from the query, so the same statement restores ``from_savepoint``.
+        ``wait=False`` returns the running job's client instead of its result. Returns
+        ``None`` for a script without INSERT. Errors are :class:`~epochstream.SqlError`
+        naming the line and column.
+
+        Example::
+
+            env.execute_sql(
+                "CREATE TABLE out (auction BIGINT, price BIGINT) WITH ('connector' = 'print');"
+                "INSERT INTO out SELECT auction, price FROM bid WHERE price > 1000"
+            )
+        """
+        result: JobResult | JobHandle | None = None
+        for statement in parse_script(script):
+            inserts = statement if isinstance(statement, list) else [statement]
+            if not isinstance(statement, list) and not isinstance(statement, exp.Insert):
+                self._sql_ddl(statement)
+                continue
+            builder = StreamBuilder(self)
+            planner = Planner(self._catalog)
+            for insert in inserts:
+                if not isinstance(insert, exp.Insert):
+                    raise sql_error(insert, "a statement set holds INSERT INTO statements only")
+                builder.sink(planner.plan_insert(insert))
+            name = self._sql_options.get("pipeline.name") or _statement_name(inserts)
+            handle = self.execute_async(
+                name,
+                from_savepoint=from_savepoint,
+                restore_from=restore_from,
+                allow_non_restored_state=allow_non_restored_state,
+            )
+            result = handle.result() if wait else handle
+        return result
+
+    def _sql_ddl(self, statement: exp.Expression) -> None:
+        if isinstance(statement, exp.Create):
+            kind = (statement.args.get("kind") or "").upper()
+            if kind == "TABLE":
+                self._catalog.create_table(statement)
+            elif kind == "VIEW":
+                self._catalog.create_view(statement)
+            elif kind == "FUNCTION":
+                self._catalog.create_function(statement)
+            else:
+                raise sql_error(
+                    statement, f"CREATE {kind} is not supported (TABLE, VIEW, FUNCTION)"
+                )
+        elif isinstance(statement, exp.Drop):
+            self._catalog.drop(statement)
+        elif isinstance(statement, exp.Set):
+            for item in statement.expressions:
+                eq = item.this
+                key, value = eq.this.name, eq.expression.name
+                if key not in _SQL_OPTIONS:
+                    raise sql_error(
+                        item, f"unknown option '{key}' (known: {', '.join(_SQL_OPTIONS)})"
+                    )
+                self._sql_options[key] = value
+        elif isinstance(statement, exp.Select | exp.Union):
+            raise sql_error(
+                statement,
+                "execute_sql runs statements; for a query use sql_query() (a DataStream) "
+                "or INSERT INTO a table",
+            )
+        else:
+            raise sql_error(statement, f"unsupported statement {type(statement).__name__.upper()}")
+
+    def sql_query(self, query: str) -> DataStream:
+        """The result of a ``SELECT`` as a columnar DataStream to keep building on: Arrow
+        batches of the query's columns, plus ``_ts`` (event time) when a time attribute
+        survives (Flink's ``sqlQuery``).
+
+        Example: ``env.sql_query("SELECT auction, price FROM bid WHERE price > 100").print()``
+        """
+        [statement] = _one_statement(query)
+        node = Planner(self._catalog).plan_query(statement)
+        stream = StreamBuilder(self).stream(node)
+        self._sql_results[stream._t.id] = (node.fields, node.rowtime)
+        return stream
+
+    def explain_sql(self, statement: str) -> str:
+        """The plan of a ``SELECT`` or ``INSERT``: each operator with its uid, columns and
+        types, keys, state and watermarks. Builds nothing.
+
+        Example: ``print(env.explain_sql("SELECT auction FROM bid"))``
+        """
+        [parsed] = _one_statement(statement)
+        planner = Planner(self._catalog)
+        if isinstance(parsed, exp.Insert):
+            return explain(planner.plan_insert(parsed))
+        return explain(planner.plan_query(parsed))
+
+    def create_table(
+        self,
+        name: str,
+        stream: DataStream,
+        *,
+        schema: pa.Schema | None = None,
+        rowtime: str | None = None,
+    ) -> None:
+        """Let SQL statements read ``stream`` as the table ``name``.
+
+        A columnar stream from :meth:`sql_query` brings its columns; any other needs
+        ``schema`` (a ``pyarrow.Schema``; a stream of rows is batched with it).
+        ``rowtime``: the timestamp column that is the event-time attribute (its values
+        must be the stream's event timestamps, ``_ts``), for window TVFs.
+
+        Example: ``env.create_table("people", stream, schema=pa.schema([("name", pa.string())]))``
+        """
+        if not isinstance(stream, DataStream):
+            raise ConfigurationError(
+                f"create_table needs a DataStream, got {type(stream).__name__}"
+            )
+        known = self._sql_results.get(stream._t.id)
+        if schema is not None:
+            if not stream.columnar:
+                stream = stream.to_batches(schema)
+            fields = tuple(Field(f.name, SqlType.from_arrow(f.type)) for f in schema)
+            rowtime_column = rowtime
+        elif known is not None:
+            fields, rowtime_column = known
+            rowtime_column = rowtime or rowtime_column
+        else:
+            raise ConfigurationError(
+                f"create_table({name!r}): give schema=pyarrow.Schema(...) for this stream"
+            )
+        if rowtime_column is not None and not any(f.name == rowtime_column for f in fields):
+            raise ConfigurationError(
+                f"create_table({name!r}): rowtime {rowtime_column!r} is not a column"
+            )
+        self._catalog.add_stream(name, stream, fields, rowtime_column)
+
+    def create_temporary_function(
+        self, name: str, fn: Any, *, result_type: str | None = None
+    ) -> None:
+        """Let SQL statements call ``fn`` as ``name`` (a vectorized scalar function:
+        Arrow arrays in, an Arrow array out; see :func:`epochstream.sql.udf`).
+
+        Example: ``env.create_temporary_function("to_usd", to_usd)``
+        """
+        self._catalog.functions.register(name, fn, result_type=result_type)
 
     # ------------------------------------------------------------------ running
 

@@ -89,6 +89,7 @@ class FileSource(Source):
         encoding: str = "utf-8",
         chunk_size: int = 1 << 20,
         batch_size: int | None = None,
+        columns: tuple[str, ...] | None = None,
     ) -> None:
         if format not in FORMATS:
             raise ConfigurationError(f"from_files: format must be one of {FORMATS}, got {format!r}")
@@ -110,6 +111,12 @@ class FileSource(Source):
         #: Columnar: Parquet rows as Arrow record batches of up to this many rows.
         self.batch_size = batch_size
         self.columnar = batch_size is not None
+        if columns is not None and format != "parquet":
+            raise ConfigurationError(
+                f"from_files: columns (read only these) is for Parquet, not {format!r}"
+            )
+        #: Parquet: read only these columns (None: all), e.g. what a SQL query uses.
+        self.columns = tuple(columns) if columns is not None else None
         # Absolute now, in the driver: slots may run with another working directory.
         self.path = os.path.abspath(os.fspath(path))
         self.format = format
@@ -156,7 +163,9 @@ class FileSource(Source):
             dead_letter = ctx.dead_letter
         monitored = not self.bounded
         if self.format == "parquet":
-            return ParquetReader(dead_letter, monitored=monitored, batch_size=self.batch_size)
+            return ParquetReader(
+                dead_letter, monitored=monitored, batch_size=self.batch_size, columns=self.columns
+            )
         parser = {"text": None, "jsonl": JsonLinesParser(), "csv": CsvParser(self.encoding)}[
             self.format
         ]
@@ -346,8 +355,9 @@ def _row_group_splits(path: str) -> list[ParquetSplit]:
 
 
 class ParquetReader(SourceReader):
-    """Reads Parquet row groups as Arrow tables and delivers their rows as dicts, or
-    with ``batch_size`` as record batches of up to that many rows (columnar).
+    """Reads Parquet row groups as Arrow tables (only ``columns`` when given) and
+    delivers their rows as dicts, or with ``batch_size`` as record batches of up to that
+    many rows (columnar).
 
     A row group that does not read fails with :class:`SourceDecodeError` naming file,
     row group and reason, or goes to ``dead_letter`` as one record.
@@ -365,8 +375,10 @@ class ParquetReader(SourceReader):
         *,
         monitored: bool = False,
         batch_size: int | None = None,
+        columns: tuple[str, ...] | None = None,
     ) -> None:
         self._batch_size = batch_size
+        self._columns = list(columns) if columns is not None else None
         self._dead_letter = dead_letter
         self._monitored = monitored
         self._splits: deque[ParquetSplit] = deque()
@@ -424,7 +436,9 @@ class ParquetReader(SourceReader):
         import pyarrow.parquet as pq
 
         try:
-            table = pq.ParquetFile(split.path).read_row_group(split.row_group)
+            table = pq.ParquetFile(split.path).read_row_group(
+                split.row_group, columns=self._columns
+            )
             if self._batch_size is not None:
                 self._check_schema(table.schema)
         except Exception as exc:

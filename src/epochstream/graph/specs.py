@@ -33,12 +33,17 @@ __all__ = [
     "AggCall",
     "AggregateSpec",
     "DedupSpec",
+    "EquiJoinSpec",
+    "IntervalBounds",
     "IntervalJoinSpec",
     "JoinSpec",
     "SessionWindowSpec",
     "SliceWindowAggregateSpec",
     "WindowAggregateSpec",
+    "WindowAssignSpec",
+    "WindowEnd",
     "WindowSpec",
+    "WindowTopNSpec",
     "WindowTvf",
     "join_key_type",
     "reserved_join_columns",
@@ -116,6 +121,133 @@ class JoinSpec:
     def kind(self) -> str:
         """Names the state in snapshots: ``window_join`` or ``join``."""
         return "join" if self.size is None else "window_join"
+
+
+@dataclass(frozen=True)
+class IntervalBounds:
+    """An interval join's time condition: a left row and a right row pair only when
+    ``lower <= left._ts - right._ts <= upper`` (ms; Flink SQL's ``l.t BETWEEN r.t +
+    lower AND r.t + upper``). Either bound may be negative; :meth:`of` turns exclusive
+    bounds into inclusive ones (timestamps are whole ms).
+
+    Example::
+
+        IntervalBounds(-5_000, 0)          # the left row at most 5 s before the right one
+        IntervalBounds.of(0, 1_000, upper_inclusive=False) == IntervalBounds(0, 999)
+    """
+
+    lower: int
+    upper: int
+
+    @classmethod
+    def of(
+        cls, lower: int, upper: int, *, lower_inclusive: bool = True, upper_inclusive: bool = True
+    ) -> IntervalBounds:
+        """Bounds with exclusive ends allowed (``l.t > r.t + lower``: ``lower + 1``).
+
+        Example: ``IntervalBounds.of(0, 10, lower_inclusive=False) == IntervalBounds(1, 10)``
+        """
+        return cls(lower + (not lower_inclusive), upper - (not upper_inclusive))
+
+    def __post_init__(self) -> None:
+        for name in ("lower", "upper"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigurationError(f"an interval join's {name} bound must be an int (ms)")
+        if self.lower > self.upper:
+            raise ConfigurationError(
+                f"an interval join's lower bound ({self.lower} ms) is above its upper bound "
+                f"({self.upper} ms): no pair could ever join"
+            )
+
+    @property
+    def delay(self) -> int:
+        """How far the join holds its output watermark back: ``max(-lower, upper)``
+        (Flink's ``RowTimeIntervalJoin.getMaxOutputDelay``). Example:
+        ``IntervalBounds(-5_000, 1_000).delay == 5_000``"""
+        return max(-self.lower, self.upper)
+
+
+@dataclass(frozen=True)
+class WindowEnd:
+    """A window join's retention: both inputs carry the end of the window each row
+    belongs to (``left_column``, ``right_column``: int64 ms or timestamps; window
+    aggregation outputs), and a row is kept until the watermark reaches ``end - 1``.
+
+    Example: ``WindowEnd("window_end", "window_end")``
+    """
+
+    left_column: str
+    right_column: str
+
+
+#: A pair's output columns of one side: (input column, output column) pairs, in order.
+OutputColumns = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class EquiJoinSpec:
+    """An inner equi-join of two columnar streams, the operator SQL's regular, interval
+    and window joins plan onto (kind ``columnar_equi_join``).
+
+    - ``left_keys`` equal ``right_keys`` (as many; integers of any width compare as
+      int64; a row with a null key never joins);
+    - ``left_output``/``right_output``: the (input column, output column) pairs each
+      pair is emitted with, left ones first, then ``_ts``;
+    - ``condition`` (optional, picklable): ``condition(batch) -> BooleanArray`` on the
+      candidate pairs (output columns and ``_ts``); pairs are kept where it is TRUE;
+    - ``retention``: ``None`` (regular join, rows kept forever), :class:`IntervalBounds`
+      (interval join) or :class:`WindowEnd` (window join of window aggregations).
+
+    Example::
+
+        EquiJoinSpec(
+            left_keys=("auction",), right_keys=("id",),
+            left_output=(("auction", "auction"), ("price", "price")),
+            right_output=(("seller", "seller"),),
+            retention=IntervalBounds(-10_000, 0),
+        )
+    """
+
+    left_keys: tuple[str, ...]
+    right_keys: tuple[str, ...]
+    left_output: OutputColumns
+    right_output: OutputColumns
+    condition: Callable[[pa.RecordBatch], Any] | None = None
+    retention: IntervalBounds | WindowEnd | None = None
+
+    @property
+    def kind(self) -> str:
+        """Names the state in snapshots."""
+        return "equi_join"
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """The output columns, ``_ts`` last. Example: ``spec.output_names[-1] == "_ts"``"""
+        return (*(o for _, o in self.left_output), *(o for _, o in self.right_output), "_ts")
+
+    def __post_init__(self) -> None:
+        if not self.left_keys or len(self.left_keys) != len(self.right_keys):
+            raise ConfigurationError(
+                f"an equi-join needs as many left keys as right keys, at least one (left "
+                f"{list(self.left_keys)}, right {list(self.right_keys)})"
+            )
+        names = self.output_names
+        clash = next((n for n in names if names.count(n) > 1), None)
+        if clash is not None:
+            raise ConfigurationError(
+                f"an equi-join's output would have two columns named {clash!r} (its columns: "
+                f"{', '.join(names)}); name one otherwise"
+            )
+        if "_kg" in names:
+            raise ConfigurationError(
+                "an equi-join's output may not have a column named '_kg', the name keyed "
+                "batches keep their key groups under; name it otherwise"
+            )
+        if self.condition is not None and not callable(self.condition):
+            raise ConfigurationError(
+                f"an equi-join's condition must be callable, got {type(self.condition).__name__}"
+            )
 
 
 def join_key_type(kind: pa.DataType) -> pa.DataType:
@@ -358,3 +490,71 @@ class SliceWindowAggregateSpec:
                 f"column {internal!r}: names starting with '_wa' and '_kg' are the window "
                 "aggregation's own; rename it"
             )
+
+
+#: The columns a window assignment adds to each row (Flink's window TVF columns).
+WINDOW_TVF_COLUMNS = ("window_start", "window_end", "window_time")
+
+
+@dataclass(frozen=True)
+class WindowAssignSpec:
+    """A window table function without aggregation (Flink SQL's ``SELECT * FROM
+    TABLE(TUMBLE|HOP|CUMULATE(TABLE t, DESCRIPTOR(ts), ...))``): every row once per
+    ``window`` it belongs to, with ``window_start``, ``window_end`` and ``window_time``.
+
+    Example: ``WindowAssignSpec(WindowTvf.hop(10_000, 5_000))``
+    """
+
+    window: WindowTvf
+
+    @property
+    def kind(self) -> str:
+        """Names the operator in messages."""
+        return "window_assign"
+
+
+#: The sort directions of a window Top-N's order keys.
+SORT_DIRECTIONS = ("asc", "desc")
+
+
+@dataclass(frozen=True)
+class WindowTopNSpec:
+    """A window Top-N (Flink SQL's ``ROW_NUMBER() OVER (PARTITION BY window_start,
+    window_end, partition_by... ORDER BY order_by...) <= n``): per window and partition
+    the first ``n`` rows by ``order_by`` (``(column, "asc" | "desc")`` pairs; NULLs first
+    ascending, last descending, as Flink orders them), with their row number in
+    ``rank_column`` when it is given.
+
+    Example::
+
+        WindowTopNSpec(partition_by=("category",), order_by=(("price", "desc"),), n=3)
+    """
+
+    partition_by: tuple[str, ...]
+    order_by: tuple[tuple[str, str], ...]
+    n: int
+    rank_column: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """Names the state in snapshots."""
+        return "window_top_n"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
+            raise ConfigurationError(f"a window Top-N keeps n >= 1 rows, got {self.n!r}")
+        if not self.order_by:
+            raise ConfigurationError("a window Top-N needs at least one order key")
+        for column, direction in self.order_by:
+            if direction not in SORT_DIRECTIONS:
+                raise ConfigurationError(
+                    f"order key {column!r}: direction {direction!r} is not 'asc' or 'desc'"
+                )
+        rank = self.rank_column
+        if rank is not None and (not rank or rank.startswith("_")):
+            raise ConfigurationError(
+                f"rank column {rank!r}: give a non-empty name not starting with '_' "
+                "(those are epochstream's own columns)"
+            )
+        if rank is not None and rank in WINDOW_AGG_COLUMNS:
+            raise ConfigurationError(f"rank column {rank!r} is a window column's name")

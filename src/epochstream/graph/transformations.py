@@ -39,12 +39,15 @@ COLUMNAR_BACKEND_KINDS = frozenset(
         "columnar_session_window",
         "columnar_join",
         "columnar_window_join",
+        "columnar_equi_join",
         "columnar_window_aggregate",
+        "columnar_window_top_n",
     }
 )
 #: Kinds whose output is columnar (Arrow record batches).
 COLUMNAR_OUTPUT_KINDS = (
-    frozenset({"map_batches", "filter_batches", "to_batches"}) | COLUMNAR_BACKEND_KINDS
+    frozenset({"map_batches", "filter_batches", "to_batches", "columnar_window_assign"})
+    | COLUMNAR_BACKEND_KINDS
 )
 #: Kinds that need a keyed input (key-group hash partitioning and a key selector).
 KEYED_KINDS = (
@@ -79,6 +82,7 @@ TWO_INPUT_KINDS = frozenset(
         "interval_join",
         "columnar_join",
         "columnar_window_join",
+        "columnar_equi_join",
     }
 )
 

@@ -6,3 +6,7 @@ Example::
     env.execute_sql("CREATE TABLE bid (...) WITH ('connector' = 'nexmark', ...)")
     stream = env.sql_query("SELECT auction, price FROM bid WHERE price > 100")
 """
+
+from epochstream.sql.functions import ScalarFunction, udf
+
+__all__ = ["ScalarFunction", "udf"]

@@ -164,6 +164,8 @@ class Flink(Dialect):
         FUNCTIONS = {
             **parser.Parser.FUNCTIONS,
             "PROCTIME": lambda args: exp.Anonymous(this="PROCTIME", expressions=args),
+            # Flink's TIMESTAMPDIFF(unit, t1, t2); sqlglot's own reads (t1, t2, unit).
+            "TIMESTAMPDIFF": lambda args: exp.Anonymous(this="TIMESTAMPDIFF", expressions=args),
         }
 
         CONSTRAINT_PARSERS = {

@@ -54,6 +54,7 @@ __all__ = [
     "key_groups_of_column",
     "key_groups_of_columns",
     "murmur3_32_rows",
+    "tuple_keys_of_columns",
 ]
 
 #: Integer keys in ``0 <= key < DENSE_LIMIT`` use a lookup table (int16 per value).
@@ -317,12 +318,25 @@ def key_groups_of_columns(
         kgs = key_groups_of_columns([pa.array([1, 2]), pa.array(["x", None])], 128)
         kgs.tolist() == [key_group_for_key((1, "x"), 128), key_group_for_key((2, None), 128)]
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     validate_max_parallelism(max_parallelism)
     if not columns:
         return np.full(rows, key_group_for_key((), max_parallelism), dtype=np.int32)
+    return _binary_key_groups(tuple_keys_of_columns(columns), b"", max_parallelism)
+
+
+def tuple_keys_of_columns(columns: Sequence[pa.Array | pa.ChunkedArray]) -> pa.Array:
+    """``encode_key`` of every row's tuple of ``columns``' values (at least one column),
+    as a large binary array: equal tuples give equal bytes, so it is a composite key
+    in one column (a columnar join's state files its rows under it).
+
+    Example::
+
+        tuple_keys_of_columns([pa.array([1]), pa.array(["x"])])[0].as_py() == encode_key((1, "x"))
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     parts: list[pa.Array | pa.Scalar] = [
         pa.scalar(encode_key(())[:1] + len(columns).to_bytes(4, "big"), pa.large_binary())
     ]
@@ -331,8 +345,8 @@ def key_groups_of_columns(
             column = column.combine_chunks()
         encoded = _encoded_column(column)
         parts += [_length_prefixes(encoded), encoded]
-    joined = pc.binary_join_element_wise(*parts, pa.scalar(b"", pa.large_binary()))
-    return _binary_key_groups(joined, b"", max_parallelism)
+    joined: pa.Array = pc.binary_join_element_wise(*parts, pa.scalar(b"", pa.large_binary()))
+    return joined
 
 
 def key_groups_by_columns(

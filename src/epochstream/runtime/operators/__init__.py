@@ -3,8 +3,11 @@
 One module per operator family: ``basic`` (map, flat_map, filter, rolling reduce),
 ``columnar`` (Arrow batches: map_batches, expression filters, conversions, columnar
 aggregations), ``columnar_sessions`` (columnar session and processing-time windows),
-``columnar_joins`` (window and regular joins of batches), ``columnar_window_aggregates``
-(SQL window aggregations: tumble, hop, cumulate),
+``columnar_joins`` (window and regular joins of batches), ``columnar_equi_join`` (the
+SQL joins' operator: composite keys, regular, interval and window-end retention),
+``columnar_window_aggregates`` (SQL window aggregations: tumble, hop, cumulate),
+``columnar_window_assign`` (window table functions without aggregation),
+``columnar_window_topn`` (window Top-N),
 ``process`` (process functions), ``timestamps`` (timestamps and watermarks),
 ``windows`` (window operators), ``evicting`` (windows with an evictor), ``twoinput`` (connect, joins), ``dedup``
 (``deduplicate``) and ``connectors`` (source readers and sink writers).
@@ -31,6 +34,7 @@ from epochstream.runtime.operators.columnar_aggregates import (
     ColumnarAggregateOperator,
     ColumnarWindowOperator,
 )
+from epochstream.runtime.operators.columnar_equi_join import ColumnarEquiJoinOperator
 from epochstream.runtime.operators.columnar_joins import (
     ColumnarRegularJoinOperator,
     ColumnarWindowJoinOperator,
@@ -48,6 +52,8 @@ from epochstream.runtime.operators.columnar_transforms import (
 from epochstream.runtime.operators.columnar_window_aggregates import (
     ColumnarWindowAggregateOperator,
 )
+from epochstream.runtime.operators.columnar_window_assign import ColumnarWindowAssignOperator
+from epochstream.runtime.operators.columnar_window_topn import ColumnarWindowTopNOperator
 from epochstream.runtime.operators.dedup import DeduplicateOperator
 from epochstream.runtime.operators.evicting import EvictingWindowOperator
 from epochstream.runtime.operators.process import KeyedProcessOperator, ProcessOperator
@@ -66,12 +72,15 @@ __all__ = [
     "CoMapOperator",
     "CoProcessOperator",
     "ColumnarAggregateOperator",
+    "ColumnarEquiJoinOperator",
     "ColumnarProcessingTimeWindowOperator",
     "ColumnarRegularJoinOperator",
     "ColumnarSessionOperator",
     "ColumnarWindowAggregateOperator",
+    "ColumnarWindowAssignOperator",
     "ColumnarWindowJoinOperator",
     "ColumnarWindowOperator",
+    "ColumnarWindowTopNOperator",
     "DeduplicateOperator",
     "EvictingWindowOperator",
     "FilterBatchesOperator",
@@ -116,7 +125,10 @@ _FACTORIES: dict[str, type[Operator]] = {
     "columnar_processing_window": ColumnarProcessingTimeWindowOperator,
     "columnar_join": ColumnarRegularJoinOperator,
     "columnar_window_join": ColumnarWindowJoinOperator,
+    "columnar_equi_join": ColumnarEquiJoinOperator,
     "columnar_window_aggregate": ColumnarWindowAggregateOperator,
+    "columnar_window_assign": ColumnarWindowAssignOperator,
+    "columnar_window_top_n": ColumnarWindowTopNOperator,
 }
 
 

@@ -47,7 +47,7 @@ from epochstream.graph.specs import (
     join_key_type,
     reserved_join_columns,
 )
-from epochstream.graph.transformations import ColumnKey
+from epochstream.graph.transformations import ColumnKey, ColumnKeys
 from epochstream.runtime.columnar_routing import with_key_groups
 from epochstream.runtime.operators.columnar_aggregates import own_backend, window_starts
 from epochstream.runtime.operators.columnar_transforms import apply_batch_function, need_batch
@@ -61,6 +61,7 @@ __all__ = [
     "RIGHT_SUFFIX",
     "ColumnarRegularJoinOperator",
     "ColumnarWindowJoinOperator",
+    "JoinInputs",
 ]
 
 #: Appended to a right column whose name a left column has already.
@@ -68,43 +69,70 @@ RIGHT_SUFFIX = "_right"
 _SIDES = ("left", "right")
 
 
-class _Inputs:
-    """Checks and normalizes each input's batches: key column present, key types of
-    both sides compatible, integer keys as int64, null keys dropped, ``_kg`` present."""
+class JoinInputs:
+    """Checks and normalizes each input's batches: key columns present, key types of
+    both sides compatible (position by position), integer keys as int64, rows with a
+    null key dropped, ``_kg`` present (the key group of the key, or of the tuple of
+    keys when there are several, as ``key_by`` computes it).
 
-    def __init__(self, spec: JoinSpec, where: str, max_parallelism: int) -> None:
-        self.keys = (spec.left_key, spec.right_key)
+    ``keys`` are each side's key columns (as many on both sides); ``reserved`` the
+    column names the inputs may not have, each with the reason.
+
+    Example::
+
+        inputs = JoinInputs((("a", "b"), ("x", "y")), {}, "join (1/1)", 128)
+        batch = inputs.prepare(0, left_batch)     # int keys as int64, _kg added
+    """
+
+    def __init__(
+        self,
+        keys: tuple[tuple[str, ...], tuple[str, ...]],
+        reserved: dict[str, str],
+        where: str,
+        max_parallelism: int,
+    ) -> None:
+        self.keys = keys
         self.where = where
         self.max_parallelism = max_parallelism
-        self.key_types: list[pa.DataType | None] = [None, None]
-        self.reserved = reserved_join_columns(spec.size is not None)
+        #: Each side's key types (one per key column), set by its first batch.
+        self.key_types: list[tuple[pa.DataType, ...] | None] = [None, None]
+        self.reserved = reserved
         # Each side's schema (every field nullable), set by its first batch.
         self.schemas: list[pa.Schema | None] = [None, None]
 
     def prepare(self, index: int, batch: pa.RecordBatch) -> pa.RecordBatch:
-        key = self.keys[index]
-        position = batch.schema.get_field_index(key)
-        if position < 0:
-            raise ConfigurationError(
-                f"{self.where}: the {_SIDES[index]} input has no key column {key!r} "
-                f"(columns: {shown_columns(batch.schema)})"
-            )
-        column = batch.column(position)
-        if join_key_type(column.type) != column.type:
-            try:
-                column = column.cast(join_key_type(column.type))
-            except pa.ArrowInvalid as exc:  # uint64 keys above the int64 range
-                raise DataError(
-                    f"{self.where}: the {_SIDES[index]} key column {key!r} ({column.type}) "
-                    f"does not fit int64: {exc}"
-                ) from exc
-            batch = batch.set_column(position, key, column)
-        self._check_type(index, column.type)
+        """``batch`` of input ``index`` checked, keys widened, null keys dropped, ``_kg`` added."""
+        kinds = []
+        for key in self.keys[index]:
+            position = batch.schema.get_field_index(key)
+            if position < 0:
+                raise ConfigurationError(
+                    f"{self.where}: the {_SIDES[index]} input has no key column {key!r} "
+                    f"(columns: {shown_columns(batch.schema)})"
+                )
+            column = batch.column(position)
+            if join_key_type(column.type) != column.type:
+                try:
+                    column = column.cast(join_key_type(column.type))
+                except pa.ArrowInvalid as exc:  # uint64 keys above the int64 range
+                    raise DataError(
+                        f"{self.where}: the {_SIDES[index]} key column {key!r} ({column.type}) "
+                        f"does not fit int64: {exc}"
+                    ) from exc
+                batch = batch.set_column(position, key, column)
+            kinds.append(column.type)
+        self._check_types(index, tuple(kinds))
         if KG_COLUMN not in batch.schema.names:  # driven directly, not through a hash edge
-            batch = with_key_groups(batch, ColumnKey(key), self.max_parallelism)
+            names = self.keys[index]
+            selector = ColumnKey(names[0]) if len(names) == 1 else ColumnKeys(names)
+            batch = with_key_groups(batch, selector, self.max_parallelism)
         batch = self._conformed(index, batch)
-        if column.null_count:
-            batch = batch.filter(pc.is_valid(column))
+        nulls = [batch.column(key) for key in self.keys[index]]
+        if any(c.null_count for c in nulls):
+            valid = pc.is_valid(nulls[0])
+            for column in nulls[1:]:
+                valid = pc.and_(valid, pc.is_valid(column))
+            batch = batch.filter(valid)
         return batch
 
     def _conformed(self, index: int, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -142,17 +170,21 @@ class _Inputs:
             f"{schema_difference([first, schema]) or 'the schemas differ'}"
         )
 
-    def _check_type(self, index: int, kind: pa.DataType) -> None:
+    def _check_types(self, index: int, kinds: tuple[pa.DataType, ...]) -> None:
         if self.key_types[index] is None:
-            self.key_types[index] = kind
+            self.key_types[index] = kinds
         other = self.key_types[1 - index]
-        if other is not None and other != kind:
-            left, right = (kind, other) if index == 0 else (other, kind)
-            raise ConfigurationError(
-                f"{self.where}: the join keys have incompatible types: left "
-                f"{self.keys[0]!r} is {left}, right {self.keys[1]!r} is {right}; equal keys "
-                "must have one type on both sides (cast one in map_batches)"
-            )
+        if other is None:
+            return
+        for position, (kind, other_kind) in enumerate(zip(kinds, other, strict=True)):
+            if kind != other_kind:
+                left, right = (kind, other_kind) if index == 0 else (other_kind, kind)
+                raise ConfigurationError(
+                    f"{self.where}: the join keys have incompatible types: left "
+                    f"{self.keys[0][position]!r} is {left}, right {self.keys[1][position]!r} "
+                    f"is {right}; equal keys must have one type on both sides (cast one in "
+                    "map_batches)"
+                )
 
 
 def _payload(table: Any, keep_ts: bool) -> Any:
@@ -257,13 +289,18 @@ class _ColumnarJoinOperator(TwoInputOperator):
         #: The key groups of this subtask (those its backend holds).
         self.key_groups = self.keyed.key_group_range
         self.join: JoinSpec = spec.payload
-        self.inputs = _Inputs(self.join, ctx.task_name, ctx.max_parallelism)
+        self.inputs = JoinInputs(
+            ((self.join.left_key,), (self.join.right_key,)),
+            reserved_join_columns(self.join.size is not None),
+            ctx.task_name,
+            ctx.max_parallelism,
+        )
 
     def _side_table(self, index: int, name: str) -> RowTable:
         """Row table ``name`` of side ``index``, made with the side's schema if new."""
         schema = self.inputs.schemas[index]
         assert schema is not None and self.keyed is not None
-        table = self.keyed.row_table(name, _side_schema(schema, self.inputs.keys[index]))
+        table = self.keyed.row_table(name, _side_schema(schema, self.inputs.keys[index][0]))
         assert table is not None
         return table
 
@@ -273,7 +310,7 @@ class _ColumnarJoinOperator(TwoInputOperator):
             self.inputs.schemas[index] = pa.schema(
                 [*schema.schema, pa.field(KG_COLUMN, pa.int32())], metadata=schema.schema.metadata
             )
-            self.inputs.key_types[index] = schema.schema.field(schema.key).type
+            self.inputs.key_types[index] = (schema.schema.field(schema.key).type,)
 
     def _restored(self, names: list[str]) -> None:
         """Refuse restored state that is not this join's (``names``: its tables)."""
@@ -338,7 +375,7 @@ class ColumnarRegularJoinOperator(_ColumnarJoinOperator):
         assert self.keyed is not None
         other = self.keyed.row_table(_SIDES[1 - index])
         if other is not None:
-            keys = pc.unique(rows.column(self.inputs.keys[index]))
+            keys = pc.unique(rows.column(self.inputs.keys[index][0]))
             kept = other.read(keys, key_groups_of_column(keys, self.ctx.max_parallelism))
             if kept.num_rows:
                 arriving = _payload(pa.Table.from_batches([rows]), keep_ts=True)

@@ -290,6 +290,16 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             column.ttl = ttl
         return column
 
+    def _restored_column(self, name: str, kind: str, serializer: Any) -> RocksColumn:
+        """State ``name`` with a restored serializer, recorded as such in the meta column
+        family (``_column`` records the default serializer of a new state: a later
+        snapshot of a restored row table then could not be restored)."""
+        column = self._column(name, kind, None)
+        if column.serializer is not serializer:
+            column.serializer = serializer
+            self._remember(column)
+        return column
+
     def _remember(self, column: RocksColumn) -> None:
         """Record the state's kind and serializer in the database (restores need them)."""
         self._meta_cf()[column.name.encode("utf-8")] = encode_meta(column.kind, column.serializer)
@@ -501,7 +511,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def _load_columns(self) -> None:
         for name, meta in read_meta(self._meta_cf()).items():
             if name not in self._columns:
-                self._column(name, meta.kind, None).serializer = meta.serializer
+                self._restored_column(name, meta.kind, meta.serializer)
 
     def _download(self, handle: RocksDBSnapshotHandle, into: str) -> None:
         os.makedirs(into, exist_ok=True)
@@ -538,8 +548,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             metas = read_meta(meta)
             for name, state_meta in metas.items():
                 src = source.get_column_family(name)
-                dst = self._column(name, state_meta.kind, None)
-                dst.serializer = state_meta.serializer
+                dst = self._restored_column(name, state_meta.kind, state_meta.serializer)
                 options = self._rd.ReadOptions()
                 options.set_iterate_upper_bound(hi)
                 batch = self._rd.WriteBatch(raw_mode=True)
@@ -561,7 +570,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         fs = storage_fs(handle.path, self.ctx.storage_options)
         metas = read_state_meta(fs, handle.path)
         for name, meta in metas.items():
-            self._column(name, meta.kind, None).serializer = meta.serializer
+            self._restored_column(name, meta.kind, meta.serializer)
         for _kg, batch in read_batches(fs, handle, self.key_group_range):
             columns = batch.to_pydict()
             counters: dict[tuple[str, bytes], int] = {}

@@ -1,0 +1,417 @@
+"""The physical plan of a SQL query: a tree of nodes, each one epochstream operator (or a
+source or sink), with its output columns, its time attribute, and a uid derived from
+what it computes and from its inputs, so the same query restores from its own
+savepoint and a changed one does not silently adopt another operator's state.
+
+Nodes hold only data (specs, compiled Calc programs, table definitions); the API layer
+turns them into DataStream calls (``epochstream.api.sql_streams``).
+
+Example::
+
+    node = planner.plan_query(parse_one("SELECT auction FROM bid", dialect=Flink))
+    print(explain(node))
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import pyarrow as pa
+from sqlglot import exp
+
+from epochstream.core.arrow import TS
+from epochstream.graph.specs import (
+    AggCall,
+    EquiJoinSpec,
+    IntervalBounds,
+    SliceWindowAggregateSpec,
+    WindowEnd,
+    WindowTvf,
+)
+from epochstream.graph.windowing import EventTimeSessionWindows, WindowAssigner
+from epochstream.sql.catalog import TableDef
+from epochstream.sql.expressions import CalcProgram, Field
+
+__all__ = [
+    "AssignerAggregateNode",
+    "CalcNode",
+    "ColumnAdapter",
+    "JoinNode",
+    "PlanNode",
+    "ScanNode",
+    "SinkNode",
+    "StreamScanNode",
+    "UnionNode",
+    "WindowAggregateNode",
+    "WindowAssignNode",
+    "WindowTopNNode",
+    "explain",
+]
+
+
+class ColumnAdapter:
+    """Per batch: the named columns, in order, under new names and Arrow types (a
+    connector's or an operator's columns as the plan declares them: Nexmark's
+    ``date_time`` is int64 milliseconds, the table's ``dateTime`` a ``TIMESTAMP(3)``);
+    ``_ts`` passes through. Picklable: it runs in the slots.
+
+    Example: ``ColumnAdapter([("dateTime", "date_time", pa.timestamp("ms"))])(batch)``
+    """
+
+    def __init__(self, columns: list[tuple[str, str, pa.DataType]]) -> None:
+        self.columns = columns
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        arrays: list[pa.Array] = []
+        names: list[str] = []
+        for name, source, kind in self.columns:
+            column = batch.column(source)
+            if column.type != kind:
+                column = column.cast(kind)
+            arrays.append(column)
+            names.append(name)
+        if TS in batch.schema.names:
+            arrays.append(batch.column(TS))
+            names.append(TS)
+        return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+@dataclass(eq=False)
+class PlanNode(ABC):
+    """One operator of the plan: its inputs, its output columns (``fields``) and the
+    output column that is its event-time attribute (``rowtime``; the batches' ``_ts``
+    carries its values). ``label`` is the operator name shown in the dashboard."""
+
+    inputs: tuple[PlanNode, ...]
+    fields: tuple[Field, ...]
+    rowtime: str | None
+    label: str
+    #: Output columns that are a window's bounds: name -> ("start" or "end", the window).
+    #: They survive renames, so a query may group or join on them further down.
+    windows: dict[str, tuple[str, WindowTvf]] = field(default_factory=dict, kw_only=True)
+    #: The output column that is a processing-time attribute (``PROCTIME()``), if any.
+    proctime: str | None = field(default=None, kw_only=True)
+
+    kind = "node"
+
+    @abstractmethod
+    def digest(self) -> str:
+        """What the node computes, as text (its uid hashes it with its inputs' uids)."""
+
+    def details(self) -> list[str]:
+        """Lines for :func:`explain` beyond the label (keys, state, watermarks)."""
+        return []
+
+    @cached_property
+    def uid(self) -> str:
+        """``sql-<kind>-<16 hex>``: a hash of the node's digest, its output columns with
+        their types (state written under other types is another operator's) and its
+        inputs' uids."""
+        columns = ",".join(f"{f.name}:{f.type.sql()}" for f in self.fields)
+        text = "\x1f".join((self.kind, self.digest(), columns, *(i.uid for i in self.inputs)))
+        return f"sql-{self.kind}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+@dataclass(eq=False)
+class ScanNode(PlanNode):
+    """Read ``columns`` of a DDL table through its connector."""
+
+    table: TableDef = field(kw_only=True)
+    columns: tuple[str, ...] = field(kw_only=True)
+
+    kind = "scan"
+
+    def digest(self) -> str:
+        # The options name what is read; secrets stay out of the digest's input order
+        # only as far as the hash goes: the digest itself is never shown.
+        options = ",".join(f"{k}={v}" for k, v in sorted(self.table.options.items()))
+        return f"{self.table.name}|{options}|{','.join(self.columns)}"
+
+    def details(self) -> list[str]:
+        out = [f"connector: {self.table.connector}", f"columns: {', '.join(self.columns)}"]
+        if self.table.rowtime is not None:
+            out.append(
+                f"watermark: {self.table.rowtime} - {self.table.watermark_delay_ms} ms (per split)"
+            )
+        return out
+
+
+@dataclass(eq=False)
+class StreamScanNode(PlanNode):
+    """A DataStream registered with ``Environment.create_table``."""
+
+    table: TableDef = field(kw_only=True)
+
+    kind = "stream"
+
+    def digest(self) -> str:
+        return self.table.name
+
+
+@dataclass(eq=False)
+class CalcNode(PlanNode):
+    """Filter then project each batch with a compiled :class:`CalcProgram` (stateless).
+    ``text`` is the SQL it computes."""
+
+    program: CalcProgram = field(kw_only=True)
+    text: str = field(kw_only=True)
+    #: What ``program`` was compiled from (the planner fuses a Calc into the one above).
+    projections: tuple[tuple[str, exp.Expression], ...] = field(kw_only=True)
+    condition: exp.Expression | None = field(kw_only=True)
+
+    kind = "calc"
+
+    def digest(self) -> str:
+        return self.text
+
+    def details(self) -> list[str]:
+        return [self.text]
+
+
+@dataclass(eq=False)
+class WindowAggregateNode(PlanNode):
+    """Aggregate per key and TUMBLE/HOP/CUMULATE window, emitted once when the
+    watermark passes the window's end (slices shared by overlapping windows).
+
+    ``spec`` is the operator's (keys, window, aggregates)."""
+
+    spec: SliceWindowAggregateSpec = field(kw_only=True)
+
+    kind = "window-aggregate"
+
+    def digest(self) -> str:
+        return repr(self.spec)
+
+    def details(self) -> list[str]:
+        window = self.spec.window
+        shape = f"{window.kind.upper()} size {window.size} ms"
+        if window.kind == "hop":
+            shape += f", slide {window.slide} ms"
+        elif window.kind == "cumulate":
+            shape += f", step {window.step} ms"
+        if window.offset:
+            shape += f", offset {window.offset} ms"
+        return [
+            f"window: {shape}",
+            f"keys: {', '.join(self.spec.keys) or '(none: one group)'}",
+            f"aggregates: {', '.join(_call_text(a) for a in self.spec.aggs)}",
+            "state: per key and slice, dropped when the watermark passes the slice's last window",
+            "emits: once per key and window, when the watermark passes window_end",
+        ]
+
+
+def _call_text(call: AggCall) -> str:
+    arg = "*" if call.column is None else call.column
+    kind = "COUNT" if call.kind == "count_star" else call.kind.upper()
+    text = f"{kind}({'DISTINCT ' if call.distinct else ''}{arg})"
+    return text + (f" FILTER ({call.filter})" if call.filter else "")
+
+
+@dataclass(eq=False)
+class JoinNode(PlanNode):
+    """An inner equi-join of two inputs (the sides' key Calcs), each keyed by its key
+    columns: ``spec`` is the operator's (keys, output columns, the residual condition,
+    and the retention that makes it a regular, interval or window join).
+    ``condition_text`` is the residual condition's SQL (shown, and hashed)."""
+
+    spec: EquiJoinSpec = field(kw_only=True)
+    condition_text: str = field(default="", kw_only=True)
+
+    kind = "join"
+
+    @property
+    def mode(self) -> str:
+        """``regular``, ``interval`` or ``window``."""
+        retention = self.spec.retention
+        if isinstance(retention, IntervalBounds):
+            return "interval"
+        return "window" if isinstance(retention, WindowEnd) else "regular"
+
+    def digest(self) -> str:
+        spec = self.spec
+        return "|".join(
+            str(part)
+            for part in (
+                spec.left_keys,
+                spec.right_keys,
+                spec.left_output,
+                spec.right_output,
+                spec.retention,
+                self.condition_text,
+            )
+        )
+
+    def details(self) -> list[str]:
+        spec = self.spec
+        keys = ", ".join(f"{a} = {b}" for a, b in zip(spec.left_keys, spec.right_keys, strict=True))
+        lines = [f"{self.mode} join on {keys}"]
+        if isinstance(spec.retention, IntervalBounds):
+            bounds = spec.retention
+            lines.append(f"time: left - right in [{bounds.lower}, {bounds.upper}] ms")
+            lines.append("state: each side's rows until the watermark passes their interval")
+        elif isinstance(spec.retention, WindowEnd):
+            lines.append("state: each side's rows until the watermark passes their window_end")
+        else:
+            lines.append("state: every row of both sides, kept forever (unbounded)")
+        if self.condition_text:
+            lines.append(f"condition: {self.condition_text}")
+        return lines
+
+
+@dataclass(eq=False)
+class WindowTopNNode(PlanNode):
+    """Flink's window Top-N: per window and ``partition`` key, the first ``n`` rows in
+    ``order`` (``(column, descending, nulls_first)``), emitted when the watermark
+    passes the window's end; ``rank_column`` holds ROW_NUMBER when the query keeps it.
+    ``window_ends``: the input's window-start and window-end columns."""
+
+    partition: tuple[str, ...] = field(kw_only=True)
+    order: tuple[tuple[str, bool, bool], ...] = field(kw_only=True)
+    n: int = field(kw_only=True)
+    rank_column: str | None = field(kw_only=True)
+    window_columns: tuple[str, str] = field(kw_only=True)
+
+    kind = "window-top-n"
+
+    def digest(self) -> str:
+        return f"{self.partition}|{self.order}|{self.n}|{self.rank_column}|{self.window_columns}"
+
+    def details(self) -> list[str]:
+        order = ", ".join(
+            f"{c} {'DESC' if d else 'ASC'} NULLS {'FIRST' if nf else 'LAST'}"
+            for c, d, nf in self.order
+        )
+        return [
+            f"top {self.n} per window and {', '.join(self.partition) or '(window only)'}",
+            f"order: {order}",
+            "state: the rows of each open window, dropped when the watermark passes its end",
+        ]
+
+
+@dataclass(eq=False)
+class AssignerAggregateNode(PlanNode):
+    """One aggregate per key and window of a DataStream window assigner: event-time
+    sessions (``EventTimeSessionWindows``) or processing-time windows. ``aggregate``
+    is ``count``, ``sum``, ``min`` or ``max`` of ``value``; ``adapter`` turns the
+    operator's columns into the node's (timestamps, names)."""
+
+    key: str = field(kw_only=True)
+    aggregate: str = field(kw_only=True)
+    value: str | None = field(kw_only=True)
+    assigner: WindowAssigner = field(kw_only=True)
+    #: The windows in words (``SESSION gap 10000 ms``): shown, and hashed into the uid.
+    window_text: str = field(kw_only=True)
+    adapter: ColumnAdapter = field(kw_only=True)
+
+    @property
+    def kind(self) -> str:  # type: ignore[override]
+        return (
+            "session-aggregate"
+            if isinstance(self.assigner, EventTimeSessionWindows)
+            else "proctime-aggregate"
+        )
+
+    def digest(self) -> str:
+        return f"{self.key}|{self.aggregate}|{self.value}|{self.window_text}"
+
+    def details(self) -> list[str]:
+        return [
+            f"windows: {self.window_text}, key {self.key}",
+            f"aggregate: {self.aggregate.upper()}({self.value or '*'})",
+            "state: each key's open windows, emitted when they end"
+            + (" (watermark)" if self.kind == "session-aggregate" else " (the slot's clock)"),
+        ]
+
+
+@dataclass(eq=False)
+class WindowAssignNode(PlanNode):
+    """A window TVF without aggregation: every row once per window it belongs to, with
+    ``window_start``, ``window_end`` and ``window_time`` added (stateless)."""
+
+    window: WindowTvf = field(kw_only=True)
+
+    kind = "window-assign"
+
+    def digest(self) -> str:
+        return repr(self.window)
+
+    def details(self) -> list[str]:
+        return [
+            f"windows: {self.window.kind.upper()} size {self.window.size} ms (one row per window)"
+        ]
+
+
+@dataclass(eq=False)
+class UnionNode(PlanNode):
+    """``UNION ALL`` of inputs with the same columns (each cast by its own Calc)."""
+
+    kind = "union"
+
+    def digest(self) -> str:
+        return str(len(self.inputs))
+
+
+@dataclass(eq=False)
+class SinkNode(PlanNode):
+    """Write into a DDL table. ``binding`` is the connector's sink (see
+    :func:`~epochstream.sql.connectors.sink_binding`)."""
+
+    table: TableDef = field(kw_only=True)
+    binding: Any = field(kw_only=True)
+
+    kind = "sink"
+
+    def digest(self) -> str:
+        options = ",".join(f"{k}={v}" for k, v in sorted(self.table.options.items()))
+        return f"{self.table.name}|{options}"
+
+    def details(self) -> list[str]:
+        form = "Arrow batches" if self.binding.takes_batches else "rows"
+        return [f"connector: {self.table.connector} ({type(self.binding.sink).__name__}, {form})"]
+
+
+def explain(root: PlanNode) -> str:
+    """The plan as an indented tree, the sink or result at the top: each operator with
+    its uid, output columns (with types and the time attribute) and details.
+
+    Example::
+
+        == Physical plan ==
+        calc [sql-calc-1f...]  SELECT auction, price ...
+          columns: auction BIGINT, price BIGINT
+          scan [sql-scan-7a...]  bid
+    """
+    lines = ["== Physical plan =="]
+    seen: set[str] = set()
+
+    def walk(node: PlanNode, depth: int) -> None:
+        pad = "  " * depth
+        if node.uid in seen:
+            lines.append(f"{pad}(reused) {node.kind} [{node.uid}]")
+            return
+        seen.add(node.uid)
+        lines.append(f"{pad}{node.kind} [{node.uid}]  {node.label}")
+
+        def mark(name: str) -> str:
+            if name == node.rowtime:
+                return " *ROWTIME*"
+            if name == node.proctime:
+                return " *PROCTIME*"
+            if name in node.windows:
+                return f" *WINDOW {node.windows[name][0].upper()}*"
+            return ""
+
+        columns = ", ".join(f"{f.name} {f.type.sql()}{mark(f.name)}" for f in node.fields)
+        if columns:
+            lines.append(f"{pad}    columns: {columns}")
+        for line in node.details():
+            lines.append(f"{pad}    {line}")
+        for child in node.inputs:
+            walk(child, depth + 1)
+
+    walk(root, 0)
+    return "\n".join(lines)

@@ -1,0 +1,1549 @@
+"""From a parsed query to a physical plan (:mod:`epochstream.sql.plan`), with Flink SQL's
+append-only semantics.
+
+Planned here (part 1, append-only): ``SELECT`` with projections and scalar expressions,
+``WHERE``, subqueries in ``FROM``, ``WITH``, views, ``UNION ALL``, and window
+aggregation over ``TABLE(TUMBLE|HOP|CUMULATE(...))`` grouped by ``window_start,
+window_end`` and keys, with ``COUNT``/``COUNT(DISTINCT)``/``SUM``/``MIN``/``MAX``/
+``AVG``, ``FILTER (WHERE ...)`` and ``HAVING``. Everything else is refused with the
+position of the construct and the reason: a ``GROUP BY`` without a window produces
+updates, which append-only sinks cannot take.
+
+How a window aggregation is planned: a Calc before it computes the group keys, the
+aggregates' arguments and ``FILTER`` masks that are not plain columns (and applies
+``WHERE``); the window aggregate operator then keeps one accumulator per key and slice;
+a Calc after it computes the select list and ``HAVING`` from the keys, the window
+columns and the aggregates.
+
+Example::
+
+    planner = Planner(catalog)
+    node = planner.plan_query(parse_script("SELECT auction, price FROM bid")[0])
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from epochstream.core.arrow import TS
+from epochstream.exceptions import ConfigurationError, SqlError
+from epochstream.graph.specs import (
+    AggCall,
+    EquiJoinSpec,
+    IntervalBounds,
+    SliceWindowAggregateSpec,
+    WindowEnd,
+    WindowTvf,
+)
+from epochstream.graph.windowing import (
+    EventTimeSessionWindows,
+    SlidingProcessingTimeWindows,
+    TumblingProcessingTimeWindows,
+    WindowAssigner,
+)
+from epochstream.sql.catalog import Catalog, TableDef, interval_ms
+from epochstream.sql.connectors import sink_binding
+from epochstream.sql.dialect import Flink, WindowTVF, node_position
+from epochstream.sql.expressions import CalcProgram, Field, compile_expression
+from epochstream.sql.plan import (
+    AssignerAggregateNode,
+    CalcNode,
+    ColumnAdapter,
+    JoinNode,
+    PlanNode,
+    ScanNode,
+    SinkNode,
+    StreamScanNode,
+    UnionNode,
+    WindowAggregateNode,
+    WindowAssignNode,
+    WindowTopNNode,
+)
+from epochstream.sql.types import SqlType, aggregate_result_type
+
+__all__ = ["Planner"]
+
+_WINDOW_COLUMNS = ("window_start", "window_end", "window_time")
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min", exp.Max: "max", exp.Avg: "avg"}
+_TIMESTAMP = SqlType.parse("TIMESTAMP(3)").with_nullable(False)
+
+
+def _error(node: exp.Expression | None, message: str) -> SqlError:
+    line, column = node_position(node)
+    return SqlError(message, line=line, column=column)
+
+
+def _text(node: exp.Expression) -> str:
+    return node.sql(dialect=Flink)
+
+
+@dataclass
+class _Scope:
+    """The names a SELECT's expressions can use: per FROM item, its qualifier (table
+    name or alias; None for an unnamed subquery) and its column names, each mapped to
+    the name of a field of the planned input (joins rename the right side's clashes)."""
+
+    items: list[tuple[str | None, dict[str, str]]]
+
+    @classmethod
+    def of(cls, qualifier: str | None, fields: tuple[Field, ...]) -> _Scope:
+        return cls([(qualifier, {f.name: f.name for f in fields})])
+
+    def with_columns(self, names: tuple[str, ...]) -> _Scope:
+        """This scope with extra columns on its (single) item: a TVF's window columns."""
+        qualifier, columns = self.items[0]
+        return _Scope([(qualifier, {**columns, **{n: n for n in names}})])
+
+    def resolve(self, column: exp.Column) -> str:
+        """The field name ``column`` names; unknown or ambiguous names are errors."""
+        qualifier = column.table
+        if qualifier:
+            for name, columns in self.items:
+                if name == qualifier:
+                    if column.name in columns:
+                        return columns[column.name]
+                    raise _error(
+                        column,
+                        f"{qualifier} has no column {column.name!r} (columns: "
+                        f"{', '.join(sorted(columns))})",
+                    )
+            if len(self.items) == 1 and self.items[0][0] is None:
+                return self.resolve(_column(column.name))
+            known = ", ".join(n for n, _ in self.items if n) or "none"
+            raise _error(
+                column.args.get("table"), f"unknown table alias {qualifier!r} (known: {known})"
+            )
+        found = [columns[column.name] for _, columns in self.items if column.name in columns]
+        if not found:
+            every = sorted({c for _, columns in self.items for c in columns})
+            raise _error(column, f"unknown column {column.name!r} (columns: {', '.join(every)})")
+        if len(found) > 1:
+            raise _error(column, f"column {column.name!r} is ambiguous: qualify it with its table")
+        return found[0]
+
+    def side(self, column: exp.Column) -> int:
+        """Which FROM item ``column`` belongs to (its index)."""
+        qualifier = column.table
+        for i, (name, columns) in enumerate(self.items):
+            if (qualifier and name == qualifier) or (not qualifier and column.name in columns):
+                return i
+        raise _error(column, f"unknown column {column.name!r}")
+
+
+@dataclass
+class _Window:
+    """The window TVF a SELECT reads (planned only with its aggregation)."""
+
+    tvf: WindowTVF
+    #: TUMBLE, HOP or CUMULATE; None for SESSION (``gap``, ``partition``).
+    window: WindowTvf | None
+    gap: int = 0
+    partition: tuple[exp.Column, ...] = ()
+    #: Over a processing-time attribute (windows by the slots' clocks).
+    proctime: bool = False
+
+    @property
+    def kind(self) -> str:
+        return self.tvf.kind.lower()
+
+
+class Planner:
+    """Plans queries against a :class:`Catalog` (one instance per statement).
+
+    Example: ``Planner(catalog).plan_query(select)``
+    """
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self._ctes: list[dict[str, exp.Expression]] = []
+        # One scan per table: the INSERTs of a statement set share their sources.
+        self._scans: dict[str, PlanNode] = {}
+        # The output names of a SELECT's bare column items before binding renamed them.
+        self._item_names: dict[int, list[str]] = {}
+
+    # ------------------------------------------------------------------ statements
+
+    def plan_insert(self, insert: exp.Insert) -> SinkNode:
+        """``INSERT INTO table [(columns)] query``: the query, cast to the table's
+        columns, into the table's sink."""
+        target = insert.this
+        columns: list[str] | None = None
+        if isinstance(target, exp.Schema):
+            columns = [c.name for c in target.expressions]
+            target = target.this
+        name = target.name
+        table = self.catalog.table(name)
+        if table is None or table.connector is None:
+            raise _error(target, f"INSERT INTO {name}: no table {name!r} created with a connector")
+        if insert.args.get("overwrite"):
+            raise _error(target, "INSERT OVERWRITE is not supported (append-only sinks)")
+        query = self.plan_query(insert.expression)
+        wanted = list(columns) if columns is not None else [f.name for f in table.fields]
+        unknown = [c for c in wanted if table.field(c) is None]
+        if unknown:
+            raise _error(target, f"table {name!r} has no column {unknown[0]!r}")
+        if len(wanted) != len(query.fields):
+            raise _error(
+                insert.expression,
+                f"INSERT INTO {name}: the query gives {len(query.fields)} columns, the table "
+                f"takes {len(wanted)} ({', '.join(wanted)})",
+            )
+        projections = []
+        for column, f in zip(wanted, query.fields, strict=True):
+            declared = table.field(column)
+            assert declared is not None
+            ref: exp.Expression = _column(f.name)
+            if declared.type.with_nullable(True) != f.type.with_nullable(True):
+                ref = exp.Cast(this=ref, to=exp.DataType.build(declared.type.sql(), dialect=Flink))
+            projections.append((column, ref))
+        cast = self._calc(query, projections, None, f"INSERT INTO {name}")
+        binding = sink_binding(table)
+        return SinkNode((cast,), cast.fields, None, f"sink: {name}", table=table, binding=binding)
+
+    def plan_query(self, query: exp.Expression) -> PlanNode:
+        """A ``SELECT``, ``UNION ALL`` or parenthesized query."""
+        if isinstance(query, exp.Subquery):
+            return self.plan_query(query.this)
+        with_ = query.args.get("with_")
+        if with_ is not None:
+            ctes = {cte.alias: cte.this for cte in with_.expressions}
+            self._ctes.append(ctes)
+            try:
+                return self._plan_query_body(query)
+            finally:
+                self._ctes.pop()
+        return self._plan_query_body(query)
+
+    def _plan_query_body(self, query: exp.Expression) -> PlanNode:
+        if isinstance(query, exp.Union):
+            return self._plan_union(query)
+        if isinstance(query, exp.Select):
+            return self._plan_select(query)
+        if isinstance(query, exp.Intersect | exp.Except):
+            raise _error(query, f"{type(query).__name__.upper()} is not supported")
+        raise _error(query, f"expected a query, got {type(query).__name__}")
+
+    # ------------------------------------------------------------------ FROM
+
+    def _lookup(self, table: exp.Table) -> PlanNode:
+        name = table.name
+        if table.args.get("db") or table.args.get("catalog"):
+            raise _error(table, f"qualified table names are not supported: {_text(table)}")
+        for scope in reversed(self._ctes):
+            if name in scope:
+                return self.plan_query(scope[name].copy())
+        view = self.catalog.view(name)
+        if view is not None:
+            return self.plan_query(view)
+        found = self.catalog.table(name)
+        if found is None:
+            known = ", ".join(self.catalog.names()) or "none"
+            raise _error(table, f"unknown table {name!r} (tables and views: {known})")
+        return self._scan(found)
+
+    def _scan(self, table: TableDef) -> PlanNode:
+        if table.name not in self._scans:
+            self._scans[table.name] = self._new_scan(table)
+        return self._scans[table.name]
+
+    def _new_scan(self, table: TableDef) -> PlanNode:
+        if table.stream is not None:
+            return StreamScanNode(
+                (), table.fields, table.rowtime, f"table: {table.name}", table=table
+            )
+        # Every declared column; the Calc above keeps the ones the query uses.
+        columns = tuple(f.name for f in table.fields if f.name != table.proctime)
+        scan = ScanNode(
+            (),
+            tuple(f for f in table.fields if f.name in columns),
+            table.rowtime,
+            f"source: {table.name}",
+            table=table,
+            columns=columns,
+        )
+        if table.proctime is None:
+            return scan
+        # A PROCTIME() column is no connector's: the Calc above the source fills it.
+        projections: list[tuple[str, exp.Expression]] = [
+            (
+                f.name,
+                _column(f.name) if f.name != table.proctime else exp.Anonymous(this="PROCTIME"),
+            )
+            for f in table.fields
+        ]
+        return self._calc(scan, projections, None, f"{table.name}: PROCTIME()")
+
+    def _from(
+        self, select: exp.Select
+    ) -> tuple[PlanNode, _Scope, _Window | None, exp.Expression | None]:
+        """The planned FROM clause: its node, the names it offers, the window TVF it
+        reads (if any), and what is left of WHERE to apply on top (a join takes the
+        conditions between its sides)."""
+        from_ = select.args.get("from_")
+        if from_ is None:
+            raise _error(select, "SELECT without FROM is not supported (a stream needs a source)")
+        where = select.args.get("where")
+        condition = where.this if where is not None else None
+        node, scope, window = self._from_item(from_.this)
+        joins = select.args.get("joins") or []
+        if joins and window is not None:
+            raise _error(
+                window.tvf,
+                "a window TVF joined with another table is not supported yet; aggregate each "
+                "side by window first (window join)",
+            )
+        for join in joins:
+            node, scope, condition = self._plan_join(node, scope, join, condition)
+        return node, scope, window, condition
+
+    def _from_item(self, source: exp.Expression) -> tuple[PlanNode, _Scope, _Window | None]:
+        if isinstance(source, WindowTVF):
+            window = self._window(source)
+            input_ = self._lookup(source.args["table"])
+            timecol = source.args["timecol"].name
+            if timecol == input_.proctime and input_.proctime is not None:
+                window.proctime = True
+            elif input_.rowtime is None or timecol != input_.rowtime:
+                raise _error(
+                    source.args["timecol"],
+                    f"{window.kind.upper()}: DESCRIPTOR({timecol}) must name the input's time "
+                    "attribute (a column with a WATERMARK, or a PROCTIME() column; the input's "
+                    f"is {input_.rowtime or input_.proctime or 'none'})",
+                )
+            return input_, _Scope.of(source.alias or None, input_.fields), window
+        if isinstance(source, exp.Table):
+            node = self._lookup(source)
+            return node, _Scope.of(source.alias_or_name, node.fields), None
+        if isinstance(source, exp.Subquery):
+            node = self.plan_query(source.this)
+            return node, _Scope.of(source.alias or None, node.fields), None
+        raise _error(source, f"unsupported FROM item {type(source).__name__}")
+
+    # ------------------------------------------------------------------ joins
+
+    def _plan_join(
+        self,
+        left: PlanNode,
+        left_scope: _Scope,
+        join: exp.Join,
+        where: exp.Expression | None,
+    ) -> tuple[PlanNode, _Scope, exp.Expression | None]:
+        """``left JOIN right ON ...`` (or ``left, right WHERE ...``): an inner join,
+        planned as a window join, an interval join or a regular join (in that order of
+        preference: the first two keep bounded state). Returns the join, the names it
+        offers, and the WHERE conjuncts it did not take."""
+        side = (join.args.get("side") or "").upper()
+        if side:
+            raise _error(
+                join,
+                f"{side} JOIN is not supported yet (an outer join emits rows it may have to "
+                "take back); use an inner join",
+            )
+        if join.args.get("using"):
+            raise _error(join, "JOIN ... USING is not supported; write ON a.k = b.k")
+        right, right_scope, window = self._from_item(join.this)
+        if window is not None:
+            raise _error(window.tvf, "a window TVF as a join input is not supported yet")
+        rename, used = {}, {f.name for f in left.fields}
+        for f in right.fields:
+            out, i = f.name, 0
+            while out in used:
+                out, i = f"{f.name}{i}", i + 1
+            used.add(out)
+            rename[f.name] = out
+        [(right_qualifier, right_columns)] = right_scope.items
+        scope = _Scope(
+            [*left_scope.items, (right_qualifier, {k: rename[v] for k, v in right_columns.items()})]
+        )
+        right_index = len(scope.items) - 1
+
+        def sides(node: exp.Expression) -> set[int] | None:
+            try:
+                return {
+                    0 if scope.side(c) < right_index else 1
+                    for c in node.find_all(exp.Column)
+                    if not isinstance(c.this, exp.Star)
+                }
+            except SqlError:
+                return None
+
+        on = join.args.get("on")
+        conjuncts = list(_conjuncts(on)) if on is not None else []
+        remaining: list[exp.Expression] = []
+        for c in _conjuncts(where) if where is not None else []:
+            (conjuncts if sides(c) is not None else remaining).append(c)
+
+        def bound(node: exp.Expression, side_scope: _Scope) -> exp.Expression:
+            node = node.copy()
+            self._bind(node, side_scope)
+            return node
+
+        left_filters, right_filters, residual = [], [], []
+        key_pairs: list[tuple[exp.Expression, exp.Expression]] = []
+        times: list[exp.Expression] = []
+        for c in conjuncts:
+            where_sides = sides(c)
+            if where_sides is None:
+                scope.resolve(next(x for x in c.find_all(exp.Column) if _unresolved(scope, x)))
+            if where_sides == {0}:
+                left_filters.append(bound(c, left_scope))
+            elif where_sides == {1}:
+                right_filters.append(bound(c, right_scope))
+            elif (
+                where_sides == {0, 1}
+                and isinstance(c, exp.EQ)
+                and {
+                    frozenset(sides(c.this) or ()),
+                    frozenset(sides(c.expression) or ()),
+                }
+                == {frozenset({0}), frozenset({1})}
+            ):
+                lhs, rhs = (
+                    (c.this, c.expression) if sides(c.this) == {0} else (c.expression, c.this)
+                )
+                key_pairs.append((bound(lhs, left_scope), bound(rhs, right_scope)))
+            elif where_sides == {0, 1} and _time_comparison(c):
+                times.append(c)
+                residual.append(c)
+            else:
+                residual.append(c)
+
+        mode, bounds, window_ends = "regular", None, None
+        ends = _window_pairs(key_pairs, left, right)
+        if ends is not None:
+            mode, window_ends = "window", ends
+        else:
+            found = self._interval_bounds(times, scope, right_index, left, right)
+            if found is not None:
+                mode, bounds = "interval", found
+                residual = [c for c in residual if all(c is not t for t in times)]
+        if not key_pairs:
+            raise _error(
+                on if on is not None else join,
+                "a join needs an equality between the two sides (a.k = b.k); a join without "
+                "one pairs every row with every other",
+            )
+
+        left_pre, left_keys = self._join_side(left, [k for k, _ in key_pairs], left_filters, "$lk")
+        right_pre, right_keys = self._join_side(
+            right, [k for _, k in key_pairs], right_filters, "$rk"
+        )
+        fields = (
+            *left.fields,
+            *(Field(rename[f.name], f.type) for f in right.fields),
+        )
+        condition = None
+        condition_text = ""
+        if residual:
+            predicate = _and([bound(c, scope) for c in residual])
+            condition = compile_expression(predicate, fields, self.catalog.functions)
+            condition_text = _text(predicate)
+        windows = {}
+        if mode == "window":
+            windows = {n: w for n, w in left.windows.items()}
+        retention: IntervalBounds | WindowEnd | None = None
+        if mode == "interval":
+            assert bounds is not None
+            retention = IntervalBounds(*bounds)
+        elif mode == "window":
+            assert window_ends is not None
+            retention = WindowEnd(*window_ends)
+        spec = EquiJoinSpec(
+            left_keys=tuple(left_keys),
+            right_keys=tuple(right_keys),
+            left_output=tuple((f.name, f.name) for f in left.fields),
+            right_output=tuple((f.name, rename[f.name]) for f in right.fields),
+            condition=condition.evaluate if condition is not None else None,
+            retention=retention,
+        )
+        node = JoinNode(
+            (left_pre, right_pre),
+            fields,
+            None,
+            _short(f"{mode} join"),
+            windows=windows,
+            spec=spec,
+            condition_text=condition_text,
+        )
+        return node, scope, _and(remaining) if remaining else None
+
+    def _join_side(
+        self,
+        node: PlanNode,
+        keys: list[exp.Expression],
+        filters: list[exp.Expression],
+        prefix: str,
+    ) -> tuple[PlanNode, list[str]]:
+        """One join input: its filters and computed key columns in a Calc (the input
+        itself when there is nothing to compute), and its key column names."""
+        names = [f.name for f in node.fields]
+        projections: list[tuple[str, exp.Expression]] = [(n, _column(n)) for n in names]
+        key_names = []
+        for i, key in enumerate(keys):
+            if isinstance(key, exp.Column) and key.name in names:
+                key_names.append(key.name)
+            else:
+                name = f"{prefix}{i}"
+                projections.append((name, key))
+                key_names.append(name)
+        pre = self._calc(node, projections, _and(filters) if filters else None, "join input")
+        return pre, key_names
+
+    def _interval_bounds(
+        self,
+        comparisons: list[exp.Expression],
+        scope: _Scope,
+        right_index: int,
+        left: PlanNode,
+        right: PlanNode,
+    ) -> tuple[int, int] | None:
+        """``(lower, upper)`` with ``lower <= left._ts - right._ts <= upper`` implied by
+        ``comparisons`` of the two sides' time attributes, or None when they do not bound
+        it on both ends. A window aggregation's ``window_end`` counts as a time
+        attribute: its rows' event time is ``window_end - 1``."""
+        lower, upper = None, None
+        for c in comparisons:
+            for op, a, b in _comparisons(c):
+                ta = _time_term(a, scope, right_index, left, right)
+                tb = _time_term(b, scope, right_index, left, right)
+                if ta is None or tb is None or ta[0] == tb[0]:
+                    return None
+                # value = _ts + shift + constant on each side; normalize to left - right.
+                if ta[0] == 1:
+                    ta, tb, op = tb, ta, _FLIPPED[op]
+                k = (tb[1] + tb[2]) - (ta[1] + ta[2])
+                if op in (">=", ">"):
+                    value = k if op == ">=" else k + 1
+                    lower = value if lower is None else max(lower, value)
+                elif op in ("<=", "<"):
+                    value = k if op == "<=" else k - 1
+                    upper = value if upper is None else min(upper, value)
+                else:
+                    return None
+        if lower is None or upper is None:
+            return None
+        if lower > upper:
+            raise _error(
+                comparisons[0], f"the join's time bounds are empty ([{lower}, {upper}] ms)"
+            )
+        return lower, upper
+
+    def _window(self, tvf: WindowTVF) -> _Window:
+        kind = tvf.kind.lower()
+        if kind == "session":
+            gap = interval_ms(tvf.args["gap"])
+            if gap <= 0:
+                raise _error(tvf, "SESSION: the gap must be positive")
+            return _Window(tvf, None, gap, tuple(tvf.args.get("partition_by") or ()))
+        size = interval_ms(tvf.args["size"])
+        offset = interval_ms(tvf.args["offset"]) if tvf.args.get("offset") else 0
+        try:
+            if kind == "tumble":
+                window = WindowTvf.tumble(size, offset)
+            elif kind == "hop":
+                window = WindowTvf.hop(size, interval_ms(tvf.args["slide"]), offset)
+            else:
+                window = WindowTvf.cumulate(size, interval_ms(tvf.args["step"]), offset)
+        except ConfigurationError as err:
+            raise _error(tvf, f"{kind.upper()}: {err}") from None
+        return _Window(tvf, window)
+
+    # ------------------------------------------------------------------ binding
+
+    def _bind(self, node: exp.Expression, scope: _Scope) -> None:
+        """Rewrite every column of ``node`` to the field name it names in ``scope``
+        (qualifiers checked, then dropped)."""
+        for column in list(node.find_all(exp.Column)):
+            if isinstance(column.this, exp.Star):
+                continue
+            name = scope.resolve(column)
+            column.set("table", None)
+            identifier = _identifier(name)
+            identifier.meta.update(column.this.meta)  # keeps the position for errors
+            column.set("this", identifier)
+
+    def _select_list(
+        self, select: exp.Select, scope: _Scope, fields: tuple[Field, ...], *, bind: bool = True
+    ) -> list[tuple[str, exp.Expression]]:
+        """``(output name, bound expression)`` per select item, ``*`` and ``t.*``
+        expanded (``fields``: the input's, for ``*``). ``bind=False``: the items are
+        bound already."""
+        out: list[tuple[str, exp.Expression]] = []
+        names_before = self._item_names.get(id(select)) or [
+            e.name if isinstance(e, exp.Column) else "" for e in select.expressions
+        ]
+        for i, item in enumerate(select.expressions):
+            if isinstance(item, exp.Star):
+                out.extend((f.name, _column(f.name)) for f in fields)
+                continue
+            if isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
+                columns = next((c for q, c in scope.items if q == item.table), None)
+                if columns is None:
+                    raise _error(item, f"unknown table alias {item.table!r} in {_text(item)}")
+                out.extend((name, _column(field)) for name, field in columns.items())
+                continue
+            if bind:
+                item = item.copy()
+                self._bind(item, scope)
+            if isinstance(item, exp.Alias):
+                out.append((item.alias, item.this))
+            elif isinstance(item, exp.Column):
+                out.append((names_before[i], item))
+            else:
+                out.append((f"EXPR${i}", item))
+        # A name given twice (a.x, b.x) is made unique as Flink does: x, x0, x1...
+        seen: set[str] = set()
+        for i, (name, expr) in enumerate(out):
+            unique, n = name, 0
+            while unique in seen:
+                unique, n = f"{name}{n}", n + 1
+            seen.add(unique)
+            out[i] = (unique, expr)
+        if not out:
+            raise _error(select, "empty select list")
+        return out
+
+    # ------------------------------------------------------------------ SELECT
+
+    def _plan_select(self, select: exp.Select) -> PlanNode:
+        for arg, what in (
+            ("order", "ORDER BY"),
+            ("limit", "LIMIT"),
+            ("offset", "OFFSET"),
+            ("qualify", "QUALIFY"),
+            ("windows", "WINDOW"),
+        ):
+            if select.args.get(arg):
+                raise _error(select.args[arg], f"{what} is not supported on an unbounded stream")
+        if select.args.get("distinct"):
+            raise _error(
+                select,
+                "SELECT DISTINCT produces updates (an append-only result cannot take back a "
+                "row); group by a window instead",
+            )
+        top_n = self._window_top_n(select)
+        if top_n is not None:
+            return top_n
+        select = _legacy_group_window(select)
+        input_, scope, window, where = self._from(select)
+        over = next(select.find_all(exp.Window), None)
+        if over is not None:
+            raise _error(over, "OVER windows and ROW_NUMBER are not supported yet")
+        has_aggregates = any(_aggregates_in(item) for item in select.expressions)
+        grouped = select.args.get("group") is not None or has_aggregates
+        if not grouped:
+            if window is not None:
+                input_, scope = self._window_assign(input_, scope, window)
+            if select.args.get("having"):
+                raise _error(select.args["having"], "HAVING needs a GROUP BY")
+            projections = self._select_list(select, scope, input_.fields)
+            if where is not None:
+                self._bind(where, scope)
+            return self._calc(input_, projections, where, _text(select))
+        return self._plan_window_aggregate(select, input_, scope, window, where)
+
+    def _window_assign(
+        self, input_: PlanNode, scope: _Scope, window: _Window
+    ) -> tuple[PlanNode, _Scope]:
+        """A window TVF read without aggregation: its rows with their windows' columns
+        (``SELECT * FROM TABLE(TUMBLE(...))``, a Top-N or join input)."""
+        if window.window is None or window.proctime:
+            raise _error(
+                window.tvf,
+                f"a {'SESSION' if window.window is None else 'processing-time'} window TVF "
+                "without GROUP BY window_start, window_end is not supported yet",
+            )
+        taken = [c for c in _WINDOW_COLUMNS if c in {f.name for f in input_.fields}]
+        if taken:
+            raise _error(window.tvf, f"the window TVF's input already has a column {taken[0]!r}")
+        node = WindowAssignNode(
+            (input_,),
+            (*input_.fields, *(Field(c, _TIMESTAMP) for c in _WINDOW_COLUMNS)),
+            input_.rowtime,
+            _short(f"{window.kind.upper()} windows"),
+            windows={
+                "window_start": ("start", window.window),
+                "window_end": ("end", window.window),
+            },
+            window=window.window,
+        )
+        return node, scope.with_columns(_WINDOW_COLUMNS)
+
+    # ------------------------------------------------------------------ sessions
+
+    def _plan_assigner_aggregate(
+        self,
+        select: exp.Select,
+        input_: PlanNode,
+        scope: _Scope,
+        window: _Window,
+        where: exp.Expression | None,
+    ) -> PlanNode:
+        """A SESSION window aggregation, or a TUMBLE/HOP one over a processing-time
+        attribute: one key and one of ``COUNT(*)``, ``SUM``, ``MIN``, ``MAX``, planned onto
+        the columnar operators of the DataStream window assigners; more keys or
+        aggregates are refused."""
+        tvf = window.tvf
+        what = "SESSION" if window.window is None else f"processing-time {window.kind.upper()}"
+        columns_scope = scope.with_columns(_WINDOW_COLUMNS)
+        group = select.args.get("group")
+        group_items = list(group.expressions) if group is not None else []
+        self._item_names[id(select)] = [
+            e.name if isinstance(e, exp.Column) else "" for e in select.expressions
+        ]
+        if where is not None and window.window is None:
+            # Sessions are cut by every row of the TVF's input: a WHERE applied after
+            # them is not the same as one applied before (as for TUMBLE/HOP).
+            raise _error(
+                where,
+                "WHERE over a SESSION window would filter rows after the sessions are cut; "
+                "filter the input instead (WITH t AS (SELECT ... WHERE ...) ... TABLE t)",
+            )
+        if where is not None:
+            self._bind(where, scope)
+        for item in [*group_items, *select.expressions, *window.partition]:
+            self._bind(item, columns_scope)
+        if select.args.get("having"):
+            raise _error(select.args["having"], f"HAVING over {what} windows is not supported yet")
+        keys = [
+            g for g in group_items if not (isinstance(g, exp.Column) and g.name in _WINDOW_COLUMNS)
+        ]
+        partition = [p.name for p in window.partition]
+        one_key = len(keys) == 1 and isinstance(keys[0], exp.Column)
+        if not one_key or (window.window is None and partition != [keys[0].name]):
+            raise _error(
+                tvf,
+                f"{what} windows take exactly one key column"
+                + (" (PARTITION BY k in the TVF)" if window.window is None else "")
+                + " and GROUP BY k, window_start, window_end (several keys are not supported yet)",
+            )
+        assigner: WindowAssigner
+        if window.window is None:
+            assigner = EventTimeSessionWindows.with_gap(window.gap)
+            window_text = f"SESSION gap {window.gap} ms"
+        elif window.kind == "tumble":
+            size, offset = window.window.size, window.window.offset
+            assigner = TumblingProcessingTimeWindows.of(size, offset)
+            window_text = f"processing-time TUMBLE size {size} ms, offset {offset} ms"
+        elif window.kind == "hop":
+            size, slide = window.window.size, int(window.window.slide or 0)
+            offset = window.window.offset
+            assigner = SlidingProcessingTimeWindows.of(size, slide, offset)
+            window_text = (
+                f"processing-time HOP size {size} ms, slide {slide} ms, offset {offset} ms"
+            )
+        else:
+            raise _error(tvf, "CUMULATE over a processing-time attribute is not supported")
+        key = keys[0].name
+        calls = [a for item in select.expressions for a in _aggregates_in(item)]
+        if len({_text(c) for c in calls}) != 1:
+            raise _error(
+                select, "SESSION windows take one aggregate (several are not supported yet)"
+            )
+        call = self._aggregate_call(calls[0], "$a0", lambda node, prefix: _plain(node, prefix))
+        if call.distinct or call.filter or call.kind not in ("count_star", "sum", "min", "max"):
+            raise _error(
+                calls[0],
+                "SESSION windows take COUNT(*), SUM, MIN or MAX (without DISTINCT or FILTER)",
+            )
+        value = call.column
+        pre: list[tuple[str, exp.Expression]] = [(key, _column(key))]
+        if value is not None and value != key:
+            pre.append((value, _column(value)))
+        pre_node = self._calc(input_, pre, where, f"{what} input")
+        types = {f.name: f.type for f in pre_node.fields}
+        operator_out = "count" if call.kind == "count_star" else str(value)
+        result_type = _flink_result_type(call, types.get(value or ""))
+        adapter = ColumnAdapter(
+            [
+                (key, key, types[key].to_arrow()),
+                ("window_start", "window_start", _TIMESTAMP.to_arrow()),
+                ("window_end", "window_end", _TIMESTAMP.to_arrow()),
+                ("$a0", operator_out, result_type.to_arrow()),
+            ]
+        )
+        session = AssignerAggregateNode(
+            (pre_node,),
+            (
+                Field(key, types[key]),
+                Field("window_start", _TIMESTAMP),
+                Field("window_end", _TIMESTAMP),
+                Field("$a0", result_type),
+            ),
+            None,
+            _short(f"{what} aggregate: {_text(select)}"),
+            key=key,
+            aggregate="count" if call.kind == "count_star" else call.kind,
+            value=value,
+            assigner=assigner,
+            window_text=window_text,
+            adapter=adapter,
+        )
+        call_text = _text(calls[0])
+
+        def substitute(node: exp.Expression) -> exp.Expression:
+            def visit(n: exp.Expression) -> exp.Expression:
+                if _text(n) == call_text:
+                    return _column("$a0")
+                if isinstance(n, exp.Column):
+                    if n.name == "window_time":
+                        return exp.Sub(
+                            this=_column("window_end"),
+                            expression=exp.Interval(
+                                this=exp.Literal.string("1"), unit=exp.var("MILLISECOND")
+                            ),
+                        )
+                    if n.name not in (key, "window_start", "window_end"):
+                        raise _error(n, f"column {n.name!r} is neither grouped nor aggregated")
+                return n
+
+            return node.copy().transform(visit)
+
+        visible = (*input_.fields, *session.fields[1:3])
+        items = self._select_list(select, columns_scope, visible, bind=False)
+        return self._calc(session, [(n, substitute(e)) for n, e in items], None, _text(select))
+
+    # ------------------------------------------------------------------ window Top-N
+
+    def _window_top_n(self, select: exp.Select) -> PlanNode | None:
+        """``SELECT ... FROM (SELECT ..., ROW_NUMBER() OVER (PARTITION BY window_start,
+        window_end, ... ORDER BY ...) AS rn FROM windowed) WHERE rn <= N``: Flink's window
+        Top-N, or None when ``select`` is not of that shape."""
+        from_ = select.args.get("from_")
+        inner = from_.this if from_ is not None else None
+        if not isinstance(inner, exp.Subquery) or not isinstance(inner.this, exp.Select):
+            return None
+        body = inner.this
+        ranked = [
+            (i, item)
+            for i, item in enumerate(body.expressions)
+            if isinstance(item, exp.Alias) and isinstance(item.this, exp.Window)
+        ]
+        if len(ranked) != 1 or select.args.get("joins"):
+            return None
+        index, item = ranked[0]
+        over = item.this
+        if not isinstance(over.this, exp.RowNumber):
+            raise _error(over, f"{_text(over.this)} OVER is not supported; ROW_NUMBER() is")
+        rank = item.alias
+        where = select.args.get("where")
+        limit, rest = _rank_limit(where.this if where is not None else None, rank)
+        if limit is None:
+            raise _error(
+                over,
+                f"ROW_NUMBER() needs a filter on {rank} in the outer query (WHERE {rank} <= N): "
+                "without one the result is an unbounded, updating ranking",
+            )
+        trimmed = body.copy()
+        trimmed.set("expressions", [e for i, e in enumerate(trimmed.expressions) if i != index])
+        ranked_input = self.plan_query(trimmed)
+        names = {f.name for f in ranked_input.fields}
+
+        def column_of(node: exp.Expression) -> str:
+            if not isinstance(node, exp.Column) or node.name not in names:
+                raise _error(
+                    node, "PARTITION BY and ORDER BY take columns of the ranked query's output"
+                )
+            return node.name
+
+        partition = [column_of(p) for p in over.args.get("partition_by") or []]
+        roles = {ranked_input.windows.get(c, ("", None))[0]: c for c in partition}
+        if "start" not in roles or "end" not in roles:
+            raise _error(
+                over,
+                "ROW_NUMBER() OVER (PARTITION BY ...) must partition by window_start and "
+                "window_end of a window aggregation or window TVF (window Top-N); other "
+                "rankings produce updates",
+            )
+        order_node = over.args.get("order")
+        if order_node is None:
+            raise _error(over, "ROW_NUMBER() OVER needs an ORDER BY")
+        order = tuple(
+            (column_of(o.this), bool(o.args.get("desc")), bool(o.args.get("nulls_first")))
+            for o in order_node.expressions
+        )
+        for o, (_, descending, nulls_first) in zip(order_node.expressions, order, strict=True):
+            # Flink's default null order (first ascending, last descending) is the
+            # operator's; another is not supported yet.
+            if nulls_first == descending:
+                raise _error(
+                    o,
+                    "NULLS FIRST with DESC or NULLS LAST with ASC is not supported in window Top-N",
+                )
+        keys = tuple(c for c in partition if c not in (roles["start"], roles["end"]))
+        keeps_rank = any(
+            isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.name == rank)
+            for item in select.expressions
+            for e in item.find_all(exp.Column, exp.Star)
+        )
+        fields = ranked_input.fields
+        if keeps_rank:
+            fields = (*fields, Field(rank, SqlType.parse("BIGINT").with_nullable(False)))
+        node = WindowTopNNode(
+            (ranked_input,),
+            fields,
+            None,
+            _short(f"window top {limit}: {_text(over)}"),
+            windows=dict(ranked_input.windows),
+            partition=keys,
+            order=order,
+            n=limit,
+            rank_column=rank if keeps_rank else None,
+            window_columns=(roles["start"], roles["end"]),
+        )
+        outer = select.copy()
+        outer.set("from_", exp.From(this=exp.Table(this=exp.to_identifier("__top_n"))))
+        outer.set("where", exp.Where(this=rest) if rest is not None else None)
+        scope = _Scope.of(inner.alias or None, node.fields)
+        projections = self._select_list(outer, scope, node.fields)
+        condition = None
+        if rest is not None:
+            condition = outer.args["where"].this
+            self._bind(condition, scope)
+        return self._calc(node, projections, condition, _text(select))
+
+    def _calc(
+        self,
+        input_: PlanNode,
+        projections: list[tuple[str, exp.Expression]],
+        condition: exp.Expression | None,
+        label: str,
+    ) -> PlanNode:
+        """A Calc over ``input_``, or ``input_`` itself when it would change nothing."""
+        names = [f.name for f in input_.fields]
+        identity = (
+            condition is None
+            and [n for n, _ in projections] == names
+            and all(isinstance(e, exp.Column) and e.name == n for n, e in projections)
+        )
+        if identity:
+            return input_
+        if isinstance(input_, CalcNode) and _fusable(input_):
+            return self._fused(input_, projections, condition, label)
+        if isinstance(input_, ScanNode):
+            input_ = self._narrowed(input_, projections, condition)
+        program = CalcProgram.compile(
+            projections, condition, input_.fields, self.catalog.functions, keep=(TS,)
+        )
+        rowtime = None
+        proctime = None
+        windows: dict[str, tuple[str, WindowTvf]] = {}
+        for name, expr in projections:
+            if isinstance(expr, exp.Anonymous) and expr.name.upper() == "PROCTIME":
+                proctime = name
+            if not isinstance(expr, exp.Column):
+                continue
+            if expr.name == input_.proctime:
+                proctime = name
+            if rowtime is None and expr.name == input_.rowtime:
+                rowtime = name
+            if expr.name in input_.windows:
+                windows[name] = input_.windows[expr.name]
+        text = ", ".join(
+            _text(e) if isinstance(e, exp.Column) and e.name == n else f"{_text(e)} AS {n}"
+            for n, e in projections
+        )
+        if condition is not None:
+            text += f" WHERE {_text(condition)}"
+        return CalcNode(
+            (input_,),
+            program.output_fields,
+            rowtime,
+            _short(label),
+            windows=windows,
+            proctime=proctime,
+            program=program,
+            text=text,
+            projections=tuple(projections),
+            condition=condition,
+        )
+
+    def _narrowed(
+        self,
+        scan: ScanNode,
+        projections: list[tuple[str, exp.Expression]],
+        condition: exp.Expression | None,
+    ) -> ScanNode:
+        """``scan`` reading only the columns ``projections`` and ``condition`` use (a
+        connector that can skip the others, Parquet, then does)."""
+        used = {
+            c.name
+            for node in [
+                *(e for _, e in projections),
+                *([condition] if condition is not None else []),
+            ]
+            for c in node.find_all(exp.Column)
+        }
+        columns = tuple(c for c in scan.columns if c in used)
+        if columns == scan.columns or not columns:
+            return scan
+        return ScanNode(
+            (),
+            tuple(f for f in scan.fields if f.name in columns),
+            scan.rowtime if scan.rowtime in columns else None,
+            scan.label,
+            table=scan.table,
+            columns=columns,
+        )
+
+    def _fused(
+        self,
+        below: CalcNode,
+        projections: list[tuple[str, exp.Expression]],
+        condition: exp.Expression | None,
+        label: str,
+    ) -> PlanNode:
+        """One Calc for a Calc over a Calc: the upper one's columns replaced by the lower
+        one's expressions, the conditions AND-ed (the lower first: the compiler runs the
+        right side of an AND only on the rows the left side keeps)."""
+        definitions = dict(below.projections)
+
+        def inline(node: exp.Expression) -> exp.Expression:
+            def visit(n: exp.Expression) -> exp.Expression:
+                if isinstance(n, exp.Column) and n.name in definitions:
+                    return definitions[n.name].copy()
+                return n
+
+            return node.copy().transform(visit)
+
+        merged = [(name, inline(e)) for name, e in projections]
+        conditions = [
+            c for c in (below.condition, condition and inline(condition)) if c is not None
+        ]
+        fused = self._calc(below.inputs[0], merged, _and(conditions) if conditions else None, label)
+        # Attributes are the upper Calc's: a column it renames keeps what the lower one had.
+        upper_names = {n for n, _ in projections}
+        if isinstance(fused, CalcNode):
+            for name, expr in projections:
+                if isinstance(expr, exp.Column):
+                    if expr.name == below.rowtime:
+                        fused.rowtime = name
+                    if expr.name == below.proctime:
+                        fused.proctime = name
+                    if expr.name in below.windows:
+                        fused.windows[name] = below.windows[expr.name]
+            fused.windows = {n: w for n, w in fused.windows.items() if n in upper_names}
+        return fused
+
+    # ------------------------------------------------------------------ window aggregation
+
+    def _plan_window_aggregate(
+        self,
+        select: exp.Select,
+        input_: PlanNode,
+        scope: _Scope,
+        window: _Window | None,
+        where: exp.Expression | None,
+    ) -> PlanNode:
+        """A window aggregation: over a window TVF (``window``; windows computed from the
+        event time), or over an input whose rows already carry their windows (the
+        output of a window aggregation, grouped again by its window bounds: Flink's
+        cascading window aggregation)."""
+        group = select.args.get("group")
+        group_items = list(group.expressions) if group is not None else []
+        tvf_columns = window is not None
+        visible = input_.fields
+        columns_scope = scope
+        if tvf_columns:
+            visible = (
+                *input_.fields,
+                Field("window_start", _TIMESTAMP),
+                Field("window_end", _TIMESTAMP),
+                Field("window_time", _TIMESTAMP),
+            )
+            columns_scope = scope.with_columns(_WINDOW_COLUMNS)
+        # Output names of bare column items, before binding renames them.
+        self._item_names[id(select)] = [
+            e.name if isinstance(e, exp.Column) else "" for e in select.expressions
+        ]
+        if where is not None:
+            self._bind(where, scope)
+        for item in [*group_items, *select.expressions]:
+            self._bind(item, columns_scope)
+        having = select.args.get("having")
+        if having is not None:
+            self._bind(having, columns_scope)
+
+        if window is not None and (window.window is None or window.proctime):
+            return self._plan_assigner_aggregate(select, input_, scope, window, where)
+        if tvf_columns:
+            assert window is not None and window.window is not None
+            operator_window = window.window
+            bounds = {"window_start", "window_end"}
+            if where is not None and any(
+                c.name in _WINDOW_COLUMNS for c in where.find_all(exp.Column)
+            ):
+                raise _error(where, "WHERE cannot use the window columns before aggregation")
+            grouped = {g.name for g in group_items if isinstance(g, exp.Column)}
+            if not bounds <= grouped:
+                raise _error(
+                    group if group is not None else select,
+                    f"a {window.kind.upper()} window aggregation groups by window_start and "
+                    "window_end (Flink's window aggregation); without them the result would be "
+                    "updating",
+                )
+            keys_of_group = [
+                g
+                for g in group_items
+                if not (isinstance(g, exp.Column) and g.name in _WINDOW_COLUMNS)
+            ]
+            for g in group_items:
+                if isinstance(g, exp.Column) and g.name == "window_time":
+                    raise _error(
+                        g, "group by window_start, window_end (window_time follows from them)"
+                    )
+            out_windows = {
+                "window_start": ("start", operator_window),
+                "window_end": ("end", operator_window),
+            }
+        else:
+            given = _given_window(group_items, input_)
+            if given is None:
+                raise _error(
+                    group if group is not None else select,
+                    "GROUP BY without a window TVF produces updates (each new row changes its "
+                    "group's result), which append-only results cannot take; group by "
+                    "window_start, window_end of a TUMBLE, HOP or CUMULATE window",
+                )
+            input_window = given
+            # Each input window ends on its own multiple of this period (its rows' event
+            # time is window_end - 1), so tumbling windows of it tell the input windows apart.
+            period = {"hop": input_window.slide, "cumulate": input_window.step}.get(
+                input_window.kind, input_window.size
+            )
+            assert period is not None
+            operator_window = WindowTvf.tumble(period, input_window.offset % period)
+            keys_of_group = list(group_items)
+            out_windows = {}
+
+        pre: list[tuple[str, exp.Expression]] = []
+        pre_names: dict[str, str] = {}  # expression text -> pre-Calc column
+
+        def pre_column(node: exp.Expression, prefix: str) -> str:
+            text = _text(node)
+            if text not in pre_names:
+                plain = isinstance(node, exp.Column) and node.name not in _WINDOW_COLUMNS
+                name = (
+                    node.name
+                    if plain and node.name not in pre_names.values()
+                    else f"{prefix}{len(pre)}"
+                )
+                pre.append((name, node))
+                pre_names[text] = name
+            return pre_names[text]
+
+        keys: list[str] = []
+        key_text: dict[str, str] = {}
+        for g in keys_of_group:
+            if tvf_columns and any(c.name in _WINDOW_COLUMNS for c in g.find_all(exp.Column)):
+                raise _error(g, "a group key cannot compute on the window columns")
+            name = pre_column(g, "$k")
+            if name not in keys:
+                keys.append(name)
+            key_text[_text(g)] = name
+            if not tvf_columns and isinstance(g, exp.Column) and g.name in input_.windows:
+                out_windows[name] = input_.windows[g.name]
+
+        calls: list[AggCall] = []
+        call_text: dict[str, str] = {}
+        for agg in self._aggregate_calls(select, having):
+            text = _text(agg)
+            if text not in call_text:
+                output = f"$a{len(calls)}"
+                calls.append(self._aggregate_call(agg, output, pre_column))
+                call_text[text] = output
+        if not calls:
+            # Grouping alone (SELECT k, window_start ... GROUP BY ...): COUNT(*) keeps the
+            # operator's one aggregate; the select list does not show it.
+            calls.append(AggCall("count_star", None, "$a0"))
+
+        if not pre:
+            # COUNT(*) over no keys still needs one column to read.
+            first = input_.fields[0].name
+            pre.append((first, _column(first)))
+        pre_node = self._calc(input_, pre, where, f"{operator_window.kind.upper()} input")
+        pre_types = {f.name: f.type for f in pre_node.fields}
+        agg_fields = []
+        for call in calls:
+            arg_type = pre_types[call.column] if call.column is not None else None
+            agg_fields.append(Field(call.output, _operator_result_type(call, arg_type)))
+        operator_types = {f.name: f.type for f in agg_fields}
+        flink_types = {
+            call.output: _flink_result_type(call, pre_types.get(call.column or ""))
+            for call in calls
+        }
+        out_fields = (
+            *(Field(k, pre_types[k]) for k in keys),
+            Field("window_start", _TIMESTAMP),
+            Field("window_end", _TIMESTAMP),
+            *agg_fields,
+        )
+        aggregate = WindowAggregateNode(
+            (pre_node,),
+            out_fields,
+            None,
+            _short(f"{operator_window.kind.upper()} aggregate: {_text(select)}"),
+            windows=out_windows,
+            spec=SliceWindowAggregateSpec(
+                keys=tuple(keys), window=operator_window, aggs=tuple(calls)
+            ),
+        )
+
+        # The select list and HAVING over the aggregate's output.
+        def substitute(node: exp.Expression) -> exp.Expression:
+            def visit(n: exp.Expression) -> exp.Expression:
+                text = _text(n)
+                if text in call_text:
+                    output = call_text[text]
+                    ref: exp.Expression = _column(output)
+                    if flink_types[output] != operator_types[output]:
+                        to = exp.DataType.build(flink_types[output].sql(), dialect=Flink)
+                        ref = exp.Cast(this=ref, to=to)
+                    return ref
+                if text in key_text:
+                    return _column(key_text[text])
+                if isinstance(n, exp.Column):
+                    if tvf_columns and n.name == "window_time":
+                        return exp.Sub(
+                            this=_column("window_end"),
+                            expression=exp.Interval(
+                                this=exp.Literal.string("1"), unit=exp.var("MILLISECOND")
+                            ),
+                        )
+                    if tvf_columns and n.name in ("window_start", "window_end"):
+                        return n
+                    raise _error(
+                        n,
+                        f"column {n.name!r} is neither grouped nor aggregated: add it to GROUP BY "
+                        "or aggregate it",
+                    )
+                return n
+
+            return node.copy().transform(visit)
+
+        items = self._select_list(select, columns_scope, visible, bind=False)
+        projections = [(name, substitute(e)) for name, e in items]
+        condition = substitute(having.this) if having is not None else None
+        post = self._calc(aggregate, projections, condition, _text(select))
+        if tvf_columns:
+            post.rowtime = next(
+                (n for n, e in items if isinstance(e, exp.Column) and e.name == "window_time"),
+                None,
+            )
+        return post
+
+    def _aggregate_calls(
+        self, select: exp.Select, having: exp.Having | None
+    ) -> Iterator[exp.Expression]:
+        for item in [*select.expressions, *([having] if having is not None else [])]:
+            yield from _aggregates_in(item)
+
+    def _aggregate_call(self, agg: exp.Expression, output: str, pre_column: object) -> AggCall:
+        add = pre_column  # (node, prefix) -> column name of the pre-Calc
+        filter_name = None
+        if isinstance(agg, exp.Filter):
+            condition = agg.expression.this
+            filter_name = add(condition, "$f")  # type: ignore[operator]
+            agg = agg.this
+        kind = _AGGREGATES[type(agg)]  # type: ignore[index]  # one of _AGGREGATES' types
+        arg = agg.this
+        distinct = False
+        if isinstance(arg, exp.Distinct):
+            if len(arg.expressions) != 1:
+                raise _error(agg, "DISTINCT aggregates take one column")
+            distinct = True
+            arg = arg.expressions[0]
+            if kind != "count":
+                raise _error(
+                    agg, f"{kind.upper()}(DISTINCT ...) is not supported; COUNT(DISTINCT ...) is"
+                )
+        if isinstance(arg, exp.Star):
+            if kind != "count":
+                raise _error(agg, f"{kind.upper()}(*) is not valid")
+            return AggCall("count_star", None, output, filter=filter_name)
+        if any(_aggregates_in(arg)):
+            raise _error(agg, "aggregates cannot be nested")
+        column = add(arg, "$v")  # type: ignore[operator]
+        return AggCall(kind, column, output, distinct=distinct, filter=filter_name)
+
+    # ------------------------------------------------------------------ UNION ALL
+
+    def _plan_union(self, union: exp.Union) -> PlanNode:
+        if union.args.get("distinct"):
+            raise _error(
+                union, "UNION without ALL removes duplicates, which produces updates; use UNION ALL"
+            )
+        inputs = [self.plan_query(union.this), self.plan_query(union.expression)]
+        first = inputs[0].fields
+        for other in inputs[1:]:
+            if len(other.fields) != len(first):
+                raise _error(
+                    union, f"UNION ALL inputs have {len(first)} and {len(other.fields)} columns"
+                )
+        aligned = []
+        for node in inputs:
+            projections: list[tuple[str, exp.Expression]] = []
+            for target, f in zip(first, node.fields, strict=True):
+                ref: exp.Expression = _column(f.name)
+                if f.type != target.type:
+                    ref = exp.Cast(
+                        this=ref, to=exp.DataType.build(target.type.sql(), dialect=Flink)
+                    )
+                projections.append((target.name, ref))
+            aligned.append(self._calc(node, projections, None, "UNION ALL input"))
+        rowtime = (
+            inputs[0].rowtime if all(n.rowtime == inputs[0].rowtime for n in aligned) else None
+        )
+        return UnionNode(tuple(aligned), first, rowtime, "UNION ALL")
+
+
+def _column(name: str) -> exp.Column:
+    """A column reference to the field ``name``."""
+    return exp.Column(this=_identifier(name))
+
+
+_FLIPPED = {">=": "<=", ">": "<", "<=": ">=", "<": ">", "=": "="}
+_COMPARISONS = {exp.GTE: ">=", exp.GT: ">", exp.LTE: "<=", exp.LT: "<", exp.EQ: "="}
+
+
+def _fusable(node: CalcNode) -> bool:
+    """Whether a Calc's expressions may be copied into the Calc above it: no function
+    calls that are UDFs (a copy could call a non-deterministic one twice) or
+    ``PROCTIME()`` (the attribute it marks must stay a column)."""
+    for _, expr in node.projections:
+        if not isinstance(expr, exp.Column) and any(
+            isinstance(f, exp.Anonymous) for f in expr.find_all(exp.Anonymous)
+        ):
+            return False
+    return True
+
+
+def _plain(node: exp.Expression, prefix: str) -> str:
+    """The column an aggregate of a SESSION window reads (a plain column only)."""
+    if not isinstance(node, exp.Column):
+        raise _error(node, "this window's aggregate takes a column, not an expression, for now")
+    return node.name
+
+
+_LEGACY = {"TUMBLE": ("size",), "HOP": ("slide", "size"), "SESSION": ("gap",)}
+_LEGACY_PROPERTIES = {"START": "window_start", "END": "window_end", "ROWTIME": "window_time"}
+
+
+def _legacy_group_window(select: exp.Select) -> exp.Select:
+    """Flink's deprecated group windows (``GROUP BY k, SESSION(t, INTERVAL ..)`` with
+    ``SESSION_START(..)``/``_END``/``_ROWTIME``, and TUMBLE/HOP alike) as the window TVF
+    they mean (SESSION partitioned by the other group keys); other SELECTs unchanged."""
+    group = select.args.get("group")
+    calls = [
+        g
+        for g in (group.expressions if group is not None else [])
+        if isinstance(g, exp.Anonymous) and g.name.upper() in _LEGACY
+    ]
+    if not calls:
+        return select
+    if len(calls) > 1:
+        raise _error(calls[1], "GROUP BY takes one group window")
+    call = calls[0]
+    kind = call.name.upper()
+    source = select.args["from_"].this
+    if not isinstance(source, exp.Table) or select.args.get("joins"):
+        raise _error(call, f"GROUP BY {kind}(...) reads one table; use the {kind} window TVF")
+    time, *intervals = call.expressions
+    if not isinstance(time, exp.Column) or len(intervals) != len(_LEGACY[kind]):
+        raise _error(call, f"{kind}(time_column, {', '.join(_LEGACY[kind])})")
+    rewritten = select.copy()
+    group = rewritten.args["group"]
+    keys = [g for g in group.expressions if _text(g) != _text(call)]
+    tvf = WindowTVF(
+        this=exp.Var(this=kind),
+        table=exp.Table(this=source.this.copy()),
+        timecol=exp.column(time.name),
+        **{name: value.copy() for name, value in zip(_LEGACY[kind], intervals, strict=True)},
+    )
+    if kind == "SESSION":
+        tvf.set("partition_by", [exp.column(k.name) for k in keys if isinstance(k, exp.Column)])
+    tvf.set("alias", source.args.get("alias"))
+    tvf.meta.update(call.meta)
+    rewritten.args["from_"].set("this", tvf)
+    group.set("expressions", [*keys, exp.column("window_start"), exp.column("window_end")])
+    for f in list(rewritten.find_all(exp.Anonymous)):
+        prefix, _, prop = f.name.upper().rpartition("_")
+        if prefix == kind and prop in _LEGACY_PROPERTIES:
+            f.replace(exp.column(_LEGACY_PROPERTIES[prop]))
+    return rewritten
+
+
+def _rank_limit(
+    condition: exp.Expression | None, rank: str
+) -> tuple[int | None, exp.Expression | None]:
+    """``N`` of ``rank <= N`` (``< N``, ``= 1``) among ``condition``'s conjuncts, and
+    the other conjuncts."""
+    if condition is None:
+        return None, None
+    limit, rest = None, []
+    for c in _conjuncts(condition):
+        is_rank = (
+            isinstance(c, exp.LTE | exp.LT | exp.EQ)
+            and isinstance(c.this, exp.Column)
+            and c.this.name == rank
+            and isinstance(c.expression, exp.Literal)
+            and not c.expression.is_string
+        )
+        if not is_rank:
+            rest.append(c)
+            continue
+        value = int(c.expression.name)
+        n = value - 1 if isinstance(c, exp.LT) else value
+        if isinstance(c, exp.EQ) and value != 1:
+            raise _error(c, f"{rank} = {value}: only {rank} = 1 (deduplication) or {rank} <= N")
+        if n < 1:
+            raise _error(c, f"{_text(c)} keeps no row")
+        limit = n if limit is None else min(limit, n)
+    return limit, _and(rest) if rest else None
+
+
+def _conjuncts(node: exp.Expression) -> Iterator[exp.Expression]:
+    """The AND-ed parts of a condition."""
+    if isinstance(node, exp.Paren):
+        yield from _conjuncts(node.this)
+    elif isinstance(node, exp.And):
+        yield from _conjuncts(node.this)
+        yield from _conjuncts(node.expression)
+    else:
+        yield node
+
+
+def _and(parts: list[exp.Expression]) -> exp.Expression:
+    out = parts[0]
+    for part in parts[1:]:
+        out = exp.And(this=out, expression=part)
+    return out
+
+
+def _unresolved(scope: _Scope, column: exp.Column) -> bool:
+    try:
+        scope.resolve(column)
+    except SqlError:
+        return True
+    return False
+
+
+def _time_comparison(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Between | exp.GTE | exp.GT | exp.LTE | exp.LT)
+
+
+def _comparisons(node: exp.Expression) -> list[tuple[str, exp.Expression, exp.Expression]]:
+    """``a BETWEEN l AND h`` as ``a >= l``, ``a <= h``; a comparison as itself."""
+    if isinstance(node, exp.Between):
+        return [(">=", node.this, node.args["low"]), ("<=", node.this, node.args["high"])]
+    return [(_COMPARISONS[type(node)], node.this, node.expression)]  # type: ignore[index]
+
+
+def _time_term(
+    node: exp.Expression, scope: _Scope, right_index: int, left: PlanNode, right: PlanNode
+) -> tuple[int, int, int] | None:
+    """``(side, shift, constant)`` when ``node`` is a side's time attribute plus or minus
+    an interval: its value is that side's event time + shift + constant (ms)."""
+    constant = 0
+    while isinstance(node, exp.Add | exp.Sub) and isinstance(node.expression, exp.Interval):
+        amount = interval_ms(node.expression)
+        constant += amount if isinstance(node, exp.Add) else -amount
+        node = node.this
+    if isinstance(node, exp.Paren):
+        return _time_term(node.this, scope, right_index, left, right)
+    if not isinstance(node, exp.Column):
+        return None
+    try:
+        index = scope.side(node)
+        name = scope.resolve(node)
+    except SqlError:
+        return None
+    side, input_ = (1, right) if index == right_index else (0, left)
+    if side == 1:
+        name = next((k for k, v in scope.items[right_index][1].items() if v == name), name)
+    if name == input_.rowtime:
+        return side, 0, constant
+    role = input_.windows.get(name)
+    if role is not None and role[0] == "end":
+        return side, 1, constant  # rows of a window aggregation carry _ts = window_end - 1
+    return None
+
+
+def _window_pairs(
+    keys: list[tuple[exp.Expression, exp.Expression]], left: PlanNode, right: PlanNode
+) -> tuple[str, str] | None:
+    """The two sides' window-end columns when ``keys`` equate both sides' window start
+    and window end of the same window (a window join), else None."""
+    found: dict[str, tuple[str, str]] = {}
+    for a, b in keys:
+        if not (isinstance(a, exp.Column) and isinstance(b, exp.Column)):
+            continue
+        wa, wb = left.windows.get(a.name), right.windows.get(b.name)
+        if wa is not None and wb is not None and wa == wb:
+            found[wa[0]] = (a.name, b.name)
+    if "start" in found and "end" in found:
+        return found["end"]
+    return None
+
+
+def _identifier(name: str) -> exp.Identifier:
+    """``name`` as an identifier, quoted only where it must be (shown in plans)."""
+    return exp.to_identifier(name, quoted=not _PLAIN.fullmatch(name))
+
+
+def _given_window(group_items: list[exp.Expression], input_: PlanNode) -> WindowTvf | None:
+    """The window of ``input_`` whose start and end columns are both among
+    ``group_items``, or None."""
+    starts: dict[WindowTvf, str] = {}
+    ends: dict[WindowTvf, str] = {}
+    for g in group_items:
+        if isinstance(g, exp.Column) and g.name in input_.windows:
+            role, window = input_.windows[g.name]
+            (starts if role == "start" else ends)[window] = g.name
+    return next((window for window in starts if window in ends), None)
+
+
+def _flink_result_type(call: AggCall, arg_type: SqlType | None) -> SqlType:
+    """Flink's result type of ``call`` (``COUNT`` is ``BIGINT NOT NULL``, ``SUM(INT)``
+    is ``INT``, ...)."""
+    kind = "COUNT" if call.kind in ("count", "count_star") else call.kind.upper()
+    return aggregate_result_type(kind, None if kind == "COUNT" else arg_type)
+
+
+def _operator_result_type(call: AggCall, arg_type: SqlType | None) -> SqlType:
+    """The type the window aggregate operator emits for ``call``: Flink's result type,
+    except that SUM and AVG of the integer types below BIGINT come out as BIGINT (the
+    operator accumulates in int64); the Calc after the operator casts them back."""
+    result = _flink_result_type(call, arg_type)
+    if call.kind in ("sum", "avg") and result.name in ("TINYINT", "SMALLINT", "INT"):
+        return SqlType("BIGINT")
+    return result
+
+
+def _aggregates_in(node: exp.Expression) -> list[exp.Expression]:
+    """The outermost aggregate calls in ``node`` (a ``FILTER`` with its aggregate)."""
+    found: list[exp.Expression] = []
+    kinds = tuple(_AGGREGATES)
+
+    def walk(n: exp.Expression) -> None:
+        if isinstance(n, exp.Filter) and isinstance(n.this, kinds):
+            found.append(n)
+            return
+        if isinstance(n, kinds):
+            found.append(n)
+            return
+        for child in n.iter_expressions():
+            walk(child)
+
+    walk(node)
+    return found
+
+
+def _short(text: str, limit: int = 120) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,141 @@
+"""The Nexmark tables for the SQL tests: the DDL that replaces Flink's ``datagen`` table
+and views (three flat tables with Flink's column names and the benchmark's 4 s
+watermark), and the same events as Arrow tables for DuckDB.
+
+Example::
+
+    env.execute_sql(nexmark_ddl(events=20_000))
+    tables = nexmark_arrow_tables(events=20_000)
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from epochstream.connectors.nexmark import NexmarkConfig, nexmark_columns
+
+QUERIES = Path(__file__).parent / "nexmark"
+
+_COLUMNS = {
+    "bid": [
+        ("auction", "BIGINT"),
+        ("bidder", "BIGINT"),
+        ("price", "BIGINT"),
+        ("channel", "STRING"),
+        ("url", "STRING"),
+        ("dateTime", "TIMESTAMP(3)"),
+        ("extra", "STRING"),
+    ],
+    "auction": [
+        ("id", "BIGINT"),
+        ("itemName", "STRING"),
+        ("description", "STRING"),
+        ("initialBid", "BIGINT"),
+        ("reserve", "BIGINT"),
+        ("dateTime", "TIMESTAMP(3)"),
+        ("expires", "TIMESTAMP(3)"),
+        ("seller", "BIGINT"),
+        ("category", "BIGINT"),
+        ("extra", "STRING"),
+    ],
+    "person": [
+        ("id", "BIGINT"),
+        ("name", "STRING"),
+        ("emailAddress", "STRING"),
+        ("creditCard", "STRING"),
+        ("city", "STRING"),
+        ("state", "STRING"),
+        ("dateTime", "TIMESTAMP(3)"),
+        ("extra", "STRING"),
+    ],
+}
+_SNAKE = {
+    "dateTime": "date_time",
+    "itemName": "item_name",
+    "initialBid": "initial_bid",
+    "emailAddress": "email_address",
+    "creditCard": "credit_card",
+}
+
+
+def nexmark_ddl(*, events: int, seed: int = 7, rate: int = 10_000) -> str:
+    """``CREATE TABLE bid/auction/person`` over the Nexmark connector."""
+    out = []
+    for kind, columns in _COLUMNS.items():
+        body = ",\n  ".join(f"`{n}` {t}" for n, t in columns)
+        out.append(
+            f"CREATE TABLE {kind} (\n  {body},\n"
+            f"  WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND\n"
+            f") WITH ('connector' = 'nexmark', 'kind' = '{kind}', 'events.num' = '{events}', "
+            f"'seed' = '{seed}', 'first-event.rate' = '{rate}');"
+        )
+    return "\n".join(out)
+
+
+def nexmark_arrow_tables(*, events: int, seed: int = 7, rate: int = 10_000) -> dict[str, pa.Table]:
+    """The events the DDL's tables hold, as Arrow tables under the same column names."""
+    config = NexmarkConfig(events=events, seed=seed, events_per_second=float(rate))
+    batches, _ = nexmark_columns(config, 0, events)
+    out = {}
+    for kind, columns in _COLUMNS.items():
+        batch = batches[kind]
+        arrays = []
+        for name, sql_type in columns:
+            column = batch.column(_SNAKE.get(name, name))
+            if sql_type.startswith("TIMESTAMP"):
+                column = pc.cast(column, pa.timestamp("ms"))
+            arrays.append(column)
+        out[kind] = pa.Table.from_arrays(arrays, names=[n for n, _ in columns])
+    return out
+
+
+def query_statements(name: str, sink_path: str) -> tuple[str, str]:
+    """Flink's ``qN.sql`` as its DDL (the result table's ``blackhole`` connector
+    replaced by a Parquet directory, and any views) and its INSERT, unchanged."""
+    text = (QUERIES / f"{name}.sql").read_text()
+    text = "\n".join(line for line in text.splitlines() if not line.strip().startswith("--"))
+    create, *views, insert = (s.strip() for s in text.split(";") if s.strip())
+    create = re.sub(
+        r"WITH\s*\(.*\)\s*$",
+        f"WITH ('connector' = 'filesystem', 'path' = '{sink_path}', 'format' = 'parquet')",
+        create,
+        flags=re.S,
+    )
+    return ";\n".join([create, *views]), insert
+
+
+def read_sink_rows(path: str) -> list[tuple[object, ...]]:
+    """The committed rows of a FileSink directory (part files not starting with ``.``)."""
+    files = sorted(p for p in Path(path).glob("part-*") if not p.name.startswith("."))
+    rows: list[tuple[object, ...]] = []
+    for f in files:
+        table = pq.read_table(f)
+        rows.extend(tuple(r.values()) for r in table.to_pylist())
+    return rows
+
+
+def run_select(
+    select: str, columns: list[tuple[str, str]], directory: str, *, events: int, setup: str = ""
+) -> list[tuple[object, ...]]:
+    """Run ``INSERT INTO result <select>`` over the Nexmark tables (local runner,
+    parallelism 2, checkpoints every 0.5 s) into a Parquet directory; its rows."""
+    import epochstream as es
+
+    out = f"{directory}/out"
+    env = es.Environment(parallelism=2, runner="local")
+    env.enable_checkpointing(interval=0.5, storage=f"{directory}/ck")
+    env.execute_sql(nexmark_ddl(events=events))
+    if setup:
+        env.execute_sql(setup)
+    body = ", ".join(f"`{n}` {t}" for n, t in columns)
+    env.execute_sql(
+        f"CREATE TABLE result ({body}) WITH ('connector' = 'filesystem', 'path' = '{out}', "
+        "'format' = 'parquet')"
+    )
+    env.execute_sql(f"INSERT INTO result {select}")
+    return read_sink_rows(out)

@@ -1,0 +1,202 @@
+"""The planner: what it plans (explain), what it refuses (one-line errors with the
+position), and uids that follow the query."""
+
+from __future__ import annotations
+
+import pytest
+
+import epochstream as es
+
+DDL = """
+CREATE TABLE bid (
+  auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING,
+  `dateTime` TIMESTAMP(3), extra STRING,
+  WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND
+) WITH ('connector' = 'nexmark', 'kind' = 'bid', 'events.num' = '1000');
+CREATE TABLE out2 (auction BIGINT, price BIGINT) WITH ('connector' = 'blackhole');
+"""
+
+HOP = (
+    "SELECT auction, COUNT(*) AS num, window_start AS starttime, window_end AS endtime "
+    "FROM TABLE(HOP(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '2' SECOND, INTERVAL '10' SECOND)) "
+    "GROUP BY auction, window_start, window_end"
+)
+
+
+@pytest.fixture
+def env() -> es.Environment:
+    env = es.Environment(parallelism=2, runner="local")
+    env.execute_sql(DDL)
+    return env
+
+
+def test_explain_shows_operators_keys_state_and_watermarks(env: es.Environment) -> None:
+    text = env.explain_sql(HOP)
+    assert "window-aggregate [sql-window-aggregate-" in text
+    assert "window: HOP size 10000 ms, slide 2000 ms" in text
+    assert "keys: auction" in text
+    assert "state: per key and slice" in text
+    assert "watermark: dateTime - 4000 ms (per split)" in text
+    assert "connector: nexmark" in text
+    assert "starttime TIMESTAMP(3)" in text and "num BIGINT" in text
+
+
+def test_explain_of_an_insert_names_the_sink(env: es.Environment) -> None:
+    text = env.explain_sql("INSERT INTO out2 SELECT auction, price FROM bid WHERE price > 10")
+    assert text.splitlines()[1].startswith("sink [sql-sink-")
+    assert "connector: blackhole (DiscardSink, Arrow batches)" in text
+    assert "price > 10" in text
+
+
+def test_uids_follow_the_query(env: es.Environment) -> None:
+    def uids(sql: str) -> list[str]:
+        return [
+            line.split("[")[1].split("]")[0]
+            for line in env.explain_sql(sql).splitlines()
+            if "[sql-" in line
+        ]
+
+    first = uids(HOP)
+    assert first == uids(HOP)  # the same statement: the same uids, so its savepoint fits
+    changed = uids(HOP.replace("INTERVAL '10' SECOND", "INTERVAL '20' SECOND"))
+    assert changed[-1] == first[-1]  # the source is the same
+    assert changed[0] != first[0]  # the aggregation is not: its state must not be reused
+
+
+@pytest.mark.parametrize(
+    ("sql", "position", "words"),
+    [
+        ("SELECT nosuch FROM bid", "line 1, column 8", "unknown column 'nosuch'"),
+        ("SELECT auction FROM nosuch", "line 1, column 21", "unknown table 'nosuch'"),
+        (
+            "SELECT auction, COUNT(*) FROM bid\nGROUP BY auction",
+            "line 2, column 10",
+            "GROUP BY without a window TVF produces updates",
+        ),
+        ("SELECT DISTINCT auction FROM bid", "line 1", "SELECT DISTINCT produces updates"),
+        ("SELECT auction FROM bid ORDER BY price", "line 1", "ORDER BY is not supported"),
+        (
+            "SELECT b.auction FROM bid b LEFT JOIN bid c ON b.auction = c.auction",
+            "line 1",
+            "LEFT JOIN is not supported yet",
+        ),
+        (
+            "SELECT b.auction FROM bid b JOIN bid c ON b.price > c.price",
+            "line 1",
+            "a join needs an equality between the two sides",
+        ),
+        (
+            "SELECT b.auction FROM bid b JOIN bid c ON b.auction = c.auction WHERE nosuch.x = 1",
+            "line 1, column 71",
+            "unknown table alias 'nosuch'",
+        ),
+        (
+            "SELECT window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(price), "
+            "INTERVAL '1' SECOND)) GROUP BY window_start, window_end",
+            "line 1, column 71",
+            "must name the input's time attribute",
+        ),
+        (
+            "SELECT auction, COUNT(*) FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), "
+            "INTERVAL '1' SECOND)) GROUP BY auction",
+            "line 1",
+            "groups by window_start and window_end",
+        ),
+        (
+            "SELECT price, window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE bid, "
+            "DESCRIPTOR(`dateTime`), INTERVAL '1' SECOND)) GROUP BY auction, window_start, "
+            "window_end",
+            "line 1, column 8",
+            "column 'price' is neither grouped nor aggregated",
+        ),
+        (
+            "SELECT bidder, COUNT(*), SUM(price) FROM TABLE(SESSION(TABLE bid PARTITION BY "
+            "bidder, DESCRIPTOR(`dateTime`), INTERVAL '1' SECOND)) "
+            "GROUP BY bidder, window_start, window_end",
+            "line 1",
+            "SESSION windows take one aggregate",
+        ),
+        (
+            "SELECT auction FROM bid UNION SELECT auction FROM bid",
+            "line 1",
+            "UNION without ALL",
+        ),
+    ],
+)
+def test_unsupported_and_wrong_queries_name_the_position(
+    env: es.Environment, sql: str, position: str, words: str
+) -> None:
+    with pytest.raises(es.SqlError) as info:
+        env.explain_sql(sql)
+    message = str(info.value)
+    assert message.startswith(position), message
+    assert words in message
+    assert "\n" not in message
+
+
+def test_insert_checks_columns_and_connector_options(env: es.Environment) -> None:
+    with pytest.raises(es.SqlError, match="the query gives 1 columns, the table takes 2"):
+        env.explain_sql("INSERT INTO out2 SELECT auction FROM bid")
+    env.execute_sql(
+        "CREATE TABLE typo (a BIGINT) WITH ('connector' = 'filesystem', 'path' = '/tmp/x',\n"
+        " 'format' = 'parquet', 'sink.rolling-polcy' = '1')"
+    )
+    with pytest.raises(es.SqlError) as info:
+        env.explain_sql("INSERT INTO typo SELECT auction FROM bid")
+    assert str(info.value).startswith("line 2, column")
+    assert "'sink.rolling-polcy': is not an option of the filesystem connector" in str(info.value)
+
+
+def test_ddl_errors(env: es.Environment) -> None:
+    with pytest.raises(es.SqlError, match="needs a 'connector' option"):
+        env.execute_sql("CREATE TABLE t (a BIGINT) WITH ('path' = 'x')")
+    with pytest.raises(es.SqlError, match="must be declared NOT ENFORCED"):
+        env.execute_sql("CREATE TABLE t (a BIGINT PRIMARY KEY) WITH ('connector' = 'print')")
+    with pytest.raises(es.SqlError, match="exists already"):
+        env.execute_sql("CREATE TABLE bid (a BIGINT) WITH ('connector' = 'print')")
+    with pytest.raises(es.SqlError, match=r"WATERMARK FOR ts supports"):
+        env.execute_sql(
+            "CREATE TABLE w (ts TIMESTAMP(3), WATERMARK FOR ts AS ts + INTERVAL '1' SECOND) "
+            "WITH ('connector' = 'print')"
+        )
+    with pytest.raises(es.SqlError, match="a rowtime attribute must be TIMESTAMP"):
+        env.execute_sql(
+            "CREATE TABLE w (ts BIGINT, WATERMARK FOR ts AS ts) WITH ('connector' = 'print')"
+        )
+    env.execute_sql("CREATE TABLE IF NOT EXISTS bid (a BIGINT) WITH ('connector' = 'print')")
+    assert env.catalog.table("bid").field("auction") is not None
+    with pytest.raises(es.SqlError, match="for a query use sql_query"):
+        env.execute_sql("SELECT auction FROM bid")
+
+
+def test_source_options_reach_the_source(env: es.Environment) -> None:
+    env.execute_sql(
+        "CREATE TABLE k (a BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts) WITH ("
+        "'connector' = 'kafka', 'topic' = 't', 'properties.bootstrap.servers' = 'localhost:1',"
+        "'scan.bounded.mode' = 'latest-offset', 'scan.watermark.idle-timeout' = '5 s')"
+    )
+    from epochstream.sql.connectors import source_binding
+
+    binding = source_binding(env.catalog.table("k"), ["a", "ts"])
+    assert binding.source.bounded
+    assert binding.watermark_strategy.idle_timeout_ms == 5000
+    env.execute_sql(
+        "CREATE TABLE k2 (a BIGINT) WITH ('connector' = 'kafka', 'topic' = 't', "
+        "'properties.bootstrap.servers' = 'localhost:1', 'scan.bounded.mode' = 'forever')"
+    )
+    with pytest.raises(es.SqlError, match=r"'scan.bounded.mode': must be 'unbounded' or"):
+        source_binding(env.catalog.table("k2"), ["a"])
+
+
+def test_a_changed_column_type_changes_the_uids_of_what_reads_it() -> None:
+    def uids(price_type: str) -> list[str]:
+        env = es.Environment(parallelism=1, runner="local")
+        env.execute_sql(DDL.replace("price BIGINT", f"price {price_type}"))
+        return [
+            line.split("[")[1].split("]")[0]
+            for line in env.explain_sql(HOP.replace("COUNT(*)", "SUM(price)")).splitlines()
+            if "[sql-" in line
+        ]
+
+    assert uids("BIGINT") == uids("BIGINT")
+    assert not set(uids("BIGINT")) & set(uids("DOUBLE"))  # summed as int64 vs float64
