@@ -146,3 +146,21 @@ def test_batches_are_written_with_their_arrow_types_and_replays_are_skipped(
     with pytest.raises(SinkError, match="schema differs") as info:
         restored.write_batch(pa.record_batch({"id": pa.array([5], pa.int64())}))
     assert "id: int32" in str(info.value) and "id: int64" in str(info.value)
+
+
+def test_columnar_job_into_delta_commits_its_input_exactly(tmp_path: Path) -> None:
+    import epochstream as es
+
+    env = es.Environment(parallelism=2, runner="local")
+    env.enable_checkpointing(0.1, storage=str(tmp_path / "ckpt"))
+    (
+        env.from_sequence(0, 3_000, batch_size=100, rate=15_000)
+        .uid("numbers")
+        .sink_to(DeltaSink(tmp_path / "t"))
+        .uid("delta")
+    )
+    env.execute("columnar-delta")
+    table = deltalake.DeltaTable(str(tmp_path / "t")).to_pyarrow_table()
+    assert table.schema.names == ["value"]
+    assert sorted(table["value"].to_pylist()) == list(range(3_000))
+    assert len(txn_versions(tmp_path / "t")) > 1, "several checkpoints committed"

@@ -149,6 +149,11 @@ def test_a_batch_of_another_schema_is_refused_naming_path_and_both_schemas(
     w.write_batch(batch(0, 2))
     with pytest.raises(SinkError, match=r"columns \['k'\] does not fit the file's header"):
         w.write_batch(pa.record_batch({"k": [1]}))
+    w = writer(tmp_path / "lists", "csv")
+    w.restore([])
+    with pytest.raises(SinkError, match=r"cannot write a batch of \['l'\] as CSV") as info:
+        w.write_batch(pa.record_batch({"l": [[1]]}))
+    assert info.value.suppress_restarts
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl", "csv"])

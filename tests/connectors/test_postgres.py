@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -170,3 +171,21 @@ def test_batches_upsert_their_last_row_per_key_and_missing_columns_are_named(dsn
         w.write_batch(_batch(["a"], [1]))
     assert info.value.suppress_restarts
     w.close()
+
+
+def test_columnar_job_into_postgres_commits_its_input_exactly(dsn: str, tmp_path: Path) -> None:
+    import epochstream as es
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE seq (value bigint)")
+    env = es.Environment(parallelism=2, runner="local")
+    env.enable_checkpointing(0.1, storage=str(tmp_path / "ckpt"))
+    (
+        env.from_sequence(0, 3_000, batch_size=100, rate=15_000)
+        .uid("numbers")
+        .sink_to(PostgresSink(dsn, "seq"))
+        .uid("pg")
+    )
+    env.execute("columnar-postgres")
+    assert [r[0] for r in query(dsn, "SELECT value FROM seq ORDER BY value")] == list(range(3_000))
+    assert prepared(dsn) == []

@@ -428,10 +428,17 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
                 retryable=False,
             )
         header = txn.columns is None and txn.size == 0  # a file of bare rows takes none
+        out = pa.BufferOutputStream()
+        try:
+            pacsv.write_csv(batch, out, write_options=pacsv.WriteOptions(include_header=header))
+        except pa.ArrowException as exc:  # a list or struct column, for one
+            raise SinkError(
+                f"FileSink {self.directory!r} (csv): cannot write a batch of {batch.schema.names} "
+                f"as CSV: {exc}",
+                retryable=False,  # the same batch comes back after every restart
+            ) from exc
         if header:
             txn.columns = names
-        out = pa.BufferOutputStream()
-        pacsv.write_csv(batch, out, write_options=pacsv.WriteOptions(include_header=header))
         return out.getvalue().to_pybytes()
 
     def _buffer_parquet(self, txn: FileTxn, records: Any) -> None:

@@ -374,24 +374,26 @@ class JetStreamWriter(SinkWriter):
         import pyarrow as pa
 
         batch = user_columns(batch)
-        if batch.num_columns == 1:
-            kind = batch.schema.field(0).type
-            if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
-                values = batch.column(0).to_pylist()
-            elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
-                values = [
-                    v if v is None else v.encode("utf-8") for v in batch.column(0).to_pylist()
-                ]
-            else:
-                values = None
-            if values is not None:
-                if batch.column(0).null_count:
-                    raise SinkError(
-                        f"JetStreamSink {self._sink.subject!r}: column "
-                        f"{batch.schema.names[0]!r} of a batch holds nulls; a message needs a payload",
-                        retryable=False,
-                    )
-                return values
+        lone = batch.schema.field(0).type if batch.num_columns == 1 else None
+        if lone is not None and any(
+            test(lone)
+            for test in (
+                pa.types.is_binary,
+                pa.types.is_large_binary,
+                pa.types.is_string,
+                pa.types.is_large_string,
+            )
+        ):
+            column = batch.column(0)
+            if column.null_count:
+                raise SinkError(
+                    f"JetStreamSink {self._sink.subject!r}: column {batch.schema.names[0]!r} "
+                    "of a batch holds nulls; a message needs a payload",
+                    retryable=False,
+                )
+            # A string column's UTF-8 buffers are its payloads: cast, not encoded per value.
+            payloads: list[bytes] = column.cast(pa.large_binary()).to_pylist()
+            return payloads
         try:
             return [line.encode("utf-8") for line in json_rows(batch, separators=(",", ":"))]
         except (TypeError, ValueError) as exc:
