@@ -125,9 +125,13 @@ def test_batches_are_written_with_their_arrow_types_and_replays_are_skipped(
     committer = sink.create_committer("job")
     crashed = sink.create_writer(ctx())
     crashed.restore([])
+    idle = sink.create_writer(ctx(subtask=1))
+    idle.write_batch(batch([]))
+    assert idle.snapshot(1) == [], "an empty batch makes no file"
     crashed.write_batch(batch([1, 2]))
     crashed.write_batch([{"id": 3, "at": when}])  # a row joins in the batches' schema
     first = crashed.snapshot(1)
+    assert len(first) == 1
     crashed.write_batch(batch([100]))
     crashed.close()  # crash: checkpoint 1 completed, its commit did not happen
     committer.commit(1, first)  # the restore commits the restored checkpoint ...

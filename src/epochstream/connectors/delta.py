@@ -127,6 +127,8 @@ class DeltaWriter(SinkWriter):
         """Nothing to do: the job master's committer commits the restored checkpoint."""
 
     def write_batch(self, records: Any) -> None:
+        if not len(records):
+            return  # an empty batch would still make a file at the snapshot
         if not is_batch(records):
             if self._schema is None:
                 self._rows.extend(records)
