@@ -15,6 +15,9 @@
 - :class:`DiscardSink`: drops records (benchmarks).
 - :class:`TwoPhaseCommitSinkWriter`: base for your own transactional sinks.
 
+Each of them takes rows or Arrow record batches: a columnar stream goes in without
+``to_rows()`` (docs/connectors.md says what each writes of a batch).
+
 Example::
 
     ds.sink_to(es.sinks.FileSink("out/", format="jsonl"))

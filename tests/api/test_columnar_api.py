@@ -7,6 +7,7 @@ import pyarrow.compute as pc
 import pytest
 
 import epochstream as es
+from epochstream.connectors.base import Sink, SinkContext, SinkWriter
 from epochstream.exceptions import ConfigurationError
 
 
@@ -30,6 +31,13 @@ def test_columnar_flag_follows_the_operators() -> None:
     assert keyed.sum("value").columnar and keyed.count().columnar
 
 
+class _RowSink(Sink):
+    """A user's sink whose writers take rows only (accepts_batches left False)."""
+
+    def create_writer(self, ctx: SinkContext) -> SinkWriter:
+        raise NotImplementedError
+
+
 def _timed(env: es.Environment) -> es.DataStream:
     return env.from_sequence(0, 9, batch_size=4).map_batches(
         lambda b: pa.record_batch([b["value"], b["value"], b["value"]], names=["k", "v", "_ts"])
@@ -51,8 +59,8 @@ def _timed(env: es.Environment) -> es.DataStream:
             "reduce\\(\\) works on rows",
         ),
         (
-            lambda e: e.from_sequence(0, 9, batch_size=4).sink_to(es.sinks.FileSink("/tmp/x")),
-            "call to_rows\\(\\)",
+            lambda e: e.from_sequence(0, 9, batch_size=4).sink_to(_RowSink()),
+            "_RowSink takes rows .*call to_rows\\(\\)",
         ),
         (lambda e: e.from_sequence(0, 9, batch_size=4).union(e.from_sequence(0, 9)), "one form"),
         (
@@ -195,3 +203,20 @@ def test_session_and_processing_time_windows_build_their_columnar_operators() ->
     ]
     assert sliding._t.payload.slide == 5_000
     assert sessions._t.payload.gap == 10_000
+
+
+@pytest.mark.parametrize(
+    "sink",
+    [
+        es.sinks.FileSink("/tmp/x", format="parquet"),
+        es.sinks.PostgresSink("host=nowhere", "t"),
+        es.sinks.DeltaSink("/tmp/delta"),
+        es.sinks.JetStreamSink("nats://nowhere:4222", "out"),
+        es.sinks.KafkaSink("nowhere:9092", "out", transactional_id_prefix="p"),
+    ],
+    ids=lambda s: type(s).__name__,
+)
+def test_a_columnar_stream_goes_into_every_built_in_sink_without_to_rows(sink: Sink) -> None:
+    env = es.Environment()
+    env.from_sequence(0, 9, batch_size=4).sink_to(sink)  # no ConfigurationError
+    assert sink.accepts_batches

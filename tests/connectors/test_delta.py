@@ -93,3 +93,78 @@ def test_missing_pre_committed_file_and_bad_settings_fail_clearly(tmp_path: Path
     w.write_batch([{"id": 1}, 5])
     with pytest.raises(SinkError, match="cannot build an Arrow table"):
         w.snapshot(1)
+
+
+def test_batches_are_written_with_their_arrow_types_and_replays_are_skipped(
+    tmp_path: Path,
+) -> None:
+    import datetime
+
+    import pyarrow as pa
+
+    from epochstream.core.arrow import KG_FIELD
+
+    when = datetime.datetime(2026, 11, 28, 10, 0, tzinfo=datetime.UTC)
+    schema = pa.schema(
+        [("id", pa.int32()), ("at", pa.timestamp("us", "UTC")), ("_ts", pa.int64()), KG_FIELD]
+    )
+
+    def batch(ids: list[int]) -> pa.RecordBatch:
+        n = len(ids)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(ids, pa.int32()),
+                pa.array([when] * n, schema.field("at").type),
+                pa.array([0] * n, pa.int64()),
+                pa.array([0] * n, pa.int32()),
+            ],
+            schema=schema,
+        )
+
+    sink = DeltaSink(tmp_path / "t")
+    committer = sink.create_committer("job")
+    crashed = sink.create_writer(ctx())
+    crashed.restore([])
+    idle = sink.create_writer(ctx(subtask=1))
+    idle.write_batch(batch([]))
+    assert idle.snapshot(1) == [], "an empty batch makes no file"
+    crashed.write_batch(batch([1, 2]))
+    crashed.write_batch([{"id": 3, "at": when}])  # a row joins in the batches' schema
+    first = crashed.snapshot(1)
+    assert len(first) == 1
+    crashed.write_batch(batch([100]))
+    crashed.close()  # crash: checkpoint 1 completed, its commit did not happen
+    committer.commit(1, first)  # the restore commits the restored checkpoint ...
+    committer.commit(1, first)  # ... and a second restore repeats it: skipped
+    restored = sink.create_writer(ctx(attempt=1))
+    restored.restore(first)
+    restored.write_batch(batch([4]))
+    committer.commit(2, restored.snapshot(2))
+    table = deltalake.DeltaTable(str(tmp_path / "t")).to_pyarrow_table()
+    assert table.schema.names == ["id", "at"]
+    assert table.schema.field("id").type == pa.int32()
+    assert sorted(table["id"].to_pylist()) == [1, 2, 3, 4]
+    assert set(table["at"].to_pylist()) == {when}
+    assert txn_versions(tmp_path / "t") == [("epochstream-t", 1), ("epochstream-t", 2)]
+    restored.write_batch(batch([5]))  # one file per interval: one schema
+    with pytest.raises(SinkError, match="schema differs") as info:
+        restored.write_batch(pa.record_batch({"id": pa.array([5], pa.int64())}))
+    assert "id: int32" in str(info.value) and "id: int64" in str(info.value)
+
+
+def test_columnar_job_into_delta_commits_its_input_exactly(tmp_path: Path) -> None:
+    import epochstream as es
+
+    env = es.Environment(parallelism=2, runner="local")
+    env.enable_checkpointing(0.1, storage=str(tmp_path / "ckpt"))
+    (
+        env.from_sequence(0, 3_000, batch_size=100, rate=15_000)
+        .uid("numbers")
+        .sink_to(DeltaSink(tmp_path / "t"))
+        .uid("delta")
+    )
+    env.execute("columnar-delta")
+    table = deltalake.DeltaTable(str(tmp_path / "t")).to_pyarrow_table()
+    assert table.schema.names == ["value"]
+    assert sorted(table["value"].to_pylist()) == list(range(3_000))
+    assert len(txn_versions(tmp_path / "t")) > 1, "several checkpoints committed"

@@ -189,3 +189,36 @@ def test_a_large_checkpoint_is_published_in_windows(nats_url: str) -> None:
     got = stream_messages(nats_url, name)
     assert [m[1] for m in got] == [f"r{i}".encode() for i in range(5000)], "all, once, in order"
     w.close()
+
+
+def test_batches_publish_one_message_per_row_and_recovery_keeps_exactly_once(
+    nats_url: str,
+) -> None:
+    import decimal
+
+    import pyarrow as pa
+
+    name = make_stream(nats_url, ["cols.1"])
+    sink = JetStreamSink(nats_url, "cols.1", sink_id="cols")
+    old = sink.create_writer(sink_ctx())
+    old.restore([])
+    # One string column (besides _ts): its values are the payloads.
+    old.write_batch(pa.record_batch({"line": ["a", "b"], "_ts": [1, 2]}))
+    old.write_batch(
+        pa.record_batch({"k": [1], "d": pa.array([decimal.Decimal("1.5")], pa.decimal128(3, 1))})
+    )
+    entries = old.snapshot(1)  # checkpoint 1 completes; the crash comes before publishing
+    old.close()
+    assert stream_messages(nats_url, name) == []
+    for attempt in (1, 2):  # the second recovery re-publishes: the server drops them
+        new = sink.create_writer(sink_ctx(attempt=attempt))
+        new.restore(entries)
+        new.close()
+    assert stream_messages(nats_url, name) == [
+        ("cols.1", b"a", "jobjobjo/cols/0/1/0"),
+        ("cols.1", b"b", "jobjobjo/cols/0/1/1"),
+        ("cols.1", b'{"k":1,"d":"1.5"}', "jobjobjo/cols/0/1/2"),
+    ]
+    w = sink.create_writer(sink_ctx())
+    with pytest.raises(SinkError, match="'line' of a batch holds nulls"):
+        w.write_batch(pa.record_batch({"line": pa.array([None, "x"], pa.string())}))

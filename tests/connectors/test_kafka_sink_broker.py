@@ -155,3 +155,51 @@ def test_restore_at_lower_parallelism_aborts_ids_of_subtasks_that_are_gone(
         new.close()
     assert _values(kafka_server, topic) == [0, 1]
     assert kafka_server.read_open(topic, 2) == []
+
+
+def test_batches_send_one_json_record_per_row_in_the_same_transactions(
+    kafka_server: Any,
+) -> None:
+    import datetime
+
+    import pyarrow as pa
+
+    topic = kafka_server.new_topic("sink", partitions=2)
+    sink = KafkaSink(
+        kafka_server.bootstrap,
+        topic=topic,
+        key_fn=lambda r: r["k"],
+        transactional_id_prefix=f"p-{topic}",
+    )
+    when = datetime.datetime(2026, 11, 28, 10, 0)
+
+    def batch(ks: list[int]) -> pa.RecordBatch:
+        n = len(ks)
+        return pa.record_batch(
+            {"k": ks, "at": pa.array([when] * n, pa.timestamp("ms")), "_ts": [0] * n}
+        )
+
+    crashed = sink.create_writer(_ctx(job_id="batchjob-1"))
+    crashed.restore([])
+    crashed.write_batch(batch([1, 2, 3]))
+    crashed.write_batch([{"k": 4, "at": "row"}])  # a union of forms: the same transaction
+    entries = crashed.snapshot(1)  # checkpoint 1 completes, the commit never happens
+    crashed.write_batch(batch([100]))
+    crashed._current.txn.producer.flush()  # type: ignore[attr-defined]
+    crashed._current.txn.producer.close()  # type: ignore[attr-defined]
+    for t in crashed._pending[1]:  # type: ignore[attr-defined]
+        t.txn.producer.close()
+    restored = sink.create_writer(_ctx(attempt=1, job_id="batchjob-1"))
+    try:
+        restored.restore(entries)
+        assert kafka_server.read_open(topic, 2) == [], "the failed attempt's batch is aborted"
+    finally:
+        restored.close()
+    got = sorted(kafka_server.read_committed_json(topic, 2), key=lambda r: r["k"])
+    iso = "2026-11-28T10:00:00.000"  # Arrow's ISO-8601, to the column's milliseconds
+    assert got == [
+        {"k": 1, "at": iso},
+        {"k": 2, "at": iso},
+        {"k": 3, "at": iso},
+        {"k": 4, "at": "row"},
+    ]

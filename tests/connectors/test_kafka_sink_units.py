@@ -362,3 +362,29 @@ def test_equal_keys_encode_to_equal_bytes_whatever_their_insertion_order() -> No
     _, a, _ = encoder.encode({"k": {"x": 1, "y": 2}})
     _, b, _ = encoder.encode({"k": {"y": 2, "x": 1}})
     assert a == b == b'{"x":1,"y":2}'
+
+
+def test_a_batch_encodes_one_record_per_row_with_its_row_dict() -> None:
+    import decimal
+
+    import pyarrow as pa
+
+    batch = pa.record_batch(
+        {
+            "k": ["a", "b"],
+            "d": pa.array([decimal.Decimal("1.5"), None], pa.decimal128(3, 1)),
+            "_ts": [1, 2],
+        }
+    )
+    encoded = RecordEncoder("out", None, lambda r: r["k"], "json").encode_batch(batch)
+    assert encoded == [
+        ("out", b"a", b'{"k":"a","d":"1.5"}', {"k": "a", "d": decimal.Decimal("1.5")}),
+        ("out", b"b", b'{"k":"b","d":null}', {"k": "b", "d": None}),
+    ]
+    by_fn = RecordEncoder(None, lambda r: f"t-{r['k']}", None, lambda r: r["k"].encode())
+    assert [e[:3] for e in by_fn.encode_batch(batch)] == [("t-a", None, b"a"), ("t-b", None, b"b")]
+    with pytest.raises(SinkError, match=r"cannot encode a batch of \['f'\] as JSON") as info:
+        RecordEncoder("out", None, None, "json").encode_batch(
+            pa.record_batch({"f": [float("nan")]})
+        )
+    assert info.value.suppress_restarts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -121,3 +122,70 @@ def test_bad_configuration_and_records_are_named(dsn: str) -> None:
     with pytest.raises(SinkError, match=r"record \('a',\) is not a dict or a 2-tuple"):
         w.write_batch([("a",)])
     w.close()
+
+
+def _batch(words: list[str], ns: list[int], **extra: Any) -> Any:
+    import pyarrow as pa
+
+    # The runtime's event-time column rides along; the sink leaves it out.
+    return pa.record_batch(
+        {"n": pa.array(ns, pa.int64()), "word": words, "_ts": [0] * len(words), **extra}
+    )
+
+
+def test_batches_are_copied_by_column_name_and_a_restore_keeps_exactly_once(dsn: str) -> None:
+    sink = PostgresSink(dsn, "counts")
+    crashed = sink.create_writer(ctx())
+    crashed.restore([])
+    crashed.write_batch(_batch(["a", "b"], [1, 2]))
+    crashed.write_batch([("c", 3)])  # a union of forms: rows into the same transaction
+    entries = crashed.snapshot(1)  # checkpoint 1 completes; the commit never happens
+    crashed.write_batch(_batch(["lost"], [9]))
+    crashed.snapshot(2)  # checkpoint 2 never completes
+    crashed.close()
+    assert query(dsn, "SELECT count(*) FROM counts") == [(0,)]
+    restored = sink.create_writer(ctx(attempt=1))
+    restored.restore(entries)
+    assert sorted(query(dsn, "SELECT word, n FROM counts")) == [("a", 1), ("b", 2), ("c", 3)]
+    assert prepared(dsn) == [], "checkpoint 2's transaction is rolled back"
+    restored.write_batch(_batch(["d"], [4]))
+    restored.snapshot(2)
+    restored.notify_checkpoint_complete(2)
+    restored.close()
+    assert sorted(query(dsn, "SELECT word FROM counts")) == [("a",), ("b",), ("c",), ("d",)]
+
+
+def test_batches_upsert_their_last_row_per_key_and_missing_columns_are_named(dsn: str) -> None:
+    import pyarrow as pa
+
+    sink = PostgresSink(dsn, "latest", mode="upsert", key_columns=["word"])
+    for _ in range(2):  # the second run replays the same batch
+        w = sink.create_writer(ctx())
+        w.restore([])
+        w.write_batch(_batch(["a", "b", "a"], [1, 1, 3], note=pa.array(["x", "y", None])))
+        w.snapshot(1)
+        w.close()
+    assert sorted(query(dsn, "SELECT word, n, note FROM latest")) == [("a", 3, None), ("b", 1, "y")]
+    w = sink.create_writer(ctx())
+    with pytest.raises(SinkError, match=r"lacks \['note'\] of the columns written") as info:
+        w.write_batch(_batch(["a"], [1]))
+    assert info.value.suppress_restarts
+    w.close()
+
+
+def test_columnar_job_into_postgres_commits_its_input_exactly(dsn: str, tmp_path: Path) -> None:
+    import epochstream as es
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE seq (value bigint)")
+    env = es.Environment(parallelism=2, runner="local")
+    env.enable_checkpointing(0.1, storage=str(tmp_path / "ckpt"))
+    (
+        env.from_sequence(0, 3_000, batch_size=100, rate=15_000)
+        .uid("numbers")
+        .sink_to(PostgresSink(dsn, "seq"))
+        .uid("pg")
+    )
+    env.execute("columnar-postgres")
+    assert [r[0] for r in query(dsn, "SELECT value FROM seq ORDER BY value")] == list(range(3_000))
+    assert prepared(dsn) == []

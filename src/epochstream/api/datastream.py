@@ -65,7 +65,9 @@ def _check_sink_form(stream: Any, sink: Any) -> None:
     if stream.columnar and not getattr(sink, "accepts_batches", False):
         raise ConfigurationError(
             f"{type(sink).__name__} takes rows and {stream._t.name!r} is a columnar stream: "
-            "call to_rows() before sink_to()"
+            "call to_rows() before sink_to() (the built-in sinks take batches; a sink of "
+            "your own does with accepts_batches = True on it and writers that take a "
+            "pyarrow.RecordBatch)"
         )
 
 

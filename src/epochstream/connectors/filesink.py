@@ -7,6 +7,20 @@ formats: a part file rolls by :class:`RollingPolicy` (records, bytes, age) and a
 checkpoint. Parquet is a bulk format: its rows are buffered and the file is written
 whole when it rolls, at every checkpoint (or by ``max_records``).
 
+The sink takes rows or Arrow record batches (a columnar stream, no ``to_rows()``); a
+batch is written without the runtime's ``_ts`` and ``_kg`` columns:
+
+* parquet: the batches are buffered and written as one table, with their Arrow types;
+  a part file's schema is its first batch's, and a batch of another schema fails the
+  job naming both (rows joining a file of batches are converted to its schema);
+* csv: ``pyarrow.csv.write_csv`` (header from the batch's column names on a new file;
+  strings quoted; timestamps ``2026-11-28 10:00:00.123``, then ``Z`` (UTC) or the offset,
+  decimals as numbers, booleans ``true``/``false``, nulls empty);
+* jsonl: one object per row, spaced as ``json.dumps`` spaces dict rows; timestamps,
+  dates and times as ISO-8601 strings to the column's precision (``Z`` or the offset
+  after a time-zoned one), decimals as strings, binaries as base64
+  (:mod:`epochstream.connectors.batchform`).
+
 One transaction is one file, moving through three names in the sink directory::
 
     .part-<subtask>-<job8>-a<attempt>-<seq>.<ext>.inprogress   being written
@@ -56,6 +70,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from epochstream.connectors.base import Sink, SinkContext
+from epochstream.connectors.batchform import is_batch, json_rows, user_columns
 from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter
 from epochstream.core.private_files import fsync_directory
 from epochstream.exceptions import ConfigurationError, SinkError, short_repr
@@ -120,7 +135,9 @@ class FileTxn:
     """One part file; the file is created on the first write, so empty txns leave none.
 
     ``size`` counts bytes written, ``opened`` is the monotonic time of the first write,
-    ``rows`` buffers a bulk format's records and ``columns`` a CSV file's header.
+    ``rows`` buffers a bulk format's records until a batch arrives, ``tables`` its
+    Arrow data from then on (of the one ``schema``), and ``columns`` is a CSV file's
+    header.
 
     Example::
 
@@ -132,6 +149,8 @@ class FileTxn:
     size: int = 0
     opened: float | None = None
     rows: list[Any] = field(default_factory=list)
+    tables: list[Any] = field(default_factory=list)
+    schema: Any = None
     columns: list[str] | None = None
 
     @property
@@ -149,6 +168,7 @@ class FileSink(Sink):
     """Writes records into part files in ``path`` (module docstring).
 
     Guarantee: exactly-once with checkpointing on (two-phase commit), else at-least-once.
+    Takes rows or Arrow record batches (module docstring for what a batch writes).
 
     ``format``: ``"jsonl"``, ``"csv"`` or ``"parquet"``. ``rolling``: a
     :class:`RollingPolicy`; ``roll_records=n`` is short for
@@ -160,6 +180,7 @@ class FileSink(Sink):
     """
 
     transactional = True
+    accepts_batches = True
 
     def __init__(
         self,
@@ -232,13 +253,21 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
         if txn.opened is None:
             txn.opened = time.monotonic()
         if self.format == "parquet":
-            txn.rows.extend(records)  # a bulk format: written whole at pre-commit
+            self._buffer_parquet(txn, records)  # a bulk format: written whole at pre-commit
             return
-        data = (
-            self._encode_jsonl(records)
-            if self.format == "jsonl"
-            else self._encode_csv(txn, records)
-        )
+        if is_batch(records):
+            batch = user_columns(records)
+            data = (
+                self._encode_jsonl_batch(batch)
+                if self.format == "jsonl"
+                else self._encode_csv_batch(txn, batch)
+            )
+        else:
+            data = (
+                self._encode_jsonl(records)
+                if self.format == "jsonl"
+                else self._encode_csv(txn, records)
+            )
         if txn.file is None:
             # "xb": a name clash would mean two writers share a file; fail instead.
             txn.file = open(self._path(txn.inprogress), "xb")
@@ -256,7 +285,7 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
         )
 
     def pre_commit(self, txn: FileTxn) -> None:
-        if txn.rows:
+        if txn.rows or txn.tables:
             self._write_parquet(txn)
         f = txn.file
         if f is None:
@@ -273,6 +302,7 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
 
     def abort(self, txn: FileTxn) -> None:
         txn.rows = []
+        txn.tables = []
         if txn.file is not None:
             txn.file.close()
             txn.file = None
@@ -375,11 +405,86 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
                 raise self._record_error(record, "is neither a dict nor a tuple/list row")
         return buf.getvalue().encode("utf-8")
 
+    def _encode_jsonl_batch(self, batch: Any) -> bytes:
+        try:
+            lines = json_rows(batch)
+        except (TypeError, ValueError) as exc:
+            raise SinkError(
+                f"FileSink {self.directory!r} (jsonl): cannot encode a batch of "
+                f"{batch.schema.names} as JSON: {exc}",
+                retryable=False,  # the same batch comes back after every restart
+            ) from exc
+        return ("\n".join(lines) + "\n").encode("utf-8")
+
+    def _encode_csv_batch(self, txn: FileTxn, batch: Any) -> bytes:
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+
+        names = batch.schema.names
+        if txn.columns is not None and names != txn.columns:
+            raise SinkError(
+                f"FileSink {self.directory!r} (csv): a batch with the columns {names} does "
+                f"not fit the file's header {txn.columns}",
+                retryable=False,
+            )
+        header = txn.columns is None and txn.size == 0  # a file of bare rows takes none
+        out = pa.BufferOutputStream()
+        try:
+            pacsv.write_csv(batch, out, write_options=pacsv.WriteOptions(include_header=header))
+        except pa.ArrowException as exc:  # a list or struct column, for one
+            raise SinkError(
+                f"FileSink {self.directory!r} (csv): cannot write a batch of {batch.schema.names} "
+                f"as CSV: {exc}",
+                retryable=False,  # the same batch comes back after every restart
+            ) from exc
+        if header:
+            txn.columns = names
+        return out.getvalue().to_pybytes()
+
+    def _buffer_parquet(self, txn: FileTxn, records: Any) -> None:
+        import pyarrow as pa
+
+        if not is_batch(records):
+            if txn.schema is None:
+                txn.rows.extend(records)  # rows only so far: one table at pre-commit
+            else:
+                txn.tables.append(self._rows_as(records, txn.schema))
+            return
+        table = pa.Table.from_batches([user_columns(records)])
+        if txn.schema is None:
+            txn.schema = table.schema
+            if txn.rows:  # rows came first: they take the batches' schema, in order
+                txn.tables.append(self._rows_as(txn.rows, table.schema))
+                txn.rows = []
+        elif not table.schema.equals(txn.schema, check_metadata=False):
+            raise SinkError(
+                f"FileSink {self.directory!r} (parquet): a batch's schema differs from the "
+                f"open part file {txn.inprogress!r}'s.\nFile schema:\n{txn.schema}\n"
+                f"Batch schema:\n{table.schema}",
+                retryable=False,  # the same batch comes back after every restart
+            )
+        txn.tables.append(table)
+
+    def _rows_as(self, rows: list[Any], schema: Any) -> Any:
+        import pyarrow as pa
+
+        try:
+            return pa.Table.from_pylist(rows, schema=schema)
+        except (TypeError, ValueError, pa.ArrowException) as exc:
+            raise SinkError(
+                f"FileSink {self.directory!r} (parquet): {len(rows)} rows (first: "
+                f"{short_repr(rows[0])}) do not fit the part file's schema {schema}: {exc}",
+                retryable=False,
+            ) from exc
+
     def _write_parquet(self, txn: FileTxn) -> None:
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = rows_to_table(txn.rows, f"FileSink {self.directory!r}")
+        where = f"FileSink {self.directory!r}"
+        table = pa.concat_tables(txn.tables) if txn.tables else rows_to_table(txn.rows, where)
         txn.rows = []
+        txn.tables = []
         txn.file = open(self._path(txn.inprogress), "xb")
         pq.write_table(table, txn.file)
         txn.size = txn.file.tell()

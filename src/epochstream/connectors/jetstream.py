@@ -20,6 +20,13 @@ that re-publishes later than that after the first attempt publishes them again. 
 the window above the restart delay plus the time to redeploy. Output appears one
 checkpoint interval late. Records must be ``bytes`` or ``str`` (UTF-8).
 
+The sink also takes Arrow record batches (a columnar stream, no ``to_rows()``): one
+message per row, kept and published exactly as row records are. A batch whose only
+column (besides the runtime's ``_ts`` and ``_kg``) is binary or string sends its
+values as the payloads (strings as UTF-8; a null fails the job); any other batch sends
+each row as a compact JSON object (timestamps, dates and times as ISO-8601 strings,
+decimals as strings, binaries as base64: :mod:`epochstream.connectors.batchform`).
+
 Example::
 
     stream = env.from_source(JetStreamSource("nats://127.0.0.1:4222", "ORDERS", "orders.new"))
@@ -41,6 +48,7 @@ from epochstream.connectors.base import (
     SourceContext,
     SourceReader,
 )
+from epochstream.connectors.batchform import is_batch, json_rows, user_columns
 from epochstream.exceptions import ConfigurationError, SinkError, short_repr
 
 __all__ = ["JetStreamSink", "JetStreamSource", "JetStreamSplit", "WriteAheadEntry"]
@@ -289,7 +297,8 @@ class JetStreamSink(Sink):
     """Publishes records to ``subject`` after the checkpoint covering them completes.
 
     Guarantee: exactly-once within the stream's duplicate window (write-ahead with
-    deterministic ``Nats-Msg-Id``; module docstring for the window's limit).
+    deterministic ``Nats-Msg-Id``; module docstring for the window's limit). Takes rows
+    (bytes or str) or Arrow record batches (one message per row; module docstring).
 
     ``sink_id`` names the sink in message ids (default: the subject).
 
@@ -299,6 +308,7 @@ class JetStreamSink(Sink):
     """
 
     transactional = True
+    accepts_batches = True
 
     def __init__(
         self, servers: str | list[str], subject: str, *, sink_id: str | None = None
@@ -345,8 +355,11 @@ class JetStreamWriter(SinkWriter):
                 )
         self._publish(sorted(entries, key=lambda e: (e.checkpoint_id, e.subtask)))
 
-    def write_batch(self, records: list[Any]) -> None:
+    def write_batch(self, records: Any) -> None:
         buffer = self._buffer
+        if is_batch(records):
+            buffer.extend(self._batch_payloads(records))
+            return
         try:
             buffer.extend([r if isinstance(r, bytes) else r.encode("utf-8") for r in records])
         except AttributeError:
@@ -356,6 +369,39 @@ class JetStreamWriter(SinkWriter):
                 f"{type(bad).__qualname__} is neither bytes nor str",
                 retryable=False,
             ) from None
+
+    def _batch_payloads(self, batch: Any) -> list[bytes]:
+        import pyarrow as pa
+
+        batch = user_columns(batch)
+        lone = batch.schema.field(0).type if batch.num_columns == 1 else None
+        if lone is not None and any(
+            test(lone)
+            for test in (
+                pa.types.is_binary,
+                pa.types.is_large_binary,
+                pa.types.is_string,
+                pa.types.is_large_string,
+            )
+        ):
+            column = batch.column(0)
+            if column.null_count:
+                raise SinkError(
+                    f"JetStreamSink {self._sink.subject!r}: column {batch.schema.names[0]!r} "
+                    "of a batch holds nulls; a message needs a payload",
+                    retryable=False,
+                )
+            # A string column's UTF-8 buffers are its payloads: cast, not encoded per value.
+            payloads: list[bytes] = column.cast(pa.large_binary()).to_pylist()
+            return payloads
+        try:
+            return [line.encode("utf-8") for line in json_rows(batch, separators=(",", ":"))]
+        except (TypeError, ValueError) as exc:
+            raise SinkError(
+                f"JetStreamSink {self._sink.subject!r}: cannot encode a batch of "
+                f"{batch.schema.names} as JSON: {exc}",
+                retryable=False,
+            ) from exc
 
     def snapshot(self, checkpoint_id: int) -> list[Any]:
         if self._buffer:

@@ -29,6 +29,16 @@ replay catching up, a key may show an older value.
 Records are dicts (keys are column names) or tuples in column order. ``columns``
 chooses the columns written (default: all of the table's, in table order).
 
+The sink takes rows or Arrow record batches (a columnar stream, no ``to_rows()``): a
+batch's columns are matched to the table's by name (the runtime's ``_ts`` and ``_kg``
+are not written; a table column the batch lacks fails the job naming it), and each
+row is written exactly as a row record would be (the same ``COPY`` into the same
+prepared transaction, or the same upsert, last row of a key in a batch winning).
+Values go through psycopg's adaptation of the Python values Arrow gives: integers,
+floats, strings, booleans, ``Decimal`` (numeric), ``datetime``/``date``/``time``
+(timestamp, timestamptz for a time-zoned column, date, time), ``bytes`` (bytea)
+and lists (arrays); struct and map columns are not adapted (write them as JSON strings).
+
 Example::
 
     counts.sink_to(es.sinks.PostgresSink("host=127.0.0.1 dbname=app", "word_counts"))
@@ -42,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from epochstream.connectors.base import Sink, SinkContext, SinkWriter
+from epochstream.connectors.batchform import is_batch, user_columns
 from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter
 from epochstream.exceptions import ConfigurationError, SinkError, short_repr
 
@@ -58,6 +69,7 @@ class PostgresSink(Sink):
 
     Guarantee: ``mode="two_phase"`` exactly-once (PREPARE TRANSACTION / COMMIT
     PREPARED); ``mode="upsert"`` idempotent, effectively exactly-once for keyed results.
+    Takes rows or Arrow record batches (columns matched by name; module docstring).
 
     Example::
 
@@ -65,6 +77,7 @@ class PostgresSink(Sink):
     """
 
     transactional = True
+    accepts_batches = True
 
     def __init__(
         self,
@@ -135,8 +148,11 @@ class _Table:
             )
         return wanted
 
-    def rows(self, records: list[Any]) -> list[tuple[Any, ...]]:
-        """Records as tuples in column order; SinkError naming a record that does not fit."""
+    def rows(self, records: Any) -> list[tuple[Any, ...]]:
+        """Records (a list of rows or a record batch) as tuples in column order;
+        SinkError naming a record or column that does not fit."""
+        if is_batch(records):
+            return self._batch_rows(records)
         columns = self.columns
         width = len(columns)
         try:
@@ -148,6 +164,20 @@ class _Table:
         if out and all(len(r) == width for r in out):
             return out
         return [self._row(record) for record in records]  # mixed or bad: one by one
+
+    def _batch_rows(self, batch: Any) -> list[tuple[Any, ...]]:
+        batch = user_columns(batch)
+        names = batch.schema.names
+        missing = [c for c in self.columns if c not in names]
+        if missing:
+            raise SinkError(
+                f"PostgresSink {self.sink.table!r}: a batch with the columns {names} lacks "
+                f"{missing} of the columns written {self.columns}",
+                retryable=False,
+            )
+        # One Python list per column, zipped: no dict per row.
+        values = [batch.column(c).to_pylist() for c in self.columns]
+        return list(zip(*values, strict=True))
 
     def _row(self, record: Any) -> tuple[Any, ...]:
         columns = self.columns
@@ -215,7 +245,7 @@ class PostgresTwoPhaseWriter(TwoPhaseCommitSinkWriter[PgTxn]):
         self._seq += 1
         return PgTxn(self._seq)
 
-    def write(self, txn: PgTxn, records: list[Any]) -> None:
+    def write(self, txn: PgTxn, records: Any) -> None:
         from psycopg import sql
 
         rows = self._table.rows(records)
@@ -340,8 +370,8 @@ class PostgresUpsertWriter(SinkWriter):
     def restore(self, entries: list[Any]) -> None:
         """Nothing to recover: replayed records overwrite their keys."""
 
-    def write_batch(self, records: list[Any]) -> None:
-        if not records:
+    def write_batch(self, records: Any) -> None:
+        if not len(records):
             return
         rows = self._table.rows(records)
         # Upserts of one key in one batch must leave its last value: keep the last row.
