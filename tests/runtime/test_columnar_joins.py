@@ -273,7 +273,7 @@ def test_snapshot_restores_both_sides_at_another_parallelism(
     op.process_input(0, auctions([99], [0], ts=[300]), None)
     handle = parts.keyed.run()
     assert handle is not None and handle.TYPE == "columnar"
-    with pytest.raises(StateError, match=r"state 'left.* holds a row table"):
+    with pytest.raises(StateError, match=r"state 'left.* is a row table"):
         list(columnar_rows(storage_fs(str(tmp_path)), handle))
     got: list[tuple[Any, ...]] = []
     for subtask in range(2):
