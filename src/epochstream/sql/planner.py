@@ -758,7 +758,10 @@ class Planner:
         pre_node = self._calc(input_, pre, where, f"{what} input")
         types = {f.name: f.type for f in pre_node.fields}
         operator_out = "count" if call.kind == "count_star" else str(value)
-        result_type = _flink_result_type(call, types.get(value or ""))
+        try:
+            result_type = _flink_result_type(call, types.get(value or ""))
+        except SqlError as err:
+            raise _error(calls[0], err.reason) from None
         adapter = ColumnAdapter(
             [
                 (key, key, types[key].to_arrow()),
@@ -1151,12 +1154,14 @@ class Planner:
 
         calls: list[AggCall] = []
         call_text: dict[str, str] = {}
+        call_nodes: dict[str, exp.Expression] = {}
         for agg in self._aggregate_calls(select, having):
             text = _text(agg)
             if text not in call_text:
                 output = f"$a{len(calls)}"
                 calls.append(self._aggregate_call(agg, output, pre_column))
                 call_text[text] = output
+                call_nodes[output] = agg
         if not calls:
             # Grouping alone (SELECT k, window_start ... GROUP BY ...): COUNT(*) keeps the
             # operator's one aggregate; the select list does not show it.
@@ -1171,7 +1176,12 @@ class Planner:
         agg_fields = []
         for call in calls:
             arg_type = pre_types[call.column] if call.column is not None else None
-            agg_fields.append(Field(call.output, _operator_result_type(call, arg_type)))
+            try:
+                agg_fields.append(Field(call.output, _operator_result_type(call, arg_type)))
+            except SqlError as err:
+                if err.line:
+                    raise
+                raise _error(call_nodes.get(call.output), err.reason) from None
         operator_types = {f.name: f.type for f in agg_fields}
         flink_types = {
             call.output: _flink_result_type(call, pre_types.get(call.column or ""))
