@@ -6,6 +6,9 @@ Flink's connectors name them, mapped onto epochstream's connectors.
 | ``nexmark`` | ``NexmarkSource`` (columnar, one event kind) | |
 | ``filesystem`` | ``FileSource`` (Parquet columnar; JSON lines, CSV as rows) | ``FileSink`` (exactly-once) |
 | ``kafka`` | ``KafkaSource`` (JSON, columnar) | ``KafkaSink`` (JSON, transactional) |
+| ``jdbc`` (PostgreSQL) | | ``PostgresSink`` (upsert by the primary key, else two-phase) |
+| ``delta`` | | ``DeltaSink`` |
+| ``jetstream`` | | ``JetStreamSink`` |
 | ``print`` | | ``PrintSink`` |
 | ``blackhole`` | | ``DiscardSink`` |
 
@@ -22,15 +25,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import pyarrow as pa
 
 from epochstream.connectors.base import Sink, Source
+from epochstream.connectors.delta import DeltaSink
 from epochstream.connectors.filesink import FileSink
 from epochstream.connectors.formats import FileSource
+from epochstream.connectors.jetstream import JetStreamSink
 from epochstream.connectors.kafka.sink import KafkaSink
 from epochstream.connectors.kafka.source import KafkaSource
 from epochstream.connectors.nexmark import KINDS, NexmarkConfig, NexmarkSource
+from epochstream.connectors.postgres import PostgresSink
 from epochstream.connectors.simple import DiscardSink, PrintSink
 from epochstream.core.watermarks import WatermarkStrategy
 from epochstream.exceptions import ConfigurationError, SqlError
@@ -279,6 +286,31 @@ def _seconds(table: TableDef, key: str, text: str) -> float:
     raise table.option_error(key, f"expected e.g. '10 s' or '500 ms', got {text!r}")
 
 
+def _postgres_sink(table: TableDef, options: _Options) -> Sink:
+    """Flink's JDBC connector options for PostgreSQL: a table with a primary key is
+    upserted by it (idempotent), one without is written in two-phase-commit
+    transactions (exactly-once)."""
+    url = str(options.take("url", required=True))
+    if not url.startswith("jdbc:postgresql://"):
+        raise table.option_error(
+            "url", "only PostgreSQL is supported: 'jdbc:postgresql://host:port/db'"
+        )
+    name = str(options.take("table-name", required=True))
+    user = options.take("username")
+    password = options.take("password")
+    credentials = ""
+    if user is not None:
+        credentials = quote(user, safe="")
+        if password is not None:
+            credentials += ":" + quote(password, safe="")
+        credentials += "@"
+    dsn = "postgresql://" + credentials + url[len("jdbc:postgresql://") :]
+    columns = [f.name for f in table.fields]
+    if table.primary_key:
+        return PostgresSink(dsn, name, "upsert", list(table.primary_key), columns=columns)
+    return PostgresSink(dsn, name, columns=columns)
+
+
 def sink_binding(table: TableDef) -> SinkBinding:
     """How to write the DDL table ``table``.
 
@@ -324,10 +356,19 @@ def sink_binding(table: TableDef) -> SinkBinding:
             transactional_id_prefix=prefix,
             properties=dict(properties) or None,
         )
+    elif connector == "jdbc":
+        sink = _postgres_sink(table, options)
+    elif connector == "delta":
+        sink = DeltaSink(options.take("table-path", required=True))  # type: ignore[arg-type]
+    elif connector == "jetstream":
+        servers = options.take("servers", required=True)
+        subject = options.take("subject", required=True)
+        sink = JetStreamSink(str(servers).split(","), str(subject))
     else:
         raise table.option_error(
             "connector",
-            f"unknown sink connector {connector!r} (print, blackhole, filesystem, kafka)",
+            f"unknown sink connector {connector!r} (print, blackhole, filesystem, kafka, "
+            "jdbc, delta, jetstream)",
         )
     options.done()
     return SinkBinding(sink, takes_batches=bool(getattr(sink, "accepts_batches", False)))

@@ -1,0 +1,89 @@
+"""SQL INSERT INTO the transactional sinks' DDL connectors, against the real systems:
+PostgreSQL through Flink's JDBC options (upsert by the primary key, or two-phase
+commit without one) and Delta; each result equal to DuckDB's."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from duckdb_oracle import run_duckdb
+from nexmark_tables import nexmark_arrow_tables, nexmark_ddl
+
+import epochstream as es
+
+EVENTS = 10_000
+QUERY = (
+    "SELECT auction, window_start, COUNT(*) AS bids, MAX(price) AS top "
+    "FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '5' SECOND)) "
+    "GROUP BY auction, window_start, window_end"
+)
+
+
+@pytest.fixture(scope="module")
+def expected() -> list[tuple[object, ...]]:
+    return run_duckdb(QUERY, nexmark_arrow_tables(events=EVENTS))
+
+
+def _env(tmp_path: Path) -> es.Environment:
+    env = es.Environment(parallelism=2, runner="local")
+    env.enable_checkpointing(interval=0.5, storage=str(tmp_path / "ck"))
+    env.execute_sql(nexmark_ddl(events=EVENTS))
+    return env
+
+
+def _jdbc(dsn: str) -> tuple[str, str]:
+    fields = dict(part.split("=", 1) for part in dsn.split())
+    return f"jdbc:postgresql://{fields['host']}:{fields['port']}/{fields['dbname']}", fields["user"]
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["upsert", "two-phase"])
+def test_insert_into_postgres(
+    postgres_dsn: str, tmp_path: Path, expected: list[tuple[object, ...]], keyed: bool
+) -> None:
+    import psycopg
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE hot (auction BIGINT, window_start TIMESTAMP, bids BIGINT, top BIGINT"
+            + (", PRIMARY KEY (auction, window_start))" if keyed else ")")
+        )
+    url, user = _jdbc(postgres_dsn)
+    key = ", PRIMARY KEY (auction, window_start) NOT ENFORCED" if keyed else ""
+    env = _env(tmp_path)
+    env.execute_sql(
+        f"CREATE TABLE hot (auction BIGINT, window_start TIMESTAMP(3), bids BIGINT, top BIGINT"
+        f"{key}) WITH ('connector' = 'jdbc', 'url' = '{url}', 'table-name' = 'hot', "
+        f"'username' = '{user}')"
+    )
+    env.execute_sql(f"INSERT INTO hot {QUERY}")
+    with psycopg.connect(postgres_dsn) as conn:
+        got = sorted(conn.execute("SELECT auction, window_start, bids, top FROM hot").fetchall())
+    assert got == sorted(expected)
+
+
+def test_insert_into_delta(tmp_path: Path, expected: list[tuple[object, ...]]) -> None:
+    deltalake = pytest.importorskip("deltalake")
+    env = _env(tmp_path)
+    path = tmp_path / "delta"
+    env.execute_sql(
+        "CREATE TABLE hot (auction BIGINT, window_start TIMESTAMP(3), bids BIGINT, top BIGINT) "
+        f"WITH ('connector' = 'delta', 'table-path' = '{path}')"
+    )
+    env.execute_sql(f"INSERT INTO hot {QUERY}")
+    table = deltalake.DeltaTable(str(path)).to_pyarrow_table()
+    got = sorted(tuple(r.values()) for r in table.to_pylist())
+    assert got == sorted(expected)
+
+
+def test_jdbc_options_are_checked(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    env.execute_sql(
+        "CREATE TABLE m (a BIGINT) WITH ('connector' = 'jdbc', "
+        "'url' = 'jdbc:mysql://h/db', 'table-name' = 'm', 'password' = 'hunter2')"
+    )
+    with pytest.raises(es.SqlError) as info:
+        env.explain_sql("INSERT INTO m SELECT auction FROM bid")
+    assert re.match(r"line 1, column \d+: table 'm', option 'url': only PostgreSQL", str(info.value))
+    assert "hunter2" not in str(info.value)
