@@ -85,5 +85,49 @@ def test_jdbc_options_are_checked(tmp_path: Path) -> None:
     )
     with pytest.raises(es.SqlError) as info:
         env.explain_sql("INSERT INTO m SELECT auction FROM bid")
-    assert re.match(r"line 1, column \d+: table 'm', option 'url': only PostgreSQL", str(info.value))
+    assert re.match(
+        r"line 1, column \d+: table 'm', option 'url': only PostgreSQL", str(info.value)
+    )
     assert "hunter2" not in str(info.value)
+
+
+def test_insert_into_jetstream(nats_url: str, tmp_path: Path, expected: list) -> None:
+    import asyncio
+    import json
+    import uuid
+
+    nats = pytest.importorskip("nats")
+    from nats.js.api import StreamConfig
+
+    subject = f"hot.{uuid.uuid4().hex[:8]}"
+    stream = f"S{uuid.uuid4().hex[:10]}"
+
+    async def admin(work):  # type: ignore[no-untyped-def]
+        nc = await nats.connect(nats_url)
+        try:
+            return await work(nc.jetstream())
+        finally:
+            await nc.close()
+
+    async def create(js):  # type: ignore[no-untyped-def]
+        await js.add_stream(StreamConfig(name=stream, subjects=[subject]))
+
+    async def read(js):  # type: ignore[no-untyped-def]
+        info = await js.stream_info(stream)
+        return [
+            json.loads((await js.get_msg(stream, seq)).data)
+            for seq in range(info.state.first_seq, info.state.last_seq + 1)
+        ]
+
+    asyncio.run(admin(create))
+    env = _env(tmp_path)
+    env.execute_sql(
+        "CREATE TABLE hot (auction BIGINT, bids BIGINT, top BIGINT) WITH ("
+        f"'connector' = 'jetstream', 'servers' = '{nats_url}', 'subject' = '{subject}')"
+    )
+    env.execute_sql(
+        "INSERT INTO hot SELECT auction, COUNT(*), MAX(price) FROM TABLE(TUMBLE(TABLE bid, "
+        "DESCRIPTOR(`dateTime`), INTERVAL '5' SECOND)) GROUP BY auction, window_start, window_end"
+    )
+    got = sorted((m["auction"], m["bids"], m["top"]) for m in asyncio.run(admin(read)))
+    assert got == sorted((a, n, top) for a, _, n, top in expected)
