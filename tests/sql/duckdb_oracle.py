@@ -168,6 +168,8 @@ def run_duckdb(flink_sql: str, tables: dict[str, pa.Table]) -> list[tuple[Any, .
     """The rows of ``flink_sql`` over ``tables`` (name -> Arrow table), sorted."""
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
+    # Nexmark q14's UDF.
+    con.execute("CREATE MACRO count_char(s, c) AS length(s) - length(replace(s, c, ''))")
     for name, table in tables.items():
         con.register(f"__{name}", table)
         con.execute(f'CREATE VIEW "{name}" AS SELECT * FROM "__{name}"')

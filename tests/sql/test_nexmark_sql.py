@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 from duckdb_oracle import run_duckdb
-from nexmark_tables import nexmark_arrow_tables, nexmark_ddl, query_statements, read_sink_rows
+from nexmark_tables import (
+    count_char,
+    nexmark_arrow_tables,
+    nexmark_ddl,
+    query_statements,
+    read_sink_rows,
+)
 
 import epochstream as es
 
@@ -25,7 +31,7 @@ def _sorted(rows: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
 
 
 @pytest.mark.parametrize(
-    "query", ["q0", "q1", "q2", "q3", "q5", "q7", "q8", "q11", "q20", "q21", "q22"]
+    "query", ["q0", "q1", "q2", "q3", "q5", "q7", "q8", "q11", "q14", "q20", "q21", "q22"]
 )
 def test_nexmark_query_equals_duckdb(query: str, tables: dict, tmp_path: Path) -> None:
     out = str(tmp_path / "out")
@@ -33,6 +39,7 @@ def test_nexmark_query_equals_duckdb(query: str, tables: dict, tmp_path: Path) -
     env = es.Environment(parallelism=2, runner="local")
     env.enable_checkpointing(interval=0.5, storage=str(tmp_path / "ck"))
     env.execute_sql(nexmark_ddl(events=EVENTS))
+    env.create_temporary_function("count_char", es.sql.udf(result_type="BIGINT")(count_char))
     env.execute_sql(create)
     env.execute_sql(insert)
     got = _sorted(read_sink_rows(out))
