@@ -24,7 +24,7 @@ Example::
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -389,7 +389,7 @@ class Planner:
         for c in conjuncts:
             where_sides = sides(c)
             if where_sides is None:
-                scope.resolve(next(x for x in c.find_all(exp.Column) if _unresolved(scope, x)))
+                bound(c, scope)  # raises the error of the column that does not resolve
             if where_sides == {0}:
                 left_filters.append(bound(c, left_scope))
             elif where_sides == {1}:
@@ -1253,12 +1253,15 @@ class Planner:
         for item in [*select.expressions, *([having] if having is not None else [])]:
             yield from _aggregates_in(item)
 
-    def _aggregate_call(self, agg: exp.Expression, output: str, pre_column: object) -> AggCall:
-        add = pre_column  # (node, prefix) -> column name of the pre-Calc
+    def _aggregate_call(
+        self, agg: exp.Expression, output: str, add: Callable[[exp.Expression, str], str]
+    ) -> AggCall:
+        """The operator's call for ``agg``; ``add(node, prefix)`` names the input column
+        that holds ``node`` (adding it to the Calc before the aggregation)."""
         filter_name = None
         if isinstance(agg, exp.Filter):
             condition = agg.expression.this
-            filter_name = add(condition, "$f")  # type: ignore[operator]
+            filter_name = add(condition, "$f")
             agg = agg.this
         kind = _AGGREGATES[type(agg)]  # type: ignore[index]  # one of _AGGREGATES' types
         arg = agg.this
@@ -1278,7 +1281,7 @@ class Planner:
             return AggCall("count_star", None, output, filter=filter_name)
         if any(_aggregates_in(arg)):
             raise _error(agg, "aggregates cannot be nested")
-        column = add(arg, "$v")  # type: ignore[operator]
+        column = add(arg, "$v")
         return AggCall(kind, column, output, distinct=distinct, filter=filter_name)
 
     # ------------------------------------------------------------------ UNION ALL
@@ -1433,14 +1436,6 @@ def _and(parts: list[exp.Expression]) -> exp.Expression:
     for part in parts[1:]:
         out = exp.And(this=out, expression=part)
     return out
-
-
-def _unresolved(scope: _Scope, column: exp.Column) -> bool:
-    try:
-        scope.resolve(column)
-    except SqlError:
-        return True
-    return False
 
 
 def _time_comparison(node: exp.Expression) -> bool:
