@@ -108,7 +108,9 @@ def murmur3_32_rows(rows: np.ndarray) -> np.ndarray:
     return h
 
 
-def _integer_key_groups(values: np.ndarray, max_parallelism: int) -> np.ndarray:
+def _magnitudes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each integer's sign, magnitude (uint64) and byte length (0-8): the parts of
+    ``encode_key``'s integer layout."""
     negative = values < 0
     if values.dtype == np.uint64:
         magnitude = values
@@ -120,6 +122,11 @@ def _integer_key_groups(values: np.ndarray, max_parallelism: int) -> np.ndarray:
     for _ in range(8):
         size += rest > 0
         rest >>= np.uint64(8)
+    return negative, magnitude, size
+
+
+def _integer_key_groups(values: np.ndarray, max_parallelism: int) -> np.ndarray:
+    negative, magnitude, size = _magnitudes(values)
     big_endian = magnitude.astype(">u8").view(np.uint8).reshape(-1, 8)
     out = np.empty(len(values), dtype=np.uint32)
     for s in np.unique(size).tolist():
@@ -247,16 +254,7 @@ def _binary_of(rows: np.ndarray, lengths: np.ndarray) -> pa.Array:
 
 def _encoded_integers(values: np.ndarray) -> pa.Array:
     """``encode_key`` of each integer (the ``KeyTag.INT`` layout), as a binary array."""
-    negative = values < 0
-    if values.dtype == np.uint64:
-        magnitude = values
-    else:
-        magnitude = np.where(negative, -(values.astype(np.int64)), values).astype(np.uint64)
-    size = np.zeros(len(values), dtype=np.int64)
-    rest = magnitude.copy()
-    for _ in range(8):
-        size += rest > 0
-        rest >>= np.uint64(8)
+    negative, magnitude, size = _magnitudes(values)
     big_endian = magnitude.astype(">u8").view(np.uint8).reshape(-1, 8)
     rows = np.zeros((len(values), 14), dtype=np.uint8)
     rows[:, 0] = _INT_POSITIVE[0]
