@@ -115,6 +115,7 @@ def test_every_keyed_columnar_kind_uses_the_backend() -> None:
         "columnar_session_window",
         "columnar_join",
         "columnar_window_join",
+        "columnar_window_aggregate",
     } == COLUMNAR_BACKEND_KINDS
 
 
