@@ -563,7 +563,7 @@ def test_min_max_of_strings_and_timestamps_keep_their_types() -> None:
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
-def test_savepoint_reader_reads_slices_under_their_group_keys(tmp_path: Path, backend: str) -> None:
+def test_savepoint_reader_reads_slices_by_key_group(tmp_path: Path, backend: str) -> None:
     from epochstream.checkpoint.reader import state_rows
 
     spec = _spec(WindowTvf.tumble(10), ("k1", "k2"), [AggCall("sum", "v", "s")])
@@ -577,7 +577,7 @@ def test_savepoint_reader_reads_slices_under_their_group_keys(tmp_path: Path, ba
         for k, v, g, *_ in state_rows(handle, "slice@0", MAX_P)
     ]
     (kg,) = key_groups_by_columns([pa.array([1]), pa.array(["a"])], MAX_P, rows=1).tolist()
-    assert rows == [((1, "a"), 1, "a", 5, kg)]
+    assert rows == [(kg, 1, "a", 5, kg)]  # filed under the group key's key group
     stamps = {v["_wa_group"]: v["_wa_fired"] for _, v, *_ in state_rows(handle, "fired", MAX_P)}
     assert stamps == dict.fromkeys(range(MAX_P), 2)
 

@@ -10,14 +10,11 @@ import pyarrow as pa
 import pytest
 
 from epochstream.state.column_keygroups import (
-    encoded_keys,
     key_groups_by_columns,
     key_groups_of_column,
     key_groups_of_columns,
-    key_groups_of_encoded,
     murmur3_32_rows,
 )
-from epochstream.state.keyformat import encode_key
 from epochstream.state.keygroups import key_group_for_key, murmur3_32
 
 
@@ -149,16 +146,3 @@ def test_no_columns_is_the_empty_tuple_and_one_column_by_its_value() -> None:
     assert key_groups_by_columns(pairs, 128, rows=3).tolist() == _row_path(
         [("a", 1), (None, 2), ("b", 3)], 128
     )
-
-
-def test_encoded_keys_are_encode_key_of_the_value_or_tuple() -> None:
-    ints = [0, 1, -1, 255, 256, 2**40, -(2**63), 2**63 - 1]
-    names = ["a", None, "é", "", "b", "c", "d", "e"]
-    one = encoded_keys([pa.array(ints)], rows=len(ints)).to_pylist()
-    assert one == [encode_key(k) for k in ints]
-    both = encoded_keys([pa.array(ints), pa.array(names)], rows=len(ints))
-    assert both.to_pylist() == [encode_key(k) for k in zip(ints, names, strict=True)]
-    assert key_groups_of_encoded(both, 128).tolist() == [
-        key_group_for_key(k, 128) for k in zip(ints, names, strict=True)
-    ]
-    assert encoded_keys([], rows=2).to_pylist() == [encode_key(())] * 2

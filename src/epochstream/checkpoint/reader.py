@@ -4,8 +4,9 @@ Every snapshot format (canonical savepoints, heap and RocksDB checkpoints, colum
 aggregation state) reads into the same table, one row per entry (list state: per
 element; map state: per user key; columnar state: per key and window, under the
 aggregation's name, ``"sum"``, ``"count"``...; ``namespace`` is the window start;
-row tables: per row, the row as a dict, under the table's name, e.g. a SQL window
-aggregation's ``"slice@<start>"`` with its group key, a tuple for composite keys):
+row tables: per row, the row as a dict, under the table's name and the row's key,
+e.g. a session window's ``"sessions"`` by key, a SQL window aggregation's
+``"slice@<start>"`` by key group, as those tables file their rows):
 
     key        the key, in its canonical form (see :mod:`epochstream.state.keyformat`)
     value      the value (deserialized with the state's serializer)
@@ -37,7 +38,7 @@ from epochstream.checkpoint.storage import load_metadata
 from epochstream.core.filesystems import storage_fs
 from epochstream.core.state_ttl import TtlValue
 from epochstream.exceptions import StateError
-from epochstream.state.backends.base import ROWS, base_kind, is_namespaced, readable_key
+from epochstream.state.backends.base import ROWS, base_kind, is_namespaced
 from epochstream.state.backends.heap.columns import COLUMNAR
 from epochstream.state.backends.heap.files import merge_chain, split_key_groups
 from epochstream.state.backends.heap.rows import read_row_tables
@@ -188,8 +189,7 @@ def _row_file_rows(handle: ColumnarSnapshotHandle, name: str, options: Any) -> I
     for table, schema, rows in read_row_tables(fs_of, handle, handle.key_groups):
         if table == name:
             for row in rows.to_pylist():
-                key = readable_key(schema.schema, row[schema.key])
-                yield key, row, row.pop("_kg"), None, None, None
+                yield row[schema.key], row, row.pop("_kg"), None, None, None
 
 
 def _each_row(entries: Iterator[Row]) -> Iterator[Row]:
@@ -199,9 +199,8 @@ def _each_row(entries: Iterator[Row]) -> Iterator[Row]:
 
     for key, value, kg, ns, user_key, ttl_ts in entries:
         if isinstance(value, pa.RecordBatch):
-            shown = readable_key(value.schema, key)
             for row in value.to_pylist():
-                yield shown, row, kg, ns, user_key, ttl_ts
+                yield key, row, kg, ns, user_key, ttl_ts
         else:
             yield key, value, kg, ns, user_key, ttl_ts
 

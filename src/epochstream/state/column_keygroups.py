@@ -50,11 +50,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DENSE_LIMIT",
-    "encoded_keys",
     "key_groups_by_columns",
     "key_groups_of_column",
     "key_groups_of_columns",
-    "key_groups_of_encoded",
     "murmur3_32_rows",
 ]
 
@@ -320,17 +318,12 @@ def key_groups_of_columns(
         kgs = key_groups_of_columns([pa.array([1, 2]), pa.array(["x", None])], 128)
         kgs.tolist() == [key_group_for_key((1, "x"), 128), key_group_for_key((2, None), 128)]
     """
-    validate_max_parallelism(max_parallelism)
-    if not columns:
-        return np.full(rows, key_group_for_key((), max_parallelism), dtype=np.int32)
-    return key_groups_of_encoded(_encoded_tuples(columns), max_parallelism)
-
-
-def _encoded_tuples(columns: Sequence[pa.Array | pa.ChunkedArray]) -> pa.Array:
-    """``encode_key`` of every row's tuple of ``columns``' values (at least one column)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    validate_max_parallelism(max_parallelism)
+    if not columns:
+        return np.full(rows, key_group_for_key((), max_parallelism), dtype=np.int32)
     parts: list[pa.Array | pa.Scalar] = [
         pa.scalar(encode_key(())[:1] + len(columns).to_bytes(4, "big"), pa.large_binary())
     ]
@@ -339,38 +332,8 @@ def _encoded_tuples(columns: Sequence[pa.Array | pa.ChunkedArray]) -> pa.Array:
             column = column.combine_chunks()
         encoded = _encoded_column(column)
         parts += [_length_prefixes(encoded), encoded]
-    return pc.binary_join_element_wise(*parts, pa.scalar(b"", pa.large_binary()))
-
-
-def encoded_keys(columns: Sequence[pa.Array | pa.ChunkedArray], *, rows: int) -> pa.Array:
-    """``encode_key`` of every row's key of ``key_by(names)`` (large binary): one column's
-    value, or the tuple of several (none: the key ``()`` of each of ``rows`` rows). A
-    state that files a composite key under one key column keys it by these bytes, so
-    the key format stays the one of :mod:`epochstream.state.keyformat`.
-
-    Example::
-
-        encoded_keys([pa.array([1]), pa.array(["x"])], rows=1)[0].as_py() == encode_key((1, "x"))
-    """
-    import pyarrow as pa
-
-    if not columns:
-        return pa.array([encode_key(())] * rows, pa.large_binary())
-    if len(columns) == 1:
-        column = columns[0]
-        if isinstance(column, pa.ChunkedArray):
-            column = column.combine_chunks()
-        return _encoded_column(column).cast(pa.large_binary())
-    return _encoded_tuples(columns)
-
-
-def key_groups_of_encoded(encoded: pa.Array, max_parallelism: int) -> np.ndarray:
-    """The key group (int32) of every key given as its ``encode_key`` bytes
-    (:func:`encoded_keys`): the murmur hash of the bytes, as the row path routes.
-
-    Example: ``key_groups_of_encoded(pa.array([encode_key("a")]), 128)[0] == key_group_for_key("a", 128)``
-    """
-    return _binary_key_groups(encoded, b"", max_parallelism)
+    joined = pc.binary_join_element_wise(*parts, pa.scalar(b"", pa.large_binary()))
+    return _binary_key_groups(joined, b"", max_parallelism)
 
 
 def key_groups_by_columns(

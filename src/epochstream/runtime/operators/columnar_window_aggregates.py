@@ -16,17 +16,22 @@ aggregation's state is on disk and may outgrow memory, and the backend snapshots
 restores and rescales it by key group as it does the session and join operators'.
 Per open slice, ``slice@<start>`` holds the batches' partials (keys, partial columns)
 and ``distinct<i>@<start>`` the distinct (key, value) rows of ``COUNT(DISTINCT)``
-aggregate ``i``; each row is filed under ``_wa_key``, the ``encode_key`` bytes of its
-group key (the value of one key column, the tuple of several), and that key's key
-group, so a composite key has the one stored key format and the key group the row
-path routes it to. A batch only appends (one row per key and slice it touched), a
-window reads its slices' tables whole (:meth:`RowTable.table`, each once per
-watermark) and merges them with one ``group_by``, and a slice's tables are dropped
-when its last window fired. A slice's table is compacted (its rows merged per key,
-the table written again) every ``_COMPACT_AT`` appends to it: as cheap per row as the
-appends on the heap, one sequential read and write on RocksDB, and it bounds the rows
-a window merges to a few per key whatever the batch count; compacting at snapshots
-instead would leave a long slice's rows unmerged between checkpoints.
+aggregate ``i``. The operator never reads one key: a window reads its slices whole. So
+a table's key column is ``_wa_kg``, the rows' key group (that of the group key, one
+column's value or the tuple of several, as the hash edge routed it), not the group
+key: on RocksDB an append is one entry per key group (an IPC message of its rows), not
+one per key, and a window's read as many (23x the rows per second of keying by the
+group key's ``encode_key`` bytes: 193 k against 7.7 k over 131 k rows of
+``bench/window_aggregate_operator.py``). Rescaling, which moves whole key groups, is
+unaffected. A batch only appends (per slice it touched), a window reads its slices'
+tables whole (:meth:`RowTable.table`, each once per watermark) and merges them per
+group key with one ``group_by``, and a slice's tables are dropped when its last window
+fired. A
+slice's table is compacted (its rows merged per key, the table dropped and written
+again) every ``_COMPACT_AT`` appends to it: as cheap per row as the appends on the
+heap, one scan and one write on RocksDB, and it bounds the rows a window merges to a
+few per key whatever the batch count; compacting at snapshots instead would leave a
+long slice's rows unmerged between checkpoints.
 
 The ``_wa_fired`` rule: a restore starts again from no watermark, so the windows the
 snapshotting subtask emitted already must not be emitted again. At each snapshot the
@@ -63,17 +68,12 @@ from epochstream.runtime.operators.base import Operator, SnapshotParts
 from epochstream.runtime.operators.columnar_aggregates import own_backend
 from epochstream.runtime.operators.columnar_transforms import need_batch
 from epochstream.state.backends.base import (
-    ENCODED_KEY,
     KeyedStateBackend,
     RowSchema,
     RowTable,
     SnapshotTarget,
 )
-from epochstream.state.column_keygroups import (
-    encoded_keys,
-    key_groups_by_columns,
-    key_groups_of_encoded,
-)
+from epochstream.state.column_keygroups import key_groups_by_columns
 from epochstream.state.columnar_checks import event_times, require_columns
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.key_index import canonical_float_keys, checked_key_type
@@ -89,9 +89,8 @@ __all__ = [
 _INT64_MIN = -(2**63)
 #: A batch's slice end per group (dropped before the rows are kept).
 SLICE = "_wa_slice"
-#: The key column of every table: ``encode_key`` of the group key (a value, or the
-#: tuple of several), so composite keys have the one stored key format.
-_KEY = "_wa_key"
+#: The key column of the slices' tables: the group key's key group (module docstring).
+_KEY = "_wa_kg"
 _ROWS = "_wa_rows"  # rows per group: a group exists once a row of it came
 _MAIN = -1
 #: Row table names: ``slice@<start>``, ``distinct<i>@<start>``, and ``fired``.
@@ -326,7 +325,8 @@ class AggregateCalls:
 class SliceTables:
     """The open slices in row tables of the keyed-state backend: per slice end and part
     (``-1`` partials, ``i`` the distinct values of aggregate ``i``) one table, named by
-    the slice's start (``slice@<start>``, ``distinct<i>@<start>``), keyed by ``_wa_key``.
+    the slice's start (``slice@<start>``, ``distinct<i>@<start>``), keyed by the rows'
+    key group (``_wa_kg``; the module docstring says why).
 
     Each batch appends its partials; every ``_COMPACT_AT`` appends a table is replaced by
     its rows merged per key (:attr:`compaction`), so a slice holds a bounded number of
@@ -336,7 +336,7 @@ class SliceTables:
     Example::
 
         tables = SliceTables(backend, width=2_000)
-        tables.add(6_000, -1, partials)          # rows with _kg, _wa_key, keys, partials
+        tables.add(6_000, -1, partials)          # rows with _kg, _wa_kg, keys, partials
         tables.read([6_000], -1, {})             # [the slice's rows, _kg first]
     """
 
@@ -387,7 +387,7 @@ class SliceTables:
         """Table ``name``, made for rows of ``schema`` or widened to fit them."""
         table = self.backend.row_table(name)
         if table is None:
-            made = self.backend.row_table(name, RowSchema(_marked(schema), _KEY))
+            made = self.backend.row_table(name, RowSchema(schema, _KEY))
             assert made is not None
             return made
         held = table.schema.schema
@@ -395,7 +395,7 @@ class SliceTables:
             return table
         wider = pa.unify_schemas([held, schema], promote_options="permissive")
         if not wider.equals(held):
-            table = self._replace(name, table.table(), _marked(wider))
+            table = self._replace(name, table.table(), wider)
         return table
 
     def _replace(self, name: str, rows: pa.Table, schema: pa.Schema) -> RowTable:
@@ -493,11 +493,6 @@ class FiredStamps:
         )
 
 
-def _marked(schema: pa.Schema) -> pa.Schema:
-    """``schema`` marked as keyed by ``encode_key`` bytes (readers decode ``_wa_key``)."""
-    return schema.with_metadata({**(schema.metadata or {}), ENCODED_KEY: _KEY.encode()})
-
-
 def _batch_of(table: pa.Table) -> pa.RecordBatch:
     """``table`` as one record batch."""
     return pa.RecordBatch.from_arrays(
@@ -568,6 +563,7 @@ class ColumnarWindowAggregateOperator(Operator):
 
     def _use_calls(self, calls: AggregateCalls) -> None:
         self._calls = calls
+        # _wa_kg equals _kg (a key's key group): in the keys only to come out as columns.
         keys = [KG_COLUMN, _KEY, *self.keys]
         compact: dict[int, Callable[[pa.Table], pa.Table]] = {_MAIN: lambda t: calls.merge(t, keys)}
         for i, column in calls.distinct:
@@ -620,10 +616,10 @@ class ColumnarWindowAggregateOperator(Operator):
 
     def _keep(self, part: int, rows: pa.Table) -> None:
         """Add a batch's ``rows`` (with a ``_wa_slice`` column) to their slices' ``part``,
-        each under its key's ``encode_key`` bytes and key group."""
-        keys = encoded_keys([rows.column(k) for k in self.keys], rows=rows.num_rows)
-        kgs = key_groups_of_encoded(keys, self.ctx.max_parallelism)
-        rows = rows.add_column(0, _KEY, keys).add_column(0, KG_COLUMN, pa.array(kgs))
+        each under its key's key group."""
+        columns = [rows.column(k) for k in self.keys]
+        kgs = pa.array(key_groups_by_columns(columns, self.ctx.max_parallelism, rows=rows.num_rows))
+        rows = rows.add_column(0, _KEY, kgs).add_column(0, KG_COLUMN, kgs)
         for end, slice_rows in _per_slice(rows):
             self.tables.add(end, part, slice_rows)
 
@@ -664,7 +660,7 @@ class ColumnarWindowAggregateOperator(Operator):
         unfired = self.stamps.unfired(rows.column(KG_COLUMN), end)
         if unfired is not None:
             rows = rows.filter(pa.array(unfired))
-        # Without the key bytes and key groups: Acero's group_by would carry them along.
+        # Without the key groups: Acero's group_by would carry them along.
         rows = rows.drop_columns([KG_COLUMN, _KEY])
         return rows if rows.num_rows else None
 

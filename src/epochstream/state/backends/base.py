@@ -53,14 +53,12 @@ from epochstream.core.state_descriptors import (
 )
 from epochstream.exceptions import StateError
 from epochstream.state.handles import KeyedStateHandle
-from epochstream.state.keyformat import decode_key
 
 if TYPE_CHECKING:
     from epochstream.core.filesystems import StorageFS
 
 __all__ = [
     "COLUMN_KEY",
-    "ENCODED_KEY",
     "NAMESPACED",
     "NAMESPACED_KINDS",
     "ROWS",
@@ -78,7 +76,6 @@ __all__ = [
     "base_kind",
     "is_namespaced",
     "kind_of",
-    "readable_key",
 ]
 
 #: State kind of each descriptor type, as recorded in snapshots.
@@ -296,21 +293,6 @@ class ColumnTable(ABC):
 
 #: The state kind of row tables (RocksDB meta column family, savepoints, heap files).
 ROWS = "rows"
-#: Schema metadata of a row table whose key column holds each key's ``encode_key``
-#: bytes (a composite key filed under one column: the SQL window aggregation's group
-#: keys); readers show the decoded key (:func:`readable_key`).
-ENCODED_KEY = b"epochstream.encoded_key"
-
-
-def readable_key(schema: pa.Schema, key: Any) -> Any:
-    """A row table's stored key as a reader shows it: decoded when the table keys by
-    ``encode_key`` bytes (:data:`ENCODED_KEY` in ``schema``'s metadata), else as is.
-
-    Example: ``readable_key(schema, encode_key((1, "x"))) == (1, "x")`` for such a table
-    """
-    if key is None or ENCODED_KEY not in (schema.metadata or {}):
-        return key
-    return decode_key(bytes(key))
 
 
 @dataclass(frozen=True)
