@@ -60,9 +60,11 @@ def make_operator(
     parallelism: int = 1,
     clock: ManualClock | None = None,
     uid: str | None = None,
+    keyed_backend: Any = None,
 ) -> tuple[Any, Emitted]:
     """Operator ``kind`` with ``payload``, keyed by ``keys`` (one column per input), as
-    subtask ``subtask`` of ``parallelism``, opened, its output into an :class:`Emitted`."""
+    subtask ``subtask`` of ``parallelism``, opened, its output into an :class:`Emitted`
+    (its keyed state in ``keyed_backend``, else a heap backend of its own)."""
     spec = OperatorSpec(
         uid=uid or f"{kind}-1",
         name=kind,
@@ -81,6 +83,7 @@ def make_operator(
         operator_state=OperatorStateStore(),
         checkpointing=True,
         clock=clock,
+        keyed_backend=keyed_backend,
     )
     op = create_operator(spec, ctx)
     out = Emitted()

@@ -1,11 +1,14 @@
 """The SQL window aggregation operator (tumble, hop, cumulate over slices): examples,
 a property test against DuckDB over random windows, keys, aggregates and out-of-order
-batches (with and without late rows), and snapshot/restore at another parallelism."""
+batches (with and without late rows; 150 examples on the heap backend, fewer on
+RocksDB), and snapshot/restore at another parallelism on both backends."""
 
 from __future__ import annotations
 
 import math
 import random
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ from columnar_support import MAX_P, make_operator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from epochstream.core.clock import ManualClock
 from epochstream.core.events import MAX_WATERMARK
 from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError, StateError
@@ -27,9 +31,12 @@ from epochstream.graph.specs import (
 )
 from epochstream.runtime.operators import columnar_window_aggregates as window_aggregates
 from epochstream.runtime.operators.columnar_window_aggregates import SliceAssigner
-from epochstream.state.backends.base import SnapshotTarget
+from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
+from epochstream.state.backends.heap.backend import HeapStateBackend
+from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
 from epochstream.state.column_keygroups import key_groups_by_columns
 from epochstream.state.handles import OperatorRestore
+from epochstream.state.keygroups import key_group_range_for_operator
 
 KIND = "columnar_window_aggregate"
 SCHEMA = pa.schema(
@@ -69,9 +76,38 @@ def _spec(
     return SliceWindowAggregateSpec(keys=keys, window=window, aggs=tuple(aggs))
 
 
-def _op(spec: SliceWindowAggregateSpec, subtask: int = 0, parallelism: int = 1) -> Any:
+BACKENDS = {
+    "heap": HeapStateBackend,
+    "rocksdb": lambda: RocksDBStateBackend(block_cache_mb=1, write_buffer_mb=1),
+}
+
+
+def _op(
+    spec: SliceWindowAggregateSpec,
+    subtask: int = 0,
+    parallelism: int = 1,
+    backend: str = "heap",
+    local_dir: str = "",
+) -> Any:
+    """The operator as subtask ``subtask`` of ``parallelism`` on a ``backend`` backend
+    (RocksDB's files under ``local_dir``)."""
+    keyed = BACKENDS[backend]().create(
+        KeyedBackendContext(
+            operator_uid="wa",
+            subtask=subtask,
+            max_parallelism=MAX_P,
+            key_group_range=key_group_range_for_operator(MAX_P, parallelism, subtask),
+            clock=ManualClock(start=1_000.0),
+            local_dir=f"{local_dir}/{parallelism}-{subtask}-{random.random()}",
+        )
+    )
     return make_operator(
-        KIND, spec, keys=list(spec.keys) or None, subtask=subtask, parallelism=parallelism
+        KIND,
+        spec,
+        keys=list(spec.keys) or None,
+        subtask=subtask,
+        parallelism=parallelism,
+        keyed_backend=keyed,
     )
 
 
@@ -84,7 +120,7 @@ def _target(root: Path, n: int, subtask: int = 0) -> SnapshotTarget:
         fs=storage_fs(str(root)),
         checkpoint_id=n,
         directory=str(root / f"chk-{n}"),
-        shared_dir=None,
+        shared_dir=str(root / "shared"),
         name=f"wa-{n}-{subtask}",
     )
 
@@ -209,7 +245,7 @@ def test_hop_emits_each_window_as_the_merge_of_its_slices() -> None:
     op.process_watermark(MAX_WATERMARK)
     ends = [e for b in out.batches() for e in b.column("window_end").cast(pa.int64()).to_pylist()]
     assert ends == sorted(ends) and set(ends) == {10, 14, 18}
-    assert op.store.slices == {}  # every slice dropped once its last window fired
+    assert op.keyed.row_tables() == []  # every slice dropped once its last window fired
 
 
 def test_cumulate_windows_grow_by_step_and_share_slices() -> None:
@@ -349,9 +385,17 @@ def _scenarios(
     return _spec(window, keys, aggs), batches, watermarks
 
 
-def _run_against_duckdb(scenario: Any) -> None:
+def _run_against_duckdb(scenario: Any, backend: str = "heap") -> None:
+    scratch = tempfile.mkdtemp(prefix="wa-test-")
+    try:
+        _run_on(scenario, backend, scratch)
+    finally:
+        shutil.rmtree(scratch)
+
+
+def _run_on(scenario: Any, backend: str, scratch: str) -> None:
     spec, batches, watermarks = scenario
-    op, out = _op(spec)
+    op, out = _op(spec, backend=backend, local_dir=scratch)
     arrived = []
     current = -(2**63)
     for batch, wm in zip(batches, watermarks, strict=True):
@@ -362,7 +406,7 @@ def _run_against_duckdb(scenario: Any) -> None:
     op.process_watermark(MAX_WATERMARK)
     expected = _duckdb(arrived, spec)
     _assert_equal(_results(out.batches(), spec), expected)
-    assert op.store.slices == {}
+    assert op.keyed.row_tables() == []
     late = [
         r
         for r in arrived
@@ -373,6 +417,7 @@ def _run_against_duckdb(scenario: Any) -> None:
         <= r["wm"]
     ]
     assert op.counters.late_records_dropped == len(late)
+    op.keyed.dispose()
 
 
 _SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -390,8 +435,17 @@ def test_equals_duckdb_with_late_rows_dropped(scenario: Any) -> None:
     _run_against_duckdb(scenario)
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_scenarios(late=True))
+def test_equals_duckdb_with_late_rows_dropped_on_rocksdb(scenario: Any) -> None:
+    _run_against_duckdb(scenario, "rocksdb")
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("seed", range(3))
-def test_many_batches_into_one_slice_are_compacted_and_still_equal_duckdb(seed: int) -> None:
+def test_many_batches_into_one_slice_are_compacted_and_still_equal_duckdb(
+    seed: int, backend: str
+) -> None:
     rng = random.Random(seed)
     spec = _spec(WindowTvf.hop(40, 20), ("k1", "k2"), CATALOG)
     rows = [
@@ -407,15 +461,16 @@ def test_many_batches_into_one_slice_are_compacted_and_still_equal_duckdb(seed: 
     ]
     batches = [rows[i : i + 5] for i in range(0, len(rows), 5)]  # 60 batches: > 16 per slice
     watermarks = [batch[-1]["_ts"] - 1 for batch in batches]
-    _run_against_duckdb((spec, batches, watermarks))
+    _run_against_duckdb((spec, batches, watermarks), backend)
 
 
 # ---------------------------------------------------------------------- snapshots
 
 
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
 @pytest.mark.parametrize("window", [WindowTvf.hop(10, 4), WindowTvf.cumulate(12, 3)])
 def test_restore_at_another_parallelism_gives_the_same_output(
-    tmp_path: Path, window: WindowTvf, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, window: WindowTvf, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(window_aggregates, "_COMPACT_AT", 3)  # compacted slices snapshotted
     spec = _spec(
@@ -436,7 +491,7 @@ def test_restore_at_another_parallelism_gives_the_same_output(
         for t in range(400)
     ]
     first, second = _batch(rows[:200]), _batch(rows[200:])
-    whole, whole_out = _op(spec)
+    whole, whole_out = _op(spec, backend=backend, local_dir=str(tmp_path))
     for batch, wm in ((first, 20), (second, MAX_WATERMARK)):
         whole.process_batch(batch, None)
         whole.process_watermark(wm)
@@ -445,7 +500,7 @@ def test_restore_at_another_parallelism_gives_the_same_output(
     emitted: list[pa.RecordBatch] = []
     handles = []
     for subtask in range(2):  # 2 subtasks up to the snapshot...
-        op, out = _op(spec, subtask, 2)
+        op, out = _op(spec, subtask, 2, backend, str(tmp_path))
         for i in range(0, first.num_rows, 10):
             op.process_batch(_mine(first.slice(i, 10), spec, op.key_groups), None)
         op.process_watermark(20)
@@ -454,7 +509,7 @@ def test_restore_at_another_parallelism_gives_the_same_output(
         if handle is not None:
             handles.append(handle)
     for subtask in range(3):  # ... then 3 from it, the key groups of each
-        op, out = _op(spec, subtask, 3)
+        op, out = _op(spec, subtask, 3, backend, str(tmp_path))
         parts = [p for h in handles if (p := h.restricted_to(op.key_groups)) is not None]
         op.initialize_state(OperatorRestore(keyed=parts), 1)
         op.process_watermark(19)  # a watermark below the snapshot's emits nothing again
@@ -505,3 +560,61 @@ def test_min_max_of_strings_and_timestamps_keep_their_types() -> None:
     row = result.to_pylist()[0]
     assert (row["first"], row["last"], row["names"]) == ("ann", "bob", 2)
     assert row["latest"] == at[0].as_py()
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_savepoint_reader_reads_slices_by_key_group(tmp_path: Path, backend: str) -> None:
+    from epochstream.checkpoint.reader import state_rows
+
+    spec = _spec(WindowTvf.tumble(10), ("k1", "k2"), [AggCall("sum", "v", "s")])
+    op, _ = _op(spec, backend=backend, local_dir=str(tmp_path))
+    op.process_batch(_batch([{"k1": 1, "k2": "a", "v": 5, "_ts": 3}]), None)
+    op.process_watermark(2)
+    handle = op.snapshot(_target(tmp_path, 1)).keyed.run()
+    assert sorted(op.keyed.row_tables()) == ["fired", "slice@0"]
+    rows = [
+        (k, v["k1"], v["k2"], v["_wa0_s"], g)
+        for k, v, g, *_ in state_rows(handle, "slice@0", MAX_P)
+    ]
+    (kg,) = key_groups_by_columns([pa.array([1]), pa.array(["a"])], MAX_P, rows=1).tolist()
+    assert rows == [(kg, 1, "a", 5, kg)]  # filed under the group key's key group
+    stamps = {v["_wa_group"]: v["_wa_fired"] for _, v, *_ in state_rows(handle, "fired", MAX_P)}
+    assert stamps == dict.fromkeys(range(MAX_P), 2)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_a_restore_skips_windows_fired_before_the_snapshot_and_drops_their_late_rows(
+    tmp_path: Path, backend: str
+) -> None:
+    spec = _spec(WindowTvf.hop(10, 5), ("k1",), [AggCall("count_star", None, "n")])
+    op, out = _op(spec, backend=backend, local_dir=str(tmp_path))
+    op.process_batch(_batch([{"k1": 1, "_ts": 7}]), None)
+    op.process_watermark(10)  # emits [0, 10); [5, 15) still open
+    assert [r["n"] for r in out.take()] == [1]
+    restore = OperatorRestore(keyed=[op.snapshot(_target(tmp_path, 1)).keyed.run()])
+    op, out = _op(spec, backend=backend, local_dir=str(tmp_path))
+    op.initialize_state(restore, 1)
+    # No watermark yet: [0, 10) fired to the snapshot already, so 2 (in [-5, 5) and
+    # [0, 10) only) is late, and 8 counts in [5, 15) alone.
+    op.process_batch(_batch([{"k1": 1, "_ts": 2}, {"k1": 1, "_ts": 8}]), None)
+    assert op.counters.late_records_dropped == 1
+    op.process_watermark(MAX_WATERMARK)
+    got = {(s, e): v["n"] for (_, s, e), v in _results(out.batches(), spec).items()}
+    assert got == {(5, 15): 2}
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_a_wider_integer_key_widens_the_slice_tables(tmp_path: Path, backend: str) -> None:
+    spec = _spec(WindowTvf.tumble(10), ("k",), [AggCall("max", "v", "top")])
+    op, out = _op(spec, backend=backend, local_dir=str(tmp_path))
+    narrow = pa.record_batch(
+        {"k": pa.array([1], pa.int32()), "v": pa.array([5], pa.int16()), "_ts": [1]}
+    )
+    wide = pa.record_batch(
+        {"k": pa.array([2**40, 1], pa.int64()), "v": pa.array([2**35, 7]), "_ts": [2, 3]}
+    )
+    op.process_batch(narrow, None)
+    op.process_batch(wide, None)  # the slice's table was made for int32 keys, int16 values
+    op.process_watermark(MAX_WATERMARK)
+    got = sorted((r["k"], r["top"]) for r in out.rows())
+    assert got == [(1, 7), (2**40, 2**35)]

@@ -3,7 +3,10 @@
 Every snapshot format (canonical savepoints, heap and RocksDB checkpoints, columnar
 aggregation state) reads into the same table, one row per entry (list state: per
 element; map state: per user key; columnar state: per key and window, under the
-aggregation's name, ``"sum"``, ``"count"``...; ``namespace`` is the window start):
+aggregation's name, ``"sum"``, ``"count"``...; ``namespace`` is the window start;
+row tables: per row, the row as a dict, under the table's name and the row's key,
+e.g. a session window's ``"sessions"`` by key, a SQL window aggregation's
+``"slice@<start>"`` by key group, as those tables file their rows):
 
     key        the key, in its canonical form (see :mod:`epochstream.state.keyformat`)
     value      the value (deserialized with the state's serializer)

@@ -469,11 +469,6 @@ class SliceWindowAggregateSpec:
     window: WindowTvf
     aggs: tuple[AggCall, ...]
 
-    @property
-    def kind(self) -> str:
-        """Names the state in snapshots."""
-        return "window_aggregate"
-
     def __post_init__(self) -> None:
         if not self.aggs:
             raise ConfigurationError("a window aggregation needs at least one aggregate")

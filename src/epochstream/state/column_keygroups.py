@@ -255,14 +255,15 @@ def _binary_of(rows: np.ndarray, lengths: np.ndarray) -> pa.Array:
 def _encoded_integers(values: np.ndarray) -> pa.Array:
     """``encode_key`` of each integer (the ``KeyTag.INT`` layout), as a binary array."""
     negative, magnitude, size = _magnitudes(values)
-    big_endian = magnitude.astype(">u8").view(np.uint8).reshape(-1, 8)
     rows = np.zeros((len(values), 14), dtype=np.uint8)
     rows[:, 0] = _INT_POSITIVE[0]
     rows[:, 1] = np.where(negative, _INT_NEGATIVE[1], _INT_POSITIVE[1])
     rows[:, 2:6] = size.astype(">u4").view(np.uint8).reshape(-1, 4)
-    # The magnitude's last ``size`` bytes, moved to the front of bytes 6..13.
-    source = np.arange(8)[None, :] + (8 - size)[:, None]
-    rows[:, 6:] = np.take_along_axis(big_endian, np.minimum(source, 7), axis=1)
+    # The magnitude's ``size`` bytes shifted to the front of bytes 6..13 (0 has none:
+    # its shift of 64 is taken as 0, and 0 shifted is 0).
+    shift = (np.uint64(8) * (np.uint64(8) - size.astype(np.uint64))) % np.uint64(64)
+    front = magnitude << shift
+    rows[:, 6:] = front.astype(">u8").view(np.uint8).reshape(-1, 8)
     return _binary_of(rows, 6 + size)
 
 

@@ -605,14 +605,10 @@ def columnar_rows(fs: StorageFS, handle: ColumnarSnapshotHandle) -> Iterable[tup
     """``(key, value, key group, window start or None)`` of every entry (offline reads)."""
     kind = next(iter(handle.states), "")
     if kind not in AGGREGATES:
-        what = (
-            "holds a SQL window aggregation's partials per key and slice"
-            if kind == "window_aggregate"
-            else "is a row table (a columnar join's or session window's rows)"
-        )
         raise StateError(
-            f"state {kind!r} of {handle.path} {what}, not one value per key; read it with "
-            "es.savepoint.read"
+            f"state {kind!r} of {handle.path} is a row table (a columnar join's, session "
+            "window's or SQL window aggregation's rows), not one value per key; read it "
+            "with es.savepoint.read"
         )
     for kg, batch in read_batches(fs, handle, handle.key_groups):
         cols = batch.to_pydict()

@@ -163,16 +163,19 @@ class RocksRowTable(RowTable):
 
     def table(self) -> pa.Table:
         schema = self.schema
-        kgs: list[np.ndarray] = []
+        kgs: list[int] = []
         batches: list[pa.RecordBatch] = []
         for db_key, value in self._column.cf.items():
             kg, _key, _ns, rest = decode_prefix(bytes(db_key))
             if rest:  # not a counter
-                batch = schema.loads(split_value(bytes(value))[0])
-                batches.append(batch)
-                kgs.append(np.full(batch.num_rows, kg, dtype=np.int32))
-        rows = pa.Table.from_batches(batches, schema=schema.schema)
-        groups = np.concatenate(kgs) if kgs else np.empty(0, dtype=np.int32)
+                batches.append(schema.loads(split_value(bytes(value))[0]))
+                kgs.append(kg)
+        # One chunk: an entry holds one key's rows, and Arrow kernels (a group_by over a
+        # window's slices) slow down with every chunk of a table.
+        rows = pa.Table.from_batches(batches, schema=schema.schema).combine_chunks()
+        groups = np.repeat(
+            np.array(kgs, dtype=np.int32), np.array([b.num_rows for b in batches], dtype=np.int64)
+        )
         return rows.add_column(0, KG, pa.array(groups))
 
     def __len__(self) -> int:
