@@ -200,3 +200,12 @@ def test_a_changed_column_type_changes_the_uids_of_what_reads_it() -> None:
 
     assert uids("BIGINT") == uids("BIGINT")
     assert not set(uids("BIGINT")) & set(uids("DOUBLE"))  # summed as int64 vs float64
+
+
+def test_explain_checks_source_options(env: es.Environment) -> None:
+    env.execute_sql(
+        "CREATE TABLE src (a BIGINT) WITH ('connector' = 'filesystem', 'path' = '/tmp/x',\n"
+        "  'format' = 'parquet', 'scan.typo' = '1')"
+    )
+    with pytest.raises(es.SqlError, match=r"^line 2, column .*'scan.typo': is not an option"):
+        env.explain_sql("SELECT a FROM src")

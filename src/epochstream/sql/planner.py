@@ -46,7 +46,7 @@ from epochstream.graph.windowing import (
     WindowAssigner,
 )
 from epochstream.sql.catalog import Catalog, TableDef, interval_ms
-from epochstream.sql.connectors import sink_binding
+from epochstream.sql.connectors import sink_binding, source_binding
 from epochstream.sql.dialect import Flink, WindowTVF, node_position
 from epochstream.sql.expressions import CalcProgram, Field, compile_expression
 from epochstream.sql.plan import (
@@ -258,6 +258,8 @@ class Planner:
             )
         # Every declared column; the Calc above keeps the ones the query uses.
         columns = tuple(f.name for f in table.fields if f.name != table.proctime)
+        # The options are checked now, so explain_sql reports a bad one as running would.
+        source_binding(table, list(columns))
         scan = ScanNode(
             (),
             tuple(f for f in table.fields if f.name in columns),
@@ -317,6 +319,12 @@ class Planner:
                 )
             return input_, _Scope.of(source.alias or None, input_.fields), window
         if isinstance(source, exp.Table):
+            if source.args.get("version") is not None:
+                raise _error(
+                    source,
+                    f"{_text(source.args['version'])}: temporal and lookup joins are not "
+                    "supported yet",
+                )
             node = self._lookup(source)
             return node, _Scope.of(source.alias_or_name, node.fields), None
         if isinstance(source, exp.Subquery):
