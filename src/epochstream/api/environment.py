@@ -36,7 +36,7 @@ from epochstream.graph.jobgraph import JobGraph, build_job_graph, stateful_witho
 from epochstream.graph.launch import JobDescription, JobHandle, JobResult, Launcher
 from epochstream.graph.transformations import LogicalGraph
 from epochstream.sql.catalog import Catalog
-from epochstream.sql.dialect import node_position, parse_script
+from epochstream.sql.dialect import parse_script, sql_error
 from epochstream.sql.expressions import Field
 from epochstream.sql.plan import explain
 from epochstream.sql.planner import Planner
@@ -54,12 +54,6 @@ log = logging.getLogger(__name__)
 
 # What SET 'key' = 'value' may set in execute_sql.
 _SQL_OPTIONS = ("pipeline.name",)
-
-
-def sql_error(node: exp.Expression, message: str) -> SqlError:
-    """A :class:`SqlError` at ``node``'s position."""
-    line, column = node_position(node)
-    return SqlError(message, line=line, column=column)
 
 
 def _one_statement(text: str) -> list[exp.Expression]:

@@ -26,7 +26,7 @@ from typing import Any
 from sqlglot import exp
 
 from epochstream.exceptions import SqlError
-from epochstream.sql.dialect import MetadataColumn, WithOptions, node_position, primary_key
+from epochstream.sql.dialect import MetadataColumn, WithOptions, primary_key, sql_error
 from epochstream.sql.expressions import Field
 from epochstream.sql.functions import FunctionCatalog
 from epochstream.sql.types import SqlType
@@ -42,22 +42,17 @@ _UNIT_MS = {
 }
 
 
-def _error(node: exp.Expression | None, message: str) -> SqlError:
-    line, column = node_position(node)
-    return SqlError(message, line=line, column=column)
-
-
 def interval_ms(node: exp.Expression) -> int:
     """Milliseconds of an ``INTERVAL 'n' UNIT`` literal (units up to DAY).
 
     Example: ``interval_ms(parse_one("INTERVAL '4' SECOND", dialect=Flink)) == 4000``
     """
     if not isinstance(node, exp.Interval):
-        raise _error(node, f"expected an INTERVAL literal, got {node.sql()}")
+        raise sql_error(node, f"expected an INTERVAL literal, got {node.sql()}")
     unit_node = node.args.get("unit")
     unit = (unit_node.name if unit_node is not None else "").upper().rstrip("S")
     if unit not in _UNIT_MS:
-        raise _error(
+        raise sql_error(
             node,
             f"unsupported interval unit {unit_node.name if unit_node else '(none)'!r}: "
             f"use one of {', '.join(_UNIT_MS)}",
@@ -67,7 +62,9 @@ def interval_ms(node: exp.Expression) -> int:
     try:
         amount = int(text)
     except ValueError:
-        raise _error(node, f"INTERVAL takes a whole number in quotes, got {value.sql()}") from None
+        raise sql_error(
+            node, f"INTERVAL takes a whole number in quotes, got {value.sql()}"
+        ) from None
     return amount * _UNIT_MS[unit]
 
 
@@ -108,7 +105,9 @@ class TableDef:
 
     def option_error(self, key: str, message: str) -> SqlError:
         """A :class:`SqlError` at the option ``key``'s position in the DDL."""
-        return _error(self.option_nodes.get(key), f"table {self.name!r}, option '{key}': {message}")
+        return sql_error(
+            self.option_nodes.get(key), f"table {self.name!r}, option '{key}': {message}"
+        )
 
 
 class Catalog:
@@ -143,7 +142,7 @@ class Catalog:
         if name in self._tables or name in self._views:
             if if_not_exists:
                 return False
-            raise _error(node, f"table or view {name!r} exists already")
+            raise sql_error(node, f"table or view {name!r} exists already")
         return True
 
     def add_stream(
@@ -168,7 +167,7 @@ class Catalog:
             name = table.name
             if self._tables.pop(name, None) is None and self._views.pop(name, None) is None:
                 if not drop.args.get("exists"):
-                    raise _error(table, f"no table or view {name!r}")
+                    raise sql_error(table, f"no table or view {name!r}")
 
     def create_function(self, create: exp.Create) -> None:
         """``CREATE [TEMPORARY] FUNCTION name AS 'package.module.function' LANGUAGE PYTHON``:
@@ -184,7 +183,7 @@ class Catalog:
             None,
         )
         if language != "PYTHON":
-            raise _error(
+            raise sql_error(
                 create.this,
                 f"CREATE FUNCTION {name}: only Python functions are supported; add "
                 "LANGUAGE PYTHON and name a module-level function as 'package.module.function'",
@@ -192,11 +191,13 @@ class Catalog:
         target = create.expression.name if create.expression is not None else ""
         module_name, _, attr = target.rpartition(".")
         if not module_name:
-            raise _error(create.expression, f"expected 'package.module.function', got {target!r}")
+            raise sql_error(
+                create.expression, f"expected 'package.module.function', got {target!r}"
+            )
         try:
             fn = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as err:
-            raise _error(
+            raise sql_error(
                 create.expression, f"CREATE FUNCTION {name}: cannot import {target!r}: {err}"
             ) from None
         self.functions.register(name, fn)
@@ -207,7 +208,7 @@ class Catalog:
         if not self._check_free(name, create.this, bool(create.args.get("exists"))):
             return self._tables[name]
         if create.expression is not None:
-            raise _error(create.expression, "CREATE TABLE ... AS SELECT is not supported")
+            raise sql_error(create.expression, "CREATE TABLE ... AS SELECT is not supported")
         fields: list[Field] = []
         rowtime: str | None = None
         delay = 0
@@ -217,31 +218,31 @@ class Catalog:
                 proctime = self._column(node, fields, proctime)
             elif isinstance(node, exp.WatermarkColumnConstraint):
                 if rowtime is not None:
-                    raise _error(node, "a table has at most one WATERMARK")
+                    raise sql_error(node, "a table has at most one WATERMARK")
                 rowtime, delay = _watermark(node)
         columns = [f.name for f in fields]
         if len(set(columns)) != len(columns):
-            raise _error(create.this, f"table {name!r} declares a column twice")
+            raise sql_error(create.this, f"table {name!r} declares a column twice")
         if rowtime is not None:
             declared = next((f for f in fields if f.name == rowtime), None)
             if declared is None:
-                raise _error(create.this, f"WATERMARK FOR {rowtime}: no column {rowtime!r}")
+                raise sql_error(create.this, f"WATERMARK FOR {rowtime}: no column {rowtime!r}")
             if not declared.type.name.startswith("TIMESTAMP"):
-                raise _error(
+                raise sql_error(
                     create.this,
                     f"WATERMARK FOR {rowtime}: the column is {declared.type.sql()}, "
                     "a rowtime attribute must be TIMESTAMP(3) or TIMESTAMP_LTZ(3)",
                 )
         key, not_enforced = primary_key(create)
         if key and not not_enforced:
-            raise _error(
+            raise sql_error(
                 create.this,
                 "PRIMARY KEY must be declared NOT ENFORCED (Flink does not own the data to "
                 "check it)",
             )
         options, option_nodes = _options(create)
         if "connector" not in options:
-            raise _error(create.this, f"table {name!r} needs a 'connector' option in WITH (...)")
+            raise sql_error(create.this, f"table {name!r} needs a 'connector' option in WITH (...)")
         table = TableDef(
             name,
             tuple(fields),
@@ -262,21 +263,21 @@ class Catalog:
             None,
         )
         if any(isinstance(c.kind, MetadataColumn) for c in node.constraints):
-            raise _error(node, f"column {node.name}: METADATA columns are not supported yet")
+            raise sql_error(node, f"column {node.name}: METADATA columns are not supported yet")
         if computed is not None:
             expr = computed.this
             if isinstance(expr, exp.Anonymous) and expr.name.upper() == "PROCTIME":
                 if proctime is not None:
-                    raise _error(node, "a table has at most one PROCTIME() column")
+                    raise sql_error(node, "a table has at most one PROCTIME() column")
                 fields.append(Field(node.name, SqlType.parse("TIMESTAMP_LTZ(3)")))
                 return node.name
-            raise _error(
+            raise sql_error(
                 expr,
                 f"computed column {node.name}: only 'AS PROCTIME()' is supported; compute "
                 "other values in the query",
             )
         if kind is None:
-            raise _error(node, f"column {node.name} needs a type")
+            raise sql_error(node, f"column {node.name} needs a type")
         fields.append(Field(node.name, SqlType.from_ddl(kind)))
         return proctime
 
@@ -293,7 +294,7 @@ def _watermark(node: exp.WatermarkColumnConstraint) -> tuple[str, int]:
         and isinstance(expr.expression, exp.Interval)
     ):
         return column, interval_ms(expr.expression)
-    raise _error(
+    raise sql_error(
         expr,
         f"WATERMARK FOR {column} supports '{column}' or '{column} - INTERVAL '<n>' <unit>'",
     )
@@ -305,11 +306,11 @@ def _options(create: exp.Create) -> tuple[dict[str, str], dict[str, exp.Expressi
     props = create.args.get("properties")
     for prop in props.expressions if props is not None else []:
         if not isinstance(prop, WithOptions):
-            raise _error(prop, f"unsupported table property {prop.sql()}")
+            raise sql_error(prop, f"unsupported table property {prop.sql()}")
         for option in prop.expressions:
             key = option.this.name
             if key in options:
-                raise _error(option, f"option '{key}' given twice")
+                raise sql_error(option, f"option '{key}' given twice")
             options[key] = option.expression.name
             nodes[key] = option
     return options, nodes

@@ -43,6 +43,7 @@ __all__ = [
     "node_position",
     "parse_script",
     "primary_key",
+    "sql_error",
 ]
 
 # --------------------------------------------------------------------------- AST nodes
@@ -453,22 +454,37 @@ def parse_script(sql: str) -> list[exp.Expression | list[exp.Expression]]:
     return out
 
 
-def node_position(node: exp.Expression | None) -> tuple[int, int]:
-    """``(line, column)`` of the first positioned node in ``node``'s subtree (sqlglot keeps
-    positions on identifiers, functions and this dialect's nodes, not on every node), or
-    ``(0, 0)`` when none has one.
+def node_position(node: exp.Expr | None) -> tuple[int, int]:
+    """``(line, column)`` where ``node`` starts in the SQL text: the smallest position in
+    its subtree (sqlglot keeps positions on identifiers, functions and this dialect's
+    nodes, not on every node), else the nearest enclosing node's, else ``(0, 0)``.
 
     Example: ``SqlError("unknown column", line=l, column=c)`` with ``l, c = node_position(col)``
     """
-    if node is None:
-        return 0, 0
-    for sub in node.walk():
-        meta = sub.meta if isinstance(sub, exp.Expression) else None
-        if meta and "line" in meta:
-            col = meta.get("col", 0)
-            start, end = meta.get("start"), meta.get("end")
-            # sqlglot's col is the token's last column; report its first.
-            if start is not None and end is not None:
-                col = max(1, col - (end - start))
-            return int(meta["line"]), int(col)
+    current = node
+    while current is not None:
+        found = [_start(sub) for sub in current.walk() if sub.meta.get("line")]
+        if found:
+            return min(found)
+        current = current.parent
     return 0, 0
+
+
+def _start(node: exp.Expr) -> tuple[int, int]:
+    meta = node.meta
+    col = meta.get("col", 0)
+    start, end = meta.get("start"), meta.get("end")
+    # sqlglot's col is the token's last column; report its first.
+    if start is not None and end is not None:
+        col = max(1, col - (end - start))
+    return int(meta["line"]), int(col)
+
+
+def sql_error(node: exp.Expr | None, message: str) -> SqlError:
+    """A one-line :class:`SqlError` at ``node``'s position (the one helper every part of
+    the SQL layer reports with).
+
+    Example: ``raise sql_error(column, f"unknown column {column.name!r}")``
+    """
+    line, column = node_position(node)
+    return SqlError(" ".join(message.split()), line=line, column=column)

@@ -32,7 +32,7 @@ from sqlglot import exp
 
 from epochstream.exceptions import DataError, SqlError
 from epochstream.sql import kernels
-from epochstream.sql.dialect import Flink
+from epochstream.sql.dialect import Flink, node_position, sql_error
 from epochstream.sql.functions import (
     NOT_LITERAL,
     FunctionCatalog,
@@ -53,9 +53,6 @@ from epochstream.sql.types import (
     SqlType,
     arithmetic_result_type,
     common_type,
-)
-from epochstream.sql.types import (
-    source_position as _position,
 )
 
 __all__ = ["CalcProgram", "CompiledExpression", "Field", "compile_expression"]
@@ -111,16 +108,11 @@ class _Program:
 
 
 def _where(node: exp.Expr) -> str:
-    line, col = _position(node)
+    line, col = node_position(node)
     text = " ".join(node.sql(dialect=Flink, normalize_functions=False).split())
     if len(text) > 80:
         text = text[:77] + "..."
     return f"line {line}, column {col}: {text}"
-
-
-def _error(node: exp.Expr, message: str) -> SqlError:
-    line, col = _position(node)
-    return SqlError(" ".join(message.split()), line=line, column=col)
 
 
 _LITERAL_CONSTANTS = {"LOCALTIMESTAMP", "CURRENT_TIMESTAMP", "CURRENT_DATE", "CURRENT_TIME"}
@@ -171,7 +163,7 @@ class _Site:
         return self.compiler.convert(operand, target, self.node)
 
     def error(self, message: str) -> SqlError:
-        return _error(self.node, message)
+        return sql_error(self.node, message)
 
 
 class _Compiler:
@@ -239,14 +231,14 @@ class _Compiler:
         elif source.is_string and target.name == "BOOLEAN":
             how = "text_bool"
         elif source.name != "NULL" and not _castable(source, target):
-            raise _error(node, f"cannot cast {source.sql()} to {target.sql()}")
+            raise sql_error(node, f"cannot cast {source.sql()} to {target.sql()}")
         result = target.with_nullable(source.nullable or target.nullable or try_)
         return self.emit(kernels.cast, [operand], (target.to_arrow(), how, try_), result, node)
 
     def call(self, name: str, args: list[Operand], node: exp.Expr) -> Operand:
         found = self.functions.lookup(name)
         if found is None:
-            raise _error(node, f"unsupported function {name.upper()}")
+            raise sql_error(node, f"unsupported function {name.upper()}")
         if isinstance(found, ScalarFunction):
             # Calls of one deterministic UDF on the same arguments share a step, wherever
             # they are written; a non-deterministic one is called at each place.
@@ -267,7 +259,7 @@ class _Compiler:
             return self._arithmetic(node, _ARITHMETIC[type(node)])
         if isinstance(node, exp.Func):
             return self._function(node)
-        raise _error(
+        raise sql_error(
             node, f"unsupported expression {type(node).__name__.upper()}: {node.sql(dialect=Flink)}"
         )
 
@@ -277,7 +269,7 @@ class _Compiler:
         if field is None:
             if not node.table and name.upper() in _LITERAL_CONSTANTS:
                 return self.call(name.upper(), [], node)
-            raise _error(node, f"unknown column '{name}'")
+            raise sql_error(node, f"unknown column '{name}'")
         if name not in self.columns:
             if self.steps:  # columns take the first slots: shift the steps' slots
                 raise AssertionError("columns are collected before any step")
@@ -324,11 +316,11 @@ class _Compiler:
     def _interval(self, node: exp.Interval) -> Operand:
         unit = (node.unit.name if node.unit else "").upper().rstrip("S") or "SECOND"
         if unit not in _INTERVAL_MS:
-            raise _error(node, f"unsupported interval unit {unit} (SECOND, MINUTE, HOUR, DAY)")
+            raise sql_error(node, f"unsupported interval unit {unit} (SECOND, MINUTE, HOUR, DAY)")
         try:
             amount = Decimal(node.this.name)
         except ArithmeticError:
-            raise _error(node, f"not a number of {unit}: {node.this.name!r}") from None
+            raise sql_error(node, f"not a number of {unit}: {node.this.name!r}") from None
         millis = int(amount * _INTERVAL_MS[unit])
         return self.constant(millis, INTERVAL.with_nullable(False), node)
 
@@ -338,7 +330,7 @@ class _Compiler:
             return self._number("-" + inner.this, node)
         value = self.compile(inner)
         if not (value.type.is_numeric or value.type.name == "INTERVAL"):
-            raise _error(node, f"cannot negate {value.type.sql()}")
+            raise sql_error(node, f"cannot negate {value.type.sql()}")
         return self.emit(kernels.call, [value], ("negate_checked", ()), value.type, node)
 
     # arithmetic and comparison
@@ -349,7 +341,7 @@ class _Compiler:
             return self._timestamp_arithmetic(node, op, left, right)
         result = arithmetic_result_type(op, left.type, right.type)
         if result is None:
-            raise _error(node, f"cannot apply {op} to {left.type.sql()} and {right.type.sql()}")
+            raise sql_error(node, f"cannot apply {op} to {left.type.sql()} and {right.type.sql()}")
         if result.name == "DECIMAL":
             return self._decimal_arithmetic(node, op, left, right, result)
         if op == "%" and result.is_integer:
@@ -374,7 +366,7 @@ class _Compiler:
         self, node: exp.Binary, op: str, left: Operand, right: Operand, result: SqlType
     ) -> Operand:
         if op == "%":
-            raise _error(node, "MOD of DECIMAL values is not supported")
+            raise sql_error(node, "MOD of DECIMAL values is not supported")
         # Each side as the DECIMAL holding it (INT is DECIMAL(10, 0)); a NULL literal
         # takes the result's type.
         left, right = (
@@ -405,7 +397,7 @@ class _Compiler:
         if op == "+" and left.type.name == "INTERVAL":
             left, right = right, left
         if op not in "+-" or not left.type.is_timestamp or right.type.name != "INTERVAL":
-            raise _error(node, f"cannot apply {op} to {left.type.sql()} and {right.type.sql()}")
+            raise sql_error(node, f"cannot apply {op} to {left.type.sql()} and {right.type.sql()}")
         name = "add_checked" if op == "+" else "subtract_checked"
         result = left.type.with_nullable(left.type.nullable or right.type.nullable)
         return self.emit(kernels.call, [left, right], (name, ()), result, node)
@@ -414,14 +406,14 @@ class _Compiler:
         target = common_type([o.type for o in operands])
         if target is None:
             types = ", ".join(o.type.sql() for o in operands)
-            raise _error(node, f"{what}: no common type for {types}")
+            raise sql_error(node, f"{what}: no common type for {types}")
         return target
 
     def _comparison(self, node: exp.Binary, function: str) -> Operand:
         left, right = self.compile(node.left), self.compile(node.right)
         target = common_type([left.type, right.type])
         if target is None:
-            raise _error(node, f"cannot compare {left.type.sql()} with {right.type.sql()}")
+            raise sql_error(node, f"cannot compare {left.type.sql()} with {right.type.sql()}")
         result = BOOLEAN.with_nullable(left.type.nullable or right.type.nullable)
         if target.name == "NULL":
             return self.constant(None, BOOLEAN, node)
@@ -435,7 +427,7 @@ class _Compiler:
         if value.type.name == "NULL":
             return self.convert(value, BOOLEAN, node)
         if value.type.name != "BOOLEAN":
-            raise _error(
+            raise sql_error(
                 node, f"expected a BOOLEAN, not {value.type.sql()}: {node.sql(dialect=Flink)}"
             )
         return value
@@ -461,7 +453,7 @@ class _Compiler:
         needed = self.emit(kernels.call, [decided], ("invert", ()), flag, right)
         deferred = _Deferred(self, right)
         if deferred.type.name not in ("BOOLEAN", "NULL"):
-            raise _error(
+            raise sql_error(
                 right, f"expected a BOOLEAN, not {deferred.type.sql()}: {right.sql(dialect=Flink)}"
             )
         return deferred.guarded(needed, BOOLEAN, right)
@@ -482,7 +474,7 @@ class _Compiler:
             return self.emit(
                 kernels.is_true, [value], (not target.this,), BOOLEAN.with_nullable(False), node
             )
-        raise _error(node, f"unsupported IS {target.sql(dialect=Flink)}")
+        raise sql_error(node, f"unsupported IS {target.sql(dialect=Flink)}")
 
     def _between(self, node: exp.Between) -> Operand:
         # Copies: building the new nodes must not re-parent the planner's tree.
@@ -492,7 +484,7 @@ class _Compiler:
 
     def _in(self, node: exp.In) -> Operand:
         if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
-            raise _error(node, "unsupported IN with a subquery; IN takes a list of values")
+            raise sql_error(node, "unsupported IN with a subquery; IN takes a list of values")
         value = self.compile(node.this)
         items = [self.compile(e) for e in node.expressions]
         target = self._common(node, [value, *items], "IN")
@@ -528,9 +520,9 @@ class _Compiler:
         value = self.compile(node.this)
         pattern = self.compile(node.expression)
         if value.type.name != "NULL" and not value.type.is_string:
-            raise _error(node, f"LIKE takes a string, not {value.type.sql()}")
+            raise sql_error(node, f"LIKE takes a string, not {value.type.sql()}")
         if not isinstance(pattern.literal, str):
-            raise _error(node, "LIKE: the pattern must be a string literal")
+            raise sql_error(node, "LIKE: the pattern must be a string literal")
         value = self.convert(value, STRING, node)
         arrow_pattern = _like_pattern(pattern.literal, escape, node)
         result = self.emit(
@@ -550,9 +542,11 @@ class _Compiler:
         if not isinstance(like, exp.Like) or not (
             isinstance(escape, exp.Literal) and escape.is_string
         ):
-            raise _error(node, "ESCAPE follows LIKE 'pattern' and is a one-character string")
+            raise sql_error(node, "ESCAPE follows LIKE 'pattern' and is a one-character string")
         if len(escape.this) != 1:
-            raise _error(node, f"the ESCAPE character must be one character, not {escape.this!r}")
+            raise sql_error(
+                node, f"the ESCAPE character must be one character, not {escape.this!r}"
+            )
         return self._like(like, escape.this)
 
     def _case(self, node: exp.Case) -> Operand:
@@ -579,7 +573,7 @@ class _Compiler:
         target = common_type([v.type for v in values])
         if target is None:
             types = ", ".join(v.type.sql() for v in values)
-            raise _error(node, f"CASE: no common type for {types}")
+            raise sql_error(node, f"CASE: no common type for {types}")
         if target.name == "NULL":
             target = STRING
         if target.name == "CHAR":
@@ -633,7 +627,7 @@ class _Compiler:
             default=false.copy() if false is not None else None,
         )
         if self._boolean_operand(case.args["ifs"][0].this).type.name != "BOOLEAN":
-            raise _error(node, "IF takes a BOOLEAN condition")
+            raise sql_error(node, "IF takes a BOOLEAN condition")
         return self._case(case)
 
     def _cast(self, node: exp.Cast, try_: bool = False) -> Operand:
@@ -665,7 +659,7 @@ class _Compiler:
         if chars is not None:
             operand = self.compile(chars)
             if not isinstance(operand.literal, str):
-                raise _error(node, "TRIM: the characters to remove must be a string literal")
+                raise sql_error(node, "TRIM: the characters to remove must be a string literal")
             text = operand.literal
         side = str(node.args.get("position") or "BOTH").upper()
         site = _Site(self, node, "TRIM")
@@ -788,7 +782,7 @@ def _like_pattern(pattern: str, escape: str | None, node: exp.Expr) -> str:
         ch = pattern[i]
         if escape is not None and ch == escape:
             if i + 1 >= len(pattern) or pattern[i + 1] not in ("%", "_", escape):
-                raise _error(node, f"invalid escape sequence in LIKE pattern {pattern!r}")
+                raise sql_error(node, f"invalid escape sequence in LIKE pattern {pattern!r}")
             nxt = pattern[i + 1]
             out.append("\\" + nxt if nxt in "%_\\" else nxt)
             i += 2

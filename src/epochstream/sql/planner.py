@@ -47,7 +47,7 @@ from epochstream.graph.windowing import (
 )
 from epochstream.sql.catalog import Catalog, TableDef, interval_ms
 from epochstream.sql.connectors import sink_binding, source_binding
-from epochstream.sql.dialect import Flink, WindowTVF, node_position
+from epochstream.sql.dialect import Flink, WindowTVF, sql_error
 from epochstream.sql.expressions import CalcProgram, Field, compile_expression
 from epochstream.sql.plan import (
     AssignerAggregateNode,
@@ -71,11 +71,6 @@ _WINDOW_COLUMNS = ("window_start", "window_end", "window_time")
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min", exp.Max: "max", exp.Avg: "avg"}
 _TIMESTAMP = SqlType.parse("TIMESTAMP(3)").with_nullable(False)
-
-
-def _error(node: exp.Expression | None, message: str) -> SqlError:
-    line, column = node_position(node)
-    return SqlError(message, line=line, column=column)
 
 
 def _text(node: exp.Expression) -> str:
@@ -107,7 +102,7 @@ class _Scope:
                 if name == qualifier:
                     if column.name in columns:
                         return columns[column.name]
-                    raise _error(
+                    raise sql_error(
                         column,
                         f"{qualifier} has no column {column.name!r} (columns: "
                         f"{', '.join(sorted(columns))})",
@@ -115,15 +110,17 @@ class _Scope:
             if len(self.items) == 1 and self.items[0][0] is None:
                 return self.resolve(_column(column.name))
             known = ", ".join(n for n, _ in self.items if n) or "none"
-            raise _error(
+            raise sql_error(
                 column.args.get("table"), f"unknown table alias {qualifier!r} (known: {known})"
             )
         found = [columns[column.name] for _, columns in self.items if column.name in columns]
         if not found:
             every = sorted({c for _, columns in self.items for c in columns})
-            raise _error(column, f"unknown column {column.name!r} (columns: {', '.join(every)})")
+            raise sql_error(column, f"unknown column {column.name!r} (columns: {', '.join(every)})")
         if len(found) > 1:
-            raise _error(column, f"column {column.name!r} is ambiguous: qualify it with its table")
+            raise sql_error(
+                column, f"column {column.name!r} is ambiguous: qualify it with its table"
+            )
         return found[0]
 
     def side(self, column: exp.Column) -> int:
@@ -132,7 +129,7 @@ class _Scope:
         for i, (name, columns) in enumerate(self.items):
             if (qualifier and name == qualifier) or (not qualifier and column.name in columns):
                 return i
-        raise _error(column, f"unknown column {column.name!r}")
+        raise sql_error(column, f"unknown column {column.name!r}")
 
 
 @dataclass
@@ -179,16 +176,18 @@ class Planner:
         name = target.name
         table = self.catalog.table(name)
         if table is None or table.connector is None:
-            raise _error(target, f"INSERT INTO {name}: no table {name!r} created with a connector")
+            raise sql_error(
+                target, f"INSERT INTO {name}: no table {name!r} created with a connector"
+            )
         if insert.args.get("overwrite"):
-            raise _error(target, "INSERT OVERWRITE is not supported (append-only sinks)")
+            raise sql_error(target, "INSERT OVERWRITE is not supported (append-only sinks)")
         query = self.plan_query(insert.expression)
         wanted = list(columns) if columns is not None else [f.name for f in table.fields]
         unknown = [c for c in wanted if table.field(c) is None]
         if unknown:
-            raise _error(target, f"table {name!r} has no column {unknown[0]!r}")
+            raise sql_error(target, f"table {name!r} has no column {unknown[0]!r}")
         if len(wanted) != len(query.fields):
-            raise _error(
+            raise sql_error(
                 insert.expression,
                 f"INSERT INTO {name}: the query gives {len(query.fields)} columns, the table "
                 f"takes {len(wanted)} ({', '.join(wanted)})",
@@ -225,15 +224,15 @@ class Planner:
         if isinstance(query, exp.Select):
             return self._plan_select(query)
         if isinstance(query, exp.Intersect | exp.Except):
-            raise _error(query, f"{type(query).__name__.upper()} is not supported")
-        raise _error(query, f"expected a query, got {type(query).__name__}")
+            raise sql_error(query, f"{type(query).__name__.upper()} is not supported")
+        raise sql_error(query, f"expected a query, got {type(query).__name__}")
 
     # ------------------------------------------------------------------ FROM
 
     def _lookup(self, table: exp.Table) -> PlanNode:
         name = table.name
         if table.args.get("db") or table.args.get("catalog"):
-            raise _error(table, f"qualified table names are not supported: {_text(table)}")
+            raise sql_error(table, f"qualified table names are not supported: {_text(table)}")
         for scope in reversed(self._ctes):
             if name in scope:
                 return self.plan_query(scope[name].copy())
@@ -243,7 +242,7 @@ class Planner:
         found = self.catalog.table(name)
         if found is None:
             known = ", ".join(self.catalog.names()) or "none"
-            raise _error(table, f"unknown table {name!r} (tables and views: {known})")
+            raise sql_error(table, f"unknown table {name!r} (tables and views: {known})")
         return self._scan(found)
 
     def _scan(self, table: TableDef) -> PlanNode:
@@ -288,13 +287,15 @@ class Planner:
         conditions between its sides)."""
         from_ = select.args.get("from_")
         if from_ is None:
-            raise _error(select, "SELECT without FROM is not supported (a stream needs a source)")
+            raise sql_error(
+                select, "SELECT without FROM is not supported (a stream needs a source)"
+            )
         where = select.args.get("where")
         condition = where.this if where is not None else None
         node, scope, window = self._from_item(from_.this)
         joins = select.args.get("joins") or []
         if joins and window is not None:
-            raise _error(
+            raise sql_error(
                 window.tvf,
                 "a window TVF joined with another table is not supported yet; aggregate each "
                 "side by window first (window join)",
@@ -311,7 +312,7 @@ class Planner:
             if timecol == input_.proctime and input_.proctime is not None:
                 window.proctime = True
             elif input_.rowtime is None or timecol != input_.rowtime:
-                raise _error(
+                raise sql_error(
                     source.args["timecol"],
                     f"{window.kind.upper()}: DESCRIPTOR({timecol}) must name the input's time "
                     "attribute (a column with a WATERMARK, or a PROCTIME() column; the input's "
@@ -320,7 +321,7 @@ class Planner:
             return input_, _Scope.of(source.alias or None, input_.fields), window
         if isinstance(source, exp.Table):
             if source.args.get("version") is not None:
-                raise _error(
+                raise sql_error(
                     source,
                     f"{_text(source.args['version'])}: temporal and lookup joins are not "
                     "supported yet",
@@ -330,7 +331,7 @@ class Planner:
         if isinstance(source, exp.Subquery):
             node = self.plan_query(source.this)
             return node, _Scope.of(source.alias or None, node.fields), None
-        raise _error(source, f"unsupported FROM item {type(source).__name__}")
+        raise sql_error(source, f"unsupported FROM item {type(source).__name__}")
 
     # ------------------------------------------------------------------ joins
 
@@ -347,16 +348,16 @@ class Planner:
         offers, and the WHERE conjuncts it did not take."""
         side = (join.args.get("side") or "").upper()
         if side:
-            raise _error(
+            raise sql_error(
                 join,
                 f"{side} JOIN is not supported yet (an outer join emits rows it may have to "
                 "take back); use an inner join",
             )
         if join.args.get("using"):
-            raise _error(join, "JOIN ... USING is not supported; write ON a.k = b.k")
+            raise sql_error(join, "JOIN ... USING is not supported; write ON a.k = b.k")
         right, right_scope, window = self._from_item(join.this)
         if window is not None:
-            raise _error(window.tvf, "a window TVF as a join input is not supported yet")
+            raise sql_error(window.tvf, "a window TVF as a join input is not supported yet")
         rename, used = {}, {f.name for f in left.fields}
         for f in right.fields:
             out, i = f.name, 0
@@ -431,7 +432,7 @@ class Planner:
                 mode, bounds = "interval", found
                 residual = [c for c in residual if all(c is not t for t in times)]
         if not key_pairs:
-            raise _error(
+            raise sql_error(
                 on if on is not None else join,
                 "a join needs an equality between the two sides (a.k = b.k); a join without "
                 "one pairs every row with every other",
@@ -536,7 +537,7 @@ class Planner:
         if lower is None or upper is None:
             return None
         if lower > upper:
-            raise _error(
+            raise sql_error(
                 comparisons[0], f"the join's time bounds are empty ([{lower}, {upper}] ms)"
             )
         return lower, upper
@@ -546,7 +547,7 @@ class Planner:
         if kind == "session":
             gap = interval_ms(tvf.args["gap"])
             if gap <= 0:
-                raise _error(tvf, "SESSION: the gap must be positive")
+                raise sql_error(tvf, "SESSION: the gap must be positive")
             return _Window(tvf, None, gap, tuple(tvf.args.get("partition_by") or ()))
         size = interval_ms(tvf.args["size"])
         offset = interval_ms(tvf.args["offset"]) if tvf.args.get("offset") else 0
@@ -558,7 +559,7 @@ class Planner:
             else:
                 window = WindowTvf.cumulate(size, interval_ms(tvf.args["step"]), offset)
         except ConfigurationError as err:
-            raise _error(tvf, f"{kind.upper()}: {err}") from None
+            raise sql_error(tvf, f"{kind.upper()}: {err}") from None
         return _Window(tvf, window)
 
     # ------------------------------------------------------------------ binding
@@ -592,7 +593,7 @@ class Planner:
             if isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
                 columns = next((c for q, c in scope.items if q == item.table), None)
                 if columns is None:
-                    raise _error(item, f"unknown table alias {item.table!r} in {_text(item)}")
+                    raise sql_error(item, f"unknown table alias {item.table!r} in {_text(item)}")
                 out.extend((name, _column(field)) for name, field in columns.items())
                 continue
             if bind:
@@ -613,7 +614,7 @@ class Planner:
             seen.add(unique)
             out[i] = (unique, expr)
         if not out:
-            raise _error(select, "empty select list")
+            raise sql_error(select, "empty select list")
         return out
 
     # ------------------------------------------------------------------ SELECT
@@ -627,9 +628,9 @@ class Planner:
             ("windows", "WINDOW"),
         ):
             if select.args.get(arg):
-                raise _error(select.args[arg], f"{what} is not supported on an unbounded stream")
+                raise sql_error(select.args[arg], f"{what} is not supported on an unbounded stream")
         if select.args.get("distinct"):
-            raise _error(
+            raise sql_error(
                 select,
                 "SELECT DISTINCT produces updates (an append-only result cannot take back a "
                 "row); group by a window instead",
@@ -641,14 +642,14 @@ class Planner:
         input_, scope, window, where = self._from(select)
         over = next(select.find_all(exp.Window), None)
         if over is not None:
-            raise _error(over, "OVER windows and ROW_NUMBER are not supported yet")
+            raise sql_error(over, "OVER windows and ROW_NUMBER are not supported yet")
         has_aggregates = any(_aggregates_in(item) for item in select.expressions)
         grouped = select.args.get("group") is not None or has_aggregates
         if not grouped:
             if window is not None:
                 input_, scope = self._window_assign(input_, scope, window)
             if select.args.get("having"):
-                raise _error(select.args["having"], "HAVING needs a GROUP BY")
+                raise sql_error(select.args["having"], "HAVING needs a GROUP BY")
             projections = self._select_list(select, scope, input_.fields)
             if where is not None:
                 self._bind(where, scope)
@@ -661,14 +662,14 @@ class Planner:
         """A window TVF read without aggregation: its rows with their windows' columns
         (``SELECT * FROM TABLE(TUMBLE(...))``, a Top-N or join input)."""
         if window.window is None or window.proctime:
-            raise _error(
+            raise sql_error(
                 window.tvf,
                 f"a {'SESSION' if window.window is None else 'processing-time'} window TVF "
                 "without GROUP BY window_start, window_end is not supported yet",
             )
         taken = [c for c in _WINDOW_COLUMNS if c in {f.name for f in input_.fields}]
         if taken:
-            raise _error(window.tvf, f"the window TVF's input already has a column {taken[0]!r}")
+            raise sql_error(window.tvf, f"the window TVF's input already has a column {taken[0]!r}")
         node = WindowAssignNode(
             (input_,),
             (*input_.fields, *(Field(c, _TIMESTAMP) for c in _WINDOW_COLUMNS)),
@@ -707,7 +708,7 @@ class Planner:
         if where is not None and window.window is None:
             # Sessions are cut by every row of the TVF's input: a WHERE applied after
             # them is not the same as one applied before (as for TUMBLE/HOP).
-            raise _error(
+            raise sql_error(
                 where,
                 "WHERE over a SESSION window would filter rows after the sessions are cut; "
                 "filter the input instead (WITH t AS (SELECT ... WHERE ...) ... TABLE t)",
@@ -717,14 +718,16 @@ class Planner:
         for item in [*group_items, *select.expressions, *window.partition]:
             self._bind(item, columns_scope)
         if select.args.get("having"):
-            raise _error(select.args["having"], f"HAVING over {what} windows is not supported yet")
+            raise sql_error(
+                select.args["having"], f"HAVING over {what} windows is not supported yet"
+            )
         keys = [
             g for g in group_items if not (isinstance(g, exp.Column) and g.name in _WINDOW_COLUMNS)
         ]
         partition = [p.name for p in window.partition]
         one_key = len(keys) == 1 and isinstance(keys[0], exp.Column)
         if not one_key or (window.window is None and partition != [keys[0].name]):
-            raise _error(
+            raise sql_error(
                 tvf,
                 f"{what} windows take exactly one key column"
                 + (" (PARTITION BY k in the TVF)" if window.window is None else "")
@@ -746,16 +749,16 @@ class Planner:
                 f"processing-time HOP size {size} ms, slide {slide} ms, offset {offset} ms"
             )
         else:
-            raise _error(tvf, "CUMULATE over a processing-time attribute is not supported")
+            raise sql_error(tvf, "CUMULATE over a processing-time attribute is not supported")
         key = keys[0].name
         calls = [a for item in select.expressions for a in _aggregates_in(item)]
         if len({_text(c) for c in calls}) != 1:
-            raise _error(
+            raise sql_error(
                 select, "SESSION windows take one aggregate (several are not supported yet)"
             )
         call = self._aggregate_call(calls[0], "$a0", lambda node, prefix: _plain(node, prefix))
         if call.distinct or call.filter or call.kind not in ("count_star", "sum", "min", "max"):
-            raise _error(
+            raise sql_error(
                 calls[0],
                 "SESSION windows take COUNT(*), SUM, MIN or MAX (without DISTINCT or FILTER)",
             )
@@ -769,7 +772,7 @@ class Planner:
         try:
             result_type = _flink_result_type(call, types.get(value or ""))
         except SqlError as err:
-            raise _error(calls[0], err.reason) from None
+            raise sql_error(calls[0], err.reason) from None
         adapter = ColumnAdapter(
             [
                 (key, key, types[key].to_arrow()),
@@ -810,7 +813,7 @@ class Planner:
                             ),
                         )
                     if n.name not in (key, "window_start", "window_end"):
-                        raise _error(n, f"column {n.name!r} is neither grouped nor aggregated")
+                        raise sql_error(n, f"column {n.name!r} is neither grouped nor aggregated")
                 return n
 
             return node.copy().transform(visit)
@@ -840,12 +843,12 @@ class Planner:
         index, item = ranked[0]
         over = item.this
         if not isinstance(over.this, exp.RowNumber):
-            raise _error(over, f"{_text(over.this)} OVER is not supported; ROW_NUMBER() is")
+            raise sql_error(over, f"{_text(over.this)} OVER is not supported; ROW_NUMBER() is")
         rank = item.alias
         where = select.args.get("where")
         limit, rest = _rank_limit(where.this if where is not None else None, rank)
         if limit is None:
-            raise _error(
+            raise sql_error(
                 over,
                 f"ROW_NUMBER() needs a filter on {rank} in the outer query (WHERE {rank} <= N): "
                 "without one the result is an unbounded, updating ranking",
@@ -857,7 +860,7 @@ class Planner:
 
         def column_of(node: exp.Expression) -> str:
             if not isinstance(node, exp.Column) or node.name not in names:
-                raise _error(
+                raise sql_error(
                     node, "PARTITION BY and ORDER BY take columns of the ranked query's output"
                 )
             return node.name
@@ -865,7 +868,7 @@ class Planner:
         partition = [column_of(p) for p in over.args.get("partition_by") or []]
         roles = {ranked_input.windows.get(c, ("", None))[0]: c for c in partition}
         if "start" not in roles or "end" not in roles:
-            raise _error(
+            raise sql_error(
                 over,
                 "ROW_NUMBER() OVER (PARTITION BY ...) must partition by window_start and "
                 "window_end of a window aggregation or window TVF (window Top-N); other "
@@ -873,7 +876,7 @@ class Planner:
             )
         order_node = over.args.get("order")
         if order_node is None:
-            raise _error(over, "ROW_NUMBER() OVER needs an ORDER BY")
+            raise sql_error(over, "ROW_NUMBER() OVER needs an ORDER BY")
         order = tuple(
             (column_of(o.this), bool(o.args.get("desc")), bool(o.args.get("nulls_first")))
             for o in order_node.expressions
@@ -882,7 +885,7 @@ class Planner:
             # Flink's default null order (first ascending, last descending) is the
             # operator's; another is not supported yet.
             if nulls_first == descending:
-                raise _error(
+                raise sql_error(
                     o,
                     "NULLS FIRST with DESC or NULLS LAST with ASC is not supported in window Top-N",
                 )
@@ -1089,10 +1092,10 @@ class Planner:
             if where is not None and any(
                 c.name in _WINDOW_COLUMNS for c in where.find_all(exp.Column)
             ):
-                raise _error(where, "WHERE cannot use the window columns before aggregation")
+                raise sql_error(where, "WHERE cannot use the window columns before aggregation")
             grouped = {g.name for g in group_items if isinstance(g, exp.Column)}
             if not bounds <= grouped:
-                raise _error(
+                raise sql_error(
                     group if group is not None else select,
                     f"a {window.kind.upper()} window aggregation groups by window_start and "
                     "window_end (Flink's window aggregation); without them the result would be "
@@ -1105,7 +1108,7 @@ class Planner:
             ]
             for g in group_items:
                 if isinstance(g, exp.Column) and g.name == "window_time":
-                    raise _error(
+                    raise sql_error(
                         g, "group by window_start, window_end (window_time follows from them)"
                     )
             out_windows = {
@@ -1115,7 +1118,7 @@ class Planner:
         else:
             given = _given_window(group_items, input_)
             if given is None:
-                raise _error(
+                raise sql_error(
                     group if group is not None else select,
                     "GROUP BY without a window TVF produces updates (each new row changes its "
                     "group's result), which append-only results cannot take; group by "
@@ -1152,7 +1155,7 @@ class Planner:
         key_text: dict[str, str] = {}
         for g in keys_of_group:
             if tvf_columns and any(c.name in _WINDOW_COLUMNS for c in g.find_all(exp.Column)):
-                raise _error(g, "a group key cannot compute on the window columns")
+                raise sql_error(g, "a group key cannot compute on the window columns")
             name = pre_column(g, "$k")
             if name not in keys:
                 keys.append(name)
@@ -1189,7 +1192,7 @@ class Planner:
             except SqlError as err:
                 if err.line:
                     raise
-                raise _error(call_nodes.get(call.output), err.reason) from None
+                raise sql_error(call_nodes.get(call.output), err.reason) from None
         operator_types = {f.name: f.type for f in agg_fields}
         flink_types = {
             call.output: _flink_result_type(call, pre_types.get(call.column or ""))
@@ -1235,7 +1238,7 @@ class Planner:
                         )
                     if tvf_columns and n.name in ("window_start", "window_end"):
                         return n
-                    raise _error(
+                    raise sql_error(
                         n,
                         f"column {n.name!r} is neither grouped nor aggregated: add it to GROUP BY "
                         "or aggregate it",
@@ -1276,19 +1279,19 @@ class Planner:
         distinct = False
         if isinstance(arg, exp.Distinct):
             if len(arg.expressions) != 1:
-                raise _error(agg, "DISTINCT aggregates take one column")
+                raise sql_error(agg, "DISTINCT aggregates take one column")
             distinct = True
             arg = arg.expressions[0]
             if kind != "count":
-                raise _error(
+                raise sql_error(
                     agg, f"{kind.upper()}(DISTINCT ...) is not supported; COUNT(DISTINCT ...) is"
                 )
         if isinstance(arg, exp.Star):
             if kind != "count":
-                raise _error(agg, f"{kind.upper()}(*) is not valid")
+                raise sql_error(agg, f"{kind.upper()}(*) is not valid")
             return AggCall("count_star", None, output, filter=filter_name)
         if any(_aggregates_in(arg)):
-            raise _error(agg, "aggregates cannot be nested")
+            raise sql_error(agg, "aggregates cannot be nested")
         column = add(arg, "$v")
         return AggCall(kind, column, output, distinct=distinct, filter=filter_name)
 
@@ -1296,14 +1299,14 @@ class Planner:
 
     def _plan_union(self, union: exp.Union) -> PlanNode:
         if union.args.get("distinct"):
-            raise _error(
+            raise sql_error(
                 union, "UNION without ALL removes duplicates, which produces updates; use UNION ALL"
             )
         inputs = [self.plan_query(union.this), self.plan_query(union.expression)]
         first = inputs[0].fields
         for other in inputs[1:]:
             if len(other.fields) != len(first):
-                raise _error(
+                raise sql_error(
                     union, f"UNION ALL inputs have {len(first)} and {len(other.fields)} columns"
                 )
         aligned = []
@@ -1347,7 +1350,7 @@ def _fusable(node: CalcNode) -> bool:
 def _plain(node: exp.Expression, prefix: str) -> str:
     """The column an aggregate of a SESSION window reads (a plain column only)."""
     if not isinstance(node, exp.Column):
-        raise _error(node, "this window's aggregate takes a column, not an expression, for now")
+        raise sql_error(node, "this window's aggregate takes a column, not an expression, for now")
     return node.name
 
 
@@ -1368,15 +1371,15 @@ def _legacy_group_window(select: exp.Select) -> exp.Select:
     if not calls:
         return select
     if len(calls) > 1:
-        raise _error(calls[1], "GROUP BY takes one group window")
+        raise sql_error(calls[1], "GROUP BY takes one group window")
     call = calls[0]
     kind = call.name.upper()
     source = select.args["from_"].this
     if not isinstance(source, exp.Table) or select.args.get("joins"):
-        raise _error(call, f"GROUP BY {kind}(...) reads one table; use the {kind} window TVF")
+        raise sql_error(call, f"GROUP BY {kind}(...) reads one table; use the {kind} window TVF")
     time, *intervals = call.expressions
     if not isinstance(time, exp.Column) or len(intervals) != len(_LEGACY[kind]):
-        raise _error(call, f"{kind}(time_column, {', '.join(_LEGACY[kind])})")
+        raise sql_error(call, f"{kind}(time_column, {', '.join(_LEGACY[kind])})")
     rewritten = select.copy()
     group = rewritten.args["group"]
     keys = [g for g in group.expressions if _text(g) != _text(call)]
@@ -1421,9 +1424,9 @@ def _rank_limit(
         value = int(c.expression.name)
         n = value - 1 if isinstance(c, exp.LT) else value
         if isinstance(c, exp.EQ) and value != 1:
-            raise _error(c, f"{rank} = {value}: only {rank} = 1 (deduplication) or {rank} <= N")
+            raise sql_error(c, f"{rank} = {value}: only {rank} = 1 (deduplication) or {rank} <= N")
         if n < 1:
-            raise _error(c, f"{_text(c)} keeps no row")
+            raise sql_error(c, f"{_text(c)} keeps no row")
         limit = n if limit is None else min(limit, n)
     return limit, _and(rest) if rest else None
 

@@ -23,7 +23,7 @@ import sqlglot
 from sqlglot import exp
 
 from epochstream.exceptions import SqlError
-from epochstream.sql.dialect import Flink, node_position
+from epochstream.sql.dialect import Flink, sql_error
 
 __all__ = [
     "BIGINT",
@@ -39,7 +39,6 @@ __all__ = [
     "arithmetic_result_type",
     "common_type",
     "comparable",
-    "source_position",
 ]
 
 MAX_PRECISION = 38
@@ -49,22 +48,6 @@ _INTEGER_DIGITS = {"TINYINT": 3, "SMALLINT": 5, "INT": 10, "BIGINT": 19}
 _APPROX = ("FLOAT", "DOUBLE")
 _STRINGS = ("CHAR", "VARCHAR")
 _TIMESTAMPS = ("TIMESTAMP", "TIMESTAMP_LTZ")
-
-
-def source_position(node: exp.Expr) -> tuple[int, int]:
-    """Where ``node`` starts in the SQL text: the smallest position in its subtree
-    (sqlglot keeps positions on some nodes only), else the nearest enclosing node's, else
-    ``(0, 0)``.
-
-    Example: ``SqlError("bad", line=l, column=c)`` with ``l, c = source_position(node)``
-    """
-    current: exp.Expr | None = node
-    while current is not None:
-        found = [node_position(sub) for sub in current.walk() if sub.meta.get("line")]  # type: ignore[arg-type]
-        if found:
-            return min(found)
-        current = current.parent
-    return 0, 0
 
 
 _ARROW_SIMPLE = {
@@ -137,10 +120,7 @@ class SqlType:
         if kind == T.DECIMAL:
             precision, scale = (params + [10, 0][len(params) :])[:2]  # Flink: DECIMAL(10, 0)
             if not 1 <= precision <= MAX_PRECISION or not 0 <= scale <= precision:
-                line, col = source_position(node)
-                raise SqlError(
-                    f"DECIMAL({precision}, {scale}) is out of range", line=line, column=col
-                )
+                raise sql_error(node, f"DECIMAL({precision}, {scale}) is out of range")
             return cls("DECIMAL", precision, scale)
         if kind == T.TEXT:
             return STRING
@@ -153,8 +133,7 @@ class SqlType:
             precision = params[0] if params else 6  # Flink's default precision
             name = "TIMESTAMP" if kind == T.TIMESTAMP else "TIMESTAMP_LTZ"
             return cls(name, precision)
-        line, col = source_position(node)
-        raise SqlError(f"unsupported type {node.sql(dialect=Flink)}", line=line, column=col)
+        raise sql_error(node, f"unsupported type {node.sql(dialect=Flink)}")
 
     @classmethod
     def from_arrow(cls, dtype: pa.DataType, nullable: bool = True) -> SqlType:
