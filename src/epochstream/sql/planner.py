@@ -23,7 +23,6 @@ Example::
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -45,7 +44,23 @@ from epochstream.graph.windowing import (
     TumblingProcessingTimeWindows,
     WindowAssigner,
 )
+from epochstream.sql.aggregates import (
+    AGGREGATES,
+    aggregates_in,
+    flink_result_type,
+    given_window,
+    operator_result_type,
+    plain_column,
+)
 from epochstream.sql.catalog import Catalog, TableDef, interval_ms
+from epochstream.sql.conditions import (
+    and_,
+    conjuncts,
+    interval_bounds,
+    is_time_comparison,
+    rank_limit,
+    window_pairs,
+)
 from epochstream.sql.connectors import sink_binding, source_binding
 from epochstream.sql.dialect import Flink, WindowTVF, sql_error
 from epochstream.sql.expressions import CalcProgram, Field, compile_expression
@@ -63,73 +78,18 @@ from epochstream.sql.plan import (
     WindowAssignNode,
     WindowTopNNode,
 )
-from epochstream.sql.types import SqlType, aggregate_result_type
+from epochstream.sql.rewrites import legacy_group_window
+from epochstream.sql.scope import Scope, bind, field_column
+from epochstream.sql.types import SqlType
 
 __all__ = ["Planner"]
 
 _WINDOW_COLUMNS = ("window_start", "window_end", "window_time")
-_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_AGGREGATES = {exp.Count: "count", exp.Sum: "sum", exp.Min: "min", exp.Max: "max", exp.Avg: "avg"}
 _TIMESTAMP = SqlType.parse("TIMESTAMP(3)").with_nullable(False)
 
 
 def _text(node: exp.Expression) -> str:
     return node.sql(dialect=Flink)
-
-
-@dataclass
-class _Scope:
-    """The names a SELECT's expressions can use: per FROM item, its qualifier (table
-    name or alias; None for an unnamed subquery) and its column names, each mapped to
-    the name of a field of the planned input (joins rename the right side's clashes)."""
-
-    items: list[tuple[str | None, dict[str, str]]]
-
-    @classmethod
-    def of(cls, qualifier: str | None, fields: tuple[Field, ...]) -> _Scope:
-        return cls([(qualifier, {f.name: f.name for f in fields})])
-
-    def with_columns(self, names: tuple[str, ...]) -> _Scope:
-        """This scope with extra columns on its (single) item: a TVF's window columns."""
-        qualifier, columns = self.items[0]
-        return _Scope([(qualifier, {**columns, **{n: n for n in names}})])
-
-    def resolve(self, column: exp.Column) -> str:
-        """The field name ``column`` names; unknown or ambiguous names are errors."""
-        qualifier = column.table
-        if qualifier:
-            for name, columns in self.items:
-                if name == qualifier:
-                    if column.name in columns:
-                        return columns[column.name]
-                    raise sql_error(
-                        column,
-                        f"{qualifier} has no column {column.name!r} (columns: "
-                        f"{', '.join(sorted(columns))})",
-                    )
-            if len(self.items) == 1 and self.items[0][0] is None:
-                return self.resolve(_column(column.name))
-            known = ", ".join(n for n, _ in self.items if n) or "none"
-            raise sql_error(
-                column.args.get("table"), f"unknown table alias {qualifier!r} (known: {known})"
-            )
-        found = [columns[column.name] for _, columns in self.items if column.name in columns]
-        if not found:
-            every = sorted({c for _, columns in self.items for c in columns})
-            raise sql_error(column, f"unknown column {column.name!r} (columns: {', '.join(every)})")
-        if len(found) > 1:
-            raise sql_error(
-                column, f"column {column.name!r} is ambiguous: qualify it with its table"
-            )
-        return found[0]
-
-    def side(self, column: exp.Column) -> int:
-        """Which FROM item ``column`` belongs to (its index)."""
-        qualifier = column.table
-        for i, (name, columns) in enumerate(self.items):
-            if (qualifier and name == qualifier) or (not qualifier and column.name in columns):
-                return i
-        raise sql_error(column, f"unknown column {column.name!r}")
 
 
 @dataclass
@@ -196,7 +156,7 @@ class Planner:
         for column, f in zip(wanted, query.fields, strict=True):
             declared = table.field(column)
             assert declared is not None
-            ref: exp.Expression = _column(f.name)
+            ref: exp.Expression = field_column(f.name)
             if declared.type.with_nullable(True) != f.type.with_nullable(True):
                 ref = exp.Cast(this=ref, to=exp.DataType.build(declared.type.sql(), dialect=Flink))
             projections.append((column, ref))
@@ -273,7 +233,9 @@ class Planner:
         projections: list[tuple[str, exp.Expression]] = [
             (
                 f.name,
-                _column(f.name) if f.name != table.proctime else exp.Anonymous(this="PROCTIME"),
+                field_column(f.name)
+                if f.name != table.proctime
+                else exp.Anonymous(this="PROCTIME"),
             )
             for f in table.fields
         ]
@@ -281,7 +243,7 @@ class Planner:
 
     def _from(
         self, select: exp.Select
-    ) -> tuple[PlanNode, _Scope, _Window | None, exp.Expression | None]:
+    ) -> tuple[PlanNode, Scope, _Window | None, exp.Expression | None]:
         """The planned FROM clause: its node, the names it offers, the window TVF it
         reads (if any), and what is left of WHERE to apply on top (a join takes the
         conditions between its sides)."""
@@ -304,7 +266,7 @@ class Planner:
             node, scope, condition = self._plan_join(node, scope, join, condition)
         return node, scope, window, condition
 
-    def _from_item(self, source: exp.Expression) -> tuple[PlanNode, _Scope, _Window | None]:
+    def _from_item(self, source: exp.Expression) -> tuple[PlanNode, Scope, _Window | None]:
         if isinstance(source, WindowTVF):
             window = self._window(source)
             input_ = self._lookup(source.args["table"])
@@ -318,7 +280,7 @@ class Planner:
                     "attribute (a column with a WATERMARK, or a PROCTIME() column; the input's "
                     f"is {input_.rowtime or input_.proctime or 'none'})",
                 )
-            return input_, _Scope.of(source.alias or None, input_.fields), window
+            return input_, Scope.of(source.alias or None, input_.fields), window
         if isinstance(source, exp.Table):
             if source.args.get("version") is not None:
                 raise sql_error(
@@ -327,10 +289,10 @@ class Planner:
                     "supported yet",
                 )
             node = self._lookup(source)
-            return node, _Scope.of(source.alias_or_name, node.fields), None
+            return node, Scope.of(source.alias_or_name, node.fields), None
         if isinstance(source, exp.Subquery):
             node = self.plan_query(source.this)
-            return node, _Scope.of(source.alias or None, node.fields), None
+            return node, Scope.of(source.alias or None, node.fields), None
         raise sql_error(source, f"unsupported FROM item {type(source).__name__}")
 
     # ------------------------------------------------------------------ joins
@@ -338,10 +300,10 @@ class Planner:
     def _plan_join(
         self,
         left: PlanNode,
-        left_scope: _Scope,
+        left_scope: Scope,
         join: exp.Join,
         where: exp.Expression | None,
-    ) -> tuple[PlanNode, _Scope, exp.Expression | None]:
+    ) -> tuple[PlanNode, Scope, exp.Expression | None]:
         """``left JOIN right ON ...`` (or ``left, right WHERE ...``): an inner join,
         planned as a window join, an interval join or a regular join (in that order of
         preference: the first two keep bounded state). Returns the join, the names it
@@ -366,7 +328,7 @@ class Planner:
             used.add(out)
             rename[f.name] = out
         [(right_qualifier, right_columns)] = right_scope.items
-        scope = _Scope(
+        scope = Scope(
             [*left_scope.items, (right_qualifier, {k: rename[v] for k, v in right_columns.items()})]
         )
         right_index = len(scope.items) - 1
@@ -382,20 +344,20 @@ class Planner:
                 return None
 
         on = join.args.get("on")
-        conjuncts = list(_conjuncts(on)) if on is not None else []
+        parts = list(conjuncts(on)) if on is not None else []
         remaining: list[exp.Expression] = []
-        for c in _conjuncts(where) if where is not None else []:
-            (conjuncts if sides(c) is not None else remaining).append(c)
+        for c in conjuncts(where) if where is not None else []:
+            (parts if sides(c) is not None else remaining).append(c)
 
-        def bound(node: exp.Expression, side_scope: _Scope) -> exp.Expression:
+        def bound(node: exp.Expression, side_scope: Scope) -> exp.Expression:
             node = node.copy()
-            self._bind(node, side_scope)
+            bind(node, side_scope)
             return node
 
         left_filters, right_filters, residual = [], [], []
         key_pairs: list[tuple[exp.Expression, exp.Expression]] = []
         times: list[exp.Expression] = []
-        for c in conjuncts:
+        for c in parts:
             where_sides = sides(c)
             if where_sides is None:
                 bound(c, scope)  # raises the error of the column that does not resolve
@@ -416,18 +378,18 @@ class Planner:
                     (c.this, c.expression) if sides(c.this) == {0} else (c.expression, c.this)
                 )
                 key_pairs.append((bound(lhs, left_scope), bound(rhs, right_scope)))
-            elif where_sides == {0, 1} and _time_comparison(c):
+            elif where_sides == {0, 1} and is_time_comparison(c):
                 times.append(c)
                 residual.append(c)
             else:
                 residual.append(c)
 
         mode, bounds, window_ends = "regular", None, None
-        ends = _window_pairs(key_pairs, left, right)
+        ends = window_pairs(key_pairs, left, right)
         if ends is not None:
             mode, window_ends = "window", ends
         else:
-            found = self._interval_bounds(times, scope, right_index, left, right)
+            found = interval_bounds(times, scope, right_index, left, right)
             if found is not None:
                 mode, bounds = "interval", found
                 residual = [c for c in residual if all(c is not t for t in times)]
@@ -449,7 +411,7 @@ class Planner:
         condition = None
         condition_text = ""
         if residual:
-            predicate = _and([bound(c, scope) for c in residual])
+            predicate = and_([bound(c, scope) for c in residual])
             condition = compile_expression(predicate, fields, self.catalog.functions)
             condition_text = _text(predicate)
         windows = {}
@@ -479,7 +441,7 @@ class Planner:
             spec=spec,
             condition_text=condition_text,
         )
-        return node, scope, _and(remaining) if remaining else None
+        return node, scope, and_(remaining) if remaining else None
 
     def _join_side(
         self,
@@ -491,7 +453,7 @@ class Planner:
         """One join input: its filters and computed key columns in a Calc (the input
         itself when there is nothing to compute), and its key column names."""
         names = [f.name for f in node.fields]
-        projections: list[tuple[str, exp.Expression]] = [(n, _column(n)) for n in names]
+        projections: list[tuple[str, exp.Expression]] = [(n, field_column(n)) for n in names]
         key_names = []
         for i, key in enumerate(keys):
             if isinstance(key, exp.Column) and key.name in names:
@@ -500,47 +462,8 @@ class Planner:
                 name = f"{prefix}{i}"
                 projections.append((name, key))
                 key_names.append(name)
-        pre = self._calc(node, projections, _and(filters) if filters else None, "join input")
+        pre = self._calc(node, projections, and_(filters) if filters else None, "join input")
         return pre, key_names
-
-    def _interval_bounds(
-        self,
-        comparisons: list[exp.Expression],
-        scope: _Scope,
-        right_index: int,
-        left: PlanNode,
-        right: PlanNode,
-    ) -> tuple[int, int] | None:
-        """``(lower, upper)`` with ``lower <= left._ts - right._ts <= upper`` implied by
-        ``comparisons`` of the two sides' time attributes, or None when they do not bound
-        it on both ends. A window aggregation's ``window_end`` counts as a time
-        attribute: its rows' event time is ``window_end - 1``."""
-        lower, upper = None, None
-        for c in comparisons:
-            for op, a, b in _comparisons(c):
-                ta = _time_term(a, scope, right_index, left, right)
-                tb = _time_term(b, scope, right_index, left, right)
-                if ta is None or tb is None or ta[0] == tb[0]:
-                    return None
-                # value = _ts + shift + constant on each side; normalize to left - right.
-                if ta[0] == 1:
-                    ta, tb, op = tb, ta, _FLIPPED[op]
-                k = (tb[1] + tb[2]) - (ta[1] + ta[2])
-                if op in (">=", ">"):
-                    value = k if op == ">=" else k + 1
-                    lower = value if lower is None else max(lower, value)
-                elif op in ("<=", "<"):
-                    value = k if op == "<=" else k - 1
-                    upper = value if upper is None else min(upper, value)
-                else:
-                    return None
-        if lower is None or upper is None:
-            return None
-        if lower > upper:
-            raise sql_error(
-                comparisons[0], f"the join's time bounds are empty ([{lower}, {upper}] ms)"
-            )
-        return lower, upper
 
     def _window(self, tvf: WindowTVF) -> _Window:
         kind = tvf.kind.lower()
@@ -564,41 +487,34 @@ class Planner:
 
     # ------------------------------------------------------------------ binding
 
-    def _bind(self, node: exp.Expression, scope: _Scope) -> None:
-        """Rewrite every column of ``node`` to the field name it names in ``scope``
-        (qualifiers checked, then dropped)."""
-        for column in list(node.find_all(exp.Column)):
-            if isinstance(column.this, exp.Star):
-                continue
-            name = scope.resolve(column)
-            column.set("table", None)
-            identifier = _identifier(name)
-            identifier.meta.update(column.this.meta)  # keeps the position for errors
-            column.set("this", identifier)
-
     def _select_list(
-        self, select: exp.Select, scope: _Scope, fields: tuple[Field, ...], *, bind: bool = True
+        self,
+        select: exp.Select,
+        scope: Scope,
+        fields: tuple[Field, ...],
+        *,
+        bind_items: bool = True,
     ) -> list[tuple[str, exp.Expression]]:
         """``(output name, bound expression)`` per select item, ``*`` and ``t.*``
-        expanded (``fields``: the input's, for ``*``). ``bind=False``: the items are
-        bound already."""
+        expanded (``fields``: the input's, for ``*``). ``bind_items=False``: the items
+        are bound already."""
         out: list[tuple[str, exp.Expression]] = []
         names_before = self._item_names.get(id(select)) or [
             e.name if isinstance(e, exp.Column) else "" for e in select.expressions
         ]
         for i, item in enumerate(select.expressions):
             if isinstance(item, exp.Star):
-                out.extend((f.name, _column(f.name)) for f in fields)
+                out.extend((f.name, field_column(f.name)) for f in fields)
                 continue
             if isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
                 columns = next((c for q, c in scope.items if q == item.table), None)
                 if columns is None:
                     raise sql_error(item, f"unknown table alias {item.table!r} in {_text(item)}")
-                out.extend((name, _column(field)) for name, field in columns.items())
+                out.extend((name, field_column(field)) for name, field in columns.items())
                 continue
-            if bind:
+            if bind_items:
                 item = item.copy()
-                self._bind(item, scope)
+                bind(item, scope)
             if isinstance(item, exp.Alias):
                 out.append((item.alias, item.this))
             elif isinstance(item, exp.Column):
@@ -638,12 +554,12 @@ class Planner:
         top_n = self._window_top_n(select)
         if top_n is not None:
             return top_n
-        select = _legacy_group_window(select)
+        select = legacy_group_window(select)
         input_, scope, window, where = self._from(select)
         over = next(select.find_all(exp.Window), None)
         if over is not None:
             raise sql_error(over, "OVER windows and ROW_NUMBER are not supported yet")
-        has_aggregates = any(_aggregates_in(item) for item in select.expressions)
+        has_aggregates = any(aggregates_in(item) for item in select.expressions)
         grouped = select.args.get("group") is not None or has_aggregates
         if not grouped:
             if window is not None:
@@ -652,13 +568,13 @@ class Planner:
                 raise sql_error(select.args["having"], "HAVING needs a GROUP BY")
             projections = self._select_list(select, scope, input_.fields)
             if where is not None:
-                self._bind(where, scope)
+                bind(where, scope)
             return self._calc(input_, projections, where, _text(select))
         return self._plan_window_aggregate(select, input_, scope, window, where)
 
     def _window_assign(
-        self, input_: PlanNode, scope: _Scope, window: _Window
-    ) -> tuple[PlanNode, _Scope]:
+        self, input_: PlanNode, scope: Scope, window: _Window
+    ) -> tuple[PlanNode, Scope]:
         """A window TVF read without aggregation: its rows with their windows' columns
         (``SELECT * FROM TABLE(TUMBLE(...))``, a Top-N or join input)."""
         if window.window is None or window.proctime:
@@ -689,7 +605,7 @@ class Planner:
         self,
         select: exp.Select,
         input_: PlanNode,
-        scope: _Scope,
+        scope: Scope,
         window: _Window,
         where: exp.Expression | None,
     ) -> PlanNode:
@@ -714,9 +630,9 @@ class Planner:
                 "filter the input instead (WITH t AS (SELECT ... WHERE ...) ... TABLE t)",
             )
         if where is not None:
-            self._bind(where, scope)
+            bind(where, scope)
         for item in [*group_items, *select.expressions, *window.partition]:
-            self._bind(item, columns_scope)
+            bind(item, columns_scope)
         if select.args.get("having"):
             raise sql_error(
                 select.args["having"], f"HAVING over {what} windows is not supported yet"
@@ -751,26 +667,28 @@ class Planner:
         else:
             raise sql_error(tvf, "CUMULATE over a processing-time attribute is not supported")
         key = keys[0].name
-        calls = [a for item in select.expressions for a in _aggregates_in(item)]
+        calls = [a for item in select.expressions for a in aggregates_in(item)]
         if len({_text(c) for c in calls}) != 1:
             raise sql_error(
                 select, "SESSION windows take one aggregate (several are not supported yet)"
             )
-        call = self._aggregate_call(calls[0], "$a0", lambda node, prefix: _plain(node, prefix))
+        call = self._aggregate_call(
+            calls[0], "$a0", lambda node, prefix: plain_column(node, prefix)
+        )
         if call.distinct or call.filter or call.kind not in ("count_star", "sum", "min", "max"):
             raise sql_error(
                 calls[0],
                 "SESSION windows take COUNT(*), SUM, MIN or MAX (without DISTINCT or FILTER)",
             )
         value = call.column
-        pre: list[tuple[str, exp.Expression]] = [(key, _column(key))]
+        pre: list[tuple[str, exp.Expression]] = [(key, field_column(key))]
         if value is not None and value != key:
-            pre.append((value, _column(value)))
+            pre.append((value, field_column(value)))
         pre_node = self._calc(input_, pre, where, f"{what} input")
         types = {f.name: f.type for f in pre_node.fields}
         operator_out = "count" if call.kind == "count_star" else str(value)
         try:
-            result_type = _flink_result_type(call, types.get(value or ""))
+            result_type = flink_result_type(call, types.get(value or ""))
         except SqlError as err:
             raise sql_error(calls[0], err.reason) from None
         adapter = ColumnAdapter(
@@ -803,11 +721,11 @@ class Planner:
         def substitute(node: exp.Expression) -> exp.Expression:
             def visit(n: exp.Expression) -> exp.Expression:
                 if _text(n) == call_text:
-                    return _column("$a0")
+                    return field_column("$a0")
                 if isinstance(n, exp.Column):
                     if n.name == "window_time":
                         return exp.Sub(
-                            this=_column("window_end"),
+                            this=field_column("window_end"),
                             expression=exp.Interval(
                                 this=exp.Literal.string("1"), unit=exp.var("MILLISECOND")
                             ),
@@ -819,7 +737,7 @@ class Planner:
             return node.copy().transform(visit)
 
         visible = (*input_.fields, *session.fields[1:3])
-        items = self._select_list(select, columns_scope, visible, bind=False)
+        items = self._select_list(select, columns_scope, visible, bind_items=False)
         return self._calc(session, [(n, substitute(e)) for n, e in items], None, _text(select))
 
     # ------------------------------------------------------------------ window Top-N
@@ -846,7 +764,7 @@ class Planner:
             raise sql_error(over, f"{_text(over.this)} OVER is not supported; ROW_NUMBER() is")
         rank = item.alias
         where = select.args.get("where")
-        limit, rest = _rank_limit(where.this if where is not None else None, rank)
+        limit, rest = rank_limit(where.this if where is not None else None, rank)
         if limit is None:
             raise sql_error(
                 over,
@@ -913,12 +831,12 @@ class Planner:
         outer = select.copy()
         outer.set("from_", exp.From(this=exp.Table(this=exp.to_identifier("__top_n"))))
         outer.set("where", exp.Where(this=rest) if rest is not None else None)
-        scope = _Scope.of(inner.alias or None, node.fields)
+        scope = Scope.of(inner.alias or None, node.fields)
         projections = self._select_list(outer, scope, node.fields)
         condition = None
         if rest is not None:
             condition = outer.args["where"].this
-            self._bind(condition, scope)
+            bind(condition, scope)
         return self._calc(node, projections, condition, _text(select))
 
     def _calc(
@@ -1029,7 +947,7 @@ class Planner:
         conditions = [
             c for c in (below.condition, condition and inline(condition)) if c is not None
         ]
-        fused = self._calc(below.inputs[0], merged, _and(conditions) if conditions else None, label)
+        fused = self._calc(below.inputs[0], merged, and_(conditions) if conditions else None, label)
         # Attributes are the upper Calc's: a column it renames keeps what the lower one had.
         upper_names = {n for n, _ in projections}
         if isinstance(fused, CalcNode):
@@ -1050,7 +968,7 @@ class Planner:
         self,
         select: exp.Select,
         input_: PlanNode,
-        scope: _Scope,
+        scope: Scope,
         window: _Window | None,
         where: exp.Expression | None,
     ) -> PlanNode:
@@ -1076,12 +994,12 @@ class Planner:
             e.name if isinstance(e, exp.Column) else "" for e in select.expressions
         ]
         if where is not None:
-            self._bind(where, scope)
+            bind(where, scope)
         for item in [*group_items, *select.expressions]:
-            self._bind(item, columns_scope)
+            bind(item, columns_scope)
         having = select.args.get("having")
         if having is not None:
-            self._bind(having, columns_scope)
+            bind(having, columns_scope)
 
         if window is not None and (window.window is None or window.proctime):
             return self._plan_assigner_aggregate(select, input_, scope, window, where)
@@ -1116,7 +1034,7 @@ class Planner:
                 "window_end": ("end", operator_window),
             }
         else:
-            given = _given_window(group_items, input_)
+            given = given_window(group_items, input_)
             if given is None:
                 raise sql_error(
                     group if group is not None else select,
@@ -1181,22 +1099,21 @@ class Planner:
         if not pre:
             # COUNT(*) over no keys still needs one column to read.
             first = input_.fields[0].name
-            pre.append((first, _column(first)))
+            pre.append((first, field_column(first)))
         pre_node = self._calc(input_, pre, where, f"{operator_window.kind.upper()} input")
         pre_types = {f.name: f.type for f in pre_node.fields}
         agg_fields = []
         for call in calls:
             arg_type = pre_types[call.column] if call.column is not None else None
             try:
-                agg_fields.append(Field(call.output, _operator_result_type(call, arg_type)))
+                agg_fields.append(Field(call.output, operator_result_type(call, arg_type)))
             except SqlError as err:
                 if err.line:
                     raise
                 raise sql_error(call_nodes.get(call.output), err.reason) from None
         operator_types = {f.name: f.type for f in agg_fields}
         flink_types = {
-            call.output: _flink_result_type(call, pre_types.get(call.column or ""))
-            for call in calls
+            call.output: flink_result_type(call, pre_types.get(call.column or "")) for call in calls
         }
         out_fields = (
             *(Field(k, pre_types[k]) for k in keys),
@@ -1221,17 +1138,17 @@ class Planner:
                 text = _text(n)
                 if text in call_text:
                     output = call_text[text]
-                    ref: exp.Expression = _column(output)
+                    ref: exp.Expression = field_column(output)
                     if flink_types[output] != operator_types[output]:
                         to = exp.DataType.build(flink_types[output].sql(), dialect=Flink)
                         ref = exp.Cast(this=ref, to=to)
                     return ref
                 if text in key_text:
-                    return _column(key_text[text])
+                    return field_column(key_text[text])
                 if isinstance(n, exp.Column):
                     if tvf_columns and n.name == "window_time":
                         return exp.Sub(
-                            this=_column("window_end"),
+                            this=field_column("window_end"),
                             expression=exp.Interval(
                                 this=exp.Literal.string("1"), unit=exp.var("MILLISECOND")
                             ),
@@ -1247,7 +1164,7 @@ class Planner:
 
             return node.copy().transform(visit)
 
-        items = self._select_list(select, columns_scope, visible, bind=False)
+        items = self._select_list(select, columns_scope, visible, bind_items=False)
         projections = [(name, substitute(e)) for name, e in items]
         condition = substitute(having.this) if having is not None else None
         post = self._calc(aggregate, projections, condition, _text(select))
@@ -1262,7 +1179,7 @@ class Planner:
         self, select: exp.Select, having: exp.Having | None
     ) -> Iterator[exp.Expression]:
         for item in [*select.expressions, *([having] if having is not None else [])]:
-            yield from _aggregates_in(item)
+            yield from aggregates_in(item)
 
     def _aggregate_call(
         self, agg: exp.Expression, output: str, add: Callable[[exp.Expression, str], str]
@@ -1274,7 +1191,7 @@ class Planner:
             condition = agg.expression.this
             filter_name = add(condition, "$f")
             agg = agg.this
-        kind = _AGGREGATES[type(agg)]  # type: ignore[index]  # one of _AGGREGATES' types
+        kind = AGGREGATES[type(agg)]  # type: ignore[index]  # one of AGGREGATES' types
         arg = agg.this
         distinct = False
         if isinstance(arg, exp.Distinct):
@@ -1290,7 +1207,7 @@ class Planner:
             if kind != "count":
                 raise sql_error(agg, f"{kind.upper()}(*) is not valid")
             return AggCall("count_star", None, output, filter=filter_name)
-        if any(_aggregates_in(arg)):
+        if any(aggregates_in(arg)):
             raise sql_error(agg, "aggregates cannot be nested")
         column = add(arg, "$v")
         return AggCall(kind, column, output, distinct=distinct, filter=filter_name)
@@ -1313,7 +1230,7 @@ class Planner:
         for node in inputs:
             projections: list[tuple[str, exp.Expression]] = []
             for target, f in zip(first, node.fields, strict=True):
-                ref: exp.Expression = _column(f.name)
+                ref: exp.Expression = field_column(f.name)
                 if f.type != target.type:
                     ref = exp.Cast(
                         this=ref, to=exp.DataType.build(target.type.sql(), dialect=Flink)
@@ -1326,15 +1243,6 @@ class Planner:
         return UnionNode(tuple(aligned), first, rowtime, "UNION ALL")
 
 
-def _column(name: str) -> exp.Column:
-    """A column reference to the field ``name``."""
-    return exp.Column(this=_identifier(name))
-
-
-_FLIPPED = {">=": "<=", ">": "<", "<=": ">=", "<": ">", "=": "="}
-_COMPARISONS = {exp.GTE: ">=", exp.GT: ">", exp.LTE: "<=", exp.LT: "<", exp.EQ: "="}
-
-
 def _fusable(node: CalcNode) -> bool:
     """Whether a Calc's expressions may be copied into the Calc above it: no function
     calls that are UDFs (a copy could call a non-deterministic one twice) or
@@ -1345,219 +1253,6 @@ def _fusable(node: CalcNode) -> bool:
         ):
             return False
     return True
-
-
-def _plain(node: exp.Expression, prefix: str) -> str:
-    """The column an aggregate of a SESSION window reads (a plain column only)."""
-    if not isinstance(node, exp.Column):
-        raise sql_error(node, "this window's aggregate takes a column, not an expression, for now")
-    return node.name
-
-
-_LEGACY = {"TUMBLE": ("size",), "HOP": ("slide", "size"), "SESSION": ("gap",)}
-_LEGACY_PROPERTIES = {"START": "window_start", "END": "window_end", "ROWTIME": "window_time"}
-
-
-def _legacy_group_window(select: exp.Select) -> exp.Select:
-    """Flink's deprecated group windows (``GROUP BY k, SESSION(t, INTERVAL ..)`` with
-    ``SESSION_START(..)``/``_END``/``_ROWTIME``, and TUMBLE/HOP alike) as the window TVF
-    they mean (SESSION partitioned by the other group keys); other SELECTs unchanged."""
-    group = select.args.get("group")
-    calls = [
-        g
-        for g in (group.expressions if group is not None else [])
-        if isinstance(g, exp.Anonymous) and g.name.upper() in _LEGACY
-    ]
-    if not calls:
-        return select
-    if len(calls) > 1:
-        raise sql_error(calls[1], "GROUP BY takes one group window")
-    call = calls[0]
-    kind = call.name.upper()
-    source = select.args["from_"].this
-    if not isinstance(source, exp.Table) or select.args.get("joins"):
-        raise sql_error(call, f"GROUP BY {kind}(...) reads one table; use the {kind} window TVF")
-    time, *intervals = call.expressions
-    if not isinstance(time, exp.Column) or len(intervals) != len(_LEGACY[kind]):
-        raise sql_error(call, f"{kind}(time_column, {', '.join(_LEGACY[kind])})")
-    rewritten = select.copy()
-    group = rewritten.args["group"]
-    keys = [g for g in group.expressions if _text(g) != _text(call)]
-    tvf = WindowTVF(
-        this=exp.Var(this=kind),
-        table=exp.Table(this=source.this.copy()),
-        timecol=exp.column(time.name),
-        **{name: value.copy() for name, value in zip(_LEGACY[kind], intervals, strict=True)},
-    )
-    if kind == "SESSION":
-        tvf.set("partition_by", [exp.column(k.name) for k in keys if isinstance(k, exp.Column)])
-    tvf.set("alias", source.args.get("alias"))
-    tvf.meta.update(call.meta)
-    rewritten.args["from_"].set("this", tvf)
-    group.set("expressions", [*keys, exp.column("window_start"), exp.column("window_end")])
-    for f in list(rewritten.find_all(exp.Anonymous)):
-        prefix, _, prop = f.name.upper().rpartition("_")
-        if prefix == kind and prop in _LEGACY_PROPERTIES:
-            f.replace(exp.column(_LEGACY_PROPERTIES[prop]))
-    return rewritten
-
-
-def _rank_limit(
-    condition: exp.Expression | None, rank: str
-) -> tuple[int | None, exp.Expression | None]:
-    """``N`` of ``rank <= N`` (``< N``, ``= 1``) among ``condition``'s conjuncts, and
-    the other conjuncts."""
-    if condition is None:
-        return None, None
-    limit, rest = None, []
-    for c in _conjuncts(condition):
-        is_rank = (
-            isinstance(c, exp.LTE | exp.LT | exp.EQ)
-            and isinstance(c.this, exp.Column)
-            and c.this.name == rank
-            and isinstance(c.expression, exp.Literal)
-            and not c.expression.is_string
-        )
-        if not is_rank:
-            rest.append(c)
-            continue
-        value = int(c.expression.name)
-        n = value - 1 if isinstance(c, exp.LT) else value
-        if isinstance(c, exp.EQ) and value != 1:
-            raise sql_error(c, f"{rank} = {value}: only {rank} = 1 (deduplication) or {rank} <= N")
-        if n < 1:
-            raise sql_error(c, f"{_text(c)} keeps no row")
-        limit = n if limit is None else min(limit, n)
-    return limit, _and(rest) if rest else None
-
-
-def _conjuncts(node: exp.Expression) -> Iterator[exp.Expression]:
-    """The AND-ed parts of a condition."""
-    if isinstance(node, exp.Paren):
-        yield from _conjuncts(node.this)
-    elif isinstance(node, exp.And):
-        yield from _conjuncts(node.this)
-        yield from _conjuncts(node.expression)
-    else:
-        yield node
-
-
-def _and(parts: list[exp.Expression]) -> exp.Expression:
-    out = parts[0]
-    for part in parts[1:]:
-        out = exp.And(this=out, expression=part)
-    return out
-
-
-def _time_comparison(node: exp.Expression) -> bool:
-    return isinstance(node, exp.Between | exp.GTE | exp.GT | exp.LTE | exp.LT)
-
-
-def _comparisons(node: exp.Expression) -> list[tuple[str, exp.Expression, exp.Expression]]:
-    """``a BETWEEN l AND h`` as ``a >= l``, ``a <= h``; a comparison as itself."""
-    if isinstance(node, exp.Between):
-        return [(">=", node.this, node.args["low"]), ("<=", node.this, node.args["high"])]
-    return [(_COMPARISONS[type(node)], node.this, node.expression)]  # type: ignore[index]
-
-
-def _time_term(
-    node: exp.Expression, scope: _Scope, right_index: int, left: PlanNode, right: PlanNode
-) -> tuple[int, int, int] | None:
-    """``(side, shift, constant)`` when ``node`` is a side's time attribute plus or minus
-    an interval: its value is that side's event time + shift + constant (ms)."""
-    constant = 0
-    while isinstance(node, exp.Add | exp.Sub) and isinstance(node.expression, exp.Interval):
-        amount = interval_ms(node.expression)
-        constant += amount if isinstance(node, exp.Add) else -amount
-        node = node.this
-    if isinstance(node, exp.Paren):
-        return _time_term(node.this, scope, right_index, left, right)
-    if not isinstance(node, exp.Column):
-        return None
-    try:
-        index = scope.side(node)
-        name = scope.resolve(node)
-    except SqlError:
-        return None
-    side, input_ = (1, right) if index == right_index else (0, left)
-    if side == 1:
-        name = next((k for k, v in scope.items[right_index][1].items() if v == name), name)
-    if name == input_.rowtime:
-        return side, 0, constant
-    role = input_.windows.get(name)
-    if role is not None and role[0] == "end":
-        return side, 1, constant  # rows of a window aggregation carry _ts = window_end - 1
-    return None
-
-
-def _window_pairs(
-    keys: list[tuple[exp.Expression, exp.Expression]], left: PlanNode, right: PlanNode
-) -> tuple[str, str] | None:
-    """The two sides' window-end columns when ``keys`` equate both sides' window start
-    and window end of the same window (a window join), else None."""
-    found: dict[str, tuple[str, str]] = {}
-    for a, b in keys:
-        if not (isinstance(a, exp.Column) and isinstance(b, exp.Column)):
-            continue
-        wa, wb = left.windows.get(a.name), right.windows.get(b.name)
-        if wa is not None and wb is not None and wa == wb:
-            found[wa[0]] = (a.name, b.name)
-    if "start" in found and "end" in found:
-        return found["end"]
-    return None
-
-
-def _identifier(name: str) -> exp.Identifier:
-    """``name`` as an identifier, quoted only where it must be (shown in plans)."""
-    return exp.to_identifier(name, quoted=not _PLAIN.fullmatch(name))
-
-
-def _given_window(group_items: list[exp.Expression], input_: PlanNode) -> WindowTvf | None:
-    """The window of ``input_`` whose start and end columns are both among
-    ``group_items``, or None."""
-    starts: dict[WindowTvf, str] = {}
-    ends: dict[WindowTvf, str] = {}
-    for g in group_items:
-        if isinstance(g, exp.Column) and g.name in input_.windows:
-            role, window = input_.windows[g.name]
-            (starts if role == "start" else ends)[window] = g.name
-    return next((window for window in starts if window in ends), None)
-
-
-def _flink_result_type(call: AggCall, arg_type: SqlType | None) -> SqlType:
-    """Flink's result type of ``call`` (``COUNT`` is ``BIGINT NOT NULL``, ``SUM(INT)``
-    is ``INT``, ...)."""
-    kind = "COUNT" if call.kind in ("count", "count_star") else call.kind.upper()
-    return aggregate_result_type(kind, None if kind == "COUNT" else arg_type)
-
-
-def _operator_result_type(call: AggCall, arg_type: SqlType | None) -> SqlType:
-    """The type the window aggregate operator emits for ``call``: Flink's result type,
-    except that SUM and AVG of the integer types below BIGINT come out as BIGINT (the
-    operator accumulates in int64); the Calc after the operator casts them back."""
-    result = _flink_result_type(call, arg_type)
-    if call.kind in ("sum", "avg") and result.name in ("TINYINT", "SMALLINT", "INT"):
-        return SqlType("BIGINT")
-    return result
-
-
-def _aggregates_in(node: exp.Expression) -> list[exp.Expression]:
-    """The outermost aggregate calls in ``node`` (a ``FILTER`` with its aggregate)."""
-    found: list[exp.Expression] = []
-    kinds = tuple(_AGGREGATES)
-
-    def walk(n: exp.Expression) -> None:
-        if isinstance(n, exp.Filter) and isinstance(n.this, kinds):
-            found.append(n)
-            return
-        if isinstance(n, kinds):
-            found.append(n)
-            return
-        for child in n.iter_expressions():
-            walk(child)
-
-    walk(node)
-    return found
 
 
 def _short(text: str, limit: int = 120) -> str:
