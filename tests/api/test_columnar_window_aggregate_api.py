@@ -47,6 +47,19 @@ def test_key_by_columns_builds_the_sql_window_aggregation() -> None:
     assert _batches(env).key_by(["a"]).key_column == "a"  # one column: key_by("a")
 
 
+def test_session_windows_build_the_session_aggregation() -> None:
+    env = es.Environment(parallelism=1, runner="local")
+    out = (
+        _batches(env)
+        .key_by(["a", "b"])
+        .window(es.EventTimeSessionWindows.with_gap(4_000))
+        .aggregate(es.agg.count_star("n"), es.agg.avg("a", "mean"))
+    )
+    assert out.columnar and out._t.kind == "columnar_session_aggregate"
+    spec = out._t.payload
+    assert spec.keys == ("a", "b") and spec.gap == 4_000 and len(spec.aggs) == 2
+
+
 def test_window_aggregate_is_the_global_aggregation() -> None:
     env = es.Environment(parallelism=1, runner="local")
     out = _batches(env).window_aggregate(
@@ -66,10 +79,10 @@ def test_window_aggregate_is_the_global_aggregation() -> None:
         (
             lambda s: (
                 s.key_by("a")
-                .window(es.EventTimeSessionWindows.with_gap(5))
+                .window(es.EventTimeSessionWindows.with_dynamic_gap(lambda r: 5))
                 .aggregate(es.agg.count_star("n"))
             ),
-            "tumbling, sliding or cumulative",
+            "fixed gap",
         ),
         (
             lambda s: (
@@ -156,3 +169,65 @@ def test_a_local_job_with_checkpoints_equals_duckdb(tmp_path: Path, backend: str
     assert len(got) == len(expected)
     for g, e in zip(got, expected, strict=True):
         assert all(_same(a, b) for a, b in zip(g, e, strict=True)), (g, e)
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_a_local_session_job_with_checkpoints_equals_duckdb(tmp_path: Path, backend: str) -> None:
+    rng = random.Random(4)
+    n = 4_000
+    table = pa.table(
+        {
+            "bidder": [rng.randint(0, 40) for _ in range(n)],
+            "price": [rng.choice([None, rng.randint(1, 100)]) for _ in range(n)],
+            "ts": sorted(rng.randint(0, 400_000) for _ in range(n)),
+        }
+    )
+    pq.write_table(table, tmp_path / "bids.parquet", row_group_size=400)
+    env = es.Environment(parallelism=2, runner="local")
+    env.enable_checkpointing(0.2, storage=str(tmp_path / "checkpoints"))
+    if backend == "rocksdb":
+        env.set_state_backend(es.state.RocksDBStateBackend())
+    strategy = es.WatermarkStrategy.bounded_out_of_orderness(0).with_timestamp_column("ts")
+    bids = env.from_parquet(
+        str(tmp_path / "bids.parquet"), batch_size=400, watermark_strategy=strategy
+    )
+    out = (
+        bids.key_by("bidder")
+        .window(es.EventTimeSessionWindows.with_gap(5_000))
+        .aggregate(
+            es.agg.count_star("n"),
+            es.agg.sum("price", "total"),
+            es.agg.count("price", "kinds", distinct=True),
+            es.agg.avg("price", "mean"),
+        )
+    )
+    out.to_rows().map(
+        lambda r: [
+            r["bidder"],
+            round(r["window_start"].timestamp() * 1000),
+            round(r["window_end"].timestamp() * 1000),
+            r["n"],
+            r["total"],
+            r["kinds"],
+            r["mean"],
+        ]
+    ).sink_to(es.sinks.FileSink(str(tmp_path / "out")))
+    result = env.execute("session-aggregate")
+    assert result.checkpoints, "no checkpoint completed while the job ran"
+    got = sorted(map(tuple, es.testing.read_committed(tmp_path / "out")), key=repr)
+    db = duckdb.connect()
+    db.register("t", table)
+    # A row opens a session when it starts after every ts + gap before it (ties by rid).
+    expected = db.execute(
+        """
+        SELECT bidder, min(ts), max(ts) + 5000, count(*), sum(price), count(DISTINCT price),
+               trunc(avg(price))::BIGINT
+        FROM (SELECT *, sum(CASE WHEN reach IS NULL OR ts > reach THEN 1 ELSE 0 END)
+                        OVER (PARTITION BY bidder ORDER BY ts, rid ROWS UNBOUNDED PRECEDING) s
+              FROM (SELECT *, max(ts + 5000) OVER (PARTITION BY bidder ORDER BY ts, rid
+                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) reach
+                    FROM (SELECT *, row_number() OVER () rid FROM t)))
+        GROUP BY bidder, s
+        """
+    ).fetchall()
+    assert got == sorted(expected, key=repr)

@@ -21,6 +21,7 @@ from epochstream.api.datastream import DataStream
 from epochstream.exceptions import ConfigurationError
 from epochstream.graph.specs import (
     AggCall,
+    SessionAggregateSpec,
     SessionWindowSpec,
     SliceWindowAggregateSpec,
     WindowAggregateSpec,
@@ -103,7 +104,9 @@ class ColumnarWindowedStream(ColumnarAggregations):
     def aggregate(self, *aggs: Any) -> Any:
         """The SQL window aggregation (Flink SQL's ``GROUP BY window_start, window_end,
         keys``) of ``aggs`` (:mod:`epochstream.agg` calls) per key and window: tumbling,
-        sliding (HOP) or ``CumulativeEventTimeWindows`` (CUMULATE) event-time windows.
+        sliding (HOP) or ``CumulativeEventTimeWindows`` (CUMULATE) event-time windows, or
+        ``EventTimeSessionWindows.with_gap`` sessions (Flink SQL's SESSION window
+        aggregation: any number of keys and aggregates per session).
 
         Output batches: the key columns, ``window_start``, ``window_end``
         (``timestamp[ms]``), one column per aggregate, ``_ts`` (end - 1). A row per key
@@ -115,6 +118,9 @@ class ColumnarWindowedStream(ColumnarAggregations):
             (bids.key_by(["auction", "bidder"])
                 .window(es.SlidingEventTimeWindows.of(10_000, 2_000))
                 .aggregate(es.agg.count_star("bids"), es.agg.max("price", "top")))
+            (bids.key_by("bidder")
+                .window(es.EventTimeSessionWindows.with_gap(10_000))
+                .aggregate(es.agg.count_star("bids"), es.agg.avg("price", "mean")))
         """
         if not aggs or not all(isinstance(a, AggCall) for a in aggs):
             raise ConfigurationError(
@@ -122,10 +128,22 @@ class ColumnarWindowedStream(ColumnarAggregations):
                 f"es.agg calls (es.agg.sum('price', 'total')...), not {aggs!r}, or call "
                 "to_rows() before key_by()"
             )
+        described = ", ".join(f"{a.kind}({a.column or '*'})" for a in aggs)
+        if isinstance(self._assigner, EventTimeSessionWindows):
+            if self._assigner.gap is None:
+                raise ConfigurationError(
+                    "aggregate() over session windows takes a fixed gap "
+                    "(EventTimeSessionWindows.with_gap)"
+                )
+            sessions = SessionAggregateSpec(
+                keys=self._keyed.key_columns, gap=self._assigner.gap, aggs=aggs
+            )
+            return self._keyed._then(
+                "columnar_session_aggregate", f"session window {described}", sessions
+            )
         spec = SliceWindowAggregateSpec(
             keys=self._keyed.key_columns, window=_table_window(self._assigner), aggs=aggs
         )
-        described = ", ".join(f"{a.kind}({a.column or '*'})" for a in aggs)
         return self._keyed._then(
             "columnar_window_aggregate", f"{spec.window.kind} window {described}", spec
         )

@@ -33,6 +33,7 @@ __all__ = [
     "same_columns",
     "schema_difference",
     "shown_columns",
+    "table_batch",
 ]
 
 #: Event timestamps (int64 ms) of a columnar batch.
@@ -90,6 +91,16 @@ def concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     if len(batches) == 1:
         return batches[0]
     return pa.concat_batches(batches)
+
+
+def table_batch(table: pa.Table) -> pa.RecordBatch:
+    """``table`` as one record batch (its chunks combined): what a row table appends.
+
+    Example: ``table_batch(pa.table({"a": [1, 2]})).num_rows == 2``
+    """
+    return pa.RecordBatch.from_arrays(
+        [c.combine_chunks() for c in table.columns], schema=table.schema
+    )
 
 
 # Arrow's view types (Polars' strings, for one) that its take, filter and join kernels

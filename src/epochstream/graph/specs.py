@@ -37,6 +37,7 @@ __all__ = [
     "IntervalBounds",
     "IntervalJoinSpec",
     "JoinSpec",
+    "SessionAggregateSpec",
     "SessionWindowSpec",
     "SliceWindowAggregateSpec",
     "WindowAggregateSpec",
@@ -470,21 +471,52 @@ class SliceWindowAggregateSpec:
     aggs: tuple[AggCall, ...]
 
     def __post_init__(self) -> None:
-        if not self.aggs:
-            raise ConfigurationError("a window aggregation needs at least one aggregate")
-        names = [*self.keys, "window_start", "window_end", *(a.output for a in self.aggs), "_ts"]
-        clash = next((n for n in names if names.count(n) > 1), None)
-        if clash is not None:
-            raise ConfigurationError(
-                f"a window aggregation's output would have two columns named {clash!r} "
-                f"(its columns: {', '.join(names)}); rename the key or the aggregate"
-            )
-        internal = next((n for n in names if n.startswith("_wa") or n == "_kg"), None)
-        if internal is not None:
-            raise ConfigurationError(
-                f"column {internal!r}: names starting with '_wa' and '_kg' are the window "
-                "aggregation's own; rename it"
-            )
+        _check_window_outputs(self.keys, self.aggs)
+
+
+@dataclass(frozen=True)
+class SessionAggregateSpec:
+    """A SQL session window aggregation (``GROUP BY window_start, window_end, keys...``
+    over ``TABLE(SESSION(TABLE t PARTITION BY keys, DESCRIPTOR(ts), gap))``) on batches:
+    ``aggs`` per ``keys`` (zero or more columns) and session of event time closed by
+    ``gap`` ms without rows of its key. Output as :class:`SliceWindowAggregateSpec`'s.
+
+    Example::
+
+        SessionAggregateSpec(
+            keys=("bidder",), gap=10_000,
+            aggs=(AggCall("count_star", None, "bids"), AggCall("avg", "price", "mean")),
+        )
+    """
+
+    keys: tuple[str, ...]
+    gap: int
+    aggs: tuple[AggCall, ...]
+
+    def __post_init__(self) -> None:
+        if self.gap <= 0:
+            raise ConfigurationError(f"a session gap must be positive, got {self.gap} ms")
+        _check_window_outputs(self.keys, self.aggs)
+
+
+def _check_window_outputs(keys: tuple[str, ...], aggs: tuple[AggCall, ...]) -> None:
+    """A window aggregation's output columns: at least one aggregate, no name twice, none
+    of the operators' own."""
+    if not aggs:
+        raise ConfigurationError("a window aggregation needs at least one aggregate")
+    names = [*keys, "window_start", "window_end", *(a.output for a in aggs), "_ts"]
+    clash = next((n for n in names if names.count(n) > 1), None)
+    if clash is not None:
+        raise ConfigurationError(
+            f"a window aggregation's output would have two columns named {clash!r} "
+            f"(its columns: {', '.join(names)}); rename the key or the aggregate"
+        )
+    internal = next((n for n in names if n.startswith(("_wa", "_sa")) or n == "_kg"), None)
+    if internal is not None:
+        raise ConfigurationError(
+            f"column {internal!r}: names starting with '_wa', '_sa' and '_kg' are the window "
+            "aggregations' own; rename it"
+        )
 
 
 #: The columns a window assignment adds to each row (Flink's window TVF columns).

@@ -41,6 +41,7 @@ from epochstream.runtime.operators.columnar_joins import (
 )
 from epochstream.runtime.operators.columnar_sessions import (
     ColumnarProcessingTimeWindowOperator,
+    ColumnarSessionAggregateOperator,
     ColumnarSessionOperator,
 )
 from epochstream.runtime.operators.columnar_transforms import (
@@ -75,6 +76,7 @@ __all__ = [
     "ColumnarEquiJoinOperator",
     "ColumnarProcessingTimeWindowOperator",
     "ColumnarRegularJoinOperator",
+    "ColumnarSessionAggregateOperator",
     "ColumnarSessionOperator",
     "ColumnarWindowAggregateOperator",
     "ColumnarWindowAssignOperator",
@@ -122,6 +124,7 @@ _FACTORIES: dict[str, type[Operator]] = {
     "columnar_aggregate": ColumnarAggregateOperator,
     "columnar_window": ColumnarWindowOperator,
     "columnar_session_window": ColumnarSessionOperator,
+    "columnar_session_aggregate": ColumnarSessionAggregateOperator,
     "columnar_processing_window": ColumnarProcessingTimeWindowOperator,
     "columnar_join": ColumnarRegularJoinOperator,
     "columnar_window_join": ColumnarWindowJoinOperator,

@@ -31,17 +31,26 @@ import pyarrow.compute as pc
 
 from epochstream.core.arrow import KG as KG_COLUMN
 from epochstream.core.arrow import TS as TS_COLUMN
+from epochstream.core.arrow import table_batch
 from epochstream.core.events import MAX_WATERMARK
 from epochstream.exceptions import DataError, StateError
-from epochstream.graph.specs import SessionWindowSpec, WindowAggregateSpec
+from epochstream.graph.specs import SessionAggregateSpec, SessionWindowSpec, WindowAggregateSpec
 from epochstream.runtime.operators.base import Operator
 from epochstream.runtime.operators.columnar_aggregates import (
     ColumnarWindowAggregates,
     own_backend,
 )
 from epochstream.runtime.operators.columnar_transforms import need_batch
+from epochstream.runtime.operators.columnar_window_aggregates import (
+    AggregateCalls,
+    check_aggregate_input,
+)
 from epochstream.state.backends.base import RowSchema, RowTable
-from epochstream.state.column_keygroups import key_groups_of_column
+from epochstream.state.column_keygroups import (
+    key_groups_by_columns,
+    key_groups_of_column,
+    tuple_keys_of_columns,
+)
 from epochstream.state.columnar_checks import (
     IntSumGuard,
     check_value_range,
@@ -53,11 +62,15 @@ from epochstream.state.columnar_checks import (
 )
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.key_index import canonical_float_keys, checked_key_type
+from epochstream.state.keyformat import encode_key
 
 __all__ = [
     "ColumnarProcessingTimeWindowOperator",
+    "ColumnarSessionAggregateOperator",
     "ColumnarSessionOperator",
+    "accepted_rows",
     "merge_sessions",
+    "session_runs",
 ]
 
 
@@ -80,26 +93,20 @@ def _segment_cummax(values: np.ndarray, segment: np.ndarray) -> np.ndarray:
     return distinct[np.maximum.accumulate(rank.reshape(-1) + lift) - lift]
 
 
-def merge_sessions(
-    slot: np.ndarray,
-    start: np.ndarray,
-    end: np.ndarray,
-    acc: np.ndarray,
-    count: np.ndarray,
-    kind: str,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Merge the intervals ``[start, end)`` of each key ``slot`` that overlap or touch.
-
-    Sorted by (slot, start), an interval opens a new session when its key changes or it
-    starts after every end before it in its key (a running maximum); the sessions'
-    ends, accumulators (``kind``: add, min or max) and value counts are ``reduceat``
-    over those bounds. Returns ``(slot, start, end, acc, count)`` of the sessions.
+def session_runs(
+    slot: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The merged sessions of intervals ``[start, end)`` per key ``slot``: ``(order,
+    bounds)``, ``order`` sorting the intervals by (slot, start) and ``bounds`` the
+    positions in that order where a session opens (its key changes, or it starts after
+    every end before it in its key: a running maximum). Intervals that overlap or touch
+    are one session.
 
     Example::
 
-        merge_sessions(np.array([0, 0, 0]), np.array([0, 10, 30]), np.array([10, 20, 40]),
-                       np.array([1, 1, 1]), np.array([1, 1, 1]), "count")
-        # -> slots [0, 0], starts [0, 30], ends [20, 40], accs [2, 1], counts [2, 1]
+        order, bounds = session_runs(np.array([0, 0, 0]), np.array([30, 0, 10]),
+                                     np.array([40, 10, 20]))
+        # order [1, 2, 0]: sessions open at positions [0, 2] (intervals 1+2, and 0)
     """
     order = np.lexsort((start, slot))
     slot, start, end = slot[order], start[order], end[order]
@@ -110,7 +117,29 @@ def merge_sessions(
     reach = _segment_cummax(end, np.cumsum(new_key) - 1)
     opens = new_key.copy()
     opens[1:] |= start[1:] > reach[:-1]
-    bounds = np.flatnonzero(opens)
+    return order, np.flatnonzero(opens)
+
+
+def merge_sessions(
+    slot: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    acc: np.ndarray,
+    count: np.ndarray,
+    kind: str,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Merge the intervals ``[start, end)`` of each key ``slot`` that overlap or touch
+    (:func:`session_runs`); the sessions' ends, accumulators (``kind``: add, min or max)
+    and value counts are ``reduceat`` over their runs. Returns ``(slot, start, end, acc,
+    count)`` of the sessions.
+
+    Example::
+
+        merge_sessions(np.array([0, 0, 0]), np.array([0, 10, 30]), np.array([10, 20, 40]),
+                       np.array([1, 1, 1]), np.array([1, 1, 1]), "count")
+        # -> slots [0, 0], starts [0, 30], ends [20, 40], accs [2, 1], counts [2, 1]
+    """
+    order, bounds = session_runs(slot, start, end)
     if kind == "min":
         merged = np.minimum.reduceat(acc[order], bounds)
     elif kind == "max":
@@ -118,12 +147,65 @@ def merge_sessions(
     else:
         merged = np.add.reduceat(acc[order], bounds)
     return (
-        slot[bounds],
-        start[bounds],
-        np.maximum.reduceat(end, bounds),
+        slot[order][bounds],
+        start[order][bounds],
+        np.maximum.reduceat(end[order], bounds),
         merged,
         np.add.reduceat(count[order], bounds),
     )
+
+
+def accepted_rows(
+    slots: np.ndarray,
+    ts: np.ndarray,
+    open_slot: np.ndarray,
+    open_start: np.ndarray,
+    keys: int,
+    gap: int,
+    watermark: int,
+) -> np.ndarray | None:
+    """Which rows join a session (``None``: all of them).
+
+    A row whose own window ``[ts, ts + gap)`` the watermark has passed joins only a
+    session it touches that is still open when the row comes: an open session of its
+    key starting by ``ts + gap`` (``open_slot``, ``open_start``), or a session of
+    earlier accepted rows of its key (those reach past the watermark too), so some start
+    by ``ts + gap``. Rows accepted that way let later ones in, so the test repeats, each
+    round on whole columns, until no row changes (rounds: the longest such chain,
+    usually one). ``slots`` and ``open_slot`` index ``keys`` distinct keys.
+
+    Example: ``accepted_rows(np.array([0]), np.array([5]), np.array([0]), np.array([9]),
+    1, 10, 100)`` is ``[True]`` (the late row touches the open session at 9).
+    """
+    late = ts + (gap - 1) <= watermark
+    if not late.any():
+        return None
+    far = int(ts.max()) + gap + 1  # above every threshold ts + gap
+    first_open = np.full(keys, far, dtype=np.int64)
+    np.minimum.at(first_open, open_slot, open_start)
+    order = np.argsort(slots, kind="stable")  # by key, in arrival order within a key
+    slots_o, ts_o, late_o = slots[order], ts[order], late[order]
+    first = np.empty(len(order), dtype=bool)
+    first[:1] = True
+    np.not_equal(slots_o[1:], slots_o[:-1], out=first[1:])
+    segment = np.cumsum(first) - 1
+    bound = first_open[slots_o]
+    accepted = ~late_o
+    while True:
+        # The earliest start among accepted rows before each row of its key.
+        starts = np.where(accepted, ts_o, far)
+        earliest = -_segment_cummax(-starts, segment)
+        before = np.empty(len(order), dtype=np.int64)
+        before[:1] = far
+        before[1:] = earliest[:-1]
+        before[first] = far
+        now = accepted | (np.minimum(bound, before) <= ts_o + gap)
+        if np.array_equal(now, accepted):
+            break
+        accepted = now
+    result = np.empty(len(order), dtype=bool)
+    result[order] = accepted
+    return result
 
 
 class _WindowedValues:
@@ -406,7 +488,9 @@ class ColumnarSessionOperator(Operator):
             keys, sessions.pop(keys, key_groups_of_column(keys, self.ctx.max_parallelism))
         )
         slots = _slots(row_keys, keys)
-        accepted = self._accepted(slots, ts, old, len(keys))
+        accepted = accepted_rows(
+            slots, ts, old.slot, old.start, len(keys), self.agg.gap, self.watermark
+        )
         if accepted is not None:
             self.counters.late_records_dropped += int(len(ts) - accepted.sum())
             slots, ts, acc, count = slots[accepted], ts[accepted], acc[accepted], count[accepted]
@@ -435,50 +519,6 @@ class ColumnarSessionOperator(Operator):
             )
             self.sums.check(merged[3], shadow[3], lambda i: keys[int(merged[0][i])].as_py())
         self._write(keys, merged, (old.slot, old.end))
-
-    def _accepted(
-        self, slots: np.ndarray, ts: np.ndarray, old: _Sessions, keys: int
-    ) -> np.ndarray | None:
-        """Which rows join a session (``None``: all of them).
-
-        A row whose own window ``[ts, ts + gap)`` the watermark has passed joins only a
-        session it touches that is still open when the row comes: an open session of
-        its key starting by ``ts + gap``, or a session of earlier accepted rows of its
-        key (those reach past the watermark too), so some start by ``ts + gap``. Rows
-        accepted that way let later ones in, so the test repeats, each round on whole
-        columns, until no row changes (rounds: the longest such chain, usually one).
-        ``slots`` and ``old.slot`` index the batch's ``keys`` distinct keys.
-        """
-        gap = self.agg.gap
-        late = ts + (gap - 1) <= self.watermark
-        if not late.any():
-            return None
-        far = int(ts.max()) + gap + 1  # above every threshold ts + gap
-        first_open = np.full(keys, far, dtype=np.int64)
-        np.minimum.at(first_open, old.slot, old.start)
-        order = np.argsort(slots, kind="stable")  # by key, in arrival order within a key
-        slots_o, ts_o, late_o = slots[order], ts[order], late[order]
-        first = np.empty(len(order), dtype=bool)
-        first[:1] = True
-        np.not_equal(slots_o[1:], slots_o[:-1], out=first[1:])
-        segment = np.cumsum(first) - 1
-        bound = first_open[slots_o]
-        accepted = ~late_o
-        while True:
-            # The earliest start among accepted rows before each row of its key.
-            starts = np.where(accepted, ts_o, far)
-            earliest = -_segment_cummax(-starts, segment)
-            before = np.empty(len(order), dtype=np.int64)
-            before[:1] = far
-            before[1:] = earliest[:-1]
-            before[first] = far
-            now = accepted | (np.minimum(bound, before) <= ts_o + gap)
-            if np.array_equal(now, accepted):
-                break
-            accepted = now
-        result = np.empty(len(order), dtype=bool)
-        result[order] = accepted
-        return result
 
     def process_watermark(self, watermark: int) -> None:
         self.watermark = watermark
@@ -526,6 +566,472 @@ class ColumnarSessionOperator(Operator):
         if self._sessions is None:
             return pa.table({KG_COLUMN: pa.array([], pa.int32())})
         return self._sessions.table()
+
+
+#: The session aggregation's row tables: per key its open sessions (``sessions``) and
+#: the distinct values of each ``COUNT(DISTINCT)`` aggregate ``i`` per session
+#: (``distinct<i>``), and the keys by due time (``sessions-due``, as above).
+_DISTINCT = "distinct"
+#: The state key of several key columns, or none: their tuple's ``encode_key`` bytes.
+_TUPLE_KEY = "_sa_key"
+#: A session's key group in the due table (the key's: to pop the key's rows again).
+_DUE_KG = "_sa_kg"
+#: A session's number within one batch or firing (the partials' group_by key).
+_ID = "_sa_id"
+_TS_TYPE = pa.timestamp("ms")
+
+
+class _Open:
+    """The open sessions of some keys, popped from the state: the rows of ``sessions``
+    (``table``) with each one's key as a slot into those keys (``slot``), ``start``
+    and ``end``, and per ``COUNT(DISTINCT)`` aggregate the rows of its distinct values
+    (``distinct[i]``: key, ``_start``, value)."""
+
+    def __init__(self, keys: pa.Array, table: pa.Table, distinct: dict[int, pa.Table]) -> None:
+        self.table = table
+        self.key = table.schema.names[0]
+        self.slot = _slots(table.column(self.key), keys)
+        self.start = table.column(_START).to_numpy()
+        self.end = table.column(_END).to_numpy()
+        self.distinct = distinct
+
+    def distinct_of(self, i: int, keys: pa.Array) -> tuple[pa.Array, np.ndarray]:
+        """Aggregate ``i``'s distinct values and, per value, the index of its session
+        among these (``keys``: the distinct keys ``slot`` points into)."""
+        rows = self.distinct.get(i)
+        if rows is None:  # no table restored (it was empty)
+            return pa.array([], pa.null()), np.empty(0, np.int64)
+        sessions = pa.table({"slot": self.slot, _START: self.start, _ID: np.arange(len(self.slot))})
+        found = pa.table(
+            {
+                "slot": _slots(rows.column(self.key), keys),
+                _START: rows.column(_START),
+                "value": rows.column(2),
+            }
+        ).join(sessions, ["slot", _START], join_type="inner", use_threads=False)
+        return found.column("value").combine_chunks(), found.column(_ID).to_numpy()
+
+
+class ColumnarSessionAggregateOperator(Operator):
+    """Flink SQL's session window aggregation on record batches: any number of keys and
+    aggregates (``COUNT``, ``COUNT(DISTINCT)``, ``SUM``, ``MIN``, ``MAX``, ``AVG``, with
+    ``FILTER``) per session of event time, the sessions as :class:`ColumnarSessionOperator`
+    cuts them (a row opens ``[ts, ts + gap)``; a key's overlapping or touching sessions
+    merge; a session fires when the watermark reaches its end - 1; rows whose session
+    fired are late: dropped, counted in ``late_records_dropped``).
+
+    State, in row tables of the job's keyed-state backend, keyed by the group key (the
+    key column, or the ``encode_key`` bytes of several or none, ``_sa_key``):
+    ``sessions`` holds per key its open sessions (the key columns, ``_start``, ``_end``
+    and the partial aggregates of :class:`AggregateCalls`), ``distinct<i>`` the distinct
+    values of ``COUNT(DISTINCT)`` aggregate ``i`` per session (key, ``_start``, value)
+    and ``sessions-due`` the keys by the time their sessions are due. A batch pops the
+    open sessions (and distinct values) of the keys it touches, merges them with one
+    interval per row (:func:`session_runs`), folds the rows into per-session partials
+    with one Arrow ``group_by`` and merges those with the open sessions' by a second,
+    and appends the keys' sessions back; a watermark pops only the keys filed as due.
+    Partials rather than rows: a session costs its aggregates' size, not its rows'.
+
+    Output batches: the key columns, ``window_start``, ``window_end``
+    (``timestamp[ms]``), each aggregate's ``output`` column and ``_ts = window_end - 1``,
+    in order of end per watermark.
+
+    Example::
+
+        op = create_operator(spec, ctx)   # payload SessionAggregateSpec(("k",), 100, aggs)
+        op.process_batch(pa.record_batch({"k": ["s", "s"], "_ts": [0, 100]}), None)
+        op.process_watermark(199)         # emits k="s", [0, 200), the aggregates
+    """
+
+    def __init__(self, spec: Any, ctx: Any) -> None:
+        super().__init__(spec, ctx)
+        self.keyed = self.keyed or own_backend(spec, ctx)
+        self.agg: SessionAggregateSpec = spec.payload
+        self.keys = list(self.agg.keys)
+        self.watermark = -(2**63)
+        self._where = ctx.task_name
+        self._state_key = self.keys[0] if len(self.keys) == 1 else _TUPLE_KEY
+        self._types: dict[str, pa.DataType] = {}
+        self._calls: AggregateCalls | None = None  # once the first batch tells float columns
+        self._sessions: RowTable | None = None
+        self._due: RowTable | None = None
+        self._distinct: dict[int, RowTable] = {}
+
+    # ---------------------------------------------------------------- state
+
+    def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
+        super().initialize_state(restore, checkpoint_id)
+        assert self.keyed is not None
+        names = self.keyed.row_tables()
+        other = [n for n in names if n not in (SESSIONS, DUE) and not _is_distinct_table(n)]
+        other += self.keyed.column_tables()
+        if other:
+            raise StateError(
+                f"{self._where}: restored state is not a session window aggregation's (it "
+                f"holds {', '.join(sorted(other))}); give the new operator another uid"
+            )
+        sessions = self.keyed.row_table(SESSIONS)
+        if sessions is None:
+            return
+        schema = sessions.schema.schema
+        calls = AggregateCalls.restored(self.agg.aggs, schema, self._types)
+        needed = {*self._bound_columns(), *(p.name for p in calls.partials)}
+        distinct = {f"{_DISTINCT}{i}" for i, _ in calls.distinct}
+        # Empty tables may not be restored (the backend keeps rows): a subset is fine.
+        if (
+            set(schema.names) != needed
+            or not {n for n in names if _is_distinct_table(n)} <= distinct
+        ):
+            raise StateError(
+                f"{self._where}: restored state does not hold this query's keys and "
+                "aggregates (it was written by another query); give the new operator "
+                "another uid"
+            )
+        for name in self.keys:  # later batches' keys are cast to the restored types
+            self._types.setdefault(name, schema.field(name).type)
+        self._calls = calls
+        self._sessions = sessions
+        self._due = self.keyed.row_table(DUE)
+        for i, _ in calls.distinct:
+            table = self.keyed.row_table(f"{_DISTINCT}{i}")
+            if table is not None:
+                self._distinct[i] = table
+
+    def _tables(self, partials: pa.Schema, values: dict[int, pa.DataType]) -> RowTable:
+        """The sessions table, and the due and distinct tables: made with the first
+        batch's key, partial and value types, or restored (empty ones made again)."""
+        assert self.keyed is not None
+        if self._sessions is None:
+            self._sessions = self.keyed.row_table(
+                SESSIONS, RowSchema(_nullable(partials), self._state_key)
+            )
+        assert self._sessions is not None
+        key_type = self._sessions.schema.schema.field(self._state_key).type
+        if self._due is None:
+            due = pa.schema([(_DUE, pa.uint64()), (_KEY, key_type), (_DUE_KG, pa.int32())])
+            self._due = self.keyed.row_table(DUE, RowSchema(due, _DUE))
+        for i, kind in values.items():
+            if i not in self._distinct:
+                schema = pa.schema(
+                    [(self._state_key, key_type), (_START, pa.int64()), (f"_wa{i}_d", kind)]
+                )
+                table = self.keyed.row_table(
+                    f"{_DISTINCT}{i}", RowSchema(_nullable(schema), self._state_key)
+                )
+                assert table is not None
+                self._distinct[i] = table
+        return self._sessions
+
+    def _pop(self, keys: pa.Array, kgs: np.ndarray) -> _Open:
+        """The open sessions of ``keys`` (their key groups ``kgs``), out of the state."""
+        assert self._sessions is not None
+        table = self._sessions.pop(keys, kgs)
+        distinct = {i: t.pop(keys, kgs) for i, t in self._distinct.items()}
+        return _Open(keys, table, distinct)
+
+    # ---------------------------------------------------------------- batches
+
+    def _row_keys(self, batch: pa.RecordBatch) -> tuple[dict[str, pa.Array], pa.Array, np.ndarray]:
+        """The batch's key columns as state holds them (equal floats alike, integers in the
+        first batch's widths), each row's state key, and each row's key group."""
+        columns: dict[str, pa.Array] = {}
+        for name in self.keys:
+            column = canonical_float_keys(batch.column(name))
+            kind = self._types[name]
+            if column.type != kind:
+                try:
+                    column = column.cast(kind)
+                except pa.ArrowInvalid as exc:
+                    raise DataError(
+                        f"{self._where}: key column {name!r}: values of type {column.type} do "
+                        f"not fit {kind}: {exc}"
+                    ) from exc
+            columns[name] = column
+        n = batch.num_rows
+        if len(self.keys) == 1:
+            state_keys = columns[self.keys[0]]
+        elif self.keys:
+            state_keys = tuple_keys_of_columns(list(columns.values()))
+        else:
+            state_keys = pa.array([encode_key(())] * n, pa.large_binary())
+        if KG_COLUMN in batch.schema.names:  # routed by a hash edge on these keys
+            kgs = batch.column(KG_COLUMN).to_numpy(zero_copy_only=False).astype(np.int32)
+        else:
+            kgs = key_groups_by_columns(list(columns.values()), self.ctx.max_parallelism, rows=n)
+        return columns, state_keys, kgs
+
+    def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
+        batch = need_batch(self, records)
+        if not batch.num_rows:
+            return
+        if TS_COLUMN not in batch.schema.names:
+            raise DataError(
+                f"{self._where}: session windows need event time; give the source a "
+                "watermark strategy with .with_timestamp_column(name)"
+            )
+        calls = check_aggregate_input(batch, self.keys, self.agg.aggs, self._types, self._where)
+        if self._calls is None:
+            self._calls = calls
+        calls = self._calls
+        ts = event_times(batch, self._where)
+        columns, state_keys, row_kgs = self._row_keys(batch)
+        encoded = pc.dictionary_encode(state_keys, null_encoding="encode")
+        keys = encoded.dictionary
+        slots = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        kgs = np.empty(len(keys), dtype=np.int32)
+        kgs[slots] = row_kgs
+        derived = calls.derived(batch)
+        old = self._pop(keys, kgs) if self._sessions is not None else None
+        open_slot = old.slot if old is not None else np.empty(0, np.int64)
+        open_start = old.start if old is not None else np.empty(0, np.int64)
+        accepted = accepted_rows(
+            slots, ts, open_slot, open_start, len(keys), self.agg.gap, self.watermark
+        )
+        if accepted is not None:
+            self.counters.late_records_dropped += int(len(ts) - accepted.sum())
+            keep = pa.array(accepted)
+            slots, ts = slots[accepted], ts[accepted]
+            columns = {k: c.filter(keep) for k, c in columns.items()}
+            derived = {k: c.filter(keep) for k, c in derived.items()}
+        if not len(ts) and (old is None or not len(old.slot)):
+            return
+        self._merge(calls, keys, kgs, old, slots, ts, columns, derived)
+
+    def _merge(
+        self,
+        calls: AggregateCalls,
+        keys: pa.Array,
+        kgs: np.ndarray,
+        old: _Open | None,
+        slots: np.ndarray,
+        ts: np.ndarray,
+        columns: dict[str, pa.Array],
+        derived: dict[str, pa.Array],
+    ) -> None:
+        """Merge the accepted rows (``slots`` into ``keys``, times ``ts``) with the open
+        sessions ``old`` of their keys, and put the keys' sessions back."""
+        n_old = len(old.slot) if old is not None else 0
+        gap = self.agg.gap
+        slot = np.concatenate([old.slot, slots]) if old is not None else slots
+        start = np.concatenate([old.start, ts]) if old is not None else ts
+        end = np.concatenate([old.end, ts + gap]) if old is not None else ts + gap
+        order, bounds = session_runs(slot, start, end)
+        opens = np.zeros(len(order), dtype=np.int64)
+        opens[bounds] = 1
+        ids = np.empty(len(order), dtype=np.int64)
+        ids[order] = np.cumsum(opens) - 1
+        s_slot = slot[order][bounds]
+        s_start = start[order][bounds]
+        s_end = np.maximum.reduceat(end[order], bounds)
+
+        rows = pa.table({_ID: ids[n_old:], **derived})
+        grouped = rows.group_by([_ID], use_threads=False).aggregate(calls.batch_aggregations())
+        parts = [calls.batch_partials(grouped, [_ID])]
+        if old is not None and n_old:
+            held = old.table.drop_columns(self._bound_columns())
+            parts.insert(0, held.add_column(0, _ID, pa.array(ids[:n_old])))
+        merged = calls.merge(pa.concat_tables(parts, promote_options="permissive"), [_ID])
+        merged = merged.take(pc.sort_indices(merged.column(_ID)))
+        # Every session holds a row (an old session or an accepted row): ids are 0..n-1.
+        key_rows = pa.array(s_slot)
+        first_row = np.full(len(keys), -1, dtype=np.int64)
+        first_row[slots[::-1]] = np.arange(len(slots))[::-1]
+        stored = self._stored(keys, key_rows, s_start, s_end, merged, old, columns, first_row)
+        sessions = self._tables(stored.schema, self._distinct_types(calls))
+        sessions.append(table_batch(stored), kgs[s_slot])
+        self._keep_distinct(calls, keys, kgs, old, ids, n_old, s_slot, s_start, derived)
+        filed = (old.slot, old.end) if old is not None else (np.empty(0, np.int64),) * 2
+        self._file(keys, kgs, s_slot, s_end, filed)
+
+    def _stored(
+        self,
+        keys: pa.Array,
+        key_rows: pa.Array,
+        s_start: np.ndarray,
+        s_end: np.ndarray,
+        merged: pa.Table,
+        old: _Open | None,
+        columns: dict[str, pa.Array],
+        first_row: np.ndarray,
+    ) -> pa.Table:
+        """The sessions as ``sessions`` keeps them: state key, key columns, bounds,
+        partials."""
+        out: dict[str, Any] = {self._state_key: keys.take(key_rows)}
+        if self._state_key == _TUPLE_KEY:
+            # The key columns' values per key: from a row of the batch, else an old session.
+            slots = key_rows.to_numpy()
+            for name in self.keys:
+                values = columns[name]
+                if old is not None and len(old.slot):
+                    held = old.table.column(name).combine_chunks()
+                    values = pa.concat_arrays([values, held.cast(values.type)])
+                    fallback = np.full(len(keys), -1, dtype=np.int64)
+                    fallback[old.slot[::-1]] = np.arange(len(old.slot))[::-1]
+                    pick = np.where(first_row >= 0, first_row, len(columns[name]) + fallback)
+                else:
+                    pick = first_row
+                out[name] = values.take(pa.array(pick[slots]))
+        out[_START] = pa.array(s_start)
+        out[_END] = pa.array(s_end)
+        for name in merged.schema.names:
+            if name != _ID:
+                out[name] = merged.column(name)
+        return pa.table(out)
+
+    def _bound_columns(self) -> list[str]:
+        """The columns of ``sessions`` other than the partials."""
+        return list(dict.fromkeys([self._state_key, *self.keys, _START, _END]))
+
+    def _distinct_types(self, calls: AggregateCalls) -> dict[int, pa.DataType]:
+        """The value type of each ``COUNT(DISTINCT)`` aggregate's table."""
+        return {i: self._types[str(self.agg.aggs[i].column)] for i, _ in calls.distinct}
+
+    def _keep_distinct(
+        self,
+        calls: AggregateCalls,
+        keys: pa.Array,
+        kgs: np.ndarray,
+        old: _Open | None,
+        ids: np.ndarray,
+        n_old: int,
+        s_slot: np.ndarray,
+        s_start: np.ndarray,
+        derived: dict[str, pa.Array],
+    ) -> None:
+        """Append each session's distinct values (the old sessions' relabelled to the
+        sessions they merged into, and the accepted rows')."""
+        for i, column in calls.distinct:
+            values = [derived[column]]
+            owners = [ids[n_old:]]
+            if old is not None:
+                held, held_at = old.distinct_of(i, keys)
+                values.insert(0, held.cast(derived[column].type))
+                owners.insert(0, ids[:n_old][held_at])
+            table = pa.table({_ID: np.concatenate(owners), column: pa.concat_arrays(values)})
+            table = table.filter(pc.is_valid(table.column(column)))
+            table = table.group_by([_ID, column], use_threads=False).aggregate([])
+            owner = table.column(_ID).to_numpy()
+            rows = pa.table(
+                {
+                    self._state_key: keys.take(pa.array(s_slot[owner])),
+                    _START: pa.array(s_start[owner]),
+                    column: table.column(column),
+                }
+            )
+            if rows.num_rows:
+                self._distinct[i].append(table_batch(rows), kgs[s_slot[owner]])
+
+    def _file(
+        self,
+        keys: pa.Array,
+        kgs: np.ndarray,
+        slot: np.ndarray,
+        end: np.ndarray,
+        filed: tuple[np.ndarray, np.ndarray],
+    ) -> None:
+        """File as due the sessions ``(slot, end)`` not ``filed`` already."""
+        assert self._due is not None
+        fresh = _new_pairs(slot, end, *filed)
+        if fresh.any():
+            rows = pa.record_batch(
+                [
+                    _due_keys(end[fresh]),
+                    keys.take(pa.array(slot[fresh])),
+                    pa.array(kgs[slot[fresh]], pa.int32()),
+                ],
+                schema=self._due.schema.schema,
+            )
+            self._due.append(rows, kgs[slot[fresh]])
+
+    # ---------------------------------------------------------------- firing
+
+    def process_watermark(self, watermark: int) -> None:
+        self.watermark = watermark
+        if self._due is not None:
+            self._fire(watermark)
+        self.emit_watermark(watermark)
+
+    def _fire(self, watermark: int) -> None:
+        """Emit, in order of end, the sessions whose end - 1 ``watermark`` reached; the
+        other sessions of their keys go back."""
+        assert self._due is not None and self._sessions is not None and self._calls
+        filed = self._due.pop_until(watermark + _SHIFT)
+        if not filed.num_rows:
+            return
+        encoded = pc.dictionary_encode(filed.column(_KEY).combine_chunks(), null_encoding="encode")
+        keys = encoded.dictionary
+        kgs = np.empty(len(keys), dtype=np.int32)
+        kgs[encoded.indices.to_numpy(zero_copy_only=False)] = filed.column(_DUE_KG).to_numpy()
+        old = self._pop(keys, kgs)
+        due = old.end - 1 <= watermark
+        order = np.flatnonzero(due)
+        order = order[np.lexsort((old.start[order], old.end[order]))]
+        ids = np.full(len(old.slot), -1, dtype=np.int64)
+        ids[order] = np.arange(len(order))
+        distinct = {i: old.distinct_of(i, keys) for i in self._distinct}
+        if len(order):
+            self.output.collect(self._results(keys, old, order, ids, distinct), None)
+        keep = np.flatnonzero(~due)
+        if len(keep):
+            self._sessions.append(table_batch(old.table.take(pa.array(keep))), kgs[old.slot[keep]])
+        for i, (values, at) in distinct.items():
+            back = ~due[at]
+            if back.any():
+                at = at[back]
+                rows = pa.table(
+                    {
+                        self._state_key: keys.take(pa.array(old.slot[at])),
+                        _START: pa.array(old.start[at]),
+                        f"_wa{i}_d": values.filter(pa.array(back)),
+                    }
+                )
+                self._distinct[i].append(table_batch(rows), kgs[old.slot[at]])
+
+    def _results(
+        self,
+        keys: pa.Array,
+        old: _Open,
+        order: np.ndarray,
+        ids: np.ndarray,
+        distinct: dict[int, tuple[pa.Array, np.ndarray]],
+    ) -> pa.RecordBatch:
+        """The output rows of the sessions at ``order`` of ``old`` (``ids``: each open
+        session's output row, -1 for those not firing)."""
+        calls = self._calls
+        assert calls is not None
+        fired = old.table.take(pa.array(order))
+        merged = fired.drop_columns(self._bound_columns())
+        for i, column in calls.distinct:
+            _, at = distinct[i]
+            owners = ids[at]
+            counts = np.bincount(owners[owners >= 0], minlength=len(order))
+            merged = merged.append_column(column, pa.array(counts.astype(np.int64)))
+        start, end = old.start[order], old.end[order]
+        columns = [fired.column(k).combine_chunks() for k in self.keys]
+        columns += [
+            pa.array(start).cast(_TS_TYPE),
+            pa.array(end).cast(_TS_TYPE),
+            *calls.values(merged, self._where),
+            pa.array(end - 1),
+        ]
+        names = [*self.keys, "window_start", "window_end"]
+        names += [a.output for a in self.agg.aggs] + [TS_COLUMN]
+        return pa.record_batch(columns, names=names)
+
+    def state_table(self) -> pa.Table:
+        """The open sessions (``_kg``, the state key, key columns, ``_start``, ``_end``,
+        partials): tests, tools."""
+        if self._sessions is None:
+            return pa.table({KG_COLUMN: pa.array([], pa.int32())})
+        return self._sessions.table()
+
+
+def _is_distinct_table(name: str) -> bool:
+    return name.startswith(_DISTINCT) and name[len(_DISTINCT) :].isdigit()
+
+
+def _nullable(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([f.with_nullable(True) for f in schema])
 
 
 class ColumnarProcessingTimeWindowOperator(ColumnarWindowAggregates):

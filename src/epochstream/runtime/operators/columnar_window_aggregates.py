@@ -62,6 +62,7 @@ import pyarrow.compute as pc
 
 from epochstream.core.arrow import KG as KG_COLUMN
 from epochstream.core.arrow import TS as TS_COLUMN
+from epochstream.core.arrow import table_batch
 from epochstream.exceptions import DataError, StateError
 from epochstream.graph.specs import AggCall, SliceWindowAggregateSpec, WindowTvf
 from epochstream.runtime.operators.base import Operator, SnapshotParts
@@ -84,6 +85,7 @@ __all__ = [
     "FiredStamps",
     "SliceAssigner",
     "SliceTables",
+    "check_aggregate_input",
 ]
 
 _INT64_MIN = -(2**63)
@@ -189,6 +191,26 @@ class AggregateCalls:
             self.partials += self._partials_of(i, agg)
         #: The aggregates that keep distinct values (their index and value column).
         self.distinct = [(i, f"_wa{i}_d") for i, a in enumerate(aggs) if a.distinct]
+
+    @classmethod
+    def restored(
+        cls, aggs: tuple[AggCall, ...], partials: pa.Schema, types: dict[str, pa.DataType]
+    ) -> AggregateCalls:
+        """The calls whose partials ``partials`` (a restored table's schema) holds: which
+        columns were floats shows in which partials exist (an int64 sum keeps its float
+        shadow ``_f``, a float MIN/MAX its NaN count ``_z``). Fills ``types`` with the
+        MIN/MAX value types the partials keep."""
+        floats = set()
+        for i, agg in enumerate(aggs):
+            if agg.column is None:
+                continue
+            if agg.kind in ("sum", "avg") and f"_wa{i}_f" not in partials.names:
+                floats.add(agg.column)
+            if agg.kind in ("min", "max") and f"_wa{i}_z" in partials.names:
+                floats.add(agg.column)
+            if agg.kind in ("min", "max") and f"_wa{i}_m" in partials.names:
+                types.setdefault(agg.column, partials.field(f"_wa{i}_m").type)
+        return cls(aggs, floats)
 
     def _partials_of(self, i: int, agg: AggCall) -> list[_Partial]:
         p = f"_wa{i}"
@@ -322,6 +344,39 @@ class AggregateCalls:
         return pa.array(quotient, pa.int64(), mask=~valid)
 
 
+def check_aggregate_input(
+    batch: pa.RecordBatch,
+    keys: Iterable[str],
+    aggs: tuple[AggCall, ...],
+    types: dict[str, pa.DataType],
+    where: str,
+) -> AggregateCalls:
+    """Check that ``batch`` has the columns a window aggregation reads (``keys``, the
+    aggregates' columns and filters, ``_ts``), each of the type ``types`` noted for it
+    before (integer widths may differ: noted in ``types``), filters boolean; return the
+    calls for its float columns.
+
+    Example: ``check_aggregate_input(batch, ["k"], (AggCall("sum", "v", "s"),), {}, "op")``
+    """
+    used = [a.column for a in aggs] + [a.filter for a in aggs]
+    columns = (*keys, *(c for c in used if c), TS_COLUMN)
+    require_columns(batch.schema, columns, where)
+    schema = batch.schema
+    for name in columns:
+        kind = schema.field(name).type
+        types[name] = checked_key_type(types.get(name), kind, f"{where}: column {name!r}")
+    for agg in aggs:
+        if agg.filter is not None and not pa.types.is_boolean(schema.field(agg.filter).type):
+            raise DataError(
+                f"{where}: the filter column {agg.filter!r} of {agg.output!r} is "
+                f"{schema.field(agg.filter).type}, not boolean"
+            )
+    floats = {
+        a.column for a in aggs if a.column and pa.types.is_floating(schema.field(a.column).type)
+    }
+    return AggregateCalls(aggs, floats)
+
+
 class SliceTables:
     """The open slices in row tables of the keyed-state backend: per slice end and part
     (``-1`` partials, ``i`` the distinct values of aggregate ``i``) one table, named by
@@ -376,7 +431,7 @@ class SliceTables:
         ``part``, compacting it every ``_COMPACT_AT`` appends."""
         name = self.name(end, part)
         table = self._table(name, rows.schema.remove(0))
-        table.append(_batch_of(rows), rows.column(KG_COLUMN).to_numpy())
+        table.append(table_batch(rows), rows.column(KG_COLUMN).to_numpy())
         self.open.setdefault(end, set()).add(part)
         appends = self._appends[name] = self._appends.get(name, 0) + 1
         if appends >= _COMPACT_AT:
@@ -405,7 +460,7 @@ class SliceTables:
         table = self.backend.row_table(name, RowSchema(schema, _KEY))
         assert table is not None
         if rows.num_rows:
-            table.append(_batch_of(rows), rows.column(KG_COLUMN).to_numpy())
+            table.append(table_batch(rows), rows.column(KG_COLUMN).to_numpy())
         return table
 
     def read(
@@ -493,13 +548,6 @@ class FiredStamps:
         )
 
 
-def _batch_of(table: pa.Table) -> pa.RecordBatch:
-    """``table`` as one record batch."""
-    return pa.RecordBatch.from_arrays(
-        [c.combine_chunks() for c in table.columns], schema=table.schema
-    )
-
-
 def _concat(tables: list[pa.Table]) -> pa.Table:
     if len(tables) == 1:
         return tables[0]
@@ -536,30 +584,10 @@ class ColumnarWindowAggregateOperator(Operator):
         self._where = ctx.task_name
 
     # ------------------------------------------------------------ input
-    def _columns(self) -> tuple[str, ...]:
-        used = [a.column for a in self.agg.aggs] + [a.filter for a in self.agg.aggs]
-        return (*self.keys, *(c for c in used if c), TS_COLUMN)
-
     def _check(self, batch: pa.RecordBatch) -> None:
-        require_columns(batch.schema, self._columns(), self._where)
-        schema = batch.schema
-        for name in self._columns():
-            kind = schema.field(name).type
-            where = f"{self._where}: column {name!r}"
-            self._types[name] = checked_key_type(self._types.get(name), kind, where)
-        for agg in self.agg.aggs:
-            if agg.filter is not None and not pa.types.is_boolean(schema.field(agg.filter).type):
-                raise DataError(
-                    f"{self._where}: the filter column {agg.filter!r} of {agg.output!r} is "
-                    f"{schema.field(agg.filter).type}, not boolean"
-                )
+        calls = check_aggregate_input(batch, self.keys, self.agg.aggs, self._types, self._where)
         if self._calls is None:
-            floats = {
-                a.column
-                for a in self.agg.aggs
-                if a.column and pa.types.is_floating(schema.field(a.column).type)
-            }
-            self._use_calls(AggregateCalls(self.agg.aggs, floats))
+            self._use_calls(calls)
 
     def _use_calls(self, calls: AggregateCalls) -> None:
         self._calls = calls
@@ -739,15 +767,7 @@ class ColumnarWindowAggregateOperator(Operator):
                 f"{self._where}: restored state has no key column {missing[0]!r}: it was "
                 "written by another query; give the new operator another uid"
             )
-        floats = set()
-        for i, agg in enumerate(self.agg.aggs):
-            if agg.kind in ("sum", "avg") and f"_wa{i}_f" not in main.names:
-                floats.add(agg.column)
-            if agg.kind in ("min", "max") and f"_wa{i}_z" in main.names:
-                floats.add(agg.column)
-            if agg.column and agg.kind in ("min", "max") and f"_wa{i}_m" in main.names:
-                self._types.setdefault(agg.column, main.field(f"_wa{i}_m").type)
-        calls = AggregateCalls(self.agg.aggs, {c for c in floats if c})
+        calls = AggregateCalls.restored(self.agg.aggs, main, self._types)
         needed = {_MAIN: [*self.keys, *(p.name for p in calls.partials)]}
         for i, column in calls.distinct:
             needed[i] = [*self.keys, column]
