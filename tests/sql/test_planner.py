@@ -110,11 +110,11 @@ def test_uids_follow_the_query(env: es.Environment) -> None:
             "column 'price' is neither grouped nor aggregated",
         ),
         (
-            "SELECT bidder, COUNT(*), SUM(price) FROM TABLE(SESSION(TABLE bid PARTITION BY "
+            "SELECT auction, COUNT(*), SUM(price) FROM TABLE(SESSION(TABLE bid PARTITION BY "
             "bidder, DESCRIPTOR(`dateTime`), INTERVAL '1' SECOND)) "
-            "GROUP BY bidder, window_start, window_end",
-            "line 1",
-            "SESSION windows take one aggregate",
+            "GROUP BY auction, window_start, window_end",
+            "line 1, column 43",
+            "groups by the TVF's PARTITION BY columns",
         ),
         (
             "SELECT auction FROM bid UNION SELECT auction FROM bid",

@@ -47,6 +47,37 @@ CASES = {
             ("top", "BIGINT"),
         ],
     ),
+    "session_many_aggregates": (
+        "SELECT bidder, auction, window_start, window_end, COUNT(*) AS n, "
+        "COUNT(DISTINCT channel) AS channels, SUM(price) AS total, AVG(price) AS mean, "
+        "MIN(price) AS low, MAX(price) FILTER (WHERE price > 1000) AS high "
+        "FROM TABLE(SESSION(TABLE bid PARTITION BY (bidder, auction), DESCRIPTOR(`dateTime`), "
+        "INTERVAL '2' SECOND)) GROUP BY bidder, auction, window_start, window_end",
+        [
+            ("bidder", "BIGINT"),
+            ("auction", "BIGINT"),
+            ("window_start", "TIMESTAMP(3)"),
+            ("window_end", "TIMESTAMP(3)"),
+            ("n", "BIGINT"),
+            ("channels", "BIGINT"),
+            ("total", "BIGINT"),
+            ("mean", "BIGINT"),
+            ("low", "BIGINT"),
+            ("high", "BIGINT"),
+        ],
+    ),
+    "session_global": (
+        "WITH rare AS (SELECT * FROM bid WHERE MOD(price, 97) = 0) "
+        "SELECT window_start, window_end, COUNT(*) AS n, MAX(price) AS top "
+        "FROM TABLE(SESSION(TABLE rare, DESCRIPTOR(`dateTime`), INTERVAL '50' MILLISECOND)) "
+        "GROUP BY window_start, window_end",
+        [
+            ("window_start", "TIMESTAMP(3)"),
+            ("window_end", "TIMESTAMP(3)"),
+            ("n", "BIGINT"),
+            ("top", "BIGINT"),
+        ],
+    ),
     # Window Top-N over a window aggregation (the shape of Flink's documentation).
     "window_top_n": (
         "SELECT * FROM ("

@@ -14,15 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 from epochstream.api.columnar_joins import equi_join
 from epochstream.api.datastream import DataStream, DataStreamSink
+from epochstream.graph.specs import SessionAggregateSpec, WindowTvf
 from epochstream.graph.windowing import (
     CumulativeEventTimeWindows,
+    EventTimeSessionWindows,
     SlidingEventTimeWindows,
+    SlidingProcessingTimeWindows,
     TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
     WindowAssigner,
 )
 from epochstream.sql.connectors import source_binding
 from epochstream.sql.plan import (
-    AssignerAggregateNode,
     CalcNode,
     JoinNode,
     PlanNode,
@@ -81,8 +84,6 @@ class StreamBuilder:
             )
         if isinstance(node, WindowAggregateNode):
             return self._window_aggregate(node)
-        if isinstance(node, AssignerAggregateNode):
-            return self._assigner_aggregate(node)
         if isinstance(node, JoinNode):
             left, right = (self.stream(i) for i in node.inputs)
             return equi_join(left, right, node.spec, name=node.label).uid(node.uid)
@@ -116,27 +117,26 @@ class StreamBuilder:
             .uid(node.uid + "-columns")
         )
 
-    def _assigner_aggregate(self, node: AssignerAggregateNode) -> DataStream:
-        windows = self.stream(node.inputs[0]).key_by(node.key).window(node.assigner)
-        aggregate = getattr(windows, node.aggregate)
-        result = aggregate() if node.value is None else aggregate(node.value)
-        result = result.name(node.label).uid(node.uid)
-        return (
-            result.map_batches(node.adapter)
-            .name(f"{node.label}: columns")
-            .uid(node.uid + "-columns")
-        )
-
     def _window_aggregate(self, node: WindowAggregateNode) -> DataStream:
         spec = node.spec
-        window = spec.window
         assigner: WindowAssigner
-        if window.kind == "tumble":
-            assigner = TumblingEventTimeWindows.of(window.size, window.offset)
-        elif window.kind == "hop":
-            assigner = SlidingEventTimeWindows.of(window.size, window.slide, window.offset)
+        if isinstance(spec, SessionAggregateSpec):
+            assigner = EventTimeSessionWindows.with_gap(spec.gap)
         else:
-            assigner = CumulativeEventTimeWindows.of(window.size, window.step, window.offset)
+            assigner = _assigner(spec.window, proctime=spec.proctime)
         keyed: Any = self.stream(node.inputs[0]).key_by(list(spec.keys))
         result: DataStream = keyed.window(assigner).aggregate(*spec.aggs)
         return result.name(node.label).uid(node.uid)
+
+
+def _assigner(window: WindowTvf, *, proctime: bool) -> WindowAssigner:
+    """The DataStream window assigner of a TUMBLE, HOP or CUMULATE window."""
+    if proctime and window.kind == "tumble":
+        return TumblingProcessingTimeWindows.of(window.size, window.offset)
+    if proctime and window.kind == "hop":
+        return SlidingProcessingTimeWindows.of(window.size, window.slide, window.offset)
+    if window.kind == "tumble":
+        return TumblingEventTimeWindows.of(window.size, window.offset)
+    if window.kind == "hop":
+        return SlidingEventTimeWindows.of(window.size, window.slide, window.offset)
+    return CumulativeEventTimeWindows.of(window.size, window.step, window.offset)

@@ -469,6 +469,7 @@ class SliceWindowAggregateSpec:
     keys: tuple[str, ...]
     window: WindowTvf
     aggs: tuple[AggCall, ...]
+    proctime: bool = False
 
     def __post_init__(self) -> None:
         _check_window_outputs(self.keys, self.aggs)

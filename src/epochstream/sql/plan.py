@@ -28,16 +28,15 @@ from epochstream.graph.specs import (
     AggCall,
     EquiJoinSpec,
     IntervalBounds,
+    SessionAggregateSpec,
     SliceWindowAggregateSpec,
     WindowEnd,
     WindowTvf,
 )
-from epochstream.graph.windowing import EventTimeSessionWindows, WindowAssigner
 from epochstream.sql.catalog import TableDef
 from epochstream.sql.expressions import CalcProgram, Field
 
 __all__ = [
-    "AssignerAggregateNode",
     "CalcNode",
     "ColumnAdapter",
     "JoinNode",
@@ -174,12 +173,14 @@ class CalcNode(PlanNode):
 
 @dataclass(eq=False)
 class WindowAggregateNode(PlanNode):
-    """Aggregate per key and TUMBLE/HOP/CUMULATE window, emitted once when the
-    watermark passes the window's end (slices shared by overlapping windows).
+    """Aggregate per key and window, emitted once per window: TUMBLE/HOP/CUMULATE over
+    event time (when the watermark passes the window's end; slices shared by
+    overlapping windows) or processing time (when the slot's clock does), or SESSION
+    (per key, when the watermark passes the session's end).
 
-    ``spec`` is the operator's (keys, window, aggregates)."""
+    ``spec`` is the operator's (keys, windows, aggregates)."""
 
-    spec: SliceWindowAggregateSpec = field(kw_only=True)
+    spec: SliceWindowAggregateSpec | SessionAggregateSpec = field(kw_only=True)
 
     kind = "window-aggregate"
 
@@ -187,7 +188,18 @@ class WindowAggregateNode(PlanNode):
         return repr(self.spec)
 
     def details(self) -> list[str]:
-        window = self.spec.window
+        spec = self.spec
+        keys = f"keys: {', '.join(spec.keys) or '(none: one group)'}"
+        aggregates = f"aggregates: {', '.join(_call_text(a) for a in spec.aggs)}"
+        if isinstance(spec, SessionAggregateSpec):
+            return [
+                f"window: SESSION gap {spec.gap} ms",
+                keys,
+                aggregates,
+                "state: per key its open sessions' partial aggregates, merged as sessions merge",
+                "emits: once per key and session, when the watermark passes its end",
+            ]
+        window = spec.window
         shape = f"{window.kind.upper()} size {window.size} ms"
         if window.kind == "hop":
             shape += f", slide {window.slide} ms"
@@ -195,10 +207,18 @@ class WindowAggregateNode(PlanNode):
             shape += f", step {window.step} ms"
         if window.offset:
             shape += f", offset {window.offset} ms"
+        if spec.proctime:
+            return [
+                f"window: processing-time {shape}",
+                keys,
+                aggregates,
+                "state: per key and slice, rows taking the slot's clock time on arrival",
+                "emits: once per key and window, when the slot's clock passes window_end",
+            ]
         return [
             f"window: {shape}",
-            f"keys: {', '.join(self.spec.keys) or '(none: one group)'}",
-            f"aggregates: {', '.join(_call_text(a) for a in self.spec.aggs)}",
+            keys,
+            aggregates,
             "state: per key and slice, dropped when the watermark passes the slice's last window",
             "emits: once per key and window, when the watermark passes window_end",
         ]
@@ -289,41 +309,6 @@ class WindowTopNNode(PlanNode):
             f"top {self.n} per window and {', '.join(self.partition) or '(window only)'}",
             f"order: {order}",
             "state: the rows of each open window, dropped when the watermark passes its end",
-        ]
-
-
-@dataclass(eq=False)
-class AssignerAggregateNode(PlanNode):
-    """One aggregate per key and window of a DataStream window assigner: event-time
-    sessions (``EventTimeSessionWindows``) or processing-time windows. ``aggregate``
-    is ``count``, ``sum``, ``min`` or ``max`` of ``value``; ``adapter`` turns the
-    operator's columns into the node's (timestamps, names)."""
-
-    key: str = field(kw_only=True)
-    aggregate: str = field(kw_only=True)
-    value: str | None = field(kw_only=True)
-    assigner: WindowAssigner = field(kw_only=True)
-    #: The windows in words (``SESSION gap 10000 ms``): shown, and hashed into the uid.
-    window_text: str = field(kw_only=True)
-    adapter: ColumnAdapter = field(kw_only=True)
-
-    @property
-    def kind(self) -> str:  # type: ignore[override]
-        return (
-            "session-aggregate"
-            if isinstance(self.assigner, EventTimeSessionWindows)
-            else "proctime-aggregate"
-        )
-
-    def digest(self) -> str:
-        return f"{self.key}|{self.aggregate}|{self.value}|{self.window_text}"
-
-    def details(self) -> list[str]:
-        return [
-            f"windows: {self.window_text}, key {self.key}",
-            f"aggregate: {self.aggregate.upper()}({self.value or '*'})",
-            "state: each key's open windows, emitted when they end"
-            + (" (watermark)" if self.kind == "session-aggregate" else " (the slot's clock)"),
         ]
 
 

@@ -34,15 +34,10 @@ from epochstream.graph.specs import (
     AggCall,
     EquiJoinSpec,
     IntervalBounds,
+    SessionAggregateSpec,
     SliceWindowAggregateSpec,
     WindowEnd,
     WindowTvf,
-)
-from epochstream.graph.windowing import (
-    EventTimeSessionWindows,
-    SlidingProcessingTimeWindows,
-    TumblingProcessingTimeWindows,
-    WindowAssigner,
 )
 from epochstream.sql.aggregates import (
     AGGREGATES,
@@ -65,9 +60,7 @@ from epochstream.sql.connectors import sink_binding, source_binding
 from epochstream.sql.dialect import Flink, WindowTVF, sql_error
 from epochstream.sql.expressions import CalcProgram, Field, compile_expression
 from epochstream.sql.plan import (
-    AssignerAggregateNode,
     CalcNode,
-    ColumnAdapter,
     JoinNode,
     PlanNode,
     ScanNode,
@@ -599,147 +592,6 @@ class Planner:
         )
         return node, scope.with_columns(_WINDOW_COLUMNS)
 
-    # ------------------------------------------------------------------ sessions
-
-    def _plan_assigner_aggregate(
-        self,
-        select: exp.Select,
-        input_: PlanNode,
-        scope: Scope,
-        window: _Window,
-        where: exp.Expression | None,
-    ) -> PlanNode:
-        """A SESSION window aggregation, or a TUMBLE/HOP one over a processing-time
-        attribute: one key and one of ``COUNT(*)``, ``SUM``, ``MIN``, ``MAX``, planned onto
-        the columnar operators of the DataStream window assigners; more keys or
-        aggregates are refused."""
-        tvf = window.tvf
-        what = "SESSION" if window.window is None else f"processing-time {window.kind.upper()}"
-        columns_scope = scope.with_columns(_WINDOW_COLUMNS)
-        group = select.args.get("group")
-        group_items = list(group.expressions) if group is not None else []
-        self._item_names[id(select)] = [
-            e.name if isinstance(e, exp.Column) else "" for e in select.expressions
-        ]
-        if where is not None and window.window is None:
-            # Sessions are cut by every row of the TVF's input: a WHERE applied after
-            # them is not the same as one applied before (as for TUMBLE/HOP).
-            raise sql_error(
-                where,
-                "WHERE over a SESSION window would filter rows after the sessions are cut; "
-                "filter the input instead (WITH t AS (SELECT ... WHERE ...) ... TABLE t)",
-            )
-        if where is not None:
-            bind(where, scope)
-        for item in [*group_items, *select.expressions, *window.partition]:
-            bind(item, columns_scope)
-        if select.args.get("having"):
-            raise sql_error(
-                select.args["having"], f"HAVING over {what} windows is not supported yet"
-            )
-        keys = [
-            g for g in group_items if not (isinstance(g, exp.Column) and g.name in _WINDOW_COLUMNS)
-        ]
-        partition = [p.name for p in window.partition]
-        one_key = len(keys) == 1 and isinstance(keys[0], exp.Column)
-        if not one_key or (window.window is None and partition != [keys[0].name]):
-            raise sql_error(
-                tvf,
-                f"{what} windows take exactly one key column"
-                + (" (PARTITION BY k in the TVF)" if window.window is None else "")
-                + " and GROUP BY k, window_start, window_end (several keys are not supported yet)",
-            )
-        assigner: WindowAssigner
-        if window.window is None:
-            assigner = EventTimeSessionWindows.with_gap(window.gap)
-            window_text = f"SESSION gap {window.gap} ms"
-        elif window.kind == "tumble":
-            size, offset = window.window.size, window.window.offset
-            assigner = TumblingProcessingTimeWindows.of(size, offset)
-            window_text = f"processing-time TUMBLE size {size} ms, offset {offset} ms"
-        elif window.kind == "hop":
-            size, slide = window.window.size, int(window.window.slide or 0)
-            offset = window.window.offset
-            assigner = SlidingProcessingTimeWindows.of(size, slide, offset)
-            window_text = (
-                f"processing-time HOP size {size} ms, slide {slide} ms, offset {offset} ms"
-            )
-        else:
-            raise sql_error(tvf, "CUMULATE over a processing-time attribute is not supported")
-        key = keys[0].name
-        calls = [a for item in select.expressions for a in aggregates_in(item)]
-        if len({_text(c) for c in calls}) != 1:
-            raise sql_error(
-                select, "SESSION windows take one aggregate (several are not supported yet)"
-            )
-        call = self._aggregate_call(
-            calls[0], "$a0", lambda node, prefix: plain_column(node, prefix)
-        )
-        if call.distinct or call.filter or call.kind not in ("count_star", "sum", "min", "max"):
-            raise sql_error(
-                calls[0],
-                "SESSION windows take COUNT(*), SUM, MIN or MAX (without DISTINCT or FILTER)",
-            )
-        value = call.column
-        pre: list[tuple[str, exp.Expression]] = [(key, field_column(key))]
-        if value is not None and value != key:
-            pre.append((value, field_column(value)))
-        pre_node = self._calc(input_, pre, where, f"{what} input")
-        types = {f.name: f.type for f in pre_node.fields}
-        operator_out = "count" if call.kind == "count_star" else str(value)
-        try:
-            result_type = flink_result_type(call, types.get(value or ""))
-        except SqlError as err:
-            raise sql_error(calls[0], err.reason) from None
-        adapter = ColumnAdapter(
-            [
-                (key, key, types[key].to_arrow()),
-                ("window_start", "window_start", _TIMESTAMP.to_arrow()),
-                ("window_end", "window_end", _TIMESTAMP.to_arrow()),
-                ("$a0", operator_out, result_type.to_arrow()),
-            ]
-        )
-        session = AssignerAggregateNode(
-            (pre_node,),
-            (
-                Field(key, types[key]),
-                Field("window_start", _TIMESTAMP),
-                Field("window_end", _TIMESTAMP),
-                Field("$a0", result_type),
-            ),
-            None,
-            _short(f"{what} aggregate: {_text(select)}"),
-            key=key,
-            aggregate="count" if call.kind == "count_star" else call.kind,
-            value=value,
-            assigner=assigner,
-            window_text=window_text,
-            adapter=adapter,
-        )
-        call_text = _text(calls[0])
-
-        def substitute(node: exp.Expression) -> exp.Expression:
-            def visit(n: exp.Expression) -> exp.Expression:
-                if _text(n) == call_text:
-                    return field_column("$a0")
-                if isinstance(n, exp.Column):
-                    if n.name == "window_time":
-                        return exp.Sub(
-                            this=field_column("window_end"),
-                            expression=exp.Interval(
-                                this=exp.Literal.string("1"), unit=exp.var("MILLISECOND")
-                            ),
-                        )
-                    if n.name not in (key, "window_start", "window_end"):
-                        raise sql_error(n, f"column {n.name!r} is neither grouped nor aggregated")
-                return n
-
-            return node.copy().transform(visit)
-
-        visible = (*input_.fields, *session.fields[1:3])
-        items = self._select_list(select, columns_scope, visible, bind_items=False)
-        return self._calc(session, [(n, substitute(e)) for n, e in items], None, _text(select))
-
     # ------------------------------------------------------------------ window Top-N
 
     def _window_top_n(self, select: exp.Select) -> PlanNode | None:
@@ -1001,16 +853,28 @@ class Planner:
         if having is not None:
             bind(having, columns_scope)
 
-        if window is not None and (window.window is None or window.proctime):
-            return self._plan_assigner_aggregate(select, input_, scope, window, where)
+        operator_window: WindowTvf | None
         if tvf_columns:
-            assert window is not None and window.window is not None
+            assert window is not None
             operator_window = window.window
             bounds = {"window_start", "window_end"}
             if where is not None and any(
                 c.name in _WINDOW_COLUMNS for c in where.find_all(exp.Column)
             ):
                 raise sql_error(where, "WHERE cannot use the window columns before aggregation")
+            if window.proctime and window.kind == "cumulate":
+                raise sql_error(
+                    window.tvf, "CUMULATE over a processing-time attribute is not supported"
+                )
+            if where is not None and operator_window is None:
+                # Sessions are cut by every row of the TVF's input: a WHERE applied after
+                # them is not the same as one applied before (as for TUMBLE/HOP).
+                raise sql_error(
+                    where,
+                    "WHERE over a SESSION window would filter rows after the sessions are "
+                    "cut; filter the input instead (WITH t AS (SELECT ... WHERE ...) ... "
+                    "TABLE t)",
+                )
             grouped = {g.name for g in group_items if isinstance(g, exp.Column)}
             if not bounds <= grouped:
                 raise sql_error(
@@ -1029,10 +893,16 @@ class Planner:
                     raise sql_error(
                         g, "group by window_start, window_end (window_time follows from them)"
                     )
-            out_windows = {
-                "window_start": ("start", operator_window),
-                "window_end": ("end", operator_window),
-            }
+            # Only regular event-time windows can be told apart again downstream (a
+            # cascading window aggregation); sessions and processing time cannot.
+            out_windows = (
+                {
+                    "window_start": ("start", operator_window),
+                    "window_end": ("end", operator_window),
+                }
+                if operator_window is not None and not window.proctime
+                else {}
+            )
         else:
             given = given_window(group_items, input_)
             if given is None:
@@ -1100,7 +970,14 @@ class Planner:
             # COUNT(*) over no keys still needs one column to read.
             first = input_.fields[0].name
             pre.append((first, field_column(first)))
-        pre_node = self._calc(input_, pre, where, f"{operator_window.kind.upper()} input")
+        if window is not None:
+            kind = window.kind.upper()
+        else:
+            assert operator_window is not None  # the input's windows, grouped again
+            kind = operator_window.kind.upper()
+        if window is not None and window.proctime:
+            kind = f"processing-time {kind}"
+        pre_node = self._calc(input_, pre, where, f"{kind} input")
         pre_types = {f.name: f.type for f in pre_node.fields}
         agg_fields = []
         for call in calls:
@@ -1121,15 +998,25 @@ class Planner:
             Field("window_end", _TIMESTAMP),
             *agg_fields,
         )
+        spec: SliceWindowAggregateSpec | SessionAggregateSpec
+        if operator_window is None:
+            assert window is not None
+            self._check_session_partition(window, keys_of_group)
+            spec = SessionAggregateSpec(keys=tuple(keys), gap=window.gap, aggs=tuple(calls))
+        else:
+            spec = SliceWindowAggregateSpec(
+                keys=tuple(keys),
+                window=operator_window,
+                aggs=tuple(calls),
+                proctime=window is not None and window.proctime,
+            )
         aggregate = WindowAggregateNode(
             (pre_node,),
             out_fields,
             None,
-            _short(f"{operator_window.kind.upper()} aggregate: {_text(select)}"),
+            _short(f"{kind} aggregate: {_text(select)}"),
             windows=out_windows,
-            spec=SliceWindowAggregateSpec(
-                keys=tuple(keys), window=operator_window, aggs=tuple(calls)
-            ),
+            spec=spec,
         )
 
         # The select list and HAVING over the aggregate's output.
@@ -1168,12 +1055,30 @@ class Planner:
         projections = [(name, substitute(e)) for name, e in items]
         condition = substitute(having.this) if having is not None else None
         post = self._calc(aggregate, projections, condition, _text(select))
-        if tvf_columns:
+        if tvf_columns and not (window is not None and window.proctime):
+            # window_time is an event-time attribute (a processing-time window's is not).
             post.rowtime = next(
                 (n for n, e in items if isinstance(e, exp.Column) and e.name == "window_time"),
                 None,
             )
         return post
+
+    @staticmethod
+    def _check_session_partition(window: _Window, keys: list[exp.Expression]) -> None:
+        """A SESSION window aggregation cuts sessions per group key (Flink's): the TVF's
+        PARTITION BY, when given, names the group keys."""
+        if not window.partition:
+            return
+        partition = {p.name for p in window.partition}
+        grouped = {k.name for k in keys if isinstance(k, exp.Column)}
+        if partition != grouped or len(grouped) != len(keys):
+            raise sql_error(
+                window.tvf,
+                "a SESSION window aggregation groups by the TVF's PARTITION BY columns "
+                f"(PARTITION BY {', '.join(sorted(partition))}; GROUP BY "
+                f"{', '.join(sorted(_text(k) for k in keys)) or 'only the window'}): sessions "
+                "are cut per group",
+            )
 
     def _aggregate_calls(
         self, select: exp.Select, having: exp.Having | None
