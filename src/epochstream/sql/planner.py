@@ -45,7 +45,6 @@ from epochstream.sql.aggregates import (
     flink_result_type,
     given_window,
     operator_result_type,
-    plain_column,
 )
 from epochstream.sql.catalog import Catalog, TableDef, interval_ms
 from epochstream.sql.conditions import (
