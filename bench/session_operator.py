@@ -8,12 +8,17 @@ every ``--watermark-every`` rows (in a job a source sends one every 200 ms: abou
 100,000 rows at the rates of bench/nexmark_windows.py; here 16,384 by default).
 
 ``--backend rocksdb`` keeps the open sessions in RocksDB (64 MB block cache) instead
-of the heap backend's memory.
+of the heap backend's memory. ``--operator`` picks the operator: ``single`` the
+single-aggregate session operator counting (``.count()``), ``sql`` the SQL session
+window aggregation counting (``COUNT(*)``), ``sql-many`` the SQL one with ``COUNT(*)``,
+``SUM``, ``MAX`` and ``AVG`` of a price column, ``sql-distinct`` with ``COUNT(*)`` and
+``COUNT(DISTINCT price)``.
 
 Example::
 
     PYTHONPATH=src .venv/bin/python bench/session_operator.py --rows 2000000 --batch-sizes 1024,4096,65536
     PYTHONPATH=src .venv/bin/python bench/session_operator.py --backend rocksdb --batch-sizes 4096
+    PYTHONPATH=src .venv/bin/python bench/session_operator.py --operator sql-many
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ import pyarrow as pa
 from epochstream.core.clock import SystemClock
 from epochstream.core.events import MAX_WATERMARK
 from epochstream.graph.jobgraph import OperatorSpec
-from epochstream.graph.specs import SessionWindowSpec
+from epochstream import agg
+from epochstream.graph.specs import AggCall, SessionAggregateSpec, SessionWindowSpec
 from epochstream.graph.transformations import ColumnKey
 from epochstream.runtime.operator_outputs import Output
 from epochstream.runtime.operators import OperatorContext, create_operator
@@ -80,19 +86,42 @@ def keyed_backend(kind: str, local_dir: str) -> KeyedStateBackend:
     )
 
 
+#: The SQL operator's aggregates per ``--operator``.
+_SQL_AGGREGATES: dict[str, tuple[AggCall, ...]] = {
+    "sql": (agg.count_star("n"),),
+    "sql-many": (
+        agg.count_star("n"),
+        agg.sum("price", "total"),
+        agg.max("price", "top"),
+        agg.avg("price", "mean"),
+    ),
+    "sql-distinct": (agg.count_star("n"), agg.count("price", "prices", distinct=True)),
+}
+
+
 def run(
     bidders: np.ndarray,
     times: np.ndarray,
     batch_size: int,
     watermark_every: int,
     keyed: KeyedStateBackend,
+    operator: str = "single",
 ) -> tuple[float, int]:
     """Rows/s through the operator and the number of sessions it emitted."""
+    payload: Any
+    if operator == "single":
+        kind, payload = (
+            "columnar_session_window",
+            SessionWindowSpec("count", "bidder", None, 10_000),
+        )
+    else:
+        kind = "columnar_session_aggregate"
+        payload = SessionAggregateSpec(keys=("bidder",), gap=10_000, aggs=_SQL_AGGREGATES[operator])
     spec = OperatorSpec(
         uid="sessions",
         name="sessions",
-        kind="columnar_session_window",
-        payload=SessionWindowSpec("count", "bidder", None, 10_000),
+        kind=kind,
+        payload=payload,
         key_selector=ColumnKey("bidder"),
     )
     ctx = OperatorContext(
@@ -108,10 +137,15 @@ def run(
     op = create_operator(spec, ctx)
     emitted = op.output = _RowCount()
     op.open()
+    prices = (bidders * 7919 + times) % 1000  # deterministic, about 1,000 distinct
     batches = [
         pa.record_batch(
-            [pa.array(bidders[i : i + batch_size]), pa.array(times[i : i + batch_size])],
-            names=["bidder", "_ts"],
+            [
+                pa.array(bidders[i : i + batch_size]),
+                pa.array(prices[i : i + batch_size]),
+                pa.array(times[i : i + batch_size]),
+            ],
+            names=["bidder", "price", "_ts"],
         )
         for i in range(0, len(times), batch_size)
     ]
@@ -132,12 +166,13 @@ def main() -> None:
     parser.add_argument("--batch-sizes", default="1024,4096,65536")
     parser.add_argument("--watermark-every", type=int, default=16_384)
     parser.add_argument("--backend", choices=("heap", "rocksdb"), default="heap")
+    parser.add_argument("--operator", choices=("single", *_SQL_AGGREGATES), default="single")
     args = parser.parse_args()
     bidders, times = bids(args.rows)
     for size in (int(s) for s in args.batch_sizes.split(",")):
         with tempfile.TemporaryDirectory() as scratch:
             keyed = keyed_backend(args.backend, f"{scratch}/db")
-            rate, sessions = run(bidders, times, size, args.watermark_every, keyed)
+            rate, sessions = run(bidders, times, size, args.watermark_every, keyed, args.operator)
             keyed.dispose()
         print(f"batches of {size:>6} rows: {rate / 1e6:.2f} M rows/s ({sessions} sessions)")
 
