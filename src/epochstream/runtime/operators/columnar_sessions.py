@@ -40,6 +40,7 @@ from epochstream.runtime.operators.columnar_aggregates import (
     ColumnarWindowAggregates,
     own_backend,
 )
+from epochstream.runtime.operators.columnar_group_keys import TUPLE_KEY, GroupKeys, key_slots
 from epochstream.runtime.operators.columnar_transforms import need_batch
 from epochstream.runtime.operators.columnar_window_aggregates import (
     AggregateCalls,
@@ -47,9 +48,7 @@ from epochstream.runtime.operators.columnar_window_aggregates import (
 )
 from epochstream.state.backends.base import RowSchema, RowTable
 from epochstream.state.column_keygroups import (
-    key_groups_by_columns,
     key_groups_of_column,
-    tuple_keys_of_columns,
 )
 from epochstream.state.columnar_checks import (
     IntSumGuard,
@@ -62,7 +61,6 @@ from epochstream.state.columnar_checks import (
 )
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.key_index import canonical_float_keys, checked_key_type
-from epochstream.state.keyformat import encode_key
 
 __all__ = [
     "ColumnarProcessingTimeWindowOperator",
@@ -325,19 +323,11 @@ class _Sessions:
     value count."""
 
     def __init__(self, keys: pa.Array, table: pa.Table) -> None:
-        self.slot = _slots(table.column(_KEY), keys)
+        self.slot = key_slots(table.column(_KEY), keys)
         self.start = table.column(_START).to_numpy()
         self.end = table.column(_END).to_numpy()
         self.acc = table.column(_ACC).to_numpy()
         self.count = table.column(_COUNT).to_numpy()
-
-
-def _slots(column: pa.ChunkedArray | pa.Array, keys: pa.Array) -> np.ndarray:
-    """The position in ``keys`` (distinct) of every value of ``column``."""
-    found = pc.index_in(column, value_set=keys, skip_nulls=False)
-    if isinstance(found, pa.ChunkedArray):
-        found = found.combine_chunks()
-    return found.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 class ColumnarSessionOperator(Operator):
@@ -487,7 +477,7 @@ class ColumnarSessionOperator(Operator):
         old = _Sessions(
             keys, sessions.pop(keys, key_groups_of_column(keys, self.ctx.max_parallelism))
         )
-        slots = _slots(row_keys, keys)
+        slots = key_slots(row_keys, keys)
         accepted = accepted_rows(
             slots, ts, old.slot, old.start, len(keys), self.agg.gap, self.watermark
         )
@@ -572,8 +562,6 @@ class ColumnarSessionOperator(Operator):
 #: the distinct values of each ``COUNT(DISTINCT)`` aggregate ``i`` per session
 #: (``distinct<i>``), and the keys by due time (``sessions-due``, as above).
 _DISTINCT = "distinct"
-#: The state key of several key columns, or none: their tuple's ``encode_key`` bytes.
-_TUPLE_KEY = "_sa_key"
 #: A session's key group in the due table (the key's: to pop the key's rows again).
 _DUE_KG = "_sa_kg"
 #: A session's number within one batch or firing (the partials' group_by key).
@@ -590,7 +578,7 @@ class _Open:
     def __init__(self, keys: pa.Array, table: pa.Table, distinct: dict[int, pa.Table]) -> None:
         self.table = table
         self.key = table.schema.names[0]
-        self.slot = _slots(table.column(self.key), keys)
+        self.slot = key_slots(table.column(self.key), keys)
         self.start = table.column(_START).to_numpy()
         self.end = table.column(_END).to_numpy()
         self.distinct = distinct
@@ -604,7 +592,7 @@ class _Open:
         sessions = pa.table({"slot": self.slot, _START: self.start, _ID: np.arange(len(self.slot))})
         found = pa.table(
             {
-                "slot": _slots(rows.column(self.key), keys),
+                "slot": key_slots(rows.column(self.key), keys),
                 _START: rows.column(_START),
                 "value": rows.column(2),
             }
@@ -650,7 +638,8 @@ class ColumnarSessionAggregateOperator(Operator):
         self.keys = list(self.agg.keys)
         self.watermark = -(2**63)
         self._where = ctx.task_name
-        self._state_key = self.keys[0] if len(self.keys) == 1 else _TUPLE_KEY
+        self._keys = GroupKeys(self.agg.keys, self._where, ctx.max_parallelism)
+        self._state_key = self._keys.state_key
         self._types: dict[str, pa.DataType] = {}
         self._calls: AggregateCalls | None = None  # once the first batch tells float columns
         self._sessions: RowTable | None = None
@@ -731,35 +720,6 @@ class ColumnarSessionAggregateOperator(Operator):
 
     # ---------------------------------------------------------------- batches
 
-    def _row_keys(self, batch: pa.RecordBatch) -> tuple[dict[str, pa.Array], pa.Array, np.ndarray]:
-        """The batch's key columns as state holds them (equal floats alike, integers in the
-        first batch's widths), each row's state key, and each row's key group."""
-        columns: dict[str, pa.Array] = {}
-        for name in self.keys:
-            column = canonical_float_keys(batch.column(name))
-            kind = self._types[name]
-            if column.type != kind:
-                try:
-                    column = column.cast(kind)
-                except pa.ArrowInvalid as exc:
-                    raise DataError(
-                        f"{self._where}: key column {name!r}: values of type {column.type} do "
-                        f"not fit {kind}: {exc}"
-                    ) from exc
-            columns[name] = column
-        n = batch.num_rows
-        if len(self.keys) == 1:
-            state_keys = columns[self.keys[0]]
-        elif self.keys:
-            state_keys = tuple_keys_of_columns(list(columns.values()))
-        else:
-            state_keys = pa.array([encode_key(())] * n, pa.large_binary())
-        if KG_COLUMN in batch.schema.names:  # routed by a hash edge on these keys
-            kgs = batch.column(KG_COLUMN).to_numpy(zero_copy_only=False).astype(np.int32)
-        else:
-            kgs = key_groups_by_columns(list(columns.values()), self.ctx.max_parallelism, rows=n)
-        return columns, state_keys, kgs
-
     def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
         batch = need_batch(self, records)
         if not batch.num_rows:
@@ -774,12 +734,8 @@ class ColumnarSessionAggregateOperator(Operator):
             self._calls = calls
         calls = self._calls
         ts = event_times(batch, self._where)
-        columns, state_keys, row_kgs = self._row_keys(batch)
-        encoded = pc.dictionary_encode(state_keys, null_encoding="encode")
-        keys = encoded.dictionary
-        slots = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        kgs = np.empty(len(keys), dtype=np.int32)
-        kgs[slots] = row_kgs
+        found = self._keys.of(batch, self._types)
+        columns, keys, slots, kgs = found.columns, found.keys, found.slots, found.key_groups
         derived = calls.derived(batch)
         old = self._pop(keys, kgs) if self._sessions is not None else None
         open_slot = old.slot if old is not None else np.empty(0, np.int64)
@@ -857,7 +813,7 @@ class ColumnarSessionAggregateOperator(Operator):
         """The sessions as ``sessions`` keeps them: state key, key columns, bounds,
         partials."""
         out: dict[str, Any] = {self._state_key: keys.take(key_rows)}
-        if self._state_key == _TUPLE_KEY:
+        if self._state_key == TUPLE_KEY:
             # The key columns' values per key: from a row of the batch, else an old session.
             slots = key_rows.to_numpy()
             for name in self.keys:
