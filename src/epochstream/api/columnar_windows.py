@@ -103,18 +103,25 @@ class ColumnarWindowedStream(ColumnarAggregations):
     def aggregate(self, *aggs: Any) -> Any:
         """The SQL window aggregation (Flink SQL's ``GROUP BY window_start, window_end,
         keys``) of ``aggs`` (:mod:`epochstream.agg` calls) per key and window: tumbling,
-        sliding (HOP) or ``CumulativeEventTimeWindows`` (CUMULATE) event-time windows.
+        sliding (HOP) or ``CumulativeEventTimeWindows`` (CUMULATE) event-time windows,
+        or tumbling or sliding processing-time windows (TUMBLE/HOP over ``PROCTIME()``).
 
         Output batches: the key columns, ``window_start``, ``window_end``
         (``timestamp[ms]``), one column per aggregate, ``_ts`` (end - 1). A row per key
-        and window with rows, when the watermark passes the window's end; rows of
-        windows that all fired are late (dropped and counted).
+        and window with rows. Event time: when the watermark passes the window's end;
+        rows of windows that all fired are late (dropped and counted). Processing time:
+        a batch's rows take the operator clock's time when it arrives (no ``_ts``
+        needed), a window fires when the clock passes its end, every open window fires
+        at the end of a bounded input, watermarks fire nothing and no row is late.
 
         Example::
 
             (bids.key_by(["auction", "bidder"])
                 .window(es.SlidingEventTimeWindows.of(10_000, 2_000))
                 .aggregate(es.agg.count_star("bids"), es.agg.max("price", "top")))
+            (bids.key_by("auction")
+                .window(es.TumblingProcessingTimeWindows.of(60_000))
+                .aggregate(es.agg.count("bidder", "bidders", distinct=True)))
         """
         if not aggs or not all(isinstance(a, AggCall) for a in aggs):
             raise ConfigurationError(
@@ -122,13 +129,21 @@ class ColumnarWindowedStream(ColumnarAggregations):
                 f"es.agg calls (es.agg.sum('price', 'total')...), not {aggs!r}, or call "
                 "to_rows() before key_by()"
             )
+        proctime = isinstance(
+            self._assigner, TumblingProcessingTimeWindows | SlidingProcessingTimeWindows
+        )
         spec = SliceWindowAggregateSpec(
-            keys=self._keyed.key_columns, window=_table_window(self._assigner), aggs=aggs
+            keys=self._keyed.key_columns,
+            window=_table_window(self._assigner),
+            aggs=aggs,
+            proctime=proctime,
         )
         described = ", ".join(f"{a.kind}({a.column or '*'})" for a in aggs)
-        return self._keyed._then(
-            "columnar_window_aggregate", f"{spec.window.kind} window {described}", spec
-        )
+        if proctime:
+            kind, name = "columnar_processing_window_aggregate", "processing-time window"
+        else:
+            kind, name = "columnar_window_aggregate", "window"
+        return self._keyed._then(kind, f"{spec.window.kind} {name} {described}", spec)
 
     def process(self, fn: Any) -> Any:
         """Not for columnar windows (use the aggregations or ``to_rows()``)."""
@@ -185,14 +200,15 @@ def _fixed(size: int, slide: int, offset: int) -> dict[str, int]:
 
 
 def _table_window(assigner: WindowAssigner) -> WindowTvf:
-    """The SQL window (TUMBLE, HOP, CUMULATE) of an event-time window assigner."""
-    if isinstance(assigner, TumblingEventTimeWindows):
+    """The SQL window (TUMBLE, HOP, CUMULATE) of an event- or processing-time window
+    assigner."""
+    if isinstance(assigner, TumblingEventTimeWindows | TumblingProcessingTimeWindows):
         return WindowTvf.tumble(assigner.size, assigner.offset)
-    if isinstance(assigner, SlidingEventTimeWindows):
+    if isinstance(assigner, SlidingEventTimeWindows | SlidingProcessingTimeWindows):
         return WindowTvf.hop(assigner.size, assigner.slide, assigner.offset)
     if isinstance(assigner, CumulativeEventTimeWindows):
         return WindowTvf.cumulate(assigner.size, assigner.step, assigner.offset)
     raise ConfigurationError(
-        "a SQL window aggregation takes tumbling, sliding or cumulative event-time windows, "
-        f"got {type(assigner).__name__}"
+        "a SQL window aggregation takes tumbling, sliding or cumulative event-time windows "
+        f"or tumbling or sliding processing-time windows, got {type(assigner).__name__}"
     )
