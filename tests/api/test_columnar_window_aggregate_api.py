@@ -94,6 +94,10 @@ def test_window_aggregate_is_the_global_aggregation() -> None:
             "columnar SQL window aggregation",
         ),
         (lambda s: s.key_by([1]), "column names"),
+        (  # window_assign has no processing time: the windows would be of _ts
+            lambda s: s.window_assign(es.TumblingProcessingTimeWindows.of(5)),
+            "tumbling, sliding or cumulative event-time",
+        ),
         (lambda s: s.to_rows().window_aggregate(es.TumblingEventTimeWindows.of(5)), "columnar"),
     ],
 )

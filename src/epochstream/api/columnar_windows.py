@@ -129,12 +129,11 @@ class ColumnarWindowedStream(ColumnarAggregations):
                 f"es.agg calls (es.agg.sum('price', 'total')...), not {aggs!r}, or call "
                 "to_rows() before key_by()"
             )
-        proctime = isinstance(
-            self._assigner, TumblingProcessingTimeWindows | SlidingProcessingTimeWindows
-        )
+        window = _processing_time_window(self._assigner)
+        proctime = window is not None
         spec = SliceWindowAggregateSpec(
             keys=self._keyed.key_columns,
-            window=_table_window(self._assigner),
+            window=window or _table_window(self._assigner),
             aggs=aggs,
             proctime=proctime,
         )
@@ -200,15 +199,25 @@ def _fixed(size: int, slide: int, offset: int) -> dict[str, int]:
 
 
 def _table_window(assigner: WindowAssigner) -> WindowTvf:
-    """The SQL window (TUMBLE, HOP, CUMULATE) of an event- or processing-time window
-    assigner."""
-    if isinstance(assigner, TumblingEventTimeWindows | TumblingProcessingTimeWindows):
+    """The SQL window (TUMBLE, HOP, CUMULATE) of an event-time window assigner (what
+    ``window_assign`` takes too: it has no processing time)."""
+    if isinstance(assigner, TumblingEventTimeWindows):
         return WindowTvf.tumble(assigner.size, assigner.offset)
-    if isinstance(assigner, SlidingEventTimeWindows | SlidingProcessingTimeWindows):
+    if isinstance(assigner, SlidingEventTimeWindows):
         return WindowTvf.hop(assigner.size, assigner.slide, assigner.offset)
     if isinstance(assigner, CumulativeEventTimeWindows):
         return WindowTvf.cumulate(assigner.size, assigner.step, assigner.offset)
     raise ConfigurationError(
         "a SQL window aggregation takes tumbling, sliding or cumulative event-time windows "
-        f"or tumbling or sliding processing-time windows, got {type(assigner).__name__}"
+        "(aggregate() tumbling or sliding processing-time windows too), got "
+        f"{type(assigner).__name__}"
     )
+
+
+def _processing_time_window(assigner: WindowAssigner) -> WindowTvf | None:
+    """The TUMBLE or HOP of a processing-time window assigner (None: not one)."""
+    if isinstance(assigner, TumblingProcessingTimeWindows):
+        return WindowTvf.tumble(assigner.size, assigner.offset)
+    if isinstance(assigner, SlidingProcessingTimeWindows):
+        return WindowTvf.hop(assigner.size, assigner.slide, assigner.offset)
+    return None
