@@ -809,8 +809,10 @@ class ProcessingTimeWindowAggregateOperator(ColumnarWindowAggregateOperator):
 
     Example::
 
-        op = create_operator(spec, ctx)   # kind "columnar_processing_window_aggregate"
+        op = create_operator(spec, ctx)   # kind "columnar_processing_window_aggregate",
+                                          # spec.payload.window: WindowTvf.tumble(60_000)
         op.process_batch(pa.record_batch({"k": ["a"]}), None)   # at 12:00:03 on ctx.clock
+        op.next_processing_time()                          # 12:00:59.999
         op.on_processing_time(op.next_processing_time())   # emits k="a", [12:00, 12:01)
     """
 
