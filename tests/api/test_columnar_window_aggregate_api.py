@@ -92,6 +92,10 @@ def test_window_aggregate_is_the_global_aggregation() -> None:
         ),
         (lambda s: s.key_by([1]), "column names"),
         (lambda s: s.to_rows().window_aggregate(es.TumblingEventTimeWindows.of(5)), "columnar"),
+        (  # window_assign has no processing time: the windows would be of _ts
+            lambda s: s.window_assign(es.TumblingProcessingTimeWindows.of(5)),
+            "tumbling, sliding or cumulative event-time",
+        ),
     ],
 )
 def test_misuse_is_refused_when_the_job_is_built(build: Any, message: str) -> None:
@@ -231,3 +235,67 @@ def test_a_local_session_job_with_checkpoints_equals_duckdb(tmp_path: Path, back
         """
     ).fetchall()
     assert got == sorted(expected, key=repr)
+
+
+def test_processing_time_windows_build_the_processing_time_window_aggregation() -> None:
+    env = es.Environment(parallelism=1, runner="local")
+    keyed = _batches(env).key_by(["a", "b"])
+    aggs = (es.agg.count_star("n"), es.agg.count("b", "nb", distinct=True))
+    tumbling = keyed.window(es.TumblingProcessingTimeWindows.of(10_000, 2_000)).aggregate(*aggs)
+    sliding = keyed.window(es.SlidingProcessingTimeWindows.of(10_000, 4_000)).aggregate(*aggs)
+    for out in (tumbling, sliding):
+        assert out.columnar and out._t.kind == "columnar_processing_window_aggregate"
+        assert out._t.payload.proctime and out._t.payload.aggs == aggs
+    assert tumbling._t.payload.window == WindowTvf.tumble(10_000, 2_000)
+    assert sliding._t.payload.window == WindowTvf.hop(10_000, 4_000)
+    event = keyed.window(es.TumblingEventTimeWindows.of(10_000)).aggregate(*aggs)
+    assert not event._t.payload.proctime  # the same windows over event time: another uid
+    assert repr(event._t.payload) != repr(tumbling._t.payload)
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_a_local_job_on_processing_time_windows_counts_every_row_in_each_window(
+    tmp_path: Path, backend: str
+) -> None:
+    """Whenever the clock fires windows, the end of the bounded input fires the rest: each
+    row counts once in each of the size / slide windows of its arrival."""
+    rng = random.Random(4)
+    n = 3_000
+    table = pa.table(
+        {
+            "auction": [rng.randint(0, 15) for _ in range(n)],
+            "bidder": [rng.choice(["ann", "bob", "cy", None]) for _ in range(n)],
+            "qty": [rng.randint(-5, 50) for _ in range(n)],
+            "new": [rng.choice([True, False]) for _ in range(n)],
+        }
+    )
+    pq.write_table(table, tmp_path / "bids.parquet", row_group_size=300)
+    env = es.Environment(parallelism=2, runner="local")
+    env.enable_checkpointing(0.2, storage=str(tmp_path / "checkpoints"))
+    if backend == "rocksdb":
+        env.set_state_backend(es.state.RocksDBStateBackend())
+    bids = env.from_parquet(str(tmp_path / "bids.parquet"), batch_size=300)
+    out = (
+        bids.key_by(["auction", "bidder"])
+        .window(es.SlidingProcessingTimeWindows.of(200, 100))
+        .aggregate(
+            es.agg.count_star("n"),
+            es.agg.sum("qty", "total"),
+            es.agg.count_star("fresh", filter="new"),
+        )
+    )
+    out.to_rows().map(
+        lambda r: [r["auction"], r["bidder"], r["n"], r["total"], r["fresh"]]
+    ).sink_to(es.sinks.FileSink(str(tmp_path / "out")))
+    env.execute("processing-time-window-aggregate")
+    got: dict[Any, list[int]] = {}
+    for auction, bidder, count, total, fresh in es.testing.read_committed(tmp_path / "out"):
+        sums = got.setdefault((auction, bidder), [0, 0, 0])
+        for i, value in enumerate((count, total, fresh)):
+            sums[i] += value
+    expected: dict[Any, list[int]] = {}
+    for row in table.to_pylist():
+        sums = expected.setdefault((row["auction"], row["bidder"]), [0, 0, 0])
+        for i, value in enumerate((1, row["qty"], int(row["new"]))):
+            sums[i] += 2 * value  # in 2 windows: 200 ms every 100 ms
+    assert got == expected

@@ -19,7 +19,7 @@ from columnar_support import MAX_P, make_operator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from epochstream.core.clock import ManualClock
+from epochstream.core.clock import ManualClock, wall_ms
 from epochstream.core.events import MAX_WATERMARK
 from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError, StateError
@@ -39,6 +39,7 @@ from epochstream.state.handles import OperatorRestore
 from epochstream.state.keygroups import key_group_range_for_operator
 
 KIND = "columnar_window_aggregate"
+PROCTIME_KIND = "columnar_processing_window_aggregate"
 SCHEMA = pa.schema(
     [
         ("k1", pa.int64()),
@@ -71,9 +72,9 @@ CATALOG = [
 
 
 def _spec(
-    window: WindowTvf, keys: tuple[str, ...], aggs: list[AggCall]
+    window: WindowTvf, keys: tuple[str, ...], aggs: list[AggCall], proctime: bool = False
 ) -> SliceWindowAggregateSpec:
-    return SliceWindowAggregateSpec(keys=keys, window=window, aggs=tuple(aggs))
+    return SliceWindowAggregateSpec(keys=keys, window=window, aggs=tuple(aggs), proctime=proctime)
 
 
 BACKENDS = {
@@ -88,9 +89,11 @@ def _op(
     parallelism: int = 1,
     backend: str = "heap",
     local_dir: str = "",
+    clock: ManualClock | None = None,
 ) -> Any:
     """The operator as subtask ``subtask`` of ``parallelism`` on a ``backend`` backend
-    (RocksDB's files under ``local_dir``)."""
+    (RocksDB's files under ``local_dir``), of processing time on ``clock`` when the spec
+    says ``proctime``."""
     keyed = BACKENDS[backend]().create(
         KeyedBackendContext(
             operator_uid="wa",
@@ -102,11 +105,12 @@ def _op(
         )
     )
     return make_operator(
-        KIND,
+        PROCTIME_KIND if spec.proctime else KIND,
         spec,
         keys=list(spec.keys) or None,
         subtask=subtask,
         parallelism=parallelism,
+        clock=clock,
         keyed_backend=keyed,
     )
 
@@ -618,3 +622,139 @@ def test_a_wider_integer_key_widens_the_slice_tables(tmp_path: Path, backend: st
     op.process_watermark(MAX_WATERMARK)
     got = sorted((r["k"], r["top"]) for r in out.rows())
     assert got == [(1, 7), (2**40, 2**35)]
+
+
+# ---------------------------------------------------------------------- processing time
+
+# COUNT DISTINCT (with and without FILTER), filtered SUM and COUNT(*), MAX of floats.
+PROCTIME_AGGS = [
+    c for c in CATALOG if c.output in ("n", "n_b", "cd_v", "cd_v_b", "s_v_b", "mx_f", "a_v")
+]
+
+
+def _at_clock(rows: list[dict[str, Any]], spec: SliceWindowAggregateSpec) -> dict[Any, Any]:
+    """The expected windows of ``rows`` each stamped with its batch's clock time as
+    ``_ts`` (the windows of that time, computed by DuckDB with no watermark)."""
+    return _duckdb([{**r, "wm": -(2**63)} for r in rows], spec)
+
+
+def _rows(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "k1": rng.randint(0, 4),
+            "k2": rng.choice(["x", "y", None]),
+            "v": rng.choice([None, *range(-3, 4)]),
+            "f": rng.choice([1.0, float("nan"), None, 2.5, -4.0]),
+            "b": rng.choice([True, False, None]),
+            "_ts": rng.randint(-(10**9), 10**9),  # event time: not read
+        }
+        for _ in range(n)
+    ]
+
+
+def test_processing_time_windows_fire_when_the_clock_passes_their_end() -> None:
+    clock = ManualClock(start=10.2)  # 10_200 ms
+    spec = _spec(WindowTvf.tumble(1_000), ("k2",), PROCTIME_AGGS, proctime=True)
+    op, out = _op(spec, clock=clock)
+    assert op.next_processing_time() is None
+    first = [{"k2": "a", "v": 1, "b": True}, {"k2": "a", "v": 1, "b": False}]
+    op.process_batch(_batch(first).drop_columns(["_ts"]), None)  # no event time needed
+    clock.advance(0.5)
+    op.process_batch(_batch([{"k2": "a", "v": 2, "f": 3.0, "b": True, "_ts": 99}]), None)
+    assert op.next_processing_time() == 10_999
+    op.process_watermark(10**12)  # watermarks pass through, they fire nothing
+    op.on_processing_time(10_998)
+    assert out.take() == [] and out.watermarks == [10**12]
+    op.on_processing_time(10_999)
+    (row,) = out.take()
+    assert (row["k2"], row["n"], row["n_b"], row["cd_v"], row["cd_v_b"]) == ("a", 3, 2, 2, 2)
+    assert (row["s_v_b"], row["mx_f"], row["a_v"], row["_ts"]) == (3, 3.0, 1, 10_999)
+    assert row["window_end"] == pa.scalar(11_000, pa.timestamp("ms")).as_py()
+    assert op.next_processing_time() is None and op.keyed.row_tables() == []
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("window", [WindowTvf.tumble(1_000), WindowTvf.hop(1_000, 400)])
+def test_processing_time_windows_equal_the_windows_of_each_batchs_arrival(
+    tmp_path: Path, backend: str, window: WindowTvf
+) -> None:
+    """The task's protocol: after each batch, every due timer fires; the rest at the end
+    of the input. Each batch's rows count in the windows of the clock's time then."""
+    rng = random.Random(7)
+    clock = ManualClock(start=5.0)
+    spec = _spec(window, ("k1", "k2"), PROCTIME_AGGS, proctime=True)
+    op, out = _op(spec, backend=backend, local_dir=str(tmp_path), clock=clock)
+    stamped: list[dict[str, Any]] = []
+    ends: list[int] = []
+    for _ in range(40):
+        clock.advance(rng.choice([0.0, 0.05, 0.3, 0.9]))
+        now = wall_ms(clock)
+        while (due := op.next_processing_time()) is not None and due <= now:
+            op.on_processing_time(now)
+        rows = _rows(rng, rng.randint(1, 30))
+        op.process_batch(_batch(rows), None)
+        stamped += [{**r, "_ts": now} for r in rows]
+    op.process_watermark(MAX_WATERMARK)  # the end of the input fires every open window
+    for batch in out.batches():
+        ends += batch.column("window_end").cast(pa.int64()).to_pylist()
+    assert ends == sorted(ends)  # by window end, across firings
+    _assert_equal(_results(out.batches(), spec), _at_clock(stamped, spec))
+    assert op.next_processing_time() is None and op.keyed.row_tables() == []
+
+
+def test_end_of_input_fires_every_open_window_and_later_watermarks_nothing() -> None:
+    clock = ManualClock(start=1.7)
+    spec = _spec(WindowTvf.hop(1_000, 500), ("k1",), [AggCall("sum", "v", "s")], proctime=True)
+    op, out = _op(spec, clock=clock)
+    op.process_batch(_batch([{"k1": 1, "v": 7}]), None)
+    op.process_watermark(1_000_000)
+    assert out.take() == []
+    op.process_watermark(MAX_WATERMARK)
+    got = {(s, e): v["s"] for (_, s, e), v in _results(out.batches(), spec).items()}
+    assert got == {(1_000, 2_000): 7, (1_500, 2_500): 7}
+    assert out.watermarks == [1_000_000, MAX_WATERMARK] and op.next_processing_time() is None
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_a_processing_time_restore_fires_open_windows_at_once_and_none_twice(
+    tmp_path: Path, backend: str
+) -> None:
+    clock = ManualClock(start=10.2)
+    spec = _spec(
+        WindowTvf.hop(1_000, 500),
+        ("k1",),
+        [AggCall("count_star", None, "n"), AggCall("count", "v", "cd", distinct=True)],
+        proctime=True,
+    )
+    op, out = _op(spec, backend=backend, local_dir=str(tmp_path), clock=clock)
+    keys = list(range(20))
+    op.process_batch(_batch([{"k1": k, "v": k % 3} for k in keys]), None)
+    op.on_processing_time(10_499)  # emits [9 500, 10 500); [10 000, 11 000) stays open
+    assert {r["k1"] for r in out.take()} == set(keys)
+    handle = op.snapshot(_target(tmp_path, 1)).keyed.run()
+    clock.advance(5.0)  # the restart takes 5 s: the open window ended meanwhile
+    now = wall_ms(clock)
+    emitted: list[pa.RecordBatch] = []
+    for subtask in range(2):
+        restored, out = _op(spec, subtask, 2, backend, str(tmp_path), clock)
+        part = handle.restricted_to(restored.key_groups)
+        restored.initialize_state(OperatorRestore(keyed=[part] if part else []), 1)
+        assert restored.next_processing_time() == 10_499  # timed again: due at once
+        restored.on_processing_time(now)
+        assert restored.next_processing_time() is None
+        mine = [k for k in keys if _mine(_batch([{"k1": k}]), spec, restored.key_groups).num_rows]
+        restored.process_batch(_batch([{"k1": k, "v": 5} for k in mine]), None)
+        restored.process_watermark(MAX_WATERMARK)
+        emitted += out.batches()
+    got = {key: v["n"] for key, v in _results(emitted, spec).items()}  # none emitted twice
+    expected = {(k, 10_000, 11_000): 1 for k in keys}
+    expected |= {(k, 14_500, 15_500): 1 for k in keys} | {(k, 15_000, 16_000): 1 for k in keys}
+    assert got == expected
+
+
+def test_the_operator_kind_must_match_the_specs_time() -> None:
+    spec = _spec(WindowTvf.tumble(10), ("k1",), [AggCall("count_star", None, "n")])
+    with pytest.raises(ConfigurationError, match="event-time ones"):
+        make_operator(PROCTIME_KIND, spec, keys=["k1"])
+    with pytest.raises(ConfigurationError, match="processing-time ones"):
+        make_operator(KIND, _spec(spec.window, spec.keys, list(spec.aggs), True), keys=["k1"])

@@ -104,14 +104,18 @@ class ColumnarWindowedStream(ColumnarAggregations):
     def aggregate(self, *aggs: Any) -> Any:
         """The SQL window aggregation (Flink SQL's ``GROUP BY window_start, window_end,
         keys``) of ``aggs`` (:mod:`epochstream.agg` calls) per key and window: tumbling,
-        sliding (HOP) or ``CumulativeEventTimeWindows`` (CUMULATE) event-time windows, or
+        sliding (HOP) or ``CumulativeEventTimeWindows`` (CUMULATE) event-time windows,
+        tumbling or sliding processing-time windows (TUMBLE/HOP over ``PROCTIME()``), or
         ``EventTimeSessionWindows.with_gap`` sessions (Flink SQL's SESSION window
         aggregation: any number of keys and aggregates per session).
 
         Output batches: the key columns, ``window_start``, ``window_end``
         (``timestamp[ms]``), one column per aggregate, ``_ts`` (end - 1). A row per key
-        and window with rows, when the watermark passes the window's end; rows of
-        windows that all fired are late (dropped and counted).
+        and window with rows. Event time: when the watermark passes the window's end;
+        rows of windows that all fired are late (dropped and counted). Processing time:
+        a batch's rows take the operator clock's time when it arrives (no ``_ts``
+        needed), a window fires when the clock passes its end, every open window fires
+        at the end of a bounded input, watermarks fire nothing and no row is late.
 
         Example::
 
@@ -121,6 +125,9 @@ class ColumnarWindowedStream(ColumnarAggregations):
             (bids.key_by("bidder")
                 .window(es.EventTimeSessionWindows.with_gap(10_000))
                 .aggregate(es.agg.count_star("bids"), es.agg.avg("price", "mean")))
+            (bids.key_by("auction")
+                .window(es.TumblingProcessingTimeWindows.of(60_000))
+                .aggregate(es.agg.count("bidder", "bidders", distinct=True)))
         """
         if not aggs or not all(isinstance(a, AggCall) for a in aggs):
             raise ConfigurationError(
@@ -141,12 +148,19 @@ class ColumnarWindowedStream(ColumnarAggregations):
             return self._keyed._then(
                 "columnar_session_aggregate", f"session window {described}", sessions
             )
+        window = _processing_time_window(self._assigner)
+        proctime = window is not None
         spec = SliceWindowAggregateSpec(
-            keys=self._keyed.key_columns, window=_table_window(self._assigner), aggs=aggs
+            keys=self._keyed.key_columns,
+            window=window or _table_window(self._assigner),
+            aggs=aggs,
+            proctime=proctime,
         )
-        return self._keyed._then(
-            "columnar_window_aggregate", f"{spec.window.kind} window {described}", spec
-        )
+        if proctime:
+            kind, name = "columnar_processing_window_aggregate", "processing-time window"
+        else:
+            kind, name = "columnar_window_aggregate", "window"
+        return self._keyed._then(kind, f"{spec.window.kind} {name} {described}", spec)
 
     def process(self, fn: Any) -> Any:
         """Not for columnar windows (use the aggregations or ``to_rows()``)."""
@@ -203,7 +217,8 @@ def _fixed(size: int, slide: int, offset: int) -> dict[str, int]:
 
 
 def _table_window(assigner: WindowAssigner) -> WindowTvf:
-    """The SQL window (TUMBLE, HOP, CUMULATE) of an event-time window assigner."""
+    """The SQL window (TUMBLE, HOP, CUMULATE) of an event-time window assigner (what
+    ``window_assign`` takes too: it has no processing time)."""
     if isinstance(assigner, TumblingEventTimeWindows):
         return WindowTvf.tumble(assigner.size, assigner.offset)
     if isinstance(assigner, SlidingEventTimeWindows):
@@ -211,6 +226,16 @@ def _table_window(assigner: WindowAssigner) -> WindowTvf:
     if isinstance(assigner, CumulativeEventTimeWindows):
         return WindowTvf.cumulate(assigner.size, assigner.step, assigner.offset)
     raise ConfigurationError(
-        "a SQL window aggregation takes tumbling, sliding or cumulative event-time windows, "
-        f"got {type(assigner).__name__}"
+        "a SQL window aggregation takes tumbling, sliding or cumulative event-time windows "
+        "(aggregate() tumbling or sliding processing-time windows too), got "
+        f"{type(assigner).__name__}"
     )
+
+
+def _processing_time_window(assigner: WindowAssigner) -> WindowTvf | None:
+    """The TUMBLE or HOP of a processing-time window assigner (None: not one)."""
+    if isinstance(assigner, TumblingProcessingTimeWindows):
+        return WindowTvf.tumble(assigner.size, assigner.offset)
+    if isinstance(assigner, SlidingProcessingTimeWindows):
+        return WindowTvf.hop(assigner.size, assigner.slide, assigner.offset)
+    return None

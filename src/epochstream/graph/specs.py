@@ -457,6 +457,12 @@ class SliceWindowAggregateSpec:
     Output: the key columns, ``window_start``, ``window_end`` (``timestamp[ms]``), each
     aggregate's ``output`` column, and ``_ts = window_end - 1`` (int64).
 
+    ``proctime``: windows of processing time (Flink SQL's ``DESCRIPTOR`` of a
+    ``PROCTIME()`` attribute) instead of event time: a batch's rows take the operator
+    clock's time when it arrives (no ``_ts`` column needed), windows fire when the clock
+    passes their end - 1 (and all at the end of a bounded input), never by the
+    watermark; the operator kind is ``columnar_processing_window_aggregate``.
+
     Example::
 
         SliceWindowAggregateSpec(
@@ -464,12 +470,13 @@ class SliceWindowAggregateSpec:
             window=WindowTvf.hop(10_000, 2_000),
             aggs=(AggCall("count_star", None, "bids"), AggCall("max", "price", "top")),
         )
+        SliceWindowAggregateSpec(("auction",), WindowTvf.tumble(60_000), aggs, proctime=True)
     """
 
     keys: tuple[str, ...]
     window: WindowTvf
     aggs: tuple[AggCall, ...]
-    proctime: bool = False
+    proctime: bool = field(default=False, kw_only=True)
 
     def __post_init__(self) -> None:
         _check_window_outputs(self.keys, self.aggs)

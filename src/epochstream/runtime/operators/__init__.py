@@ -5,7 +5,8 @@ One module per operator family: ``basic`` (map, flat_map, filter, rolling reduce
 aggregations), ``columnar_sessions`` (columnar session and processing-time windows),
 ``columnar_joins`` (window and regular joins of batches), ``columnar_equi_join`` (the
 SQL joins' operator: composite keys, regular, interval and window-end retention),
-``columnar_window_aggregates`` (SQL window aggregations: tumble, hop, cumulate),
+``columnar_window_aggregates`` (SQL window aggregations: tumble, hop, cumulate, over
+event or processing time),
 ``columnar_window_assign`` (window table functions without aggregation),
 ``columnar_window_topn`` (window Top-N),
 ``process`` (process functions), ``timestamps`` (timestamps and watermarks),
@@ -52,6 +53,7 @@ from epochstream.runtime.operators.columnar_transforms import (
 )
 from epochstream.runtime.operators.columnar_window_aggregates import (
     ColumnarWindowAggregateOperator,
+    ProcessingTimeWindowAggregateOperator,
 )
 from epochstream.runtime.operators.columnar_window_assign import ColumnarWindowAssignOperator
 from epochstream.runtime.operators.columnar_window_topn import ColumnarWindowTopNOperator
@@ -95,6 +97,7 @@ __all__ = [
     "Operator",
     "OperatorContext",
     "ProcessOperator",
+    "ProcessingTimeWindowAggregateOperator",
     "ReduceOperator",
     "SnapshotParts",
     "TimestampsOperator",
@@ -130,6 +133,7 @@ _FACTORIES: dict[str, type[Operator]] = {
     "columnar_window_join": ColumnarWindowJoinOperator,
     "columnar_equi_join": ColumnarEquiJoinOperator,
     "columnar_window_aggregate": ColumnarWindowAggregateOperator,
+    "columnar_processing_window_aggregate": ProcessingTimeWindowAggregateOperator,
     "columnar_window_assign": ColumnarWindowAssignOperator,
     "columnar_window_top_n": ColumnarWindowTopNOperator,
 }

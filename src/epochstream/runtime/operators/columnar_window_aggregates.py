@@ -42,6 +42,11 @@ windows it all reached (as the snapshotting subtask would have). A stamp per key
 rather than per row: the backend snapshots the rows as they are, without a rewrite of
 every row at each checkpoint.
 
+Processing time (:class:`ProcessingTimeWindowAggregateOperator`, spec ``proctime=True``):
+the same slices, tables and stamps, with the operator clock's time at a batch's arrival
+for every row of it and the clock, not the watermark, firing the windows (all of them at
+the end of a bounded input); the stamps hold the processing time fired to.
+
 Example::
 
     op = ColumnarWindowAggregateOperator(spec, ctx)   # spec.payload: SliceWindowAggregateSpec
@@ -63,7 +68,8 @@ import pyarrow.compute as pc
 from epochstream.core.arrow import KG as KG_COLUMN
 from epochstream.core.arrow import TS as TS_COLUMN
 from epochstream.core.arrow import table_batch
-from epochstream.exceptions import DataError, StateError
+from epochstream.core.events import MAX_WATERMARK
+from epochstream.exceptions import ConfigurationError, DataError, StateError
 from epochstream.graph.specs import AggCall, SliceWindowAggregateSpec, WindowTvf
 from epochstream.runtime.operators.base import Operator, SnapshotParts
 from epochstream.runtime.operators.columnar_aggregates import own_backend
@@ -83,6 +89,7 @@ __all__ = [
     "AggregateCalls",
     "ColumnarWindowAggregateOperator",
     "FiredStamps",
+    "ProcessingTimeWindowAggregateOperator",
     "SliceAssigner",
     "SliceTables",
     "check_aggregate_input",
@@ -350,16 +357,18 @@ def check_aggregate_input(
     aggs: tuple[AggCall, ...],
     types: dict[str, pa.DataType],
     where: str,
+    *,
+    event_time: bool = True,
 ) -> AggregateCalls:
-    """Check that ``batch`` has the columns a window aggregation reads (``keys``, the
-    aggregates' columns and filters, ``_ts``), each of the type ``types`` noted for it
-    before (integer widths may differ: noted in ``types``), filters boolean; return the
-    calls for its float columns.
+    """Check that ``batch`` has the columns an aggregation reads (``keys``, the
+    aggregates' columns and filters, and ``_ts`` when it windows by ``event_time``),
+    each of the type ``types`` noted for it before (integer widths may differ: noted in
+    ``types``), filters boolean; return the calls for its float columns.
 
     Example: ``check_aggregate_input(batch, ["k"], (AggCall("sum", "v", "s"),), {}, "op")``
     """
     used = [a.column for a in aggs] + [a.filter for a in aggs]
-    columns = (*keys, *(c for c in used if c), TS_COLUMN)
+    columns = (*keys, *(c for c in used if c), *((TS_COLUMN,) if event_time else ()))
     require_columns(batch.schema, columns, where)
     schema = batch.schema
     for name in columns:
@@ -568,6 +577,9 @@ class ColumnarWindowAggregateOperator(Operator):
         op.process_watermark(MAX_WATERMARK)   # emits k="a", its window, the aggregates
     """
 
+    #: Whether rows take the clock's time (:class:`ProcessingTimeWindowAggregateOperator`).
+    processing_time = False
+
     def __init__(self, spec: Any, ctx: Any) -> None:
         super().__init__(spec, ctx)
         self.keyed = self.keyed or own_backend(spec, ctx)
@@ -576,16 +588,36 @@ class ColumnarWindowAggregateOperator(Operator):
         self.agg: SliceWindowAggregateSpec = spec.payload
         self.keys = list(self.agg.keys)
         self.assigner = SliceAssigner(self.agg.window)
-        self.watermark = _INT64_MIN
+        #: The time windows fired to: the watermark (event time) or the clock (processing time).
+        self.progress = _INT64_MIN
         self.tables = SliceTables(self.keyed, self.assigner.width)
         self.stamps = FiredStamps(self.keyed)
         self._calls: AggregateCalls | None = None  # once the first batch tells float columns
         self._types: dict[str, pa.DataType] = {}
         self._where = ctx.task_name
+        if self.agg.proctime != self.processing_time:
+            # The spec's uid and the kind's firing would disagree about the job's windows.
+            time = "processing" if self.agg.proctime else "event"
+            raise ConfigurationError(
+                f"{self._where}: the spec's windows are {time}-time ones; build the operator "
+                "with ColumnarWindowedStream.aggregate, which picks the kind for it"
+            )
 
     # ------------------------------------------------------------ input
     def _check(self, batch: pa.RecordBatch) -> None:
-        calls = check_aggregate_input(batch, self.keys, self.agg.aggs, self._types, self._where)
+        if not self.processing_time and TS_COLUMN not in batch.schema.names:
+            raise DataError(
+                f"{self._where}: window aggregations need event time; give the source a "
+                "watermark strategy with .with_timestamp_column(name)"
+            )
+        calls = check_aggregate_input(
+            batch,
+            self.keys,
+            self.agg.aggs,
+            self._types,
+            self._where,
+            event_time=not self.processing_time,
+        )
         if self._calls is None:
             self._use_calls(calls)
 
@@ -602,15 +634,10 @@ class ColumnarWindowAggregateOperator(Operator):
         batch = need_batch(self, records)
         if not batch.num_rows:
             return
-        if TS_COLUMN not in batch.schema.names:
-            raise DataError(
-                f"{self._where}: window aggregations need event time; give the source a "
-                "watermark strategy with .with_timestamp_column(name)"
-            )
         self._check(batch)
         calls = self._calls
         assert calls is not None
-        ends = self.assigner.slice_ends(event_times(batch, self._where))
+        ends = self.assigner.slice_ends(self._times(batch))
         late = self.assigner.last_window_end(ends) - 1 <= self._fired_to(batch)
         if late.any():
             self.counters.late_records_dropped += int(late.sum())
@@ -630,17 +657,21 @@ class ColumnarWindowAggregateOperator(Operator):
             values = values.filter(pc.is_valid(values.column(column)))
             self._keep(i, _distinct_rows(values, [*group, column]))
 
+    def _times(self, batch: pa.RecordBatch) -> np.ndarray:
+        """Each row's time: its event time."""
+        return event_times(batch, self._where)
+
     def _fired_to(self, batch: pa.RecordBatch) -> np.ndarray | int:
-        """The watermark each row's windows fired to: this subtask's, or after a restore
-        the higher one its key group was snapshotted with."""
-        if self.stamps.top <= self.watermark:
-            return self.watermark
+        """The time each row's windows fired to: this subtask's progress, or after a
+        restore the higher one its key group was snapshotted with."""
+        if self.stamps.top <= self.progress:
+            return self.progress
         if KG_COLUMN in batch.schema.names:  # routed by a hash edge
             kgs = batch.column(KG_COLUMN).to_numpy(zero_copy_only=False)
         else:
             keys = [canonical_float_keys(batch.column(k)) for k in self.keys]
             kgs = key_groups_by_columns(keys, self.ctx.max_parallelism, rows=batch.num_rows)
-        return np.maximum(self.stamps.fired_to(kgs), self.watermark)
+        return np.maximum(self.stamps.fired_to(kgs), self.progress)
 
     def _keep(self, part: int, rows: pa.Table) -> None:
         """Add a batch's ``rows`` (with a ``_wa_slice`` column) to their slices' ``part``,
@@ -653,20 +684,26 @@ class ColumnarWindowAggregateOperator(Operator):
 
     # ------------------------------------------------------------ firing
     def process_watermark(self, watermark: int) -> None:
-        if watermark > self.watermark:
-            self._fire(self.watermark, watermark)
-            self.watermark = watermark
-            ends = self.tables.ends()
-            done = self.assigner.last_window_end(ends) - 1 <= watermark
-            self.tables.drop(ends[done].tolist())
+        self._advance(watermark)
         self.emit_watermark(watermark)
 
-    def _fire(self, before: int, watermark: int) -> None:
-        """Emit the windows whose end - 1 is in ``(before, watermark]``, by end."""
+    def _advance(self, time: int) -> None:
+        """Fire the windows whose end - 1 is in ``(progress, time]`` and drop the slices
+        no unfired window needs."""
+        if time <= self.progress:
+            return
+        self._fire(self.progress, time)
+        self.progress = time
+        ends = self.tables.ends()
+        done = self.assigner.last_window_end(ends) - 1 <= time
+        self.tables.drop(ends[done].tolist())
+
+    def _fire(self, before: int, time: int) -> None:
+        """Emit the windows whose end - 1 is in ``(before, time]``, by end."""
         if self._calls is None:
             return
         slices = self.tables.ends()
-        starts, ends = self.assigner.windows_ending(slices, before + 1, watermark + 1)
+        starts, ends = self.assigner.windows_ending(slices, before + 1, time + 1)
         cache: dict[tuple[int, int], pa.Table] = {}
         out = [
             result
@@ -727,7 +764,7 @@ class ColumnarWindowAggregateOperator(Operator):
 
     # ------------------------------------------------------------ snapshots
     def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
-        self.stamps.write(self.watermark)
+        self.stamps.write(self.progress)
         return super().snapshot(target)
 
     def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
@@ -780,6 +817,56 @@ class ColumnarWindowAggregateOperator(Operator):
                     "give the new operator another uid"
                 )
         self._use_calls(calls)
+
+
+class ProcessingTimeWindowAggregateOperator(ColumnarWindowAggregateOperator):
+    """The SQL window aggregation over processing time (``TUMBLE|HOP|CUMULATE(TABLE t,
+    DESCRIPTOR(proc), ...)`` of a ``PROCTIME()`` attribute; spec ``proctime=True``).
+
+    A batch's rows take ``ctx.clock_ms()`` when it arrives, so the batch goes whole into
+    that time's slice; it needs no ``_ts`` column (one it has is not read). A window
+    fires when the clock passes its end - 1: the task calls :meth:`on_processing_time`
+    by :meth:`next_processing_time`, which follows the open slices, so restored windows
+    are timed again without timer state. Input watermarks are forwarded and fire
+    nothing, and no row is late: should the clock stand at or behind the time windows
+    fired to (a restore on a host whose clock is behind), rows take the first
+    millisecond after it. At the end of a bounded input (the final watermark) every open
+    window fires, so nothing accepted is lost (Flink drops them there). After a restore
+    the stamps (:class:`FiredStamps`, of the processing time fired to) keep windows the
+    snapshotting subtask emitted from being emitted again.
+
+    Example::
+
+        op = create_operator(spec, ctx)   # kind "columnar_processing_window_aggregate",
+                                          # spec.payload.window: WindowTvf.tumble(60_000)
+        op.process_batch(pa.record_batch({"k": ["a"]}), None)   # at 12:00:03 on ctx.clock
+        op.next_processing_time()                          # 12:00:59.999
+        op.on_processing_time(op.next_processing_time())   # emits k="a", [12:00, 12:01)
+    """
+
+    processing_time = True
+
+    def _times(self, batch: pa.RecordBatch) -> np.ndarray:
+        """The clock's time for every row, past the time windows fired to."""
+        now = np.full(batch.num_rows, self.ctx.clock_ms(), np.int64)
+        return np.maximum(now, np.asarray(self._fired_to(batch), np.int64) + 1)
+
+    def process_watermark(self, watermark: int) -> None:
+        if watermark >= MAX_WATERMARK:
+            self._advance(MAX_WATERMARK)
+        self.emit_watermark(watermark)
+
+    def on_processing_time(self, now_ms: int) -> None:
+        self._advance(now_ms)
+
+    def next_processing_time(self) -> int | None:
+        """The end - 1 of the first unfired window holding an open slice (None: none)."""
+        slices = self.tables.ends()
+        if not len(slices):
+            return None
+        upto = int(slices[-1]) + self.assigner.size
+        _, ends = self.assigner.windows_ending(slices, self.progress + 1, upto)
+        return int(ends[0]) - 1 if len(ends) else None
 
 
 def _distinct_rows(table: pa.Table, columns: list[str]) -> pa.Table:
