@@ -8,7 +8,7 @@ Flink's connectors name them, mapped onto epochstream's connectors.
 | ``kafka`` | ``KafkaSource`` (JSON, columnar) | ``KafkaSink`` (JSON, transactional) |
 | ``jdbc`` (PostgreSQL) | | ``PostgresSink`` (upsert by the primary key, else two-phase) |
 | ``delta`` | | ``DeltaSink`` |
-| ``jetstream`` | | ``JetStreamSink`` |
+| ``jetstream`` | ``JetStreamSource`` (JSON, columnar, unbounded) | ``JetStreamSink`` |
 | ``print`` | | ``PrintSink`` |
 | ``blackhole`` | | ``DiscardSink`` |
 
@@ -33,7 +33,7 @@ from epochstream.connectors.base import Sink, Source
 from epochstream.connectors.delta import DeltaSink
 from epochstream.connectors.filesink import FileSink
 from epochstream.connectors.formats import FileSource
-from epochstream.connectors.jetstream import JetStreamSink
+from epochstream.connectors.jetstream import JetStreamSink, JetStreamSource
 from epochstream.connectors.kafka.sink import KafkaSink
 from epochstream.connectors.kafka.source import KafkaSource
 from epochstream.connectors.nexmark import KINDS, NexmarkConfig, NexmarkSource
@@ -169,11 +169,14 @@ def source_binding(
             binding = _file_source(table, columns, options, batch_size)
         elif connector == "kafka":
             binding = _kafka_source(table, columns, options)
+        elif connector == "jetstream":
+            binding = _jetstream_source(table, columns, options)
         elif connector in ("print", "blackhole"):
             raise table.option_error("connector", f"'{connector}' tables can only be written")
         else:
             raise table.option_error(
-                "connector", f"unknown source connector {connector!r} (nexmark, filesystem, kafka)"
+                "connector",
+                f"unknown source connector {connector!r} (nexmark, filesystem, kafka, jetstream)",
             )
     except SqlError:
         raise
@@ -271,6 +274,30 @@ def _kafka_source(table: TableDef, columns: list[str], options: _Options) -> Sou
         columnar=True,
         schema=schema,
         properties=dict(properties) or None,
+    )
+    return SourceBinding(source, _watermarks(table, options, str), _adapter(table, columns, str))
+
+
+def _jetstream_source(table: TableDef, columns: list[str], options: _Options) -> SourceBinding:
+    """A JetStream stream of JSON messages, read from ``'scan.startup.sequence'`` on
+    (default 1, the first); ``'subject'`` filters it. Unbounded: JetStreamSource has no
+    bounded mode."""
+    servers = options.take("servers", required=True)
+    stream = options.take("stream", required=True)
+    subject = options.take("subject")
+    fmt = options.take("format", "json")
+    if fmt != "json":
+        raise table.option_error("format", f"only 'json' is supported, got {fmt!r}")
+    start = options.take_int("scan.startup.sequence", 1)
+    if start < 1:
+        raise table.option_error("scan.startup.sequence", f"must be >= 1, got {start}")
+    # The JSON decoder reads the declared columns; the adapter then orders them.
+    source = JetStreamSource(
+        str(servers).split(","),
+        str(stream),
+        subject,
+        start,
+        json_schema=_declared_schema(table, [f.name for f in table.fields]),
     )
     return SourceBinding(source, _watermarks(table, options, str), _adapter(table, columns, str))
 
