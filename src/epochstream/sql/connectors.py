@@ -42,6 +42,7 @@ from epochstream.connectors.simple import DiscardSink, PrintSink
 from epochstream.core.watermarks import WatermarkStrategy
 from epochstream.exceptions import ConfigurationError, SqlError
 from epochstream.sql.catalog import TableDef
+from epochstream.sql.dialect import sql_error
 from epochstream.sql.plan import ColumnAdapter
 
 __all__ = ["SinkBinding", "SourceBinding", "sink_binding", "source_binding"]
@@ -162,6 +163,12 @@ def source_binding(
     """
     options = _Options(table, "source")
     connector = table.connector
+    if table.partition_by:
+        raise sql_error(
+            table.partition_node,
+            f"table {table.name!r}: a PARTITIONED BY table can only be written (no source "
+            "reads partition directories)",
+        )
     try:
         if connector == "nexmark":
             binding = _nexmark_source(table, columns, options, batch_size)
@@ -345,6 +352,12 @@ def sink_binding(table: TableDef) -> SinkBinding:
     """
     options = _Options(table, "sink")
     connector = table.connector
+    if table.partition_by and connector != "filesystem":
+        raise sql_error(
+            table.partition_node,
+            f"table {table.name!r}: PARTITIONED BY is supported by the filesystem connector "
+            f"only, not {connector!r}",
+        )
     sink: Sink
     if connector == "print":
         sink = PrintSink(options.take("print-identifier"))
@@ -355,7 +368,11 @@ def sink_binding(table: TableDef) -> SinkBinding:
         fmt = options.take("format", required=True)
         if fmt not in _FILE_FORMATS:
             raise table.option_error("format", f"must be one of {', '.join(_FILE_FORMATS)}")
-        sink = FileSink(path, _FILE_FORMATS[fmt])  # type: ignore[arg-type]
+        sink = FileSink(
+            path,  # type: ignore[arg-type]
+            _FILE_FORMATS[fmt],
+            partition_by=table.partition_by,
+        )
     elif connector == "kafka":
         topic = options.take("topic", required=True)
         servers = options.take("properties.bootstrap.servers", required=True)
