@@ -1,11 +1,12 @@
-"""One SQL statement set into the three batch-form transactional sinks, through a
-SIGKILL of a slot, on Spark: ``EXECUTE STATEMENT SET`` writes a TUMBLE aggregation over
-a bounded (rate-limited) Nexmark table into a ``jdbc`` table with a PRIMARY KEY
-(upserted, real PostgreSQL), a ``delta`` table and a ``jetstream`` sink, checkpointing
-every 0.3 s. A slot process is killed after the first results are committed; the
-restart strategy recovers the job, which runs to the end of its input. Each sink then
-holds exactly DuckDB's result: nothing lost, nothing twice (the Delta table and the
-JetStream stream compared as multisets, so a duplicate shows).
+"""One SQL statement set into the batch-form transactional sinks, through a SIGKILL of
+a slot, on Spark: ``EXECUTE STATEMENT SET`` writes a TUMBLE aggregation over a bounded
+(rate-limited) Nexmark table into a ``jdbc`` table with a PRIMARY KEY (upserted, real
+PostgreSQL), a ``delta`` table, a ``jetstream`` sink and a ``filesystem`` table
+``PARTITIONED BY (channel)``, checkpointing every 0.3 s. A slot process is killed
+after the first results are committed; the restart strategy recovers the job, which
+runs to the end of its input. Each sink then holds exactly DuckDB's result: nothing
+lost, nothing twice (the Delta table, the JetStream stream and the partitioned files
+compared as multisets, so a duplicate shows).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.dataset as ds
 import pytest
 from e2e_support import is_python_process
 
@@ -53,7 +56,7 @@ COLUMNS = "channel STRING, window_start TIMESTAMP(3), bids BIGINT, top BIGINT"
 Row = tuple[str, datetime, int, int]
 
 
-def _script(dsn: str, delta: Path, nats_url: str, subject: str) -> str:
+def _script(dsn: str, delta: Path, nats_url: str, subject: str, files: Path) -> str:
     fields = dict(part.split("=", 1) for part in dsn.split())
     url = f"jdbc:postgresql://{fields['host']}:{fields['port']}/{fields['dbname']}"
     ddl = nexmark_ddl(events=EVENTS, rate=FIRST_EVENT_RATE).replace(
@@ -65,10 +68,13 @@ CREATE TABLE pg ({COLUMNS}, PRIMARY KEY (channel, window_start) NOT ENFORCED) WI
 CREATE TABLE dl ({COLUMNS}) WITH ('connector' = 'delta', 'table-path' = '{delta}');
 CREATE TABLE js ({COLUMNS}) WITH (
   'connector' = 'jetstream', 'servers' = '{nats_url}', 'subject' = '{subject}');
+CREATE TABLE fs ({COLUMNS}) PARTITIONED BY (channel) WITH (
+  'connector' = 'filesystem', 'path' = '{files}', 'format' = 'parquet');
 EXECUTE STATEMENT SET BEGIN
 INSERT INTO pg {QUERY};
 INSERT INTO dl {QUERY};
 INSERT INTO js {QUERY};
+INSERT INTO fs {QUERY};
 END;
 """
 
@@ -99,12 +105,23 @@ def _jetstream_rows(url: str, stream: str) -> list[Row]:
     ]
 
 
+def _partitioned_rows(files: Path) -> list[Row]:
+    """The committed part files (hidden ones ignored), ``channel`` from the directories."""
+    table = ds.dataset(
+        files,
+        format="parquet",
+        partitioning=ds.partitioning(pa.schema([("channel", pa.string())]), flavor="hive"),
+    ).to_table()
+    names = ("channel", "window_start", "bids", "top")
+    return list(zip(*(table.column(n).to_pylist() for n in names), strict=True))
+
+
 def _postgres_rows(dsn: str) -> list[Row]:
     with psycopg.connect(dsn) as conn:
         return conn.execute("SELECT channel, window_start, bids, top FROM hot").fetchall()
 
 
-def test_a_statement_set_into_jdbc_delta_and_jetstream_is_exact_through_a_slot_sigkill(
+def test_a_statement_set_into_jdbc_delta_jetstream_and_files_is_exact_through_a_slot_sigkill(
     spark: Any, tmp_path: Path, postgres_dsn: str, nats_url: str
 ) -> None:
     from nats.js.api import StreamConfig
@@ -123,11 +140,14 @@ def test_a_statement_set_into_jdbc_delta_and_jetstream_is_exact_through_a_slot_s
 
     asyncio.run(_with_js(nats_url, create))
     delta = tmp_path / "delta"
+    files = tmp_path / "files"
 
     env = es.Environment(parallelism=2, spark=spark)
     env.enable_checkpointing(0.3, storage=str(tmp_path / "ck"))
     env.set_restart_strategy(es.restart.fixed_delay(attempts=3, delay=0.2))
-    client: Any = env.execute_sql(_script(postgres_dsn, delta, nats_url, subject), wait=False)
+    client: Any = env.execute_sql(
+        _script(postgres_dsn, delta, nats_url, subject, files), wait=False
+    )
     try:
         # Results are committed before the kill: the restarted job must neither repeat
         # nor lose them.
@@ -156,3 +176,4 @@ def test_a_statement_set_into_jdbc_delta_and_jetstream_is_exact_through_a_slot_s
     table = deltalake.DeltaTable(str(delta)).to_pyarrow_table()
     assert collections.Counter(tuple(r.values()) for r in table.to_pylist()) == expected
     assert collections.Counter(_jetstream_rows(nats_url, stream)) == expected
+    assert collections.Counter(_partitioned_rows(files)) == expected
