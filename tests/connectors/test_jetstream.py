@@ -17,7 +17,7 @@ from epochstream.connectors.jetstream import (
     WriteAheadEntry,
 )
 from epochstream.core.clock import ManualClock
-from epochstream.exceptions import ConfigurationError, SinkError
+from epochstream.exceptions import ConfigurationError, SinkError, SourceDecodeError
 
 nats = pytest.importorskip("nats")
 
@@ -166,6 +166,36 @@ def test_bad_records_and_settings_are_named(nats_url: str) -> None:
         JetStreamSource(nats_url, "S", start_sequence=0)
     with pytest.raises(ConfigurationError, match="servers"):
         JetStreamSink([], "x")
+
+
+def test_json_payloads_come_as_batches_and_a_bad_one_names_stream_and_sequence(
+    nats_url: str,
+) -> None:
+    import pyarrow as pa
+
+    name = make_stream(nats_url, ["js.x"])
+    good = [f'{{"k": "k{i}", "v": {i}, "extra": true}}'.encode() for i in range(4)]
+    publish(nats_url, "js.x", [*good, b'{"k": "k4", "v": 1.5}', b'{"k": "k5", "v": 5}'])
+    schema = pa.schema([("k", pa.string()), ("v", pa.int64())])
+    source = JetStreamSource(nats_url, name, json_schema=schema)
+    assert source.columnar
+    reader = source.create_reader(source_ctx())
+    reader.add_splits(source.create_splits(1))
+    batches = []
+    with pytest.raises(SourceDecodeError) as info:
+        for _ in range(200):
+            batch = reader.poll(100)
+            if len(batch):
+                batches.append(batch)
+    assert pa.Table.from_batches(batches, schema).to_pylist() == [
+        {"k": f"k{i}", "v": i} for i in range(4)
+    ]
+    err = info.value
+    assert (err.path, err.offset) == (name, 5)
+    assert f"JetStream message {name} at sequence 5 as json" in str(err)
+    # The bad message is read again after a restore: the split stops before it.
+    assert reader.snapshot(1)[0].next_sequence == 5
+    reader.close()
 
 
 def test_a_reader_restored_at_the_end_of_the_stream_polls_nothing(nats_url: str) -> None:

@@ -48,12 +48,23 @@ when the file was moved along with it. A pending file found in neither fails the
 at once (no restarts) naming both places: its records are covered by the checkpoint,
 so committing nothing would lose them silently.
 
+Partitioned output (``partition_by``, Flink's and Hive's layout): each row goes to the
+sub-directory of its partition columns' values, ``<col>=<value>/`` per column, in the
+order given (``day=2026-11-28/hour=10/part-...``); the files hold the other columns. A
+batch's value is its Arrow cast to a string (timestamps ``2026-11-28 10:00:00.000``), a
+dict record's ``str(value)``, with ``%XX`` for the characters a directory name cannot
+hold (``/``, ``=``, ``%``, ...); a null or empty value is ``__DEFAULT_PARTITION__``
+(Flink's default name). A transaction is then one
+file per partition it wrote into, all committed together, and recovery looks for
+leftovers in the partition directories too.
+
 Guarantee: exactly-once with checkpointing on (two-phase commit); at-least-once
 without.
 
 Example::
 
     sink = FileSink("/out/counts", format="parquet")
+    daily = FileSink("/out/daily", format="parquet", partition_by=("day",))
     writer = sink.create_writer(SinkContext(0, 2, attempt=0, job_id=job_id, checkpointing=True))
 """
 
@@ -75,7 +86,15 @@ from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter
 from epochstream.core.private_files import fsync_directory
 from epochstream.exceptions import ConfigurationError, SinkError, short_repr
 
-__all__ = ["FileCommittable", "FileSink", "FileSinkWriter", "FileTxn", "RollingPolicy"]
+__all__ = [
+    "DEFAULT_PARTITION",
+    "FileCommittable",
+    "FileSink",
+    "FileSinkWriter",
+    "FileTxn",
+    "RollingPolicy",
+    "partition_directory",
+]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +106,26 @@ _HIDDEN_PART = re.compile(
 )
 FORMATS = ("jsonl", "csv", "parquet")
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+#: The directory name of a null partition value (Flink's 'partition.default-name').
+DEFAULT_PARTITION = "__DEFAULT_PARTITION__"
+# Escaped as %XX in a partition directory name: Hive's and Flink's set (path separators,
+# '=' between column and value, '%' itself, and characters file systems refuse).
+_ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(c) for c in range(0x20))
+
+
+def partition_directory(column: str, value: str | None) -> str:
+    """The directory of one partition column's value: ``<column>=<value>``, escaped.
+
+    Example: ``partition_directory("city", "a/b") == "city=a%2Fb"``; a null or empty
+    value is :data:`DEFAULT_PARTITION`.
+    """
+
+    def escape(text: str) -> str:
+        return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in text)
+
+    # Flink's partition computer: an empty value goes to the default partition too.
+    shown = escape(value) if value else DEFAULT_PARTITION
+    return f"{escape(column)}={shown}"
 
 
 @dataclass(frozen=True)
@@ -137,7 +176,9 @@ class FileTxn:
     ``size`` counts bytes written, ``opened`` is the monotonic time of the first write,
     ``rows`` buffers a bulk format's records until a batch arrives, ``tables`` its
     Arrow data from then on (of the one ``schema``), and ``columns`` is a CSV file's
-    header.
+    header. ``subdir`` is a partition's directory (relative; "" unpartitioned). A
+    partitioned sink's transaction holds no file itself: ``parts`` has one FileTxn per
+    partition directory written into.
 
     Example::
 
@@ -145,6 +186,8 @@ class FileTxn:
     """
 
     base: str
+    subdir: str = ""
+    parts: dict[str, FileTxn] = field(default_factory=dict)
     file: BinaryIO | None = None
     size: int = 0
     opened: float | None = None
@@ -155,13 +198,18 @@ class FileTxn:
 
     @property
     def inprogress(self) -> str:
-        """The hidden name while being written."""
-        return f".{self.base}{_INPROGRESS}"
+        """The hidden name while being written (relative to the sink directory)."""
+        return os.path.join(self.subdir, f".{self.base}{_INPROGRESS}")
 
     @property
     def pending(self) -> str:
-        """The hidden name once pre-committed."""
-        return f".{self.base}{_PENDING}"
+        """The hidden name once pre-committed (relative to the sink directory)."""
+        return os.path.join(self.subdir, f".{self.base}{_PENDING}")
+
+    @property
+    def final(self) -> str:
+        """The visible name once committed (relative to the sink directory)."""
+        return os.path.join(self.subdir, self.base)
 
 
 class FileSink(Sink):
@@ -172,11 +220,14 @@ class FileSink(Sink):
 
     ``format``: ``"jsonl"``, ``"csv"`` or ``"parquet"``. ``rolling``: a
     :class:`RollingPolicy`; ``roll_records=n`` is short for
-    ``RollingPolicy(max_records=n)``.
+    ``RollingPolicy(max_records=n)``. ``partition_by``: column names; each row is
+    written under ``<col>=<value>/`` directories without those columns (module
+    docstring). Records are then Arrow batches or dicts.
 
     Example::
 
         env.from_collection(data).sink_to(FileSink("/tmp/out", format="parquet"))
+        stream.sink_to(FileSink("/tmp/by_city", format="parquet", partition_by=("city",)))
     """
 
     transactional = True
@@ -189,6 +240,7 @@ class FileSink(Sink):
         *,
         roll_records: int | None = None,
         rolling: RollingPolicy | None = None,
+        partition_by: tuple[str, ...] | list[str] = (),
     ) -> None:
         if format not in FORMATS:
             raise ConfigurationError(f"FileSink format must be one of {FORMATS}, got {format!r}")
@@ -202,9 +254,22 @@ class FileSink(Sink):
         self.path = os.path.abspath(os.fspath(path))
         self.format = format
         self.rolling = rolling or RollingPolicy()
+        if isinstance(partition_by, str) or not all(isinstance(c, str) and c for c in partition_by):
+            raise ConfigurationError(
+                f"FileSink partition_by must be a sequence of column names, got {partition_by!r}"
+            )
+        if len(set(partition_by)) != len(partition_by):
+            raise ConfigurationError(f"FileSink partition_by names a column twice: {partition_by}")
+        self.partition_by = tuple(partition_by)
 
     def create_writer(self, ctx: SinkContext) -> FileSinkWriter:
-        return FileSinkWriter(self.path, ctx, format=self.format, rolling=self.rolling)
+        return FileSinkWriter(
+            self.path,
+            ctx,
+            format=self.format,
+            rolling=self.rolling,
+            partition_by=self.partition_by,
+        )
 
     def exclusive_target(self) -> str:
         # Part names hold the subtask, job and attempt, not the sink; a restored writer
@@ -229,12 +294,14 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
         *,
         format: str = "jsonl",
         rolling: RollingPolicy | None = None,
+        partition_by: tuple[str, ...] = (),
     ) -> None:
         rolling = rolling or RollingPolicy()
         super().__init__(ctx, roll_records=rolling.max_records)
         self.directory = directory
         self.format = format
         self._rolling = rolling
+        self._partition_by = partition_by
         os.makedirs(directory, exist_ok=True)
         job8 = _UNSAFE_NAME_CHARS.sub("_", ctx.job_id[:8])
         self._stem = f"part-{ctx.subtask_index}-{job8}-a{ctx.attempt}-"
@@ -252,6 +319,18 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
     def write(self, txn: FileTxn, records: list[Any]) -> None:
         if txn.opened is None:
             txn.opened = time.monotonic()
+        if not self._partition_by:
+            self._write_file(txn, records)
+            return
+        for subdir, rows in self._partitions(records):
+            part = txn.parts.get(subdir)
+            if part is None:
+                part = txn.parts[subdir] = FileTxn(base=txn.base, subdir=subdir)
+                self._make_directory(subdir)
+            self._write_file(part, rows)
+        txn.size = sum(part.size for part in txn.parts.values())
+
+    def _write_file(self, txn: FileTxn, records: Any) -> None:
         if self.format == "parquet":
             self._buffer_parquet(txn, records)  # a bulk format: written whole at pre-commit
             return
@@ -285,6 +364,13 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
         )
 
     def pre_commit(self, txn: FileTxn) -> None:
+        if self._partition_by:
+            for part in txn.parts.values():
+                self._pre_commit_file(part)
+            return
+        self._pre_commit_file(txn)
+
+    def _pre_commit_file(self, txn: FileTxn) -> None:
         if txn.rows or txn.tables:
             self._write_parquet(txn)
         f = txn.file
@@ -295,12 +381,16 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
         f.close()
         txn.file = None
         os.replace(self._path(txn.inprogress), self._path(txn.pending))
-        fsync_directory(self.directory)
+        fsync_directory(os.path.dirname(self._path(txn.pending)))
 
     def commit(self, txn: FileTxn) -> None:
-        self._commit_entry(self.txn_handle(txn))
+        handle = self.txn_handle(txn)
+        for entry in handle if isinstance(handle, tuple) else (handle,):
+            self._commit_entry(entry)
 
     def abort(self, txn: FileTxn) -> None:
+        for part in txn.parts.values():
+            self.abort(part)
         txn.rows = []
         txn.tables = []
         if txn.file is not None:
@@ -312,15 +402,22 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
             except FileNotFoundError:
                 continue
 
-    def txn_handle(self, txn: FileTxn) -> FileCommittable:
-        return FileCommittable(pending=txn.pending, final=txn.base, directory=self.directory)
+    def txn_handle(self, txn: FileTxn) -> FileCommittable | tuple[FileCommittable, ...]:
+        """One file's entry; a partitioned transaction's files' entries, as a tuple."""
+        if self._partition_by:
+            return tuple(
+                FileCommittable(pending=p.pending, final=p.final, directory=self.directory)
+                for p in txn.parts.values()
+            )
+        return FileCommittable(pending=txn.pending, final=txn.final, directory=self.directory)
 
     def recover(self, entries: list[Any]) -> None:
         """Subtask 0 commits all recovered files and deletes leftovers; others do nothing."""
         if self.ctx.subtask_index != 0:
             return
         recovered: set[str] = set()
-        for entry in entries:
+        files = [f for e in entries for f in (e if isinstance(e, tuple) else (e,))]
+        for entry in files:
             if not isinstance(entry, FileCommittable):
                 raise SinkError(
                     f"FileSink {self.directory!r}: cannot recover a "
@@ -347,7 +444,7 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
                 if os.path.exists(final):
                     return  # committed before: commit is idempotent
                 continue
-            fsync_directory(directory)
+            fsync_directory(os.path.dirname(final))
             if directory != self.directory:
                 log.warning(
                     "FileSink now writes to %s; committed %s of the restored checkpoint in %s, "
@@ -367,18 +464,93 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
         )
 
     def _remove_leftovers(self, recovered: set[str]) -> None:
-        with os.scandir(self.directory) as entries:
-            names = [e.name for e in entries if e.name.startswith(".part-")]
-        for name in names:
+        for name in self._hidden_parts():
+            base = os.path.basename(name)
             if (
-                _HIDDEN_PART.match(name)
+                _HIDDEN_PART.match(base)
                 and name not in recovered
-                and not self._own_attempt.match(name)
+                and not self._own_attempt.match(base)
             ):
                 try:
                     os.remove(self._path(name))
                 except FileNotFoundError:
                     continue  # removed meanwhile (an abort of the same file)
+
+    def _hidden_parts(self) -> list[str]:
+        """The hidden part files' names relative to the directory, in it and, when
+        partitioned, in its partition directories (as deep as the partition columns)."""
+        found: list[str] = []
+        levels = [""]
+        for depth in range(len(self._partition_by) + 1):
+            deeper: list[str] = []
+            for subdir in levels:
+                try:
+                    with os.scandir(self._path(subdir)) as entries:
+                        for e in entries:
+                            if e.name.startswith(".part-"):
+                                found.append(os.path.join(subdir, e.name))
+                            elif depth < len(self._partition_by) and e.is_dir():
+                                deeper.append(os.path.join(subdir, e.name))
+                except FileNotFoundError:
+                    continue  # a partition directory removed meanwhile
+            levels = deeper
+        return found
+
+    def _make_directory(self, subdir: str) -> None:
+        """Create a partition directory; its new entries are made durable before a
+        file in it is pre-committed (each parent fsynced)."""
+        path = self.directory
+        for name in subdir.split(os.sep):
+            parent, path = path, os.path.join(path, name)
+            if not os.path.isdir(path):
+                os.makedirs(path, exist_ok=True)
+                fsync_directory(parent)
+
+    def _partitions(self, records: Any) -> list[tuple[str, Any]]:
+        """``(partition directory, its rows without the partition columns)`` of a batch
+        or of dict records, in the order the partitions first occur."""
+        columns = self._partition_by
+        if is_batch(records):
+            import pyarrow as pa
+
+            batch = user_columns(records)
+            missing = [c for c in columns if c not in batch.schema.names]
+            if missing:
+                raise self._partition_error(f"a batch of {batch.schema.names}", missing)
+            keys = zip(
+                *(batch.column(c).cast(pa.string()).to_pylist() for c in columns),
+                strict=True,
+            )
+            groups: dict[tuple[Any, ...], list[int]] = {}
+            for i, key in enumerate(keys):
+                groups.setdefault(key, []).append(i)
+            rest = batch.select([n for n in batch.schema.names if n not in columns])
+            return [
+                (self._subdir(key), rest.take(pa.array(rows, pa.int64())))
+                for key, rows in groups.items()
+            ]
+        grouped: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        for record in records:
+            if not isinstance(record, dict):
+                raise self._record_error(record, f"is not a dict (partitioned by {columns})")
+            missing = [c for c in columns if c not in record]
+            if missing:
+                raise self._partition_error(f"record {short_repr(record)}", missing)
+            key = tuple(None if record[c] is None else str(record[c]) for c in columns)
+            rest = {k: v for k, v in record.items() if k not in columns}
+            grouped.setdefault(key, []).append(rest)
+        return [(self._subdir(key), rows) for key, rows in grouped.items()]
+
+    def _subdir(self, key: tuple[Any, ...]) -> str:
+        return os.path.join(
+            *(partition_directory(c, v) for c, v in zip(self._partition_by, key, strict=True))
+        )
+
+    def _partition_error(self, what: str, missing: list[str]) -> SinkError:
+        return SinkError(
+            f"FileSink {self.directory!r}: {what} lacks the partition column(s) {missing}",
+            retryable=False,  # the same records come back after every restart
+        )
 
     def _encode_jsonl(self, records: list[Any]) -> bytes:
         try:

@@ -7,7 +7,13 @@ through an ephemeral pull consumer with ``AckPolicy.ALL``; the reader acknowledg
 last message a checkpoint covers only when that checkpoint completes (so a work-queue
 or interest stream keeps what a restore may need). Redeliveries and anything below the
 split's position are skipped by sequence. A stream is one split: one subtask reads it.
-Records are the message payloads (``bytes``).
+Records are the message payloads (``bytes``); with ``json_schema`` they are Arrow
+batches of that schema instead, each payload one JSON object decoded as
+:class:`~epochstream.connectors.kafka.source.KafkaSource` decodes JSON
+(:mod:`epochstream.connectors.jsoncolumns`). A payload that does not decode fails the
+job with a :class:`~epochstream.SourceDecodeError` naming the stream and the sequence
+(the payloads before it go out first; a restore reads it again). There is no bounded
+mode: a stream is read until the job is cancelled.
 
 :class:`JetStreamSink` is exactly-once by write-ahead: a checkpoint interval's records
 are kept in the sink's checkpointed state and published only after that checkpoint
@@ -49,7 +55,8 @@ from epochstream.connectors.base import (
     SourceReader,
 )
 from epochstream.connectors.batchform import is_batch, json_rows, user_columns
-from epochstream.exceptions import ConfigurationError, SinkError, short_repr
+from epochstream.connectors.jsoncolumns import JsonColumns, excerpt
+from epochstream.exceptions import ConfigurationError, SinkError, SourceDecodeError, short_repr
 
 __all__ = ["JetStreamSink", "JetStreamSource", "JetStreamSplit", "WriteAheadEntry"]
 
@@ -108,9 +115,13 @@ class JetStreamSource(Source):
 
     Guarantee: exactly-once (the stream sequence in every checkpoint; acks after completion).
 
+    ``json_schema`` (a ``pyarrow.Schema``): read each payload as one JSON object into
+    Arrow batches of that schema (a columnar stream) instead of ``bytes`` records.
+
     Example::
 
         env.from_source(JetStreamSource("nats://127.0.0.1:4222", "IN", start_sequence=1))
+        env.from_source(JetStreamSource(url, "IN", json_schema=pa.schema([("k", pa.string())])))
     """
 
     bounded = False
@@ -123,6 +134,7 @@ class JetStreamSource(Source):
         start_sequence: int = 1,
         *,
         fetch_batch: int = 1000,
+        json_schema: Any = None,
     ) -> None:
         if not stream:
             raise ConfigurationError("JetStreamSource needs a stream name")
@@ -137,6 +149,9 @@ class JetStreamSource(Source):
         self.subject = subject
         self.start_sequence = start_sequence
         self.fetch_batch = fetch_batch
+        self.json_schema = json_schema
+        # Read by the environment: Arrow batches, not rows, leave this source.
+        self.columnar = json_schema is not None
 
     def create_splits(self, parallelism: int) -> list[JetStreamSplit]:
         """One split: a stream is one ordered log."""
@@ -164,6 +179,8 @@ class JetStreamReader(SourceReader):
         self._sub: Any = None
         self._last_msg: Any = None  # the last message read, acked once a checkpoint covers it
         self._to_ack: dict[int, Any] = {}  # checkpoint id -> its last message
+        self._json = None if source.json_schema is None else JsonColumns(source.json_schema)
+        self._error: SourceDecodeError | None = None  # raised on the poll after its records
 
     def add_splits(self, splits: list[Any]) -> None:
         for split in splits:
@@ -200,7 +217,9 @@ class JetStreamReader(SourceReader):
 
         self._nc, self._sub = self._loop.run(connect())
 
-    def poll(self, max_records: int) -> list[Any]:
+    def poll(self, max_records: int) -> Any:
+        if self._error is not None:
+            raise self._error
         split = self._split
         if split is None:
             return []
@@ -222,16 +241,41 @@ class JetStreamReader(SourceReader):
         if not msgs:
             return []
         nxt = split.next_sequence
-        out: list[Any] = []
-        for msg in msgs:
-            seq = msg.metadata.sequence.stream
-            if seq < nxt:
-                continue  # a redelivery, or before the restored position
-            out.append(msg.data)
-            nxt = seq + 1
-        self._last_msg = msgs[-1]
+        # A redelivery, or before the restored position: skipped.
+        fresh = [m for m in msgs if m.metadata.sequence.stream >= nxt]
+        if not fresh:
+            return []
+        out: Any = [m.data for m in fresh]
+        if self._json is not None:
+            out, fresh = self._decode(split, fresh)
+        if fresh:
+            self._last_msg = fresh[-1]
+            nxt = fresh[-1].metadata.sequence.stream + 1
+        if self._error is not None:
+            nxt = self._error.offset  # the bad message is read again after a restore
         self._split = JetStreamSplit(split.split_id, split.stream, split.subject, nxt)
         return out
+
+    def _decode(self, split: JetStreamSplit, msgs: list[Any]) -> tuple[Any, list[Any]]:
+        """The Arrow batch of the payloads up to the first that is not a JSON object of
+        the schema, and their messages; that one becomes ``self._error``."""
+        import pyarrow as pa
+
+        assert self._json is not None
+        payloads = [m.data for m in msgs]
+        columns, _, bad = self._json.decode(payloads, keep_going=False)
+        if bad:
+            index, reason = bad[0]
+            seq = msgs[index].metadata.sequence.stream
+            self._error = SourceDecodeError(
+                f"cannot decode JetStream message {split.stream} at sequence {seq} as json: "
+                f"{reason}: {excerpt(payloads[index])}",
+                path=split.stream,
+                offset=seq,
+            )
+            msgs = msgs[:index]  # decoding stopped at the bad one: the rest is not read
+        batch = pa.RecordBatch.from_arrays(columns, schema=self._json.schema)
+        return (batch if batch.num_rows else []), msgs
 
     @property
     def exhausted(self) -> bool:

@@ -76,6 +76,7 @@ class TableDef:
     (its values are also the batches' ``_ts``), with ``watermark_delay_ms``.
     ``proctime``: a ``PROCTIME()`` column (filled when read). ``options``: the ``WITH``
     options (connector tables). ``stream``: the DataStream of a registered stream.
+    ``partition_by``: the ``PARTITIONED BY`` columns (``partition_node`` its position).
 
     Example: ``TableDef("t", (Field("a", SqlType.parse("BIGINT")),), {"connector": "print"})``
     """
@@ -90,6 +91,8 @@ class TableDef:
     stream: Any = None
     #: The positions of the options' values in the DDL, for errors that name them.
     option_nodes: dict[str, exp.Expression] = field(default_factory=dict, compare=False)
+    partition_by: tuple[str, ...] = ()
+    partition_node: exp.Expression | None = field(default=None, compare=False)
 
     @property
     def connector(self) -> str | None:
@@ -240,7 +243,8 @@ class Catalog:
                 "PRIMARY KEY must be declared NOT ENFORCED (Flink does not own the data to "
                 "check it)",
             )
-        options, option_nodes = _options(create)
+        options, option_nodes, partitioned = _options(create)
+        partition_by = _partition_columns(name, partitioned, columns)
         if "connector" not in options:
             raise sql_error(create.this, f"table {name!r} needs a 'connector' option in WITH (...)")
         table = TableDef(
@@ -252,6 +256,8 @@ class Catalog:
             proctime=proctime,
             primary_key=tuple(key),
             option_nodes=option_nodes,
+            partition_by=partition_by,
+            partition_node=partitioned,
         )
         self._tables[name] = table
         return table
@@ -300,11 +306,18 @@ def _watermark(node: exp.WatermarkColumnConstraint) -> tuple[str, int]:
     )
 
 
-def _options(create: exp.Create) -> tuple[dict[str, str], dict[str, exp.Expression]]:
+def _options(
+    create: exp.Create,
+) -> tuple[dict[str, str], dict[str, exp.Expression], exp.PartitionedByProperty | None]:
+    """The ``WITH`` options, their nodes, and the ``PARTITIONED BY`` clause if any."""
     options: dict[str, str] = {}
     nodes: dict[str, exp.Expression] = {}
+    partitioned: exp.PartitionedByProperty | None = None
     props = create.args.get("properties")
     for prop in props.expressions if props is not None else []:
+        if isinstance(prop, exp.PartitionedByProperty):
+            partitioned = prop
+            continue
         if not isinstance(prop, WithOptions):
             raise sql_error(prop, f"unsupported table property {prop.sql()}")
         for option in prop.expressions:
@@ -313,4 +326,25 @@ def _options(create: exp.Create) -> tuple[dict[str, str], dict[str, exp.Expressi
                 raise sql_error(option, f"option '{key}' given twice")
             options[key] = option.expression.name
             nodes[key] = option
-    return options, nodes
+    return options, nodes, partitioned
+
+
+def _partition_columns(
+    table: str, node: exp.PartitionedByProperty | None, columns: list[str]
+) -> tuple[str, ...]:
+    """The ``PARTITIONED BY (a, b)`` columns: declared ones, each once."""
+    if node is None:
+        return ()
+    target = node.this
+    items = target.expressions if isinstance(target, exp.Schema) else [target]
+    names: list[str] = []
+    for item in items:
+        if not isinstance(item, exp.Identifier | exp.Column):
+            raise sql_error(item, f"table {table!r}: PARTITIONED BY takes column names")
+        name = item.name
+        if name not in columns:
+            raise sql_error(item, f"table {table!r}: PARTITIONED BY {name}: no column {name!r}")
+        if name in names:
+            raise sql_error(item, f"table {table!r}: PARTITIONED BY names {name!r} twice")
+        names.append(name)
+    return tuple(names)

@@ -8,7 +8,7 @@ Flink's connectors name them, mapped onto epochstream's connectors.
 | ``kafka`` | ``KafkaSource`` (JSON, columnar) | ``KafkaSink`` (JSON, transactional) |
 | ``jdbc`` (PostgreSQL) | | ``PostgresSink`` (upsert by the primary key, else two-phase) |
 | ``delta`` | | ``DeltaSink`` |
-| ``jetstream`` | | ``JetStreamSink`` |
+| ``jetstream`` | ``JetStreamSource`` (JSON, columnar, unbounded) | ``JetStreamSink`` |
 | ``print`` | | ``PrintSink`` |
 | ``blackhole`` | | ``DiscardSink`` |
 
@@ -33,7 +33,7 @@ from epochstream.connectors.base import Sink, Source
 from epochstream.connectors.delta import DeltaSink
 from epochstream.connectors.filesink import FileSink
 from epochstream.connectors.formats import FileSource
-from epochstream.connectors.jetstream import JetStreamSink
+from epochstream.connectors.jetstream import JetStreamSink, JetStreamSource
 from epochstream.connectors.kafka.sink import KafkaSink
 from epochstream.connectors.kafka.source import KafkaSource
 from epochstream.connectors.nexmark import KINDS, NexmarkConfig, NexmarkSource
@@ -42,6 +42,7 @@ from epochstream.connectors.simple import DiscardSink, PrintSink
 from epochstream.core.watermarks import WatermarkStrategy
 from epochstream.exceptions import ConfigurationError, SqlError
 from epochstream.sql.catalog import TableDef
+from epochstream.sql.dialect import sql_error
 from epochstream.sql.plan import ColumnAdapter
 
 __all__ = ["SinkBinding", "SourceBinding", "sink_binding", "source_binding"]
@@ -162,6 +163,12 @@ def source_binding(
     """
     options = _Options(table, "source")
     connector = table.connector
+    if table.partition_by:
+        raise sql_error(
+            table.partition_node,
+            f"table {table.name!r}: a PARTITIONED BY table can only be written (no source "
+            "reads partition directories)",
+        )
     try:
         if connector == "nexmark":
             binding = _nexmark_source(table, columns, options, batch_size)
@@ -169,11 +176,14 @@ def source_binding(
             binding = _file_source(table, columns, options, batch_size)
         elif connector == "kafka":
             binding = _kafka_source(table, columns, options)
+        elif connector == "jetstream":
+            binding = _jetstream_source(table, columns, options)
         elif connector in ("print", "blackhole"):
             raise table.option_error("connector", f"'{connector}' tables can only be written")
         else:
             raise table.option_error(
-                "connector", f"unknown source connector {connector!r} (nexmark, filesystem, kafka)"
+                "connector",
+                f"unknown source connector {connector!r} (nexmark, filesystem, kafka, jetstream)",
             )
     except SqlError:
         raise
@@ -275,6 +285,30 @@ def _kafka_source(table: TableDef, columns: list[str], options: _Options) -> Sou
     return SourceBinding(source, _watermarks(table, options, str), _adapter(table, columns, str))
 
 
+def _jetstream_source(table: TableDef, columns: list[str], options: _Options) -> SourceBinding:
+    """A JetStream stream of JSON messages, read from ``'scan.startup.sequence'`` on
+    (default 1, the first); ``'subject'`` filters it. Unbounded: JetStreamSource has no
+    bounded mode."""
+    servers = options.take("servers", required=True)
+    stream = options.take("stream", required=True)
+    subject = options.take("subject")
+    fmt = options.take("format", "json")
+    if fmt != "json":
+        raise table.option_error("format", f"only 'json' is supported, got {fmt!r}")
+    start = options.take_int("scan.startup.sequence", 1)
+    if start < 1:
+        raise table.option_error("scan.startup.sequence", f"must be >= 1, got {start}")
+    # The JSON decoder reads the declared columns; the adapter then orders them.
+    source = JetStreamSource(
+        str(servers).split(","),
+        str(stream),
+        subject,
+        start,
+        json_schema=_declared_schema(table, [f.name for f in table.fields]),
+    )
+    return SourceBinding(source, _watermarks(table, options, str), _adapter(table, columns, str))
+
+
 def _seconds(table: TableDef, key: str, text: str) -> float:
     """Seconds of a duration option (``'10 s'``, ``'500 ms'``, ``'1 min'``, ``'10'``)."""
     units = {"ms": 0.001, "s": 1.0, "min": 60.0}
@@ -318,6 +352,12 @@ def sink_binding(table: TableDef) -> SinkBinding:
     """
     options = _Options(table, "sink")
     connector = table.connector
+    if table.partition_by and connector != "filesystem":
+        raise sql_error(
+            table.partition_node,
+            f"table {table.name!r}: PARTITIONED BY is supported by the filesystem connector "
+            f"only, not {connector!r}",
+        )
     sink: Sink
     if connector == "print":
         sink = PrintSink(options.take("print-identifier"))
@@ -328,7 +368,11 @@ def sink_binding(table: TableDef) -> SinkBinding:
         fmt = options.take("format", required=True)
         if fmt not in _FILE_FORMATS:
             raise table.option_error("format", f"must be one of {', '.join(_FILE_FORMATS)}")
-        sink = FileSink(path, _FILE_FORMATS[fmt])  # type: ignore[arg-type]
+        sink = FileSink(
+            path,  # type: ignore[arg-type]
+            _FILE_FORMATS[fmt],
+            partition_by=table.partition_by,
+        )
     elif connector == "kafka":
         topic = options.take("topic", required=True)
         servers = options.take("properties.bootstrap.servers", required=True)

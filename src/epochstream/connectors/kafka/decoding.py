@@ -4,9 +4,9 @@ A decoder takes the messages of one partition (in offset order) and returns the
 records, and the error of the first bad message if there is one: the records before
 it are kept, the bad message is dead-lettered (``dead_letter`` set; decoding goes on)
 or ends the batch (the reader raises :class:`SourceDecodeError` on its next poll).
-The fast path decodes the whole batch in one go (a list comprehension; one
-``pyarrow.json`` call in columnar mode); only a batch that fails is decoded message
-by message, to find the bad one.
+The fast path decodes the whole batch in one go (a list comprehension; in columnar
+mode one ``pyarrow.json`` call, :mod:`epochstream.connectors.jsoncolumns`); only a
+batch that fails is decoded message by message, to find the bad one.
 
 Example::
 
@@ -20,12 +20,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from epochstream.connectors.jsoncolumns import JsonColumns, excerpt
 from epochstream.exceptions import ConfigurationError, SourceDecodeError
 
 __all__ = ["ColumnarDecoder", "DeadLetter", "RowDecoder", "decode_error", "value_decoder"]
 
 DeadLetter = Callable[[dict[str, Any]], None]
-_EXCERPT = 200
 _FORMATS = ("bytes", "text", "json")
 
 
@@ -63,12 +63,9 @@ def decode_error(
     topic: str, partition: int, offset: int, fmt: str, reason: str, value: Any
 ) -> SourceDecodeError:
     """The error naming the message that did not decode (``path`` is ``"<topic>/<partition>"``)."""
-    if value is None:
-        shown = "null value (a tombstone)"
-    else:
-        shown = repr(value[:_EXCERPT]) + ("..." if len(value) > _EXCERPT else "")
     return SourceDecodeError(
-        f"cannot decode Kafka message {topic}/{partition} at offset {offset} as {fmt}: {reason}: {shown}",
+        f"cannot decode Kafka message {topic}/{partition} at offset {offset} as {fmt}: "
+        f"{reason}: {excerpt(value)}",
         path=f"{topic}/{partition}",
         offset=offset,
     )
@@ -160,7 +157,7 @@ class ColumnarDecoder:
             )
         self._format = value_format
         # Only the JSON format has value columns (bytes and text: one ``value`` column).
-        self._schema: Any = pa.schema(schema if schema is not None else [])
+        self._json = JsonColumns(schema if schema is not None else [])
         self._meta = [
             ("key", pa.binary()),
             ("topic", pa.string()),
@@ -175,7 +172,7 @@ class ColumnarDecoder:
         import pyarrow as pa
 
         if self._format == "json":
-            fields = list(self._schema)
+            fields = list(self._json.schema)
         else:
             fields = [pa.field("value", pa.binary() if self._format == "bytes" else pa.string())]
         return pa.schema([*fields, *(pa.field(n, t) for n, t in self._meta)])
@@ -188,11 +185,15 @@ class ColumnarDecoder:
         kept = messages
         error = None
         if self._format == "json":
-            columns = self._json_columns(values)
-            if columns is None:
-                kept, columns, error = self._json_one_by_one(
-                    topic, partition, messages, dead_letter
-                )
+            columns, indices, bad = self._json.decode(values, keep_going=dead_letter is not None)
+            for index, reason in bad:
+                m = messages[index]
+                if dead_letter is None:
+                    error = decode_error(topic, partition, m.offset(), "json", reason, m.value())
+                else:
+                    dead_letter(_dead(topic, partition, m.offset(), reason, m.value()))
+            if bad:
+                kept = [messages[i] for i in indices]
         else:
             columns, kept, error = self._value_column(
                 topic, partition, messages, values, dead_letter
@@ -211,75 +212,6 @@ class ColumnarDecoder:
             pa.array([m.timestamp()[1] for m in messages], pa.int64()),
         ]
         return pa.RecordBatch.from_arrays([*columns, *meta], schema=self.schema)
-
-    def _parse_options(self) -> Any:
-        import pyarrow.json as pj
-
-        # One parser for the whole fetch and for a single message alike, so a value
-        # decodes the same way on both paths: a field of another JSON type than the
-        # schema's (1.5 for an int64, "5" for a number, an int beyond int64) is an error,
-        # never a silent cast; fields the schema lacks are ignored, missing ones null.
-        return pj.ParseOptions(
-            explicit_schema=self._schema,
-            unexpected_field_behavior="ignore",
-            newlines_in_values=True,
-        )
-
-    def _json_columns(self, values: list[bytes | None]) -> list[Any] | None:
-        """The whole fetch through one ``pyarrow.json`` read; None if any value is bad."""
-        import io
-
-        import pyarrow as pa
-        import pyarrow.json as pj
-
-        if not values:
-            return [pa.array([], f.type) for f in self._schema]
-        if any(v is None for v in values):
-            return None
-        try:
-            table = pj.read_json(
-                io.BytesIO(b"\n".join(v for v in values if v is not None)),
-                parse_options=self._parse_options(),
-            )
-        except pa.ArrowInvalid:
-            return None
-        if table.num_rows != len(values):  # a value held several objects, or none
-            return None
-        return [table.column(f.name).combine_chunks() for f in self._schema]
-
-    def _json_one_by_one(
-        self, topic: str, partition: int, messages: list[Any], dead_letter: DeadLetter | None
-    ) -> tuple[list[Any], list[Any], SourceDecodeError | None]:
-        import io
-
-        import pyarrow as pa
-        import pyarrow.json as pj
-
-        options = self._parse_options()
-        tables: list[Any] = []
-        kept: list[Any] = []
-        error = None
-        for m in messages:
-            value = m.value()
-            try:
-                if value is None:
-                    raise ValueError("a null value (a tombstone), not a JSON object")
-                table = pj.read_json(io.BytesIO(value), parse_options=options)
-                if table.num_rows != 1:
-                    raise ValueError(f"{table.num_rows} JSON objects in one message, not 1")
-            except (ValueError, pa.ArrowException) as exc:  # ArrowInvalid is a ValueError
-                reason = f"{type(exc).__name__}: {exc}"
-                if dead_letter is None:
-                    error = decode_error(topic, partition, m.offset(), "json", reason, value)
-                    break
-                dead_letter(_dead(topic, partition, m.offset(), reason, value))
-                continue
-            tables.append(table)
-            kept.append(m)
-        if not tables:
-            return kept, [pa.array([], f.type) for f in self._schema], error
-        table = pa.concat_tables(tables)
-        return kept, [table.column(f.name).combine_chunks() for f in self._schema], error
 
     def _value_column(
         self,
