@@ -42,7 +42,10 @@ def queries(draw: st.DrawFn) -> tuple[str, list[tuple[str, str]]]:
         # A key's rows come every 50 ms x its share of keys, jittered by 2 s: gaps of a
         # few hundred ms cut several sessions per key.
         window = f"INTERVAL '{draw(st.sampled_from([150, 400, 900]))}' MILLISECOND"
-        partition = f" PARTITION BY {', '.join(keys)}" if keys else ""
+        if keys:  # several columns in parentheses, as Flink's grammar has them
+            partition = (
+                f" PARTITION BY {keys[0] if len(keys) == 1 else '(' + ', '.join(keys) + ')'}"
+            )
     elif kind == "TUMBLE":
         size = draw(st.integers(1, 6))
         window = f"INTERVAL '{size * unit}' SECOND"
