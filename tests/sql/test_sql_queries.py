@@ -66,6 +66,12 @@ CASES = {
             ("high", "BIGINT"),
         ],
     ),
+    # Each UNION ALL column in the type all inputs convert to (INT and DOUBLE: DOUBLE).
+    "union_common_type": (
+        "SELECT auction AS id, CAST(price AS INT) AS x FROM bid WHERE price < 1000 "
+        "UNION ALL SELECT id, CAST(initialBid AS DOUBLE) / 7 FROM auction WHERE category = 10",
+        [("id", "BIGINT"), ("x", "DOUBLE")],
+    ),
     "session_global": (
         "WITH rare AS (SELECT * FROM bid WHERE MOD(price, 97) = 0) "
         "SELECT window_start, window_end, COUNT(*) AS n, MAX(price) AS top "
@@ -189,4 +195,37 @@ def test_a_view_is_planned_inline(tables: dict, tmp_path: Path) -> None:
     expected = run_duckdb(
         "SELECT auction, price FROM bid WHERE price > 3000000 AND MOD(auction, 2) = 0", tables
     )
+    assert _norm(got) == _norm(expected)
+
+
+def test_where_over_a_session_tvf_filters_the_rows_the_sessions_are_cut_from(
+    tables: dict, tmp_path: Path
+) -> None:
+    """Flink applies a WHERE over a SESSION TVF before the sessions are cut (as for
+    TUMBLE): the same as the TVF over the filtered input. ``window_time`` may be grouped
+    by too (it follows from window_end)."""
+    columns = [
+        ("bidder", "BIGINT"),
+        ("window_start", "TIMESTAMP(3)"),
+        ("window_end", "TIMESTAMP(3)"),
+        ("n", "BIGINT"),
+        ("total", "BIGINT"),
+    ]
+    tail = (
+        "DESCRIPTOR(`dateTime`), INTERVAL '1' SECOND)) {where}GROUP BY bidder, window_start, "
+        "window_end, window_time HAVING COUNT(*) > 1"
+    )
+    head = "SELECT bidder, window_start, window_end, COUNT(*) AS n, SUM(price) AS total FROM "
+    select = head + "TABLE(SESSION(TABLE bid PARTITION BY bidder, " + tail.format(
+        where="WHERE MOD(price, 3) = 0 "
+    )
+    filtered = (
+        "WITH f AS (SELECT * FROM bid WHERE MOD(price, 3) = 0) "
+        + head
+        + "TABLE(SESSION(TABLE f PARTITION BY bidder, "
+        + tail.format(where="")
+    )
+    got = run_select(select, columns, str(tmp_path), events=EVENTS)
+    expected = run_duckdb(filtered, tables)
+    assert len(got) == len(expected)
     assert _norm(got) == _norm(expected)

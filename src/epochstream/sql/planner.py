@@ -72,7 +72,7 @@ from epochstream.sql.plan import (
 )
 from epochstream.sql.rewrites import legacy_group_window
 from epochstream.sql.scope import Scope, bind, field_column
-from epochstream.sql.types import SqlType
+from epochstream.sql.types import SqlType, common_type
 
 __all__ = ["Planner"]
 
@@ -865,15 +865,6 @@ class Planner:
                 raise sql_error(
                     window.tvf, "CUMULATE over a processing-time attribute is not supported"
                 )
-            if where is not None and operator_window is None:
-                # Sessions are cut by every row of the TVF's input: a WHERE applied after
-                # them is not the same as one applied before (as for TUMBLE/HOP).
-                raise sql_error(
-                    where,
-                    "WHERE over a SESSION window would filter rows after the sessions are "
-                    "cut; filter the input instead (WITH t AS (SELECT ... WHERE ...) ... "
-                    "TABLE t)",
-                )
             grouped = {g.name for g in group_items if isinstance(g, exp.Column)}
             if not bounds <= grouped:
                 raise sql_error(
@@ -887,11 +878,6 @@ class Planner:
                 for g in group_items
                 if not (isinstance(g, exp.Column) and g.name in _WINDOW_COLUMNS)
             ]
-            for g in group_items:
-                if isinstance(g, exp.Column) and g.name == "window_time":
-                    raise sql_error(
-                        g, "group by window_start, window_end (window_time follows from them)"
-                    )
             # Only regular event-time windows can be told apart again downstream (a
             # cascading window aggregation); sessions and processing time cannot.
             out_windows = (
@@ -1130,12 +1116,25 @@ class Planner:
                 raise sql_error(
                     union, f"UNION ALL inputs have {len(first)} and {len(other.fields)} columns"
                 )
+        # Each column in the type all inputs convert to (Flink's least restrictive type).
+        targets = []
+        for i, f in enumerate(first):
+            types = [node.fields[i].type for node in inputs]
+            common = common_type(types)
+            if common is None:
+                raise sql_error(
+                    union,
+                    f"UNION ALL: column {i + 1} ({f.name}) has no common type for "
+                    f"{', '.join(t.sql() for t in types)}",
+                )
+            targets.append(Field(f.name, common))
+        first = tuple(targets)
         aligned = []
         for node in inputs:
             projections: list[tuple[str, exp.Expression]] = []
             for target, f in zip(first, node.fields, strict=True):
                 ref: exp.Expression = field_column(f.name)
-                if f.type != target.type:
+                if f.type.with_nullable(True) != target.type.with_nullable(True):
                     ref = exp.Cast(
                         this=ref, to=exp.DataType.build(target.type.sql(), dialect=Flink)
                     )
