@@ -606,3 +606,30 @@ def test_zero_argument_udf_gets_the_batch_length() -> None:
     catalog = FunctionCatalog()
     catalog.register("seven", lambda: pa.array([7] * 6), result_type="INT")
     assert ours("seven()", catalog=catalog) == [7] * 6
+
+
+def test_cast_decimal_to_integer_truncates_toward_zero() -> None:
+    # Flink (DecimalData.castToIntegral): Nexmark q1's CAST(0.908 * price AS BIGINT).
+    batch = pa.record_batch({"b": pa.array([-543, 543, None, 1], pa.int64())})
+    assert ours("CAST(0.908 * b AS BIGINT)", batch) == [-493, 493, None, 0]
+    assert ours("CAST(CAST(-2.5 AS DECIMAL(3, 1)) AS INT)", batch) == [-2] * 4
+    with pytest.raises(DataError, match=r"CAST\(b \* 1.5 AS TINYINT\): Integer value out of"):
+        ours("CAST(b * 1.5 AS TINYINT)", batch)
+
+
+def test_cast_string_with_a_fraction_to_integer_drops_the_fraction() -> None:
+    # Flink's BinaryStringDataUtil.toLong stops at the point: '-3.7' is -3, '.5' is 0.
+    batch = pa.record_batch({"v": [" -3.7 ", "3.", ".5", "1.2.3", None]})
+    assert ours("TRY_CAST(v AS INT)", batch) == [-3, 3, 0, None, None]
+    assert ours("CAST(v AS BIGINT)", batch.slice(0, 3)) == [-3, 3, 0]
+    assert ours("TRY_CAST(v AS DECIMAL(3, 1))", batch)[0] == Decimal("-3.7")
+
+
+def test_cast_to_char_or_varchar_fits_the_length() -> None:
+    # Flink cuts to n characters, and pads CHAR(n) with blanks.
+    batch = pa.record_batch({"b": pa.array([-543, 7, None], pa.int64()), "s": ["héllo", "", None]})
+    assert ours("CAST(b AS CHAR(2))", batch) == ["-5", "7 ", None]
+    assert ours("CAST(b AS VARCHAR(2))", batch) == ["-5", "7", None]
+    assert ours("CAST(s AS VARCHAR(2))", batch) == ["hé", "", None]
+    assert ours("CAST(s AS CHAR(3))", batch) == ["hél", "   ", None]
+    assert ours("CAST(s AS STRING)", batch) == ["héllo", "", None]

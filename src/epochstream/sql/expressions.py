@@ -47,6 +47,7 @@ from epochstream.sql.types import (
     DOUBLE,
     INT,
     INTERVAL,
+    MAX_LENGTH,
     MAX_PRECISION,
     NULL,
     STRING,
@@ -221,7 +222,7 @@ class _Compiler:
         how = "plain"
         if source.is_string and (target.is_numeric):
             how = "trim"
-        elif source.is_approximate and (target.is_integer):
+        elif (source.is_approximate or source.name == "DECIMAL") and target.is_integer:
             how = "trunc"
         elif target.name == "DECIMAL" and (source.is_approximate or source.name == "DECIMAL"):
             if (source.scale or 0) > (target.scale or 0) or source.is_approximate:
@@ -639,7 +640,12 @@ class _Compiler:
             fraction = len(text.split(".")[1]) if "." in text else 0
             if not node.to.expressions:
                 target = SqlType(target.name, fraction, nullable=False)
-        return self.convert(value, target, node, try_=try_)
+        converted = self.convert(value, target, node, try_=try_)
+        if target.is_string and target.precision != MAX_LENGTH:
+            # Flink's CAST fits the value to the declared length (CharVarCharTrimPadCastRule).
+            options = (target.precision, target.name == "CHAR")
+            return self.emit(kernels.fit_length, [converted], options, converted.type, node)
+        return converted
 
     def _trycast(self, node: exp.TryCast) -> Operand:
         return self._cast(node, try_=True)

@@ -77,8 +77,9 @@ def call(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
 
 def cast(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
     """CAST to ``options[0]`` (an Arrow type); ``options[1]`` is how: ``plain``,
-    ``trim`` (strings to numbers: Flink trims blanks), ``trunc`` (approximate to integer:
-    toward zero), ``round`` (to a DECIMAL: half up), ``bool_text`` (TRUE/FALSE),
+    ``trim`` (strings to numbers: Flink trims blanks; to an integer, a fraction is
+    dropped as in Flink's BinaryStringDataUtil.toLong), ``trunc`` (DOUBLE or DECIMAL to
+    integer: toward zero), ``round`` (to a DECIMAL: half up), ``bool_text`` (TRUE/FALSE),
     ``text_bool``; ``options[2]`` true for TRY_CAST (NULL where a value does not convert).
     """
     target, how, try_ = options
@@ -105,6 +106,11 @@ _INTEGER_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}  # of the signed types' extremes
 def _cast(value: Value, target: pa.DataType, how: str) -> Value:
     if how == "trim":
         value = pc.utf8_trim_whitespace(value)
+        if pa.types.is_integer(target):
+            # '-3.7' is -3 and '.5' is 0: the digits before the point, with a 0 in front.
+            value = pc.replace_substring_regex(
+                value, pattern=r"^([+-]?)([0-9]*)\.[0-9]*$", replacement=r"\10\2"
+            )
     elif how == "trunc":
         value = pc.trunc(value)
     elif how == "round":
@@ -206,6 +212,14 @@ def nullif(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
 def concat(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
     """CONCAT(a, b, ...) and ``||``: NULL when any argument is NULL."""
     return pc.binary_join_element_wise(*args, "", null_handling="emit_null")
+
+
+def fit_length(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
+    """CAST to CHAR(n) or VARCHAR(n): cut to n characters; ``options = (n, pad)``, pad
+    true for CHAR(n), which fills a shorter string with blanks."""
+    length, pad = options
+    cut = pc.utf8_slice_codeunits(args[0], 0, length)
+    return pc.utf8_rpad(cut, width=length, padding=" ") if pad else cut
 
 
 def like(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
