@@ -492,8 +492,8 @@ def _date_format(site: CallSite, args: list[Operand]) -> Operand:
     pieces = kernels.java_pattern_pieces(pattern)
     if pieces is None:
         raise site.error(
-            f"DATE_FORMAT: unsupported pattern {pattern!r} (letters yyyy yy MM dd "
-            "HH hh mm ss SSS a EEE MMM D and 'quoted text')"
+            f"DATE_FORMAT: unsupported pattern {pattern!r} (letters y yyyy yy M MM d dd "
+            "H HH h hh m mm s ss SSS a EEE MMM D DDD and 'quoted text')"
         )
     return site.emit(
         kernels.date_format, [value], (pieces,), STRING.with_nullable(value.type.nullable)

@@ -231,6 +231,7 @@ def split_index(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Valu
     """SPLIT_INDEX(s, sep, i): the i-th (from 0) piece of s split at the literal sep,
     NULL when i is out of range (Flink's SqlFunctionUtils.splitIndex)."""
     text = as_array(args[0], ctx.length)
+    text = pc.if_else(pc.equal(text, ""), pa.scalar(None, text.type), text)  # '' has no pieces
     index = as_array(pc.cast(args[1], pa.int64()), ctx.length)
     parts = pc.split_pattern(text, pattern=options[0])
     if isinstance(parts, pa.ChunkedArray):
@@ -257,8 +258,15 @@ def regexp(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
 
 
 def position(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
-    """POSITION(sub IN s): 1-based index of the first sub in s, 0 when absent."""
-    return pc.cast(pc.add(pc.find_substring(args[0], pattern=options[0]), 1), pa.int32())
+    """POSITION(sub IN s): 1-based character index of the first sub in s, 0 when absent
+    (Arrow finds a byte offset: the characters before it are counted)."""
+    text, needle = args[0], options[0]
+    found = pc.find_substring(text, pattern=needle)
+    if not needle:
+        return pc.cast(pc.add(found, 1), pa.int32())
+    before = pc.list_element(pc.split_pattern(text, pattern=needle, max_splits=1), 0)
+    chars = pc.add(pc.utf8_length(before), 1)
+    return pc.cast(pc.if_else(pc.less(found, 0), 0, chars), pa.int32())
 
 
 def substring(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
@@ -308,7 +316,8 @@ def unix_timestamp_now(args: Sequence[Value], options: tuple, ctx: EvalContext) 
 
 def date_format(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
     """DATE_FORMAT(ts, pattern) with the Java pattern split at compile time into strftime
-    pieces and ``millis`` pieces (strftime's %S would print the fraction)."""
+    pieces, ``number`` pieces (one strftime field without its leading zeros) and
+    ``millis`` pieces (strftime's %S would print the fraction)."""
     value = args[0]
     if pa.types.is_string(value.type):
         value = pc.cast(value, pa.timestamp("ms"))
@@ -317,6 +326,9 @@ def date_format(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Valu
     for kind, text in options[0]:
         if kind == "strftime":
             pieces.append(pc.strftime(seconds, format=text))
+        elif kind == "number":
+            field = pc.cast(pc.strftime(seconds, format=text), pa.int64())
+            pieces.append(pc.cast(field, pa.string()))
         else:
             millis = pc.cast(pc.millisecond(value), pa.string())
             pieces.append(pc.utf8_lpad(millis, width=3, padding="0"))
@@ -388,12 +400,16 @@ def extract(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
 
 
 def java_pattern_pieces(pattern: str) -> tuple[tuple[str, str], ...] | None:
-    """A Java SimpleDateFormat pattern as (``strftime``, text) and (``millis``, "")
-    pieces, or ``None`` when it uses a letter without a translation.
+    """A Java date pattern as (``strftime``, text), (``number``, strftime field) and
+    (``millis``, "") pieces, or ``None`` when it uses a letter without a translation. As
+    in Java, the count of a numeric letter is the minimum number of digits: ``d`` is a
+    ``number`` piece (``5``), ``dd`` is ``%d`` (``05``).
 
     Example: ``java_pattern_pieces("yyyy-MM-dd")`` is ``(("strftime", "%Y-%m-%d"),)``
     """
+    numbers = {"M": "%m", "d": "%d", "D": "%j", "H": "%H", "h": "%I", "m": "%M", "s": "%S"}
     letters = {
+        "y": "%Y",
         "yyyy": "%Y",
         "yy": "%y",
         "MM": "%m",
@@ -405,7 +421,7 @@ def java_pattern_pieces(pattern: str) -> tuple[tuple[str, str], ...] | None:
         "a": "%p",
         "EEE": "%a",
         "MMM": "%b",
-        "D": "%j",
+        "DDD": "%j",
     }
     pieces: list[tuple[str, str]] = []
     text = ""
@@ -436,10 +452,10 @@ def java_pattern_pieces(pattern: str) -> tuple[tuple[str, str], ...] | None:
         run = re.match(rf"{re.escape(ch)}+", pattern[i:])
         assert run is not None
         token = run.group(0)
-        if token == "SSS":
+        if token == "SSS" or token in numbers:
             if text:
                 pieces.append(("strftime", text))
-            pieces.append(("millis", ""))
+            pieces.append(("millis", "") if token == "SSS" else ("number", numbers[token]))
             text = ""
         elif token in letters:
             text += letters[token]
