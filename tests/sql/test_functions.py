@@ -618,3 +618,37 @@ def test_position_counts_characters() -> None:
     assert ours("POSITION('ö' IN s)", batch=batch) == [8, 0, None]
     assert ours("POSITION('テ' IN s)", batch=batch) == [0, 4, None]
     assert ours("POSITION('' IN s)", batch=batch) == [1, 1, None]
+
+
+def test_truncate_cuts_toward_zero_with_rounds_types() -> None:
+    # Flink's TRUNCATE(x[, n]) (SqlFunctionUtils.struncate): toward zero to n decimals of
+    # x's decimal form (BigDecimal.valueOf), typed as ROUND.
+    batch = pa.record_batch({"x": [0.29, 2.567, -2.567, None, math.inf, 1e300, -0.001]})
+    assert ours("TRUNCATE(x, 2)", batch=batch) == [0.29, 2.56, -2.56, None, math.inf, 1e300, 0.0]
+    assert ours("TRUNCATE(x)", batch=batch)[:3] == [0.0, 2.0, -2.0]
+    assert ours("TRUNCATE(x, -1)", batch=batch)[:3] == [0.0, 0.0, 0.0]
+    assert ours("TRUNCATE(d, 1)") == [
+        Decimal("1.2"),
+        Decimal("-2.3"),
+        None,
+        Decimal("0.0"),
+        Decimal("9.9"),
+        Decimal("0.0"),
+    ]
+    assert ours("TRUNCATE(n, -1)") == [0, 0, None, 0, 10, 0]
+    assert ours("TRUNCATE(n)") == ours("n")
+    fields, catalog = FIELDS, FunctionCatalog()
+    assert compile_expression(parse("TRUNCATE(d, 1)"), fields, catalog).type.sql() == (
+        "DECIMAL(5, 1)"
+    )
+    with pytest.raises(SqlError, match="TRUNCATE: the number of digits must be a literal"):
+        compile_expression(parse("TRUNCATE(x, n)"), fields, catalog)
+
+
+def test_concat_ws_skips_nulls_and_a_null_separator_is_null() -> None:
+    # Flink: CONCAT_WS('-', 'a', NULL, 'b') is 'a-b'; '' is kept; a NULL separator is NULL.
+    assert ours("CONCAT_WS('-', s, 'k', s)")[2:4] == ["k", "a,b,,c-k-a,b,,c"]
+    assert ours("CONCAT_WS('-', '', s)")[:3] == ["-Hello World", "-  padded  ", ""]
+    assert ours("CONCAT_WS(CAST(NULL AS STRING), 'a', 'b')") == [None] * 6
+    with pytest.raises(SqlError, match="CONCAT_WS takes a separator and at least one string"):
+        compile_expression(parse("CONCAT_WS('-')"), FIELDS, FunctionCatalog())

@@ -701,6 +701,8 @@ class _Compiler:
                     args.append(self.compile(item))
         if isinstance(node, exp.Log) and node.args.get("expression") is None:
             name = "LN"
+        elif isinstance(node, exp.Trunc):
+            name = "TRUNCATE"  # sqlglot's node for Flink's TRUNCATE
         return self.call(name, args, node)
 
 

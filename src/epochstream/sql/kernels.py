@@ -206,12 +206,37 @@ def nullif(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
     return pc.if_else(equal, pa.scalar(None, options[0]), pc.cast(args[2], options[0]))
 
 
+def truncate_float(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
+    """TRUNCATE(x, n) of a DOUBLE or FLOAT, toward zero to n decimals of x's shortest
+    decimal form, as Flink's BigDecimal.valueOf(x): TRUNCATE(0.29, 2) is 0.29, though
+    0.29 * 100 is 28.999999999999996. ``options = (n,)``.
+
+    Of the two candidates t = trunc(x * 10^n) / 10^n and the next one away from zero,
+    the next one is right when it is not beyond x (as doubles: rounding is monotonic).
+    """
+    x, digits = args[0], options[0]
+    scale = 10.0 ** abs(digits)
+    up, down = (pc.multiply, pc.divide) if digits >= 0 else (pc.divide, pc.multiply)
+    whole = pc.trunc(up(x, scale))
+    near, next_out = down(whole, scale), down(pc.add(whole, pc.sign(x)), scale)
+    result = pc.if_else(pc.less_equal(pc.abs(next_out), pc.abs(x)), next_out, near)
+    result = pc.add(result, 0.0)  # -0.0 is 0.0: a BigDecimal has no sign of zero
+    # NaN, the infinities and values too large for a fraction stay as they are.
+    return pc.if_else(pc.less(pc.abs(x), 2.0**52), result, x)
+
+
 # --------------------------------------------------------------------------- strings
 
 
 def concat(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
     """CONCAT(a, b, ...) and ``||``: NULL when any argument is NULL."""
     return pc.binary_join_element_wise(*args, "", null_handling="emit_null")
+
+
+def concat_ws(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
+    """CONCAT_WS(sep, s1, s2, ...): the strings joined by sep, NULL ones skipped; NULL
+    when sep is NULL (Flink)."""
+    return pc.binary_join_element_wise(*args[1:], args[0], null_handling="skip")
 
 
 def fit_length(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
