@@ -286,8 +286,11 @@ def test_udf_in_a_case_branch_sees_its_rows_only() -> None:
 
 
 def test_like_without_escape_takes_backslash_literally() -> None:
-    batch = pa.record_batch({"v": ["a\\b", "ab", None]})
-    assert ours("v LIKE 'a\\\\b'", batch) == [True, False, None]
+    # In Flink SQL a backslash in a string literal is an ordinary character.
+    batch = pa.record_batch({"v": ["a\\b", "ab", None, "a_b"]})
+    assert ours(r"v LIKE 'a\b'", batch) == [True, False, None, False]
+    assert ours(r"v LIKE '%\_%' ESCAPE '\'", batch) == [False, False, None, True]
+    assert ours(r"'\'", batch) == ["\\"] * 4
 
 
 def test_null_propagates_through_every_operator() -> None:

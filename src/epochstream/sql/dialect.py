@@ -146,7 +146,7 @@ class Flink(Dialect):
         COMMANDS = tokens.Tokenizer.COMMANDS - {TokenType.EXECUTE}
         IDENTIFIERS = ["`"]
         QUOTES = ["'"]
-        STRING_ESCAPES = ["'", "\\"]
+        STRING_ESCAPES = ["'"]  # a backslash is an ordinary character in Flink SQL
         KEYWORDS = {
             **tokens.Tokenizer.KEYWORDS,
             "STRING": TokenType.TEXT,
