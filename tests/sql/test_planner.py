@@ -209,3 +209,17 @@ def test_explain_checks_source_options(env: es.Environment) -> None:
     )
     with pytest.raises(es.SqlError, match=r"^line 2, column .*'scan.typo': is not an option"):
         env.explain_sql("SELECT a FROM src")
+
+
+def test_a_time_unit_is_a_keyword_not_a_column(env: es.Environment) -> None:
+    # TIMESTAMPADD(SECOND, ...): binding the query's columns must not look for 'SECOND'.
+    text = env.explain_sql(
+        "SELECT auction, TIMESTAMPADD(SECOND, 1, `dateTime`) AS later, "
+        "TIMESTAMPDIFF(DAY, `dateTime`, TIMESTAMP '2030-01-01 00:00:00') AS days FROM bid "
+        "WHERE TIMESTAMPADD(MINUTE, 1, `dateTime`) > `dateTime`"
+    )
+    assert "TIMESTAMPADD(SECOND, 1, `dateTime`)" in text
+    with pytest.raises(
+        es.SqlError, match=r"line 1, column 8: TIMESTAMPADD: unsupported unit MONTH"
+    ):
+        env.explain_sql("SELECT TIMESTAMPADD(MONTH, 1, `dateTime`) FROM bid")

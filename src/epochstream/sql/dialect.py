@@ -120,6 +120,19 @@ _NAMED = {
 }
 
 
+def _unit_call(name: str, args: list[exp.Expression]) -> exp.Expression:
+    """TIMESTAMPADD/TIMESTAMPDIFF(unit, ...) with the unit a keyword (a ``Var``), so that
+    binding a query's columns does not look for a column ``SECOND``.
+
+    Example: ``_unit_call("TIMESTAMPADD", [exp.column("second"), n, ts])``
+    """
+    if args and isinstance(args[0], exp.Column) and not args[0].table:
+        unit = exp.var(args[0].name.upper())
+        unit.meta.update(args[0].this.meta)  # keeps the position for errors
+        args = [unit, *args[1:]]
+    return exp.Anonymous(this=name, expressions=args)
+
+
 class Flink(Dialect):
     """sqlglot's dialect for Flink SQL (see the module docstring).
 
@@ -166,7 +179,8 @@ class Flink(Dialect):
             **parser.Parser.FUNCTIONS,
             "PROCTIME": lambda args: exp.Anonymous(this="PROCTIME", expressions=args),
             # Flink's TIMESTAMPDIFF(unit, t1, t2); sqlglot's own reads (t1, t2, unit).
-            "TIMESTAMPDIFF": lambda args: exp.Anonymous(this="TIMESTAMPDIFF", expressions=args),
+            "TIMESTAMPDIFF": lambda args: _unit_call("TIMESTAMPDIFF", args),
+            "TIMESTAMPADD": lambda args: _unit_call("TIMESTAMPADD", args),
         }
 
         CONSTRAINT_PARSERS = {

@@ -686,8 +686,8 @@ class _Compiler:
         name = str(node.this)
         upper = name.upper()
         raw = list(node.expressions)
-        if upper in ("TIMESTAMPADD", "TIMESTAMPDIFF") and raw and isinstance(raw[0], exp.Column):
-            unit = self.constant(raw[0].name.upper(), STRING.with_nullable(False), raw[0])
+        if upper in ("TIMESTAMPADD", "TIMESTAMPDIFF") and raw and isinstance(raw[0], exp.Var):
+            unit = self.constant(raw[0].name, STRING.with_nullable(False), raw[0])
             return self.call(name, [unit, *(self.compile(a) for a in raw[1:])], node)
         return self.call(name, [self.compile(a) for a in raw], node)
 
