@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from epochstream.exceptions import DataError, SqlError
 from epochstream.sql.dialect import Flink
-from epochstream.sql.expressions import CalcProgram, Field, compile_expression
+from epochstream.sql.expressions import CalcProgram, Field, compile_expression, interval_ms
 from epochstream.sql.functions import FunctionCatalog, ScalarFunction
 from epochstream.sql.types import SqlType
 
@@ -559,7 +559,7 @@ def test_clock_is_injected_and_read_once_per_batch() -> None:
         ("ts - ts", "line 1, column 8: cannot apply - to TIMESTAMP(3) and TIMESTAMP(3)"),
         (
             "INTERVAL '1' MONTH",
-            "line 1, column 17: unsupported interval unit MONTH (SECOND, MINUTE, HOUR, DAY)",
+            "line 1, column 17: unsupported interval unit MONTH (MILLISECOND, SECOND, MINUTE, HOUR, DAY)",
         ),
         ("CAST(ts AS DOUBLE)", "line 1, column 13: cannot cast TIMESTAMP(3) to DOUBLE"),
         (
@@ -636,3 +636,20 @@ def test_cast_to_char_or_varchar_fits_the_length() -> None:
     assert ours("CAST(s AS VARCHAR(2))", batch) == ["hé", "", None]
     assert ours("CAST(s AS CHAR(3))", batch) == ["hél", "   ", None]
     assert ours("CAST(s AS STRING)", batch) == ["héllo", "", None]
+
+
+def test_an_interval_may_have_a_fraction_of_whole_milliseconds() -> None:
+    # Flink takes INTERVAL '0.8' SECOND (800 ms) in expressions, window TVFs and joins.
+    def millis(text: str) -> int:
+        return interval_ms(parse(text))
+
+    assert millis("INTERVAL '0.8' SECOND") == 800
+    assert millis("INTERVAL '1.5' MINUTE") == 90_000
+    assert millis("INTERVAL '4' SECOND") == 4000
+    assert ours("ts - INTERVAL '1.5' SECOND")[1] == dt.datetime(1970, 1, 1, 9, 1, 0)
+    with pytest.raises(
+        SqlError, match=r"line 1, column 17: INTERVAL '0\.0005' SECOND is not a whole"
+    ):
+        millis("INTERVAL '0.0005' SECOND")
+    with pytest.raises(SqlError, match="INTERVAL takes a number in quotes, got 'x'"):
+        millis("INTERVAL 'x' SECOND")

@@ -56,7 +56,7 @@ from epochstream.sql.types import (
     common_type,
 )
 
-__all__ = ["CalcProgram", "CompiledExpression", "Field", "compile_expression"]
+__all__ = ["CalcProgram", "CompiledExpression", "Field", "compile_expression", "interval_ms"]
 
 Clock = Callable[[], int]
 
@@ -139,6 +139,33 @@ _INTERVAL_MS = {
     "HOUR": 3_600_000,
     "DAY": 86_400_000,
 }
+
+
+def interval_ms(node: exp.Expression) -> int:
+    """Milliseconds of an ``INTERVAL 'n' UNIT`` literal (units up to DAY); n may have a
+    fraction when the result is a whole number of milliseconds, as in Flink.
+
+    Example: ``interval_ms(parse_one("INTERVAL '0.8' SECOND", dialect=Flink)) == 800``
+    """
+    if not isinstance(node, exp.Interval):
+        raise sql_error(node, f"expected an INTERVAL literal, got {node.sql()}")
+    unit_node = node.args.get("unit")
+    unit = (unit_node.name if unit_node is not None else "").upper().rstrip("S")
+    if unit not in _INTERVAL_MS:
+        raise sql_error(
+            node,
+            f"unsupported interval unit {unit or '(none)'} ({', '.join(_INTERVAL_MS)})",
+        )
+    value = node.this
+    try:
+        millis = Decimal(value.name if isinstance(value, exp.Literal) else "") * _INTERVAL_MS[unit]
+    except ArithmeticError:
+        raise sql_error(node, f"INTERVAL takes a number in quotes, got {value.sql()}") from None
+    if not millis.is_finite() or millis != millis.to_integral_value():
+        raise sql_error(
+            node, f"INTERVAL {value.sql()} {unit} is not a whole number of milliseconds"
+        )
+    return int(millis)
 
 
 class _Site:
@@ -315,15 +342,7 @@ class _Compiler:
         return self.constant(None, NULL, node)
 
     def _interval(self, node: exp.Interval) -> Operand:
-        unit = (node.unit.name if node.unit else "").upper().rstrip("S") or "SECOND"
-        if unit not in _INTERVAL_MS:
-            raise sql_error(node, f"unsupported interval unit {unit} (SECOND, MINUTE, HOUR, DAY)")
-        try:
-            amount = Decimal(node.this.name)
-        except ArithmeticError:
-            raise sql_error(node, f"not a number of {unit}: {node.this.name!r}") from None
-        millis = int(amount * _INTERVAL_MS[unit])
-        return self.constant(millis, INTERVAL.with_nullable(False), node)
+        return self.constant(interval_ms(node), INTERVAL.with_nullable(False), node)
 
     def _neg(self, node: exp.Neg) -> Operand:
         inner = node.this
