@@ -26,6 +26,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 import typing as t
 
 from sqlglot import exp, generator, parser, tokens
@@ -301,7 +302,9 @@ class Flink(Dialect):
         def _parse_tvf_arg(self, kind: str, slot: str) -> exp.Expression:
             token = self._curr
             if slot == "table":
-                if not self._match(TokenType.TABLE):
+                named = self._next and self._next.token_type in self.ID_VAR_TOKENS
+                if not (named and self._match(TokenType.TABLE)):
+                    # TABLE (SELECT ...) included: Flink takes a table or view name only.
                     self.raise_error(f"{kind}'s first argument is TABLE <name>", token)
                 table = self._parse_table_parts()
                 partition = None
@@ -413,6 +416,12 @@ def _sql_error(err: ParseError | TokenError, sql: str) -> SqlError:
         # sqlglot reports the column of the token's last character.
         column = max(1, col - len(highlight) + 1) if highlight else col
         message = str(first.get("description") or err).strip()
+        if message.startswith("Required keyword:"):
+            # sqlglot's "Required keyword: 'this' missing for <class ...Where>": a
+            # statement that ends (or a clause that stops) too early.
+            message = f"syntax error: incomplete {highlight or 'statement'}"
+        # sqlglot names a token by its repr: <Token token_type: ..., text: (, ...>.
+        message = re.sub(r"<Token token_type: [^,]*, text: (.*?), line: [^>]*>", r"'\1'", message)
         return SqlError(message, line=line, column=column)
     return SqlError(str(err).splitlines()[0] if str(err) else type(err).__name__)
 

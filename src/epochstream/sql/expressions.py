@@ -56,7 +56,14 @@ from epochstream.sql.types import (
     common_type,
 )
 
-__all__ = ["CalcProgram", "CompiledExpression", "Field", "compile_expression", "interval_ms"]
+__all__ = [
+    "CalcProgram",
+    "CompiledExpression",
+    "Field",
+    "compile_expression",
+    "interval_ms",
+    "refuse_subqueries",
+]
 
 Clock = Callable[[], int]
 
@@ -139,6 +146,23 @@ _INTERVAL_MS = {
     "HOUR": 3_600_000,
     "DAY": 86_400_000,
 }
+
+
+_IN_SUBQUERY = "unsupported IN with a subquery; IN takes a list of values"
+
+
+def refuse_subqueries(node: exp.Expr) -> None:
+    """Raise a :class:`SqlError` at a subquery inside the expression ``node`` (``IN
+    (SELECT ...)``, ``EXISTS``, a scalar subquery: not supported). Checked before a
+    query's columns are bound: a subquery's column names are its own, not the query's.
+
+    Example: ``refuse_subqueries(where)`` before ``bind(where, scope)``
+    """
+    for query in node.find_all(exp.Query):  # breadth first: a Subquery before its SELECT
+        if query is not node:
+            if isinstance(query.parent, exp.In):
+                raise sql_error(query.parent, _IN_SUBQUERY)
+            raise sql_error(query, "unsupported subquery in an expression")
 
 
 def interval_ms(node: exp.Expression) -> int:
@@ -504,7 +528,7 @@ class _Compiler:
 
     def _in(self, node: exp.In) -> Operand:
         if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
-            raise sql_error(node, "unsupported IN with a subquery; IN takes a list of values")
+            raise sql_error(node, _IN_SUBQUERY)
         value = self.compile(node.this)
         items = [self.compile(e) for e in node.expressions]
         target = self._common(node, [value, *items], "IN")
