@@ -80,6 +80,8 @@ CASES = [
     ),
     ("SELECT price FROM " + TUMBLE + " GROUP BY window_start, window_end", "neither grouped"),
     ("SELECT COUNT(*) FROM " + TUMBLE + " GROUP BY auction", "window_start and window_end"),
+    ("SELECT auction, 'abc FROM bid", "line 1, column 17: ' is not closed"),
+    ("SELECT auction,\n  `price FROM bid", "line 2, column 3: ` is not closed"),
     # subqueries: refused before their columns are bound in the outer query
     ("SELECT auction FROM bid WHERE auction IN (SELECT id FROM auction)", "IN with a subquery"),
     ("SELECT auction FROM bid WHERE price > (SELECT MAX(id) FROM auction)", "subquery"),

@@ -423,6 +423,12 @@ def _sql_error(err: ParseError | TokenError, sql: str) -> SqlError:
         # sqlglot names a token by its repr: <Token token_type: ..., text: (, ...>.
         message = re.sub(r"<Token token_type: [^,]*, text: (.*?), line: [^>]*>", r"'\1'", message)
         return SqlError(message, line=line, column=column)
+    # The tokenizer's cause says "Missing ' from <line>:<offset in the text>".
+    missing = re.fullmatch(r"Missing (.) from (\d+):(\d+)", str(err.__cause__ or ""))
+    if missing:
+        quote, line, offset = missing.group(1), int(missing.group(2)), int(missing.group(3))
+        column = offset - sql.rfind("\n", 0, offset)
+        return SqlError(f"{quote} is not closed", line=line, column=column)
     return SqlError(str(err).splitlines()[0] if str(err) else type(err).__name__)
 
 
