@@ -140,3 +140,12 @@ def test_node_position_is_the_first_column_of_the_token() -> None:
     col = next(c for c in stmt.find_all(exp.Column) if c.name == "nosuch")
     assert node_position(col) == (2, 8)
     assert node_position(None) == (0, 0)
+
+
+def test_a_backslash_in_a_string_literal_is_an_ordinary_character() -> None:
+    # Flink SQL: only '' escapes a quote; '\' is a one-character string.
+    (stmt,) = parse_script(r"SELECT s LIKE '%\_%' ESCAPE '\', '\', 'it''s' FROM t")
+    assert isinstance(stmt, exp.Select)
+    like, backslash, quote = stmt.expressions
+    assert [backslash.name, quote.name] == ["\\", "it's"]
+    assert like.find(exp.Escape) is not None

@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from epochstream.exceptions import DataError, SqlError
 from epochstream.sql.dialect import Flink
-from epochstream.sql.expressions import CalcProgram, Field, compile_expression
+from epochstream.sql.expressions import CalcProgram, Field, compile_expression, interval_ms
 from epochstream.sql.functions import FunctionCatalog, ScalarFunction
 from epochstream.sql.types import SqlType
 
@@ -286,8 +286,11 @@ def test_udf_in_a_case_branch_sees_its_rows_only() -> None:
 
 
 def test_like_without_escape_takes_backslash_literally() -> None:
-    batch = pa.record_batch({"v": ["a\\b", "ab", None]})
-    assert ours("v LIKE 'a\\\\b'", batch) == [True, False, None]
+    # In Flink SQL a backslash in a string literal is an ordinary character.
+    batch = pa.record_batch({"v": ["a\\b", "ab", None, "a_b"]})
+    assert ours(r"v LIKE 'a\b'", batch) == [True, False, None, False]
+    assert ours(r"v LIKE '%\_%' ESCAPE '\'", batch) == [False, False, None, True]
+    assert ours(r"'\'", batch) == ["\\"] * 4
 
 
 def test_null_propagates_through_every_operator() -> None:
@@ -556,7 +559,7 @@ def test_clock_is_injected_and_read_once_per_batch() -> None:
         ("ts - ts", "line 1, column 8: cannot apply - to TIMESTAMP(3) and TIMESTAMP(3)"),
         (
             "INTERVAL '1' MONTH",
-            "line 1, column 17: unsupported interval unit MONTH (SECOND, MINUTE, HOUR, DAY)",
+            "line 1, column 17: unsupported interval unit MONTH (MILLISECOND, SECOND, MINUTE, HOUR, DAY)",
         ),
         ("CAST(ts AS DOUBLE)", "line 1, column 13: cannot cast TIMESTAMP(3) to DOUBLE"),
         (
@@ -606,3 +609,47 @@ def test_zero_argument_udf_gets_the_batch_length() -> None:
     catalog = FunctionCatalog()
     catalog.register("seven", lambda: pa.array([7] * 6), result_type="INT")
     assert ours("seven()", catalog=catalog) == [7] * 6
+
+
+def test_cast_decimal_to_integer_truncates_toward_zero() -> None:
+    # Flink (DecimalData.castToIntegral): Nexmark q1's CAST(0.908 * price AS BIGINT).
+    batch = pa.record_batch({"b": pa.array([-543, 543, None, 1], pa.int64())})
+    assert ours("CAST(0.908 * b AS BIGINT)", batch) == [-493, 493, None, 0]
+    assert ours("CAST(CAST(-2.5 AS DECIMAL(3, 1)) AS INT)", batch) == [-2] * 4
+    with pytest.raises(DataError, match=r"CAST\(b \* 1.5 AS TINYINT\): Integer value out of"):
+        ours("CAST(b * 1.5 AS TINYINT)", batch)
+
+
+def test_cast_string_with_a_fraction_to_integer_drops_the_fraction() -> None:
+    # Flink's BinaryStringDataUtil.toLong stops at the point: '-3.7' is -3, '.5' is 0.
+    batch = pa.record_batch({"v": [" -3.7 ", "3.", ".5", "1.2.3", None]})
+    assert ours("TRY_CAST(v AS INT)", batch) == [-3, 3, 0, None, None]
+    assert ours("CAST(v AS BIGINT)", batch.slice(0, 3)) == [-3, 3, 0]
+    assert ours("TRY_CAST(v AS DECIMAL(3, 1))", batch)[0] == Decimal("-3.7")
+
+
+def test_cast_to_char_or_varchar_fits_the_length() -> None:
+    # Flink cuts to n characters, and pads CHAR(n) with blanks.
+    batch = pa.record_batch({"b": pa.array([-543, 7, None], pa.int64()), "s": ["héllo", "", None]})
+    assert ours("CAST(b AS CHAR(2))", batch) == ["-5", "7 ", None]
+    assert ours("CAST(b AS VARCHAR(2))", batch) == ["-5", "7", None]
+    assert ours("CAST(s AS VARCHAR(2))", batch) == ["hé", "", None]
+    assert ours("CAST(s AS CHAR(3))", batch) == ["hél", "   ", None]
+    assert ours("CAST(s AS STRING)", batch) == ["héllo", "", None]
+
+
+def test_an_interval_may_have_a_fraction_of_whole_milliseconds() -> None:
+    # Flink takes INTERVAL '0.8' SECOND (800 ms) in expressions, window TVFs and joins.
+    def millis(text: str) -> int:
+        return interval_ms(parse(text))
+
+    assert millis("INTERVAL '0.8' SECOND") == 800
+    assert millis("INTERVAL '1.5' MINUTE") == 90_000
+    assert millis("INTERVAL '4' SECOND") == 4000
+    assert ours("ts - INTERVAL '1.5' SECOND")[1] == dt.datetime(1970, 1, 1, 9, 1, 0)
+    with pytest.raises(
+        SqlError, match=r"line 1, column 17: INTERVAL '0\.0005' SECOND is not a whole"
+    ):
+        millis("INTERVAL '0.0005' SECOND")
+    with pytest.raises(SqlError, match="INTERVAL takes a number in quotes, got 'x'"):
+        millis("INTERVAL 'x' SECOND")

@@ -169,9 +169,12 @@ def test_split_index_is_null_out_of_range() -> None:
         None,
         "a",
         "ÄÖü straße",
-        "",
+        None,
     ]
     assert ours("SPLIT_INDEX(s, ',', -1)") == [None] * 6
+    # Flink splits '' into no pieces (SPLIT_INDEX('', ',', 0) is NULL) but ',' into two ''.
+    empty = pa.record_batch({"s": ["", ",", "a"]})
+    assert ours("SPLIT_INDEX(s, ',', 0)", batch=empty) == [None, "", "a"]
     assert ours("SPLIT_INDEX(s, ',', n)") == [None, None, None, "a", None, None]
     sliced = BATCH.slice(3, 2)  # offsets of a sliced batch
     assert ours("SPLIT_INDEX(s, ',', 1)", batch=sliced) == ["b", None]
@@ -244,6 +247,11 @@ def test_date_format_takes_java_patterns() -> None:
         "1999-12-31 23:59:59.999",
     ]
     assert ours("DATE_FORMAT(ts, '''at'' HH ''o''''clock'' 100%')")[0] == "at 12 o'clock 100%"
+    # Java's rule: a numeric letter's count is its minimum number of digits.
+    assert ours("DATE_FORMAT(ts, 'EEE MMM D')")[4] == "Thu Jan 1"
+    assert ours("DATE_FORMAT(ts, 'y M d H h m s D DDD')")[4] == "1970 1 1 7 7 5 3 1 001"
+    assert ours("DATE_FORMAT(ts, 'M/d H:m:s')")[0] == "9/13 12:26:45"
+    assert ours("DATE_FORMAT(ts, 'h a')")[1] == "11 PM"
     with pytest.raises(SqlError, match="DATE_FORMAT: unsupported pattern 'QQ'"):
         compile_expression(parse("DATE_FORMAT(ts, 'QQ')"), FIELDS, FunctionCatalog())
 
@@ -601,3 +609,46 @@ def test_every_builtin_is_called_in_these_tests() -> None:
     # Called as NAME( in an expression string, or bare for the clock functions.
     missing = [name for name in BUILTINS if not re.search(rf"[\"'(, ]{name}(\(|\b)", text)]
     assert missing == []
+
+
+def test_position_counts_characters() -> None:
+    # Flink's POSITION is a character index, not a byte offset.
+    batch = pa.record_batch({"s": ["héllo wörld", "日本語テキスト", None]})
+    assert ours("POSITION('l' IN s)", batch=batch) == [3, 0, None]
+    assert ours("POSITION('ö' IN s)", batch=batch) == [8, 0, None]
+    assert ours("POSITION('テ' IN s)", batch=batch) == [0, 4, None]
+    assert ours("POSITION('' IN s)", batch=batch) == [1, 1, None]
+
+
+def test_truncate_cuts_toward_zero_with_rounds_types() -> None:
+    # Flink's TRUNCATE(x[, n]) (SqlFunctionUtils.struncate): toward zero to n decimals of
+    # x's decimal form (BigDecimal.valueOf), typed as ROUND.
+    batch = pa.record_batch({"x": [0.29, 2.567, -2.567, None, math.inf, 1e300, -0.001]})
+    assert ours("TRUNCATE(x, 2)", batch=batch) == [0.29, 2.56, -2.56, None, math.inf, 1e300, 0.0]
+    assert ours("TRUNCATE(x)", batch=batch)[:3] == [0.0, 2.0, -2.0]
+    assert ours("TRUNCATE(x, -1)", batch=batch)[:3] == [0.0, 0.0, 0.0]
+    assert ours("TRUNCATE(d, 1)") == [
+        Decimal("1.2"),
+        Decimal("-2.3"),
+        None,
+        Decimal("0.0"),
+        Decimal("9.9"),
+        Decimal("0.0"),
+    ]
+    assert ours("TRUNCATE(n, -1)") == [0, 0, None, 0, 10, 0]
+    assert ours("TRUNCATE(n)") == ours("n")
+    fields, catalog = FIELDS, FunctionCatalog()
+    assert compile_expression(parse("TRUNCATE(d, 1)"), fields, catalog).type.sql() == (
+        "DECIMAL(5, 1)"
+    )
+    with pytest.raises(SqlError, match="TRUNCATE: the number of digits must be a literal"):
+        compile_expression(parse("TRUNCATE(x, n)"), fields, catalog)
+
+
+def test_concat_ws_skips_nulls_and_a_null_separator_is_null() -> None:
+    # Flink: CONCAT_WS('-', 'a', NULL, 'b') is 'a-b'; '' is kept; a NULL separator is NULL.
+    assert ours("CONCAT_WS('-', s, 'k', s)")[2:4] == ["k", "a,b,,c-k-a,b,,c"]
+    assert ours("CONCAT_WS('-', '', s)")[:3] == ["-Hello World", "-  padded  ", ""]
+    assert ours("CONCAT_WS(CAST(NULL AS STRING), 'a', 'b')") == [None] * 6
+    with pytest.raises(SqlError, match="CONCAT_WS takes a separator and at least one string"):
+        compile_expression(parse("CONCAT_WS('-')"), FIELDS, FunctionCatalog())

@@ -209,3 +209,36 @@ def test_explain_checks_source_options(env: es.Environment) -> None:
     )
     with pytest.raises(es.SqlError, match=r"^line 2, column .*'scan.typo': is not an option"):
         env.explain_sql("SELECT a FROM src")
+
+
+def test_a_time_unit_is_a_keyword_not_a_column(env: es.Environment) -> None:
+    # TIMESTAMPADD(SECOND, ...): binding the query's columns must not look for 'SECOND'.
+    text = env.explain_sql(
+        "SELECT auction, TIMESTAMPADD(SECOND, 1, `dateTime`) AS later, "
+        "TIMESTAMPDIFF(DAY, `dateTime`, TIMESTAMP '2030-01-01 00:00:00') AS days FROM bid "
+        "WHERE TIMESTAMPADD(MINUTE, 1, `dateTime`) > `dateTime`"
+    )
+    assert "TIMESTAMPADD(SECOND, 1, `dateTime`)" in text
+    with pytest.raises(
+        es.SqlError, match=r"line 1, column 8: TIMESTAMPADD: unsupported unit MONTH"
+    ):
+        env.explain_sql("SELECT TIMESTAMPADD(MONTH, 1, `dateTime`) FROM bid")
+
+
+def test_window_and_join_intervals_take_fractional_seconds(env: es.Environment) -> None:
+    # Flink: INTERVAL '0.8' SECOND is 800 ms wherever an interval literal goes.
+    text = env.explain_sql(
+        "SELECT auction, window_start, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE bid, "
+        "DESCRIPTOR(`dateTime`), INTERVAL '0.8' SECOND)) GROUP BY auction, window_start, window_end"
+    )
+    assert "800" in text
+    env.explain_sql(
+        "SELECT a.auction FROM bid a JOIN bid b ON a.auction = b.auction AND "
+        "a.`dateTime` BETWEEN b.`dateTime` - INTERVAL '0.5' SECOND AND b.`dateTime`"
+    )
+    with pytest.raises(es.SqlError, match=r"line 1, column 107: INTERVAL '0\.0001' SECOND is not"):
+        env.explain_sql(
+            "SELECT auction, window_start, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE bid, "
+            "DESCRIPTOR(`dateTime`), INTERVAL '0.0001' SECOND)) "
+            "GROUP BY auction, window_start, window_end"
+        )

@@ -27,45 +27,11 @@ from sqlglot import exp
 
 from epochstream.exceptions import SqlError
 from epochstream.sql.dialect import MetadataColumn, WithOptions, primary_key, sql_error
-from epochstream.sql.expressions import Field
+from epochstream.sql.expressions import Field, interval_ms
 from epochstream.sql.functions import FunctionCatalog
 from epochstream.sql.types import SqlType
 
 __all__ = ["Catalog", "TableDef", "interval_ms"]
-
-_UNIT_MS = {
-    "MILLISECOND": 1,
-    "SECOND": 1_000,
-    "MINUTE": 60_000,
-    "HOUR": 3_600_000,
-    "DAY": 86_400_000,
-}
-
-
-def interval_ms(node: exp.Expression) -> int:
-    """Milliseconds of an ``INTERVAL 'n' UNIT`` literal (units up to DAY).
-
-    Example: ``interval_ms(parse_one("INTERVAL '4' SECOND", dialect=Flink)) == 4000``
-    """
-    if not isinstance(node, exp.Interval):
-        raise sql_error(node, f"expected an INTERVAL literal, got {node.sql()}")
-    unit_node = node.args.get("unit")
-    unit = (unit_node.name if unit_node is not None else "").upper().rstrip("S")
-    if unit not in _UNIT_MS:
-        raise sql_error(
-            node,
-            f"unsupported interval unit {unit_node.name if unit_node else '(none)'!r}: "
-            f"use one of {', '.join(_UNIT_MS)}",
-        )
-    value = node.this
-    text = value.name if isinstance(value, exp.Literal) else ""
-    try:
-        amount = int(text)
-    except ValueError:
-        raise sql_error(
-            node, f"INTERVAL takes a whole number in quotes, got {value.sql()}"
-        ) from None
-    return amount * _UNIT_MS[unit]
 
 
 @dataclass(frozen=True)

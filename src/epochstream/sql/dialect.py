@@ -26,6 +26,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 import typing as t
 
 from sqlglot import exp, generator, parser, tokens
@@ -120,6 +121,19 @@ _NAMED = {
 }
 
 
+def _unit_call(name: str, args: list[exp.Expression]) -> exp.Expression:
+    """TIMESTAMPADD/TIMESTAMPDIFF(unit, ...) with the unit a keyword (a ``Var``), so that
+    binding a query's columns does not look for a column ``SECOND``.
+
+    Example: ``_unit_call("TIMESTAMPADD", [exp.column("second"), n, ts])``
+    """
+    if args and isinstance(args[0], exp.Column) and not args[0].table:
+        unit = exp.var(args[0].name.upper())
+        unit.meta.update(args[0].this.meta)  # keeps the position for errors
+        args = [unit, *args[1:]]
+    return exp.Anonymous(this=name, expressions=args)
+
+
 class Flink(Dialect):
     """sqlglot's dialect for Flink SQL (see the module docstring).
 
@@ -146,7 +160,7 @@ class Flink(Dialect):
         COMMANDS = tokens.Tokenizer.COMMANDS - {TokenType.EXECUTE}
         IDENTIFIERS = ["`"]
         QUOTES = ["'"]
-        STRING_ESCAPES = ["'", "\\"]
+        STRING_ESCAPES = ["'"]  # a backslash is an ordinary character in Flink SQL
         KEYWORDS = {
             **tokens.Tokenizer.KEYWORDS,
             "STRING": TokenType.TEXT,
@@ -166,7 +180,8 @@ class Flink(Dialect):
             **parser.Parser.FUNCTIONS,
             "PROCTIME": lambda args: exp.Anonymous(this="PROCTIME", expressions=args),
             # Flink's TIMESTAMPDIFF(unit, t1, t2); sqlglot's own reads (t1, t2, unit).
-            "TIMESTAMPDIFF": lambda args: exp.Anonymous(this="TIMESTAMPDIFF", expressions=args),
+            "TIMESTAMPDIFF": lambda args: _unit_call("TIMESTAMPDIFF", args),
+            "TIMESTAMPADD": lambda args: _unit_call("TIMESTAMPADD", args),
         }
 
         CONSTRAINT_PARSERS = {
@@ -287,7 +302,9 @@ class Flink(Dialect):
         def _parse_tvf_arg(self, kind: str, slot: str) -> exp.Expression:
             token = self._curr
             if slot == "table":
-                if not self._match(TokenType.TABLE):
+                named = self._next and self._next.token_type in self.ID_VAR_TOKENS
+                if not (named and self._match(TokenType.TABLE)):
+                    # TABLE (SELECT ...) included: Flink takes a table or view name only.
                     self.raise_error(f"{kind}'s first argument is TABLE <name>", token)
                 table = self._parse_table_parts()
                 partition = None
@@ -399,7 +416,19 @@ def _sql_error(err: ParseError | TokenError, sql: str) -> SqlError:
         # sqlglot reports the column of the token's last character.
         column = max(1, col - len(highlight) + 1) if highlight else col
         message = str(first.get("description") or err).strip()
+        if message.startswith("Required keyword:"):
+            # sqlglot's "Required keyword: 'this' missing for <class ...Where>": a
+            # statement that ends (or a clause that stops) too early.
+            message = f"syntax error: incomplete {highlight or 'statement'}"
+        # sqlglot names a token by its repr: <Token token_type: ..., text: (, ...>.
+        message = re.sub(r"<Token token_type: [^,]*, text: (.*?), line: [^>]*>", r"'\1'", message)
         return SqlError(message, line=line, column=column)
+    # The tokenizer's cause says "Missing ' from <line>:<offset in the text>".
+    missing = re.fullmatch(r"Missing (.) from (\d+):(\d+)", str(err.__cause__ or ""))
+    if missing:
+        quote, line, offset = missing.group(1), int(missing.group(2)), int(missing.group(3))
+        column = offset - sql.rfind("\n", 0, offset)
+        return SqlError(f"{quote} is not closed", line=line, column=column)
     return SqlError(str(err).splitlines()[0] if str(err) else type(err).__name__)
 
 

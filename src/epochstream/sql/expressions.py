@@ -47,6 +47,7 @@ from epochstream.sql.types import (
     DOUBLE,
     INT,
     INTERVAL,
+    MAX_LENGTH,
     MAX_PRECISION,
     NULL,
     STRING,
@@ -55,7 +56,14 @@ from epochstream.sql.types import (
     common_type,
 )
 
-__all__ = ["CalcProgram", "CompiledExpression", "Field", "compile_expression"]
+__all__ = [
+    "CalcProgram",
+    "CompiledExpression",
+    "Field",
+    "compile_expression",
+    "interval_ms",
+    "refuse_subqueries",
+]
 
 Clock = Callable[[], int]
 
@@ -140,6 +148,50 @@ _INTERVAL_MS = {
 }
 
 
+_IN_SUBQUERY = "unsupported IN with a subquery; IN takes a list of values"
+
+
+def refuse_subqueries(node: exp.Expr) -> None:
+    """Raise a :class:`SqlError` at a subquery inside the expression ``node`` (``IN
+    (SELECT ...)``, ``EXISTS``, a scalar subquery: not supported). Checked before a
+    query's columns are bound: a subquery's column names are its own, not the query's.
+
+    Example: ``refuse_subqueries(where)`` before ``bind(where, scope)``
+    """
+    for query in node.find_all(exp.Query):  # breadth first: a Subquery before its SELECT
+        if query is not node:
+            if isinstance(query.parent, exp.In):
+                raise sql_error(query.parent, _IN_SUBQUERY)
+            raise sql_error(query, "unsupported subquery in an expression")
+
+
+def interval_ms(node: exp.Expression) -> int:
+    """Milliseconds of an ``INTERVAL 'n' UNIT`` literal (units up to DAY); n may have a
+    fraction when the result is a whole number of milliseconds, as in Flink.
+
+    Example: ``interval_ms(parse_one("INTERVAL '0.8' SECOND", dialect=Flink)) == 800``
+    """
+    if not isinstance(node, exp.Interval):
+        raise sql_error(node, f"expected an INTERVAL literal, got {node.sql()}")
+    unit_node = node.args.get("unit")
+    unit = (unit_node.name if unit_node is not None else "").upper().rstrip("S")
+    if unit not in _INTERVAL_MS:
+        raise sql_error(
+            node,
+            f"unsupported interval unit {unit or '(none)'} ({', '.join(_INTERVAL_MS)})",
+        )
+    value = node.this
+    try:
+        millis = Decimal(value.name if isinstance(value, exp.Literal) else "") * _INTERVAL_MS[unit]
+    except ArithmeticError:
+        raise sql_error(node, f"INTERVAL takes a number in quotes, got {value.sql()}") from None
+    if not millis.is_finite() or millis != millis.to_integral_value():
+        raise sql_error(
+            node, f"INTERVAL {value.sql()} {unit} is not a whole number of milliseconds"
+        )
+    return int(millis)
+
+
 class _Site:
     """The compiler's :class:`~epochstream.sql.functions.CallSite` for one call node."""
 
@@ -221,7 +273,7 @@ class _Compiler:
         how = "plain"
         if source.is_string and (target.is_numeric):
             how = "trim"
-        elif source.is_approximate and (target.is_integer):
+        elif (source.is_approximate or source.name == "DECIMAL") and target.is_integer:
             how = "trunc"
         elif target.name == "DECIMAL" and (source.is_approximate or source.name == "DECIMAL"):
             if (source.scale or 0) > (target.scale or 0) or source.is_approximate:
@@ -314,15 +366,7 @@ class _Compiler:
         return self.constant(None, NULL, node)
 
     def _interval(self, node: exp.Interval) -> Operand:
-        unit = (node.unit.name if node.unit else "").upper().rstrip("S") or "SECOND"
-        if unit not in _INTERVAL_MS:
-            raise sql_error(node, f"unsupported interval unit {unit} (SECOND, MINUTE, HOUR, DAY)")
-        try:
-            amount = Decimal(node.this.name)
-        except ArithmeticError:
-            raise sql_error(node, f"not a number of {unit}: {node.this.name!r}") from None
-        millis = int(amount * _INTERVAL_MS[unit])
-        return self.constant(millis, INTERVAL.with_nullable(False), node)
+        return self.constant(interval_ms(node), INTERVAL.with_nullable(False), node)
 
     def _neg(self, node: exp.Neg) -> Operand:
         inner = node.this
@@ -484,7 +528,7 @@ class _Compiler:
 
     def _in(self, node: exp.In) -> Operand:
         if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
-            raise sql_error(node, "unsupported IN with a subquery; IN takes a list of values")
+            raise sql_error(node, _IN_SUBQUERY)
         value = self.compile(node.this)
         items = [self.compile(e) for e in node.expressions]
         target = self._common(node, [value, *items], "IN")
@@ -639,7 +683,12 @@ class _Compiler:
             fraction = len(text.split(".")[1]) if "." in text else 0
             if not node.to.expressions:
                 target = SqlType(target.name, fraction, nullable=False)
-        return self.convert(value, target, node, try_=try_)
+        converted = self.convert(value, target, node, try_=try_)
+        if target.is_string and target.precision != MAX_LENGTH:
+            # Flink's CAST fits the value to the declared length (CharVarCharTrimPadCastRule).
+            options = (target.precision, target.name == "CHAR")
+            return self.emit(kernels.fit_length, [converted], options, converted.type, node)
+        return converted
 
     def _trycast(self, node: exp.TryCast) -> Operand:
         return self._cast(node, try_=True)
@@ -680,8 +729,8 @@ class _Compiler:
         name = str(node.this)
         upper = name.upper()
         raw = list(node.expressions)
-        if upper in ("TIMESTAMPADD", "TIMESTAMPDIFF") and raw and isinstance(raw[0], exp.Column):
-            unit = self.constant(raw[0].name.upper(), STRING.with_nullable(False), raw[0])
+        if upper in ("TIMESTAMPADD", "TIMESTAMPDIFF") and raw and isinstance(raw[0], exp.Var):
+            unit = self.constant(raw[0].name, STRING.with_nullable(False), raw[0])
             return self.call(name, [unit, *(self.compile(a) for a in raw[1:])], node)
         return self.call(name, [self.compile(a) for a in raw], node)
 
@@ -695,6 +744,8 @@ class _Compiler:
                     args.append(self.compile(item))
         if isinstance(node, exp.Log) and node.args.get("expression") is None:
             name = "LN"
+        elif isinstance(node, exp.Trunc):
+            name = "TRUNCATE"  # sqlglot's node for Flink's TRUNCATE
         return self.call(name, args, node)
 
 

@@ -262,6 +262,13 @@ def _concat(site: CallSite, args: list[Operand]) -> Operand:
     return site.emit(kernels.concat, strings, (), STRING.with_nullable(_nullable(args)))
 
 
+def _concat_ws(site: CallSite, args: list[Operand]) -> Operand:
+    if len(args) < 2:
+        raise site.error("CONCAT_WS takes a separator and at least one string")
+    strings = [_string(site, a) for a in args]
+    return site.emit(kernels.concat_ws, strings, (), STRING.with_nullable(args[0].type.nullable))
+
+
 def _replace(site: CallSite, args: list[Operand]) -> Operand:
     _need(site, args, 3, 3)
     text = _string(site, args[0])
@@ -399,10 +406,23 @@ def _ceil_floor(function: str) -> Builtin:
 
 
 def _round(site: CallSite, args: list[Operand]) -> Operand:
+    return _to_digits(site, args, "half_towards_infinity")
+
+
+def _truncate(site: CallSite, args: list[Operand]) -> Operand:
+    return _to_digits(site, args, "towards_zero")
+
+
+def _to_digits(site: CallSite, args: list[Operand], mode: str) -> Operand:
+    """ROUND or TRUNCATE (``mode``, Arrow's round_mode) of a number to n decimals."""
     _need(site, args, 1, 2)
     arg = _number(site, args[0])
     digits = _literal(site, args[1], int, "number of digits") if len(args) == 2 else 0
-    options = _call("round", ndigits=digits, round_mode="half_towards_infinity")
+    options = _call("round", ndigits=digits, round_mode=mode)
+    if arg.type.is_integer and digits >= 0:
+        return arg
+    if arg.type.is_approximate and mode == "towards_zero":
+        return site.emit(kernels.truncate_float, [arg], (digits,), arg.type)
     if arg.type.name != "DECIMAL":
         return site.emit(kernels.call, [arg], options, arg.type)
     # Flink's LogicalTypeMerging.findRoundDecimalType: rounding may add a digit.
@@ -492,8 +512,8 @@ def _date_format(site: CallSite, args: list[Operand]) -> Operand:
     pieces = kernels.java_pattern_pieces(pattern)
     if pieces is None:
         raise site.error(
-            f"DATE_FORMAT: unsupported pattern {pattern!r} (letters yyyy yy MM dd "
-            "HH hh mm ss SSS a EEE MMM D and 'quoted text')"
+            f"DATE_FORMAT: unsupported pattern {pattern!r} (letters y yyyy yy M MM d dd "
+            "H HH h hh m mm s ss SSS a EEE MMM D DDD and 'quoted text')"
         )
     return site.emit(
         kernels.date_format, [value], (pieces,), STRING.with_nullable(value.type.nullable)
@@ -617,6 +637,7 @@ BUILTINS: dict[str, Builtin] = {
     "CHAR_LENGTH": _unary_string("utf8_length", INT),
     "INITCAP": _unary_string("utf8_title"),
     "CONCAT": _concat,
+    "CONCAT_WS": _concat_ws,
     "REPLACE": _replace,
     "POSITION": _position,
     "SUBSTRING": _substring,
@@ -627,6 +648,7 @@ BUILTINS: dict[str, Builtin] = {
     "CEIL": _ceil_floor("ceil"),
     "FLOOR": _ceil_floor("floor"),
     "ROUND": _round,
+    "TRUNCATE": _truncate,
     "POWER": _double_function("power", 2),
     "SQRT": _double_function("sqrt"),
     "LN": _double_function("ln"),

@@ -77,8 +77,9 @@ def call(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
 
 def cast(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
     """CAST to ``options[0]`` (an Arrow type); ``options[1]`` is how: ``plain``,
-    ``trim`` (strings to numbers: Flink trims blanks), ``trunc`` (approximate to integer:
-    toward zero), ``round`` (to a DECIMAL: half up), ``bool_text`` (TRUE/FALSE),
+    ``trim`` (strings to numbers: Flink trims blanks; to an integer, a fraction is
+    dropped as in Flink's BinaryStringDataUtil.toLong), ``trunc`` (DOUBLE or DECIMAL to
+    integer: toward zero), ``round`` (to a DECIMAL: half up), ``bool_text`` (TRUE/FALSE),
     ``text_bool``; ``options[2]`` true for TRY_CAST (NULL where a value does not convert).
     """
     target, how, try_ = options
@@ -105,6 +106,11 @@ _INTEGER_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}  # of the signed types' extremes
 def _cast(value: Value, target: pa.DataType, how: str) -> Value:
     if how == "trim":
         value = pc.utf8_trim_whitespace(value)
+        if pa.types.is_integer(target):
+            # '-3.7' is -3 and '.5' is 0: the digits before the point, with a 0 in front.
+            value = pc.replace_substring_regex(
+                value, pattern=r"^([+-]?)([0-9]*)\.[0-9]*$", replacement=r"\10\2"
+            )
     elif how == "trunc":
         value = pc.trunc(value)
     elif how == "round":
@@ -200,12 +206,45 @@ def nullif(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
     return pc.if_else(equal, pa.scalar(None, options[0]), pc.cast(args[2], options[0]))
 
 
+def truncate_float(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
+    """TRUNCATE(x, n) of a DOUBLE or FLOAT, toward zero to n decimals of x's shortest
+    decimal form, as Flink's BigDecimal.valueOf(x): TRUNCATE(0.29, 2) is 0.29, though
+    0.29 * 100 is 28.999999999999996. ``options = (n,)``.
+
+    Of the two candidates t = trunc(x * 10^n) / 10^n and the next one away from zero,
+    the next one is right when it is not beyond x (as doubles: rounding is monotonic).
+    """
+    x, digits = args[0], options[0]
+    scale = 10.0 ** abs(digits)
+    up, down = (pc.multiply, pc.divide) if digits >= 0 else (pc.divide, pc.multiply)
+    whole = pc.trunc(up(x, scale))
+    near, next_out = down(whole, scale), down(pc.add(whole, pc.sign(x)), scale)
+    result = pc.if_else(pc.less_equal(pc.abs(next_out), pc.abs(x)), next_out, near)
+    result = pc.add(result, 0.0)  # -0.0 is 0.0: a BigDecimal has no sign of zero
+    # NaN, the infinities and values too large for a fraction stay as they are.
+    return pc.if_else(pc.less(pc.abs(x), 2.0**52), result, x)
+
+
 # --------------------------------------------------------------------------- strings
 
 
 def concat(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
     """CONCAT(a, b, ...) and ``||``: NULL when any argument is NULL."""
     return pc.binary_join_element_wise(*args, "", null_handling="emit_null")
+
+
+def concat_ws(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
+    """CONCAT_WS(sep, s1, s2, ...): the strings joined by sep, NULL ones skipped; NULL
+    when sep is NULL (Flink)."""
+    return pc.binary_join_element_wise(*args[1:], args[0], null_handling="skip")
+
+
+def fit_length(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
+    """CAST to CHAR(n) or VARCHAR(n): cut to n characters; ``options = (n, pad)``, pad
+    true for CHAR(n), which fills a shorter string with blanks."""
+    length, pad = options
+    cut = pc.utf8_slice_codeunits(args[0], 0, length)
+    return pc.utf8_rpad(cut, width=length, padding=" ") if pad else cut
 
 
 def like(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
@@ -217,6 +256,7 @@ def split_index(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Valu
     """SPLIT_INDEX(s, sep, i): the i-th (from 0) piece of s split at the literal sep,
     NULL when i is out of range (Flink's SqlFunctionUtils.splitIndex)."""
     text = as_array(args[0], ctx.length)
+    text = pc.if_else(pc.equal(text, ""), pa.scalar(None, text.type), text)  # '' has no pieces
     index = as_array(pc.cast(args[1], pa.int64()), ctx.length)
     parts = pc.split_pattern(text, pattern=options[0])
     if isinstance(parts, pa.ChunkedArray):
@@ -243,8 +283,15 @@ def regexp(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
 
 
 def position(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
-    """POSITION(sub IN s): 1-based index of the first sub in s, 0 when absent."""
-    return pc.cast(pc.add(pc.find_substring(args[0], pattern=options[0]), 1), pa.int32())
+    """POSITION(sub IN s): 1-based character index of the first sub in s, 0 when absent
+    (Arrow finds a byte offset: the characters before it are counted)."""
+    text, needle = args[0], options[0]
+    found = pc.find_substring(text, pattern=needle)
+    if not needle:
+        return pc.cast(pc.add(found, 1), pa.int32())
+    before = pc.list_element(pc.split_pattern(text, pattern=needle, max_splits=1), 0)
+    chars = pc.add(pc.utf8_length(before), 1)
+    return pc.cast(pc.if_else(pc.less(found, 0), 0, chars), pa.int32())
 
 
 def substring(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
@@ -294,7 +341,8 @@ def unix_timestamp_now(args: Sequence[Value], options: tuple, ctx: EvalContext) 
 
 def date_format(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
     """DATE_FORMAT(ts, pattern) with the Java pattern split at compile time into strftime
-    pieces and ``millis`` pieces (strftime's %S would print the fraction)."""
+    pieces, ``number`` pieces (one strftime field without its leading zeros) and
+    ``millis`` pieces (strftime's %S would print the fraction)."""
     value = args[0]
     if pa.types.is_string(value.type):
         value = pc.cast(value, pa.timestamp("ms"))
@@ -303,6 +351,9 @@ def date_format(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Valu
     for kind, text in options[0]:
         if kind == "strftime":
             pieces.append(pc.strftime(seconds, format=text))
+        elif kind == "number":
+            field = pc.cast(pc.strftime(seconds, format=text), pa.int64())
+            pieces.append(pc.cast(field, pa.string()))
         else:
             millis = pc.cast(pc.millisecond(value), pa.string())
             pieces.append(pc.utf8_lpad(millis, width=3, padding="0"))
@@ -374,12 +425,16 @@ def extract(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
 
 
 def java_pattern_pieces(pattern: str) -> tuple[tuple[str, str], ...] | None:
-    """A Java SimpleDateFormat pattern as (``strftime``, text) and (``millis``, "")
-    pieces, or ``None`` when it uses a letter without a translation.
+    """A Java date pattern as (``strftime``, text), (``number``, strftime field) and
+    (``millis``, "") pieces, or ``None`` when it uses a letter without a translation. As
+    in Java, the count of a numeric letter is the minimum number of digits: ``d`` is a
+    ``number`` piece (``5``), ``dd`` is ``%d`` (``05``).
 
     Example: ``java_pattern_pieces("yyyy-MM-dd")`` is ``(("strftime", "%Y-%m-%d"),)``
     """
+    numbers = {"M": "%m", "d": "%d", "D": "%j", "H": "%H", "h": "%I", "m": "%M", "s": "%S"}
     letters = {
+        "y": "%Y",
         "yyyy": "%Y",
         "yy": "%y",
         "MM": "%m",
@@ -391,7 +446,7 @@ def java_pattern_pieces(pattern: str) -> tuple[tuple[str, str], ...] | None:
         "a": "%p",
         "EEE": "%a",
         "MMM": "%b",
-        "D": "%j",
+        "DDD": "%j",
     }
     pieces: list[tuple[str, str]] = []
     text = ""
@@ -422,10 +477,10 @@ def java_pattern_pieces(pattern: str) -> tuple[tuple[str, str], ...] | None:
         run = re.match(rf"{re.escape(ch)}+", pattern[i:])
         assert run is not None
         token = run.group(0)
-        if token == "SSS":
+        if token == "SSS" or token in numbers:
             if text:
                 pieces.append(("strftime", text))
-            pieces.append(("millis", ""))
+            pieces.append(("millis", "") if token == "SSS" else ("number", numbers[token]))
             text = ""
         elif token in letters:
             text += letters[token]

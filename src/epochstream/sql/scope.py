@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from epochstream.sql.dialect import sql_error
-from epochstream.sql.expressions import Field
+from epochstream.sql.expressions import Field, refuse_subqueries
 
 __all__ = ["Scope", "bind", "field_column", "identifier"]
 
@@ -84,6 +84,7 @@ class Scope:
 def bind(node: exp.Expression, scope: Scope) -> None:
     """Rewrite every column of ``node`` to the field name it names in ``scope``
     (qualifiers checked, then dropped)."""
+    refuse_subqueries(node)
     for column in list(node.find_all(exp.Column)):
         if isinstance(column.this, exp.Star):
             continue
