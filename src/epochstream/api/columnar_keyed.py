@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from epochstream.api.datastream import DataStream, KeyedStream
 from epochstream.core.arrow import TS
 from epochstream.exceptions import ConfigurationError
-from epochstream.graph.specs import AggregateSpec, WindowTopNSpec
+from epochstream.graph.specs import AggCall, AggregateSpec, GroupAggregateSpec, WindowTopNSpec
 from epochstream.graph.transformations import ColumnKey, ColumnKeys
 
 if TYPE_CHECKING:
@@ -138,6 +138,29 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
         self._spec_columns(kind, self.key_column, column)
         spec = AggregateSpec(kind, key=self.key_column, value=column)
         return self._then("columnar_aggregate", f"{kind}({column or ''})", spec)
+
+    def aggregate(self, *aggs: AggCall) -> DataStream:
+        """Flink SQL's ``GROUP BY`` without a window: ``aggs`` (:mod:`epochstream.agg`
+        calls) per key over the whole stream, an *updating* result. The output is a
+        changelog: the key columns, one column per aggregate and ``_op``
+        (:class:`~epochstream.core.changelog.RowKind`): ``+I`` when a key first comes,
+        ``-U`` (its old result) then ``+U`` (the new) when a batch changes it, nothing when
+        its result stays the same; one change per key per batch. The input must be
+        append-only. ``key_by([])`` aggregates the whole stream as one group.
+
+        Example::
+
+            (bids.key_by("bidder")
+                .aggregate(es.agg.count_star("bids"), es.agg.max("price", "top")))
+        """
+        if not aggs or not all(isinstance(a, AggCall) for a in aggs):
+            raise ConfigurationError(
+                "aggregate() of a columnar keyed stream takes es.agg calls "
+                f"(es.agg.sum('price', 'total')...), not {aggs!r}"
+            )
+        spec = GroupAggregateSpec(keys=self.key_columns, aggs=tuple(aggs))
+        described = ", ".join(f"{a.kind}({a.column or '*'})" for a in aggs)
+        return self._then("columnar_group_aggregate", f"group aggregate {described}", spec)
 
     def window_top_n(
         self,

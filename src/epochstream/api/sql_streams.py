@@ -27,6 +27,7 @@ from epochstream.graph.windowing import (
 from epochstream.sql.connectors import source_binding
 from epochstream.sql.plan import (
     CalcNode,
+    GroupAggregateNode,
     JoinNode,
     PlanNode,
     ScanNode,
@@ -84,6 +85,10 @@ class StreamBuilder:
             )
         if isinstance(node, WindowAggregateNode):
             return self._window_aggregate(node)
+        if isinstance(node, GroupAggregateNode):
+            grouped: Any = self.stream(node.inputs[0]).key_by(list(node.spec.keys))
+            result: DataStream = grouped.aggregate(*node.spec.aggs)
+            return result.name(node.label).uid(node.uid)
         if isinstance(node, JoinNode):
             left, right = (self.stream(i) for i in node.inputs)
             return equi_join(left, right, node.spec, name=node.label).uid(node.uid)

@@ -24,7 +24,9 @@ back was never in a completed checkpoint, so nothing committed is rolled back.
 ``INSERT ... ON CONFLICT (key_columns) DO UPDATE`` in batches (``executemany``),
 committed at every checkpoint. Records replayed after a failure overwrite their keys
 again, so the table converges to the failure-free result; between a failure and the
-replay catching up, a key may show an older value.
+replay catching up, a key may show an older value. A changelog batch (an ``_op``
+column, :mod:`epochstream.core.changelog`) is applied by key: a delete (``-D``) deletes
+the key's row, ``+I``/``+U`` upsert it, ``-U`` (an update's old value) is skipped.
 
 Records are dicts (keys are column names) or tuples in column order. ``columns``
 chooses the columns written (default: all of the table's, in table order).
@@ -54,6 +56,7 @@ from typing import Any
 from epochstream.connectors.base import Sink, SinkContext, SinkWriter
 from epochstream.connectors.batchform import is_batch, user_columns
 from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter
+from epochstream.core.changelog import OP, RowKind
 from epochstream.exceptions import ConfigurationError, SinkError, short_repr
 
 __all__ = ["PgTxn", "PostgresSink", "PostgresTwoPhaseWriter", "PostgresUpsertWriter"]
@@ -366,6 +369,13 @@ class PostgresUpsertWriter(SinkWriter):
             sql.SQL(", ").join(map(sql.Identifier, keys)),
             conflict,
         )
+        self._delete = sql.SQL("DELETE FROM {} WHERE {}").format(
+            self._table.ident,
+            sql.SQL(" AND ").join(
+                sql.SQL("{} IS NOT DISTINCT FROM {}").format(sql.Identifier(k), sql.Placeholder())
+                for k in keys
+            ),
+        )
 
     def restore(self, entries: list[Any]) -> None:
         """Nothing to recover: replayed records overwrite their keys."""
@@ -374,11 +384,24 @@ class PostgresUpsertWriter(SinkWriter):
         if not len(records):
             return
         rows = self._table.rows(records)
-        # Upserts of one key in one batch must leave its last value: keep the last row.
+        kinds: list[int] = [RowKind.INSERT] * len(rows)
+        if is_batch(records) and OP in records.schema.names:  # a changelog
+            kinds = records.column(OP).to_pylist()
+        # Changes of one key in one batch must leave its last state: the last row (an
+        # upsert) or a delete; an update's old value (-U) changes nothing by key.
         index = [self._table.columns.index(k) for k in self._table.sink.key_columns]
-        last = {tuple(row[i] for i in index): row for row in rows}
+        last: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
+        for row, kind in zip(rows, kinds, strict=True):
+            if kind == RowKind.UPDATE_BEFORE:
+                continue
+            last[tuple(row[i] for i in index)] = None if kind == RowKind.DELETE else row
+        upserts = [row for row in last.values() if row is not None]
+        deletes = [key for key, row in last.items() if row is None]
         with self._table.conn.cursor() as cur:
-            cur.executemany(self._query, list(last.values()))
+            if deletes:
+                cur.executemany(self._delete, deletes)
+            if upserts:
+                cur.executemany(self._query, upserts)
 
     def snapshot(self, checkpoint_id: int) -> list[Any]:
         """Commit what was written: the checkpoint stores nothing for this sink."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from epochstream.connectors.base import AtLeastOnceSinkWriter, Sink, SinkContext
 from epochstream.core.arrow import rows_of
+from epochstream.core.changelog import OP, kind_names
 
 __all__ = ["DiscardSink", "DiscardWriter", "PrintSink", "PrintWriter"]
 
@@ -66,10 +67,16 @@ class PrintWriter(AtLeastOnceSinkWriter):
     def write_batch(self, records: list[Any]) -> None:
         if not len(records):
             return
-        if type(records) is not list:  # a columnar batch: one line per row
-            records = rows_of(records)
         p = self.line_prefix
-        text = "".join([f"{p}{r!s}\n" for r in records])
+        if type(records) is not list and OP in records.schema.names:
+            # A changelog: each row behind its kind, as Flink prints them (+I{...}).
+            kinds = kind_names(records.column(OP)).to_pylist()
+            rows = rows_of(records.drop_columns([OP]))
+            text = "".join([f"{p}{k}{r!s}\n" for k, r in zip(kinds, rows, strict=True)])
+        else:
+            if type(records) is not list:  # a columnar batch: one line per row
+                records = rows_of(records)
+            text = "".join([f"{p}{r!s}\n" for r in records])
         if self.console is not None:
             self.console(text)
             return

@@ -34,6 +34,7 @@ __all__ = [
     "AggregateSpec",
     "DedupSpec",
     "EquiJoinSpec",
+    "GroupAggregateSpec",
     "IntervalBounds",
     "IntervalJoinSpec",
     "JoinSpec",
@@ -507,23 +508,47 @@ class SessionAggregateSpec:
         _check_window_outputs(self.keys, self.aggs)
 
 
+@dataclass(frozen=True)
+class GroupAggregateSpec:
+    """A SQL ``GROUP BY`` without a window (an updating result) on batches: ``aggs`` per
+    ``keys`` (zero or more columns) over an append-only input, emitted as a changelog
+    (``_op``): ``+I`` for a new group, ``-U``/``+U`` when a group's result changes.
+
+    Example::
+
+        GroupAggregateSpec(keys=("bidder",), aggs=(AggCall("count_star", None, "bids"),))
+    """
+
+    keys: tuple[str, ...]
+    aggs: tuple[AggCall, ...]
+
+    def __post_init__(self) -> None:
+        _check_outputs(self.keys, self.aggs, ())
+
+
 def _check_window_outputs(keys: tuple[str, ...], aggs: tuple[AggCall, ...]) -> None:
     """A window aggregation's output columns: at least one aggregate, no name twice, none
     of the operators' own."""
+    _check_outputs(keys, aggs, ("window_start", "window_end", "_ts"))
+
+
+def _check_outputs(keys: tuple[str, ...], aggs: tuple[AggCall, ...], more: tuple[str, ...]) -> None:
+    """An aggregation's output columns (``more``: the operator's own besides the keys
+    and aggregates): at least one aggregate, no name twice, no reserved name."""
     if not aggs:
-        raise ConfigurationError("a window aggregation needs at least one aggregate")
-    names = [*keys, "window_start", "window_end", *(a.output for a in aggs), "_ts"]
+        raise ConfigurationError("an aggregation needs at least one aggregate")
+    names = [*keys, *more[:2], *(a.output for a in aggs), *more[2:]]
     clash = next((n for n in names if names.count(n) > 1), None)
     if clash is not None:
         raise ConfigurationError(
             f"a window aggregation's output would have two columns named {clash!r} "
             f"(its columns: {', '.join(names)}); rename the key or the aggregate"
         )
-    internal = next((n for n in names if n.startswith(("_wa", "_sa")) or n == "_kg"), None)
+    internal = next((n for n in names if n.startswith(("_wa", "_sa")) or n in ("_kg", "_op")), None)
     if internal is not None:
         raise ConfigurationError(
-            f"column {internal!r}: names starting with '_wa', '_sa' and '_kg' are the window "
-            "aggregations' own; rename it"
+            f"column {internal!r}: names starting with '_wa' and '_sa', '_kg' and '_op' are "
+            "the aggregations' own; rename it"
         )
 
 

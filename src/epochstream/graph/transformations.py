@@ -38,6 +38,7 @@ COLUMNAR_BACKEND_KINDS = frozenset(
         "columnar_processing_window",
         "columnar_session_window",
         "columnar_session_aggregate",
+        "columnar_group_aggregate",
         "columnar_join",
         "columnar_window_join",
         "columnar_equi_join",

@@ -73,11 +73,14 @@ class SourceBinding:
 
 @dataclass(frozen=True)
 class SinkBinding:
-    """How to write a DDL table: the sink, and whether it takes Arrow batches (else the
-    planner converts to rows first)."""
+    """How to write a DDL table: the sink, whether it takes Arrow batches (else the
+    planner converts to rows first), and which results it takes: ``append`` (inserts
+    only), ``upsert`` (a changelog, written by the table's PRIMARY KEY) or ``all``
+    (every change as it is)."""
 
     sink: Sink
     takes_batches: bool
+    changelog: str = "append"
 
 
 class _Options:
@@ -415,4 +418,11 @@ def sink_binding(table: TableDef) -> SinkBinding:
             "jdbc, delta, jetstream)",
         )
     options.done()
-    return SinkBinding(sink, takes_batches=bool(getattr(sink, "accepts_batches", False)))
+    changelog = "append"
+    if connector in ("print", "blackhole"):
+        changelog = "all"
+    elif connector == "jdbc" and table.primary_key:
+        changelog = "upsert"
+    return SinkBinding(
+        sink, takes_batches=bool(getattr(sink, "accepts_batches", False)), changelog=changelog
+    )

@@ -27,6 +27,7 @@ from epochstream.core.arrow import TS
 from epochstream.graph.specs import (
     AggCall,
     EquiJoinSpec,
+    GroupAggregateSpec,
     IntervalBounds,
     SessionAggregateSpec,
     SliceWindowAggregateSpec,
@@ -39,6 +40,7 @@ from epochstream.sql.expressions import CalcProgram, Field
 __all__ = [
     "CalcNode",
     "ColumnAdapter",
+    "GroupAggregateNode",
     "JoinNode",
     "PlanNode",
     "ScanNode",
@@ -94,6 +96,12 @@ class PlanNode(ABC):
     windows: dict[str, tuple[str, WindowTvf]] = field(default_factory=dict, kw_only=True)
     #: The output column that is a processing-time attribute (``PROCTIME()``), if any.
     proctime: str | None = field(default=None, kw_only=True)
+    #: Whether the output is a changelog (batches with an ``_op`` column: a ``GROUP BY``
+    #: without a window and what follows it), else append-only.
+    updating: bool = field(default=False, kw_only=True)
+    #: The output columns no two live rows share (an updating result's group keys):
+    #: what an upsert sink's PRIMARY KEY must be. None: unknown.
+    unique_key: tuple[str, ...] | None = field(default=None, kw_only=True)
 
     kind = "node"
 
@@ -221,6 +229,28 @@ class WindowAggregateNode(PlanNode):
             aggregates,
             "state: per key and slice, dropped when the watermark passes the slice's last window",
             "emits: once per key and window, when the watermark passes window_end",
+        ]
+
+
+@dataclass(eq=False)
+class GroupAggregateNode(PlanNode):
+    """A ``GROUP BY`` without a window: running aggregates per key, an updating result
+    (a changelog of ``+I`` and ``-U``/``+U`` rows). ``spec`` is the operator's."""
+
+    spec: GroupAggregateSpec = field(kw_only=True)
+
+    kind = "group-aggregate"
+
+    def digest(self) -> str:
+        return repr(self.spec)
+
+    def details(self) -> list[str]:
+        return [
+            f"keys: {', '.join(self.spec.keys) or '(none: one group)'}",
+            f"aggregates: {', '.join(_call_text(a) for a in self.spec.aggs)}",
+            "state: per key its partial aggregates (and COUNT DISTINCT's values), kept "
+            "for the job's life",
+            "emits: a changelog: +I for a new key, -U/+U when a batch changes its result",
         ]
 
 
@@ -393,6 +423,9 @@ def explain(root: PlanNode) -> str:
         columns = ", ".join(f"{f.name} {f.type.sql()}{mark(f.name)}" for f in node.fields)
         if columns:
             lines.append(f"{pad}    columns: {columns}")
+        if node.updating:
+            key = ", ".join(node.unique_key) if node.unique_key is not None else "unknown"
+            lines.append(f"{pad}    changelog: +I, -U, +U (unique key: {key or 'none'})")
         for line in node.details():
             lines.append(f"{pad}    {line}")
         for child in node.inputs:

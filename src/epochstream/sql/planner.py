@@ -29,10 +29,12 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from epochstream.core.arrow import TS
+from epochstream.core.changelog import OP
 from epochstream.exceptions import ConfigurationError, SqlError
 from epochstream.graph.specs import (
     AggCall,
     EquiJoinSpec,
+    GroupAggregateSpec,
     IntervalBounds,
     SessionAggregateSpec,
     SliceWindowAggregateSpec,
@@ -55,11 +57,12 @@ from epochstream.sql.conditions import (
     rank_limit,
     window_pairs,
 )
-from epochstream.sql.connectors import sink_binding, source_binding
+from epochstream.sql.connectors import SinkBinding, sink_binding, source_binding
 from epochstream.sql.dialect import Flink, WindowTVF, sql_error
 from epochstream.sql.expressions import CalcProgram, Field, compile_expression
 from epochstream.sql.plan import (
     CalcNode,
+    GroupAggregateNode,
     JoinNode,
     PlanNode,
     ScanNode,
@@ -78,6 +81,58 @@ __all__ = ["Planner"]
 
 _WINDOW_COLUMNS = ("window_start", "window_end", "window_time")
 _TIMESTAMP = SqlType.parse("TIMESTAMP(3)").with_nullable(False)
+
+
+def _append_only(node: PlanNode, at: exp.Expression, what: str) -> None:
+    """Refuse ``what`` (at ``at``) over ``node`` when its result is updating."""
+    if node.updating:
+        raise sql_error(
+            at,
+            f"{what} over an updating input (the changelog of a GROUP BY without a window) "
+            "is not supported yet",
+        )
+
+
+def _check_changelog_sink(
+    table: TableDef, binding: SinkBinding, query: PlanNode, at: exp.Expression
+) -> None:
+    """An updating query goes only to a sink that takes changes: every change (``print``,
+    ``blackhole``), or upserts by a PRIMARY KEY that is the query's unique key."""
+    if binding.changelog == "all":
+        return
+    if binding.changelog == "append":
+        raise sql_error(
+            at,
+            f"INSERT INTO {table.name}: the query's result is updating (a GROUP BY without "
+            f"a window changes earlier results) and the {table.connector!r} sink takes "
+            "appends only; write it to a 'jdbc' table with a PRIMARY KEY (upserts), "
+            "'print' or 'blackhole', or aggregate over a window",
+        )
+    key = query.unique_key
+    primary = tuple(table.primary_key or ())
+    if key is None or set(key) != set(primary):
+        raise sql_error(
+            at,
+            f"INSERT INTO {table.name}: the table's PRIMARY KEY ({', '.join(primary)}) is not "
+            f"the query's unique key ({', '.join(key) if key else 'unknown'}): an upsert by "
+            "it would mix up groups",
+        )
+
+
+def _projected_key(
+    key: tuple[str, ...] | None, projections: list[tuple[str, exp.Expression]]
+) -> tuple[str, ...] | None:
+    """``key`` under the names ``projections`` give its columns (None when one is not
+    projected as it is)."""
+    if key is None:
+        return None
+    names = {}
+    for name, expr in projections:
+        if isinstance(expr, exp.Column) and expr.name in key:
+            names.setdefault(expr.name, name)
+    if any(k not in names for k in key):
+        return None
+    return tuple(names[k] for k in key)
 
 
 def _text(node: exp.Expression) -> str:
@@ -154,6 +209,8 @@ class Planner:
             projections.append((column, ref))
         cast = self._calc(query, projections, None, f"INSERT INTO {name}")
         binding = sink_binding(table)
+        if cast.updating:
+            _check_changelog_sink(table, binding, cast, insert.expression)
         return SinkNode((cast,), cast.fields, None, f"sink: {name}", table=table, binding=binding)
 
     def plan_query(self, query: exp.Expression) -> PlanNode:
@@ -385,6 +442,8 @@ class Planner:
             if found is not None:
                 mode, bounds = "interval", found
                 residual = [c for c in residual if all(c is not t for t in times)]
+        for side in (left, right):
+            _append_only(side, join, "a join")
         if not key_pairs:
             raise sql_error(
                 on if on is not None else join,
@@ -575,6 +634,7 @@ class Planner:
                 f"a {'SESSION' if window.window is None else 'processing-time'} window TVF "
                 "without GROUP BY window_start, window_end is not supported yet",
             )
+        _append_only(input_, window.tvf, "a window TVF")
         taken = [c for c in _WINDOW_COLUMNS if c in {f.name for f in input_.fields}]
         if taken:
             raise sql_error(window.tvf, f"the window TVF's input already has a column {taken[0]!r}")
@@ -664,6 +724,7 @@ class Planner:
             for item in select.expressions
             for e in item.find_all(exp.Column, exp.Star)
         )
+        _append_only(ranked_input, over, "a window Top-N")
         fields = ranked_input.fields
         if keeps_rank:
             fields = (*fields, Field(rank, SqlType.parse("BIGINT").with_nullable(False)))
@@ -710,8 +771,13 @@ class Planner:
             return self._fused(input_, projections, condition, label)
         if isinstance(input_, ScanNode):
             input_ = self._narrowed(input_, projections, condition)
+        # A changelog's batches carry their row kinds (and no event time) through.
         program = CalcProgram.compile(
-            projections, condition, input_.fields, self.catalog.functions, keep=(TS,)
+            projections,
+            condition,
+            input_.fields,
+            self.catalog.functions,
+            keep=(OP,) if input_.updating else (TS,),
         )
         rowtime = None
         proctime = None
@@ -740,6 +806,8 @@ class Planner:
             _short(label),
             windows=windows,
             proctime=proctime,
+            updating=input_.updating,
+            unique_key=_projected_key(input_.unique_key, projections),
             program=program,
             text=text,
             projections=tuple(projections),
@@ -852,6 +920,7 @@ class Planner:
         if having is not None:
             bind(having, columns_scope)
 
+        _append_only(input_, select, "an aggregation")
         operator_window: WindowTvf | None
         if tvf_columns:
             assert window is not None
@@ -888,15 +957,12 @@ class Planner:
                 if operator_window is not None and not window.proctime
                 else {}
             )
+        elif (given := given_window(group_items, input_)) is None:
+            # A GROUP BY without a window: running aggregates, an updating result.
+            operator_window = None
+            keys_of_group = list(group_items)
+            out_windows = {}
         else:
-            given = given_window(group_items, input_)
-            if given is None:
-                raise sql_error(
-                    group if group is not None else select,
-                    "GROUP BY without a window TVF produces updates (each new row changes its "
-                    "group's result), which append-only results cannot take; group by "
-                    "window_start, window_end of a TUMBLE, HOP or CUMULATE window",
-                )
             input_window = given
             # Each input window ends on its own multiple of this period (its rows' event
             # time is window_end - 1), so tumbling windows of it tell the input windows apart.
@@ -957,9 +1023,10 @@ class Planner:
             pre.append((first, field_column(first)))
         if window is not None:
             kind = window.kind.upper()
-        else:
-            assert operator_window is not None  # the input's windows, grouped again
+        elif operator_window is not None:  # the input's windows, grouped again
             kind = operator_window.kind.upper()
+        else:
+            kind = "GROUP BY"
         if window is not None and window.proctime:
             kind = f"processing-time {kind}"
         pre_node = self._calc(input_, pre, where, f"{kind} input")
@@ -977,6 +1044,30 @@ class Planner:
         flink_types = {
             call.output: flink_result_type(call, pre_types.get(call.column or "")) for call in calls
         }
+        aggregate: PlanNode
+        if window is None and operator_window is None:
+            aggregate = GroupAggregateNode(
+                (pre_node,),
+                (*(Field(k, pre_types[k]) for k in keys), *agg_fields),
+                None,
+                _short(f"{kind} aggregate: {_text(select)}"),
+                spec=GroupAggregateSpec(keys=tuple(keys), aggs=tuple(calls)),
+                updating=True,
+                unique_key=tuple(keys),
+            )
+            return self._post_aggregate(
+                select,
+                aggregate,
+                call_text,
+                key_text,
+                flink_types,
+                operator_types,
+                columns_scope,
+                visible,
+                having,
+                tvf_columns=False,
+                rowtime_allowed=False,
+            )
         out_fields = (
             *(Field(k, pre_types[k]) for k in keys),
             Field("window_start", _TIMESTAMP),
@@ -1004,7 +1095,39 @@ class Planner:
             spec=spec,
         )
 
-        # The select list and HAVING over the aggregate's output.
+        return self._post_aggregate(
+            select,
+            aggregate,
+            call_text,
+            key_text,
+            flink_types,
+            operator_types,
+            columns_scope,
+            visible,
+            having,
+            tvf_columns=tvf_columns,
+            rowtime_allowed=not (window is not None and window.proctime),
+        )
+
+    def _post_aggregate(
+        self,
+        select: exp.Select,
+        aggregate: PlanNode,
+        call_text: dict[str, str],
+        key_text: dict[str, str],
+        flink_types: dict[str, SqlType],
+        operator_types: dict[str, SqlType],
+        columns_scope: Scope,
+        visible: tuple[Field, ...],
+        having: exp.Having | None,
+        *,
+        tvf_columns: bool,
+        rowtime_allowed: bool,
+    ) -> PlanNode:
+        """The select list and HAVING over an aggregate's output (a Calc): aggregate calls
+        and group keys replaced by the aggregate's columns, ``window_time`` by
+        ``window_end - 1``."""
+
         def substitute(node: exp.Expression) -> exp.Expression:
             def visit(n: exp.Expression) -> exp.Expression:
                 text = _text(n)
@@ -1040,7 +1163,7 @@ class Planner:
         projections = [(name, substitute(e)) for name, e in items]
         condition = substitute(having.this) if having is not None else None
         post = self._calc(aggregate, projections, condition, _text(select))
-        if tvf_columns and not (window is not None and window.proctime):
+        if tvf_columns and rowtime_allowed:
             # window_time is an event-time attribute (a processing-time window's is not).
             post.rowtime = next(
                 (n for n, e in items if isinstance(e, exp.Column) and e.name == "window_time"),
@@ -1110,6 +1233,8 @@ class Planner:
                 union, "UNION without ALL removes duplicates, which produces updates; use UNION ALL"
             )
         inputs = [self.plan_query(union.this), self.plan_query(union.expression)]
+        for node in inputs:
+            _append_only(node, union, "UNION ALL")
         first = inputs[0].fields
         for other in inputs[1:]:
             if len(other.fields) != len(first):

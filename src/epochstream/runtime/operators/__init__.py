@@ -36,6 +36,9 @@ from epochstream.runtime.operators.columnar_aggregates import (
     ColumnarWindowOperator,
 )
 from epochstream.runtime.operators.columnar_equi_join import ColumnarEquiJoinOperator
+from epochstream.runtime.operators.columnar_group_aggregates import (
+    ColumnarGroupAggregateOperator,
+)
 from epochstream.runtime.operators.columnar_joins import (
     ColumnarRegularJoinOperator,
     ColumnarWindowJoinOperator,
@@ -76,6 +79,7 @@ __all__ = [
     "CoProcessOperator",
     "ColumnarAggregateOperator",
     "ColumnarEquiJoinOperator",
+    "ColumnarGroupAggregateOperator",
     "ColumnarProcessingTimeWindowOperator",
     "ColumnarRegularJoinOperator",
     "ColumnarSessionAggregateOperator",
@@ -128,6 +132,7 @@ _FACTORIES: dict[str, type[Operator]] = {
     "columnar_window": ColumnarWindowOperator,
     "columnar_session_window": ColumnarSessionOperator,
     "columnar_session_aggregate": ColumnarSessionAggregateOperator,
+    "columnar_group_aggregate": ColumnarGroupAggregateOperator,
     "columnar_processing_window": ColumnarProcessingTimeWindowOperator,
     "columnar_join": ColumnarRegularJoinOperator,
     "columnar_window_join": ColumnarWindowJoinOperator,

@@ -1,0 +1,327 @@
+"""Flink SQL's ``GROUP BY`` without a window on batches: running aggregates per group,
+emitted as a changelog.
+
+Each batch is folded into its groups' partial aggregates (:class:`AggregateCalls`, the
+window aggregation's: one Arrow ``group_by`` of the batch, a second merging with the
+groups' held partials), and the groups it changed come out as changes in an ``_op``
+column (:mod:`epochstream.core.changelog`): ``+I`` for a group seen the first time,
+``-U`` (its old result) then ``+U`` (the new) for a group whose result changed, nothing
+for one whose result stayed the same (Flink's ``GroupAggFunction``). A batch emits
+once per group it touched, whatever the number of its rows: the columnar path's
+mini-batch (Flink's ``table.exec.mini-batch``) for free.
+
+State, in row tables of the job's keyed-state backend keyed by the group key
+(:class:`GroupKeys`): ``groups`` per group its key columns (for a tuple key) and
+partials; ``distinct<i>`` per group the distinct values of ``COUNT(DISTINCT)``
+aggregate ``i``. A batch pops the groups it touches and appends them back.
+
+The input must be append-only: retractions (an ``_op`` column) are refused with the
+reason, as the planner refuses an aggregation over an updating input.
+
+Example::
+
+    op = create_operator(spec, ctx)   # payload GroupAggregateSpec(("k",), (count_star,))
+    op.process_batch(pa.record_batch({"k": ["a", "a"]}), None)   # +I a, 2
+    op.process_batch(pa.record_batch({"k": ["a"]}), None)        # -U a, 2; +U a, 3
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from epochstream.core.arrow import KG as KG_COLUMN
+from epochstream.core.arrow import table_batch
+from epochstream.core.changelog import OP, RowKind
+from epochstream.exceptions import DataError, StateError
+from epochstream.graph.specs import GroupAggregateSpec
+from epochstream.runtime.operators.base import Operator
+from epochstream.runtime.operators.columnar_aggregates import own_backend
+from epochstream.runtime.operators.columnar_group_keys import (
+    TUPLE_KEY,
+    BatchKeys,
+    GroupKeys,
+    key_slots,
+)
+from epochstream.runtime.operators.columnar_transforms import need_batch
+from epochstream.runtime.operators.columnar_window_aggregates import (
+    AggregateCalls,
+    check_aggregate_input,
+)
+from epochstream.state.backends.base import RowSchema, RowTable
+from epochstream.state.handles import OperatorRestore
+
+__all__ = ["ColumnarGroupAggregateOperator"]
+
+#: The row tables: the groups' partials, and each COUNT(DISTINCT)'s values.
+GROUPS, _DISTINCT = "groups", "distinct"
+#: A group's position among the batch's distinct keys (the group_by key).
+_ID = "_ga_id"
+
+
+class ColumnarGroupAggregateOperator(Operator):
+    """Running SQL aggregates per group of an append-only input, as a changelog (see
+    the module docstring).
+
+    Output batches: the key columns, each aggregate's ``output`` column and ``_op``
+    (``-U`` rows before the ``+U`` rows of the same groups). No ``_ts``: an updating
+    result has no event time (as in Flink); watermarks pass through.
+
+    Example::
+
+        op = create_operator(spec, ctx)   # kind "columnar_group_aggregate"
+        op.process_batch(pa.record_batch({"k": ["a"], "v": [5]}), None)
+    """
+
+    def __init__(self, spec: Any, ctx: Any) -> None:
+        super().__init__(spec, ctx)
+        self.keyed = self.keyed or own_backend(spec, ctx)
+        self.agg: GroupAggregateSpec = spec.payload
+        self.keys = list(self.agg.keys)
+        self._where = ctx.task_name
+        self._keys = GroupKeys(self.agg.keys, self._where, ctx.max_parallelism)
+        self._types: dict[str, pa.DataType] = {}
+        self._calls: AggregateCalls | None = None
+        self._groups: RowTable | None = None
+        self._distinct: dict[int, RowTable] = {}
+
+    # ---------------------------------------------------------------- state
+
+    def _bound_columns(self) -> list[str]:
+        """The columns of ``groups`` other than the partials."""
+        return list(dict.fromkeys([self._keys.state_key, *self.keys]))
+
+    def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
+        super().initialize_state(restore, checkpoint_id)
+        assert self.keyed is not None
+        names = self.keyed.row_tables()
+        other = [n for n in names if n != GROUPS and not _is_distinct(n)]
+        other += self.keyed.column_tables()
+        if other:
+            raise StateError(
+                f"{self._where}: restored state is not a group aggregation's (it holds "
+                f"{', '.join(sorted(other))}); give the new operator another uid"
+            )
+        groups = self.keyed.row_table(GROUPS)
+        if groups is None:
+            return
+        schema = groups.schema.schema
+        calls = AggregateCalls.restored(self.agg.aggs, schema, self._types)
+        needed = {*self._bound_columns(), *(p.name for p in calls.partials)}
+        distinct = {f"{_DISTINCT}{i}" for i, _ in calls.distinct}
+        if set(schema.names) != needed or not {n for n in names if _is_distinct(n)} <= distinct:
+            raise StateError(
+                f"{self._where}: restored state does not hold this query's keys and "
+                "aggregates (it was written by another query); give the new operator "
+                "another uid"
+            )
+        for name in self.keys:  # later batches' keys are cast to the restored types
+            self._types.setdefault(name, schema.field(name).type)
+        self._calls = calls
+        self._groups = groups
+        for i, _ in calls.distinct:
+            table = self.keyed.row_table(f"{_DISTINCT}{i}")
+            if table is not None:
+                self._distinct[i] = table
+
+    def _tables(self, stored: pa.Schema, calls: AggregateCalls) -> RowTable:
+        """The groups table (made with the first batch's types, or restored) and the
+        distinct tables (made when missing: an empty table may not be restored)."""
+        assert self.keyed is not None
+        state_key = self._keys.state_key
+        if self._groups is None:
+            schema = pa.schema([f.with_nullable(True) for f in stored])
+            self._groups = self.keyed.row_table(GROUPS, RowSchema(schema, state_key))
+        assert self._groups is not None
+        key_type = self._groups.schema.schema.field(state_key).type
+        for i, column in calls.distinct:
+            if i not in self._distinct:
+                value_type = self._types[str(self.agg.aggs[i].column)]
+                schema = pa.schema([(state_key, key_type), (column, value_type)])
+                table = self.keyed.row_table(f"{_DISTINCT}{i}", RowSchema(schema, state_key))
+                assert table is not None
+                self._distinct[i] = table
+        return self._groups
+
+    # ---------------------------------------------------------------- batches
+
+    def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
+        batch = need_batch(self, records)
+        if not batch.num_rows:
+            return
+        if OP in batch.schema.names:
+            raise DataError(
+                f"{self._where}: the input is a changelog (it has an {OP!r} column); a "
+                "group aggregation takes an append-only input"
+            )
+        calls = check_aggregate_input(
+            batch, self.keys, self.agg.aggs, self._types, self._where, event_time=False
+        )
+        if self._calls is None:
+            self._calls = calls
+        calls = self._calls
+        found = self._keys.of(batch, self._types)
+        n = len(found.keys)
+        held = self._groups.pop(found.keys, found.key_groups) if self._groups is not None else None
+        old_at = (
+            key_slots(held.column(self._keys.state_key), found.keys)
+            if held is not None
+            else np.empty(0, np.int64)
+        )
+        derived = calls.derived(batch)
+        rows = pa.table({_ID: found.slots, **derived})
+        grouped = rows.group_by([_ID], use_threads=False).aggregate(calls.batch_aggregations())
+        parts = [calls.batch_partials(grouped, [_ID])]
+        old_partials = None
+        if held is not None and held.num_rows:
+            old_partials = held.drop_columns(self._bound_columns()).add_column(
+                0, _ID, pa.array(old_at)
+            )
+            parts.insert(0, old_partials)
+        merged = calls.merge(pa.concat_tables(parts, promote_options="permissive"), [_ID])
+        merged = merged.take(pc.sort_indices(merged.column(_ID)))  # every key: ids 0..n-1
+        stored = self._stored(found, merged)
+        self._tables(stored.schema, calls).append(table_batch(stored), found.key_groups)
+        old_counts, new_counts = self._distinct_counts(calls, found, derived, n)
+        new_values = calls.values(_with_counts(merged, calls, new_counts), self._where)
+        self._emit(calls, found, old_partials, old_counts, new_values)
+
+    def _distinct_counts(
+        self, calls: AggregateCalls, found: BatchKeys, derived: dict[str, pa.Array], n: int
+    ) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
+        """Per ``COUNT(DISTINCT)`` aggregate, each key's count before and after the
+        batch; the keys' values are written back with the batch's added."""
+        before: dict[int, np.ndarray] = {}
+        after: dict[int, np.ndarray] = {}
+        state_key = self._keys.state_key
+        for i, column in calls.distinct:
+            values = derived[column]
+            table = self._distinct[i]
+            held = table.pop(found.keys, found.key_groups)
+            owners = [found.slots]
+            arrays = [values]
+            if held is not None and held.num_rows:
+                held_at = key_slots(held.column(state_key), found.keys)
+                before[i] = np.bincount(held_at, minlength=n)
+                owners.insert(0, held_at)
+                arrays.insert(0, held.column(column).combine_chunks().cast(values.type))
+            else:
+                before[i] = np.zeros(n, dtype=np.int64)
+            both = pa.table({_ID: np.concatenate(owners), column: pa.concat_arrays(arrays)})
+            both = both.filter(pc.is_valid(both.column(column)))
+            both = both.group_by([_ID, column], use_threads=False).aggregate([])
+            ids = both.column(_ID).to_numpy()
+            after[i] = np.bincount(ids, minlength=n)
+            self._write_distinct(found, i, column, both)
+        return before, after
+
+    def _write_distinct(self, found: BatchKeys, i: int, column: str, rows: pa.Table) -> None:
+        """Write aggregate ``i``'s distinct values (``rows``: ids into the batch's keys)
+        back."""
+        if not rows.num_rows:
+            return
+        ids = rows.column(_ID).to_numpy()
+        stored = pa.table(
+            {self._keys.state_key: found.keys.take(pa.array(ids)), column: rows.column(column)}
+        )
+        self._distinct[i].append(table_batch(stored), found.key_groups[ids])
+
+    def _stored(self, found: BatchKeys, merged: pa.Table) -> pa.Table:
+        """The groups as ``groups`` keeps them: state key, key columns, partials."""
+        out: dict[str, Any] = {self._keys.state_key: found.keys}
+        if self._keys.state_key == TUPLE_KEY:
+            for name in self.keys:
+                out[name] = found.columns[name].take(pa.array(found.first))
+        for name in merged.schema.names:
+            if name != _ID:
+                out[name] = merged.column(name)
+        return pa.table(out)
+
+    def _emit(
+        self,
+        calls: AggregateCalls,
+        found: BatchKeys,
+        old_partials: pa.Table | None,
+        old_counts: dict[int, np.ndarray],
+        new_values: list[pa.Array],
+    ) -> None:
+        """Emit ``+I`` for the new groups and ``-U``/``+U`` for the changed ones."""
+        n = len(found.keys)
+        keys = [found.columns[k].take(pa.array(found.first)) for k in self.keys]
+        had = np.zeros(n, dtype=bool)
+        changed = np.zeros(n, dtype=bool)
+        old_values: list[pa.Array] = []
+        old_at = np.empty(0, np.int64)
+        if old_partials is not None:
+            old_at = old_partials.column(_ID).to_numpy()
+            had[old_at] = True
+            counts = {i: c[old_at] for i, c in old_counts.items()}
+            old_values = calls.values(_with_counts(old_partials, calls, counts), self._where)
+            for old, new in zip(old_values, new_values, strict=True):
+                changed[old_at] |= ~_same(old, new.take(pa.array(old_at)))
+        inserted = ~had
+        names = [*self.keys, *(a.output for a in self.agg.aggs), OP]
+        out = []
+        if changed.any():
+            before = changed[old_at]
+            rows = pa.array(np.flatnonzero(before))
+            at = pa.array(old_at[before])
+            out.append(
+                _changes(
+                    [k.take(at) for k in keys] + [v.take(rows) for v in old_values],
+                    RowKind.UPDATE_BEFORE,
+                    names,
+                )
+            )
+        after = np.flatnonzero(changed | inserted)
+        if len(after):
+            kinds = np.where(inserted[after], RowKind.INSERT, RowKind.UPDATE_AFTER)
+            picked = pa.array(after)
+            out.append(
+                _changes(
+                    [k.take(picked) for k in keys] + [v.take(picked) for v in new_values],
+                    kinds,
+                    names,
+                )
+            )
+        if out:
+            self.output.collect(pa.concat_batches(out) if len(out) > 1 else out[0], None)
+
+    def state_table(self) -> pa.Table:
+        """The groups (``_kg``, the state key, key columns, partials): tests, tools."""
+        if self._groups is None:
+            return pa.table({KG_COLUMN: pa.array([], pa.int32())})
+        return self._groups.table()
+
+
+def _with_counts(
+    partials: pa.Table, calls: AggregateCalls, counts: dict[int, np.ndarray]
+) -> pa.Table:
+    """``partials`` with each ``COUNT(DISTINCT)``'s counts as its column."""
+    for i, column in calls.distinct:
+        partials = partials.append_column(column, pa.array(counts[i].astype(np.int64)))
+    return partials
+
+
+def _changes(columns: list[pa.Array], kinds: Any, names: list[str]) -> pa.RecordBatch:
+    """One batch of changes: ``columns`` and their row kinds."""
+    n = len(columns[0]) if columns else 0
+    ops = np.broadcast_to(np.asarray(kinds, dtype=np.int8), (n,))
+    return pa.record_batch([*columns, pa.array(ops, pa.int8())], names=names)
+
+
+def _same(a: pa.Array, b: pa.Array) -> np.ndarray:
+    """Where ``a`` and ``b`` hold the same value (NULL = NULL, NaN = NaN)."""
+    equal = pc.fill_null(pc.equal(a, b), False)
+    both_null = pc.and_(pc.is_null(a), pc.is_null(b))
+    same = pc.or_(equal, both_null)
+    if pa.types.is_floating(a.type):
+        same = pc.or_(same, pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False))
+    return np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _is_distinct(name: str) -> bool:
+    return name.startswith(_DISTINCT) and name[len(_DISTINCT) :].isdigit()

@@ -1,0 +1,327 @@
+"""The SQL group aggregation (GROUP BY without a window) on batches: its changelog
+(+I, -U/+U, nothing for an unchanged result), a property test whose changelog, applied
+to a table, equals DuckDB's GROUP BY after every batch (every aggregate, zero to two
+keys, both backends), and snapshot/restore at another parallelism."""
+
+from __future__ import annotations
+
+import math
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+from columnar_support import MAX_P, make_operator
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from epochstream.core.changelog import OP, RowKind, kind_names, with_kinds
+from epochstream.core.clock import ManualClock
+from epochstream.core.filesystems import storage_fs
+from epochstream.exceptions import ConfigurationError, DataError, StateError
+from epochstream.graph.specs import AggCall, GroupAggregateSpec
+from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
+from epochstream.state.backends.heap.backend import HeapStateBackend
+from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
+from epochstream.state.column_keygroups import key_groups_by_columns
+from epochstream.state.handles import OperatorRestore
+from epochstream.state.keygroups import key_group_range_for_operator
+
+KIND = "columnar_group_aggregate"
+SCHEMA = pa.schema(
+    [
+        ("k1", pa.int64()),
+        ("k2", pa.string()),
+        ("v", pa.int64()),
+        ("f", pa.float64()),
+        ("b", pa.bool_()),
+    ]
+)
+CATALOG = [
+    AggCall("count_star", None, "n"),
+    AggCall("count_star", None, "n_b", filter="b"),
+    AggCall("count", "v", "c_v"),
+    AggCall("count", "v", "cd_v", distinct=True),
+    AggCall("count", "f", "cd_f", distinct=True, filter="b"),
+    AggCall("sum", "v", "s_v"),
+    AggCall("sum", "f", "s_f"),
+    AggCall("avg", "v", "a_v"),
+    AggCall("avg", "f", "a_f"),
+    AggCall("min", "v", "mn_v"),
+    AggCall("max", "v", "mx_v_b", filter="b"),
+    AggCall("min", "f", "mn_f"),
+    AggCall("max", "f", "mx_f"),
+]
+BACKENDS = {
+    "heap": HeapStateBackend,
+    "rocksdb": lambda: RocksDBStateBackend(block_cache_mb=1, write_buffer_mb=1),
+}
+
+
+def _op(
+    spec: GroupAggregateSpec,
+    subtask: int = 0,
+    parallelism: int = 1,
+    backend: str = "heap",
+    local_dir: str = "",
+) -> Any:
+    keyed = BACKENDS[backend]().create(
+        KeyedBackendContext(
+            operator_uid="ga",
+            subtask=subtask,
+            max_parallelism=MAX_P,
+            key_group_range=key_group_range_for_operator(MAX_P, parallelism, subtask),
+            clock=ManualClock(start=1_000.0),
+            local_dir=f"{local_dir}/{parallelism}-{subtask}-{random.random()}",
+        )
+    )
+    return make_operator(
+        KIND,
+        spec,
+        keys=list(spec.keys) or None,
+        subtask=subtask,
+        parallelism=parallelism,
+        keyed_backend=keyed,
+    )
+
+
+def _batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(rows, schema=SCHEMA)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is b
+    if isinstance(a, float) or isinstance(b, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+    return bool(a == b)
+
+
+class Upserted:
+    """A changelog applied to a table by key, checking each -U retracts what is there."""
+
+    def __init__(self, spec: GroupAggregateSpec) -> None:
+        self.spec = spec
+        self.table: dict[Any, dict[str, Any]] = {}
+
+    def apply(self, batch: pa.RecordBatch) -> None:
+        names = [*self.spec.keys, *(a.output for a in self.spec.aggs), OP]
+        assert batch.schema.names == names
+        for row, kind in zip(
+            batch.to_pylist(), kind_names(batch.column(OP)).to_pylist(), strict=True
+        ):
+            key = tuple(row[k] for k in self.spec.keys)
+            values = {a.output: row[a.output] for a in self.spec.aggs}
+            if kind == "+I":
+                assert key not in self.table, f"+I of a held key {key}"
+                self.table[key] = values
+            elif kind == "-U":
+                held = self.table.pop(key)
+                assert all(_same(held[n], v) for n, v in values.items()), (held, values)
+            else:
+                assert kind == "+U" and key not in self.table, f"+U without -U for {key}"
+                self.table[key] = values
+
+
+def _duckdb(rows: list[dict[str, Any]], spec: GroupAggregateSpec) -> dict[Any, Any]:
+    db = duckdb.connect()
+    db.register("t", pa.Table.from_pylist(rows, schema=SCHEMA))
+    select = []
+    for a in spec.aggs:
+        where = f" FILTER (WHERE {a.filter})" if a.filter else ""
+        if a.kind == "count_star":
+            select.append(f"count(*){where}")
+        elif a.kind == "avg" and a.column == "v":  # integer AVG: truncated, below
+            select += [f"sum(v){where}", f"count(v){where}"]
+        elif a.distinct:
+            select.append(f"count(DISTINCT {a.column}){where}")
+        else:
+            select.append(f"{a.kind}({a.column}){where}")
+    keys = list(spec.keys)
+    group = f" GROUP BY {', '.join(keys)}" if keys else ""
+    query = f"SELECT {', '.join([*keys, *select])} FROM t{group}"
+    out: dict[Any, Any] = {}
+    for row in db.execute(query).fetchall():
+        values = list(row[len(keys) :])
+        result = {}
+        for a in spec.aggs:
+            if a.kind == "avg" and a.column == "v":
+                total, count = values.pop(0), values.pop(0)
+                quotient = None if total is None else abs(int(total)) // count
+                result[a.output] = quotient if total is None or total >= 0 else -quotient
+            else:
+                value = values.pop(0)
+                integer = a.kind == "sum" and a.column == "v" and value is not None
+                result[a.output] = int(value) if integer else value
+        out[tuple(row[: len(keys)])] = result
+    return out
+
+
+def _assert_equal(got: dict[Any, Any], expected: dict[Any, Any]) -> None:
+    assert sorted(got, key=repr) == sorted(expected, key=repr)
+    for key, values in expected.items():
+        for name, value in values.items():
+            assert _same(got[key][name], value), (key, name, got[key][name], value)
+
+
+# ---------------------------------------------------------------------- examples
+
+
+def test_new_groups_insert_changed_ones_update_unchanged_ones_stay_quiet() -> None:
+    spec = GroupAggregateSpec(
+        keys=("k2",), aggs=(AggCall("count_star", None, "n"), AggCall("max", "v", "top"))
+    )
+    op, out = _op(spec)
+    row = {"k1": 1, "f": 0.0, "b": True}
+    op.process_batch(_batch([{**row, "k2": "a", "v": 5}, {**row, "k2": "a", "v": 9}]), None)
+    op.process_batch(_batch([{**row, "k2": "a", "v": 1}, {**row, "k2": "b", "v": 2}]), None)
+    first, second = out.batches()
+    assert first.to_pylist() == [{"k2": "a", "n": 2, "top": 9, OP: RowKind.INSERT}]
+    assert kind_names(second.column(OP)).to_pylist() == ["-U", "+U", "+I"]
+    assert second.to_pydict()["n"] == [2, 3, 1]
+    # COUNT unchanged needs a new row... an aggregate whose result stays the same:
+    spec = GroupAggregateSpec(keys=("k2",), aggs=(AggCall("max", "v", "top"),))
+    op, out = _op(spec)
+    op.process_batch(_batch([{**row, "k2": "a", "v": 9}]), None)
+    op.process_batch(_batch([{**row, "k2": "a", "v": 1}]), None)  # MAX stays 9: no change
+    assert len(out.batches()) == 1
+
+
+def test_the_spec_and_a_changelog_input_are_refused_with_the_reason() -> None:
+    with pytest.raises(ConfigurationError, match="'_op'"):
+        GroupAggregateSpec(keys=("k1",), aggs=(AggCall("count_star", None, "_op"),))
+    spec = GroupAggregateSpec(keys=("k1",), aggs=(AggCall("count_star", None, "n"),))
+    op, _ = _op(spec)
+    changes = with_kinds(pa.record_batch({"k1": [1]}), [RowKind.DELETE])
+    with pytest.raises(DataError, match=r"columnar_group_aggregate \(1/1\): the input is a "):
+        op.process_batch(changes, None)
+
+
+# ---------------------------------------------------------------------- property
+
+
+@st.composite
+def _scenarios(draw: Any) -> tuple[GroupAggregateSpec, list[list[dict[str, Any]]]]:
+    keys = draw(st.sampled_from([(), ("k1",), ("k2",), ("k1", "k2")]))
+    aggs = draw(st.lists(st.sampled_from(CATALOG), min_size=1, max_size=6, unique=True))
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+    n = draw(st.integers(1, 100))
+    floats = [None, float("nan"), -0.0, 0.0, 1.5, -2.25, 1e300]
+    rows = [
+        {
+            "k1": rng.choice([None, 1, 2, -(2**40)]),
+            "k2": rng.choice([None, "a", "é"]),
+            "v": rng.choice([None, rng.randint(-50, 50), rng.randint(-(2**40), 2**40)]),
+            "f": rng.choice(floats),
+            "b": rng.choice([None, True, False]),
+        }
+        for _ in range(n)
+    ]
+    cuts = sorted(rng.sample(range(1, n), min(n - 1, rng.randint(0, 8)))) if n > 1 else []
+    batches = [rows[a:b] for a, b in zip([0, *cuts], [*cuts, n], strict=True)]
+    return GroupAggregateSpec(keys=keys, aggs=tuple(aggs)), batches
+
+
+def _run_against_duckdb(scenario: Any, backend: str) -> None:
+    spec, batches = scenario
+    scratch = tempfile.mkdtemp(prefix="ga-test-")
+    try:
+        op, out = _op(spec, backend=backend, local_dir=scratch)
+        table = Upserted(spec)
+        seen: list[dict[str, Any]] = []
+        for batch in batches:
+            done = len(out.batches())
+            op.process_batch(_batch(batch), None)
+            for emitted in out.batches()[done:]:
+                table.apply(emitted)
+            seen += batch
+            _assert_equal(table.table, _duckdb(seen, spec))  # after every batch
+        op.keyed.dispose()
+    finally:
+        shutil.rmtree(scratch)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_scenarios())
+def test_the_changelog_equals_duckdb_after_every_batch(scenario: Any) -> None:
+    _run_against_duckdb(scenario, "heap")
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_scenarios())
+def test_the_changelog_equals_duckdb_after_every_batch_on_rocksdb(scenario: Any) -> None:
+    _run_against_duckdb(scenario, "rocksdb")
+
+
+# ---------------------------------------------------------------------- snapshots
+
+
+def _target(root: Path, n: int, subtask: int = 0) -> SnapshotTarget:
+    return SnapshotTarget(
+        fs=storage_fs(str(root)),
+        checkpoint_id=n,
+        directory=str(root / f"chk-{n}"),
+        shared_dir=None,
+        name=f"ga-{n}-{subtask}",
+    )
+
+
+def _mine(batch: pa.RecordBatch, spec: GroupAggregateSpec, groups: range) -> pa.RecordBatch:
+    kgs = key_groups_by_columns([batch.column(k) for k in spec.keys], MAX_P, rows=batch.num_rows)
+    return batch.filter(pa.array([int(g) in groups for g in kgs]))
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_restore_at_another_parallelism_continues_the_changelog(
+    tmp_path: Path, backend: str
+) -> None:
+    rng = random.Random(3)
+    spec = GroupAggregateSpec(keys=("k1", "k2"), aggs=tuple(CATALOG))
+    rows = [
+        {
+            "k1": rng.randint(0, 9),
+            "k2": rng.choice(["a", "b", None]),
+            "v": rng.choice([None, rng.randint(-9, 9)]),
+            "f": rng.choice([None, float("nan"), 1.5]),
+            "b": rng.choice([True, False]),
+        }
+        for _ in range(300)
+    ]
+    first, second = _batch(rows[:150]), _batch(rows[150:])
+    table = Upserted(spec)
+    handles = []
+    for subtask in range(2):
+        op, out = _op(spec, subtask, 2, backend, str(tmp_path))
+        for i in range(0, first.num_rows, 25):
+            op.process_batch(_mine(first.slice(i, 25), spec, op.keyed.key_group_range), None)
+        for batch in out.batches():
+            table.apply(batch)
+        handle = op.snapshot(_target(tmp_path, 1, subtask)).keyed.run()
+        if handle is not None:
+            handles.append(handle)
+    for subtask in range(3):
+        op, out = _op(spec, subtask, 3, backend, str(tmp_path))
+        groups = op.keyed.key_group_range
+        parts = [p for h in handles if (p := h.restricted_to(groups)) is not None]
+        op.initialize_state(OperatorRestore(keyed=parts), 1)
+        op.process_batch(_mine(second, spec, groups), None)
+        for batch in out.batches():
+            table.apply(batch)
+    _assert_equal(table.table, _duckdb(rows, spec))
+
+
+def test_restore_refuses_state_of_another_query(tmp_path: Path) -> None:
+    spec = GroupAggregateSpec(keys=("k1",), aggs=(AggCall("sum", "v", "s"),))
+    op, _ = _op(spec)
+    op.process_batch(_batch([{"k1": 1, "k2": "a", "v": 1, "f": 1.0, "b": True}]), None)
+    handle = op.snapshot(_target(tmp_path, 1)).keyed.run()
+    other = GroupAggregateSpec(keys=("k1",), aggs=(AggCall("count", "v", "d", distinct=True),))
+    new, _ = _op(other)
+    with pytest.raises(StateError, match="another uid"):
+        new.initialize_state(OperatorRestore(keyed=[handle]), 1)
