@@ -189,3 +189,31 @@ def test_columnar_job_into_postgres_commits_its_input_exactly(dsn: str, tmp_path
     env.execute("columnar-postgres")
     assert [r[0] for r in query(dsn, "SELECT value FROM seq ORDER BY value")] == list(range(3_000))
     assert prepared(dsn) == []
+
+
+def test_a_changelog_batch_upserts_deletes_and_skips_update_befores(dsn: str) -> None:
+    import pyarrow as pa
+
+    from epochstream.core.changelog import RowKind, with_kinds
+
+    sink = PostgresSink(dsn, "latest", mode="upsert", key_columns=["word"])
+    w = sink.create_writer(ctx())
+    w.restore([])
+    w.write_batch(_batch(["a", "b", "c"], [1, 1, 1], note=pa.array(["x", "y", "z"])))
+    changes = with_kinds(
+        _batch(["a", "a", "b", "c", "c"], [1, 2, 1, 1, 5], note=pa.array([None] * 5)),
+        [
+            RowKind.UPDATE_BEFORE,
+            RowKind.UPDATE_AFTER,
+            RowKind.DELETE,
+            RowKind.DELETE,
+            RowKind.INSERT,
+        ],
+    )
+    w.write_batch(changes)  # a: updated; b: deleted; c: deleted then inserted again
+    w.snapshot(1)
+    w.close()
+    assert sorted(query(dsn, "SELECT word, n, note FROM latest")) == [
+        ("a", 2, None),
+        ("c", 5, None),
+    ]

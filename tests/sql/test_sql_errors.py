@@ -26,7 +26,20 @@ TUMBLE = "TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))
 
 CASES = [
     # updating results
-    ("SELECT auction, COUNT(*) FROM bid GROUP BY auction", "produces updates"),
+    (
+        "SELECT n, COUNT(*) FROM (SELECT auction, COUNT(*) AS n FROM bid GROUP BY auction) "
+        "GROUP BY n",
+        "an aggregation over an updating input",
+    ),
+    (
+        "SELECT * FROM (SELECT auction, COUNT(*) AS n FROM bid GROUP BY auction) c "
+        "JOIN auction a ON c.auction = a.id",
+        "a join over an updating input",
+    ),
+    (
+        "SELECT auction, COUNT(*) FROM bid GROUP BY auction UNION ALL SELECT id, 1 FROM auction",
+        "UNION ALL over an updating input",
+    ),
     ("SELECT DISTINCT auction FROM bid", "SELECT DISTINCT produces updates"),
     ("SELECT auction FROM bid UNION SELECT id FROM auction", "UNION without ALL"),
     ("SELECT b.auction FROM bid b LEFT JOIN auction a ON b.auction = a.id", "LEFT JOIN"),

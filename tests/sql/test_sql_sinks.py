@@ -131,3 +131,72 @@ def test_insert_into_jetstream(nats_url: str, tmp_path: Path, expected: list) ->
     )
     got = sorted((m["auction"], m["bids"], m["top"]) for m in asyncio.run(admin(read)))
     assert got == sorted((a, n, top) for a, _, n, top in expected)
+
+
+UPDATING = (
+    "SELECT bidder, COUNT(*) AS bids, MAX(price) AS top, COUNT(DISTINCT auction) AS auctions "
+    "FROM bid GROUP BY bidder HAVING COUNT(*) > 1"
+)
+
+
+def test_an_updating_query_upserts_into_postgres_by_its_primary_key(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    """A GROUP BY without a window into a jdbc table whose PRIMARY KEY is the group key:
+    the table ends equal to DuckDB's GROUP BY (its -U rows skipped, +U upserted)."""
+    import psycopg
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE per_bidder (bidder BIGINT PRIMARY KEY, bids BIGINT, top BIGINT, "
+            "auctions BIGINT)"
+        )
+    url, user = _jdbc(postgres_dsn)
+    env = _env(tmp_path)
+    env.execute_sql(
+        "CREATE TABLE per_bidder (bidder BIGINT, bids BIGINT, top BIGINT, auctions BIGINT, "
+        f"PRIMARY KEY (bidder) NOT ENFORCED) WITH ('connector' = 'jdbc', 'url' = '{url}', "
+        f"'table-name' = 'per_bidder', 'username' = '{user}')"
+    )
+    env.execute_sql(f"INSERT INTO per_bidder {UPDATING}")
+    with psycopg.connect(postgres_dsn) as conn:
+        got = sorted(conn.execute("SELECT * FROM per_bidder").fetchall())
+    assert got == sorted(run_duckdb(UPDATING, nexmark_arrow_tables(events=EVENTS)))
+
+
+def test_an_updating_query_is_refused_by_an_append_only_or_mis_keyed_sink(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    url, user = _jdbc(postgres_dsn)
+    env = _env(tmp_path)
+    env.execute_sql(
+        "CREATE TABLE files (bidder BIGINT, bids BIGINT, top BIGINT, auctions BIGINT) WITH "
+        f"('connector' = 'filesystem', 'path' = '{tmp_path / 'files'}', 'format' = 'parquet');"
+        "CREATE TABLE by_top (bidder BIGINT, bids BIGINT, top BIGINT, auctions BIGINT, "
+        f"PRIMARY KEY (top) NOT ENFORCED) WITH ('connector' = 'jdbc', 'url' = '{url}', "
+        f"'table-name' = 'by_top', 'username' = '{user}')"
+    )
+    with pytest.raises(es.SqlError, match=r"line 1, column 26: .* 'filesystem' sink takes"):
+        env.explain_sql(f"INSERT INTO files {UPDATING}")
+    with pytest.raises(es.SqlError, match=r"PRIMARY KEY \(top\) is not the query's unique key"):
+        env.explain_sql(f"INSERT INTO by_top {UPDATING}")
+
+
+def test_print_shows_each_change_with_its_kind(
+    tmp_path: Path, capfd: pytest.CaptureFixture
+) -> None:
+    env = es.Environment(parallelism=1, runner="local")
+    env.execute_sql(
+        "CREATE TABLE words (w STRING) WITH ('connector' = 'filesystem', 'path' = "
+        f"'{tmp_path / 'in.csv'}', 'format' = 'csv');"
+        "CREATE TABLE shown (w STRING, n BIGINT) WITH ('connector' = 'print')"
+    )
+    (tmp_path / "in.csv").write_text("w\na\nb\na\n")
+    env.execute_sql("INSERT INTO shown SELECT w, COUNT(*) FROM words GROUP BY w")
+    lines = capfd.readouterr().out.splitlines()
+    assert lines == ["+I{'w': 'a', 'n': 2}", "+I{'w': 'b', 'n': 1}"] or lines == [
+        "+I{'w': 'a', 'n': 1}",
+        "+I{'w': 'b', 'n': 1}",
+        "-U{'w': 'a', 'n': 1}",
+        "+U{'w': 'a', 'n': 2}",
+    ]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from epochstream.connectors.base import Sink as SinkBase
 from epochstream.connectors.simple import PrintSink
+from epochstream.core.changelog import KindsFromColumn, KindsToColumn
 from epochstream.core.functions import (
     FilterFunction,
     FlatMapFunction,
@@ -237,6 +238,31 @@ class _Transforms:
         if not self.columnar:
             raise ConfigurationError(f"to_rows(): {self._t.name!r} carries rows already")
         return self._then("to_rows", "to_rows", None)
+
+    def to_changelog(self, column: str = "op") -> DataStream:
+        """A columnar changelog (an updating SQL result) as plain data: its row kinds
+        (``_op``) as a string column ``column`` (``+I``, ``-U``, ``+U``, ``-D``) first;
+        an append-only stream's rows are all ``+I``. Then ``to_rows()`` gives dicts
+        with the kind, or any sink writes it as a column.
+
+        Example: ``env.sql_query("SELECT k, COUNT(*) FROM t GROUP BY k").to_changelog()``
+        """
+        if not self.columnar:
+            raise ConfigurationError("to_changelog(): the stream is rows; call to_batches() first")
+        return self.map_batches(KindsToColumn(column)).name("to_changelog")
+
+    def from_changelog(self, column: str = "op") -> DataStream:
+        """A columnar stream whose string column ``column`` holds row kinds (``+I``,
+        ``-U``, ``+U``, ``-D``) as a changelog: the kinds become ``_op`` (the column is
+        dropped), so the stream updates as an updating SQL result does.
+
+        Example: ``batches.from_changelog("op")``
+        """
+        if not self.columnar:
+            raise ConfigurationError(
+                "from_changelog(): the stream is rows; call to_batches() first"
+            )
+        return self.map_batches(KindsFromColumn(column)).name("from_changelog")
 
     def to_batches(self, schema: Any) -> DataStream:
         """Convert rows (dicts by field name, or tuples in field order) to Arrow record

@@ -23,7 +23,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["OP", "RowKind", "is_changelog", "kind_names", "weights", "with_kinds"]
+from epochstream.exceptions import DataError
+
+__all__ = [
+    "OP",
+    "KindsFromColumn",
+    "KindsToColumn",
+    "RowKind",
+    "is_changelog",
+    "kind_names",
+    "weights",
+    "with_kinds",
+]
 
 #: The row kind column of a changelog batch (int8, :class:`RowKind` values).
 OP = "_op"
@@ -83,3 +94,60 @@ def kind_names(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     return pa.array(_SHORT, pa.string()).take(column.cast(pa.int32()))
+
+
+class KindsToColumn:
+    """A batch's row kinds as a string column ``column`` (``+I``, ``-U``, ``+U``,
+    ``-D``; every row ``+I`` in a batch without ``_op``), first, in place of ``_op``:
+    a changelog as plain data (``DataStream.to_changelog``). Picklable.
+
+    Example: ``KindsToColumn("op")(batch).column("op").to_pylist() == ["+I", "-D"]``
+    """
+
+    def __init__(self, column: str) -> None:
+        self.column = column
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if OP in batch.schema.names:
+            kinds = kind_names(batch.column(OP))
+            batch = batch.drop_columns([OP])
+        else:
+            kinds = pa.array(["+I"] * batch.num_rows, pa.string())
+        if self.column in batch.schema.names:
+            raise DataError(
+                f"to_changelog: the batch has a column {self.column!r} already; name the "
+                "kinds' column otherwise (to_changelog(column=...))"
+            )
+        return pa.RecordBatch.from_arrays(
+            [kinds, *batch.columns], names=[self.column, *batch.schema.names]
+        )
+
+
+class KindsFromColumn:
+    """The row kinds of a string column ``column`` (``+I``, ``-U``, ``+U``, ``-D``) as
+    the batch's ``_op``, the column dropped: plain data as a changelog
+    (``DataStream.from_changelog``). A missing column or another value is a
+    :class:`DataError` naming it and its row. Picklable.
+
+    Example: ``KindsFromColumn("op")(batch).column("_op").to_pylist() == [0, 3]``
+    """
+
+    def __init__(self, column: str) -> None:
+        self.column = column
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if self.column not in batch.schema.names:
+            raise DataError(
+                f"from_changelog: the batch has no column {self.column!r} (columns: "
+                f"{', '.join(batch.schema.names)})"
+            )
+        names = batch.column(self.column)
+        kinds = pc.index_in(names, value_set=pa.array(_SHORT))
+        if kinds.null_count:
+            bad = pc.index(pc.is_null(kinds), True).as_py()
+            raise DataError(
+                f"from_changelog: row {bad} of the batch has {self.column!r} = "
+                f"{names[bad].as_py()!r}, not one of {', '.join(_SHORT)}"
+            )
+        batch = batch.drop_columns([self.column])
+        return with_kinds(batch, kinds.to_numpy(zero_copy_only=False))
