@@ -64,7 +64,7 @@ class PrintWriter(AtLeastOnceSinkWriter):
         self.line_prefix = line_prefix
         self.console = console
 
-    def write_batch(self, records: list[Any]) -> None:
+    def write_batch(self, records: Any) -> None:
         if not len(records):
             return
         p = self.line_prefix

@@ -126,7 +126,7 @@ def _projected_key(
     projected as it is)."""
     if key is None:
         return None
-    names = {}
+    names: dict[str, str] = {}
     for name, expr in projections:
         if isinstance(expr, exp.Column) and expr.name in key:
             names.setdefault(expr.name, name)
