@@ -27,9 +27,9 @@ TUMBLE = "TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))
 CASES = [
     # updating results
     (
-        "SELECT n, COUNT(*) FROM (SELECT auction, COUNT(*) AS n FROM bid GROUP BY auction) "
+        "SELECT n, MAX(auction) FROM (SELECT auction, COUNT(*) AS n FROM bid GROUP BY auction) "
         "GROUP BY n",
-        "an aggregation over an updating input",
+        "MAX(auction) over an updating input",
     ),
     (
         "SELECT * FROM (SELECT auction, COUNT(*) AS n FROM bid GROUP BY auction) c "

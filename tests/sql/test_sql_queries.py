@@ -216,8 +216,10 @@ def test_where_over_a_session_tvf_filters_the_rows_the_sessions_are_cut_from(
         "window_end, window_time HAVING COUNT(*) > 1"
     )
     head = "SELECT bidder, window_start, window_end, COUNT(*) AS n, SUM(price) AS total FROM "
-    select = head + "TABLE(SESSION(TABLE bid PARTITION BY bidder, " + tail.format(
-        where="WHERE MOD(price, 3) = 0 "
+    select = (
+        head
+        + "TABLE(SESSION(TABLE bid PARTITION BY bidder, "
+        + tail.format(where="WHERE MOD(price, 3) = 0 ")
     )
     filtered = (
         "WITH f AS (SELECT * FROM bid WHERE MOD(price, 3) = 0) "

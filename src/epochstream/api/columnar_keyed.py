@@ -139,14 +139,17 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
         spec = AggregateSpec(kind, key=self.key_column, value=column)
         return self._then("columnar_aggregate", f"{kind}({column or ''})", spec)
 
-    def aggregate(self, *aggs: AggCall) -> DataStream:
+    def aggregate(self, *aggs: AggCall, updating_input: bool = False) -> DataStream:
         """Flink SQL's ``GROUP BY`` without a window: ``aggs`` (:mod:`epochstream.agg`
         calls) per key over the whole stream, an *updating* result. The output is a
         changelog: the key columns, one column per aggregate and ``_op``
         (:class:`~epochstream.core.changelog.RowKind`): ``+I`` when a key first comes,
         ``-U`` (its old result) then ``+U`` (the new) when a batch changes it, nothing when
-        its result stays the same; one change per key per batch. The input must be
-        append-only. ``key_by([])`` aggregates the whole stream as one group.
+        its result stays the same; one change per key per batch. ``key_by([])``
+        aggregates the whole stream as one group. ``updating_input=True``: the input is
+        itself a changelog (``from_changelog()``, an updating SQL result), whose ``-U``
+        and ``-D`` rows retract what they name; COUNT, SUM and AVG take retractions, and
+        a group whose rows are all retracted is deleted (``-D``).
 
         Example::
 
@@ -158,7 +161,9 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
                 "aggregate() of a columnar keyed stream takes es.agg calls "
                 f"(es.agg.sum('price', 'total')...), not {aggs!r}"
             )
-        spec = GroupAggregateSpec(keys=self.key_columns, aggs=tuple(aggs))
+        spec = GroupAggregateSpec(
+            keys=self.key_columns, aggs=tuple(aggs), updating_input=updating_input
+        )
         described = ", ".join(f"{a.kind}({a.column or '*'})" for a in aggs)
         return self._then("columnar_group_aggregate", f"group aggregate {described}", spec)
 

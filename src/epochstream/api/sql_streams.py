@@ -87,7 +87,9 @@ class StreamBuilder:
             return self._window_aggregate(node)
         if isinstance(node, GroupAggregateNode):
             grouped: Any = self.stream(node.inputs[0]).key_by(list(node.spec.keys))
-            result: DataStream = grouped.aggregate(*node.spec.aggs)
+            result: DataStream = grouped.aggregate(
+                *node.spec.aggs, updating_input=node.spec.updating_input
+            )
             return result.name(node.label).uid(node.uid)
         if isinstance(node, JoinNode):
             left, right = (self.stream(i) for i in node.inputs)

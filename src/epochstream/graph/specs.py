@@ -511,8 +511,10 @@ class SessionAggregateSpec:
 @dataclass(frozen=True)
 class GroupAggregateSpec:
     """A SQL ``GROUP BY`` without a window (an updating result) on batches: ``aggs`` per
-    ``keys`` (zero or more columns) over an append-only input, emitted as a changelog
-    (``_op``): ``+I`` for a new group, ``-U``/``+U`` when a group's result changes.
+    ``keys`` (zero or more columns), emitted as a changelog (``_op``): ``+I`` for a new
+    group, ``-U``/``+U`` when a group's result changes, ``-D`` when its last row is
+    retracted. ``updating_input``: the input is itself a changelog (its ``-U``/``-D`` rows
+    retract; COUNT, SUM and AVG only).
 
     Example::
 
@@ -521,6 +523,7 @@ class GroupAggregateSpec:
 
     keys: tuple[str, ...]
     aggs: tuple[AggCall, ...]
+    updating_input: bool = field(default=False, kw_only=True)
 
     def __post_init__(self) -> None:
         _check_outputs(self.keys, self.aggs, ())

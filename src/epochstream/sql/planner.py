@@ -920,7 +920,8 @@ class Planner:
         if having is not None:
             bind(having, columns_scope)
 
-        _append_only(input_, select, "an aggregation")
+        if window is not None or given_window(group_items, input_) is not None:
+            _append_only(input_, select, "a window aggregation")
         operator_window: WindowTvf | None
         if tvf_columns:
             assert window is not None
@@ -1046,12 +1047,26 @@ class Planner:
         }
         aggregate: PlanNode
         if window is None and operator_window is None:
+            if input_.updating:
+                # Retractions take back what was added: only sums can (Flink keeps
+                # every value for MIN/MAX/DISTINCT under retraction; not yet here).
+                kept = next((c for c in calls if c.distinct or c.kind in ("min", "max")), None)
+                if kept is not None:
+                    at = call_nodes.get(kept.output) or select
+                    raise sql_error(
+                        at,
+                        f"{_text(at)} over an updating input (the changelog of a GROUP BY "
+                        "without a window) is not supported yet: COUNT, SUM and AVG take its "
+                        "retractions",
+                    )
             aggregate = GroupAggregateNode(
                 (pre_node,),
                 (*(Field(k, pre_types[k]) for k in keys), *agg_fields),
                 None,
                 _short(f"{kind} aggregate: {_text(select)}"),
-                spec=GroupAggregateSpec(keys=tuple(keys), aggs=tuple(calls)),
+                spec=GroupAggregateSpec(
+                    keys=tuple(keys), aggs=tuple(calls), updating_input=input_.updating
+                ),
                 updating=True,
                 unique_key=tuple(keys),
             )

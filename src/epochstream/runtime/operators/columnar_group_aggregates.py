@@ -15,8 +15,10 @@ State, in row tables of the job's keyed-state backend keyed by the group key
 partials; ``distinct<i>`` per group the distinct values of ``COUNT(DISTINCT)``
 aggregate ``i``. A batch pops the groups it touches and appends them back.
 
-The input must be append-only: retractions (an ``_op`` column) are refused with the
-reason, as the planner refuses an aggregation over an updating input.
+Over an updating input (``GroupAggregateSpec.updating_input``: the changelog of another
+aggregation) each row is weighted by its kind (+1 for ``+I``/``+U``, -1 for ``-U``/``-D``)
+and every partial is a sum (:meth:`AggregateCalls.signed_partials`): COUNT, SUM and AVG
+take retractions; a group whose rows are all retracted is deleted (``-D``).
 
 Example::
 
@@ -35,7 +37,7 @@ import pyarrow.compute as pc
 
 from epochstream.core.arrow import KG as KG_COLUMN
 from epochstream.core.arrow import table_batch
-from epochstream.core.changelog import OP, RowKind
+from epochstream.core.changelog import OP, RowKind, weights
 from epochstream.exceptions import DataError, StateError
 from epochstream.graph.specs import GroupAggregateSpec
 from epochstream.runtime.operators.base import Operator
@@ -60,6 +62,8 @@ __all__ = ["ColumnarGroupAggregateOperator"]
 GROUPS, _DISTINCT = "groups", "distinct"
 #: A group's position among the batch's distinct keys (the group_by key).
 _ID = "_ga_id"
+#: The partial counting a group's rows (the window aggregation's name for it).
+_ROWS = "_wa_rows"
 
 
 class ColumnarGroupAggregateOperator(Operator):
@@ -109,7 +113,9 @@ class ColumnarGroupAggregateOperator(Operator):
         if groups is None:
             return
         schema = groups.schema.schema
-        calls = AggregateCalls.restored(self.agg.aggs, schema, self._types)
+        calls = AggregateCalls.restored(
+            self.agg.aggs, schema, self._types, signed=self.agg.updating_input
+        )
         needed = {*self._bound_columns(), *(p.name for p in calls.partials)}
         distinct = {f"{_DISTINCT}{i}" for i, _ in calls.distinct}
         if set(schema.names) != needed or not {n for n in names if _is_distinct(n)} <= distinct:
@@ -152,16 +158,17 @@ class ColumnarGroupAggregateOperator(Operator):
         batch = need_batch(self, records)
         if not batch.num_rows:
             return
-        if OP in batch.schema.names:
+        signed = self.agg.updating_input
+        if OP in batch.schema.names and not signed:
             raise DataError(
-                f"{self._where}: the input is a changelog (it has an {OP!r} column); a "
-                "group aggregation takes an append-only input"
+                f"{self._where}: the input is a changelog (it has an {OP!r} column); this "
+                "group aggregation was built for an append-only input"
             )
-        calls = check_aggregate_input(
+        checked = check_aggregate_input(
             batch, self.keys, self.agg.aggs, self._types, self._where, event_time=False
         )
         if self._calls is None:
-            self._calls = calls
+            self._calls = AggregateCalls(self.agg.aggs, checked.floats, signed=signed)
         calls = self._calls
         found = self._keys.of(batch, self._types)
         n = len(found.keys)
@@ -172,9 +179,13 @@ class ColumnarGroupAggregateOperator(Operator):
             else np.empty(0, np.int64)
         )
         derived = calls.derived(batch)
-        rows = pa.table({_ID: found.slots, **derived})
-        grouped = rows.group_by([_ID], use_threads=False).aggregate(calls.batch_aggregations())
-        parts = [calls.batch_partials(grouped, [_ID])]
+        if calls.signed:
+            signed = calls.signed_partials(derived, weights(batch), found.slots)
+            parts = [signed.rename_columns([_ID, *signed.schema.names[1:]])]
+        else:
+            rows = pa.table({_ID: found.slots, **derived})
+            grouped = rows.group_by([_ID], use_threads=False).aggregate(calls.batch_aggregations())
+            parts = [calls.batch_partials(grouped, [_ID])]
         old_partials = None
         if held is not None and held.num_rows:
             old_partials = held.drop_columns(self._bound_columns()).add_column(
@@ -183,11 +194,17 @@ class ColumnarGroupAggregateOperator(Operator):
             parts.insert(0, old_partials)
         merged = calls.merge(pa.concat_tables(parts, promote_options="permissive"), [_ID])
         merged = merged.take(pc.sort_indices(merged.column(_ID)))  # every key: ids 0..n-1
+        # A group lives while it has rows: retractions may take its last one.
+        alive = np.asarray(merged.column(_ROWS).to_numpy(), dtype=np.int64) > 0
         stored = self._stored(found, merged)
-        self._tables(stored.schema, calls).append(table_batch(stored), found.key_groups)
+        table = self._tables(stored.schema, calls)
+        if alive.all():
+            table.append(table_batch(stored), found.key_groups)
+        elif alive.any():
+            table.append(table_batch(stored.filter(pa.array(alive))), found.key_groups[alive])
         old_counts, new_counts = self._distinct_counts(calls, found, derived, n)
         new_values = calls.values(_with_counts(merged, calls, new_counts), self._where)
-        self._emit(calls, found, old_partials, old_counts, new_values)
+        self._emit(calls, found, old_partials, old_counts, new_values, alive)
 
     def _distinct_counts(
         self, calls: AggregateCalls, found: BatchKeys, derived: dict[str, pa.Array], n: int
@@ -247,8 +264,10 @@ class ColumnarGroupAggregateOperator(Operator):
         old_partials: pa.Table | None,
         old_counts: dict[int, np.ndarray],
         new_values: list[pa.Array],
+        alive: np.ndarray,
     ) -> None:
-        """Emit ``+I`` for the new groups and ``-U``/``+U`` for the changed ones."""
+        """Emit ``+I`` for the new groups, ``-U``/``+U`` for the changed ones and ``-D``
+        for those whose last row was retracted (``alive``: per key, whether it has rows)."""
         n = len(found.keys)
         keys = [found.columns[k].take(pa.array(found.first)) for k in self.keys]
         had = np.zeros(n, dtype=bool)
@@ -262,17 +281,21 @@ class ColumnarGroupAggregateOperator(Operator):
             old_values = calls.values(_with_counts(old_partials, calls, counts), self._where)
             for old, new in zip(old_values, new_values, strict=True):
                 changed[old_at] |= ~_same(old, new.take(pa.array(old_at)))
-        inserted = ~had
+        deleted = had & ~alive
+        changed &= alive
+        inserted = ~had & alive
         names = [*self.keys, *(a.output for a in self.agg.aggs), OP]
         out = []
-        if changed.any():
-            before = changed[old_at]
+        for gone, kind in ((changed, RowKind.UPDATE_BEFORE), (deleted, RowKind.DELETE)):
+            if not gone.any():
+                continue
+            before = gone[old_at]
             rows = pa.array(np.flatnonzero(before))
             at = pa.array(old_at[before])
             out.append(
                 _changes(
                     [k.take(at) for k in keys] + [v.take(rows) for v in old_values],
-                    RowKind.UPDATE_BEFORE,
+                    kind,
                     names,
                 )
             )

@@ -190,9 +190,21 @@ class AggregateCalls:
         [p.name for p in calls.partials] == ["_wa_rows", "_wa0_s"]
     """
 
-    def __init__(self, aggs: tuple[AggCall, ...], float_columns: set[str]) -> None:
+    def __init__(
+        self, aggs: tuple[AggCall, ...], float_columns: set[str], *, signed: bool = False
+    ) -> None:
         self.aggs = aggs
         self.floats = float_columns
+        #: Whether rows come with signed weights (a changelog: -U/-D retract): every
+        #: partial is then a sum, and SUM keeps its value count (NULL when it is 0).
+        self.signed = signed
+        if signed:
+            kept = [a for a in aggs if a.distinct or a.kind in ("min", "max")]
+            if kept:
+                raise ConfigurationError(
+                    f"{_call_name(kept[0])} over an updating input (retractions) is not "
+                    "supported yet: only COUNT, SUM and AVG take retractions"
+                )
         self.partials: list[_Partial] = [_Partial(_ROWS, _ROWS, "count_all", "sum")]
         for i, agg in enumerate(aggs):
             self.partials += self._partials_of(i, agg)
@@ -201,7 +213,12 @@ class AggregateCalls:
 
     @classmethod
     def restored(
-        cls, aggs: tuple[AggCall, ...], partials: pa.Schema, types: dict[str, pa.DataType]
+        cls,
+        aggs: tuple[AggCall, ...],
+        partials: pa.Schema,
+        types: dict[str, pa.DataType],
+        *,
+        signed: bool = False,
     ) -> AggregateCalls:
         """The calls whose partials ``partials`` (a restored table's schema) holds: which
         columns were floats shows in which partials exist (an int64 sum keeps its float
@@ -217,7 +234,7 @@ class AggregateCalls:
                 floats.add(agg.column)
             if agg.kind in ("min", "max") and f"_wa{i}_m" in partials.names:
                 types.setdefault(agg.column, partials.field(f"_wa{i}_m").type)
-        return cls(aggs, floats)
+        return cls(aggs, floats, signed=signed)
 
     def _partials_of(self, i: int, agg: AggCall) -> list[_Partial]:
         p = f"_wa{i}"
@@ -234,7 +251,7 @@ class AggregateCalls:
             parts.append(_Partial(f"{p}_s", f"{p}_v", "sum", "sum"))
             if agg.column not in self.floats:  # the int64 sum's overflow check
                 parts.append(_Partial(f"{p}_f", f"{p}_f", "sum", "sum"))
-            if agg.kind == "avg":
+            if agg.kind == "avg" or self.signed:
                 parts.append(_Partial(f"{p}_n", f"{p}_v", "count", "sum"))
             return parts
         parts.append(_Partial(f"{p}_m", f"{p}_v", agg.kind, agg.kind))
@@ -294,6 +311,31 @@ class AggregateCalls:
         ]
         return self._named(grouped, names, keys)
 
+    def signed_partials(
+        self, derived: dict[str, pa.Array], weights: np.ndarray, ids: np.ndarray
+    ) -> pa.Table:
+        """A changelog batch's partials per ``ids`` (``_wa_id``-like group numbers, as
+        column ``_id``): each row's contribution times its weight (+1 adds, -1
+        retracts), summed, so merging stays a sum."""
+        columns: dict[str, Any] = {"_id": ids}
+        for part in self.partials:
+            if part.batch_fn == "count_all":
+                columns[part.name] = weights
+                continue
+            value = derived[part.source]
+            if part.batch_fn == "count":
+                valid = np.asarray(pc.is_valid(value).to_numpy(zero_copy_only=False), bool)
+                columns[part.name] = np.where(valid, weights, 0)
+                continue
+            # sum: NULL adds nothing; ints stay exact (int64 times +-1)
+            filled = pc.fill_null(value, 0).to_numpy(zero_copy_only=False)
+            columns[part.name] = filled * weights.astype(filled.dtype, copy=False)
+        table = pa.table(columns)
+        grouped = table.group_by(["_id"], use_threads=False).aggregate(
+            [(p.name, "sum") for p in self.partials]
+        )
+        return self._named(grouped, [(p.name, f"{p.name}_sum") for p in self.partials], ["_id"])
+
     def merge(self, table: pa.Table, keys: list[str], distinct: bool = False) -> pa.Table:
         """``table``'s partials (and distinct values) merged per ``keys``."""
         aggregations: list[tuple[Any, ...]] = [(p.name, p.merge_fn) for p in self.partials]
@@ -339,16 +381,25 @@ class AggregateCalls:
                     "int64 range; cast the column to float64 in map_batches first"
                 )
         if agg.kind == "sum":
+            if self.signed:  # every value retracted: NULL again
+                return pc.if_else(pc.greater(col(f"{p}_n"), 0), total, pa.scalar(None, total.type))
             return total
         count = col(f"{p}_n")
+        # No value (all NULL, or all retracted): NULL.
+        some = pc.greater(pc.fill_null(count, 0), 0)
         if agg.column in self.floats:
-            return pc.divide(total, count)
+            return pc.if_else(some, pc.divide(total, count), pa.scalar(None, pa.float64()))
         # AVG of integers is an integer, truncated toward zero (Flink's, DuckDB's trunc).
-        valid = pc.is_valid(total).to_numpy(zero_copy_only=False)
+        valid = np.asarray(some.to_numpy(zero_copy_only=False), dtype=bool)
         sums = pc.fill_null(total, 0).to_numpy(zero_copy_only=False)
         counts = np.maximum(pc.fill_null(count, 1).to_numpy(zero_copy_only=False), 1)
         quotient = np.abs(sums) // counts * np.sign(sums)
         return pa.array(quotient, pa.int64(), mask=~valid)
+
+
+def _call_name(agg: AggCall) -> str:
+    kind = "COUNT" if agg.kind == "count_star" else agg.kind.upper()
+    return f"{kind}({'DISTINCT ' if agg.distinct else ''}{agg.column or '*'})"
 
 
 def check_aggregate_input(
