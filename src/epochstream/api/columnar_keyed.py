@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Any
 from epochstream.api.datastream import DataStream, KeyedStream
 from epochstream.core.arrow import TS
 from epochstream.exceptions import ConfigurationError
-from epochstream.graph.specs import AggCall, AggregateSpec, GroupAggregateSpec, WindowTopNSpec
+from epochstream.graph.specs import (
+    AggCall,
+    AggregateSpec,
+    GroupAggregateSpec,
+    TopNSpec,
+    WindowTopNSpec,
+)
 from epochstream.graph.transformations import ColumnKey, ColumnKeys
 
 if TYPE_CHECKING:
@@ -195,17 +201,35 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
                 .key_by([])                                   # the top 3 auctions per window
                 .window_top_n(3, order_by=[("volume", "desc")], rank_column="rownum"))
         """
-        if isinstance(order_by, str):
-            raise ConfigurationError(
-                f"window_top_n(order_by={order_by!r}): give a list, e.g. [({order_by!r}, 'desc')]"
-            )
-        keys: list[tuple[str, str]] = []
-        for item in order_by:
-            column, direction = (item, "asc") if isinstance(item, str) else item
-            keys.append((column, str(direction).lower()))
-        spec = WindowTopNSpec(self.key_columns, tuple(keys), n, rank_column)
+        keys = _order_keys("window_top_n", order_by)
+        spec = WindowTopNSpec(self.key_columns, keys, n, rank_column)
         shown = ", ".join(f"{c} {d}" for c, d in keys)
         return self._then("columnar_window_top_n", f"window top-{n} by {shown}", spec)
+
+    def top_n(
+        self,
+        n: int,
+        *,
+        order_by: Sequence[tuple[str, str] | str],
+        rank_column: str | None = None,
+    ) -> DataStream:
+        """Flink SQL's Top-N without a window (``ROW_NUMBER() OVER (PARTITION BY keys
+        ORDER BY ...) <= n``; ``n=1`` is a deduplication): per key (the ``key_by``
+        columns) the first ``n`` rows so far by ``order_by`` (as :meth:`window_top_n`:
+        NULLs first ascending, last descending; ties by arrival), an *updating* result.
+        The output is a changelog (``_op``): with ``rank_column``, per key and row number
+        ``+I`` when it is first filled and ``-U``/``+U`` when its row changes; without it,
+        ``-U``/``+U`` of the key's row for ``n=1``, and for ``n > 1`` ``-D`` for a row
+        pushed out and ``+I`` for a row let in. The input must be append-only.
+
+        Example::
+
+            bids.key_by("auction").top_n(1, order_by=[("price", "desc")])   # the best bid
+        """
+        keys = _order_keys("top_n", order_by)
+        spec = TopNSpec(self.key_columns, keys, n, rank_column)
+        shown = ", ".join(f"{c} {d}" for c, d in keys)
+        return self._then("columnar_top_n", f"top-{n} by {shown}", spec)
 
     # Row-only operations on a keyed stream, refused with the way out.
     def _rows_only_keyed(self, method: str) -> Any:
@@ -242,3 +266,18 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
         from epochstream.api.columnar_windows import ColumnarWindowedStream
 
         return ColumnarWindowedStream(self, assigner)
+
+
+def _order_keys(
+    method: str, order_by: Sequence[tuple[str, str] | str]
+) -> tuple[tuple[str, str], ...]:
+    """``order_by`` as ``(column, "asc" | "desc")`` pairs (a bare name is ascending)."""
+    if isinstance(order_by, str):
+        raise ConfigurationError(
+            f"{method}(order_by={order_by!r}): give a list, e.g. [({order_by!r}, 'desc')]"
+        )
+    keys: list[tuple[str, str]] = []
+    for item in order_by:
+        column, direction = (item, "asc") if isinstance(item, str) else item
+        keys.append((column, str(direction).lower()))
+    return tuple(keys)

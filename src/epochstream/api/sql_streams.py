@@ -33,6 +33,7 @@ from epochstream.sql.plan import (
     ScanNode,
     SinkNode,
     StreamScanNode,
+    TopNNode,
     UnionNode,
     WindowAggregateNode,
     WindowAssignNode,
@@ -106,6 +107,15 @@ class StreamBuilder:
                 node.n, order_by=order, rank_column=node.rank_column
             )
             return ranked.name(node.label).uid(node.uid)
+        if isinstance(node, TopNNode):
+            partitioned: Any = self.stream(node.inputs[0]).key_by(list(node.partition))
+            order = [
+                (column, "desc" if descending else "asc") for column, descending, _ in node.order
+            ]
+            top: DataStream = partitioned.top_n(
+                node.n, order_by=order, rank_column=node.rank_column
+            )
+            return top.name(node.label).uid(node.uid)
         if isinstance(node, UnionNode):
             first, *others = (self.stream(i) for i in node.inputs)
             return first.union(*others)

@@ -41,6 +41,7 @@ __all__ = [
     "SessionAggregateSpec",
     "SessionWindowSpec",
     "SliceWindowAggregateSpec",
+    "TopNSpec",
     "WindowAggregateSpec",
     "WindowAssignSpec",
     "WindowEnd",
@@ -621,3 +622,20 @@ class WindowTopNSpec:
             )
         if rank is not None and rank in WINDOW_AGG_COLUMNS:
             raise ConfigurationError(f"rank column {rank!r} is a window column's name")
+
+
+@dataclass(frozen=True)
+class TopNSpec(WindowTopNSpec):
+    """A Top-N without a window (Flink SQL's ``ROW_NUMBER() OVER (PARTITION BY
+    partition_by... ORDER BY order_by...) <= n`` over an append-only input): per
+    partition the first ``n`` rows so far, an updating result (a changelog).
+
+    Example::
+
+        TopNSpec(partition_by=("auction",), order_by=(("price", "desc"),), n=10)
+    """
+
+    @property
+    def kind(self) -> str:
+        """Names the state in snapshots."""
+        return "top_n"

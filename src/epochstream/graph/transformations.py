@@ -45,6 +45,7 @@ COLUMNAR_BACKEND_KINDS = frozenset(
         "columnar_window_aggregate",
         "columnar_processing_window_aggregate",
         "columnar_window_top_n",
+        "columnar_top_n",
     }
 )
 #: Kinds whose output is columnar (Arrow record batches).

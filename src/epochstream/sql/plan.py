@@ -46,6 +46,7 @@ __all__ = [
     "ScanNode",
     "SinkNode",
     "StreamScanNode",
+    "TopNNode",
     "UnionNode",
     "WindowAggregateNode",
     "WindowAssignNode",
@@ -339,6 +340,35 @@ class WindowTopNNode(PlanNode):
             f"top {self.n} per window and {', '.join(self.partition) or '(window only)'}",
             f"order: {order}",
             "state: the rows of each open window, dropped when the watermark passes its end",
+        ]
+
+
+@dataclass(eq=False)
+class TopNNode(PlanNode):
+    """Flink's Top-N without a window (``ROW_NUMBER() OVER (PARTITION BY ...) <= n``,
+    ``n = 1`` a deduplication): per ``partition`` key the first ``n`` rows so far in
+    ``order`` (``(column, descending, nulls_first)``), an updating result;
+    ``rank_column`` holds ROW_NUMBER when the query keeps it."""
+
+    partition: tuple[str, ...] = field(kw_only=True)
+    order: tuple[tuple[str, bool, bool], ...] = field(kw_only=True)
+    n: int = field(kw_only=True)
+    rank_column: str | None = field(kw_only=True)
+
+    kind = "top-n"
+
+    def digest(self) -> str:
+        return f"{self.partition}|{self.order}|{self.n}|{self.rank_column}"
+
+    def details(self) -> list[str]:
+        order = ", ".join(
+            f"{c} {'DESC' if d else 'ASC'} NULLS {'FIRST' if nf else 'LAST'}"
+            for c, d, nf in self.order
+        )
+        return [
+            f"top {self.n} per {', '.join(self.partition) or '(one partition)'}",
+            f"order: {order}",
+            "state: each partition's first rows, kept for the job's life",
         ]
 
 

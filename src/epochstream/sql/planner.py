@@ -68,6 +68,7 @@ from epochstream.sql.plan import (
     ScanNode,
     SinkNode,
     StreamScanNode,
+    TopNNode,
     UnionNode,
     WindowAggregateNode,
     WindowAssignNode,
@@ -696,13 +697,7 @@ class Planner:
 
         partition = [column_of(p) for p in over.args.get("partition_by") or []]
         roles = {ranked_input.windows.get(c, ("", None))[0]: c for c in partition}
-        if "start" not in roles or "end" not in roles:
-            raise sql_error(
-                over,
-                "ROW_NUMBER() OVER (PARTITION BY ...) must partition by window_start and "
-                "window_end of a window aggregation or window TVF (window Top-N); other "
-                "rankings produce updates",
-            )
+        windowed = "start" in roles and "end" in roles
         order_node = over.args.get("order")
         if order_node is None:
             raise sql_error(over, "ROW_NUMBER() OVER needs an ORDER BY")
@@ -716,30 +711,51 @@ class Planner:
             if nulls_first == descending:
                 raise sql_error(
                     o,
-                    "NULLS FIRST with DESC or NULLS LAST with ASC is not supported in window Top-N",
+                    "NULLS FIRST with DESC or NULLS LAST with ASC is not supported in Top-N",
                 )
-        keys = tuple(c for c in partition if c not in (roles["start"], roles["end"]))
         keeps_rank = any(
             isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.name == rank)
             for item in select.expressions
             for e in item.find_all(exp.Column, exp.Star)
         )
-        _append_only(ranked_input, over, "a window Top-N")
+        _append_only(ranked_input, over, "a window Top-N" if windowed else "a Top-N")
         fields = ranked_input.fields
         if keeps_rank:
             fields = (*fields, Field(rank, SqlType.parse("BIGINT").with_nullable(False)))
-        node = WindowTopNNode(
-            (ranked_input,),
-            fields,
-            None,
-            _short(f"window top {limit}: {_text(over)}"),
-            windows=dict(ranked_input.windows),
-            partition=keys,
-            order=order,
-            n=limit,
-            rank_column=rank if keeps_rank else None,
-            window_columns=(roles["start"], roles["end"]),
-        )
+        node: PlanNode
+        if windowed:
+            node = WindowTopNNode(
+                (ranked_input,),
+                fields,
+                None,
+                _short(f"window top {limit}: {_text(over)}"),
+                windows=dict(ranked_input.windows),
+                partition=tuple(c for c in partition if c not in (roles["start"], roles["end"])),
+                order=order,
+                n=limit,
+                rank_column=rank if keeps_rank else None,
+                window_columns=(roles["start"], roles["end"]),
+            )
+        else:
+            # An updating ranking (Flink's Top-N): unique by partition and row number,
+            # or by the partition alone when it keeps one row.
+            unique: tuple[str, ...] | None = None
+            if keeps_rank:
+                unique = (*partition, rank)
+            elif limit == 1:
+                unique = tuple(partition)
+            node = TopNNode(
+                (ranked_input,),
+                fields,
+                None,
+                _short(f"top {limit}: {_text(over)}"),
+                partition=tuple(partition),
+                order=order,
+                n=limit,
+                rank_column=rank if keeps_rank else None,
+                updating=True,
+                unique_key=unique,
+            )
         outer = select.copy()
         outer.set("from_", exp.From(this=exp.Table(this=exp.to_identifier("__top_n"))))
         outer.set("where", exp.Where(this=rest) if rest is not None else None)

@@ -48,6 +48,7 @@ from epochstream.runtime.operators.columnar_sessions import (
     ColumnarSessionAggregateOperator,
     ColumnarSessionOperator,
 )
+from epochstream.runtime.operators.columnar_top_n import ColumnarTopNOperator
 from epochstream.runtime.operators.columnar_transforms import (
     FilterBatchesOperator,
     MapBatchesOperator,
@@ -84,6 +85,7 @@ __all__ = [
     "ColumnarRegularJoinOperator",
     "ColumnarSessionAggregateOperator",
     "ColumnarSessionOperator",
+    "ColumnarTopNOperator",
     "ColumnarWindowAggregateOperator",
     "ColumnarWindowAssignOperator",
     "ColumnarWindowJoinOperator",
@@ -141,6 +143,7 @@ _FACTORIES: dict[str, type[Operator]] = {
     "columnar_processing_window_aggregate": ProcessingTimeWindowAggregateOperator,
     "columnar_window_assign": ColumnarWindowAssignOperator,
     "columnar_window_top_n": ColumnarWindowTopNOperator,
+    "columnar_top_n": ColumnarTopNOperator,
 }
 
 
