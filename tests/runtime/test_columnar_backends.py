@@ -119,6 +119,9 @@ def test_every_keyed_columnar_kind_uses_the_backend() -> None:
         "columnar_window_aggregate",
         "columnar_processing_window_aggregate",
         "columnar_window_top_n",
+        "columnar_session_aggregate",
+        "columnar_group_aggregate",
+        "columnar_top_n",
     } == COLUMNAR_BACKEND_KINDS
 
 
