@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from epochstream import agg
 from epochstream.core.clock import SystemClock
 from epochstream.core.events import MAX_WATERMARK
 from epochstream.graph.jobgraph import OperatorSpec
-from epochstream import agg
 from epochstream.graph.specs import AggCall, SessionAggregateSpec, SessionWindowSpec
 from epochstream.graph.transformations import ColumnKey
 from epochstream.runtime.operator_outputs import Output

@@ -47,9 +47,9 @@ def main() -> None:
     counts = (
         env.from_text_file(str(text))
         .assign_timestamps_and_watermarks(
-            es.WatermarkStrategy.bounded_out_of_orderness(timedelta(seconds=2)).with_timestamp_assigner(
-                lambda line, ts: int(line.split(" ", 1)[0])
-            )
+            es.WatermarkStrategy.bounded_out_of_orderness(
+                timedelta(seconds=2)
+            ).with_timestamp_assigner(lambda line, ts: int(line.split(" ", 1)[0]))
         )
         .flat_map(lambda line: [(w, 1) for w in line.split()[1:]])
         .key_by(lambda t: t[0])

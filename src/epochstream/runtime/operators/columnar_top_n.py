@@ -131,7 +131,8 @@ class ColumnarTopNOperator(Operator):
             rows = rows.append_column(TUPLE_KEY, found.keys.take(pa.array(found.slots)))
         held = self._table.pop(found.keys, found.key_groups) if self._table is not None else None
         n_held = held.num_rows if held is not None else 0
-        base = int(np.max(held.column(_SEQ).to_numpy())) + 1 if n_held else 0
+        # Later rows number after every held one of these partitions: ties rank by arrival.
+        base = int(np.max(held.column(_SEQ).to_numpy())) + 1 if held is not None and n_held else 0
         rows = rows.append_column(_SEQ, pa.array(np.arange(batch.num_rows) + base, pa.int64()))
         slots = found.slots
         if held is not None and n_held:
@@ -210,8 +211,8 @@ class ColumnarTopNOperator(Operator):
                 if len(gone):
                     parts.append(self._changes(rows, out_names, gone, None, RowKind.UPDATE_BEFORE))
                 if len(came):
-                    kinds = np.where(had[slots[came]], RowKind.UPDATE_AFTER, RowKind.INSERT)
-                    parts.append(self._changes(rows, out_names, came, None, kinds))
+                    updated = np.where(had[slots[came]], RowKind.UPDATE_AFTER, RowKind.INSERT)
+                    parts.append(self._changes(rows, out_names, came, None, updated))
             else:
                 if len(gone):
                     parts.append(self._changes(rows, out_names, gone, None, RowKind.DELETE))
