@@ -27,7 +27,8 @@ q22, q23, and ``q5w``, q5's inner HOP count. For each, in one run:
 
 Parallelism 2, checkpoints every 1 s (exactly-once), one SparkSession for epochstream's
 jobs (an untimed warm-up job first), epochstream's time the wall time of the call that
-runs the job (planning included). Events/s count every event of the files (person,
+runs the job (planning included); ``--repeat N`` runs each epochstream job N times
+(sql and hand alternated) and keeps the best. Events/s count every event of the files (person,
 auction and bid), as Nexmark rates do, whichever tables a query reads. Prints a table
 with the ratios sql/hand and sql/PyFlink; ``--json`` writes the figures.
 
@@ -422,6 +423,12 @@ def main() -> None:
     parser.add_argument("--queries", default=",".join(QUERY_NAMES))
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--no-pyflink", action="store_true")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="epochstream runs per query (sql, hand alternated); the best",
+    )
     parser.add_argument("--json", default="", help="write the figures here")
     args = parser.parse_args()
     names = [q for q in args.queries.split(",") if q]
@@ -442,9 +449,14 @@ def main() -> None:
         run_sql("q0", files, spark, args.parallelism)  # warm-up, untimed
         for name in names:
             row: dict[str, Any] = {"query": name, "events": total}
-            row["sql"] = total / run_sql(name, files, spark, args.parallelism)
-            if name in HAND_WRITTEN:
-                row["hand"] = total / run_hand(name, files, spark, args.parallelism)
+            # Alternated, best of --repeat: other load on the machine slows single runs,
+            # and it slows a run, never speeds it up.
+            for _ in range(args.repeat):
+                rate = total / run_sql(name, files, spark, args.parallelism)
+                row["sql"] = max(rate, row.get("sql", 0.0))
+                if name in HAND_WRITTEN:
+                    rate = total / run_hand(name, files, spark, args.parallelism)
+                    row["hand"] = max(rate, row.get("hand", 0.0))
             if not args.no_pyflink:
                 try:
                     flink = run_pyflink(name, files, args.parallelism)
@@ -456,7 +468,8 @@ def main() -> None:
     finally:
         spark.stop()
     print(
-        f"\nNexmark SQL, {total:,} events, p={args.parallelism}, checkpoints every 1 s (events/s)"
+        f"\nNexmark SQL, {total:,} events, p={args.parallelism}, checkpoints every 1 s "
+        f"(events/s; epochstream best of {args.repeat})"
     )
     print(
         "| query | epochstream SQL | hand-written columnar | PyFlink SQL | SQL / hand | SQL / PyFlink |"
@@ -466,7 +479,16 @@ def main() -> None:
         print(_line(row))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"events": total, "parallelism": args.parallelism, "rows": rows}, f, indent=1)
+            json.dump(
+                {
+                    "events": total,
+                    "parallelism": args.parallelism,
+                    "repeat": args.repeat,
+                    "rows": rows,
+                },
+                f,
+                indent=1,
+            )
 
 
 def _line(row: dict[str, Any]) -> str:
