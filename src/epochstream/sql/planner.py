@@ -312,8 +312,9 @@ class Planner:
         offers, and the WHERE conjuncts it did not take.
 
         ``referenced``: the columns the SELECT writes anywhere, ``(qualifier or "",
-        name)`` (None: all, for ``*``); each side keeps only the fields one can name, so that neither the join's
-        state nor its input scans hold columns nothing reads."""
+        name)`` (None: all, for ``*``); each side keeps only the fields one can name,
+        so that neither the join's state nor its input scans hold columns nothing
+        reads."""
         side = (join.args.get("side") or "").upper()
         if side:
             raise sql_error(
