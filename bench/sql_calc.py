@@ -5,7 +5,8 @@ Three Nexmark-style programs over one 65,536-row bid batch:
 - q1: ``auction, bidder, 0.908 * price, dateTime, extra`` (DECIMAL arithmetic);
 - q2: ``auction, price WHERE MOD(auction, 123) = 0`` (a filter);
 - q21: ``LOWER(channel)`` compared four times in a CASE whose ELSE is a REGEXP_EXTRACT,
-  filtered by the same REGEXP_EXTRACT or an IN list (common subexpressions).
+  filtered by the same REGEXP_EXTRACT or an IN list (common subexpressions);
+- q22: three ``SPLIT_INDEX(url, '/', i)`` of one URL (one split shared).
 
 Each is timed as the best of ``--rounds`` (each round ``--repeat`` calls), compiled
 program and hand-written code alternating, and the ratio (program / hand) printed: the
@@ -126,6 +127,20 @@ def q21_by_hand(batch: pa.RecordBatch) -> pa.RecordBatch:
     )
 
 
+def q22_by_hand(batch: pa.RecordBatch) -> pa.RecordBatch:
+    parts = pc.split_pattern(batch.column("url"), "/")
+    # SPLIT_INDEX is NULL past the last piece: a one-wide slice pads with null.
+    dirs = [
+        pc.list_element(pc.list_slice(parts, i, i + 1, return_fixed_size_list=True), 0)
+        for i in (3, 4, 5)
+    ]
+    columns = [batch.column(c) for c in ("auction", "bidder", "price", "channel")]
+    return pa.record_batch(
+        [*columns, *dirs],
+        names=["auction", "bidder", "price", "channel", "dir1", "dir2", "dir3"],
+    )
+
+
 Q21_CASE = """CASE
     WHEN lower(channel) = 'apple' THEN '0'
     WHEN lower(channel) = 'google' THEN '1'
@@ -183,6 +198,15 @@ def main() -> None:
                 Q21_WHERE,
             ),
             q21_by_hand,
+        ),
+        "q22": (
+            program(
+                batch,
+                [(c, c) for c in ("auction", "bidder", "price", "channel")]
+                + [(f"dir{i - 2}", f"SPLIT_INDEX(url, '/', {i})") for i in (3, 4, 5)],
+                None,
+            ),
+            q22_by_hand,
         ),
     }
     print(f"{ROWS:,} rows per batch; best of {args.rounds} rounds of {args.repeat} calls")

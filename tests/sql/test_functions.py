@@ -196,6 +196,48 @@ def test_regexp_extract_defaults_to_the_whole_match() -> None:
     ]
 
 
+def test_split_index_calls_on_one_string_split_it_once() -> None:
+    # q22 takes three pieces of one URL: one split step, three index steps, and the
+    # pieces still right after a WHERE drops rows (the split list is filtered too).
+    program = CalcProgram.compile(
+        [(f"p{i}", parse(f"SPLIT_INDEX(s, ',', {i})")) for i in range(3)],
+        parse("n >= 0"),
+        FIELDS,
+        FunctionCatalog(),
+    )
+    kernels = [step.kernel.__name__ for step in program._program.steps]
+    assert kernels.count("split") == 1 and kernels.count("split_index") == 3
+    out = program(BATCH).to_pydict()
+    assert out == {
+        "p0": ["Hello World", "a", "ÄÖü straße", ""],
+        "p1": [None, "b", None, None],
+        "p2": [None, "", None, None],
+    }
+
+
+def test_regexp_extract_captures_only_the_wanted_group() -> None:
+    # The pattern RE2 runs has one capture group, the asked one: the others (plain,
+    # named, nested) become non-capturing without changing Java's group numbers.
+    assert ours("REGEXP_EXTRACT(s, '(?P<first>\\w)(\\w+) (W(or)ld)', 3)") == [
+        "World",
+        None,
+        None,
+        None,
+        None,
+        None,
+    ]
+    assert ours("REGEXP_EXTRACT(s, '(\\w)((\\w)l)', 3)") == ["e", None, None, None, None, None]
+    assert ours("REGEXP_EXTRACT(s, '[(]?(l+)(o)', 0)") == ["llo", None, None, None, None, None]
+    assert ours("REGEXP_EXTRACT(url, '(?:&|^)channel_id=([^&]*)', 1)") == [
+        "1099",
+        "77",
+        None,
+        None,
+        None,
+        None,
+    ]
+
+
 def test_regexp_errors_at_compile_time() -> None:
     with pytest.raises(
         SqlError, match=r"^line 1, column 8: REGEXP_EXTRACT: invalid regular expression '\(x'"

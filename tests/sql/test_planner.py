@@ -243,3 +243,25 @@ def test_window_and_join_intervals_take_fractional_seconds(env: es.Environment) 
             "DESCRIPTOR(`dateTime`), INTERVAL '0.0001' SECOND)) "
             "GROUP BY auction, window_start, window_end"
         )
+
+
+def test_join_inputs_keep_only_the_columns_the_query_names() -> None:
+    # The join's state and its input scans hold the columns some expression of the
+    # SELECT can name (a qualified name on its own side only); a * keeps them all.
+    from nexmark_tables import nexmark_ddl
+
+    env = es.Environment(parallelism=2, runner="local")
+    env.execute_sql(nexmark_ddl(events=1000))
+    text = env.explain_sql(
+        "SELECT P.name, P.extra, A.id FROM auction AS A JOIN person AS P ON A.seller = P.id "
+        "WHERE A.category = 10"
+    )
+    join = next(i for i, line in enumerate(text.splitlines()) if "regular join" in line)
+    columns = text.splitlines()[join + 1].strip()
+    assert columns == (
+        "columns: id BIGINT, seller BIGINT, category BIGINT, id0 BIGINT, name STRING, "
+        "extra0 STRING"  # renamed against every auction column, A.extra dropped or not
+    )
+    assert "columns: id, seller, category\n" in text + "\n"  # the auction scan's
+    every = env.explain_sql("SELECT * FROM auction AS A JOIN person AS P ON A.seller = P.id")
+    assert "itemName STRING" in every and "creditCard STRING" in every

@@ -295,6 +295,11 @@ def _substring(site: CallSite, args: list[Operand]) -> Operand:
     )
 
 
+#: The type of kernels.split's list of pieces: an intermediate value only SPLIT_INDEX's
+#: second step reads; no SQL expression sees it, so it never becomes an Arrow column.
+_PIECES = SqlType("ARRAY<STRING>")
+
+
 def _split_index(site: CallSite, args: list[Operand]) -> Operand:
     _need(site, args, 3, 3)
     text = _string(site, args[0])
@@ -303,7 +308,10 @@ def _split_index(site: CallSite, args: list[Operand]) -> Operand:
         raise site.error("SPLIT_INDEX: the separator must not be empty")
     if not args[2].type.is_integer:
         raise site.error(f"SPLIT_INDEX takes an integer index, not {args[2].type.sql()}")
-    return site.emit(kernels.split_index, [text, args[2]], (separator,), STRING)
+    # The split is its own step: the SPLIT_INDEX calls of one string and separator (q22
+    # takes three pieces of one URL) split it once per batch.
+    pieces = site.emit(kernels.split, [text], (separator,), _PIECES)
+    return site.emit(kernels.split_index, [pieces, args[2]], (), STRING)
 
 
 def _compile_regex(site: CallSite, arg: Operand) -> str:
@@ -315,9 +323,14 @@ def _compile_regex(site: CallSite, arg: Operand) -> str:
     return pattern
 
 
-def _name_groups(pattern: str) -> tuple[str, int]:
-    """``pattern`` with every capture group named g1, g2, ... in order and the whole
-    match as g0 (Arrow's extract_regex returns named groups only), and the group count."""
+def _name_groups(pattern: str, keep: int) -> tuple[str, int]:
+    """``pattern`` with capture group ``keep`` (Java's numbering: 0 the whole match, then
+    the groups in order) the only one, named g (Arrow's extract_regex returns named
+    groups only), every other group non-capturing, and the count of groups. RE2 extracts
+    one group faster than all of them, and a struct of one field is all the step needs.
+
+    Example: ``_name_groups("(a)(b)", 2) == ("(?:a)(?P<g>b)", 2)``
+    """
     out, count, i, in_class = [], 0, 0, False
     while i < len(pattern):
         ch = pattern[i]
@@ -331,20 +344,20 @@ def _name_groups(pattern: str) -> tuple[str, int]:
             in_class = True
         elif ch == "(" and not pattern.startswith("(?", i):
             count += 1
-            out.append(f"(?P<g{count}>")
+            out.append("(?P<g>" if count == keep else "(?:")
             i += 1
             continue
         elif pattern.startswith("(?P<", i) or (
             pattern.startswith("(?<", i) and pattern[i + 3] not in "=!"
         ):
             count += 1  # an already named group: keep its place in the numbering
-            end = pattern.index(">", i)
-            out.append(f"(?P<g{count}>")
-            i = end + 1
+            out.append("(?P<g>" if count == keep else "(?:")
+            i = pattern.index(">", i) + 1
             continue
         out.append(ch)
         i += 1
-    return f"(?P<g0>{''.join(out)})", count
+    body = "".join(out)
+    return (f"(?P<g>{body})" if keep == 0 else body), count
 
 
 def _regexp_extract(site: CallSite, args: list[Operand]) -> Operand:
@@ -353,7 +366,7 @@ def _regexp_extract(site: CallSite, args: list[Operand]) -> Operand:
     pattern = _compile_regex(site, args[1])
     # Flink's SqlFunctionUtils.regexpExtract(str, regex) extracts group 0, the whole match.
     group = _literal(site, args[2], int, "group index") if len(args) == 3 else 0
-    named, count = _name_groups(pattern)
+    named, count = _name_groups(pattern, group)
     if not 0 <= group <= count:
         raise site.error(f"REGEXP_EXTRACT: {pattern!r} has no group {group}")
     try:
@@ -362,7 +375,7 @@ def _regexp_extract(site: CallSite, args: list[Operand]) -> Operand:
         raise site.error(
             f"REGEXP_EXTRACT: unsupported regular expression {pattern!r}: {err}"
         ) from None
-    return site.emit(kernels.regexp_extract, [text], (named, group), STRING)
+    return site.emit(kernels.regexp_extract, [text], (named,), STRING)
 
 
 def _regexp(site: CallSite, args: list[Operand]) -> Operand:

@@ -252,15 +252,21 @@ def like(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
     return pc.match_like(args[0], pattern=options[0])
 
 
-def split_index(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
-    """SPLIT_INDEX(s, sep, i): the i-th (from 0) piece of s split at the literal sep,
-    NULL when i is out of range (Flink's SqlFunctionUtils.splitIndex)."""
+def split(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
+    """The pieces of a string split at the literal ``options[0]`` (a list array, NULL for a
+    NULL string): SPLIT_INDEX's first half, one step shared by every SPLIT_INDEX of the
+    same string and separator."""
     text = as_array(args[0], ctx.length)
     text = pc.if_else(pc.equal(text, ""), pa.scalar(None, text.type), text)  # '' has no pieces
-    index = as_array(pc.cast(args[1], pa.int64()), ctx.length)
     parts = pc.split_pattern(text, pattern=options[0])
-    if isinstance(parts, pa.ChunkedArray):
-        parts = parts.combine_chunks()
+    return parts.combine_chunks() if isinstance(parts, pa.ChunkedArray) else parts
+
+
+def split_index(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
+    """SPLIT_INDEX(s, sep, i) from ``args = (pieces of s (see split), i)``: the i-th (from
+    0) piece, NULL when i is out of range (Flink's SqlFunctionUtils.splitIndex)."""
+    parts = as_array(args[0], ctx.length)
+    index = as_array(pc.cast(args[1], pa.int64()), ctx.length)
     lengths = pc.list_value_length(parts)
     offsets = np.asarray(parts.offsets)[:-1]
     in_range = pc.and_(pc.greater_equal(index, 0), pc.less(index, lengths))
@@ -270,11 +276,9 @@ def split_index(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Valu
 
 
 def regexp_extract(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:
-    """REGEXP_EXTRACT: group ``options[1]`` of the first match of ``options[0]`` (every
-    group named for Arrow's extract_regex), NULL without a match."""
-    pattern, group = options
-    matched = pc.extract_regex(args[0], pattern=pattern)
-    return pc.struct_field(matched, [group])
+    """REGEXP_EXTRACT: the group of the first match of ``options[0]``, a pattern whose only
+    capture group is the wanted one, named; NULL without a match."""
+    return pc.struct_field(pc.extract_regex(args[0], pattern=options[0]), [0])
 
 
 def regexp(args: Sequence[Value], options: tuple, ctx: EvalContext) -> Value:

@@ -312,8 +312,9 @@ class Planner:
                 "a window TVF joined with another table is not supported yet; aggregate each "
                 "side by window first (window join)",
             )
+        referenced = _referenced_names(select) if joins else None
         for join in joins:
-            node, scope, condition = self._plan_join(node, scope, join, condition)
+            node, scope, condition = self._plan_join(node, scope, join, condition, referenced)
         return node, scope, window, condition
 
     def _from_item(self, source: exp.Expression) -> tuple[PlanNode, Scope, _Window | None]:
@@ -353,11 +354,17 @@ class Planner:
         left_scope: Scope,
         join: exp.Join,
         where: exp.Expression | None,
+        referenced: set[tuple[str, str]] | None,
     ) -> tuple[PlanNode, Scope, exp.Expression | None]:
         """``left JOIN right ON ...`` (or ``left, right WHERE ...``): an inner join,
         planned as a window join, an interval join or a regular join (in that order of
         preference: the first two keep bounded state). Returns the join, the names it
-        offers, and the WHERE conjuncts it did not take."""
+        offers, and the WHERE conjuncts it did not take.
+
+        ``referenced``: the columns the SELECT writes anywhere, ``(qualifier or "",
+        name)`` (None: all, for ``*``); each side keeps only the fields one can name,
+        so that neither the join's state nor its input scans hold columns nothing
+        reads."""
         side = (join.args.get("side") or "").upper()
         if side:
             raise sql_error(
@@ -452,13 +459,17 @@ class Planner:
                 "one pairs every row with every other",
             )
 
-        left_pre, left_keys = self._join_side(left, [k for k, _ in key_pairs], left_filters, "$lk")
+        left_fields = _used_fields(left, left_scope, referenced)
+        right_fields = _used_fields(right, right_scope, referenced)
+        left_pre, left_keys = self._join_side(
+            left, left_fields, [k for k, _ in key_pairs], left_filters, "$lk"
+        )
         right_pre, right_keys = self._join_side(
-            right, [k for _, k in key_pairs], right_filters, "$rk"
+            right, right_fields, [k for _, k in key_pairs], right_filters, "$rk"
         )
         fields = (
-            *left.fields,
-            *(Field(rename[f.name], f.type) for f in right.fields),
+            *left_fields,
+            *(Field(rename[f.name], f.type) for f in right_fields),
         )
         condition = None
         condition_text = ""
@@ -468,7 +479,8 @@ class Planner:
             condition_text = _text(predicate)
         windows = {}
         if mode == "window":
-            windows = {n: w for n, w in left.windows.items()}
+            kept = {f.name for f in left_fields}
+            windows = {n: w for n, w in left.windows.items() if n in kept}
         retention: IntervalBounds | WindowEnd | None = None
         if mode == "interval":
             assert bounds is not None
@@ -479,8 +491,8 @@ class Planner:
         spec = EquiJoinSpec(
             left_keys=tuple(left_keys),
             right_keys=tuple(right_keys),
-            left_output=tuple((f.name, f.name) for f in left.fields),
-            right_output=tuple((f.name, rename[f.name]) for f in right.fields),
+            left_output=tuple((f.name, f.name) for f in left_fields),
+            right_output=tuple((f.name, rename[f.name]) for f in right_fields),
             condition=condition.evaluate if condition is not None else None,
             retention=retention,
         )
@@ -498,13 +510,15 @@ class Planner:
     def _join_side(
         self,
         node: PlanNode,
+        fields: tuple[Field, ...],
         keys: list[exp.Expression],
         filters: list[exp.Expression],
         prefix: str,
     ) -> tuple[PlanNode, list[str]]:
-        """One join input: its filters and computed key columns in a Calc (the input
-        itself when there is nothing to compute), and its key column names."""
-        names = [f.name for f in node.fields]
+        """One join input: its filters, the ``fields`` the join passes on and its
+        computed key columns in a Calc (the input itself when there is nothing to
+        compute), and its key column names."""
+        names = [f.name for f in fields]
         projections: list[tuple[str, exp.Expression]] = [(n, field_column(n)) for n in names]
         key_names = []
         for i, key in enumerate(keys):
@@ -1300,6 +1314,34 @@ class Planner:
             inputs[0].rowtime if all(n.rowtime == inputs[0].rowtime for n in aligned) else None
         )
         return UnionNode(tuple(aligned), first, rowtime, "UNION ALL")
+
+
+def _referenced_names(select: exp.Select) -> set[tuple[str, str]] | None:
+    """Every column ``select`` writes as ``(qualifier or "", name)`` (its subqueries'
+    included: a superset is safe), or None when it has a ``*`` (it reads every column).
+
+    Example: ``_referenced_names(parse_one("SELECT a.x FROM a JOIN b ON a.k = k"))``
+    is ``{("a", "x"), ("a", "k"), ("", "k")}``
+    """
+    if any(True for _ in select.find_all(exp.Star)):
+        return None
+    return {(c.table, c.name) for c in select.find_all(exp.Column)}
+
+
+def _used_fields(
+    node: PlanNode, scope: Scope, referenced: set[tuple[str, str]] | None
+) -> tuple[Field, ...]:
+    """The fields of ``node`` that a ``referenced`` column can name in ``scope`` (all
+    when ``referenced`` is None), in ``node``'s order."""
+    if referenced is None:
+        return node.fields
+    named = {
+        field
+        for qualifier, columns in scope.items
+        for name, field in columns.items()
+        if ("", name) in referenced or (qualifier or "", name) in referenced
+    }
+    return tuple(f for f in node.fields if f.name in named)
 
 
 def _fusable(node: CalcNode) -> bool:
