@@ -5,7 +5,6 @@ keys, both backends), and snapshot/restore at another parallelism."""
 
 from __future__ import annotations
 
-import math
 import random
 import shutil
 import tempfile
@@ -15,21 +14,25 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pytest
-from columnar_support import MAX_P, make_operator
+from aggregate_support import (
+    BACKENDS,
+    assert_equal,
+    duckdb_aggregates,
+    duckdb_values,
+    operator_on,
+    same,
+)
+from columnar_support import MAX_P
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from epochstream.core.changelog import OP, RowKind, kind_names, with_kinds
-from epochstream.core.clock import ManualClock
 from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError, StateError
 from epochstream.graph.specs import AggCall, GroupAggregateSpec
-from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
-from epochstream.state.backends.heap.backend import HeapStateBackend
-from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
+from epochstream.state.backends.base import SnapshotTarget
 from epochstream.state.column_keygroups import key_groups_by_columns
 from epochstream.state.handles import OperatorRestore
-from epochstream.state.keygroups import key_group_range_for_operator
 
 KIND = "columnar_group_aggregate"
 SCHEMA = pa.schema(
@@ -56,10 +59,6 @@ CATALOG = [
     AggCall("min", "f", "mn_f"),
     AggCall("max", "f", "mx_f"),
 ]
-BACKENDS = {
-    "heap": HeapStateBackend,
-    "rocksdb": lambda: RocksDBStateBackend(block_cache_mb=1, write_buffer_mb=1),
-}
 
 
 def _op(
@@ -69,38 +68,19 @@ def _op(
     backend: str = "heap",
     local_dir: str = "",
 ) -> Any:
-    keyed = BACKENDS[backend]().create(
-        KeyedBackendContext(
-            operator_uid="ga",
-            subtask=subtask,
-            max_parallelism=MAX_P,
-            key_group_range=key_group_range_for_operator(MAX_P, parallelism, subtask),
-            clock=ManualClock(start=1_000.0),
-            local_dir=f"{local_dir}/{parallelism}-{subtask}-{random.random()}",
-        )
-    )
-    return make_operator(
+    return operator_on(
         KIND,
         spec,
-        keys=list(spec.keys) or None,
+        spec.keys,
         subtask=subtask,
         parallelism=parallelism,
-        keyed_backend=keyed,
+        backend=backend,
+        local_dir=local_dir,
     )
 
 
 def _batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(rows, schema=SCHEMA)
-
-
-def _same(a: Any, b: Any) -> bool:
-    if a is None or b is None:
-        return a is b
-    if isinstance(a, float) or isinstance(b, float):
-        if math.isnan(a) or math.isnan(b):
-            return math.isnan(a) and math.isnan(b)
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
-    return bool(a == b)
 
 
 class Upserted:
@@ -123,7 +103,7 @@ class Upserted:
                 self.table[key] = values
             elif kind in ("-U", "-D"):
                 held = self.table.pop(key)
-                assert all(_same(held[n], v) for n, v in values.items()), (held, values)
+                assert all(same(held[n], v) for n, v in values.items()), (held, values)
             else:
                 assert kind == "+U" and key not in self.table, f"+U without -U for {key}"
                 self.table[key] = values
@@ -132,42 +112,15 @@ class Upserted:
 def _duckdb(rows: list[dict[str, Any]], spec: GroupAggregateSpec) -> dict[Any, Any]:
     db = duckdb.connect()
     db.register("t", pa.Table.from_pylist(rows, schema=SCHEMA))
-    select = []
-    for a in spec.aggs:
-        where = f" FILTER (WHERE {a.filter})" if a.filter else ""
-        if a.kind == "count_star":
-            select.append(f"count(*){where}")
-        elif a.kind == "avg" and a.column == "v":  # integer AVG: truncated, below
-            select += [f"sum(v){where}", f"count(v){where}"]
-        elif a.distinct:
-            select.append(f"count(DISTINCT {a.column}){where}")
-        else:
-            select.append(f"{a.kind}({a.column}){where}")
+    select = duckdb_aggregates(spec.aggs)
     keys = list(spec.keys)
     group = f" GROUP BY {', '.join(keys)}" if keys else ""
     query = f"SELECT {', '.join([*keys, *select])} FROM t{group}"
     out: dict[Any, Any] = {}
     for row in db.execute(query).fetchall():
         values = list(row[len(keys) :])
-        result = {}
-        for a in spec.aggs:
-            if a.kind == "avg" and a.column == "v":
-                total, count = values.pop(0), values.pop(0)
-                quotient = None if total is None else abs(int(total)) // count
-                result[a.output] = quotient if total is None or total >= 0 else -quotient
-            else:
-                value = values.pop(0)
-                integer = a.kind == "sum" and a.column == "v" and value is not None
-                result[a.output] = int(value) if integer else value
-        out[tuple(row[: len(keys)])] = result
+        out[tuple(row[: len(keys)])] = duckdb_values(values, spec.aggs)
     return out
-
-
-def _assert_equal(got: dict[Any, Any], expected: dict[Any, Any]) -> None:
-    assert sorted(got, key=repr) == sorted(expected, key=repr)
-    for key, values in expected.items():
-        for name, value in values.items():
-            assert _same(got[key][name], value), (key, name, got[key][name], value)
 
 
 # ---------------------------------------------------------------------- examples
@@ -241,7 +194,7 @@ def _run_against_duckdb(scenario: Any, backend: str) -> None:
             for emitted in out.batches()[done:]:
                 table.apply(emitted)
             seen += batch
-            _assert_equal(table.table, _duckdb(seen, spec))  # after every batch
+            assert_equal(table.table, _duckdb(seen, spec))  # after every batch
         op.keyed.dispose()
     finally:
         shutil.rmtree(scratch)
@@ -313,7 +266,7 @@ def test_restore_at_another_parallelism_continues_the_changelog(
         op.process_batch(_mine(second, spec, groups), None)
         for batch in out.batches():
             table.apply(batch)
-    _assert_equal(table.table, _duckdb(rows, spec))
+    assert_equal(table.table, _duckdb(rows, spec))
 
 
 def test_restore_refuses_state_of_another_query(tmp_path: Path) -> None:
@@ -385,7 +338,7 @@ def test_retractions_leave_what_duckdb_computes_over_the_net_rows(scenario: Any)
         expected = _duckdb(net, spec) if net else {}
         if not spec.keys and not net:
             expected = {}  # no rows: no group (the global group is deleted)
-        _assert_equal(table.table, expected)
+        assert_equal(table.table, expected)
     op.keyed.dispose()
 
 

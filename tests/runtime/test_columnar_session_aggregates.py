@@ -5,7 +5,6 @@ operator's, and snapshot/restore at another parallelism."""
 
 from __future__ import annotations
 
-import math
 import random
 import shutil
 import tempfile
@@ -15,22 +14,25 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pytest
+from aggregate_support import (
+    BACKENDS,
+    assert_equal,
+    duckdb_aggregates,
+    duckdb_values,
+    operator_on,
+)
 from columnar_support import MAX_P, make_operator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from epochstream.core.clock import ManualClock
 from epochstream.core.events import MAX_WATERMARK
 from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError, StateError
 from epochstream.graph.specs import AggCall, SessionAggregateSpec, SessionWindowSpec
 from epochstream.runtime.operators.columnar_sessions import accepted_rows, session_runs
-from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
-from epochstream.state.backends.heap.backend import HeapStateBackend
-from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
+from epochstream.state.backends.base import SnapshotTarget
 from epochstream.state.column_keygroups import key_groups_by_columns
 from epochstream.state.handles import OperatorRestore
-from epochstream.state.keygroups import key_group_range_for_operator
 
 KIND = "columnar_session_aggregate"
 SCHEMA = pa.schema(
@@ -59,10 +61,6 @@ CATALOG = [
     AggCall("min", "f", "mn_f"),
     AggCall("max", "f", "mx_f"),
 ]
-BACKENDS = {
-    "heap": HeapStateBackend,
-    "rocksdb": lambda: RocksDBStateBackend(block_cache_mb=1, write_buffer_mb=1),
-}
 
 
 def _op(
@@ -72,23 +70,14 @@ def _op(
     backend: str = "heap",
     local_dir: str = "",
 ) -> Any:
-    keyed = BACKENDS[backend]().create(
-        KeyedBackendContext(
-            operator_uid="sa",
-            subtask=subtask,
-            max_parallelism=MAX_P,
-            key_group_range=key_group_range_for_operator(MAX_P, parallelism, subtask),
-            clock=ManualClock(start=1_000.0),
-            local_dir=f"{local_dir}/{parallelism}-{subtask}-{random.random()}",
-        )
-    )
-    return make_operator(
+    return operator_on(
         KIND,
         spec,
-        keys=list(spec.keys) or None,
+        spec.keys,
         subtask=subtask,
         parallelism=parallelism,
-        keyed_backend=keyed,
+        backend=backend,
+        local_dir=local_dir,
     )
 
 
@@ -132,17 +121,7 @@ def _duckdb(rows: list[dict[str, Any]], spec: SessionAggregateSpec) -> dict[Any,
         "PRECEDING AND 1 PRECEDING) AS reach FROM (SELECT *, row_number() OVER () AS rid "
         "FROM t))"
     )
-    select = []
-    for a in spec.aggs:
-        where = f" FILTER (WHERE {a.filter})" if a.filter else ""
-        if a.kind == "count_star":
-            select.append(f"count(*){where}")
-        elif a.kind == "avg" and a.column == "v":  # integer AVG: truncated, below
-            select += [f"sum(v){where}", f"count(v){where}"]
-        elif a.distinct:
-            select.append(f"count(DISTINCT {a.column}){where}")
-        else:
-            select.append(f"{a.kind}({a.column}){where}")
+    select = duckdb_aggregates(spec.aggs)
     group = [*keys, "sid"]
     query = (
         f"SELECT {', '.join([*keys, ''])} min(_ts), max(_ts) + {gap}, {', '.join(select)} "
@@ -151,35 +130,8 @@ def _duckdb(rows: list[dict[str, Any]], spec: SessionAggregateSpec) -> dict[Any,
     out: dict[Any, Any] = {}
     for row in db.execute(query).fetchall():
         values = list(row[len(keys) + 2 :])
-        result = {}
-        for a in spec.aggs:
-            if a.kind == "avg" and a.column == "v":
-                total, count = values.pop(0), values.pop(0)
-                quotient = None if total is None else abs(int(total)) // count
-                result[a.output] = quotient if total is None or total >= 0 else -quotient
-            else:
-                value = values.pop(0)
-                integer = a.kind == "sum" and a.column == "v" and value is not None
-                result[a.output] = int(value) if integer else value
-        out[tuple(row[: len(keys) + 2])] = result
+        out[tuple(row[: len(keys) + 2])] = duckdb_values(values, spec.aggs)
     return out
-
-
-def _same(a: Any, b: Any) -> bool:
-    if a is None or b is None:
-        return a is b
-    if isinstance(a, float) or isinstance(b, float):
-        if math.isnan(a) or math.isnan(b):
-            return math.isnan(a) and math.isnan(b)
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
-    return bool(a == b)
-
-
-def _assert_equal(got: dict[Any, Any], expected: dict[Any, Any]) -> None:
-    assert sorted(got, key=repr) == sorted(expected, key=repr)
-    for key, values in expected.items():
-        for name, value in values.items():
-            assert _same(got[key][name], value), (key, name, got[key][name], value)
 
 
 # ---------------------------------------------------------------------- examples
@@ -330,7 +282,7 @@ def _run_against_duckdb(scenario: Any, backend: str) -> None:
             op.process_watermark(wm)
         op.process_watermark(MAX_WATERMARK)
         rows = [r for batch in batches for r in batch]
-        _assert_equal(_results(out.batches(), spec), _duckdb(rows, spec))
+        assert_equal(_results(out.batches(), spec), _duckdb(rows, spec))
         assert op.counters.late_records_dropped == 0
         assert op.state_table().num_rows == 0
         op.keyed.dispose()
@@ -452,7 +404,7 @@ def test_restore_at_another_parallelism_gives_the_same_output(tmp_path: Path, ba
         op.process_batch(_mine(second, spec, groups), None)
         op.process_watermark(MAX_WATERMARK)
         emitted += out.batches()
-    _assert_equal(_results(emitted, spec), _duckdb(rows, spec))
+    assert_equal(_results(emitted, spec), _duckdb(rows, spec))
 
 
 def test_restore_refuses_state_of_another_query(tmp_path: Path) -> None:

@@ -14,28 +14,21 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from columnar_support import MAX_P, make_operator
+from aggregate_support import BACKENDS, operator_on
+from columnar_support import MAX_P
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from epochstream.core.changelog import OP, kind_names, with_kinds
-from epochstream.core.clock import ManualClock
 from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import DataError, StateError
 from epochstream.graph.specs import TopNSpec
-from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
-from epochstream.state.backends.heap.backend import HeapStateBackend
-from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
+from epochstream.state.backends.base import SnapshotTarget
 from epochstream.state.column_keygroups import key_groups_by_columns
 from epochstream.state.handles import OperatorRestore
-from epochstream.state.keygroups import key_group_range_for_operator
 
 KIND = "columnar_top_n"
 SCHEMA = pa.schema([("p", pa.int64()), ("q", pa.string()), ("x", pa.int64()), ("id", pa.int64())])
-BACKENDS = {
-    "heap": HeapStateBackend,
-    "rocksdb": lambda: RocksDBStateBackend(block_cache_mb=1, write_buffer_mb=1),
-}
 
 
 def _op(
@@ -45,23 +38,14 @@ def _op(
     backend: str = "heap",
     local_dir: str = "",
 ) -> Any:
-    keyed = BACKENDS[backend]().create(
-        KeyedBackendContext(
-            operator_uid="tn",
-            subtask=subtask,
-            max_parallelism=MAX_P,
-            key_group_range=key_group_range_for_operator(MAX_P, parallelism, subtask),
-            clock=ManualClock(start=1_000.0),
-            local_dir=f"{local_dir}/{parallelism}-{subtask}-{random.random()}",
-        )
-    )
-    return make_operator(
+    return operator_on(
         KIND,
         spec,
-        keys=list(spec.partition_by) or None,
+        spec.partition_by,
         subtask=subtask,
         parallelism=parallelism,
-        keyed_backend=keyed,
+        backend=backend,
+        local_dir=local_dir,
     )
 
 

@@ -15,6 +15,13 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pytest
+from aggregate_support import (
+    BACKENDS,
+    assert_equal,
+    duckdb_aggregates,
+    duckdb_values,
+    operator_on,
+)
 from columnar_support import MAX_P, make_operator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -31,12 +38,9 @@ from epochstream.graph.specs import (
 )
 from epochstream.runtime.operators import columnar_window_aggregates as window_aggregates
 from epochstream.runtime.operators.columnar_window_aggregates import SliceAssigner
-from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
-from epochstream.state.backends.heap.backend import HeapStateBackend
-from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
+from epochstream.state.backends.base import SnapshotTarget
 from epochstream.state.column_keygroups import key_groups_by_columns
 from epochstream.state.handles import OperatorRestore
-from epochstream.state.keygroups import key_group_range_for_operator
 
 KIND = "columnar_window_aggregate"
 PROCTIME_KIND = "columnar_processing_window_aggregate"
@@ -77,12 +81,6 @@ def _spec(
     return SliceWindowAggregateSpec(keys=keys, window=window, aggs=tuple(aggs), proctime=proctime)
 
 
-BACKENDS = {
-    "heap": HeapStateBackend,
-    "rocksdb": lambda: RocksDBStateBackend(block_cache_mb=1, write_buffer_mb=1),
-}
-
-
 def _op(
     spec: SliceWindowAggregateSpec,
     subtask: int = 0,
@@ -94,24 +92,15 @@ def _op(
     """The operator as subtask ``subtask`` of ``parallelism`` on a ``backend`` backend
     (RocksDB's files under ``local_dir``), of processing time on ``clock`` when the spec
     says ``proctime``."""
-    keyed = BACKENDS[backend]().create(
-        KeyedBackendContext(
-            operator_uid="wa",
-            subtask=subtask,
-            max_parallelism=MAX_P,
-            key_group_range=key_group_range_for_operator(MAX_P, parallelism, subtask),
-            clock=ManualClock(start=1_000.0),
-            local_dir=f"{local_dir}/{parallelism}-{subtask}-{random.random()}",
-        )
-    )
-    return make_operator(
+    return operator_on(
         PROCTIME_KIND if spec.proctime else KIND,
         spec,
-        keys=list(spec.keys) or None,
+        spec.keys,
         subtask=subtask,
         parallelism=parallelism,
+        backend=backend,
+        local_dir=local_dir,
         clock=clock,
-        keyed_backend=keyed,
     )
 
 
@@ -169,55 +158,16 @@ def _duckdb(rows: list[dict[str, Any]], spec: SliceWindowAggregateSpec) -> dict[
             f"FROM t) t, range(0, {w.size // slide + 2}) r(j) "
             f"WHERE last - {slide} * j > _ts - {w.size}"
         )
-    select = []
-    for a in spec.aggs:
-        where = f" FILTER (WHERE {a.filter})" if a.filter else ""
-        if a.kind == "count_star":
-            select.append(f"count(*){where}")
-        elif a.kind == "avg" and a.column == "v":  # integer AVG: truncated, below
-            select.append(f"sum(v){where}")
-            select.append(f"count(v){where}")
-        elif a.distinct:
-            select.append(f"count(DISTINCT {a.column}){where}")
-        else:
-            select.append(f"{a.kind}({a.column}){where}")
+    select = duckdb_aggregates(spec.aggs)
     group = [*spec.keys, "ws", "we"]
     query = (
         f"SELECT {', '.join(group)}, {', '.join(select)} FROM ({windows}) x "
         f"WHERE we - 1 > wm GROUP BY {', '.join(group)}"
     )
-    out: dict[Any, Any] = {}
-    for row in db.execute(query).fetchall():
-        values = list(row[len(group) :])
-        result = {}
-        for a in spec.aggs:
-            if a.kind == "avg" and a.column == "v":
-                total, count = values.pop(0), values.pop(0)
-                quotient = None if total is None else abs(int(total)) // count
-                result[a.output] = quotient if total is None or total >= 0 else -quotient
-            else:
-                value = values.pop(0)
-                integer = a.kind == "sum" and a.column == "v" and value is not None
-                result[a.output] = int(value) if integer else value
-        out[tuple(row[: len(group)])] = result
-    return out
-
-
-def _same(a: Any, b: Any) -> bool:
-    if a is None or b is None:
-        return a is b
-    if isinstance(a, float) or isinstance(b, float):
-        if math.isnan(a) or math.isnan(b):
-            return math.isnan(a) and math.isnan(b)
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
-    return bool(a == b)
-
-
-def _assert_equal(got: dict[Any, Any], expected: dict[Any, Any]) -> None:
-    assert sorted(got, key=repr) == sorted(expected, key=repr)
-    for key, values in expected.items():
-        for name, value in values.items():
-            assert _same(got[key][name], value), (key, name, got[key][name], value)
+    return {
+        tuple(row[: len(group)]): duckdb_values(list(row[len(group) :]), spec.aggs)
+        for row in db.execute(query).fetchall()
+    }
 
 
 # ---------------------------------------------------------------------- examples
@@ -409,7 +359,7 @@ def _run_on(scenario: Any, backend: str, scratch: str) -> None:
         current = max(current, wm)
     op.process_watermark(MAX_WATERMARK)
     expected = _duckdb(arrived, spec)
-    _assert_equal(_results(out.batches(), spec), expected)
+    assert_equal(_results(out.batches(), spec), expected)
     assert op.keyed.row_tables() == []
     late = [
         r
@@ -520,7 +470,7 @@ def test_restore_at_another_parallelism_gives_the_same_output(
         op.process_batch(_mine(second, spec, op.key_groups), None)
         op.process_watermark(MAX_WATERMARK)
         emitted += out.batches()
-    _assert_equal(_results(emitted, spec), expected)
+    assert_equal(_results(emitted, spec), expected)
 
 
 def _mine(batch: pa.RecordBatch, spec: SliceWindowAggregateSpec, groups: range) -> pa.RecordBatch:
@@ -698,7 +648,7 @@ def test_processing_time_windows_equal_the_windows_of_each_batchs_arrival(
     for batch in out.batches():
         ends += batch.column("window_end").cast(pa.int64()).to_pylist()
     assert ends == sorted(ends)  # by window end, across firings
-    _assert_equal(_results(out.batches(), spec), _at_clock(stamped, spec))
+    assert_equal(_results(out.batches(), spec), _at_clock(stamped, spec))
     assert op.next_processing_time() is None and op.keyed.row_tables() == []
 
 

@@ -1100,19 +1100,48 @@ class Planner:
                 updating=True,
                 unique_key=tuple(keys),
             )
-            return self._post_aggregate(
-                select,
-                aggregate,
-                call_text,
-                key_text,
-                flink_types,
-                operator_types,
-                columns_scope,
-                visible,
-                having,
-                tvf_columns=False,
-                rowtime_allowed=False,
+        else:
+            aggregate = self._window_aggregate_node(
+                window,
+                operator_window,
+                keys,
+                keys_of_group,
+                calls,
+                pre_node,
+                pre_types,
+                agg_fields,
+                out_windows,
+                f"{kind} aggregate: {_text(select)}",
             )
+        return self._post_aggregate(
+            select,
+            aggregate,
+            call_text,
+            key_text,
+            flink_types,
+            operator_types,
+            columns_scope,
+            visible,
+            having,
+            tvf_columns=tvf_columns,
+            rowtime_allowed=not (window is not None and window.proctime),
+        )
+
+    def _window_aggregate_node(
+        self,
+        window: _Window | None,
+        operator_window: WindowTvf | None,
+        keys: list[str],
+        keys_of_group: list[exp.Expression],
+        calls: list[AggCall],
+        pre_node: PlanNode,
+        pre_types: dict[str, SqlType],
+        agg_fields: list[Field],
+        out_windows: dict[str, tuple[str, WindowTvf]],
+        label: str,
+    ) -> PlanNode:
+        """The window aggregate over ``pre_node``: SESSION windows (``operator_window``
+        None) or TUMBLE/HOP/CUMULATE ones over event or processing time."""
         out_fields = (
             *(Field(k, pre_types[k]) for k in keys),
             Field("window_start", _TIMESTAMP),
@@ -1131,27 +1160,8 @@ class Planner:
                 aggs=tuple(calls),
                 proctime=window is not None and window.proctime,
             )
-        aggregate = WindowAggregateNode(
-            (pre_node,),
-            out_fields,
-            None,
-            _short(f"{kind} aggregate: {_text(select)}"),
-            windows=out_windows,
-            spec=spec,
-        )
-
-        return self._post_aggregate(
-            select,
-            aggregate,
-            call_text,
-            key_text,
-            flink_types,
-            operator_types,
-            columns_scope,
-            visible,
-            having,
-            tvf_columns=tvf_columns,
-            rowtime_allowed=not (window is not None and window.proctime),
+        return WindowAggregateNode(
+            (pre_node,), out_fields, None, _short(label), windows=out_windows, spec=spec
         )
 
     def _post_aggregate(
