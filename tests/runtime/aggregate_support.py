@@ -7,17 +7,51 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from columnar_support import MAX_P, make_operator
 
 from epochstream.core.clock import ManualClock
+from epochstream.core.filesystems import storage_fs
 from epochstream.graph.specs import AggCall
-from epochstream.state.backends.base import KeyedBackendContext
+from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
 from epochstream.state.backends.heap.backend import HeapStateBackend
 from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
+from epochstream.state.column_keygroups import key_groups_by_columns
 from epochstream.state.keygroups import key_group_range_for_operator
 
+#: The value columns the tests draw rows of: two keys, an int64 and a float64 value, and
+#: a boolean for FILTER.
+VALUES_SCHEMA = pa.schema(
+    [
+        ("k1", pa.int64()),
+        ("k2", pa.string()),
+        ("v", pa.int64()),
+        ("f", pa.float64()),
+        ("b", pa.bool_()),
+    ]
+)
+#: Every aggregate the property tests draw from (v: int64, f: float64, b: the filter).
+CATALOG = [
+    AggCall("count_star", None, "n"),
+    AggCall("count_star", None, "n_b", filter="b"),
+    AggCall("count", "v", "c_v"),
+    AggCall("count", "v", "cd_v", distinct=True),
+    AggCall("count", "v", "cd_v_b", distinct=True, filter="b"),
+    AggCall("count", "f", "cd_f", distinct=True),
+    AggCall("sum", "v", "s_v"),
+    AggCall("sum", "v", "s_v_b", filter="b"),
+    AggCall("sum", "f", "s_f"),
+    AggCall("avg", "v", "a_v"),
+    AggCall("avg", "f", "a_f", filter="b"),
+    AggCall("min", "v", "mn_v"),
+    AggCall("max", "v", "mx_v_b", filter="b"),
+    AggCall("min", "f", "mn_f"),
+    AggCall("max", "f", "mx_f"),
+    AggCall("min", "f", "mn_f_b", filter="b"),
+]
 BACKENDS = {
     "heap": HeapStateBackend,
     "rocksdb": lambda: RocksDBStateBackend(block_cache_mb=1, write_buffer_mb=1),
@@ -110,3 +144,21 @@ def assert_equal(got: dict[Any, Any], expected: dict[Any, Any]) -> None:
     for key, values in expected.items():
         for name, value in values.items():
             assert same(got[key][name], value), (key, name, got[key][name], value)
+
+
+def snapshot_target(root: Path, n: int, subtask: int = 0) -> SnapshotTarget:
+    """Where subtask ``subtask`` writes checkpoint ``n`` under ``root``."""
+    return SnapshotTarget(
+        fs=storage_fs(str(root)),
+        checkpoint_id=n,
+        directory=str(root / f"chk-{n}"),
+        shared_dir=str(root / "shared"),
+        name=f"agg-{n}-{subtask}",
+    )
+
+
+def routed(batch: pa.RecordBatch, keys: tuple[str, ...], groups: range) -> pa.RecordBatch:
+    """The rows of ``batch`` a hash edge on ``keys`` sends to the subtask of key groups
+    ``groups``."""
+    kgs = key_groups_by_columns([batch.column(k) for k in keys], MAX_P, rows=batch.num_rows)
+    return batch.filter(pa.array([int(g) in groups for g in kgs]))

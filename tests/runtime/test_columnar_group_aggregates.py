@@ -16,49 +16,26 @@ import pyarrow as pa
 import pytest
 from aggregate_support import (
     BACKENDS,
+    CATALOG,
+    VALUES_SCHEMA,
     assert_equal,
     duckdb_aggregates,
     duckdb_values,
     operator_on,
+    routed,
     same,
+    snapshot_target,
 )
-from columnar_support import MAX_P
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from epochstream.core.changelog import OP, RowKind, kind_names, with_kinds
-from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError, StateError
 from epochstream.graph.specs import AggCall, GroupAggregateSpec
-from epochstream.state.backends.base import SnapshotTarget
-from epochstream.state.column_keygroups import key_groups_by_columns
 from epochstream.state.handles import OperatorRestore
 
 KIND = "columnar_group_aggregate"
-SCHEMA = pa.schema(
-    [
-        ("k1", pa.int64()),
-        ("k2", pa.string()),
-        ("v", pa.int64()),
-        ("f", pa.float64()),
-        ("b", pa.bool_()),
-    ]
-)
-CATALOG = [
-    AggCall("count_star", None, "n"),
-    AggCall("count_star", None, "n_b", filter="b"),
-    AggCall("count", "v", "c_v"),
-    AggCall("count", "v", "cd_v", distinct=True),
-    AggCall("count", "f", "cd_f", distinct=True, filter="b"),
-    AggCall("sum", "v", "s_v"),
-    AggCall("sum", "f", "s_f"),
-    AggCall("avg", "v", "a_v"),
-    AggCall("avg", "f", "a_f"),
-    AggCall("min", "v", "mn_v"),
-    AggCall("max", "v", "mx_v_b", filter="b"),
-    AggCall("min", "f", "mn_f"),
-    AggCall("max", "f", "mx_f"),
-]
+SCHEMA = VALUES_SCHEMA
 
 
 def _op(
@@ -215,21 +192,6 @@ def test_the_changelog_equals_duckdb_after_every_batch_on_rocksdb(scenario: Any)
 # ---------------------------------------------------------------------- snapshots
 
 
-def _target(root: Path, n: int, subtask: int = 0) -> SnapshotTarget:
-    return SnapshotTarget(
-        fs=storage_fs(str(root)),
-        checkpoint_id=n,
-        directory=str(root / f"chk-{n}"),
-        shared_dir=None,
-        name=f"ga-{n}-{subtask}",
-    )
-
-
-def _mine(batch: pa.RecordBatch, spec: GroupAggregateSpec, groups: range) -> pa.RecordBatch:
-    kgs = key_groups_by_columns([batch.column(k) for k in spec.keys], MAX_P, rows=batch.num_rows)
-    return batch.filter(pa.array([int(g) in groups for g in kgs]))
-
-
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_restore_at_another_parallelism_continues_the_changelog(
     tmp_path: Path, backend: str
@@ -252,10 +214,10 @@ def test_restore_at_another_parallelism_continues_the_changelog(
     for subtask in range(2):
         op, out = _op(spec, subtask, 2, backend, str(tmp_path))
         for i in range(0, first.num_rows, 25):
-            op.process_batch(_mine(first.slice(i, 25), spec, op.keyed.key_group_range), None)
+            op.process_batch(routed(first.slice(i, 25), spec.keys, op.keyed.key_group_range), None)
         for batch in out.batches():
             table.apply(batch)
-        handle = op.snapshot(_target(tmp_path, 1, subtask)).keyed.run()
+        handle = op.snapshot(snapshot_target(tmp_path, 1, subtask)).keyed.run()
         if handle is not None:
             handles.append(handle)
     for subtask in range(3):
@@ -263,7 +225,7 @@ def test_restore_at_another_parallelism_continues_the_changelog(
         groups = op.keyed.key_group_range
         parts = [p for h in handles if (p := h.restricted_to(groups)) is not None]
         op.initialize_state(OperatorRestore(keyed=parts), 1)
-        op.process_batch(_mine(second, spec, groups), None)
+        op.process_batch(routed(second, spec.keys, groups), None)
         for batch in out.batches():
             table.apply(batch)
     assert_equal(table.table, _duckdb(rows, spec))
@@ -273,7 +235,7 @@ def test_restore_refuses_state_of_another_query(tmp_path: Path) -> None:
     spec = GroupAggregateSpec(keys=("k1",), aggs=(AggCall("sum", "v", "s"),))
     op, _ = _op(spec)
     op.process_batch(_batch([{"k1": 1, "k2": "a", "v": 1, "f": 1.0, "b": True}]), None)
-    handle = op.snapshot(_target(tmp_path, 1)).keyed.run()
+    handle = op.snapshot(snapshot_target(tmp_path, 1)).keyed.run()
     other = GroupAggregateSpec(keys=("k1",), aggs=(AggCall("count", "v", "d", distinct=True),))
     new, _ = _op(other)
     with pytest.raises(StateError, match="another uid"):

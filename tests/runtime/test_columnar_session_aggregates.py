@@ -16,51 +16,27 @@ import pyarrow as pa
 import pytest
 from aggregate_support import (
     BACKENDS,
+    CATALOG,
+    VALUES_SCHEMA,
     assert_equal,
     duckdb_aggregates,
     duckdb_values,
     operator_on,
+    routed,
+    snapshot_target,
 )
-from columnar_support import MAX_P, make_operator
+from columnar_support import make_operator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from epochstream.core.events import MAX_WATERMARK
-from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError, StateError
 from epochstream.graph.specs import AggCall, SessionAggregateSpec, SessionWindowSpec
 from epochstream.runtime.operators.columnar_sessions import accepted_rows, session_runs
-from epochstream.state.backends.base import SnapshotTarget
-from epochstream.state.column_keygroups import key_groups_by_columns
 from epochstream.state.handles import OperatorRestore
 
 KIND = "columnar_session_aggregate"
-SCHEMA = pa.schema(
-    [
-        ("k1", pa.int64()),
-        ("k2", pa.string()),
-        ("v", pa.int64()),
-        ("f", pa.float64()),
-        ("b", pa.bool_()),
-        ("_ts", pa.int64()),
-    ]
-)
-CATALOG = [
-    AggCall("count_star", None, "n"),
-    AggCall("count_star", None, "n_b", filter="b"),
-    AggCall("count", "v", "c_v"),
-    AggCall("count", "v", "cd_v", distinct=True),
-    AggCall("count", "v", "cd_v_b", distinct=True, filter="b"),
-    AggCall("count", "f", "cd_f", distinct=True),
-    AggCall("sum", "v", "s_v"),
-    AggCall("sum", "f", "s_f"),
-    AggCall("avg", "v", "a_v"),
-    AggCall("avg", "f", "a_f", filter="b"),
-    AggCall("min", "v", "mn_v"),
-    AggCall("max", "v", "mx_v_b", filter="b"),
-    AggCall("min", "f", "mn_f"),
-    AggCall("max", "f", "mx_f"),
-]
+SCHEMA = VALUES_SCHEMA.append(pa.field("_ts", pa.int64()))
 
 
 def _op(
@@ -352,22 +328,6 @@ def test_late_rows_follow_the_single_aggregate_session_operator(seed: int, gap: 
 # ---------------------------------------------------------------------- snapshots
 
 
-def _target(root: Path, n: int, subtask: int = 0) -> SnapshotTarget:
-    return SnapshotTarget(
-        fs=storage_fs(str(root)),
-        checkpoint_id=n,
-        directory=str(root / f"chk-{n}"),
-        shared_dir=None,
-        name=f"sa-{n}-{subtask}",
-    )
-
-
-def _mine(batch: pa.RecordBatch, spec: SessionAggregateSpec, groups: range) -> pa.RecordBatch:
-    """The rows of ``batch`` a hash edge sends to the subtask of key groups ``groups``."""
-    kgs = key_groups_by_columns([batch.column(k) for k in spec.keys], MAX_P, rows=batch.num_rows)
-    return batch.filter(pa.array([int(g) in groups for g in kgs]))
-
-
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_restore_at_another_parallelism_gives_the_same_output(tmp_path: Path, backend: str) -> None:
     rng = random.Random(7)
@@ -390,10 +350,10 @@ def test_restore_at_another_parallelism_gives_the_same_output(tmp_path: Path, ba
     for subtask in range(2):  # 2 subtasks up to the snapshot...
         op, out = _op(spec, subtask, 2, backend, str(tmp_path))
         for i in range(0, first.num_rows, 10):
-            op.process_batch(_mine(first.slice(i, 10), spec, op.keyed.key_group_range), None)
+            op.process_batch(routed(first.slice(i, 10), spec.keys, op.keyed.key_group_range), None)
         op.process_watermark(wm)
         emitted += out.batches()
-        handle = op.snapshot(_target(tmp_path, 1, subtask)).keyed.run()
+        handle = op.snapshot(snapshot_target(tmp_path, 1, subtask)).keyed.run()
         if handle is not None:
             handles.append(handle)
     for subtask in range(3):  # ... then 3 from it, the key groups of each
@@ -401,7 +361,7 @@ def test_restore_at_another_parallelism_gives_the_same_output(tmp_path: Path, ba
         groups = op.keyed.key_group_range
         parts = [p for h in handles if (p := h.restricted_to(groups)) is not None]
         op.initialize_state(OperatorRestore(keyed=parts), 1)
-        op.process_batch(_mine(second, spec, groups), None)
+        op.process_batch(routed(second, spec.keys, groups), None)
         op.process_watermark(MAX_WATERMARK)
         emitted += out.batches()
     assert_equal(_results(emitted, spec), _duckdb(rows, spec))
@@ -411,7 +371,7 @@ def test_restore_refuses_state_of_another_query(tmp_path: Path) -> None:
     spec = SessionAggregateSpec(keys=("k1",), gap=8, aggs=(AggCall("sum", "v", "s"),))
     op, _ = _op(spec)
     op.process_batch(_batch([{"k1": 1, "k2": "a", "v": 1, "f": 1.0, "b": True, "_ts": 0}]), None)
-    handle = op.snapshot(_target(tmp_path, 1)).keyed.run()
+    handle = op.snapshot(snapshot_target(tmp_path, 1)).keyed.run()
     other = SessionAggregateSpec(
         keys=("k1",), gap=8, aggs=(AggCall("count", "v", "d", distinct=True),)
     )

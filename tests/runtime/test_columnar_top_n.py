@@ -14,16 +14,14 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from aggregate_support import BACKENDS, operator_on
+from aggregate_support import BACKENDS, operator_on, snapshot_target
 from columnar_support import MAX_P
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from epochstream.core.changelog import OP, kind_names, with_kinds
-from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import DataError, StateError
 from epochstream.graph.specs import TopNSpec
-from epochstream.state.backends.base import SnapshotTarget
 from epochstream.state.column_keygroups import key_groups_by_columns
 from epochstream.state.handles import OperatorRestore
 
@@ -175,16 +173,6 @@ def test_the_changelog_leaves_the_first_rows_after_every_batch_on_rocksdb(scenar
     _run(scenario, "rocksdb")
 
 
-def _target(root: Path, n: int, subtask: int) -> SnapshotTarget:
-    return SnapshotTarget(
-        fs=storage_fs(str(root)),
-        checkpoint_id=n,
-        directory=str(root / f"chk-{n}"),
-        shared_dir=None,
-        name=f"tn-{n}-{subtask}",
-    )
-
-
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_restore_at_another_parallelism_continues_the_changelog(
     tmp_path: Path, backend: str
@@ -210,7 +198,7 @@ def test_restore_at_another_parallelism_continues_the_changelog(
         for i in range(0, first.num_rows, 30):
             op.process_batch(mine(first.slice(i, 30), op.keyed.key_group_range), None)
         emitted += out.batches()
-        handle = op.snapshot(_target(tmp_path, 1, subtask)).keyed.run()
+        handle = op.snapshot(snapshot_target(tmp_path, 1, subtask)).keyed.run()
         if handle is not None:
             handles.append(handle)
     for subtask in range(3):
@@ -227,7 +215,7 @@ def test_restore_at_another_parallelism_continues_the_changelog(
 def test_restore_refuses_state_of_another_query(tmp_path: Path) -> None:
     op, _ = _op(TopNSpec(("p",), (("x", "desc"),), 1))
     op.process_batch(_batch([{"p": 1, "q": "a", "x": 1, "id": 0}]), None)
-    handle = op.snapshot(_target(tmp_path, 1, 0)).keyed.run()
+    handle = op.snapshot(snapshot_target(tmp_path, 1, 0)).keyed.run()
     new, _ = _op(TopNSpec(("p",), (("missing", "desc"),), 1))
     with pytest.raises(StateError, match="another uid"):
         new.initialize_state(OperatorRestore(keyed=[handle]), 1)

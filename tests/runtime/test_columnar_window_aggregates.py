@@ -17,10 +17,14 @@ import pyarrow as pa
 import pytest
 from aggregate_support import (
     BACKENDS,
+    CATALOG,
+    VALUES_SCHEMA,
     assert_equal,
     duckdb_aggregates,
     duckdb_values,
     operator_on,
+    routed,
+    snapshot_target,
 )
 from columnar_support import MAX_P, make_operator
 from hypothesis import HealthCheck, given, settings
@@ -28,7 +32,6 @@ from hypothesis import strategies as st
 
 from epochstream.core.clock import ManualClock, wall_ms
 from epochstream.core.events import MAX_WATERMARK
-from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError, StateError
 from epochstream.graph.specs import (
     AggCall,
@@ -38,41 +41,12 @@ from epochstream.graph.specs import (
 )
 from epochstream.runtime.operators import columnar_window_aggregates as window_aggregates
 from epochstream.runtime.operators.columnar_window_aggregates import SliceAssigner
-from epochstream.state.backends.base import SnapshotTarget
 from epochstream.state.column_keygroups import key_groups_by_columns
 from epochstream.state.handles import OperatorRestore
 
 KIND = "columnar_window_aggregate"
 PROCTIME_KIND = "columnar_processing_window_aggregate"
-SCHEMA = pa.schema(
-    [
-        ("k1", pa.int64()),
-        ("k2", pa.string()),
-        ("v", pa.int64()),
-        ("f", pa.float64()),
-        ("b", pa.bool_()),
-        ("_ts", pa.int64()),
-    ]
-)
-# Every aggregate the property test draws from (v: int64, f: float64, b: the filter).
-CATALOG = [
-    AggCall("count_star", None, "n"),
-    AggCall("count_star", None, "n_b", filter="b"),
-    AggCall("count", "v", "c_v"),
-    AggCall("count", "v", "cd_v", distinct=True),
-    AggCall("count", "v", "cd_v_b", distinct=True, filter="b"),
-    AggCall("count", "f", "cd_f", distinct=True),
-    AggCall("sum", "v", "s_v"),
-    AggCall("sum", "v", "s_v_b", filter="b"),
-    AggCall("sum", "f", "s_f"),
-    AggCall("avg", "v", "a_v"),
-    AggCall("avg", "f", "a_f", filter="b"),
-    AggCall("min", "v", "mn_v"),
-    AggCall("max", "v", "mx_v_b", filter="b"),
-    AggCall("min", "f", "mn_f"),
-    AggCall("max", "f", "mx_f"),
-    AggCall("min", "f", "mn_f_b", filter="b"),
-]
+SCHEMA = VALUES_SCHEMA.append(pa.field("_ts", pa.int64()))
 
 
 def _spec(
@@ -106,16 +80,6 @@ def _op(
 
 def _batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(rows, schema=SCHEMA)
-
-
-def _target(root: Path, n: int, subtask: int = 0) -> SnapshotTarget:
-    return SnapshotTarget(
-        fs=storage_fs(str(root)),
-        checkpoint_id=n,
-        directory=str(root / f"chk-{n}"),
-        shared_dir=str(root / "shared"),
-        name=f"wa-{n}-{subtask}",
-    )
 
 
 def _results(batches: list[pa.RecordBatch], spec: SliceWindowAggregateSpec) -> dict[Any, Any]:
@@ -456,10 +420,10 @@ def test_restore_at_another_parallelism_gives_the_same_output(
     for subtask in range(2):  # 2 subtasks up to the snapshot...
         op, out = _op(spec, subtask, 2, backend, str(tmp_path))
         for i in range(0, first.num_rows, 10):
-            op.process_batch(_mine(first.slice(i, 10), spec, op.key_groups), None)
+            op.process_batch(routed(first.slice(i, 10), spec.keys, op.key_groups), None)
         op.process_watermark(20)
         emitted += out.batches()
-        handle = op.snapshot(_target(tmp_path, 1, subtask)).keyed.run()
+        handle = op.snapshot(snapshot_target(tmp_path, 1, subtask)).keyed.run()
         if handle is not None:
             handles.append(handle)
     for subtask in range(3):  # ... then 3 from it, the key groups of each
@@ -467,16 +431,10 @@ def test_restore_at_another_parallelism_gives_the_same_output(
         parts = [p for h in handles if (p := h.restricted_to(op.key_groups)) is not None]
         op.initialize_state(OperatorRestore(keyed=parts), 1)
         op.process_watermark(19)  # a watermark below the snapshot's emits nothing again
-        op.process_batch(_mine(second, spec, op.key_groups), None)
+        op.process_batch(routed(second, spec.keys, op.key_groups), None)
         op.process_watermark(MAX_WATERMARK)
         emitted += out.batches()
     assert_equal(_results(emitted, spec), expected)
-
-
-def _mine(batch: pa.RecordBatch, spec: SliceWindowAggregateSpec, groups: range) -> pa.RecordBatch:
-    """The rows of ``batch`` a hash edge sends to the subtask of key groups ``groups``."""
-    kgs = key_groups_by_columns([batch.column(k) for k in spec.keys], MAX_P, rows=batch.num_rows)
-    return batch.filter(pa.array([int(g) in groups for g in kgs]))
 
 
 def test_restore_refuses_state_of_another_operator(tmp_path: Path) -> None:
@@ -484,7 +442,7 @@ def test_restore_refuses_state_of_another_operator(tmp_path: Path) -> None:
         "columnar_window", WindowAggregateSpec("count", "k", None, 5, 5), keys=["k"]
     )
     other.process_batch(pa.record_batch({"k": ["a"], "_ts": [1]}), None)
-    handle = other.snapshot(_target(tmp_path, 1)).keyed.run()
+    handle = other.snapshot(snapshot_target(tmp_path, 1)).keyed.run()
     op, _ = _op(_spec(WindowTvf.tumble(5), ("k",), [AggCall("count_star", None, "n")]))
     with pytest.raises(StateError, match="another uid"):
         op.initialize_state(OperatorRestore(keyed=[handle]), 1)
@@ -524,7 +482,7 @@ def test_savepoint_reader_reads_slices_by_key_group(tmp_path: Path, backend: str
     op, _ = _op(spec, backend=backend, local_dir=str(tmp_path))
     op.process_batch(_batch([{"k1": 1, "k2": "a", "v": 5, "_ts": 3}]), None)
     op.process_watermark(2)
-    handle = op.snapshot(_target(tmp_path, 1)).keyed.run()
+    handle = op.snapshot(snapshot_target(tmp_path, 1)).keyed.run()
     assert sorted(op.keyed.row_tables()) == ["fired", "slice@0"]
     rows = [
         (k, v["k1"], v["k2"], v["_wa0_s"], g)
@@ -545,7 +503,7 @@ def test_a_restore_skips_windows_fired_before_the_snapshot_and_drops_their_late_
     op.process_batch(_batch([{"k1": 1, "_ts": 7}]), None)
     op.process_watermark(10)  # emits [0, 10); [5, 15) still open
     assert [r["n"] for r in out.take()] == [1]
-    restore = OperatorRestore(keyed=[op.snapshot(_target(tmp_path, 1)).keyed.run()])
+    restore = OperatorRestore(keyed=[op.snapshot(snapshot_target(tmp_path, 1)).keyed.run()])
     op, out = _op(spec, backend=backend, local_dir=str(tmp_path))
     op.initialize_state(restore, 1)
     # No watermark yet: [0, 10) fired to the snapshot already, so 2 (in [-5, 5) and
@@ -681,7 +639,7 @@ def test_a_processing_time_restore_fires_open_windows_at_once_and_none_twice(
     op.process_batch(_batch([{"k1": k, "v": k % 3} for k in keys]), None)
     op.on_processing_time(10_499)  # emits [9 500, 10 500); [10 000, 11 000) stays open
     assert {r["k1"] for r in out.take()} == set(keys)
-    handle = op.snapshot(_target(tmp_path, 1)).keyed.run()
+    handle = op.snapshot(snapshot_target(tmp_path, 1)).keyed.run()
     clock.advance(5.0)  # the restart takes 5 s: the open window ended meanwhile
     now = wall_ms(clock)
     emitted: list[pa.RecordBatch] = []
@@ -692,7 +650,9 @@ def test_a_processing_time_restore_fires_open_windows_at_once_and_none_twice(
         assert restored.next_processing_time() == 10_499  # timed again: due at once
         restored.on_processing_time(now)
         assert restored.next_processing_time() is None
-        mine = [k for k in keys if _mine(_batch([{"k1": k}]), spec, restored.key_groups).num_rows]
+        mine = [
+            k for k in keys if routed(_batch([{"k1": k}]), spec.keys, restored.key_groups).num_rows
+        ]
         restored.process_batch(_batch([{"k1": k, "v": 5} for k in mine]), None)
         restored.process_watermark(MAX_WATERMARK)
         emitted += out.batches()
