@@ -40,8 +40,8 @@ PER_BIDDER = (
 )
 # The latest bid per auction (Nexmark q18's shape), ties on time broken by price.
 LATEST = (
-    "SELECT auction, price FROM (SELECT auction, price, ROW_NUMBER() OVER (PARTITION BY "
-    "auction ORDER BY `dateTime` DESC, price DESC) AS rn FROM bid) WHERE rn = 1"
+    "SELECT auction, price FROM (SELECT auction, price, `dateTime`, ROW_NUMBER() OVER "
+    "(PARTITION BY auction ORDER BY `dateTime` DESC, price DESC) AS rn FROM bid) WHERE rn = 1"
 )
 
 
