@@ -217,3 +217,49 @@ def test_a_changelog_batch_upserts_deletes_and_skips_update_befores(dsn: str) ->
         ("a", 2, None),
         ("c", 5, None),
     ]
+
+
+def test_transactional_upserts_apply_a_checkpoints_changes_once_when_it_completes(
+    dsn: str,
+) -> None:
+    import pyarrow as pa
+
+    from epochstream.connectors.postgres import COMMITS_TABLE, UpsertEntry
+    from epochstream.core.changelog import RowKind, with_kinds
+
+    sink = PostgresSink(dsn, "latest", mode="transactional_upsert", key_columns=["word"])
+    assert sink.transactional
+    w = sink.create_writer(ctx())
+    w.restore([])
+    w.write_batch(_batch(["a", "b"], [1, 1], note=pa.array(["x", "y"])))
+    w.write_batch(
+        with_kinds(
+            _batch(["a", "a", "b"], [1, 2, 1], note=pa.array([None, None, None])),
+            [RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.DELETE],
+        )
+    )
+    entries = w.snapshot(1)
+    assert [type(e) for e in entries] == [UpsertEntry]
+    assert entries[0].upserts == (("a", 2, None),) and entries[0].deletes == (("b",),)
+    assert query(dsn, "SELECT word FROM latest") == []  # nothing before the completion
+    w.notify_checkpoint_complete(1)
+    assert query(dsn, "SELECT word, n, note FROM latest") == [("a", 2, None)]
+    w.write_batch(_batch(["c"], [7], note=pa.array(["z"])))
+    pending = w.snapshot(2)
+    w.close()  # a crash before checkpoint 2's completion: nothing of it is applied
+    assert query(dsn, "SELECT word FROM latest ORDER BY word") == [("a",)]
+
+    # A recovery from checkpoint 2 applies its entries: checkpoint 1's again (skipped:
+    # its row in the commits table is there) and checkpoint 2's (applied now), once.
+    for _ in range(2):
+        again = sink.create_writer(ctx())
+        again.restore(pending)
+        again.close()
+    assert sorted(query(dsn, "SELECT word, n FROM latest")) == [("a", 2), ("c", 7)]
+    names = [r[0] for r in query(dsn, f"SELECT entry FROM {COMMITS_TABLE} ORDER BY entry")]
+    assert len(names) == 2 and all(n.endswith(("/0/1", "/0/2")) for n in names)
+
+
+def test_transactional_upserts_need_key_columns(dsn: str) -> None:
+    with pytest.raises(ConfigurationError, match="needs key_columns"):
+        PostgresSink(dsn, "latest", mode="transactional_upsert")

@@ -28,6 +28,15 @@ replay catching up, a key may show an older value. A changelog batch (an ``_op``
 column, :mod:`epochstream.core.changelog`) is applied by key: a delete (``-D``) deletes
 the key's row, ``+I``/``+U`` upsert it, ``-U`` (an update's old value) is skipped.
 
+``mode="transactional_upsert"`` (exactly-once for keyed results and changelogs): the
+changes of a checkpoint interval are folded by key (the last upsert or delete of each)
+and kept in the checkpoint; when it completes they are applied in one transaction that
+also inserts the entry's name (``<job>/<sink>/<subtask>/<checkpoint>``) into the table
+``epochstream_sink_commits`` (created if missing), so the table moves from one
+checkpoint's state to the next at once and a recovery, which applies the restored
+checkpoint's entries again, skips those already applied. Output appears one checkpoint
+interval late. The commits table keeps a row per sink subtask and checkpoint.
+
 Records are dicts (keys are column names) or tuples in column order. ``columns``
 chooses the columns written (default: all of the table's, in table order).
 
@@ -59,11 +68,19 @@ from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter
 from epochstream.core.changelog import OP, RowKind
 from epochstream.exceptions import ConfigurationError, SinkError, short_repr
 
-__all__ = ["PgTxn", "PostgresSink", "PostgresTwoPhaseWriter", "PostgresUpsertWriter"]
+__all__ = [
+    "COMMITS_TABLE",
+    "PgTxn",
+    "PostgresSink",
+    "PostgresTransactionalUpsertWriter",
+    "PostgresTwoPhaseWriter",
+    "PostgresUpsertWriter",
+    "UpsertEntry",
+]
 
 log = logging.getLogger(__name__)
 
-MODES = ("two_phase", "upsert")
+MODES = ("two_phase", "upsert", "transactional_upsert")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 
 
@@ -94,10 +111,12 @@ class PostgresSink(Sink):
     ) -> None:
         if mode not in MODES:
             raise ConfigurationError(f"PostgresSink mode must be one of {MODES}, got {mode!r}")
-        if mode == "upsert" and not key_columns:
-            raise ConfigurationError("PostgresSink mode='upsert' needs key_columns")
+        if mode != "two_phase" and not key_columns:
+            raise ConfigurationError(f"PostgresSink mode={mode!r} needs key_columns")
         if mode == "two_phase" and key_columns:
-            raise ConfigurationError("PostgresSink key_columns apply to mode='upsert' only")
+            raise ConfigurationError(
+                "PostgresSink key_columns apply to mode='upsert' and 'transactional_upsert' only"
+            )
         if not table:
             raise ConfigurationError("PostgresSink needs a table name")
         self.dsn = dsn
@@ -106,11 +125,13 @@ class PostgresSink(Sink):
         self.key_columns = list(key_columns or [])
         self.columns = list(columns) if columns is not None else None
         self.sink_id = _UNSAFE.sub("_", sink_id or table)
-        self.transactional = mode == "two_phase"
+        self.transactional = mode != "upsert"
 
     def create_writer(self, ctx: SinkContext) -> SinkWriter:
         if self.mode == "two_phase":
             return PostgresTwoPhaseWriter(self, ctx)
+        if self.mode == "transactional_upsert":
+            return PostgresTransactionalUpsertWriter(self, ctx)
         return PostgresUpsertWriter(self, ctx)
 
 
@@ -336,21 +357,18 @@ def _gid_statement(command: str, gid: str) -> Any:
     return sql.SQL(command + " {}").format(sql.Literal(gid))
 
 
-class PostgresUpsertWriter(SinkWriter):
-    """A subtask's upsert writer: ``INSERT ... ON CONFLICT DO UPDATE``, committed at each
-    checkpoint (and at the end of input).
+class _Upserts:
+    """The statements that apply changes by key (``INSERT ... ON CONFLICT (keys) DO
+    UPDATE``, ``DELETE ... WHERE keys``) and the folding of changes into each key's
+    last state, shared by the upsert writers."""
 
-    Example::
-
-        w = PostgresUpsertWriter(sink, ctx); w.write_batch([{"word": "a", "n": 3}])
-    """
-
-    def __init__(self, sink: PostgresSink, ctx: SinkContext) -> None:
+    def __init__(self, table: _Table) -> None:
         from psycopg import sql
 
-        self._table = _Table(sink)
-        cols = self._table.columns
-        keys = sink.key_columns
+        self.table = table
+        cols = table.columns
+        keys = table.sink.key_columns
+        self.index = [cols.index(k) for k in keys]
         updates = [c for c in cols if c not in keys]
         conflict = (
             sql.SQL("DO UPDATE SET {}").format(
@@ -362,20 +380,57 @@ class PostgresUpsertWriter(SinkWriter):
             if updates
             else sql.SQL("DO NOTHING")
         )
-        self._query = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) {}").format(
-            self._table.ident,
-            self._table.column_list,
+        self.upsert = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) {}").format(
+            table.ident,
+            table.column_list,
             sql.SQL(", ").join(sql.Placeholder() * len(cols)),
             sql.SQL(", ").join(map(sql.Identifier, keys)),
             conflict,
         )
-        self._delete = sql.SQL("DELETE FROM {} WHERE {}").format(
-            self._table.ident,
+        self.delete = sql.SQL("DELETE FROM {} WHERE {}").format(
+            table.ident,
             sql.SQL(" AND ").join(
                 sql.SQL("{} IS NOT DISTINCT FROM {}").format(sql.Identifier(k), sql.Placeholder())
                 for k in keys
             ),
         )
+
+    def fold(self, records: Any, into: dict[tuple[Any, ...], tuple[Any, ...] | None]) -> None:
+        """Fold ``records`` (rows, or a batch with or without ``_op``) into each key's last
+        state: its last row (an upsert) or ``None`` (a delete); an update's old value
+        (``-U``) changes nothing by key."""
+        rows = self.table.rows(records)
+        kinds: list[int] = [RowKind.INSERT] * len(rows)
+        if is_batch(records) and OP in records.schema.names:  # a changelog
+            kinds = records.column(OP).to_pylist()
+        index = self.index
+        for row, kind in zip(rows, kinds, strict=True):
+            if kind == RowKind.UPDATE_BEFORE:
+                continue
+            into[tuple(row[i] for i in index)] = None if kind == RowKind.DELETE else row
+
+    def apply(self, cur: Any, changes: dict[tuple[Any, ...], tuple[Any, ...] | None]) -> None:
+        """Run ``changes`` (from :meth:`fold`) on cursor ``cur``."""
+        deletes = [key for key, row in changes.items() if row is None]
+        upserts = [row for row in changes.values() if row is not None]
+        if deletes:
+            cur.executemany(self.delete, deletes)
+        if upserts:
+            cur.executemany(self.upsert, upserts)
+
+
+class PostgresUpsertWriter(SinkWriter):
+    """A subtask's upsert writer: ``INSERT ... ON CONFLICT DO UPDATE``, committed at each
+    checkpoint (and at the end of input).
+
+    Example::
+
+        w = PostgresUpsertWriter(sink, ctx); w.write_batch([{"word": "a", "n": 3}])
+    """
+
+    def __init__(self, sink: PostgresSink, ctx: SinkContext) -> None:
+        self._table = _Table(sink)
+        self._upserts = _Upserts(self._table)
 
     def restore(self, entries: list[Any]) -> None:
         """Nothing to recover: replayed records overwrite their keys."""
@@ -383,25 +438,10 @@ class PostgresUpsertWriter(SinkWriter):
     def write_batch(self, records: Any) -> None:
         if not len(records):
             return
-        rows = self._table.rows(records)
-        kinds: list[int] = [RowKind.INSERT] * len(rows)
-        if is_batch(records) and OP in records.schema.names:  # a changelog
-            kinds = records.column(OP).to_pylist()
-        # Changes of one key in one batch must leave its last state: the last row (an
-        # upsert) or a delete; an update's old value (-U) changes nothing by key.
-        index = [self._table.columns.index(k) for k in self._table.sink.key_columns]
         last: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
-        for row, kind in zip(rows, kinds, strict=True):
-            if kind == RowKind.UPDATE_BEFORE:
-                continue
-            last[tuple(row[i] for i in index)] = None if kind == RowKind.DELETE else row
-        upserts = [row for row in last.values() if row is not None]
-        deletes = [key for key, row in last.items() if row is None]
+        self._upserts.fold(records, last)
         with self._table.conn.cursor() as cur:
-            if deletes:
-                cur.executemany(self._delete, deletes)
-            if upserts:
-                cur.executemany(self._query, upserts)
+            self._upserts.apply(cur, last)
 
     def snapshot(self, checkpoint_id: int) -> list[Any]:
         """Commit what was written: the checkpoint stores nothing for this sink."""
@@ -419,3 +459,129 @@ class PostgresUpsertWriter(SinkWriter):
 
     def close(self) -> None:
         self._table.close()
+
+
+#: The table of applied checkpoint entries (one row per sink and entry) that makes a
+#: transactional upsert writer's commits idempotent.
+COMMITS_TABLE = "epochstream_sink_commits"
+
+
+@dataclass(frozen=True)
+class UpsertEntry:
+    """One checkpoint interval's changes of one transactional upsert writer, by key:
+    ``upserts`` (rows) and ``deletes`` (key tuples). ``origin`` (job and sink) with
+    ``subtask`` and ``checkpoint_id`` names it in the commits table.
+
+    Example::
+
+        UpsertEntry("3f2a9c1e/counts", 0, 4, upserts=(("a", 3),), deletes=(("b",),))
+    """
+
+    origin: str
+    subtask: int
+    checkpoint_id: int
+    upserts: tuple[tuple[Any, ...], ...]
+    deletes: tuple[tuple[Any, ...], ...]
+
+    @property
+    def name(self) -> str:
+        """``<job>/<sink>/<subtask>/<checkpoint>``: its row in the commits table."""
+        return f"{self.origin}/{self.subtask}/{self.checkpoint_id}"
+
+
+class PostgresTransactionalUpsertWriter(SinkWriter):
+    """A subtask's transactional upsert writer (``mode="transactional_upsert"``): a
+    checkpoint interval's changes are folded by key and kept in the checkpoint (an
+    :class:`UpsertEntry`); when the checkpoint completes they are applied in one
+    transaction together with the entry's row in :data:`COMMITS_TABLE`, so the table
+    moves from one checkpoint's state to the next at once, and an entry applied before
+    (a recovery repeats the last checkpoint's) is skipped.
+
+    Example::
+
+        w = PostgresSink(dsn, "counts", "transactional_upsert", ["word"]).create_writer(ctx)
+        w.restore([]); w.write_batch(batch); w.snapshot(1); w.notify_checkpoint_complete(1)
+    """
+
+    def __init__(self, sink: PostgresSink, ctx: SinkContext) -> None:
+        from psycopg import sql
+
+        self._ctx = ctx
+        self._table = _Table(sink)
+        self._upserts = _Upserts(self._table)
+        self._origin = f"{ctx.job_id[:8]}/{sink.sink_id}"
+        self._buffer: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
+        self._pending: dict[int, UpsertEntry] = {}
+        self._table.admin.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (sink TEXT, entry TEXT, PRIMARY KEY (sink, entry))"
+            ).format(sql.Identifier(COMMITS_TABLE))
+        )
+        self._mark = sql.SQL(
+            "INSERT INTO {} (sink, entry) VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1"
+        ).format(sql.Identifier(COMMITS_TABLE))
+
+    def restore(self, entries: list[Any]) -> None:
+        """Subtask 0 applies every recovered entry not applied yet (the restored
+        checkpoint completed: its entries are the table's state)."""
+        if self._ctx.subtask_index != 0:
+            return
+        for entry in entries:
+            if not isinstance(entry, UpsertEntry):
+                raise SinkError(
+                    f"PostgresSink {self._table.sink.table!r}: cannot recover a "
+                    f"{type(entry).__qualname__} entry",
+                    retryable=False,
+                )
+        self._apply(sorted(entries, key=lambda e: (e.checkpoint_id, e.subtask)))
+
+    def write_batch(self, records: Any) -> None:
+        if len(records):
+            self._upserts.fold(records, self._buffer)
+
+    def _entry(self, checkpoint_id: int) -> UpsertEntry:
+        buffer, self._buffer = self._buffer, {}
+        return UpsertEntry(
+            self._origin,
+            self._ctx.subtask_index,
+            checkpoint_id,
+            upserts=tuple(row for row in buffer.values() if row is not None),
+            deletes=tuple(key for key, row in buffer.items() if row is None),
+        )
+
+    def snapshot(self, checkpoint_id: int) -> list[Any]:
+        if self._buffer:
+            self._pending[checkpoint_id] = self._entry(checkpoint_id)
+        return list(self._pending.values())
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        done = sorted(cid for cid in self._pending if cid <= checkpoint_id)
+        self._apply([self._pending[cid] for cid in done])
+        for cid in done:
+            del self._pending[cid]
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Its changes stay pending: the next completed checkpoint applies them."""
+
+    def end_input(self) -> None:
+        """With checkpointing off, apply now; else the final checkpoint does."""
+        if not self._ctx.checkpointing and self._buffer:
+            self._apply([self._entry(0)])
+
+    def close(self) -> None:
+        self._table.close()
+
+    def _apply(self, entries: list[UpsertEntry]) -> None:
+        """Apply each entry in a transaction of its own, unless its row in the commits
+        table says it was applied."""
+        conn, sink = self._table.conn, self._table.sink.sink_id
+        for entry in entries:
+            with conn.transaction(), conn.cursor() as cur:
+                if cur.execute(self._mark, (sink, entry.name)).fetchone() is None:
+                    continue  # applied before: the row is there
+                changes: dict[tuple[Any, ...], tuple[Any, ...] | None] = dict.fromkeys(
+                    entry.deletes
+                )
+                index = self._upserts.index
+                changes.update((tuple(row[i] for i in index), row) for row in entry.upserts)
+                self._upserts.apply(cur, changes)

@@ -324,9 +324,9 @@ def _seconds(table: TableDef, key: str, text: str) -> float:
 
 
 def _postgres_sink(table: TableDef, options: _Options) -> Sink:
-    """Flink's JDBC connector options for PostgreSQL: a table with a primary key is
-    upserted by it (idempotent), one without is written in two-phase-commit
-    transactions (exactly-once)."""
+    """Flink's JDBC connector options for PostgreSQL: a table with a primary key takes
+    changes by it, a checkpoint's in one transaction (exactly-once upserts and
+    deletes), one without is written in two-phase-commit transactions (exactly-once)."""
     url = str(options.take("url", required=True))
     if not url.startswith("jdbc:postgresql://"):
         raise table.option_error(
@@ -344,7 +344,10 @@ def _postgres_sink(table: TableDef, options: _Options) -> Sink:
     dsn = "postgresql://" + credentials + url[len("jdbc:postgresql://") :]
     columns = [f.name for f in table.fields]
     if table.primary_key:
-        return PostgresSink(dsn, name, "upsert", list(table.primary_key), columns=columns)
+        # By key, a checkpoint's changes in one transaction (exactly-once upserts).
+        return PostgresSink(
+            dsn, name, "transactional_upsert", list(table.primary_key), columns=columns
+        )
     return PostgresSink(dsn, name, columns=columns)
 
 
