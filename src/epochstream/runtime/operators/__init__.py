@@ -43,8 +43,10 @@ from epochstream.runtime.operators.columnar_joins import (
     ColumnarRegularJoinOperator,
     ColumnarWindowJoinOperator,
 )
-from epochstream.runtime.operators.columnar_sessions import (
+from epochstream.runtime.operators.columnar_processing_windows import (
     ColumnarProcessingTimeWindowOperator,
+)
+from epochstream.runtime.operators.columnar_sessions import (
     ColumnarSessionAggregateOperator,
     ColumnarSessionOperator,
 )

@@ -1,16 +1,14 @@
-"""Columnar session windows and processing-time windows (Arrow record batches).
+"""Columnar session windows (Arrow record batches).
 
 - :class:`ColumnarSessionOperator`: event-time session windows (``EventTimeSessionWindows
   .with_gap``) with the semantics of the row path's window operator: a row opens the
   window ``[ts, ts + gap)``; windows of a key that overlap or touch merge; a session
   fires when the watermark reaches its end - 1; a row is late (dropped, counted in the
   ``late_records_dropped`` metric) when the session it would join has fired already.
-- :class:`ColumnarProcessingTimeWindowOperator`: tumbling/sliding processing-time
-  windows: a whole batch goes into the window(s) of the operator clock's time when it
-  arrives; a window fires when the clock passes its end, and every open window fires at
-  the end of a bounded input (the final watermark).
+- :class:`ColumnarSessionAggregateOperator`: the same sessions with any keys and SQL
+  aggregates (SESSION window aggregation).
 
-Both emit batches of the key column, ``window_start``, ``window_end``, the value column
+The single-aggregate operator emits batches of the key column, ``window_start``, ``window_end``, the value column
 (``count`` for counts) and ``_ts = window_end - 1``, and checkpoint their open windows
 per key group (``_kg``) like :class:`~epochstream.runtime.operators.columnar_aggregates.ColumnarWindowOperator`.
 
@@ -32,12 +30,10 @@ import pyarrow.compute as pc
 from epochstream.core.arrow import KG as KG_COLUMN
 from epochstream.core.arrow import TS as TS_COLUMN
 from epochstream.core.arrow import table_batch
-from epochstream.core.events import MAX_WATERMARK
 from epochstream.exceptions import DataError, StateError
-from epochstream.graph.specs import SessionAggregateSpec, SessionWindowSpec, WindowAggregateSpec
+from epochstream.graph.specs import SessionAggregateSpec, SessionWindowSpec
 from epochstream.runtime.operators.base import Operator
 from epochstream.runtime.operators.columnar_aggregates import (
-    ColumnarWindowAggregates,
     own_backend,
 )
 from epochstream.runtime.operators.columnar_group_keys import TUPLE_KEY, GroupKeys, key_slots
@@ -63,7 +59,6 @@ from epochstream.state.handles import OperatorRestore
 from epochstream.state.key_index import canonical_float_keys, checked_key_type
 
 __all__ = [
-    "ColumnarProcessingTimeWindowOperator",
     "ColumnarSessionAggregateOperator",
     "ColumnarSessionOperator",
     "accepted_rows",
@@ -988,48 +983,3 @@ def _is_distinct_table(name: str) -> bool:
 
 def _nullable(schema: pa.Schema) -> pa.Schema:
     return pa.schema([f.with_nullable(True) for f in schema])
-
-
-class ColumnarProcessingTimeWindowOperator(ColumnarWindowAggregates):
-    """Tumbling/sliding processing-time windows on record batches.
-
-    A batch goes whole into the windows of ``ctx.clock_ms()`` when it arrives (the
-    payload is a :class:`~epochstream.runtime.operators.columnar_aggregates.WindowAggregateSpec`).
-    A window fires when the clock reaches its end - 1 (the task calls
-    :meth:`on_processing_time` by :meth:`next_processing_time`, which follows the open
-    windows, so restored windows are timed again without timer state). At the end of a
-    bounded input (the final watermark) every open window fires, so nothing accepted is
-    lost; Flink drops them there.
-
-    Example::
-
-        op = create_operator(spec, ctx)     # kind "columnar_processing_window", size 10 s
-        op.process_batch(batch, None)       # at 12:00:03 on ctx.clock: window [12:00:00, 12:00:10)
-        op.on_processing_time(op.next_processing_time())   # emits the window's rows
-    """
-
-    agg: WindowAggregateSpec
-
-    def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
-        batch = need_batch(self, records)
-        if not batch.num_rows:
-            return
-        self._check_types(batch)
-        now = self.ctx.clock_ms()
-        agg = self.agg
-        last = now - (now - agg.offset) % agg.slide
-        for start in range(last, now - agg.size, -agg.slide):
-            self._window(start).fold(batch)
-
-    def process_watermark(self, watermark: int) -> None:
-        if watermark >= MAX_WATERMARK:
-            self._fire_due(MAX_WATERMARK)
-        self.emit_watermark(watermark)
-
-    def on_processing_time(self, now_ms: int) -> None:
-        self._fire_due(now_ms)
-
-    def next_processing_time(self) -> int | None:
-        if not self.windows:
-            return None
-        return min(self.windows) + self.agg.size - 1
