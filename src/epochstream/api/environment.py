@@ -38,6 +38,7 @@ from epochstream.graph.transformations import LogicalGraph
 from epochstream.sql.catalog import Catalog
 from epochstream.sql.dialect import parse_script, sql_error
 from epochstream.sql.expressions import Field
+from epochstream.sql.options import SqlOptions
 from epochstream.sql.plan import explain
 from epochstream.sql.planner import Planner
 from epochstream.sql.types import SqlType
@@ -52,10 +53,8 @@ __all__ = ["Environment", "set_default_launcher", "set_overrides"]
 
 log = logging.getLogger(__name__)
 
+
 # What SET 'key' = 'value' may set in execute_sql.
-_SQL_OPTIONS = ("pipeline.name",)
-
-
 def _one_statement(text: str) -> list[exp.Expression]:
     statements = parse_script(text)
     if len(statements) != 1 or isinstance(statements[0], list):
@@ -198,7 +197,7 @@ class Environment:
         self.clock: Clock | None = None
         self._graph = LogicalGraph()
         self._catalog = Catalog()
-        self._sql_options: dict[str, str] = {}
+        self._sql_options = SqlOptions()
         # Columns and time attribute of each sql_query() result, for create_table().
         self._sql_results: dict[int, tuple[tuple[Field, ...], str | None]] = {}
 
@@ -491,12 +490,12 @@ class Environment:
                 self._sql_ddl(statement)
                 continue
             builder = StreamBuilder(self)
-            planner = Planner(self._catalog)
+            planner = Planner(self._catalog, self._sql_options)
             for insert in inserts:
                 if not isinstance(insert, exp.Insert):
                     raise sql_error(insert, "a statement set holds INSERT INTO statements only")
                 builder.sink(planner.plan_insert(insert))
-            name = self._sql_options.get("pipeline.name") or _statement_name(inserts)
+            name = self._sql_options.pipeline_name or _statement_name(inserts)
             handle = self.execute_async(
                 name,
                 from_savepoint=from_savepoint,
@@ -525,11 +524,10 @@ class Environment:
             for item in statement.expressions:
                 eq = item.this
                 key, value = eq.this.name, eq.expression.name
-                if key not in _SQL_OPTIONS:
-                    raise sql_error(
-                        item, f"unknown option '{key}' (known: {', '.join(_SQL_OPTIONS)})"
-                    )
-                self._sql_options[key] = value
+                try:
+                    self._sql_options = self._sql_options.with_option(key, value)
+                except ValueError as e:
+                    raise sql_error(item, str(e)) from None
         elif isinstance(statement, exp.Select | exp.Union):
             raise sql_error(
                 statement,
@@ -547,7 +545,7 @@ class Environment:
         Example: ``env.sql_query("SELECT auction, price FROM bid WHERE price > 100").print()``
         """
         [statement] = _one_statement(query)
-        node = Planner(self._catalog).plan_query(statement)
+        node = Planner(self._catalog, self._sql_options).plan_query(statement)
         stream = StreamBuilder(self).stream(node)
         self._sql_results[stream._t.id] = (node.fields, node.rowtime)
         return stream
@@ -559,7 +557,7 @@ class Environment:
         Example: ``print(env.explain_sql("SELECT auction FROM bid"))``
         """
         [parsed] = _one_statement(statement)
-        planner = Planner(self._catalog)
+        planner = Planner(self._catalog, self._sql_options)
         if isinstance(parsed, exp.Insert):
             return explain(planner.plan_insert(parsed))
         return explain(planner.plan_query(parsed))

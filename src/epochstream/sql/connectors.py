@@ -43,6 +43,7 @@ from epochstream.core.watermarks import WatermarkStrategy
 from epochstream.exceptions import ConfigurationError, SqlError
 from epochstream.sql.catalog import TableDef
 from epochstream.sql.dialect import sql_error
+from epochstream.sql.options import parse_duration_ms
 from epochstream.sql.plan import ColumnAdapter
 
 __all__ = ["SinkBinding", "SourceBinding", "sink_binding", "source_binding"]
@@ -313,14 +314,12 @@ def _jetstream_source(table: TableDef, columns: list[str], options: _Options) ->
 
 
 def _seconds(table: TableDef, key: str, text: str) -> float:
-    """Seconds of a duration option (``'10 s'``, ``'500 ms'``, ``'1 min'``, ``'10'``)."""
-    units = {"ms": 0.001, "s": 1.0, "min": 60.0}
-    for unit, factor in sorted(units.items(), key=lambda u: -len(u[0])):
-        if text.endswith(unit) and text[: -len(unit)].strip().isdigit():
-            return int(text[: -len(unit)]) * factor
-    if text.isdigit():
-        return float(text)
-    raise table.option_error(key, f"expected e.g. '10 s' or '500 ms', got {text!r}")
+    """Seconds of a duration option in Flink's syntax (``'10 s'``, ``'500 ms'``,
+    ``'1 min'``; a bare number is milliseconds, as in Flink)."""
+    try:
+        return parse_duration_ms(text) / 1000
+    except ValueError as e:
+        raise table.option_error(key, str(e)) from None
 
 
 def _postgres_sink(table: TableDef, options: _Options) -> Sink:

@@ -60,6 +60,7 @@ from epochstream.sql.conditions import (
 from epochstream.sql.connectors import SinkBinding, sink_binding, source_binding
 from epochstream.sql.dialect import Flink, WindowTVF, sql_error
 from epochstream.sql.expressions import CalcProgram, Field, compile_expression
+from epochstream.sql.options import SqlOptions
 from epochstream.sql.plan import (
     CalcNode,
     GroupAggregateNode,
@@ -163,8 +164,10 @@ class Planner:
     Example: ``Planner(catalog).plan_query(select)``
     """
 
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: Catalog, options: SqlOptions | None = None) -> None:
         self.catalog = catalog
+        #: The session's ``SET`` options (state TTL, mini-batch).
+        self.options = options if options is not None else SqlOptions()
         self._ctes: list[dict[str, exp.Expression]] = []
         # One scan per table: the INSERTs of a statement set share their sources.
         self._scans: dict[str, PlanNode] = {}
