@@ -200,3 +200,36 @@ def test_print_shows_each_change_with_its_kind(
         "-U{'w': 'a', 'n': 1}",
         "+U{'w': 'a', 'n': 2}",
     ]
+
+
+def test_an_updating_query_merges_into_delta_by_its_primary_key(tmp_path: Path) -> None:
+    """A GROUP BY without a window into a Delta table with a PRIMARY KEY: each
+    checkpoint's changes merged by the key in one commit; the table ends equal to
+    DuckDB's GROUP BY, one MERGE per checkpoint after the first commit."""
+    deltalake = pytest.importorskip("deltalake")
+    env = es.Environment(parallelism=2, runner="local")
+    env.enable_checkpointing(interval=0.3, storage=str(tmp_path / "ck"))
+    # About 2 s of input: several checkpoints, so several merges.
+    env.execute_sql(
+        nexmark_ddl(events=EVENTS).replace(
+            "'first-event.rate'", "'rate' = '5000', 'first-event.rate'"
+        )
+    )
+    path = tmp_path / "delta"
+    env.execute_sql(
+        "CREATE TABLE per_bidder (bidder BIGINT, bids BIGINT, top BIGINT, auctions BIGINT, "
+        f"PRIMARY KEY (bidder) NOT ENFORCED) WITH ('connector' = 'delta', 'table-path' = '{path}')"
+    )
+    env.execute_sql(f"INSERT INTO per_bidder {UPDATING}")
+    table = deltalake.DeltaTable(str(path))
+    got = sorted(tuple(r.values()) for r in table.to_pyarrow_table().to_pylist())
+    assert got == sorted(run_duckdb(UPDATING, nexmark_arrow_tables(events=EVENTS)))
+    operations = [h["operation"] for h in table.history()]
+    assert len(operations) > 2 and set(operations[:-1]) == {"MERGE"}, operations
+    with pytest.raises(es.SqlError, match=r"PRIMARY KEY \(top\) is not the query's unique key"):
+        env.execute_sql(
+            "CREATE TABLE by_top (bidder BIGINT, bids BIGINT, top BIGINT, auctions BIGINT, "
+            "PRIMARY KEY (top) NOT ENFORCED) WITH ('connector' = 'delta', "
+            f"'table-path' = '{tmp_path / 'other'}')"
+        )
+        env.explain_sql(f"INSERT INTO by_top {UPDATING}")

@@ -24,6 +24,9 @@ without one to timestamp_ntz, decimal to decimal). A checkpoint interval's batch
 one file, so they must share one schema (the job fails naming both otherwise); rows
 written between them are converted to it. The commit protocol is the same for both.
 
+``mode="upsert", key=[...]`` applies a changelog (or rows) by key instead, one
+``MERGE`` commit per checkpoint, exactly once: :mod:`epochstream.connectors.delta_upsert`.
+
 Example::
 
     rows.sink_to(es.sinks.DeltaSink("/lake/events"))
@@ -41,7 +44,9 @@ from typing import Any
 
 from epochstream.connectors.base import GlobalCommitter, Sink, SinkContext, SinkWriter
 from epochstream.connectors.batchform import is_batch, user_columns
+from epochstream.connectors.delta_upsert import DeltaMergeCommitter, DeltaUpsertWriter
 from epochstream.connectors.filesink import rows_to_table
+from epochstream.core.changelog import OP
 from epochstream.exceptions import ConfigurationError, SinkError, short_repr
 
 __all__ = ["DeltaCommitter", "DeltaFile", "DeltaSink", "DeltaWriter"]
@@ -67,7 +72,9 @@ class DeltaFile:
 
 
 class DeltaSink(Sink):
-    """Appends records to the Delta table at ``path`` (module docstring).
+    """Appends records to the Delta table at ``path`` (module docstring), or with
+    ``mode="upsert"`` applies them by the columns ``key``: a changelog's last change of
+    each key per checkpoint, merged in one commit (:mod:`~epochstream.connectors.delta_upsert`).
 
     Guarantee: exactly-once (one Delta transaction per checkpoint, skipped on replay).
     Takes rows or Arrow record batches (written with their Arrow types).
@@ -77,29 +84,48 @@ class DeltaSink(Sink):
     Example::
 
         stream.sink_to(DeltaSink("/lake/events", mode="append"))
+        counts.sink_to(DeltaSink("/lake/counts", mode="upsert", key=["word"]))
     """
 
     transactional = True
     accepts_batches = True
 
     def __init__(
-        self, path: str | os.PathLike[str], mode: str = "append", *, sink_id: str | None = None
+        self,
+        path: str | os.PathLike[str],
+        mode: str = "append",
+        *,
+        key: list[str] | None = None,
+        sink_id: str | None = None,
     ) -> None:
-        if mode != "append":
-            raise ConfigurationError(f"DeltaSink supports mode='append' only, got {mode!r}")
         self.path = os.path.abspath(os.fspath(path))
+        if mode not in ("append", "upsert"):
+            raise ConfigurationError(
+                f"DeltaSink {self.path!r}: mode must be 'append' or 'upsert', got {mode!r}"
+            )
+        if mode == "upsert" and not key:
+            raise ConfigurationError(f"DeltaSink {self.path!r}: mode='upsert' needs key=[...]")
+        if mode == "append" and key:
+            raise ConfigurationError(f"DeltaSink {self.path!r}: key applies to mode='upsert'")
+        if key and OP in key:
+            raise ConfigurationError(f"DeltaSink {self.path!r}: {OP!r} is the row kind, not a key")
         self.mode = mode
+        self.key = list(key or [])
         self.app_id = "epochstream-" + _UNSAFE.sub("_", sink_id or os.path.basename(self.path))
 
-    def create_writer(self, ctx: SinkContext) -> DeltaWriter:
+    def create_writer(self, ctx: SinkContext) -> SinkWriter:
         if not ctx.checkpointing:
             raise ConfigurationError(
                 "DeltaSink commits through checkpoints: enable checkpointing "
                 "(env.enable_checkpointing(...))"
             )
+        if self.mode == "upsert":
+            return DeltaUpsertWriter(self.path, self.key, ctx)
         return DeltaWriter(self.path, ctx)
 
-    def create_committer(self, job_id: str) -> DeltaCommitter:
+    def create_committer(self, job_id: str) -> GlobalCommitter:
+        if self.mode == "upsert":
+            return DeltaMergeCommitter(self.path, self.app_id, self.key)
         return DeltaCommitter(self.path, self.app_id)
 
 

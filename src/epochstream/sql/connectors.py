@@ -7,7 +7,7 @@ Flink's connectors name them, mapped onto epochstream's connectors.
 | ``filesystem`` | ``FileSource`` (Parquet columnar; JSON lines, CSV as rows) | ``FileSink`` (exactly-once) |
 | ``kafka`` | ``KafkaSource`` (JSON, columnar) | ``KafkaSink`` (JSON, transactional) |
 | ``jdbc`` (PostgreSQL) | | ``PostgresSink`` (upsert by the primary key, else two-phase) |
-| ``delta`` | | ``DeltaSink`` |
+| ``delta`` | | ``DeltaSink`` (merge by the primary key, else appends) |
 | ``jetstream`` | ``JetStreamSource`` (JSON, columnar, unbounded) | ``JetStreamSink`` |
 | ``print`` | | ``PrintSink`` |
 | ``blackhole`` | | ``DiscardSink`` |
@@ -408,7 +408,10 @@ def sink_binding(table: TableDef) -> SinkBinding:
     elif connector == "jdbc":
         sink = _postgres_sink(table, options)
     elif connector == "delta":
-        sink = DeltaSink(options.take("table-path", required=True))  # type: ignore[arg-type]
+        path = str(options.take("table-path", required=True))
+        # With a primary key: a checkpoint's changes merged by it (exactly-once upserts).
+        key = list(table.primary_key or ())
+        sink = DeltaSink(path, "upsert", key=key) if key else DeltaSink(path)
     elif connector == "jetstream":
         servers = options.take("servers", required=True)
         subject = options.take("subject", required=True)
@@ -423,7 +426,7 @@ def sink_binding(table: TableDef) -> SinkBinding:
     changelog = "append"
     if connector in ("print", "blackhole"):
         changelog = "all"
-    elif connector == "jdbc" and table.primary_key:
+    elif connector in ("jdbc", "delta") and table.primary_key:
         changelog = "upsert"
     return SinkBinding(
         sink, takes_batches=bool(getattr(sink, "accepts_batches", False)), changelog=changelog
