@@ -4,8 +4,10 @@ commit without one) and Delta; each result equal to DuckDB's."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from duckdb_oracle import run_duckdb
@@ -233,3 +235,56 @@ def test_an_updating_query_merges_into_delta_by_its_primary_key(tmp_path: Path) 
             f"'table-path' = '{tmp_path / 'other'}')"
         )
         env.explain_sql(f"INSERT INTO by_top {UPDATING}")
+
+
+def test_an_updating_query_upserts_into_kafka_by_its_primary_key(
+    kafka_server: Any, tmp_path: Path
+) -> None:
+    """'upsert-kafka' (Flink's options): a GROUP BY's changes keyed by the PRIMARY KEY's
+    JSON, committed in Kafka transactions; the topic read as a compacted view (the last
+    value per key, tombstones deleting) equals DuckDB's GROUP BY."""
+    topic = kafka_server.new_topic("per-bidder", partitions=2)
+    env = _env(tmp_path)
+    env.execute_sql(
+        "CREATE TABLE per_bidder (bidder BIGINT, bids BIGINT, top BIGINT, auctions BIGINT, "
+        "PRIMARY KEY (bidder) NOT ENFORCED) WITH ('connector' = 'upsert-kafka', "
+        f"'topic' = '{topic}', 'properties.bootstrap.servers' = '{kafka_server.bootstrap}', "
+        "'key.format' = 'json', 'value.format' = 'json', "
+        f"'sink.transactional-id-prefix' = 'sql-{topic}')"
+    )
+    env.execute_sql(f"INSERT INTO per_bidder {UPDATING}")
+    view: dict[bytes, tuple[object, ...]] = {}
+    for _, _, key, value in kafka_server.read_committed(topic, 2):
+        if value is None:
+            view.pop(key, None)
+        else:
+            row = json.loads(value)
+            assert json.loads(key) == {"bidder": row["bidder"]}
+            view[key] = tuple(row.values())
+    assert sorted(view.values()) == sorted(
+        run_duckdb(UPDATING, nexmark_arrow_tables(events=EVENTS))
+    )
+
+
+def test_upsert_kafka_options_are_checked(tmp_path: Path) -> None:
+    env = es.Environment(parallelism=1, runner="local")
+    env.execute_sql(nexmark_ddl(events=10))
+    common = "'topic' = 't', 'properties.bootstrap.servers' = 'h:9092', 'value.format' = 'json'"
+    env.execute_sql(
+        f"CREATE TABLE no_key (bidder BIGINT, n BIGINT) WITH ('connector' = 'upsert-kafka', "
+        f"{common}, 'key.format' = 'json');"
+        f"CREATE TABLE csv_key (bidder BIGINT, n BIGINT, PRIMARY KEY (bidder) NOT ENFORCED) "
+        f"WITH ('connector' = 'upsert-kafka', {common}, 'key.format' = 'csv');"
+        f"CREATE TABLE no_format (bidder BIGINT, n BIGINT, PRIMARY KEY (bidder) NOT ENFORCED) "
+        f"WITH ('connector' = 'upsert-kafka', 'topic' = 't', "
+        "'properties.bootstrap.servers' = 'h:9092', 'key.format' = 'json')"
+    )
+    query = "SELECT bidder, COUNT(*) FROM bid GROUP BY bidder"
+    with pytest.raises(es.SqlError, match="need a PRIMARY KEY"):
+        env.explain_sql(f"INSERT INTO no_key {query}")
+    with pytest.raises(es.SqlError, match=r"'key\.format'.*only 'json'"):
+        env.explain_sql(f"INSERT INTO csv_key {query}")
+    with pytest.raises(es.SqlError, match=r"'value\.format'.*required"):
+        env.explain_sql(f"INSERT INTO no_format {query}")
+    with pytest.raises(es.SqlError, match="can only be written"):
+        env.explain_sql("SELECT * FROM csv_key")

@@ -6,6 +6,7 @@ Flink's connectors name them, mapped onto epochstream's connectors.
 | ``nexmark`` | ``NexmarkSource`` (columnar, one event kind) | |
 | ``filesystem`` | ``FileSource`` (Parquet columnar; JSON lines, CSV as rows) | ``FileSink`` (exactly-once) |
 | ``kafka`` | ``KafkaSource`` (JSON, columnar) | ``KafkaSink`` (JSON, transactional) |
+| ``upsert-kafka`` | | ``KafkaSink(upsert_key=...)`` (changes by key, tombstones; transactional) |
 | ``jdbc`` (PostgreSQL) | | ``PostgresSink`` (upsert by the primary key, else two-phase) |
 | ``delta`` | | ``DeltaSink`` (merge by the primary key, else appends) |
 | ``jetstream`` | ``JetStreamSource`` (JSON, columnar, unbounded) | ``JetStreamSink`` |
@@ -182,7 +183,7 @@ def source_binding(
             binding = _kafka_source(table, columns, options)
         elif connector == "jetstream":
             binding = _jetstream_source(table, columns, options)
-        elif connector in ("print", "blackhole"):
+        elif connector in ("print", "blackhole", "upsert-kafka"):
             raise table.option_error("connector", f"'{connector}' tables can only be written")
         else:
             raise table.option_error(
@@ -350,6 +351,60 @@ def _postgres_sink(table: TableDef, options: _Options) -> Sink:
     return PostgresSink(dsn, name, columns=columns)
 
 
+def _kafka_sink(table: TableDef, options: _Options) -> Sink:
+    """Flink's Kafka options: ``kafka`` writes each row as a JSON value; ``upsert-kafka``
+    (a PRIMARY KEY required, as in Flink) writes changes keyed by the key columns'
+    JSON, a ``-D`` as a tombstone (``KafkaSink(upsert_key=...)``). Both in Kafka
+    transactions unless ``'sink.delivery-guarantee' = 'at-least-once'``."""
+    upsert = table.connector == "upsert-kafka"
+    topic = options.take("topic", required=True)
+    servers = options.take("properties.bootstrap.servers", required=True)
+    except_key = False
+    if upsert:
+        if not table.primary_key:
+            raise table.option_error(
+                "connector",
+                "'upsert-kafka' tables need a PRIMARY KEY (...) NOT ENFORCED: it is the record key",
+            )
+        for key in ("key.format", "value.format"):
+            fmt = options.take(key, required=True)
+            if fmt != "json":
+                raise table.option_error(key, f"only 'json' is supported, got {fmt!r}")
+        include = options.take("value.fields-include", "ALL")
+        if include not in ("ALL", "EXCEPT_KEY"):
+            raise table.option_error(
+                "value.fields-include", f"must be 'ALL' or 'EXCEPT_KEY', got {include!r}"
+            )
+        except_key = include == "EXCEPT_KEY"
+    else:
+        fmt = options.take("format", "json")
+        if fmt != "json":
+            raise table.option_error("format", f"only 'json' is supported, got {fmt!r}")
+    guarantee = options.take("sink.delivery-guarantee", "exactly-once")
+    deliveries = {"exactly-once": "exactly_once", "at-least-once": "at_least_once"}
+    if guarantee not in deliveries:
+        raise table.option_error(
+            "sink.delivery-guarantee", f"must be one of {', '.join(deliveries)}"
+        )
+    prefix = options.take("sink.transactional-id-prefix")
+    if guarantee == "exactly-once" and prefix is None:
+        raise table.option_error(
+            "sink.transactional-id-prefix",
+            "is required with 'sink.delivery-guarantee' = 'exactly-once'",
+        )
+    properties = options.take_prefixed("properties.")
+    return KafkaSink(
+        servers,  # type: ignore[arg-type]
+        topic,
+        value_format="json",
+        delivery=deliveries[guarantee],
+        transactional_id_prefix=prefix,
+        properties=dict(properties) or None,
+        upsert_key=list(table.primary_key) if upsert else None,
+        value_except_key=except_key,
+    )
+
+
 def sink_binding(table: TableDef) -> SinkBinding:
     """How to write the DDL table ``table``.
 
@@ -378,33 +433,8 @@ def sink_binding(table: TableDef) -> SinkBinding:
             _FILE_FORMATS[fmt],
             partition_by=table.partition_by,
         )
-    elif connector == "kafka":
-        topic = options.take("topic", required=True)
-        servers = options.take("properties.bootstrap.servers", required=True)
-        fmt = options.take("format", "json")
-        if fmt != "json":
-            raise table.option_error("format", f"only 'json' is supported, got {fmt!r}")
-        guarantee = options.take("sink.delivery-guarantee", "exactly-once")
-        deliveries = {"exactly-once": "exactly_once", "at-least-once": "at_least_once"}
-        if guarantee not in deliveries:
-            raise table.option_error(
-                "sink.delivery-guarantee", f"must be one of {', '.join(deliveries)}"
-            )
-        prefix = options.take("sink.transactional-id-prefix")
-        if guarantee == "exactly-once" and prefix is None:
-            raise table.option_error(
-                "sink.transactional-id-prefix",
-                "is required with 'sink.delivery-guarantee' = 'exactly-once'",
-            )
-        properties = options.take_prefixed("properties.")
-        sink = KafkaSink(
-            servers,  # type: ignore[arg-type]
-            topic,
-            value_format="json",
-            delivery=deliveries[guarantee],
-            transactional_id_prefix=prefix,
-            properties=dict(properties) or None,
-        )
+    elif connector in ("kafka", "upsert-kafka"):
+        sink = _kafka_sink(table, options)
     elif connector == "jdbc":
         sink = _postgres_sink(table, options)
     elif connector == "delta":
@@ -420,13 +450,13 @@ def sink_binding(table: TableDef) -> SinkBinding:
         raise table.option_error(
             "connector",
             f"unknown sink connector {connector!r} (print, blackhole, filesystem, kafka, "
-            "jdbc, delta, jetstream)",
+            "upsert-kafka, jdbc, delta, jetstream)",
         )
     options.done()
     changelog = "append"
     if connector in ("print", "blackhole"):
         changelog = "all"
-    elif connector in ("jdbc", "delta") and table.primary_key:
+    elif connector == "upsert-kafka" or (connector in ("jdbc", "delta") and table.primary_key):
         changelog = "upsert"
     return SinkBinding(
         sink, takes_batches=bool(getattr(sink, "accepts_batches", False)), changelog=changelog

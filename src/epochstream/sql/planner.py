@@ -100,7 +100,7 @@ def _check_changelog_sink(
 ) -> None:
     """An updating query goes only to a sink that takes changes: every change (``print``,
     ``blackhole``), or upserts by a PRIMARY KEY that is the query's unique key (``jdbc``,
-    ``delta``)."""
+    ``delta``, ``upsert-kafka``)."""
     if binding.changelog == "all":
         return
     if binding.changelog == "append":
@@ -108,8 +108,8 @@ def _check_changelog_sink(
             at,
             f"INSERT INTO {table.name}: the query's result is updating (a GROUP BY without "
             f"a window changes earlier results) and the {table.connector!r} sink takes "
-            "appends only; write it to a 'jdbc' or 'delta' table with a PRIMARY KEY (upserts), "
-            "'print' or 'blackhole', or aggregate over a window",
+            "appends only; write it to a 'jdbc', 'delta' or 'upsert-kafka' table with a PRIMARY "
+            "KEY (upserts), 'print' or 'blackhole', or aggregate over a window",
         )
     key = query.unique_key
     primary = tuple(table.primary_key or ())

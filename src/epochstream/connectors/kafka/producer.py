@@ -44,8 +44,9 @@ class Producer(Protocol):
     Example: ``p.send("out", None, b"1", record=1); p.flush()``
     """
 
-    def send(self, topic: str, key: bytes | None, value: bytes, record: Any) -> None:
-        """Queue one record; ``record`` names it in a delivery error."""
+    def send(self, topic: str, key: bytes | None, value: bytes | None, record: Any) -> None:
+        """Queue one record (a None ``value`` is a tombstone); ``record`` names it in a
+        delivery error."""
         ...
 
     def flush(self) -> None:
@@ -122,7 +123,7 @@ class KafkaPythonProducer:
             ) from exc
         self._error: SinkError | None = None
 
-    def send(self, topic: str, key: bytes | None, value: bytes, record: Any) -> None:
+    def send(self, topic: str, key: bytes | None, value: bytes | None, record: Any) -> None:
         if self._error is not None:
             raise self._error
         try:
