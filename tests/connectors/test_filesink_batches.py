@@ -198,3 +198,48 @@ def test_columnar_job_into_file_sink_writes_its_input_exactly(tmp_path: Path, fm
     else:
         values = [int(r["value"]) for p in visible(out) for r in csv.DictReader(p.open())]
     assert sorted(values) == list(range(n))
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl", "csv"])
+def test_changelog_column_writes_each_change_with_its_kind(tmp_path: Path, fmt: str) -> None:
+    from epochstream.core.changelog import RowKind, with_kinds
+
+    out = tmp_path / "out"
+    w = writer(out, fmt, changelog_column="op")
+    w.restore([])
+    kinds = [RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.DELETE]
+    w.write_batch(with_kinds(batch(0, 4), kinds))
+    w.write_batch(batch(4, 1))  # an append-only batch: +I
+    w.snapshot(1)
+    w.notify_checkpoint_complete(1)
+    if fmt == "csv":  # read_back keeps k and word only
+        got = [dict(r) for p in visible(out) for r in csv.DictReader(p.open())]
+    else:
+        got = read_back(out, fmt)
+    assert [(r["op"], int(r["k"])) for r in got] == [
+        ("+I", 0),
+        ("-U", 1),
+        ("+U", 2),
+        ("-D", 3),
+        ("+I", 4),
+    ]
+    assert list(got[0]) == ["op", "k", "word"], "the kinds first, then the row"
+
+
+def test_changelog_column_on_rows_and_bad_settings(tmp_path: Path) -> None:
+    w = writer(tmp_path / "out", "jsonl", changelog_column="op")
+    w.restore([])
+    w.write_batch([{"k": 1}])
+    w.snapshot(1)
+    w.notify_checkpoint_complete(1)
+    assert read_back(tmp_path / "out", "jsonl") == [{"op": "+I", "k": 1}]
+    with pytest.raises(SinkError, match="without a 'op' key") as info:
+        w.write_batch([{"op": "x", "k": 1}])
+    assert info.value.suppress_restarts
+    clash = pa.record_batch({"op": ["x"]})
+    with pytest.raises(SinkError, match="has a column 'op' already"):
+        w.write_batch(clash)
+    with pytest.raises(es.ConfigurationError, match="must name a new column"):
+        FileSink(tmp_path, changelog_column="_op")
+    with pytest.raises(es.ConfigurationError, match="is a partition column"):
+        FileSink(tmp_path, changelog_column="op", partition_by=["op"])

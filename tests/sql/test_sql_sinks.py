@@ -288,3 +288,56 @@ def test_upsert_kafka_options_are_checked(tmp_path: Path) -> None:
         env.explain_sql(f"INSERT INTO no_format {query}")
     with pytest.raises(es.SqlError, match="can only be written"):
         env.explain_sql("SELECT * FROM csv_key")
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "json"])
+def test_an_updating_query_into_a_changelog_filesystem_table(tmp_path: Path, fmt: str) -> None:
+    """'changelog-mode' = 'all' (epochstream's option): the files hold every change with
+    its kind in an ``op`` column; summing each row's sign (+I/+U add, -U/-D retract)
+    leaves exactly DuckDB's GROUP BY, each row once."""
+    import collections
+
+    import pyarrow.parquet as pq
+
+    env = _env(tmp_path)
+    out = tmp_path / "changes"
+    env.execute_sql(
+        "CREATE TABLE changes (bidder BIGINT, bids BIGINT, top BIGINT, auctions BIGINT) WITH "
+        f"('connector' = 'filesystem', 'path' = '{out}', 'format' = '{fmt}', "
+        "'changelog-mode' = 'all')"
+    )
+    env.execute_sql(f"INSERT INTO changes {UPDATING}")
+    rows: list[dict[str, object]] = []
+    for part in sorted(p for p in out.glob("part-*") if not p.name.startswith(".")):
+        if fmt == "parquet":
+            rows += pq.read_table(part).to_pylist()
+        else:
+            rows += [json.loads(line) for line in part.read_text().splitlines()]
+    assert {r["op"] for r in rows} == {"+I", "-U", "+U"}, "a GROUP BY's updates"
+    signs = {"+I": 1, "+U": 1, "-U": -1, "-D": -1}
+    net: collections.Counter[tuple[object, ...]] = collections.Counter()
+    for r in rows:
+        net[(r["bidder"], r["bids"], r["top"], r["auctions"])] += signs[str(r["op"])]
+    assert sorted(row for row, n in net.items() if n) == sorted(
+        run_duckdb(UPDATING, nexmark_arrow_tables(events=EVENTS))
+    )
+    assert set(net.values()) <= {0, 1}, "no row retracted more than added"
+
+
+def test_changelog_mode_option_is_checked(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    env.execute_sql(
+        "CREATE TABLE files (bidder BIGINT, bids BIGINT, top BIGINT, auctions BIGINT) WITH "
+        f"('connector' = 'filesystem', 'path' = '{tmp_path / 'a'}', 'format' = 'parquet');"
+        "CREATE TABLE bad (bidder BIGINT, bids BIGINT, top BIGINT, auctions BIGINT) WITH "
+        f"('connector' = 'filesystem', 'path' = '{tmp_path / 'b'}', 'format' = 'parquet', "
+        "'changelog-mode' = 'upsert');"
+        "CREATE TABLE has_op (op STRING, bids BIGINT) WITH ('connector' = 'filesystem', "
+        f"'path' = '{tmp_path / 'c'}', 'format' = 'parquet', 'changelog-mode' = 'all')"
+    )
+    with pytest.raises(es.SqlError, match=r"set 'changelog-mode' = 'all' on this filesystem"):
+        env.explain_sql(f"INSERT INTO files {UPDATING}")
+    with pytest.raises(es.SqlError, match=r"must be 'insert-only' or 'all', got 'upsert'"):
+        env.explain_sql(f"INSERT INTO bad {UPDATING}")
+    with pytest.raises(es.SqlError, match="which the table declares already"):
+        env.explain_sql("INSERT INTO has_op SELECT 'x', COUNT(*) FROM bid GROUP BY bidder")

@@ -48,6 +48,11 @@ when the file was moved along with it. A pending file found in neither fails the
 at once (no restarts) naming both places: its records are covered by the checkpoint,
 so committing nothing would lose them silently.
 
+A changelog (an updating SQL result, ``_op`` row kinds) is written with
+``changelog_column="op"``: the kinds become the first column, a string (``+I``,
+``-U``, ``+U``, ``-D``), and every change is a row, so reading the files in order and
+applying them (or summing each row's sign) gives the result.
+
 Partitioned output (``partition_by``, Flink's and Hive's layout): each row goes to the
 sub-directory of its partition columns' values, ``<col>=<value>/`` per column, in the
 order given (``day=2026-11-28/hour=10/part-...``); the files hold the other columns. A
@@ -83,8 +88,9 @@ from typing import Any, BinaryIO
 from epochstream.connectors.base import Sink, SinkContext
 from epochstream.connectors.batchform import is_batch, json_rows, user_columns
 from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter
+from epochstream.core.changelog import OP, KindsToColumn
 from epochstream.core.private_files import fsync_directory
-from epochstream.exceptions import ConfigurationError, SinkError, short_repr
+from epochstream.exceptions import ConfigurationError, DataError, SinkError, short_repr
 
 __all__ = [
     "DEFAULT_PARTITION",
@@ -222,11 +228,15 @@ class FileSink(Sink):
     :class:`RollingPolicy`; ``roll_records=n`` is short for
     ``RollingPolicy(max_records=n)``. ``partition_by``: column names; each row is
     written under ``<col>=<value>/`` directories without those columns (module
-    docstring). Records are then Arrow batches or dicts.
+    docstring). Records are then Arrow batches or dicts. ``changelog_column``: a
+    changelog's row kinds (``_op``) are written as a first string column of that name
+    (``+I``, ``-U``, ``+U``, ``-D``, as ``DataStream.to_changelog`` writes them; rows
+    and batches without ``_op`` are ``+I``), so the files hold every change.
 
     Example::
 
         env.from_collection(data).sink_to(FileSink("/tmp/out", format="parquet"))
+        changes.sink_to(FileSink("/tmp/changes", format="parquet", changelog_column="op"))
         stream.sink_to(FileSink("/tmp/by_city", format="parquet", partition_by=("city",)))
     """
 
@@ -241,6 +251,7 @@ class FileSink(Sink):
         roll_records: int | None = None,
         rolling: RollingPolicy | None = None,
         partition_by: tuple[str, ...] | list[str] = (),
+        changelog_column: str | None = None,
     ) -> None:
         if format not in FORMATS:
             raise ConfigurationError(f"FileSink format must be one of {FORMATS}, got {format!r}")
@@ -261,6 +272,15 @@ class FileSink(Sink):
         if len(set(partition_by)) != len(partition_by):
             raise ConfigurationError(f"FileSink partition_by names a column twice: {partition_by}")
         self.partition_by = tuple(partition_by)
+        if changelog_column is not None and (not changelog_column or changelog_column == OP):
+            raise ConfigurationError(
+                f"FileSink changelog_column must name a new column, got {changelog_column!r}"
+            )
+        if changelog_column in self.partition_by:
+            raise ConfigurationError(
+                f"FileSink changelog_column {changelog_column!r} is a partition column"
+            )
+        self.changelog_column = changelog_column
 
     def create_writer(self, ctx: SinkContext) -> FileSinkWriter:
         return FileSinkWriter(
@@ -269,6 +289,7 @@ class FileSink(Sink):
             format=self.format,
             rolling=self.rolling,
             partition_by=self.partition_by,
+            changelog_column=self.changelog_column,
         )
 
     def exclusive_target(self) -> str:
@@ -295,6 +316,7 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
         format: str = "jsonl",
         rolling: RollingPolicy | None = None,
         partition_by: tuple[str, ...] = (),
+        changelog_column: str | None = None,
     ) -> None:
         rolling = rolling or RollingPolicy()
         super().__init__(ctx, roll_records=rolling.max_records)
@@ -302,6 +324,7 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
         self.format = format
         self._rolling = rolling
         self._partition_by = partition_by
+        self._kinds = None if changelog_column is None else KindsToColumn(changelog_column)
         os.makedirs(directory, exist_ok=True)
         job8 = _UNSAFE_NAME_CHARS.sub("_", ctx.job_id[:8])
         self._stem = f"part-{ctx.subtask_index}-{job8}-a{ctx.attempt}-"
@@ -319,6 +342,8 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
     def write(self, txn: FileTxn, records: list[Any]) -> None:
         if txn.opened is None:
             txn.opened = time.monotonic()
+        if self._kinds is not None:
+            records = self._with_kinds(records)
         if not self._partition_by:
             self._write_file(txn, records)
             return
@@ -505,6 +530,24 @@ class FileSinkWriter(TwoPhaseCommitSinkWriter[FileTxn]):
             if not os.path.isdir(path):
                 os.makedirs(path, exist_ok=True)
                 fsync_directory(parent)
+
+    def _with_kinds(self, records: Any) -> Any:
+        """``records`` with their row kinds as the changelog column, first."""
+        assert self._kinds is not None
+        if is_batch(records):
+            try:
+                return self._kinds(records)
+            except DataError as exc:  # the column exists: every restart would fail alike
+                raise SinkError(f"FileSink {self.directory!r}: {exc}", retryable=False) from exc
+        column = self._kinds.column
+        out = []
+        for record in records:
+            if not isinstance(record, dict) or column in record:
+                raise self._record_error(
+                    record, f"is not a dict without a {column!r} key (the changelog column)"
+                )
+            out.append({column: "+I", **record})
+        return out
 
     def _partitions(self, records: Any) -> list[tuple[str, Any]]:
         """``(partition directory, its rows without the partition columns)`` of a batch

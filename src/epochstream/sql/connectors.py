@@ -351,6 +351,28 @@ def _postgres_sink(table: TableDef, options: _Options) -> Sink:
     return PostgresSink(dsn, name, columns=columns)
 
 
+#: The column a filesystem table with ``'changelog-mode' = 'all'`` writes row kinds to.
+CHANGELOG_COLUMN = "op"
+
+
+def _changelog_column(table: TableDef, options: _Options) -> str | None:
+    """``'changelog-mode'`` of a filesystem sink (epochstream's option; Flink's
+    filesystem connector takes appends only): ``'all'`` writes every change with its
+    kind in a string column ``op``; ``'insert-only'`` (the default) takes appends only."""
+    mode = options.take("changelog-mode", "insert-only")
+    if mode not in ("insert-only", "all"):
+        raise table.option_error("changelog-mode", f"must be 'insert-only' or 'all', got {mode!r}")
+    if mode == "insert-only":
+        return None
+    if table.field(CHANGELOG_COLUMN) is not None:
+        raise table.option_error(
+            "changelog-mode",
+            f"'all' writes the row kinds to a column {CHANGELOG_COLUMN!r}, which the table "
+            "declares already",
+        )
+    return CHANGELOG_COLUMN
+
+
 def _kafka_sink(table: TableDef, options: _Options) -> Sink:
     """Flink's Kafka options: ``kafka`` writes each row as a JSON value; ``upsert-kafka``
     (a PRIMARY KEY required, as in Flink) writes changes keyed by the key columns'
@@ -419,6 +441,7 @@ def sink_binding(table: TableDef) -> SinkBinding:
             f"only, not {connector!r}",
         )
     sink: Sink
+    every_change = connector in ("print", "blackhole")  # else appends, or upserts by key
     if connector == "print":
         sink = PrintSink(options.take("print-identifier"))
     elif connector == "blackhole":
@@ -428,11 +451,14 @@ def sink_binding(table: TableDef) -> SinkBinding:
         fmt = options.take("format", required=True)
         if fmt not in _FILE_FORMATS:
             raise table.option_error("format", f"must be one of {', '.join(_FILE_FORMATS)}")
+        column = _changelog_column(table, options)
         sink = FileSink(
             path,  # type: ignore[arg-type]
             _FILE_FORMATS[fmt],
             partition_by=table.partition_by,
+            changelog_column=column,
         )
+        every_change = column is not None
     elif connector in ("kafka", "upsert-kafka"):
         sink = _kafka_sink(table, options)
     elif connector == "jdbc":
@@ -454,7 +480,7 @@ def sink_binding(table: TableDef) -> SinkBinding:
         )
     options.done()
     changelog = "append"
-    if connector in ("print", "blackhole"):
+    if every_change:
         changelog = "all"
     elif connector == "upsert-kafka" or (connector in ("jdbc", "delta") and table.primary_key):
         changelog = "upsert"

@@ -99,8 +99,8 @@ def _check_changelog_sink(
     table: TableDef, binding: SinkBinding, query: PlanNode, at: exp.Expression
 ) -> None:
     """An updating query goes only to a sink that takes changes: every change (``print``,
-    ``blackhole``), or upserts by a PRIMARY KEY that is the query's unique key (``jdbc``,
-    ``delta``, ``upsert-kafka``)."""
+    ``blackhole``, ``filesystem`` with ``'changelog-mode' = 'all'``), or upserts by a
+    PRIMARY KEY that is the query's unique key (``jdbc``, ``delta``, ``upsert-kafka``)."""
     if binding.changelog == "all":
         return
     if binding.changelog == "append":
@@ -109,7 +109,13 @@ def _check_changelog_sink(
             f"INSERT INTO {table.name}: the query's result is updating (a GROUP BY without "
             f"a window changes earlier results) and the {table.connector!r} sink takes "
             "appends only; write it to a 'jdbc', 'delta' or 'upsert-kafka' table with a PRIMARY "
-            "KEY (upserts), 'print' or 'blackhole', or aggregate over a window",
+            "KEY (upserts), 'print' or 'blackhole', or aggregate over a window"
+            + (
+                "; or set 'changelog-mode' = 'all' on this filesystem table to write every "
+                "change with its kind in an 'op' column"
+                if table.connector == "filesystem"
+                else ""
+            ),
         )
     key = query.unique_key
     primary = tuple(table.primary_key or ())
