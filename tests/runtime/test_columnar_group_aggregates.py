@@ -19,12 +19,12 @@ from aggregate_support import (
     BACKENDS,
     CATALOG,
     VALUES_SCHEMA,
+    Upserted,
     assert_equal,
     duckdb_aggregates,
     duckdb_values,
     operator_on,
     routed,
-    same,
     snapshot_target,
 )
 from hypothesis import HealthCheck, given, settings
@@ -59,32 +59,6 @@ def _op(
 
 def _batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(rows, schema=SCHEMA)
-
-
-class Upserted:
-    """A changelog applied to a table by key, checking each -U retracts what is there."""
-
-    def __init__(self, spec: GroupAggregateSpec) -> None:
-        self.spec = spec
-        self.table: dict[Any, dict[str, Any]] = {}
-
-    def apply(self, batch: pa.RecordBatch) -> None:
-        names = [*self.spec.keys, *(a.output for a in self.spec.aggs), OP]
-        assert batch.schema.names == names
-        for row, kind in zip(
-            batch.to_pylist(), kind_names(batch.column(OP)).to_pylist(), strict=True
-        ):
-            key = tuple(row[k] for k in self.spec.keys)
-            values = {a.output: row[a.output] for a in self.spec.aggs}
-            if kind == "+I":
-                assert key not in self.table, f"+I of a held key {key}"
-                self.table[key] = values
-            elif kind in ("-U", "-D"):
-                held = self.table.pop(key)
-                assert all(same(held[n], v) for n, v in values.items()), (held, values)
-            else:
-                assert kind == "+U" and key not in self.table, f"+U without -U for {key}"
-                self.table[key] = values
 
 
 def _duckdb(rows: list[dict[str, Any]], spec: GroupAggregateSpec) -> dict[Any, Any]:

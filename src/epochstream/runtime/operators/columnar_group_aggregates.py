@@ -48,6 +48,7 @@ from epochstream.runtime.operators.columnar_group_keys import (
     GroupKeys,
     key_slots,
 )
+from epochstream.runtime.operators.columnar_mini_batch import MiniBatchBuffer
 from epochstream.runtime.operators.columnar_transforms import need_batch
 from epochstream.runtime.operators.columnar_value_counts import (
     ValueCounts,
@@ -99,6 +100,8 @@ class ColumnarGroupAggregateOperator(Operator):
         self._distinct: dict[int, RowTable] = {}
         #: Over a changelog: per MIN, MAX or COUNT(DISTINCT) aggregate, its values' counts.
         self._values: dict[int, ValueCounts] = {}
+        #: The mini-batch's held input (None: each batch is folded as it comes).
+        self._buffer = MiniBatchBuffer(self.agg.mini_batch) if self.agg.mini_batch else None
 
     # ---------------------------------------------------------------- state
 
@@ -177,6 +180,40 @@ class ColumnarGroupAggregateOperator(Operator):
         batch = need_batch(self, records)
         if not batch.num_rows:
             return
+        if self._buffer is None:
+            self._fold(batch)
+        elif self._buffer.add(batch, self.ctx.clock_ms()):
+            self._flush_buffer()
+
+    # ---------------------------------------------------------------- mini-batch
+
+    def _flush_buffer(self) -> None:
+        """Fold the mini-batch buffer's rows as one batch (nothing when it is empty)."""
+        if self._buffer is not None and (held := self._buffer.take()) is not None:
+            self._fold(held)
+
+    def on_processing_time(self, now_ms: int) -> None:
+        if self._buffer is not None and self._buffer.due(now_ms):
+            self._flush_buffer()
+
+    def next_processing_time(self) -> int | None:
+        """When the mini-batch buffer's latency runs out (None: nothing buffered)."""
+        return None if self._buffer is None else self._buffer.deadline
+
+    def process_watermark(self, watermark: int) -> None:
+        self._flush_buffer()  # the watermark follows the buffered rows' changes
+        self.emit_watermark(watermark)
+
+    def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:
+        self._flush_buffer()  # the barrier follows every change of the rows before it
+
+    def end_input(self) -> None:
+        self._flush_buffer()
+
+    # ---------------------------------------------------------------- folding
+
+    def _fold(self, batch: pa.RecordBatch) -> None:
+        """Fold ``batch`` into its groups and emit their changes."""
         signed = self.agg.updating_input
         if OP in batch.schema.names and not signed:
             raise DataError(

@@ -80,7 +80,9 @@ class ValueCounts:
             before = added.schema.empty_table()
         both = pa.concat_tables([before, added])
         summed = both.group_by([SLOT, VALUE], use_threads=False).aggregate([(COUNT, "sum")])
-        summed = summed.rename_columns([COUNT if c == f"{COUNT}_sum" else c for c in summed.schema.names])
+        summed = summed.rename_columns(
+            [COUNT if c == f"{COUNT}_sum" else c for c in summed.schema.names]
+        )
         counts = np.asarray(summed.column(COUNT).to_numpy(), dtype=np.int64)
         if (counts < 0).any():
             self._retracted_too_often(found, summed, counts)
