@@ -7,8 +7,11 @@ groups' held partials), and the groups it changed come out as changes in an ``_o
 column (:mod:`epochstream.core.changelog`): ``+I`` for a group seen the first time,
 ``-U`` (its old result) then ``+U`` (the new) for a group whose result changed, nothing
 for one whose result stayed the same (Flink's ``GroupAggFunction``). A batch emits
-once per group it touched, whatever the number of its rows: the columnar path's
-mini-batch (Flink's ``table.exec.mini-batch``) for free.
+once per group it touched, whatever the number of its rows. With a mini-batch
+(``GroupAggregateSpec.mini_batch``, Flink's ``table.exec.mini-batch``) batches are held
+(:class:`MiniBatchBuffer`) and folded as one at its size or latency, and before every
+watermark, checkpoint barrier (:meth:`prepare_snapshot_pre_barrier`) and the end of the
+input, so the held rows are never in a checkpoint's blind spot.
 
 State, in row tables of the job's keyed-state backend keyed by the group key
 (:class:`GroupKeys`): ``groups`` per group its key columns (for a tuple key) and
@@ -18,7 +21,10 @@ aggregate ``i``. A batch pops the groups it touches and appends them back.
 Over an updating input (``GroupAggregateSpec.updating_input``: the changelog of another
 aggregation) each row is weighted by its kind (+1 for ``+I``/``+U``, -1 for ``-U``/``-D``)
 and every partial is a sum (:meth:`AggregateCalls.signed_partials`): COUNT, SUM and AVG
-take retractions; a group whose rows are all retracted is deleted (``-D``).
+take retractions so; MIN, MAX and COUNT(DISTINCT) keep per group each value with its
+count (:class:`ValueCounts`, row table ``values<i>`` instead of ``distinct<i>``), so a
+retracted extreme falls back to the next value. A group whose rows are all retracted is
+deleted (``-D``).
 
 Example::
 
@@ -74,8 +80,8 @@ _ROWS = "_wa_rows"
 
 
 class ColumnarGroupAggregateOperator(Operator):
-    """Running SQL aggregates per group of an append-only input, as a changelog (see
-    the module docstring).
+    """Running SQL aggregates per group of an append-only or changelog input, as a
+    changelog (see the module docstring).
 
     Output batches: the key columns, each aggregate's ``output`` column and ``_op``
     (``-U`` rows before the ``+U`` rows of the same groups). No ``_ts``: an updating
