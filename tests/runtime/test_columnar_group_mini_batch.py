@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from aggregate_support import (
     BACKENDS,
@@ -20,11 +21,15 @@ from aggregate_support import (
     operator_on,
     snapshot_target,
 )
+from task_support import Control, LogSink, barrier, chain_with, finish_when_done, make_task
 
+import epochstream as es
 from epochstream.core.changelog import RowKind, kind_names, with_kinds
 from epochstream.core.clock import ManualClock
+from epochstream.core.events import END_OF_INPUT, CheckpointBarrier
 from epochstream.exceptions import ConfigurationError
 from epochstream.graph.specs import AggCall, GroupAggregateSpec, MiniBatch
+from epochstream.runtime.messages import AcknowledgeCheckpoint
 from epochstream.state.handles import OperatorRestore
 
 KIND = "columnar_group_aggregate"
@@ -194,3 +199,40 @@ def test_a_snapshot_after_the_barrier_fold_restores_every_buffered_row(
 def test_a_mini_batch_needs_a_latency_and_a_size() -> None:
     with pytest.raises(ConfigurationError, match="latency and a size above 0"):
         MiniBatch(latency_ms=0, size=10)
+
+
+def test_in_a_task_the_barrier_follows_the_held_rows_changes(tmp_path: Path) -> None:
+    """The task calls ``prepare_snapshot_pre_barrier`` before it snapshots and forwards
+    the barrier: the rows held when barrier 1 came are emitted before it, the later
+    ones after it (at the end of the input), with neither size nor latency reached."""
+    pq.write_table(pa.Table.from_batches([], schema=VALUES_SCHEMA), tmp_path / "in.parquet")
+    env = es.Environment(parallelism=1, runner="local")
+    held = MiniBatch(latency_ms=10**9, size=10**6)
+    (
+        env.from_parquet(str(tmp_path / "in.parquet"))
+        .key_by("k1")
+        .aggregate(es.agg.count_star("n"), mini_batch=held)
+        .rebalance()
+        .to_rows()
+        .sink_to(LogSink())
+    )
+    graph = env.job_graph("mini-batch")
+    chain = chain_with(graph, KIND)
+    control = Control()
+    task, outputs = make_task(graph, chain, tmp_path, control)
+    channel = task.channel_index(chain.inputs[0].edge_id, 0)
+    task.gate.put(channel, _batch([{**r, "k1": 1} for r in _rows(3)]))
+    task.gate.put(channel, barrier(1))
+    task.gate.put(channel, _batch([{**r, "k1": 2} for r in _rows(2)]))
+    task.gate.put(channel, END_OF_INPUT)
+    finish_when_done(control, task)
+    task.run()
+    (channels,) = outputs.values()
+    (items,) = [c.items for c in channels]
+    kinds = [type(i).__name__ for i in items if not isinstance(i, pa.RecordBatch)]
+    at = next(n for n, i in enumerate(items) if isinstance(i, CheckpointBarrier))
+    before = [b.to_pylist() for b in items[:at] if isinstance(b, pa.RecordBatch)]
+    after = [b.to_pylist() for b in items[at:] if isinstance(b, pa.RecordBatch)]
+    assert before == [[{"k1": 1, "n": 3, "_op": RowKind.INSERT}]], kinds
+    assert after == [[{"k1": 2, "n": 2, "_op": RowKind.INSERT}]]
+    assert control.of(AcknowledgeCheckpoint)[0].checkpoint_id == 1
