@@ -374,3 +374,20 @@ def test_value_counts_restore_at_another_parallelism(tmp_path: Path, backend: st
             table.apply(batch)
     net = [r for i, r in enumerate(rows) if i not in set(gone)]
     assert_equal(table.table, _duckdb(net, spec))
+
+
+@pytest.mark.parametrize("updating_first", [False, True])
+def test_restore_refuses_distinct_values_of_the_other_input_kind(
+    tmp_path: Path, updating_first: bool
+) -> None:
+    """Append-only COUNT(DISTINCT) keeps ``distinct<i>``, over a changelog ``values<i>``
+    (with counts): neither restores into the other."""
+    aggs = (AggCall("count", "v", "d", distinct=True),)
+    spec = GroupAggregateSpec(keys=("k1",), aggs=aggs, updating_input=updating_first)
+    op, _ = _op(spec)
+    op.process_batch(_batch([{"k1": 1, "k2": "a", "v": 1, "f": 1.0, "b": True}]), None)
+    handle = op.snapshot(snapshot_target(tmp_path, 1)).keyed.run()
+    other = GroupAggregateSpec(keys=("k1",), aggs=aggs, updating_input=not updating_first)
+    new, _ = _op(other)
+    with pytest.raises(StateError, match="another uid"):
+        new.initialize_state(OperatorRestore(keyed=[handle]), 1)

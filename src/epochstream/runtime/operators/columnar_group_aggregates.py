@@ -149,7 +149,8 @@ class ColumnarGroupAggregateOperator(Operator):
         self._calls = calls
         self._groups = groups
         if calls.signed:
-            return  # the value counts open their tables with the first batch
+            self._open_value_counts(calls)
+            return
         for i, _ in calls.distinct:
             table = self.keyed.row_table(f"{_DISTINCT}{i}")
             if table is not None:
@@ -166,10 +167,7 @@ class ColumnarGroupAggregateOperator(Operator):
         assert self._groups is not None
         key_type = self._groups.schema.schema.field(state_key).type
         if calls.signed:
-            for i, _ in calls.valued:
-                if i not in self._values:
-                    name = f"{_VALUES}{i}"
-                    self._values[i] = ValueCounts(self.keyed, name, state_key, self._where)
+            self._open_value_counts(calls)
             return self._groups
         for i, column in calls.distinct:
             if i not in self._distinct:
@@ -179,6 +177,15 @@ class ColumnarGroupAggregateOperator(Operator):
                 assert table is not None
                 self._distinct[i] = table
         return self._groups
+
+    def _open_value_counts(self, calls: AggregateCalls) -> None:
+        """The valued aggregates' value counts (their tables restored, or made with the
+        first values kept)."""
+        assert self.keyed is not None
+        for i, _ in calls.valued:
+            if i not in self._values:
+                name = f"{_VALUES}{i}"
+                self._values[i] = ValueCounts(self.keyed, name, self._keys.state_key, self._where)
 
     # ---------------------------------------------------------------- batches
 

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from epochstream.core.arrow import table_batch
-from epochstream.exceptions import DataError
+from epochstream.exceptions import DataError, StateError
 from epochstream.runtime.operators.columnar_group_keys import BatchKeys, key_slots
 from epochstream.state.backends.base import KeyedStateBackend, RowSchema, RowTable
 
@@ -51,6 +51,12 @@ class ValueCounts:
         self.state_key = state_key
         self.where = where
         self.table: RowTable | None = backend.row_table(name)
+        if self.table is not None and self.table.schema.schema.names != [state_key, VALUE, COUNT]:
+            raise StateError(
+                f"{where}: restored table {name!r} does not hold value counts of this "
+                f"query's groups (it has {', '.join(self.table.schema.schema.names)}); give "
+                "the new operator another uid"
+            )
 
     def update(
         self, found: BatchKeys, values: pa.Array, weights: np.ndarray, key_type: pa.DataType
