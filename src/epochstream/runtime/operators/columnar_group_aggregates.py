@@ -20,8 +20,8 @@ aggregate ``i``. A batch pops the groups it touches and appends them back.
 
 Over an updating input (``GroupAggregateSpec.updating_input``: the changelog of another
 aggregation) each row is weighted by its kind (+1 for ``+I``/``+U``, -1 for ``-U``/``-D``)
-and every partial is a sum (:meth:`AggregateCalls.signed_partials`): COUNT, SUM and AVG
-take retractions so; MIN, MAX and COUNT(DISTINCT) keep per group each value with its
+and every partial is a sum (:meth:`AggregateCalls.signed_partials`), which takes
+retractions (COUNT, SUM, AVG); MIN, MAX and COUNT(DISTINCT) keep per group each value with its
 count (:class:`ValueCounts`, row table ``values<i>`` instead of ``distinct<i>``), so a
 retracted extreme falls back to the next value. A group whose rows are all retracted is
 deleted (``-D``).
