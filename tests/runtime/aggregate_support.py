@@ -13,9 +13,10 @@ from typing import Any
 import pyarrow as pa
 from columnar_support import MAX_P, make_operator
 
+from epochstream.core.changelog import OP, kind_names
 from epochstream.core.clock import ManualClock
 from epochstream.core.filesystems import storage_fs
-from epochstream.graph.specs import AggCall
+from epochstream.graph.specs import AggCall, GroupAggregateSpec
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
 from epochstream.state.backends.heap.backend import HeapStateBackend
 from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
@@ -162,3 +163,29 @@ def routed(batch: pa.RecordBatch, keys: tuple[str, ...], groups: range) -> pa.Re
     ``groups``."""
     kgs = key_groups_by_columns([batch.column(k) for k in keys], MAX_P, rows=batch.num_rows)
     return batch.filter(pa.array([int(g) in groups for g in kgs]))
+
+
+class Upserted:
+    """A changelog applied to a table by key, checking each -U retracts what is there."""
+
+    def __init__(self, spec: GroupAggregateSpec) -> None:
+        self.spec = spec
+        self.table: dict[Any, dict[str, Any]] = {}
+
+    def apply(self, batch: pa.RecordBatch) -> None:
+        names = [*self.spec.keys, *(a.output for a in self.spec.aggs), OP]
+        assert batch.schema.names == names
+        for row, kind in zip(
+            batch.to_pylist(), kind_names(batch.column(OP)).to_pylist(), strict=True
+        ):
+            key = tuple(row[k] for k in self.spec.keys)
+            values = {a.output: row[a.output] for a in self.spec.aggs}
+            if kind == "+I":
+                assert key not in self.table, f"+I of a held key {key}"
+                self.table[key] = values
+            elif kind in ("-U", "-D"):
+                held = self.table.pop(key)
+                assert all(same(held[n], v) for n, v in values.items()), (held, values)
+            else:
+                assert kind == "+U" and key not in self.table, f"+U without -U for {key}"
+                self.table[key] = values

@@ -27,11 +27,6 @@ TUMBLE = "TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))
 CASES = [
     # updating results
     (
-        "SELECT n, MAX(auction) FROM (SELECT auction, COUNT(*) AS n FROM bid GROUP BY auction) "
-        "GROUP BY n",
-        "MAX(auction) over an updating input",
-    ),
-    (
         "SELECT * FROM (SELECT auction, COUNT(*) AS n FROM bid GROUP BY auction) c "
         "JOIN auction a ON c.auction = a.id",
         "a join over an updating input",

@@ -28,6 +28,7 @@ from epochstream.graph.specs import (
     AggCall,
     AggregateSpec,
     GroupAggregateSpec,
+    MiniBatch,
     TopNSpec,
     WindowTopNSpec,
 )
@@ -145,7 +146,9 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
         spec = AggregateSpec(kind, key=self.key_column, value=column)
         return self._then("columnar_aggregate", f"{kind}({column or ''})", spec)
 
-    def aggregate(self, *aggs: AggCall, updating_input: bool = False) -> DataStream:
+    def aggregate(
+        self, *aggs: AggCall, updating_input: bool = False, mini_batch: MiniBatch | None = None
+    ) -> DataStream:
         """Flink SQL's ``GROUP BY`` without a window: ``aggs`` (:mod:`epochstream.agg`
         calls) per key over the whole stream, an *updating* result. The output is a
         changelog: the key columns, one column per aggregate and ``_op``
@@ -154,8 +157,13 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
         its result stays the same; one change per key per batch. ``key_by([])``
         aggregates the whole stream as one group. ``updating_input=True``: the input is
         itself a changelog (``from_changelog()``, an updating SQL result), whose ``-U``
-        and ``-D`` rows retract what they name; COUNT, SUM and AVG take retractions, and
-        a group whose rows are all retracted is deleted (``-D``).
+        and ``-D`` rows retract what they name (MIN, MAX and COUNT(DISTINCT) keep each
+        group's values with their counts for it), and a group whose rows are all
+        retracted is deleted (``-D``). ``mini_batch``: buffer the input up to
+        ``mini_batch.size`` rows or ``mini_batch.latency_ms`` (processing time) before
+        folding it, so a key's changes come out once per buffer (Flink's
+        ``table.exec.mini-batch``); the buffer is folded before every checkpoint
+        barrier and watermark and at the end of the input.
 
         Example::
 
@@ -168,7 +176,10 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
                 f"(es.agg.sum('price', 'total')...), not {aggs!r}"
             )
         spec = GroupAggregateSpec(
-            keys=self.key_columns, aggs=tuple(aggs), updating_input=updating_input
+            keys=self.key_columns,
+            aggs=tuple(aggs),
+            updating_input=updating_input,
+            mini_batch=mini_batch,
         )
         described = ", ".join(f"{a.kind}({a.column or '*'})" for a in aggs)
         return self._then("columnar_group_aggregate", f"group aggregate {described}", spec)

@@ -89,7 +89,9 @@ class StreamBuilder:
         if isinstance(node, GroupAggregateNode):
             grouped: Any = self.stream(node.inputs[0]).key_by(list(node.spec.keys))
             result: DataStream = grouped.aggregate(
-                *node.spec.aggs, updating_input=node.spec.updating_input
+                *node.spec.aggs,
+                updating_input=node.spec.updating_input,
+                mini_batch=node.spec.mini_batch,
             )
             return result.name(node.label).uid(node.uid)
         if isinstance(node, JoinNode):

@@ -38,6 +38,7 @@ __all__ = [
     "IntervalBounds",
     "IntervalJoinSpec",
     "JoinSpec",
+    "MiniBatch",
     "SessionAggregateSpec",
     "SessionWindowSpec",
     "SliceWindowAggregateSpec",
@@ -510,12 +511,33 @@ class SessionAggregateSpec:
 
 
 @dataclass(frozen=True)
+class MiniBatch:
+    """Flink's ``table.exec.mini-batch``: buffer an updating aggregation's input until
+    ``size`` rows or ``latency_ms`` after the first buffered row (both above 0), then
+    fold the buffer as one batch, so a key's updates come out once per buffer.
+
+    Example: ``MiniBatch(latency_ms=2_000, size=5_000)``
+    """
+
+    latency_ms: int
+    size: int
+
+    def __post_init__(self) -> None:
+        if self.latency_ms <= 0 or self.size <= 0:
+            raise ConfigurationError(
+                f"a mini-batch needs a latency and a size above 0 (got {self.latency_ms} ms, "
+                f"{self.size} rows)"
+            )
+
+
+@dataclass(frozen=True)
 class GroupAggregateSpec:
     """A SQL ``GROUP BY`` without a window (an updating result) on batches: ``aggs`` per
     ``keys`` (zero or more columns), emitted as a changelog (``_op``): ``+I`` for a new
     group, ``-U``/``+U`` when a group's result changes, ``-D`` when its last row is
     retracted. ``updating_input``: the input is itself a changelog (its ``-U``/``-D`` rows
-    retract; COUNT, SUM and AVG only).
+    retract). ``mini_batch``: buffer the input before folding it (None: fold each batch
+    as it comes).
 
     Example::
 
@@ -525,6 +547,9 @@ class GroupAggregateSpec:
     keys: tuple[str, ...]
     aggs: tuple[AggCall, ...]
     updating_input: bool = field(default=False, kw_only=True)
+    # Not in the repr (a SQL plan's digest, hence its uid): the buffer keeps no state, so
+    # turning mini-batch on or off keeps the operator's uid and its savepoint state.
+    mini_batch: MiniBatch | None = field(default=None, kw_only=True, repr=False)
 
     def __post_init__(self) -> None:
         _check_outputs(self.keys, self.aggs, ())

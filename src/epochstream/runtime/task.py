@@ -538,8 +538,10 @@ class Task:
         """Synchronous part: snapshot every operator, then forward the barrier."""
         start = time.perf_counter()
         n = barrier.checkpoint_id
-        self._flush()
         try:
+            for op in self.operators:  # head first: what one emits reaches the next
+                op.prepare_snapshot_pre_barrier(n)
+            self._flush()
             parts = {
                 op.uid: op.snapshot(self._target(op.uid, n, barrier.options))
                 for op in self.operators

@@ -246,13 +246,25 @@ class GroupAggregateNode(PlanNode):
         return repr(self.spec)
 
     def details(self) -> list[str]:
-        return [
+        kept = "COUNT DISTINCT's values"
+        if self.spec.updating_input:
+            kept = "MIN's, MAX's and COUNT DISTINCT's values with their counts"
+        emits = "a changelog: +I for a new key, -U/+U when a batch changes its result"
+        if self.spec.updating_input:
+            emits += ", -D when its last row is retracted"
+        lines = [
             f"keys: {', '.join(self.spec.keys) or '(none: one group)'}",
             f"aggregates: {', '.join(_call_text(a) for a in self.spec.aggs)}",
-            "state: per key its partial aggregates (and COUNT DISTINCT's values), kept "
-            "for the job's life",
-            "emits: a changelog: +I for a new key, -U/+U when a batch changes its result",
+            f"state: per key its partial aggregates (and {kept}), kept for the job's life",
+            f"emits: {emits}",
         ]
+        mini = self.spec.mini_batch
+        if mini is not None:
+            lines.append(
+                f"mini-batch: input held up to {mini.size} rows or {mini.latency_ms} ms, "
+                "folded before each watermark and checkpoint barrier"
+            )
+        return lines
 
 
 def _call_text(call: AggCall) -> str:

@@ -36,6 +36,7 @@ from epochstream.graph.specs import (
     EquiJoinSpec,
     GroupAggregateSpec,
     IntervalBounds,
+    MiniBatch,
     SessionAggregateSpec,
     SliceWindowAggregateSpec,
     WindowEnd,
@@ -269,6 +270,27 @@ class Planner:
         if table.name not in self._scans:
             self._scans[table.name] = self._new_scan(table)
         return self._scans[table.name]
+
+    def _mini_batch(self, at: exp.Expression) -> MiniBatch | None:
+        """The ``GROUP BY``'s mini-batch (at ``at``) by the session's options (None:
+        disabled); Flink's rule: enabled needs an allow-latency and a size above 0."""
+        options = self.options
+        if not options.mini_batch_enabled:
+            return None
+        latency, size = options.mini_batch_allow_latency_ms, options.mini_batch_size
+        if latency <= 0 or size <= 0:
+            missing = (
+                "table.exec.mini-batch.allow-latency"
+                if latency <= 0
+                else ("table.exec.mini-batch.size")
+            )
+            raise sql_error(
+                at,
+                f"table.exec.mini-batch.enabled is 'true' but {missing} is not set above 0 "
+                "(Flink requires both: SET 'table.exec.mini-batch.allow-latency' = '2 s' and "
+                "SET 'table.exec.mini-batch.size' = '5000')",
+            )
+        return MiniBatch(latency_ms=latency, size=size)
 
     def _new_scan(self, table: TableDef) -> PlanNode:
         if table.stream is not None:
@@ -1087,25 +1109,16 @@ class Planner:
         }
         aggregate: PlanNode
         if window is None and operator_window is None:
-            if input_.updating:
-                # Retractions take back what was added: only sums can (Flink keeps
-                # every value for MIN/MAX/DISTINCT under retraction; not yet here).
-                kept = next((c for c in calls if c.distinct or c.kind in ("min", "max")), None)
-                if kept is not None:
-                    at = call_nodes.get(kept.output) or select
-                    raise sql_error(
-                        at,
-                        f"{_text(at)} over an updating input (the changelog of a GROUP BY "
-                        "without a window) is not supported yet: COUNT, SUM and AVG take its "
-                        "retractions",
-                    )
             aggregate = GroupAggregateNode(
                 (pre_node,),
                 (*(Field(k, pre_types[k]) for k in keys), *agg_fields),
                 None,
                 _short(f"{kind} aggregate: {_text(select)}"),
                 spec=GroupAggregateSpec(
-                    keys=tuple(keys), aggs=tuple(calls), updating_input=input_.updating
+                    keys=tuple(keys),
+                    aggs=tuple(calls),
+                    updating_input=input_.updating,
+                    mini_batch=self._mini_batch(select),
                 ),
                 updating=True,
                 unique_key=tuple(keys),

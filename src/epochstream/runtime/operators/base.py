@@ -12,9 +12,11 @@ selector runs once per record in the whole job. Watermarks arrive in
 then passes the watermark on (``emit_watermark``, to every output). The task calls
 ``on_processing_time`` as its clock moves, for processing-time timers and idleness.
 
-Checkpointing: ``snapshot(target)`` is the synchronous part, run when the barrier is
-aligned; it returns a :class:`SnapshotParts` whose keyed part (a ``SnapshotJob`` of
-the keyed-state backend) writes its files later on the asynchronous snapshot thread.
+Checkpointing: ``prepare_snapshot_pre_barrier(checkpoint_id)`` lets an operator emit
+what it holds back (a mini-batch) before the barrier; ``snapshot(target)`` is the
+synchronous part, run when the barrier is aligned; it returns a :class:`SnapshotParts`
+whose keyed part (a ``SnapshotJob`` of the keyed-state backend) writes its files later
+on the asynchronous snapshot thread.
 All keyed state, timers included, goes through the operator's
 :class:`~epochstream.state.backends.base.KeyedStateBackend`.
 
@@ -323,6 +325,13 @@ class Operator:
 
     def flush_timer_output(self) -> None:
         """Emit what timers produced (operators with timers override it)."""
+
+    def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id``'s barrier is about to pass: emit what must come
+        before it (Flink's ``prepareSnapshotPreBarrier``; a mini-batch folds its buffer).
+        The task calls it on every operator of the chain, head first, before any
+        :meth:`snapshot`, so what an operator emits here reaches the next one before
+        that one snapshots."""
 
     def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
         if self.timers is not None:

@@ -7,8 +7,11 @@ groups' held partials), and the groups it changed come out as changes in an ``_o
 column (:mod:`epochstream.core.changelog`): ``+I`` for a group seen the first time,
 ``-U`` (its old result) then ``+U`` (the new) for a group whose result changed, nothing
 for one whose result stayed the same (Flink's ``GroupAggFunction``). A batch emits
-once per group it touched, whatever the number of its rows: the columnar path's
-mini-batch (Flink's ``table.exec.mini-batch``) for free.
+once per group it touched, whatever the number of its rows. With a mini-batch
+(``GroupAggregateSpec.mini_batch``, Flink's ``table.exec.mini-batch``) batches are held
+(:class:`MiniBatchBuffer`) and folded as one at its size or latency, and before every
+watermark, checkpoint barrier (:meth:`prepare_snapshot_pre_barrier`) and the end of the
+input, so the held rows are never in a checkpoint's blind spot.
 
 State, in row tables of the job's keyed-state backend keyed by the group key
 (:class:`GroupKeys`): ``groups`` per group its key columns (for a tuple key) and
@@ -17,8 +20,11 @@ aggregate ``i``. A batch pops the groups it touches and appends them back.
 
 Over an updating input (``GroupAggregateSpec.updating_input``: the changelog of another
 aggregation) each row is weighted by its kind (+1 for ``+I``/``+U``, -1 for ``-U``/``-D``)
-and every partial is a sum (:meth:`AggregateCalls.signed_partials`): COUNT, SUM and AVG
-take retractions; a group whose rows are all retracted is deleted (``-D``).
+and every partial is a sum (:meth:`AggregateCalls.signed_partials`), which takes
+retractions (COUNT, SUM, AVG); MIN, MAX and COUNT(DISTINCT) keep per group each value with its
+count (:class:`ValueCounts`, row table ``values<i>`` instead of ``distinct<i>``), so a
+retracted extreme falls back to the next value. A group whose rows are all retracted is
+deleted (``-D``).
 
 Example::
 
@@ -48,7 +54,13 @@ from epochstream.runtime.operators.columnar_group_keys import (
     GroupKeys,
     key_slots,
 )
+from epochstream.runtime.operators.columnar_mini_batch import MiniBatchBuffer
 from epochstream.runtime.operators.columnar_transforms import need_batch
+from epochstream.runtime.operators.columnar_value_counts import (
+    ValueCounts,
+    distinct_counts,
+    per_group_extreme,
+)
 from epochstream.runtime.operators.columnar_window_aggregates import (
     AggregateCalls,
     check_aggregate_input,
@@ -58,8 +70,9 @@ from epochstream.state.handles import OperatorRestore
 
 __all__ = ["ColumnarGroupAggregateOperator"]
 
-#: The row tables: the groups' partials, and each COUNT(DISTINCT)'s values.
-GROUPS, _DISTINCT = "groups", "distinct"
+#: The row tables: the groups' partials, each COUNT(DISTINCT)'s values (append-only
+#: input), and each valued aggregate's values with their counts (a changelog input).
+GROUPS, _DISTINCT, _VALUES = "groups", "distinct", "values"
 #: A group's position among the batch's distinct keys (the group_by key).
 _ID = "_ga_id"
 #: The partial counting a group's rows (the window aggregation's name for it).
@@ -67,8 +80,8 @@ _ROWS = "_wa_rows"
 
 
 class ColumnarGroupAggregateOperator(Operator):
-    """Running SQL aggregates per group of an append-only input, as a changelog (see
-    the module docstring).
+    """Running SQL aggregates per group of an append-only or changelog input, as a
+    changelog (see the module docstring).
 
     Output batches: the key columns, each aggregate's ``output`` column and ``_op``
     (``-U`` rows before the ``+U`` rows of the same groups). No ``_ts``: an updating
@@ -91,6 +104,10 @@ class ColumnarGroupAggregateOperator(Operator):
         self._calls: AggregateCalls | None = None
         self._groups: RowTable | None = None
         self._distinct: dict[int, RowTable] = {}
+        #: Over a changelog: per MIN, MAX or COUNT(DISTINCT) aggregate, its values' counts.
+        self._values: dict[int, ValueCounts] = {}
+        #: The mini-batch's held input (None: each batch is folded as it comes).
+        self._buffer = MiniBatchBuffer(self.agg.mini_batch) if self.agg.mini_batch else None
 
     # ---------------------------------------------------------------- state
 
@@ -102,7 +119,7 @@ class ColumnarGroupAggregateOperator(Operator):
         super().initialize_state(restore, checkpoint_id)
         assert self.keyed is not None
         names = self.keyed.row_tables()
-        other = [n for n in names if n != GROUPS and not _is_distinct(n)]
+        other = [n for n in names if n != GROUPS and _numbered(n) is None]
         other += self.keyed.column_tables()
         if other:
             raise StateError(
@@ -117,8 +134,11 @@ class ColumnarGroupAggregateOperator(Operator):
             self.agg.aggs, schema, self._types, signed=self.agg.updating_input
         )
         needed = {*self._bound_columns(), *(p.name for p in calls.partials)}
-        distinct = {f"{_DISTINCT}{i}" for i, _ in calls.distinct}
-        if set(schema.names) != needed or not {n for n in names if _is_distinct(n)} <= distinct:
+        if calls.signed:
+            parts = {f"{_VALUES}{i}" for i, _ in calls.valued}
+        else:
+            parts = {f"{_DISTINCT}{i}" for i, _ in calls.distinct}
+        if set(schema.names) != needed or not {n for n in names if n != GROUPS} <= parts:
             raise StateError(
                 f"{self._where}: restored state does not hold this query's keys and "
                 "aggregates (it was written by another query); give the new operator "
@@ -128,6 +148,9 @@ class ColumnarGroupAggregateOperator(Operator):
             self._types.setdefault(name, schema.field(name).type)
         self._calls = calls
         self._groups = groups
+        if calls.signed:
+            self._open_value_counts(calls)
+            return
         for i, _ in calls.distinct:
             table = self.keyed.row_table(f"{_DISTINCT}{i}")
             if table is not None:
@@ -143,6 +166,9 @@ class ColumnarGroupAggregateOperator(Operator):
             self._groups = self.keyed.row_table(GROUPS, RowSchema(schema, state_key))
         assert self._groups is not None
         key_type = self._groups.schema.schema.field(state_key).type
+        if calls.signed:
+            self._open_value_counts(calls)
+            return self._groups
         for i, column in calls.distinct:
             if i not in self._distinct:
                 value_type = self._types[str(self.agg.aggs[i].column)]
@@ -152,12 +178,55 @@ class ColumnarGroupAggregateOperator(Operator):
                 self._distinct[i] = table
         return self._groups
 
+    def _open_value_counts(self, calls: AggregateCalls) -> None:
+        """The valued aggregates' value counts (their tables restored, or made with the
+        first values kept)."""
+        assert self.keyed is not None
+        for i, _ in calls.valued:
+            if i not in self._values:
+                name = f"{_VALUES}{i}"
+                self._values[i] = ValueCounts(self.keyed, name, self._keys.state_key, self._where)
+
     # ---------------------------------------------------------------- batches
 
     def process_batch(self, records: Any, timestamps: list[Any] | None) -> None:
         batch = need_batch(self, records)
         if not batch.num_rows:
             return
+        if self._buffer is None:
+            self._fold(batch)
+        elif self._buffer.add(batch, self.ctx.clock_ms()):
+            self._flush_buffer()
+
+    # ---------------------------------------------------------------- mini-batch
+
+    def _flush_buffer(self) -> None:
+        """Fold the mini-batch buffer's rows as one batch (nothing when it is empty)."""
+        if self._buffer is not None and (held := self._buffer.take()) is not None:
+            self._fold(held)
+
+    def on_processing_time(self, now_ms: int) -> None:
+        if self._buffer is not None and self._buffer.due(now_ms):
+            self._flush_buffer()
+
+    def next_processing_time(self) -> int | None:
+        """When the mini-batch buffer's latency runs out (None: nothing buffered)."""
+        return None if self._buffer is None else self._buffer.deadline
+
+    def process_watermark(self, watermark: int) -> None:
+        self._flush_buffer()  # the watermark follows the buffered rows' changes
+        self.emit_watermark(watermark)
+
+    def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:
+        self._flush_buffer()  # the barrier follows every change of the rows before it
+
+    def end_input(self) -> None:
+        self._flush_buffer()
+
+    # ---------------------------------------------------------------- folding
+
+    def _fold(self, batch: pa.RecordBatch) -> None:
+        """Fold ``batch`` into its groups and emit their changes."""
         signed = self.agg.updating_input
         if OP in batch.schema.names and not signed:
             raise DataError(
@@ -179,8 +248,9 @@ class ColumnarGroupAggregateOperator(Operator):
             else np.empty(0, np.int64)
         )
         derived = calls.derived(batch)
+        signs = weights(batch)
         if calls.signed:
-            signed = calls.signed_partials(derived, weights(batch), found.slots)
+            signed = calls.signed_partials(derived, signs, found.slots)
             parts = [signed.rename_columns([_ID, *signed.schema.names[1:]])]
         else:
             rows = pa.table({_ID: found.slots, **derived})
@@ -202,17 +272,46 @@ class ColumnarGroupAggregateOperator(Operator):
             table.append(table_batch(stored), found.key_groups)
         elif alive.any():
             table.append(table_batch(stored.filter(pa.array(alive))), found.key_groups[alive])
-        old_counts, new_counts = self._distinct_counts(calls, found, derived, n)
-        new_values = calls.values(_with_counts(merged, calls, new_counts), self._where)
-        self._emit(calls, found, old_partials, old_counts, new_values, alive)
+        if calls.signed:
+            old_columns, new_columns = self._counted(calls, found, derived, signs)
+        else:
+            old_columns, new_columns = self._distinct_counts(calls, found, derived, n)
+        new_values = calls.values(_with_columns(merged, new_columns), self._where)
+        self._emit(calls, found, old_partials, old_columns, new_values, alive)
+
+    def _counted(
+        self,
+        calls: AggregateCalls,
+        found: BatchKeys,
+        derived: dict[str, pa.Array],
+        signs: np.ndarray,
+    ) -> tuple[dict[str, pa.Array], dict[str, pa.Array]]:
+        """Over a changelog: the valued aggregates' columns of the partials
+        (``COUNT(DISTINCT)``'s count, MIN's or MAX's extreme ``_m``) per key, before and
+        after the batch, from their value counts (updated with the batch)."""
+        assert self._groups is not None
+        key_type = self._groups.schema.schema.field(self._keys.state_key).type
+        n = len(found.keys)
+        before: dict[str, pa.Array] = {}
+        after: dict[str, pa.Array] = {}
+        for i, column in calls.valued:
+            held, now = self._values[i].update(found, derived[column], signs, key_type)
+            agg = self.agg.aggs[i]
+            if agg.distinct:
+                before[column] = pa.array(distinct_counts(held, n))
+                after[column] = pa.array(distinct_counts(now, n))
+            else:
+                before[f"_wa{i}_m"] = per_group_extreme(held, agg.kind, n)
+                after[f"_wa{i}_m"] = per_group_extreme(now, agg.kind, n)
+        return before, after
 
     def _distinct_counts(
         self, calls: AggregateCalls, found: BatchKeys, derived: dict[str, pa.Array], n: int
-    ) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
-        """Per ``COUNT(DISTINCT)`` aggregate, each key's count before and after the
-        batch; the keys' values are written back with the batch's added."""
-        before: dict[int, np.ndarray] = {}
-        after: dict[int, np.ndarray] = {}
+    ) -> tuple[dict[str, pa.Array], dict[str, pa.Array]]:
+        """Per ``COUNT(DISTINCT)`` aggregate (its column), each key's count before and
+        after the batch; the keys' values are written back with the batch's added."""
+        before: dict[str, pa.Array] = {}
+        after: dict[str, pa.Array] = {}
         state_key = self._keys.state_key
         for i, column in calls.distinct:
             values = derived[column]
@@ -222,16 +321,16 @@ class ColumnarGroupAggregateOperator(Operator):
             arrays = [values]
             if held is not None and held.num_rows:
                 held_at = key_slots(held.column(state_key), found.keys)
-                before[i] = np.bincount(held_at, minlength=n)
+                before[column] = pa.array(np.bincount(held_at, minlength=n).astype(np.int64))
                 owners.insert(0, held_at)
                 arrays.insert(0, held.column(column).combine_chunks().cast(values.type))
             else:
-                before[i] = np.zeros(n, dtype=np.int64)
+                before[column] = pa.array(np.zeros(n, dtype=np.int64))
             both = pa.table({_ID: np.concatenate(owners), column: pa.concat_arrays(arrays)})
             both = both.filter(pc.is_valid(both.column(column)))
             both = both.group_by([_ID, column], use_threads=False).aggregate([])
             ids = both.column(_ID).to_numpy()
-            after[i] = np.bincount(ids, minlength=n)
+            after[column] = pa.array(np.bincount(ids, minlength=n).astype(np.int64))
             self._write_distinct(found, i, column, both)
         return before, after
 
@@ -262,7 +361,7 @@ class ColumnarGroupAggregateOperator(Operator):
         calls: AggregateCalls,
         found: BatchKeys,
         old_partials: pa.Table | None,
-        old_counts: dict[int, np.ndarray],
+        old_columns: dict[str, pa.Array],
         new_values: list[pa.Array],
         alive: np.ndarray,
     ) -> None:
@@ -277,8 +376,9 @@ class ColumnarGroupAggregateOperator(Operator):
         if old_partials is not None:
             old_at = old_partials.column(_ID).to_numpy()
             had[old_at] = True
-            counts = {i: c[old_at] for i, c in old_counts.items()}
-            old_values = calls.values(_with_counts(old_partials, calls, counts), self._where)
+            at = pa.array(old_at)
+            held = {name: c.take(at) for name, c in old_columns.items()}
+            old_values = calls.values(_with_columns(old_partials, held), self._where)
             for old, new in zip(old_values, new_values, strict=True):
                 changed[old_at] |= ~_same(old, new.take(pa.array(old_at)))
         deleted = had & ~alive
@@ -320,12 +420,10 @@ class ColumnarGroupAggregateOperator(Operator):
         return self._groups.table()
 
 
-def _with_counts(
-    partials: pa.Table, calls: AggregateCalls, counts: dict[int, np.ndarray]
-) -> pa.Table:
-    """``partials`` with each ``COUNT(DISTINCT)``'s counts as its column."""
-    for i, column in calls.distinct:
-        partials = partials.append_column(column, pa.array(counts[i].astype(np.int64)))
+def _with_columns(partials: pa.Table, columns: dict[str, pa.Array]) -> pa.Table:
+    """``partials`` with the valued aggregates' ``columns`` (one value per row)."""
+    for name, column in columns.items():
+        partials = partials.append_column(name, column)
     return partials
 
 
@@ -346,5 +444,9 @@ def _same(a: pa.Array, b: pa.Array) -> np.ndarray:
     return np.asarray(same.to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def _is_distinct(name: str) -> bool:
-    return name.startswith(_DISTINCT) and name[len(_DISTINCT) :].isdigit()
+def _numbered(name: str) -> int | None:
+    """The aggregate a ``distinct<i>`` or ``values<i>`` table is of (None: neither)."""
+    for prefix in (_DISTINCT, _VALUES):
+        if name.startswith(prefix) and name[len(prefix) :].isdigit():
+            return int(name[len(prefix) :])
+    return None

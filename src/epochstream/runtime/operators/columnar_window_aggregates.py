@@ -197,19 +197,23 @@ class AggregateCalls:
         self.floats = float_columns
         #: Whether rows come with signed weights (a changelog: -U/-D retract): every
         #: partial is then a sum, and SUM keeps its value count (NULL when it is 0).
+        #: MIN and MAX keep no partial of their extreme then (a float's NaN count
+        #: ``_z`` stays, a sum): the caller keeps their values' multiplicities
+        #: (:attr:`valued`) and adds each group's extreme as column ``_wa<i>_m``.
         self.signed = signed
-        if signed:
-            kept = [a for a in aggs if a.distinct or a.kind in ("min", "max")]
-            if kept:
-                raise ConfigurationError(
-                    f"{_call_name(kept[0])} over an updating input (retractions) is not "
-                    "supported yet: only COUNT, SUM and AVG take retractions"
-                )
         self.partials: list[_Partial] = [_Partial(_ROWS, _ROWS, "count_all", "sum")]
         for i, agg in enumerate(aggs):
             self.partials += self._partials_of(i, agg)
         #: The aggregates that keep distinct values (their index and value column).
         self.distinct = [(i, f"_wa{i}_d") for i, a in enumerate(aggs) if a.distinct]
+        #: The aggregates whose values the caller keeps with their multiplicities (index
+        #: and the derived value column): the distinct ones and, over a changelog, MIN
+        #: and MAX (a retraction may take the extreme's last copy).
+        self.valued = [
+            (i, f"_wa{i}_d" if a.distinct else f"_wa{i}_v")
+            for i, a in enumerate(aggs)
+            if a.distinct or (signed and a.kind in ("min", "max"))
+        ]
 
     @classmethod
     def restored(
@@ -254,7 +258,8 @@ class AggregateCalls:
             if agg.kind == "avg" or self.signed:
                 parts.append(_Partial(f"{p}_n", f"{p}_v", "count", "sum"))
             return parts
-        parts.append(_Partial(f"{p}_m", f"{p}_v", agg.kind, agg.kind))
+        if not self.signed:
+            parts.append(_Partial(f"{p}_m", f"{p}_v", agg.kind, agg.kind))
         if agg.column in self.floats:  # NaN is SQL's largest value: counted apart
             parts.append(_Partial(f"{p}_z", f"{p}_z", "sum", "sum"))
         return parts
@@ -395,11 +400,6 @@ class AggregateCalls:
         counts = np.maximum(pc.fill_null(count, 1).to_numpy(zero_copy_only=False), 1)
         quotient = np.abs(sums) // counts * np.sign(sums)
         return pa.array(quotient, pa.int64(), mask=~valid)
-
-
-def _call_name(agg: AggCall) -> str:
-    kind = "COUNT" if agg.kind == "count_star" else agg.kind.upper()
-    return f"{kind}({'DISTINCT ' if agg.distinct else ''}{agg.column or '*'})"
 
 
 def check_aggregate_input(
