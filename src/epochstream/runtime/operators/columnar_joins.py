@@ -100,8 +100,12 @@ class JoinInputs:
         # Each side's schema (every field nullable), set by its first batch.
         self.schemas: list[pa.Schema | None] = [None, None]
 
-    def prepare(self, index: int, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """``batch`` of input ``index`` checked, keys widened, null keys dropped, ``_kg`` added."""
+    def prepare(
+        self, index: int, batch: pa.RecordBatch, *, drop_null_keys: bool = True
+    ) -> pa.RecordBatch:
+        """``batch`` of input ``index`` checked, keys widened, ``_kg`` added, and rows
+        with a null key dropped (kept with ``drop_null_keys=False``: an outer join pads
+        them)."""
         kinds = []
         for key in self.keys[index]:
             position = batch.schema.get_field_index(key)
@@ -128,7 +132,7 @@ class JoinInputs:
             batch = with_key_groups(batch, selector, self.max_parallelism)
         batch = self._conformed(index, batch)
         nulls = [batch.column(key) for key in self.keys[index]]
-        if any(c.null_count for c in nulls):
+        if drop_null_keys and any(c.null_count for c in nulls):
             valid = pc.is_valid(nulls[0])
             for column in nulls[1:]:
                 valid = pc.and_(valid, pc.is_valid(column))
