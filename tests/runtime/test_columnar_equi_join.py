@@ -1,5 +1,5 @@
-"""The SQL joins' operator (``columnar_equi_join``) driven directly on each backend,
-against DuckDB:
+"""The SQL joins' operators (``columnar_regular_join``, ``columnar_equi_join``) driven
+directly on each backend, against DuckDB:
 
 - regular join on two key columns with a residual condition (NULLs drop), through a
   restore at another parallelism;

@@ -266,7 +266,7 @@ def test_state_ttl_expires_rows_without_output_and_shrinks_the_state(
 
 def test_errors_name_the_misuse(tmp_path: Path) -> None:
     cluster = Cluster("heap", tmp_path, spec_of("inner", updating=False), 1)
-    with pytest.raises(DataError, match="changelog.*updating_input=True"):
+    with pytest.raises(DataError, match=r"changelog.*updating_input=True"):
         cluster.send(0, changes([("+I", 1, 10, 5)]))
     with pytest.raises(ConfigurationError, match="output_schema"):
         EquiJoinSpec(("k",), ("k",), (("k", "lk"),), (("id", "rid"),), join_type="left")

@@ -114,7 +114,7 @@ def _outer_filters(join_type: str) -> tuple[bool, bool]:
     input: only on a side that is not preserved. ``a LEFT JOIN b ON a.k = b.k AND b.x >
     0`` filters ``b``; ``... AND a.x > 0`` keeps every ``a`` row, unmatched where false
     (it joins the residual condition)."""
-    return join_type in ("inner", "left"), join_type in ("inner", "right")
+    return join_type in ("inner", "right"), join_type in ("inner", "left")
 
 
 def _nullable(f: Field) -> Field:
