@@ -118,6 +118,7 @@ def test_explain_shows_the_join_type_the_changelog_and_the_ttl(tmp_path: Path) -
     )
     assert "left outer join" in text
     assert "regular LEFT OUTER join on id = seller" in text
+    assert "changelog: +I, -U" not in text  # the Calc above passes +I, -D on
     assert "changelog: +I, -D" in text
     assert "3600000 ms after it was written" in text
     assert "columns: id BIGINT, id0 BIGINT, seller BIGINT" in text

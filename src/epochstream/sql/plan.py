@@ -105,8 +105,10 @@ class PlanNode(ABC):
     unique_key: tuple[str, ...] | None = field(default=None, kw_only=True)
 
     kind = "node"
-    #: The row kinds of an updating result, as :func:`explain` shows them.
-    row_kinds = "+I, -U, +U"
+
+    def row_kinds(self) -> str:
+        """The row kinds of an updating result, as :func:`explain` shows them."""
+        return "+I, -U, +U"
 
     @abstractmethod
     def digest(self) -> str:
@@ -174,6 +176,9 @@ class CalcNode(PlanNode):
     condition: exp.Expression | None = field(kw_only=True)
 
     kind = "calc"
+
+    def row_kinds(self) -> str:
+        return self.inputs[0].row_kinds()  # a filter passes its input's kinds on
 
     def digest(self) -> str:
         return self.text
@@ -277,7 +282,9 @@ class JoinNode(PlanNode):
     condition_text: str = field(default="", kw_only=True)
 
     kind = "join"
-    row_kinds = "+I, -D"
+
+    def row_kinds(self) -> str:
+        return "+I, -D"
 
     @property
     def mode(self) -> str:
@@ -468,7 +475,7 @@ def explain(root: PlanNode) -> str:
             lines.append(f"{pad}    columns: {columns}")
         if node.updating:
             key = ", ".join(node.unique_key) if node.unique_key is not None else "unknown"
-            lines.append(f"{pad}    changelog: {node.row_kinds} (unique key: {key or 'none'})")
+            lines.append(f"{pad}    changelog: {node.row_kinds()} (unique key: {key or 'none'})")
         for line in node.details():
             lines.append(f"{pad}    {line}")
         for child in node.inputs:

@@ -24,18 +24,20 @@ over all keys are joined at once (Arrow's hash join, :class:`~.columnar_equi_joi
 Match counts are counted when needed (pairs of the key's kept rows on both sides that
 meet the condition), not stored. A row with a null key never matches: on an outer side
 it is emitted padded (``+I`` or ``-D``) and not kept; on an inner side dropped. Joined
-rows come out as ``+I``/``-D`` (Flink does not pair ``-U``/``+U`` here either). The
+rows come out as ``+I``/``-D`` (as Flink's outer joins; its inner join passes the
+input's kind on, the same multiset). The
 output carries ``_op`` (and no ``_ts``) when the spec's ``changelog`` is set (an outer
 join or an updating input); an inner join of append-only inputs emits plain inserts
 stamped with ``_ts``, the later of the pair's event times (the one side's that has
 them; none without).
 
-**State TTL** (``state_ttl_ms > 0``): a row expires ``state_ttl_ms`` after it was
-written (Flink's ``OnCreateAndWrite``), on the operator clock's processing time. An
-expired row is never read (reads filter on ``_written``), emits nothing when it goes,
-and is deleted: every write also files its keys in ``left_due``/``right_due`` (a
-queue by write time); at most every tenth of the TTL a batch or watermark pops the
-due keys and drops their expired rows, so the state holds about TTL x 1.1 of writes.
+**State TTL** (``state_ttl_ms > 0``, :class:`~.row_expiry.RowExpiry`): a row expires
+``state_ttl_ms`` after it was written (Flink's ``OnCreateAndWrite``), on the operator
+clock's processing time. An expired row is never read (reads filter on ``_written``),
+emits nothing when it goes, and is deleted: every write also files its keys in
+``left_due``/``right_due`` (a queue by write time); at most every tenth of the TTL a
+batch or watermark pops the due keys and drops their expired rows, so the state holds
+about TTL x 1.1 of writes.
 A row that expired no longer joins, nor is it retracted: results for keys idle longer
 than the TTL are lost or stay (a retraction of an expired row emits its ``-D`` joined
 rows with the partners still kept only).
@@ -70,42 +72,37 @@ from epochstream.runtime.operators.columnar_equi_join import (
 )
 from epochstream.runtime.operators.columnar_joins import JoinInputs
 from epochstream.runtime.operators.columnar_transforms import need_batch
+from epochstream.runtime.operators.row_expiry import DUE_SUFFIX, WRITTEN_COLUMN, RowExpiry
 from epochstream.runtime.operators.twoinput import TwoInputOperator
-from epochstream.state.backends.base import RowSchema, RowTable
+from epochstream.state.backends.base import RowTable
 from epochstream.state.column_keygroups import tuple_keys_of_columns
 from epochstream.state.handles import OperatorRestore
 
-__all__ = ["WRITTEN_COLUMN", "ColumnarStreamingJoinOperator"]
+__all__ = ["ColumnarStreamingJoinOperator"]
 
-#: A kept row's write time (processing time, int64 ms), with a state TTL.
-WRITTEN_COLUMN = "_written"
-#: The due queue's key group column (its key column is ``_written``, uint64).
-_DUE_KG = "_due_kg"
 _SIDES = ("left", "right")
-_DUE = "_due"
-#: Expired rows are deleted at most every this fraction of the TTL.
-CLEANUP_FRACTION = 10
 
 
 def _phases(keys: pa.Array, adds: np.ndarray) -> np.ndarray:
     """Each row's step: how often its key changed direction (add/retract) before it in
     the batch. Rows of one step have, per key, one direction, and the steps in order
-    apply the batch in order (rows of other keys never interact)."""
+    apply the batch in order (rows of other keys never interact).
+
+    Example: ``_phases(pa.array([1, 1, 2, 1]), np.array([1, 0, 0, 0], bool))`` is
+    ``[0, 1, 0, 1]``
+    """
     codes = np.asarray(keys.dictionary_encode().indices.to_numpy(zero_copy_only=False))
-    order = np.argsort(codes, kind="stable")
-    sorted_codes, sorted_adds = codes[order], adds[order]
-    change = np.zeros(len(order), dtype=np.int64)
-    if len(order) > 1:
-        same_key = sorted_codes[1:] == sorted_codes[:-1]
-        change[1:] = (sorted_adds[1:] != sorted_adds[:-1]) & same_key
-    running = np.cumsum(change)
-    starts = np.zeros(len(order), dtype=bool)
-    starts[0:1] = True
-    if len(order) > 1:
-        starts[1:] = sorted_codes[1:] != sorted_codes[:-1]
-    first = np.maximum.accumulate(np.where(starts, np.arange(len(order)), 0))
+    order = np.argsort(codes, kind="stable")  # each key's rows together, in batch order
+    ordered_codes, ordered_adds = codes[order], adds[order]
+    new_key = np.ones(len(order), dtype=bool)
+    new_key[1:] = ordered_codes[1:] != ordered_codes[:-1]
+    turned = np.zeros(len(order), dtype=np.int64)
+    turned[1:] = (ordered_adds[1:] != ordered_adds[:-1]) & ~new_key[1:]
+    running = np.cumsum(turned)
+    # Each row's count minus the count at its key's first row.
+    key_start = np.maximum.accumulate(np.where(new_key, np.arange(len(order)), 0))
     phases = np.empty(len(order), dtype=np.int64)
-    phases[order] = running - running[first]
+    phases[order] = running - running[key_start]
     return phases
 
 
@@ -208,16 +205,14 @@ class ColumnarStreamingJoinOperator(TwoInputOperator):
         self.sides = JoinSides(self.join)
         self.pairs = JoinPairs(self.join, ctx.task_name)
         self.out = _Output(self.join)
-        self.ttl = self.join.state_ttl_ms
-        #: The processing time (ms) before which no cleanup of expired rows runs.
-        self.next_cleanup = 0
+        self.expiry = RowExpiry(self.join.state_ttl_ms, ctx.clock)
 
     # ------------------------------------------------------------------ state
 
     def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
         super().initialize_state(restore, checkpoint_id)
         assert self.keyed is not None
-        known = {*_SIDES, *(side + _DUE for side in _SIDES)}
+        known = {*_SIDES, *(side + DUE_SUFFIX for side in _SIDES)}
         other = [*self.keyed.column_tables()]
         other += [n for n in self.keyed.row_tables() if n not in known]
         if other:
@@ -230,10 +225,10 @@ class ColumnarStreamingJoinOperator(TwoInputOperator):
             if table is None:
                 continue
             schema = table.schema
-            if (WRITTEN_COLUMN in schema.schema.names) != (self.ttl > 0):
+            if (WRITTEN_COLUMN in schema.schema.names) != (self.expiry.ttl > 0):
                 raise StateError(
                     f"{self.ctx.task_name}: the restored join state was written "
-                    f"{'with' if self.ttl == 0 else 'without'} a state TTL; switching "
+                    f"{'with' if self.expiry.ttl == 0 else 'without'} a state TTL; switching "
                     "table.exec.state.ttl on or off needs a new uid (or an empty state)"
                 )
             self.sides.schemas[index] = schema
@@ -244,22 +239,12 @@ class ColumnarStreamingJoinOperator(TwoInputOperator):
         assert self.keyed is not None
         return self.keyed.row_table(_SIDES[index], self.sides.schemas[index] if create else None)
 
-    def _now(self) -> int:
-        """The operator clock's processing time, in ms."""
-        return int(self.ctx.clock.wall() * 1000)
-
-    def _live(self, rows: pa.Table, now: int) -> pa.Table:
-        """``rows`` without the expired ones (all of them without a TTL)."""
-        if not self.ttl or not rows.num_rows:
-            return rows
-        return rows.filter(pc.greater(rows.column(WRITTEN_COLUMN), now - self.ttl))
-
     def _read(self, index: int, keys: pa.Array, kgs: np.ndarray, now: int) -> pa.Table | None:
         """Side ``index``'s live rows of ``keys`` (None when it keeps none)."""
         table = self._table(index)
         if table is None:
             return None
-        rows = self._live(table.read(keys, kgs), now)
+        rows = self.expiry.live(table.read(keys, kgs), now)
         return rows if rows.num_rows else None
 
     def _keep(self, index: int, rows: pa.RecordBatch | pa.Table, kgs: np.ndarray) -> None:
@@ -275,45 +260,20 @@ class ColumnarStreamingJoinOperator(TwoInputOperator):
             table.append(batch, kgs[start : start + batch.num_rows])
             start += batch.num_rows
 
-    def _file_due(self, index: int, rows: pa.RecordBatch, kgs: np.ndarray, now: int) -> None:
-        """With a TTL: file the keys of newly written ``rows`` in side ``index``'s queue."""
-        if not self.ttl:
-            return
-        assert self.keyed is not None
-        key = self.sides.key_column[index]
-        keys, key_groups = _distinct(rows.column(key), kgs)
-        due = pa.record_batch(
-            {
-                WRITTEN_COLUMN: pa.array(np.full(len(keys), now, dtype=np.uint64)),
-                key: keys,
-                _DUE_KG: pa.array(key_groups.astype(np.int64)),
-            }
-        )
-        schema = RowSchema(due.schema, WRITTEN_COLUMN)
-        table = self.keyed.row_table(_SIDES[index] + _DUE, schema)
-        assert table is not None
-        table.append(schema.conform(due), key_groups)
-
     def _cleanup(self, now: int) -> None:
         """Delete the rows that expired (at most every tenth of the TTL)."""
-        if not self.ttl or now < self.next_cleanup:
+        if not self.expiry.cleanup_due(now):
             return
-        self.next_cleanup = now + max(self.ttl // CLEANUP_FRACTION, 1)
         assert self.keyed is not None
         for index, side in enumerate(_SIDES):
-            queue = self.keyed.row_table(side + _DUE)
-            if queue is None:
-                continue
-            due = queue.pop_until(max(now - self.ttl, 0))
-            if not due.num_rows:
-                continue
             key = self.sides.key_column[index]
-            groups = np.asarray(due.column(_DUE_KG).to_numpy(zero_copy_only=False))
-            keys, kgs = _distinct(due.column(key).combine_chunks(), groups)
+            due = self.expiry.pop_due(self.keyed, side, key, now)
             table = self._table(index)
-            if table is None:  # rescaled: the rows of these keys went, their queue stayed
+            # table None: rescaled, the rows of these keys went, their queue stayed.
+            if due is None or table is None:
                 continue
-            live = self._live(table.pop(keys, kgs), now)
+            keys, kgs = due
+            live = self.expiry.live(table.pop(keys, kgs), now)
             self._keep(index, live, _groups_of(live.column(key), keys, kgs))
 
     # ------------------------------------------------------------------ input
@@ -328,7 +288,7 @@ class ColumnarStreamingJoinOperator(TwoInputOperator):
                 f"{OP!r}) but the join was built for append-only inputs; build it with "
                 "updating_input=True"
             )
-        now = self._now()
+        now = self.expiry.now()
         self._cleanup(now)
         adds = weights(batch) > 0
         valid = np.ones(batch.num_rows, dtype=bool)
@@ -346,8 +306,8 @@ class ColumnarStreamingJoinOperator(TwoInputOperator):
                 return
         kgs = np.asarray(batch.column(KG_COLUMN).to_numpy(zero_copy_only=False))
         extra = None
-        if self.ttl:
-            extra = {WRITTEN_COLUMN: pa.array(np.full(batch.num_rows, now, dtype=np.int64))}
+        if self.expiry.ttl:
+            extra = {WRITTEN_COLUMN: self.expiry.stamps(batch.num_rows, now)}
         rows = self.sides.stored(index, batch, self.ctx.task_name, extra)
         phases = _phases(rows.column(self.sides.key_column[index]), adds)
         for phase in range(int(phases.max()) + 1):
@@ -401,14 +361,17 @@ class ColumnarStreamingJoinOperator(TwoInputOperator):
         if self.join.outer[index]:
             self.out.padded(index, self._unmatched(arriving, mine_rows), RowKind.INSERT)
         self._keep(index, rows, kgs)
-        self._file_due(index, rows, kgs, now)
+        assert self.keyed is not None
+        self.expiry.file(
+            self.keyed, _SIDES[index], self.sides.key_column[index], keys, key_groups, now
+        )
 
     def _retract(self, index: int, rows: pa.RecordBatch, kgs: np.ndarray, now: int) -> None:
         key = self.sides.key_column[index]
         keys, key_groups = _distinct(rows.column(key), kgs)
         theirs = self._read(1 - index, keys, key_groups, now)
         table = self._table(index)
-        kept = self._live(table.pop(keys, key_groups), now) if table is not None else None
+        kept = self.expiry.live(table.pop(keys, key_groups), now) if table is not None else None
         remaining = None
         if kept is not None:
             remaining = self._without(index, kept, rows)
@@ -464,5 +427,5 @@ class ColumnarStreamingJoinOperator(TwoInputOperator):
         return kept.filter(pa.array(keep))
 
     def process_watermark(self, watermark: int) -> None:
-        self._cleanup(self._now())
+        self._cleanup(self.expiry.now())
         self.emit_watermark(watermark)
