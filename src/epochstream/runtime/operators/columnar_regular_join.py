@@ -19,7 +19,7 @@ over all keys are joined at once (Arrow's hash join, :class:`~.columnar_equi_joi
 - A retraction removes one equal row (all kept columns but ``_written`` equal) from its
   side's state and emits ``-D`` of its joined rows (of its padded row when nothing
   matched, on an outer side); when the other side is outer, ``+I`` of the padded rows
-  of the other rows whose match count drops to 0.
+  of the other rows it met that have no match left.
 
 Match counts are counted when needed (pairs of the key's kept rows on both sides that
 meet the condition), not stored. A row with a null key never matches: on an outer side
@@ -39,8 +39,11 @@ emits nothing when it goes, and is deleted: every write also files its keys in
 batch or watermark pops the due keys and drops their expired rows, so the state holds
 about TTL x 1.1 of writes.
 A row that expired no longer joins, nor is it retracted: results for keys idle longer
-than the TTL are lost or stay (a retraction of an expired row emits its ``-D`` joined
-rows with the partners still kept only).
+than the TTL are lost or stay. A retraction of an expired row emits ``-D`` of its
+joined rows with the partners still kept, and their padded rows when they have no
+match left. Match counts are over the kept rows (Flink stores a count per row), so when
+all matches of an outer row expired, its next match retracts a padded row that was
+never emitted again.
 
 Example::
 
@@ -380,18 +383,18 @@ class ColumnarStreamingJoinOperator(TwoInputOperator):
         matched = None
         if theirs is not None:
             matched = self._match(index, retracted, theirs)
-        mine_rows = self._sides_of(index, matched)[0]
+        mine_rows, their_rows = self._sides_of(index, matched)
         if matched is not None:
             self.out.joined(matched, RowKind.DELETE)
         if self.join.outer[index]:
             self.out.padded(index, self._unmatched(retracted, mine_rows), RowKind.DELETE)
         if theirs is not None and matched is not None and self.join.outer[1 - index]:
-            # The other rows whose last match went get their padded rows back.
-            before = self._match_counts(index, kept, theirs)
+            # The other rows a retraction met that have no match left get their padded
+            # rows back (also when the retracted row had expired: its joined row went).
+            hit = np.zeros(theirs.num_rows, dtype=bool)
+            hit[their_rows] = True
             after = self._match_counts(index, remaining, theirs)
-            self.out.padded(
-                1 - index, theirs.filter(pa.array((before > 0) & (after == 0))), RowKind.INSERT
-            )
+            self.out.padded(1 - index, theirs.filter(pa.array(hit & (after == 0))), RowKind.INSERT)
 
     @staticmethod
     def _sides_of(index: int, matched: Matched | None) -> tuple[np.ndarray, np.ndarray]:
