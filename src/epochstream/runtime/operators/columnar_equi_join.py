@@ -72,7 +72,7 @@ from epochstream.core.events import MAX_WATERMARK, MIN_WATERMARK
 from epochstream.exceptions import ConfigurationError, DataError, StateError, UserFunctionError
 from epochstream.graph.specs import EquiJoinSpec, IntervalBounds, WindowEnd
 from epochstream.runtime.operators.columnar_aggregates import own_backend
-from epochstream.runtime.operators.columnar_joins import JoinInputs
+from epochstream.runtime.operators.columnar_joins import JoinInputs, distinct_keys
 from epochstream.runtime.operators.columnar_transforms import need_batch
 from epochstream.runtime.operators.twoinput import TwoInputOperator
 from epochstream.state.backends.base import RowSchema, RowTable
@@ -467,10 +467,7 @@ class ColumnarEquiJoinOperator(TwoInputOperator):
         tables ``others`` (bucket starts, window ends)."""
         if not others:
             return
-        key = rows.column(self.sides.key_column[index])
-        encoded = key.dictionary_encode()
-        _, first = np.unique(encoded.indices.to_numpy(zero_copy_only=False), return_index=True)
-        keys, key_groups = key.take(pa.array(first)), kgs[first]
+        keys, key_groups = distinct_keys(rows.column(self.sides.key_column[index]), kgs)
         kept = []
         for at in others:
             table = self._table(1 - index, at)

@@ -62,11 +62,28 @@ __all__ = [
     "ColumnarRegularJoinOperator",
     "ColumnarWindowJoinOperator",
     "JoinInputs",
+    "distinct_keys",
 ]
 
 #: Appended to a right column whose name a left column has already.
 RIGHT_SUFFIX = "_right"
 _SIDES = ("left", "right")
+
+
+def distinct_keys(
+    key: pa.Array | pa.ChunkedArray, key_groups: np.ndarray
+) -> tuple[pa.Array, np.ndarray]:
+    """The distinct values of a key column (in order of first appearance) with their
+    key groups (``key_groups``: one per row): what a row table is read by.
+
+    Example: ``distinct_keys(pa.array([7, 3, 7]), np.array([1, 2, 1]))`` gives
+    ``([7, 3], [1, 2])``
+    """
+    if isinstance(key, pa.ChunkedArray):
+        key = key.combine_chunks()
+    codes = key.dictionary_encode().indices.to_numpy(zero_copy_only=False)
+    _, first = np.unique(codes, return_index=True)
+    return key.take(pa.array(first)), key_groups[first]
 
 
 class JoinInputs:

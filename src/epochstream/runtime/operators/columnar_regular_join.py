@@ -73,7 +73,7 @@ from epochstream.runtime.operators.columnar_equi_join import (
     JoinSides,
     Matched,
 )
-from epochstream.runtime.operators.columnar_joins import JoinInputs
+from epochstream.runtime.operators.columnar_joins import JoinInputs, distinct_keys
 from epochstream.runtime.operators.columnar_transforms import need_batch
 from epochstream.runtime.operators.row_expiry import DUE_SUFFIX, WRITTEN_COLUMN, RowExpiry
 from epochstream.runtime.operators.twoinput import TwoInputOperator
@@ -107,13 +107,6 @@ def _phases(keys: pa.Array, adds: np.ndarray) -> np.ndarray:
     phases = np.empty(len(order), dtype=np.int64)
     phases[order] = running - running[key_start]
     return phases
-
-
-def _distinct(key: pa.Array, kgs: np.ndarray) -> tuple[pa.Array, np.ndarray]:
-    """The distinct values of a key column and their key groups."""
-    codes = key.dictionary_encode().indices.to_numpy(zero_copy_only=False)
-    _, first = np.unique(codes, return_index=True)
-    return key.take(pa.array(first)), kgs[first]
 
 
 def _groups_of(column: pa.Array | pa.ChunkedArray, keys: pa.Array, kgs: np.ndarray) -> np.ndarray:
@@ -346,7 +339,7 @@ class ColumnarStreamingJoinOperator(TwoInputOperator):
         return counts
 
     def _add(self, index: int, rows: pa.RecordBatch, kgs: np.ndarray, now: int) -> None:
-        keys, key_groups = _distinct(rows.column(self.sides.key_column[index]), kgs)
+        keys, key_groups = distinct_keys(rows.column(self.sides.key_column[index]), kgs)
         theirs = self._read(1 - index, keys, key_groups, now)
         arriving = pa.Table.from_batches([rows])
         matched = None
@@ -371,7 +364,7 @@ class ColumnarStreamingJoinOperator(TwoInputOperator):
 
     def _retract(self, index: int, rows: pa.RecordBatch, kgs: np.ndarray, now: int) -> None:
         key = self.sides.key_column[index]
-        keys, key_groups = _distinct(rows.column(key), kgs)
+        keys, key_groups = distinct_keys(rows.column(key), kgs)
         theirs = self._read(1 - index, keys, key_groups, now)
         table = self._table(index)
         kept = self.expiry.live(table.pop(keys, key_groups), now) if table is not None else None

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from epochstream.core.clock import Clock
+from epochstream.runtime.operators.columnar_joins import distinct_keys
 from epochstream.state.backends.base import KeyedStateBackend, RowSchema
 
 __all__ = ["DUE_SUFFIX", "WRITTEN_COLUMN", "RowExpiry"]
@@ -110,8 +111,5 @@ class RowExpiry:
         due = queue.pop_until(max(now - self.ttl, 0))
         if not due.num_rows:
             return None
-        keys = due.column(key_column).combine_chunks()
         groups = np.asarray(due.column(_DUE_KG).to_numpy(zero_copy_only=False))
-        codes = keys.dictionary_encode().indices.to_numpy(zero_copy_only=False)
-        _, first = np.unique(codes, return_index=True)
-        return keys.take(pa.array(first)), groups[first]
+        return distinct_keys(due.column(key_column), groups)
