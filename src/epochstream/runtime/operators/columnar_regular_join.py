@@ -244,8 +244,8 @@ class ColumnarStreamingJoinOperator(TwoInputOperator):
         return rows if rows.num_rows else None
 
     def _keep(self, index: int, rows: pa.RecordBatch | pa.Table, kgs: np.ndarray) -> None:
-        """Append ``rows`` to side ``index``'s table (and, with a TTL, their keys to its
-        due queue)."""
+        """Append ``rows`` to side ``index``'s table (``kgs``: per row); their
+        ``_written`` stamps are kept as they are."""
         if not rows.num_rows:
             return
         table = self._table(index, create=True)
