@@ -138,3 +138,12 @@ def test_append_sinks_refuse_outer_joins_and_cross_joins_are_refused(tmp_path: P
         )
     with pytest.raises(SqlError, match="CROSS JOIN is not supported"):
         env.explain_sql("SELECT P.id FROM person AS P CROSS JOIN auction AS A")
+
+
+def test_a_join_of_two_updating_results_has_both_unique_keys(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    text = env.explain_sql(
+        f"SELECT C.auction, C.n, D.seller, D.m FROM {COUNTS} AS C JOIN (SELECT seller, "
+        "COUNT(*) AS m FROM auction GROUP BY seller) AS D ON C.auction = D.seller"
+    )
+    assert "changelog: +I, -D (unique key: auction, seller)" in text
