@@ -116,6 +116,7 @@ def test_every_keyed_columnar_kind_uses_the_backend() -> None:
         "columnar_join",
         "columnar_window_join",
         "columnar_equi_join",
+        "columnar_regular_join",
         "columnar_window_aggregate",
         "columnar_processing_window_aggregate",
         "columnar_window_top_n",

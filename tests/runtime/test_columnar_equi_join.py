@@ -1,5 +1,5 @@
-"""The SQL joins' operator (``columnar_equi_join``) driven directly on each backend,
-against DuckDB:
+"""The SQL joins' operators (``columnar_regular_join``, ``columnar_equi_join``) driven
+directly on each backend, against DuckDB:
 
 - regular join on two key columns with a residual condition (NULLs drop), through a
   restore at another parallelism;
@@ -18,36 +18,19 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from columnar_support import MAX_P, Emitted
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from join_support import BACKENDS, Cluster
 
 import epochstream as es
 from epochstream.api.columnar_joins import equi_join
-from epochstream.core.clock import ManualClock
 from epochstream.core.events import MAX_WATERMARK, MIN_WATERMARK
-from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import ConfigurationError, DataError
-from epochstream.graph.jobgraph import OperatorSpec
 from epochstream.graph.specs import EquiJoinSpec, IntervalBounds, WindowEnd
-from epochstream.graph.transformations import ColumnKeys
-from epochstream.runtime.operators import OperatorContext, create_operator
-from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
-from epochstream.state.backends.heap.backend import HeapStateBackend
-from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
-from epochstream.state.column_keygroups import key_groups_of_columns
-from epochstream.state.handles import OperatorRestore
-from epochstream.state.keygroups import key_group_range_for_operator
-from epochstream.state.operator import OperatorStateStore
 
-BACKENDS = {
-    "heap": HeapStateBackend,
-    "rocksdb": lambda: RocksDBStateBackend(block_cache_mb=1, write_buffer_mb=1),
-}
 LEFT_KEYS, RIGHT_KEYS = ("a", "b"), ("x", "y")
 
 
@@ -67,89 +50,6 @@ def spec_of(retention: Any = None, condition: Any = None) -> EquiJoinSpec:
         condition=condition,
         retention=retention,
     )
-
-
-class Cluster:
-    """The join's subtasks at one parallelism on one backend kind; rows routed to them
-    by the key group of their key tuple, as ``key_by([...])`` does."""
-
-    def __init__(self, backend: str, root: Path, spec: EquiJoinSpec, parallelism: int) -> None:
-        self.backend, self.root, self.spec = backend, root, spec
-        self.ops = [self._operator(i, parallelism) for i in range(parallelism)]
-
-    def _operator(self, subtask: int, parallelism: int) -> tuple[Any, Emitted]:
-        clock = ManualClock(start=1_000.0)
-        key_groups = key_group_range_for_operator(MAX_P, parallelism, subtask)
-        keyed = BACKENDS[self.backend]().create(
-            KeyedBackendContext(
-                operator_uid="join",
-                subtask=subtask,
-                max_parallelism=MAX_P,
-                key_group_range=key_groups,
-                clock=clock,
-                local_dir=str(self.root / f"local-{parallelism}-{subtask}-{random.random()}"),
-            )
-        )
-        spec = OperatorSpec(
-            uid="join",
-            name="join",
-            kind="columnar_equi_join",
-            payload=self.spec,
-            key_selector=ColumnKeys(self.spec.left_keys),
-            input_key_selectors=[ColumnKeys(self.spec.left_keys), ColumnKeys(self.spec.right_keys)],
-        )
-        ctx = OperatorContext(
-            subtask_index=subtask,
-            parallelism=parallelism,
-            max_parallelism=MAX_P,
-            attempt=0,
-            job_id="job",
-            task_name=f"join ({subtask + 1}/{parallelism})",
-            operator_state=OperatorStateStore(),
-            keyed_backend=keyed,
-            checkpointing=True,
-            clock=clock,
-        )
-        op = create_operator(spec, ctx)
-        out = Emitted()
-        op.output = out
-        return op, out
-
-    def send(self, index: int, batch: pa.RecordBatch) -> None:
-        keys = self.spec.left_keys if index == 0 else self.spec.right_keys
-        groups = key_groups_of_columns([batch.column(k) for k in keys], MAX_P)
-        for op, _ in self.ops:
-            mine = pa.array(np.isin(groups, np.array(list(op.key_groups))))
-            op.process_input(index, batch.filter(mine), None)
-
-    def watermark(self, mark: int) -> None:
-        for op, _ in self.ops:
-            op.process_watermark(mark)
-
-    def rescaled(self, parallelism: int, checkpoint_id: int) -> Cluster:
-        """Snapshot every subtask, restore the state at ``parallelism``."""
-        handles = []
-        for i, (op, _) in enumerate(self.ops):
-            target = SnapshotTarget(
-                fs=storage_fs(str(self.root)),
-                checkpoint_id=checkpoint_id,
-                directory=str(self.root / f"chk-{checkpoint_id}"),
-                shared_dir=str(self.root / "shared"),
-                name=f"join-{i}",
-            )
-            handle = op.snapshot(target).keyed.run()
-            if handle is not None:
-                handles.append(handle)
-        restored = Cluster(self.backend, self.root, self.spec, parallelism)
-        for op, _ in restored.ops:
-            op.initialize_state(OperatorRestore(keyed=list(handles)), checkpoint_id)
-        return restored
-
-    def rows(self) -> list[dict[str, Any]]:
-        return [r for _, out in self.ops for r in out.take()]
-
-    def tables(self) -> list[str]:
-        return [n for op, _ in self.ops for n in op.keyed.row_tables()]
 
 
 def batch_of(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
@@ -473,7 +373,8 @@ def test_the_api_builds_each_mode_and_refuses_misuse() -> None:
     left.join(right).where(["a", "b"]).equal_to(["a", "b"]).within_windows("v", "v").select(
         ["a"], [("b", "rb")], name="windowed"
     )
-    nodes = [t for t in env._graph.transformations if t.kind == "columnar_equi_join"]
+    joins = ("columnar_regular_join", "columnar_equi_join")
+    nodes = [t for t in env._graph.transformations if t.kind in joins]
     assert [n.name for n in nodes] == ["join(a=a,b=b)", "interval-join(a=a)", "windowed"]
     specs = [n.payload for n in nodes]
     assert specs[0].left_output == (("a", "a"), ("v", "lv"))

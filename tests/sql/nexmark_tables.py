@@ -10,6 +10,7 @@ Example::
 
 from __future__ import annotations
 
+import collections
 import re
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from epochstream.connectors.nexmark import NexmarkConfig, nexmark_columns
+from epochstream.core.changelog import OP
 
 QUERIES = Path(__file__).parent / "nexmark"
 
@@ -151,3 +153,19 @@ def run_select(
     )
     env.execute_sql(f"INSERT INTO result {select}")
     return read_sink_rows(out)
+
+
+def changelog_result(path: str) -> list[tuple[object, ...]]:
+    """The rows a changelog written by a FileSink (an ``_op`` column) leaves: every
+    ``+I``/``+U`` row added, every ``-U``/``-D`` row taken away (a multiset, so the
+    order of the files does not matter; files without ``_op`` hold inserts, as an
+    append-only result writes them); a retraction of a row not there fails."""
+    held: collections.Counter[tuple[object, ...]] = collections.Counter()
+    for f in sorted(Path(path).glob("part-*")):
+        if f.name.startswith("."):
+            continue
+        for row in pq.read_table(f).to_pylist():
+            kind = row.pop(OP, 0)
+            held[tuple(row.values())] += 1 if kind in (0, 2) else -1
+    assert all(count >= 0 for count in held.values()), "a retraction of a row never added"
+    return [row for row, count in held.items() for _ in range(count)]

@@ -3,18 +3,17 @@ events (local runner, parallelism 2, checkpoints on, exactly-once FileSink)."""
 
 from __future__ import annotations
 
-import collections
 import datetime as dt
 import re
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 import pytest
 from duckdb_oracle import run_duckdb
 from nexmark_tables import (
     QUERIES,
+    changelog_result,
     count_char,
     nexmark_arrow_tables,
     nexmark_ddl,
@@ -23,7 +22,6 @@ from nexmark_tables import (
 )
 
 import epochstream as es
-from epochstream.core.changelog import OP
 
 EVENTS = 30_000
 
@@ -53,21 +51,6 @@ def test_nexmark_query_equals_duckdb(query: str, tables: dict, tmp_path: Path) -
     expected = _sorted(run_duckdb(insert, tables))
     assert len(got) == len(expected)
     assert got == expected
-
-
-def changelog_result(path: str) -> list[tuple[object, ...]]:
-    """The rows a changelog written by a FileSink (an ``_op`` column) leaves: every
-    ``+I``/``+U`` row added, every ``-U``/``-D`` row taken away (a multiset, so the
-    order of the files does not matter); a retraction of a row not there fails."""
-    held: collections.Counter[tuple[object, ...]] = collections.Counter()
-    for f in sorted(Path(path).glob("part-*")):
-        if f.name.startswith("."):
-            continue
-        for row in pq.read_table(f).to_pylist():
-            kind = row.pop(OP)
-            held[tuple(row.values())] += 1 if kind in (0, 2) else -1
-    assert all(count >= 0 for count in held.values()), "a retraction of a row never added"
-    return [row for row, count in held.items() for _ in range(count)]
 
 
 #: The columns a Top-N's ties cannot change (positions in the result): q9 auction id,

@@ -154,12 +154,20 @@ class ColumnarJoinedStreams:
         *,
         condition: Callable[[Any], Any] | None = None,
         name: str | None = None,
+        join_type: str = "inner",
+        updating_input: bool = False,
+        state_ttl_ms: int = 0,
+        output_schema: Any = None,
     ) -> DataStream:
         """The joined pairs with the columns the caller names: ``left_output`` and
         ``right_output`` are lists of input column names or ``(input, output)`` pairs,
         emitted in that order, then ``_ts``. ``condition(batch) -> BooleanArray``
         (picklable) keeps the candidate pairs where it is TRUE. A regular join unless
-        :meth:`between` or :meth:`within_windows` was called.
+        :meth:`between` or :meth:`within_windows` was called; a regular join may be an
+        outer one (``join_type="left"``, ``"right"``, ``"full"``; ``output_schema``, the
+        output columns' Arrow types, pads the unmatched rows), take changelog inputs
+        (``updating_input=True``) and expire its rows (``state_ttl_ms``); see
+        :class:`~epochstream.graph.specs.EquiJoinSpec`.
 
         Example::
 
@@ -179,6 +187,10 @@ class ColumnarJoinedStreams:
             _output_columns("right", right_output),
             condition=condition,
             retention=self._retention,
+            join_type=join_type,
+            updating_input=updating_input,
+            state_ttl_ms=state_ttl_ms,
+            output_schema=output_schema,
         )
         return equi_join(self._left, self._right, spec, name=name)
 
@@ -304,9 +316,11 @@ def _output_columns(side: str, columns: Any) -> OutputColumns:
 def equi_join(
     left: DataStream, right: DataStream, spec: EquiJoinSpec, *, name: str | None = None
 ) -> DataStream:
-    """The inner equi-join ``spec`` of two columnar streams (operator
+    """The equi-join ``spec`` of two columnar streams (operator ``spec.operator_kind``:
+    ``columnar_regular_join`` for a regular join, inner or outer, else
     ``columnar_equi_join``): both inputs keyed by their key columns (``key_by``, the
-    tuple when there are several), pairs as batches of ``spec.output_names``.
+    tuple when there are several), pairs as batches of ``spec.output_names`` (a
+    changelog, ``_op`` in place of ``_ts``, when ``spec.changelog``).
 
     Example::
 
@@ -337,8 +351,10 @@ def equi_join(
         if isinstance(spec.retention, WindowEnd)
         else "join"
     )
+    if spec.join_type != "inner":
+        kind = f"{spec.join_type}-{kind}"
     t = left._add(
-        "columnar_equi_join",
+        spec.operator_kind,
         name or f"{kind}({shown})",
         spec,
         [keyed[0]._edge(), keyed[1]._edge()],

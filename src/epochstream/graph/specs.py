@@ -29,6 +29,7 @@ from epochstream.graph.windowing import ProcessWindowFunction, WindowAssigner
 
 __all__ = [
     "AGG_KINDS",
+    "JOIN_TYPES",
     "JOIN_WINDOW_COLUMN",
     "AggCall",
     "AggregateSpec",
@@ -189,10 +190,15 @@ class WindowEnd:
 OutputColumns = tuple[tuple[str, str], ...]
 
 
+#: The regular join's kinds: which sides keep their unmatched rows, padded with nulls.
+JOIN_TYPES = ("inner", "left", "right", "full")
+
+
 @dataclass(frozen=True)
 class EquiJoinSpec:
-    """An inner equi-join of two columnar streams, the operator SQL's regular, interval
-    and window joins plan onto (kind ``columnar_equi_join``).
+    """An equi-join of two columnar streams, the operators SQL's regular (kind
+    ``columnar_regular_join``), interval and window joins (kind ``columnar_equi_join``)
+    plan onto: :attr:`operator_kind`.
 
     - ``left_keys`` equal ``right_keys`` (as many; integers of any width compare as
       int64; a row with a null key never joins);
@@ -200,8 +206,20 @@ class EquiJoinSpec:
       pair is emitted with, left ones first, then ``_ts``;
     - ``condition`` (optional, picklable): ``condition(batch) -> BooleanArray`` on the
       candidate pairs (output columns and ``_ts``); pairs are kept where it is TRUE;
-    - ``retention``: ``None`` (regular join, rows kept forever), :class:`IntervalBounds`
-      (interval join) or :class:`WindowEnd` (window join of window aggregations).
+    - ``retention``: ``None`` (regular join, rows kept forever or for
+      ``state_ttl_ms``), :class:`IntervalBounds` (interval join) or :class:`WindowEnd`
+      (window join of window aggregations); the last two are inner joins of append-only
+      inputs;
+    - ``join_type`` (regular joins): one of :data:`JOIN_TYPES`; an outer join pads the
+      unmatched rows of its outer side(s) with nulls, typed by ``output_schema`` (the
+      output columns' Arrow types, required for outer joins);
+    - ``updating_input`` (regular joins): an input is a changelog (``_op`` column);
+    - ``state_ttl_ms`` (regular joins): a kept row expires this long after it was
+      written (processing time; 0: never).
+
+    A regular join's output is a changelog (``+I``/``-D`` rows, no ``_ts``) when it is
+    an outer join or has an updating input (:attr:`changelog`); an inner join of
+    append-only inputs is append-only, stamped with ``_ts``.
 
     Example::
 
@@ -219,11 +237,33 @@ class EquiJoinSpec:
     right_output: OutputColumns
     condition: Callable[[pa.RecordBatch], Any] | None = None
     retention: IntervalBounds | WindowEnd | None = None
+    join_type: str = "inner"
+    updating_input: bool = False
+    state_ttl_ms: int = 0
+    output_schema: pa.Schema | None = None
 
     @property
     def kind(self) -> str:
         """Names the state in snapshots."""
         return "equi_join"
+
+    @property
+    def operator_kind(self) -> str:
+        """The operator running the join: ``columnar_regular_join`` without retention,
+        else ``columnar_equi_join``."""
+        return "columnar_regular_join" if self.retention is None else "columnar_equi_join"
+
+    @property
+    def outer(self) -> tuple[bool, bool]:
+        """Whether the left and the right side keep their unmatched rows (null-padded).
+        Example: ``replace(spec, join_type="left").outer == (True, False)``"""
+        return self.join_type in ("left", "full"), self.join_type in ("right", "full")
+
+    @property
+    def changelog(self) -> bool:
+        """Whether the output carries row kinds (``_op``): an outer join, or a join of an
+        updating input."""
+        return self.join_type != "inner" or self.updating_input
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -252,6 +292,34 @@ class EquiJoinSpec:
             raise ConfigurationError(
                 f"an equi-join's condition must be callable, got {type(self.condition).__name__}"
             )
+        self._check_regular()
+
+    def _check_regular(self) -> None:
+        """The regular join's own settings: a known type, a non-negative TTL, output
+        types for the padding of an outer join, and none of them on the others."""
+        if self.join_type not in JOIN_TYPES:
+            raise ConfigurationError(
+                f"an equi-join's join_type is one of {', '.join(JOIN_TYPES)}, got "
+                f"{self.join_type!r}"
+            )
+        ttl = self.state_ttl_ms
+        if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 0:
+            raise ConfigurationError(
+                f"an equi-join's state_ttl_ms is a non-negative int (ms), got {ttl!r}"
+            )
+        if self.retention is not None and (self.join_type != "inner" or self.updating_input or ttl):
+            raise ConfigurationError(
+                "interval and window joins are inner joins of append-only inputs without "
+                "a state TTL (their retention bounds the state); outer joins, updating "
+                "inputs and state_ttl_ms are the regular join's"
+            )
+        if self.join_type != "inner":
+            names = self.output_names[:-1]
+            if self.output_schema is None or tuple(self.output_schema.names) != names:
+                raise ConfigurationError(
+                    f"a {self.join_type} join needs output_schema, the Arrow types of its "
+                    f"output columns ({', '.join(names)}), to pad unmatched rows with nulls"
+                )
 
 
 def join_key_type(kind: pa.DataType) -> pa.DataType:

@@ -42,6 +42,7 @@ COLUMNAR_BACKEND_KINDS = frozenset(
         "columnar_join",
         "columnar_window_join",
         "columnar_equi_join",
+        "columnar_regular_join",
         "columnar_window_aggregate",
         "columnar_processing_window_aggregate",
         "columnar_window_top_n",
@@ -87,6 +88,7 @@ TWO_INPUT_KINDS = frozenset(
         "columnar_join",
         "columnar_window_join",
         "columnar_equi_join",
+        "columnar_regular_join",
     }
 )
 

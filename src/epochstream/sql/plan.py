@@ -106,6 +106,10 @@ class PlanNode(ABC):
 
     kind = "node"
 
+    def row_kinds(self) -> str:
+        """The row kinds of an updating result, as :func:`explain` shows them."""
+        return "+I, -U, +U"
+
     @abstractmethod
     def digest(self) -> str:
         """What the node computes, as text (its uid hashes it with its inputs' uids)."""
@@ -172,6 +176,9 @@ class CalcNode(PlanNode):
     condition: exp.Expression | None = field(kw_only=True)
 
     kind = "calc"
+
+    def row_kinds(self) -> str:
+        return self.inputs[0].row_kinds()  # a filter passes its input's kinds on
 
     def digest(self) -> str:
         return self.text
@@ -276,15 +283,20 @@ def _call_text(call: AggCall) -> str:
 
 @dataclass(eq=False)
 class JoinNode(PlanNode):
-    """An inner equi-join of two inputs (the sides' key Calcs), each keyed by its key
+    """An equi-join of two inputs (the sides' key Calcs), each keyed by its key
     columns: ``spec`` is the operator's (keys, output columns, the residual condition,
-    and the retention that makes it a regular, interval or window join).
-    ``condition_text`` is the residual condition's SQL (shown, and hashed)."""
+    the retention that makes it a regular, interval or window join, and a regular
+    join's type: inner, left, right or full). ``condition_text`` is the residual
+    condition's SQL (shown, and hashed). An outer join, or one of an updating input,
+    is updating: its joined and null-padded rows come and go as ``+I``/``-D``."""
 
     spec: EquiJoinSpec = field(kw_only=True)
     condition_text: str = field(default="", kw_only=True)
 
     kind = "join"
+
+    def row_kinds(self) -> str:
+        return "+I, -D"
 
     @property
     def mode(self) -> str:
@@ -305,19 +317,27 @@ class JoinNode(PlanNode):
                 spec.right_output,
                 spec.retention,
                 self.condition_text,
+                spec.join_type,
+                spec.updating_input,
             )
         )
 
     def details(self) -> list[str]:
         spec = self.spec
         keys = ", ".join(f"{a} = {b}" for a, b in zip(spec.left_keys, spec.right_keys, strict=True))
-        lines = [f"{self.mode} join on {keys}"]
+        kind = "" if spec.join_type == "inner" else f" {spec.join_type.upper()} OUTER"
+        lines = [f"{self.mode}{kind} join on {keys}"]
         if isinstance(spec.retention, IntervalBounds):
             bounds = spec.retention
             lines.append(f"time: left - right in [{bounds.lower}, {bounds.upper}] ms")
             lines.append("state: each side's rows until the watermark passes their interval")
         elif isinstance(spec.retention, WindowEnd):
             lines.append("state: each side's rows until the watermark passes their window_end")
+        elif spec.state_ttl_ms:
+            lines.append(
+                f"state: every row of both sides, each until {spec.state_ttl_ms} ms after "
+                "it was written (table.exec.state.ttl)"
+            )
         else:
             lines.append("state: every row of both sides, kept forever (unbounded)")
         if self.condition_text:
@@ -467,7 +487,7 @@ def explain(root: PlanNode) -> str:
             lines.append(f"{pad}    columns: {columns}")
         if node.updating:
             key = ", ".join(node.unique_key) if node.unique_key is not None else "unknown"
-            lines.append(f"{pad}    changelog: +I, -U, +U (unique key: {key or 'none'})")
+            lines.append(f"{pad}    changelog: {node.row_kinds()} (unique key: {key or 'none'})")
         for line in node.details():
             lines.append(f"{pad}    {line}")
         for child in node.inputs:

@@ -23,9 +23,12 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
+import pyarrow as pa
 from sqlglot import exp
 
 from epochstream.core.arrow import TS
@@ -94,6 +97,42 @@ def _append_only(node: PlanNode, at: exp.Expression, what: str) -> None:
             f"{what} over an updating input (the changelog of a GROUP BY without a window) "
             "is not supported yet",
         )
+
+
+def _join_type(join: exp.Join) -> str:
+    """``inner``, ``left``, ``right`` or ``full`` of a JOIN; other kinds are refused."""
+    side = (join.args.get("side") or "").lower()
+    kind = (join.args.get("kind") or "").upper()
+    if kind not in ("", "INNER", "OUTER") or (kind == "INNER" and side):
+        raise sql_error(join, f"{kind} JOIN is not supported; write an inner or outer equi-join")
+    if side not in ("", "left", "right", "full"):
+        raise sql_error(join, f"{side.upper()} JOIN is not supported")
+    return side or "inner"
+
+
+def _outer_filters(join_type: str) -> tuple[bool, bool]:
+    """Whether an ON conjunct over only the left (right) side may filter that side's
+    input: only on a side that is not preserved. ``a LEFT JOIN b ON a.k = b.k AND b.x >
+    0`` filters ``b``; ``... AND a.x > 0`` keeps every ``a`` row, unmatched where false
+    (it joins the residual condition)."""
+    return join_type in ("inner", "right"), join_type in ("inner", "left")
+
+
+def _nullable(f: Field) -> Field:
+    """``f`` as the null-padded side of an outer join gives it: nullable."""
+    return f if f.type.nullable else Field(f.name, dataclasses.replace(f.type, nullable=True))
+
+
+def _join_unique_key(
+    left: PlanNode, right: PlanNode, fields: tuple[Field, ...], rename: dict[str, str]
+) -> tuple[str, ...] | None:
+    """An updating join's unique key: both inputs' unique keys together (a live left
+    row meets a live right row at most once), when both are known and kept."""
+    if left.unique_key is None or right.unique_key is None:
+        return None
+    key = (*left.unique_key, *(rename[k] for k in right.unique_key))
+    names = {f.name for f in fields}
+    return key if all(k in names for k in key) else None
 
 
 def _check_changelog_sink(
@@ -390,20 +429,16 @@ class Planner:
     ) -> tuple[PlanNode, Scope, exp.Expression | None]:
         """``left JOIN right ON ...`` (or ``left, right WHERE ...``): an inner join,
         planned as a window join, an interval join or a regular join (in that order of
-        preference: the first two keep bounded state). Returns the join, the names it
-        offers, and the WHERE conjuncts it did not take.
+        preference: the first two keep bounded state), or a LEFT, RIGHT or FULL OUTER
+        join, always a regular one. Returns the join, the names it offers, and the
+        WHERE conjuncts it did not take (all of them for an outer join: see
+        :func:`_outer_filters`).
 
         ``referenced``: the columns the SELECT writes anywhere, ``(qualifier or "",
         name)`` (None: all, for ``*``); each side keeps only the fields one can name,
         so that neither the join's state nor its input scans hold columns nothing
         reads."""
-        side = (join.args.get("side") or "").upper()
-        if side:
-            raise sql_error(
-                join,
-                f"{side} JOIN is not supported yet (an outer join emits rows it may have to "
-                "take back); use an inner join",
-            )
+        join_type = _join_type(join)
         if join.args.get("using"):
             raise sql_error(join, "JOIN ... USING is not supported; write ON a.k = b.k")
         right, right_scope, window = self._from_item(join.this)
@@ -436,7 +471,9 @@ class Planner:
         parts = list(conjuncts(on)) if on is not None else []
         remaining: list[exp.Expression] = []
         for c in conjuncts(where) if where is not None else []:
-            (parts if sides(c) is not None else remaining).append(c)
+            # An outer join's WHERE filters its output (null-padded rows included).
+            outside = join_type != "inner" or sides(c) is None
+            (remaining if outside else parts).append(c)
 
         def bound(node: exp.Expression, side_scope: Scope) -> exp.Expression:
             node = node.copy()
@@ -450,7 +487,10 @@ class Planner:
             where_sides = sides(c)
             if where_sides is None:
                 bound(c, scope)  # raises the error of the column that does not resolve
-            if where_sides == {0}:
+            if where_sides in ({0}, {1}) and not _outer_filters(join_type)[min(where_sides)]:
+                # An ON conjunct of a preserved side decides matches, not which rows stay.
+                residual.append(c)
+            elif where_sides == {0}:
                 left_filters.append(bound(c, left_scope))
             elif where_sides == {1}:
                 right_filters.append(bound(c, right_scope))
@@ -474,16 +514,17 @@ class Planner:
                 residual.append(c)
 
         mode, bounds, window_ends = "regular", None, None
-        ends = window_pairs(key_pairs, left, right)
+        ends = window_pairs(key_pairs, left, right) if join_type == "inner" else None
         if ends is not None:
             mode, window_ends = "window", ends
-        else:
+        elif join_type == "inner":
             found = interval_bounds(times, scope, right_index, left, right)
             if found is not None:
                 mode, bounds = "interval", found
                 residual = [c for c in residual if all(c is not t for t in times)]
-        for side in (left, right):
-            _append_only(side, join, "a join")
+        if mode != "regular":
+            for side in (left, right):
+                _append_only(side, join, f"an {mode} join")
         if not key_pairs:
             raise sql_error(
                 on if on is not None else join,
@@ -499,9 +540,15 @@ class Planner:
         right_pre, right_keys = self._join_side(
             right, right_fields, [k for _, k in key_pairs], right_filters, "$rk"
         )
+        padded_left, padded_right = (join_type in ("right", "full"), join_type in ("left", "full"))
         fields = (
-            *left_fields,
-            *(Field(rename[f.name], f.type) for f in right_fields),
+            *(_nullable(f) if padded_left else f for f in left_fields),
+            *(
+                _nullable(Field(rename[f.name], f.type))
+                if padded_right
+                else Field(rename[f.name], f.type)
+                for f in right_fields
+            ),
         )
         condition = None
         condition_text = ""
@@ -527,17 +574,41 @@ class Planner:
             right_output=tuple((f.name, rename[f.name]) for f in right_fields),
             condition=condition.evaluate if condition is not None else None,
             retention=retention,
+            **self._regular_join_options(mode, join_type, fields, left, right),
         )
         node = JoinNode(
             (left_pre, right_pre),
             fields,
             None,
-            _short(f"{mode} join"),
+            _short(f"{mode} join" if join_type == "inner" else f"{join_type} outer join"),
             windows=windows,
             spec=spec,
             condition_text=condition_text,
+            updating=spec.changelog,
+            unique_key=_join_unique_key(left, right, fields, rename) if spec.changelog else None,
         )
         return node, scope, and_(remaining) if remaining else None
+
+    def _regular_join_options(
+        self,
+        mode: str,
+        join_type: str,
+        fields: tuple[Field, ...],
+        left: PlanNode,
+        right: PlanNode,
+    ) -> dict[str, Any]:
+        """The :class:`EquiJoinSpec` settings of a regular join: its type, whether an
+        input is updating, the state TTL (``table.exec.state.ttl``) and the output
+        columns' Arrow types (null-padded rows and changelog batches are cast to
+        them); none for interval and window joins."""
+        if mode != "regular":
+            return {}
+        return {
+            "join_type": join_type,
+            "updating_input": left.updating or right.updating,
+            "state_ttl_ms": self.options.state_ttl_ms,
+            "output_schema": pa.schema([(f.name, f.type.to_arrow()) for f in fields]),
+        }
 
     def _join_side(
         self,

@@ -4,7 +4,8 @@ One module per operator family: ``basic`` (map, flat_map, filter, rolling reduce
 ``columnar`` (Arrow batches: map_batches, expression filters, conversions, columnar
 aggregations), ``columnar_sessions`` (columnar session and processing-time windows),
 ``columnar_joins`` (window and regular joins of batches), ``columnar_equi_join`` (the
-SQL joins' operator: composite keys, regular, interval and window-end retention),
+SQL interval and window joins: composite keys, interval and window-end retention),
+``columnar_regular_join`` (SQL's regular joins: inner and outer, changelogs, state TTL),
 ``columnar_window_aggregates`` (SQL window aggregations: tumble, hop, cumulate, over
 event or processing time),
 ``columnar_window_assign`` (window table functions without aggregation),
@@ -46,6 +47,7 @@ from epochstream.runtime.operators.columnar_joins import (
 from epochstream.runtime.operators.columnar_processing_windows import (
     ColumnarProcessingTimeWindowOperator,
 )
+from epochstream.runtime.operators.columnar_regular_join import ColumnarStreamingJoinOperator
 from epochstream.runtime.operators.columnar_sessions import (
     ColumnarSessionAggregateOperator,
     ColumnarSessionOperator,
@@ -87,6 +89,7 @@ __all__ = [
     "ColumnarRegularJoinOperator",
     "ColumnarSessionAggregateOperator",
     "ColumnarSessionOperator",
+    "ColumnarStreamingJoinOperator",
     "ColumnarTopNOperator",
     "ColumnarWindowAggregateOperator",
     "ColumnarWindowAssignOperator",
@@ -141,6 +144,7 @@ _FACTORIES: dict[str, type[Operator]] = {
     "columnar_join": ColumnarRegularJoinOperator,
     "columnar_window_join": ColumnarWindowJoinOperator,
     "columnar_equi_join": ColumnarEquiJoinOperator,
+    "columnar_regular_join": ColumnarStreamingJoinOperator,
     "columnar_window_aggregate": ColumnarWindowAggregateOperator,
     "columnar_processing_window_aggregate": ProcessingTimeWindowAggregateOperator,
     "columnar_window_assign": ColumnarWindowAssignOperator,

@@ -1,17 +1,19 @@
-"""The columnar inner equi-join SQL's regular, interval and window joins plan onto
-(kind ``columnar_equi_join``, payload :class:`~epochstream.graph.specs.EquiJoinSpec`).
+"""The columnar inner equi-join SQL's interval and window joins plan onto (kind
+``columnar_equi_join``, payload :class:`~epochstream.graph.specs.EquiJoinSpec` with a
+``retention``). Regular joins (no retention) are
+:mod:`~epochstream.runtime.operators.columnar_regular_join`'s, which shares this
+module's :class:`JoinSides` (what a side keeps) and :class:`JoinPairs` (the hash join).
 
 Both inputs arrive hash-partitioned by the key group of their key columns (the tuple of
 them when there are several: ``key_by([...])``), so equal keys meet in one subtask. Each
 arriving batch is joined at once with the rows the other side keeps under the batch's
 keys (Arrow's hash join on the key columns), then kept itself. Candidate pairs are
 filtered by the interval (interval joins) and by the spec's ``condition``, and come out
-as the ``left_output`` columns, the ``right_output`` columns and ``_ts``.
+as the ``left_output`` columns, the ``right_output`` columns and ``_ts``. Both inputs
+are append-only (a changelog input is refused by the planner, as Flink does).
 
 How long rows are kept is the spec's ``retention``:
 
-- ``None`` (regular join): forever, in row tables ``left`` and ``right``. ``_ts`` is
-  the later of the pair's event times (the one side's that has them; none without).
 - :class:`~epochstream.graph.specs.IntervalBounds` (interval join; ``lower <= l._ts -
   r._ts <= upper``): a left row can meet right rows of ``[l._ts - upper, l._ts -
   lower]``; a right row left rows of ``[r._ts + lower, r._ts + upper]``. With the
@@ -57,6 +59,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -66,10 +69,10 @@ import pyarrow.compute as pc
 from epochstream.core.arrow import KG as KG_COLUMN
 from epochstream.core.arrow import TS as TS_COLUMN
 from epochstream.core.events import MAX_WATERMARK, MIN_WATERMARK
-from epochstream.exceptions import DataError, StateError, UserFunctionError
+from epochstream.exceptions import ConfigurationError, DataError, StateError, UserFunctionError
 from epochstream.graph.specs import EquiJoinSpec, IntervalBounds, WindowEnd
 from epochstream.runtime.operators.columnar_aggregates import own_backend
-from epochstream.runtime.operators.columnar_joins import JoinInputs
+from epochstream.runtime.operators.columnar_joins import JoinInputs, distinct_keys
 from epochstream.runtime.operators.columnar_transforms import need_batch
 from epochstream.runtime.operators.twoinput import TwoInputOperator
 from epochstream.state.backends.base import RowSchema, RowTable
@@ -77,7 +80,14 @@ from epochstream.state.column_keygroups import tuple_keys_of_columns
 from epochstream.state.columnar_checks import event_times
 from epochstream.state.handles import OperatorRestore
 
-__all__ = ["JOIN_KEY_COLUMN", "ColumnarEquiJoinOperator", "bucket_width"]
+__all__ = [
+    "JOIN_KEY_COLUMN",
+    "ColumnarEquiJoinOperator",
+    "JoinPairs",
+    "JoinSides",
+    "Matched",
+    "bucket_width",
+]
 
 #: The state's key column when a join has several keys: the tuple's ``encode_key`` bytes.
 JOIN_KEY_COLUMN = "_join_key"
@@ -104,21 +114,19 @@ def _table_name(side: str, at: int) -> str:
     return f"{side}{_AT}{at}"
 
 
-def _parse_table_name(name: str) -> tuple[int, int | None] | None:
-    """``(side index, bucket or window end)`` of one of this join's row table names
-    (``None`` for ``left``/``right`` of a regular join), else ``None``."""
+def _parse_table_name(name: str) -> tuple[int, int] | None:
+    """``(side index, bucket or window end)`` of one of this join's row table names,
+    else ``None``."""
     side, sep, at = name.partition(_AT)
-    if side not in _SIDES:
+    if side not in _SIDES or not sep:
         return None
-    if not sep:
-        return _SIDES.index(side), None
     try:
         return _SIDES.index(side), int(at)
     except ValueError:
         return None
 
 
-class _Sides:
+class JoinSides:
     """What each side keeps: the stored columns (keys, output columns, ``_ts``, window
     end, ``_join_key``) and the row table schema, fixed by the side's first batch or a
     restored table."""
@@ -149,8 +157,15 @@ class _Sides:
             return JOIN_KEY_COLUMN, JOIN_KEY_COLUMN
         return self.keys[0][0], self.keys[1][0]
 
-    def stored(self, index: int, batch: pa.RecordBatch, where: str) -> pa.RecordBatch:
-        """The columns of a prepared batch the side keeps (``_kg`` dropped)."""
+    def stored(
+        self,
+        index: int,
+        batch: pa.RecordBatch,
+        where: str,
+        extra: dict[str, pa.Array] | None = None,
+    ) -> pa.RecordBatch:
+        """The columns of a prepared batch the side keeps (``_kg`` dropped), then
+        ``extra`` ones (the regular join's write times)."""
         names = batch.schema.names
         missing = [c for c in self.needed[index] if c not in names]
         if missing:
@@ -165,6 +180,8 @@ class _Sides:
         if self.composite:
             keys = tuple_keys_of_columns([rows.column(k) for k in self.keys[index]])
             rows = rows.append_column(JOIN_KEY_COLUMN, keys)
+        for name, column in (extra or {}).items():
+            rows = rows.append_column(name, column)
         schema = self.schemas[index]
         if schema is None:
             fields = [f.with_nullable(True) for f in rows.schema]
@@ -172,7 +189,20 @@ class _Sides:
         return schema.conform(rows)
 
 
-class _Pairs:
+@dataclass(frozen=True)
+class Matched:
+    """The pairs of one :meth:`JoinPairs.match`: the output ``batch`` and, per pair,
+    its row number on the left and on the right.
+
+    Example: ``matched.left.to_pylist() == [0, 0, 2]`` (left row 0 met two right rows)
+    """
+
+    batch: pa.RecordBatch
+    left: pa.Array
+    right: pa.Array
+
+
+class JoinPairs:
     """Joins arriving rows with kept rows of the other side: Arrow's hash join on the
     key columns and row numbers only, then the interval filter on the pairs' times,
     the output columns taken from both sides, ``_ts``, and the condition."""
@@ -191,6 +221,12 @@ class _Pairs:
 
     def join(self, left: pa.Table, right: pa.Table) -> pa.RecordBatch | None:
         """The output batch of ``left`` x ``right``'s pairs, or None when there is none."""
+        matched = self.match(left, right)
+        return None if matched is None else matched.batch
+
+    def match(self, left: pa.Table, right: pa.Table) -> Matched | None:
+        """``left`` x ``right``'s pairs (the output batch and each pair's row numbers on
+        both sides), or None when there is none."""
         numbered = (self._numbered(left, 0, _LEFT_ROW), self._numbered(right, 1, _RIGHT_ROW))
         # Acero builds its hash table on the table of the call's right: the smaller one.
         probe, build = numbered if right.num_rows <= left.num_rows else numbered[::-1]
@@ -225,7 +261,14 @@ class _Pairs:
         if stamps is not None:
             columns[TS_COLUMN] = stamps
         batch = pa.RecordBatch.from_pydict(columns)
-        return self._kept(batch)
+        mask = self._mask(batch)
+        if mask is None:
+            return Matched(batch, rows[0], rows[1])
+        kept = batch.filter(mask, null_selection_behavior="drop")
+        if not kept.num_rows:
+            return None
+        keep = pc.fill_null(mask, False)
+        return Matched(kept, rows[0].filter(keep), rows[1].filter(keep))
 
     @staticmethod
     def _times(
@@ -259,11 +302,11 @@ class _Pairs:
                 return side.column(TS_COLUMN).take(picked).combine_chunks()
         return None
 
-    def _kept(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
-        """``batch``'s rows where the condition is TRUE (null: dropped)."""
+    def _mask(self, batch: pa.RecordBatch) -> pa.Array | pa.ChunkedArray | None:
+        """The condition on ``batch`` (TRUE: kept; null: dropped), None without one."""
         condition = self.spec.condition
         if condition is None:
-            return batch
+            return None
         try:
             mask = condition(batch)
         except Exception as exc:
@@ -275,8 +318,7 @@ class _Pairs:
                 f"{self.where}: the join condition returned {type(mask).__name__} "
                 f"({getattr(mask, 'type', '')}), not a boolean array"
             )
-        kept = batch.filter(mask, null_selection_behavior="drop")
-        return kept if kept.num_rows else None
+        return mask
 
 
 def _end_times(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -288,7 +330,7 @@ def _end_times(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 class ColumnarEquiJoinOperator(TwoInputOperator):
     """Inner equi-join on composite keys with an output mapping, a residual condition,
-    and a regular, interval or window-end retention (see the module docstring).
+    and an interval or window-end retention (see the module docstring).
 
     Example::
 
@@ -304,6 +346,11 @@ class ColumnarEquiJoinOperator(TwoInputOperator):
         #: The key groups of this subtask (those its backend holds).
         self.key_groups = self.keyed.key_group_range
         self.join: EquiJoinSpec = spec.payload
+        if self.join.retention is None:
+            raise ConfigurationError(
+                f"{ctx.task_name}: a join without retention is a regular join, operator "
+                "kind 'columnar_regular_join'"
+            )
         reserved = {JOIN_KEY_COLUMN: "which the join keeps its composite keys under"}
         self.inputs = JoinInputs(
             (self.join.left_keys, self.join.right_keys),
@@ -311,8 +358,8 @@ class ColumnarEquiJoinOperator(TwoInputOperator):
             ctx.task_name,
             ctx.max_parallelism,
         )
-        self.sides = _Sides(self.join)
-        self.pairs = _Pairs(self.join, ctx.task_name)
+        self.sides = JoinSides(self.join)
+        self.pairs = JoinPairs(self.join, ctx.task_name)
         #: Each side's bucket starts (interval) or window ends (window-end) with a table.
         self.tables: tuple[set[int], set[int]] = (set(), set())
         self.watermark = MIN_WATERMARK
@@ -322,16 +369,14 @@ class ColumnarEquiJoinOperator(TwoInputOperator):
     def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
         super().initialize_state(restore, checkpoint_id)
         assert self.keyed is not None
-        bucketed = self.join.retention is not None
         other = list(self.keyed.column_tables())
         for name in self.keyed.row_tables():
             parsed = _parse_table_name(name)
-            if parsed is None or (parsed[1] is not None) != bucketed:
+            if parsed is None:
                 other.append(name)
                 continue
             index, at = parsed
-            if at is not None:
-                self.tables[index].add(at)
+            self.tables[index].add(at)
             table = self.keyed.row_table(name)
             assert table is not None
             self._adopt(index, table.schema)
@@ -348,9 +393,9 @@ class ColumnarEquiJoinOperator(TwoInputOperator):
             kinds = tuple(schema.schema.field(k).type for k in self.sides.keys[index])
             self.inputs.key_types[index] = kinds
 
-    def _table(self, index: int, at: int | None, *, create: bool = False) -> RowTable | None:
+    def _table(self, index: int, at: int, *, create: bool = False) -> RowTable | None:
         assert self.keyed is not None
-        name = _SIDES[index] if at is None else _table_name(_SIDES[index], at)
+        name = _table_name(_SIDES[index], at)
         return self.keyed.row_table(name, self.sides.schemas[index] if create else None)
 
     def process_input(self, index: int, records: Any, timestamps: list[Any] | None) -> None:
@@ -362,13 +407,8 @@ class ColumnarEquiJoinOperator(TwoInputOperator):
         retention = self.join.retention
         if isinstance(retention, IntervalBounds):
             self._interval(index, rows, kgs, retention)
-        elif isinstance(retention, WindowEnd):
-            self._windowed(index, rows, kgs)
         else:
-            self._meet(index, rows, kgs, [None])
-            table = self._table(index, None, create=True)
-            assert table is not None
-            table.append(rows, kgs)
+            self._windowed(index, rows, kgs)
 
     def _interval(
         self, index: int, rows: pa.RecordBatch, kgs: np.ndarray, bounds: IntervalBounds
@@ -421,16 +461,13 @@ class ColumnarEquiJoinOperator(TwoInputOperator):
         table.append(rows, kgs)
 
     def _meet(
-        self, index: int, rows: pa.RecordBatch, kgs: np.ndarray, others: Sequence[int | None]
+        self, index: int, rows: pa.RecordBatch, kgs: np.ndarray, others: Sequence[int]
     ) -> None:
         """Join ``rows`` of side ``index`` with the other side's rows of their keys in the
-        tables ``others`` (bucket starts, window ends; ``None``: the regular table)."""
+        tables ``others`` (bucket starts, window ends)."""
         if not others:
             return
-        key = rows.column(self.sides.key_column[index])
-        encoded = key.dictionary_encode()
-        _, first = np.unique(encoded.indices.to_numpy(zero_copy_only=False), return_index=True)
-        keys, key_groups = key.take(pa.array(first)), kgs[first]
+        keys, key_groups = distinct_keys(rows.column(self.sides.key_column[index]), kgs)
         kept = []
         for at in others:
             table = self._table(1 - index, at)
@@ -461,8 +498,7 @@ class ColumnarEquiJoinOperator(TwoInputOperator):
             held = watermark if watermark >= MAX_WATERMARK else watermark - retention.delay
             self.emit_watermark(max(held, MIN_WATERMARK))
             return
-        if isinstance(retention, WindowEnd):
-            self._drop(lambda end: end - 1 <= watermark)
+        self._drop(lambda end: end - 1 <= watermark)
         self.emit_watermark(watermark)
 
     def _drop(self, expired: Callable[[int], bool]) -> None:

@@ -62,11 +62,28 @@ __all__ = [
     "ColumnarRegularJoinOperator",
     "ColumnarWindowJoinOperator",
     "JoinInputs",
+    "distinct_keys",
 ]
 
 #: Appended to a right column whose name a left column has already.
 RIGHT_SUFFIX = "_right"
 _SIDES = ("left", "right")
+
+
+def distinct_keys(
+    key: pa.Array | pa.ChunkedArray, key_groups: np.ndarray
+) -> tuple[pa.Array, np.ndarray]:
+    """The distinct values of a key column (in order of first appearance) with their
+    key groups (``key_groups``: one per row): what a row table is read by.
+
+    Example: ``distinct_keys(pa.array([7, 3, 7]), np.array([1, 2, 1]))`` gives
+    ``([7, 3], [1, 2])``
+    """
+    if isinstance(key, pa.ChunkedArray):
+        key = key.combine_chunks()
+    codes = key.dictionary_encode().indices.to_numpy(zero_copy_only=False)
+    _, first = np.unique(codes, return_index=True)
+    return key.take(pa.array(first)), key_groups[first]
 
 
 class JoinInputs:
@@ -100,8 +117,12 @@ class JoinInputs:
         # Each side's schema (every field nullable), set by its first batch.
         self.schemas: list[pa.Schema | None] = [None, None]
 
-    def prepare(self, index: int, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """``batch`` of input ``index`` checked, keys widened, null keys dropped, ``_kg`` added."""
+    def prepare(
+        self, index: int, batch: pa.RecordBatch, *, drop_null_keys: bool = True
+    ) -> pa.RecordBatch:
+        """``batch`` of input ``index`` checked, keys widened, ``_kg`` added, and rows
+        with a null key dropped (kept with ``drop_null_keys=False``: an outer join pads
+        them)."""
         kinds = []
         for key in self.keys[index]:
             position = batch.schema.get_field_index(key)
@@ -128,7 +149,7 @@ class JoinInputs:
             batch = with_key_groups(batch, selector, self.max_parallelism)
         batch = self._conformed(index, batch)
         nulls = [batch.column(key) for key in self.keys[index]]
-        if any(c.null_count for c in nulls):
+        if drop_null_keys and any(c.null_count for c in nulls):
             valid = pc.is_valid(nulls[0])
             for column in nulls[1:]:
                 valid = pc.and_(valid, pc.is_valid(column))
