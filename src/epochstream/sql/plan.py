@@ -308,19 +308,19 @@ class JoinNode(PlanNode):
 
     def digest(self) -> str:
         spec = self.spec
-        return "|".join(
-            str(part)
-            for part in (
-                spec.left_keys,
-                spec.right_keys,
-                spec.left_output,
-                spec.right_output,
-                spec.retention,
-                self.condition_text,
-                spec.join_type,
-                spec.updating_input,
-            )
-        )
+        parts: list[object] = [
+            spec.left_keys,
+            spec.right_keys,
+            spec.left_output,
+            spec.right_output,
+            spec.retention,
+            self.condition_text,
+        ]
+        # An inner join of append-only inputs keeps the digest (so the uid, and the
+        # savepoints keyed by it) it had before outer and updating joins existed.
+        if spec.join_type != "inner" or spec.updating_input:
+            parts += [spec.join_type, spec.updating_input]
+        return "|".join(str(part) for part in parts)
 
     def details(self) -> list[str]:
         spec = self.spec
