@@ -2,10 +2,12 @@
 clock and both backends: expired groups go without output and their state (groups and
 distinct values) is deleted; the key's next row starts a new group (+I); retractions of
 expired groups and values are ignored and counted under a TTL; a restore at another
-parallelism keeps the write times; switching the TTL on or off needs a new uid."""
+parallelism keeps the write times; switching the TTL on or off needs a new uid; random
+batches on a random clock give the changes of a batch-at-a-time Python reference."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +17,8 @@ from aggregate_support import BACKENDS, operator_on, routed, snapshot_target
 
 from epochstream.core.changelog import OP, RowKind, kind_names, with_kinds
 from epochstream.core.clock import ManualClock
-from epochstream.exceptions import DataError, StateError
-from epochstream.graph.specs import AggCall, GroupAggregateSpec
+from epochstream.exceptions import ConfigurationError, DataError, StateError
+from epochstream.graph.specs import AggCall, GroupAggregateSpec, TopNSpec
 from epochstream.state.handles import OperatorRestore
 
 KIND = "columnar_group_aggregate"
@@ -175,3 +177,74 @@ def test_switching_the_ttl_on_or_off_against_kept_state_asks_for_a_new_uid(
         StateError, match=r"switching table\.exec\.state\.ttl on or off needs a new"
     ):
         op.initialize_state(OperatorRestore(keyed=[handle]), 1)
+
+
+class _Reference:
+    """The group aggregation under a TTL a batch at a time, in Python: a group written
+    ``ttl`` ago or earlier is gone when its key comes again."""
+
+    def __init__(self, ttl: int) -> None:
+        self.ttl = ttl
+        self.groups: dict[int, tuple[list[int], int]] = {}  # key -> (values, written)
+
+    @staticmethod
+    def result(values: list[int]) -> tuple[int, int]:
+        return len(values), len(set(values))
+
+    def batch(self, rows: list[tuple[int, int]], now: int) -> list[tuple[Any, ...]]:
+        changes: list[tuple[Any, ...]] = []
+        for key in sorted({k for k, _ in rows}):
+            held = self.groups.get(key)
+            if held is not None and held[1] <= now - self.ttl:
+                held = None  # expired: gone without output
+            values = [v for k, v in rows if k == key]
+            new = self.result([*(held[0] if held else []), *values])
+            if held is None:
+                changes.append(("+I", key, *new))
+            elif self.result(held[0]) != new:
+                changes += [("-U", key, *self.result(held[0])), ("+U", key, *new)]
+            self.groups[key] = ([*(held[0] if held else []), *values], now)
+        return sorted(changes, key=repr)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_random_batches_with_a_ttl_equal_a_python_reference_through_a_rescale(
+    tmp_path: Path, backend: str
+) -> None:
+    rng = random.Random(11)
+    clock = ManualClock(start=100.0)
+    ttl = 4_000
+    ops = _ops(_spec(ttl), clock, backend, tmp_path, parallelism=2)
+    reference = _Reference(ttl)
+    for step in range(40):
+        clock.advance(rng.choice([0, 0.5, 1, 2.5]))
+        now = int(clock.wall() * 1000)
+        rows = [(rng.randint(0, 7), rng.randint(0, 3)) for _ in range(rng.randint(1, 8))]
+        assert _send(ops, _batch(rows)) == reference.batch(rows, now), step
+        if rng.random() < 0.3:
+            _quiet_watermark(ops, step)
+        if step == 20:
+            handles = []
+            for i, (op, _) in enumerate(ops):
+                handle = op.snapshot(snapshot_target(tmp_path, 1, i)).keyed.run()
+                if handle is not None:
+                    handles.append(handle)
+            ops = _ops(_spec(ttl), clock, backend, tmp_path, parallelism=3)
+            for op, _ in ops:
+                parts = [p for h in handles if (p := h.restricted_to(op.keyed.key_group_range))]
+                op.initialize_state(OperatorRestore(keyed=parts), 1)
+    clock.advance(5)
+    _quiet_watermark(ops, 99)
+    assert _groups(ops) == [] and _kept(ops, "distinct1") == []
+
+
+def test_a_bad_ttl_and_a_key_named_like_the_stamps_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="a group aggregation's state_ttl_ms is a non-neg"):
+        _spec(-1)
+    with pytest.raises(ConfigurationError, match="a Top-N's state_ttl_ms is a non-negative int"):
+        TopNSpec(("p",), (("x", "desc"),), 1, state_ttl_ms=True)
+    stamped = GroupAggregateSpec(
+        keys=("_written",), aggs=(AggCall("count_star", None, "n"),), state_ttl_ms=TTL
+    )
+    with pytest.raises(ConfigurationError, match="key column '_written' is the name"):
+        operator_on(KIND, stamped, stamped.keys, local_dir=str(tmp_path))
