@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from epochstream.core.changelog import OP, kind_names, with_kinds
+from epochstream.core.clock import ManualClock
 from epochstream.exceptions import DataError, StateError
 from epochstream.graph.specs import TopNSpec
 from epochstream.state.column_keygroups import key_groups_by_columns
@@ -219,3 +220,51 @@ def test_restore_refuses_state_of_another_query(tmp_path: Path) -> None:
     new, _ = _op(TopNSpec(("p",), (("missing", "desc"),), 1))
     with pytest.raises(StateError, match="another uid"):
         new.initialize_state(OperatorRestore(keyed=[handle]), 1)
+
+
+def _changes(out: Any) -> list[tuple[Any, ...]]:
+    """The changes emitted since the last call, as sorted (kind, p, x, rank)."""
+    rows = []
+    for batch in out.batches():
+        kinds = kind_names(batch.column(OP)).to_pylist()
+        for row, kind in zip(batch.to_pylist(), kinds, strict=True):
+            rows.append((kind, row["p"], row["x"], row["r"]))
+    out.items.clear()
+    return sorted(rows, key=repr)
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_a_partition_expires_silently_under_a_state_ttl_and_starts_afresh(
+    tmp_path: Path, backend: str
+) -> None:
+    clock = ManualClock(start=1_000.0)
+    spec = TopNSpec(("p",), (("x", "desc"),), 2, "r", state_ttl_ms=10_000)
+    op, out = operator_on(KIND, spec, ("p",), backend=backend, local_dir=str(tmp_path), clock=clock)
+
+    def rows(*pxs: tuple[int, int]) -> pa.RecordBatch:
+        return _batch([{"p": p, "q": "a", "x": x, "id": 0} for p, x in pxs])
+
+    op.process_batch(rows((1, 5), (1, 4), (2, 3)), None)
+    assert _changes(out) == [("+I", 1, 4, 2), ("+I", 1, 5, 1), ("+I", 2, 3, 1)]
+    clock.advance(6)
+    op.process_batch(rows((2, 1)), None)
+    assert _changes(out) == [("+I", 2, 1, 2)]
+    clock.advance(5)  # partition 1 was written 11 s ago: expired; partition 2 5 s ago
+    op.process_watermark(1)
+    assert _changes(out) == []
+    assert sorted(op.state_table().column("p").to_pylist()) == [2, 2]
+    # Partition 1 starts afresh: 1 ranks first (5 and 4 are gone), an insert.
+    op.process_batch(rows((1, 1)), None)
+    assert _changes(out) == [("+I", 1, 1, 1)]
+
+
+def test_switching_a_top_n_s_ttl_on_against_kept_state_asks_for_a_new_uid(
+    tmp_path: Path,
+) -> None:
+    spec = TopNSpec(("p",), (("x", "desc"),), 1)
+    op, _ = _op(spec)
+    op.process_batch(_batch([{"p": 1, "q": "a", "x": 1, "id": 0}]), None)
+    handle = op.snapshot(snapshot_target(tmp_path, 1)).keyed.run()
+    with_ttl, _ = _op(TopNSpec(("p",), (("x", "desc"),), 1, state_ttl_ms=5))
+    with pytest.raises(StateError, match=r"switching table\.exec\.state\.ttl on or off"):
+        with_ttl.initialize_state(OperatorRestore(keyed=[handle]), 1)

@@ -147,7 +147,11 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
         return self._then("columnar_aggregate", f"{kind}({column or ''})", spec)
 
     def aggregate(
-        self, *aggs: AggCall, updating_input: bool = False, mini_batch: MiniBatch | None = None
+        self,
+        *aggs: AggCall,
+        updating_input: bool = False,
+        mini_batch: MiniBatch | None = None,
+        state_ttl_ms: int = 0,
     ) -> DataStream:
         """Flink SQL's ``GROUP BY`` without a window: ``aggs`` (:mod:`epochstream.agg`
         calls) per key over the whole stream, an *updating* result. The output is a
@@ -163,7 +167,11 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
         ``mini_batch.size`` rows or ``mini_batch.latency_ms`` (processing time) before
         folding it, so a key's changes come out once per buffer (Flink's
         ``table.exec.mini-batch``); the buffer is folded before every checkpoint
-        barrier and watermark and at the end of the input.
+        barrier and watermark and at the end of the input. ``state_ttl_ms`` (Flink's
+        ``table.exec.state.ttl``; 0: forever): a group expires that long (processing
+        time) after it was last written; its key's next row starts a new group (``+I``),
+        and retractions of expired state are ignored (counted in
+        ``late_records_dropped``).
 
         Example::
 
@@ -180,6 +188,7 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
             aggs=tuple(aggs),
             updating_input=updating_input,
             mini_batch=mini_batch,
+            state_ttl_ms=state_ttl_ms,
         )
         described = ", ".join(f"{a.kind}({a.column or '*'})" for a in aggs)
         return self._then("columnar_group_aggregate", f"group aggregate {described}", spec)
@@ -223,6 +232,7 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
         *,
         order_by: Sequence[tuple[str, str] | str],
         rank_column: str | None = None,
+        state_ttl_ms: int = 0,
     ) -> DataStream:
         """Flink SQL's Top-N without a window (``ROW_NUMBER() OVER (PARTITION BY keys
         ORDER BY ...) <= n``; ``n=1`` is a deduplication): per key (the ``key_by``
@@ -232,13 +242,16 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
         ``+I`` when it is first filled and ``-U``/``+U`` when its row changes; without it,
         ``-U``/``+U`` of the key's row for ``n=1``, and for ``n > 1`` ``-D`` for a row
         pushed out and ``+I`` for a row let in. The input must be append-only.
+        ``state_ttl_ms`` (Flink's ``table.exec.state.ttl``; 0: forever): a key's rows
+        expire that long (processing time) after the key was last written; its next
+        rows start afresh (``+I``).
 
         Example::
 
             bids.key_by("auction").top_n(1, order_by=[("price", "desc")])   # the best bid
         """
         keys = _order_keys("top_n", order_by)
-        spec = TopNSpec(self.key_columns, keys, n, rank_column)
+        spec = TopNSpec(self.key_columns, keys, n, rank_column, state_ttl_ms=state_ttl_ms)
         shown = ", ".join(f"{c} {d}" for c, d in keys)
         return self._then("columnar_top_n", f"top-{n} by {shown}", spec)
 

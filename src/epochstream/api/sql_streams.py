@@ -92,6 +92,7 @@ class StreamBuilder:
                 *node.spec.aggs,
                 updating_input=node.spec.updating_input,
                 mini_batch=node.spec.mini_batch,
+                state_ttl_ms=node.spec.state_ttl_ms,
             )
             return result.name(node.label).uid(node.uid)
         if isinstance(node, JoinNode):
@@ -115,7 +116,10 @@ class StreamBuilder:
                 (column, "desc" if descending else "asc") for column, descending, _ in node.order
             ]
             top: DataStream = partitioned.top_n(
-                node.n, order_by=order, rank_column=node.rank_column
+                node.n,
+                order_by=order,
+                rank_column=node.rank_column,
+                state_ttl_ms=node.state_ttl_ms,
             )
             return top.name(node.label).uid(node.uid)
         if isinstance(node, UnionNode):

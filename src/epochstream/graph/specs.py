@@ -50,6 +50,7 @@ __all__ = [
     "WindowSpec",
     "WindowTopNSpec",
     "WindowTvf",
+    "check_state_ttl",
     "join_key_type",
     "reserved_join_columns",
 ]
@@ -303,10 +304,7 @@ class EquiJoinSpec:
                 f"{self.join_type!r}"
             )
         ttl = self.state_ttl_ms
-        if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 0:
-            raise ConfigurationError(
-                f"an equi-join's state_ttl_ms is a non-negative int (ms), got {ttl!r}"
-            )
+        check_state_ttl("an equi-join", ttl)
         if self.retention is not None and (self.join_type != "inner" or self.updating_input or ttl):
             raise ConfigurationError(
                 "interval and window joins are inner joins of append-only inputs without "
@@ -320,6 +318,16 @@ class EquiJoinSpec:
                     f"a {self.join_type} join needs output_schema, the Arrow types of its "
                     f"output columns ({', '.join(names)}), to pad unmatched rows with nulls"
                 )
+
+
+def check_state_ttl(what: str, ttl: object) -> None:
+    """A spec's ``state_ttl_ms`` (``table.exec.state.ttl``) is a non-negative int (ms;
+    0: state kept forever), else a ConfigurationError naming ``what``.
+
+    Example: ``check_state_ttl("a Top-N", 60_000)``
+    """
+    if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 0:
+        raise ConfigurationError(f"{what}'s state_ttl_ms is a non-negative int (ms), got {ttl!r}")
 
 
 def join_key_type(kind: pa.DataType) -> pa.DataType:
@@ -605,7 +613,8 @@ class GroupAggregateSpec:
     group, ``-U``/``+U`` when a group's result changes, ``-D`` when its last row is
     retracted. ``updating_input``: the input is itself a changelog (its ``-U``/``-D`` rows
     retract). ``mini_batch``: buffer the input before folding it (None: fold each batch
-    as it comes).
+    as it comes). ``state_ttl_ms``: a group expires this long after it was last written
+    (processing time; 0: never), Flink's ``table.exec.state.ttl``.
 
     Example::
 
@@ -618,9 +627,13 @@ class GroupAggregateSpec:
     # Not in the repr (a SQL plan's digest, hence its uid): the buffer keeps no state, so
     # turning mini-batch on or off keeps the operator's uid and its savepoint state.
     mini_batch: MiniBatch | None = field(default=None, kw_only=True, repr=False)
+    # Not in the repr either, as the join's TTL is not in its digest: changing the TTL
+    # keeps the uid (switching it on or off against kept state is a StateError).
+    state_ttl_ms: int = field(default=0, kw_only=True, repr=False)
 
     def __post_init__(self) -> None:
         _check_outputs(self.keys, self.aggs, ())
+        check_state_ttl("a group aggregation", self.state_ttl_ms)
 
 
 def _check_window_outputs(keys: tuple[str, ...], aggs: tuple[AggCall, ...]) -> None:
@@ -722,11 +735,19 @@ class TopNSpec(WindowTopNSpec):
     """A Top-N without a window (Flink SQL's ``ROW_NUMBER() OVER (PARTITION BY
     partition_by... ORDER BY order_by...) <= n`` over an append-only input): per
     partition the first ``n`` rows so far, an updating result (a changelog).
+    ``state_ttl_ms``: a partition's rows expire this long after the partition was last
+    written (processing time; 0: never), Flink's ``table.exec.state.ttl``.
 
     Example::
 
         TopNSpec(partition_by=("auction",), order_by=(("price", "desc"),), n=10)
     """
+
+    state_ttl_ms: int = field(default=0, kw_only=True)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_state_ttl("a Top-N", self.state_ttl_ms)
 
     @property
     def kind(self) -> str:

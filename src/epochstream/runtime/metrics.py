@@ -76,7 +76,8 @@ class OperatorCounters:
     ``watermark`` is the last watermark the operator received (a source: emitted).
     ``late_records_dropped``: records of event-time windows (or joins) that had fired
     already, dropped without a late side output to take them (Flink's
-    ``numLateRecordsDropped``).
+    ``numLateRecordsDropped``); and, under a state TTL, retractions a group
+    aggregation ignored because the state they retract had expired.
 
     Example: ``counters = OperatorCounters("map-1", "map"); counters.records_in += 1024``
     """

@@ -81,9 +81,10 @@ class SqlOptions:
     """The session's table options, typed, with Flink's defaults.
 
     - ``pipeline_name`` (``pipeline.name``): the job's name, else one from its INSERTs.
-    - ``state_ttl_ms`` (``table.exec.state.ttl``): how long a regular join keeps a
-      row after it was written (Flink's ``OnCreateAndWrite``; a ``GROUP BY`` does not
-      apply it yet); ``0`` (Flink's default) keeps it forever.
+    - ``state_ttl_ms`` (``table.exec.state.ttl``): how long the stateful operators
+      without a window keep state after it was written (Flink's ``OnCreateAndWrite``,
+      processing time): a regular join each row, a ``GROUP BY`` each group, a Top-N
+      each partition's rows; ``0`` (Flink's default) keeps it forever.
     - ``mini_batch_enabled``, ``mini_batch_allow_latency_ms``, ``mini_batch_size``
       (``table.exec.mini-batch.enabled``, ``.allow-latency``, ``.size``): buffer an
       updating aggregation's input up to that latency or that many rows before

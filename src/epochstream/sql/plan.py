@@ -262,7 +262,7 @@ class GroupAggregateNode(PlanNode):
         lines = [
             f"keys: {', '.join(self.spec.keys) or '(none: one group)'}",
             f"aggregates: {', '.join(_call_text(a) for a in self.spec.aggs)}",
-            f"state: per key its partial aggregates (and {kept}), kept for the job's life",
+            f"state: per key its partial aggregates (and {kept}), {_kept_for(self.spec.state_ttl_ms)}",
             f"emits: {emits}",
         ]
         mini = self.spec.mini_batch
@@ -272,6 +272,13 @@ class GroupAggregateNode(PlanNode):
                 "folded before each watermark and checkpoint barrier"
             )
         return lines
+
+
+def _kept_for(state_ttl_ms: int) -> str:
+    """How long a group aggregation or Top-N keeps a key's state, for ``details``."""
+    if state_ttl_ms:
+        return f"each until {state_ttl_ms} ms after it was last written (table.exec.state.ttl)"
+    return "kept for the job's life"
 
 
 def _call_text(call: AggCall) -> str:
@@ -380,12 +387,14 @@ class TopNNode(PlanNode):
     """Flink's Top-N without a window (``ROW_NUMBER() OVER (PARTITION BY ...) <= n``,
     ``n = 1`` a deduplication): per ``partition`` key the first ``n`` rows so far in
     ``order`` (``(column, descending, nulls_first)``), an updating result;
-    ``rank_column`` holds ROW_NUMBER when the query keeps it."""
+    ``rank_column`` holds ROW_NUMBER when the query keeps it; ``state_ttl_ms`` is
+    ``table.exec.state.ttl`` (0: forever; not in the digest, as the join's is not)."""
 
     partition: tuple[str, ...] = field(kw_only=True)
     order: tuple[tuple[str, bool, bool], ...] = field(kw_only=True)
     n: int = field(kw_only=True)
     rank_column: str | None = field(kw_only=True)
+    state_ttl_ms: int = field(default=0, kw_only=True)
 
     kind = "top-n"
 
@@ -400,7 +409,7 @@ class TopNNode(PlanNode):
         return [
             f"top {self.n} per {', '.join(self.partition) or '(one partition)'}",
             f"order: {order}",
-            "state: each partition's first rows, kept for the job's life",
+            f"state: each partition's first rows, {_kept_for(self.state_ttl_ms)}",
         ]
 
 

@@ -870,6 +870,7 @@ class Planner:
                 order=order,
                 n=limit,
                 rank_column=rank if keeps_rank else None,
+                state_ttl_ms=self.options.state_ttl_ms,
                 updating=True,
                 unique_key=unique,
             )
@@ -1190,6 +1191,7 @@ class Planner:
                     aggs=tuple(calls),
                     updating_input=input_.updating,
                     mini_batch=self._mini_batch(select),
+                    state_ttl_ms=self.options.state_ttl_ms,
                 ),
                 updating=True,
                 unique_key=tuple(keys),

@@ -26,6 +26,19 @@ count (:class:`ValueCounts`, row table ``values<i>`` instead of ``distinct<i>``)
 retracted extreme falls back to the next value. A group whose rows are all retracted is
 deleted (``-D``).
 
+**State TTL** (``GroupAggregateSpec.state_ttl_ms > 0``, Flink's ``table.exec.state.ttl``
+with ``OnCreateAndWrite``; :class:`~.row_expiry.RowExpiry`, the regular join's): each
+group row carries ``_written``, the processing time of the last batch that wrote it, and
+a group expires ``state_ttl_ms`` later. An expired group is gone, with its ``distinct<i>``
+or ``values<i>`` rows: expiry emits nothing, and the key's next row starts a new group,
+emitted as ``+I`` (the downstream may still hold the old result: Flink's documented loss
+of results under a TTL). Retractions for state that is gone are ignored (Flink's
+``GroupAggFunction`` drops a retraction without an accumulator) and counted in
+``late_records_dropped``: the retractions of a group without live state before its
+first add in the batch, and retractions of a value beyond its count. Without a TTL the
+latter stay a DataError. Deleting expired groups goes by the queue table ``groups_due``
+(:meth:`RowExpiry.expire`), at most every tenth of the TTL, on batches and watermarks.
+
 Example::
 
     op = create_operator(spec, ctx)   # payload GroupAggregateSpec(("k",), (count_star,))
@@ -44,7 +57,7 @@ import pyarrow.compute as pc
 from epochstream.core.arrow import KG as KG_COLUMN
 from epochstream.core.arrow import table_batch
 from epochstream.core.changelog import OP, RowKind, weights
-from epochstream.exceptions import DataError, StateError
+from epochstream.exceptions import ConfigurationError, DataError, StateError
 from epochstream.graph.specs import GroupAggregateSpec
 from epochstream.runtime.operators.base import Operator
 from epochstream.runtime.operators.columnar_aggregates import own_backend
@@ -65,6 +78,7 @@ from epochstream.runtime.operators.columnar_window_aggregates import (
     AggregateCalls,
     check_aggregate_input,
 )
+from epochstream.runtime.operators.row_expiry import DUE_SUFFIX, WRITTEN_COLUMN, RowExpiry
 from epochstream.state.backends.base import RowSchema, RowTable
 from epochstream.state.handles import OperatorRestore
 
@@ -108,18 +122,27 @@ class ColumnarGroupAggregateOperator(Operator):
         self._values: dict[int, ValueCounts] = {}
         #: The mini-batch's held input (None: each batch is folded as it comes).
         self._buffer = MiniBatchBuffer(self.agg.mini_batch) if self.agg.mini_batch else None
+        #: The state TTL: ``_written`` stamps on ``groups`` and their due queue.
+        self.expiry = RowExpiry(self.agg.state_ttl_ms, ctx.clock)
+        if self.expiry.ttl and WRITTEN_COLUMN in self.keys:
+            raise ConfigurationError(
+                f"{self._where}: key column {WRITTEN_COLUMN!r} is the name a group "
+                "aggregation with a state TTL keeps its groups' write times under; rename it"
+            )
 
     # ---------------------------------------------------------------- state
 
     def _bound_columns(self) -> list[str]:
-        """The columns of ``groups`` other than the partials."""
-        return list(dict.fromkeys([self._keys.state_key, *self.keys]))
+        """The columns of ``groups`` other than the partials (``_written`` last)."""
+        stamps = [WRITTEN_COLUMN] if self.expiry.ttl else []
+        return list(dict.fromkeys([self._keys.state_key, *self.keys, *stamps]))
 
     def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
         super().initialize_state(restore, checkpoint_id)
         assert self.keyed is not None
         names = self.keyed.row_tables()
-        other = [n for n in names if n != GROUPS and _numbered(n) is None]
+        own = {GROUPS, GROUPS + DUE_SUFFIX}
+        other = [n for n in names if n not in own and _numbered(n) is None]
         other += self.keyed.column_tables()
         if other:
             raise StateError(
@@ -130,6 +153,7 @@ class ColumnarGroupAggregateOperator(Operator):
         if groups is None:
             return
         schema = groups.schema.schema
+        self.expiry.check_restored(schema, self._where, "group aggregation")
         calls = AggregateCalls.restored(
             self.agg.aggs, schema, self._types, signed=self.agg.updating_input
         )
@@ -138,7 +162,7 @@ class ColumnarGroupAggregateOperator(Operator):
             parts = {f"{_VALUES}{i}" for i, _ in calls.valued}
         else:
             parts = {f"{_DISTINCT}{i}" for i, _ in calls.distinct}
-        if set(schema.names) != needed or not {n for n in names if n != GROUPS} <= parts:
+        if set(schema.names) != needed or not {n for n in names if n not in own} <= parts:
             raise StateError(
                 f"{self._where}: restored state does not hold this query's keys and "
                 "aggregates (it was written by another query); give the new operator "
@@ -185,7 +209,13 @@ class ColumnarGroupAggregateOperator(Operator):
         for i, _ in calls.valued:
             if i not in self._values:
                 name = f"{_VALUES}{i}"
-                self._values[i] = ValueCounts(self.keyed, name, self._keys.state_key, self._where)
+                self._values[i] = ValueCounts(
+                    self.keyed,
+                    name,
+                    self._keys.state_key,
+                    self._where,
+                    forgiving=self.expiry.ttl > 0,
+                )
 
     # ---------------------------------------------------------------- batches
 
@@ -215,6 +245,7 @@ class ColumnarGroupAggregateOperator(Operator):
 
     def process_watermark(self, watermark: int) -> None:
         self._flush_buffer()  # the watermark follows the buffered rows' changes
+        self._cleanup(self.expiry.now())
         self.emit_watermark(watermark)
 
     def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:
@@ -239,9 +270,24 @@ class ColumnarGroupAggregateOperator(Operator):
         if self._calls is None:
             self._calls = AggregateCalls(self.agg.aggs, checked.floats, signed=signed)
         calls = self._calls
+        now = self.expiry.now()
+        self._cleanup(now)
         found = self._keys.of(batch, self._types)
-        n = len(found.keys)
         held = self._groups.pop(found.keys, found.key_groups) if self._groups is not None else None
+        held_groups = None  # per key, whether its group is held (None: all that are found)
+        if self.expiry.ttl:
+            # Expired groups were popped and are not written back: they are gone.
+            held = self.expiry.live(held, now) if held is not None else None
+            held_groups = self._held_groups(held, found)
+            if signed:
+                kept = self._drop_gone_retractions(batch, found, held_groups)
+                if kept is None:
+                    return
+                if kept.num_rows < batch.num_rows:
+                    batch = kept
+                    found = self._keys.of(batch, self._types)
+                    held_groups = self._held_groups(held, found)
+        n = len(found.keys)
         old_at = (
             key_slots(held.column(self._keys.state_key), found.keys)
             if held is not None
@@ -266,18 +312,60 @@ class ColumnarGroupAggregateOperator(Operator):
         merged = merged.take(pc.sort_indices(merged.column(_ID)))  # every key: ids 0..n-1
         # A group lives while it has rows: retractions may take its last one.
         alive = np.asarray(merged.column(_ROWS).to_numpy(), dtype=np.int64) > 0
-        stored = self._stored(found, merged)
+        stored = self._stored(found, merged, now)
         table = self._tables(stored.schema, calls)
         if alive.all():
             table.append(table_batch(stored), found.key_groups)
         elif alive.any():
             table.append(table_batch(stored.filter(pa.array(alive))), found.key_groups[alive])
+        assert self.keyed is not None
+        self.expiry.file(
+            self.keyed, GROUPS, self._keys.state_key, found.keys, found.key_groups, now
+        )
         if calls.signed:
-            old_columns, new_columns = self._counted(calls, found, derived, signs)
+            old_columns, new_columns = self._counted(calls, found, derived, signs, held_groups)
         else:
-            old_columns, new_columns = self._distinct_counts(calls, found, derived, n)
+            old_columns, new_columns = self._distinct_counts(calls, found, derived, n, held_groups)
         new_values = calls.values(_with_columns(merged, new_columns), self._where)
         self._emit(calls, found, old_partials, old_columns, new_values, alive)
+
+    def _held_groups(self, held: pa.Table | None, found: BatchKeys) -> np.ndarray:
+        """Per key of ``found``, whether ``held`` (the live groups popped) has it."""
+        held_groups = np.zeros(len(found.keys), dtype=bool)
+        if held is not None and held.num_rows:
+            held_groups[key_slots(held.column(self._keys.state_key), found.keys)] = True
+        return held_groups
+
+    def _drop_gone_retractions(
+        self, batch: pa.RecordBatch, found: BatchKeys, held_groups: np.ndarray
+    ) -> pa.RecordBatch | None:
+        """``batch`` without the retractions of groups without state (expired, under a
+        TTL) before the group's first add in the batch, as Flink ignores a retraction
+        without an accumulator; they are counted in ``late_records_dropped``. None when
+        nothing is left."""
+        adds = weights(batch) > 0
+        positions = np.arange(batch.num_rows)
+        first_add = np.full(len(found.keys), batch.num_rows, dtype=np.int64)
+        np.minimum.at(first_add, found.slots[adds], positions[adds])
+        gone = ~adds & ~held_groups[found.slots] & (positions < first_add[found.slots])
+        if not gone.any():
+            return batch
+        self.counters.late_records_dropped += int(gone.sum())
+        kept = batch.filter(pa.array(~gone))
+        return kept if kept.num_rows else None
+
+    def _cleanup(self, now: int) -> None:
+        """Delete the expired groups and their values (at most every tenth of the TTL)."""
+        if not self.expiry.cleanup_due(now):
+            return
+        assert self.keyed is not None
+        gone = self.expiry.expire(self.keyed, GROUPS, self._keys.state_key, now)
+        if gone is None:
+            return
+        keys, kgs = gone
+        for name in self.keyed.row_tables():
+            if _numbered(name) is not None and (values := self.keyed.row_table(name)):
+                values.pop(keys, kgs)  # the expired groups' values go with them
 
     def _counted(
         self,
@@ -285,31 +373,40 @@ class ColumnarGroupAggregateOperator(Operator):
         found: BatchKeys,
         derived: dict[str, pa.Array],
         signs: np.ndarray,
+        held_groups: np.ndarray | None,
     ) -> tuple[dict[str, pa.Array], dict[str, pa.Array]]:
         """Over a changelog: the valued aggregates' columns of the partials
         (``COUNT(DISTINCT)``'s count, MIN's or MAX's extreme ``_m``) per key, before and
-        after the batch, from their value counts (updated with the batch)."""
+        after the batch, from their value counts (updated with the batch; the values of
+        groups not ``held_groups`` are dropped)."""
         assert self._groups is not None
         key_type = self._groups.schema.schema.field(self._keys.state_key).type
         n = len(found.keys)
         before: dict[str, pa.Array] = {}
         after: dict[str, pa.Array] = {}
         for i, column in calls.valued:
-            held, now = self._values[i].update(found, derived[column], signs, key_type)
+            change = self._values[i].update(found, derived[column], signs, key_type, held_groups)
+            self.counters.late_records_dropped += change.ignored
             agg = self.agg.aggs[i]
             if agg.distinct:
-                before[column] = pa.array(distinct_counts(held, n))
-                after[column] = pa.array(distinct_counts(now, n))
+                before[column] = pa.array(distinct_counts(change.before, n))
+                after[column] = pa.array(distinct_counts(change.after, n))
             else:
-                before[f"_wa{i}_m"] = per_group_extreme(held, agg.kind, n)
-                after[f"_wa{i}_m"] = per_group_extreme(now, agg.kind, n)
+                before[f"_wa{i}_m"] = per_group_extreme(change.before, agg.kind, n)
+                after[f"_wa{i}_m"] = per_group_extreme(change.after, agg.kind, n)
         return before, after
 
     def _distinct_counts(
-        self, calls: AggregateCalls, found: BatchKeys, derived: dict[str, pa.Array], n: int
+        self,
+        calls: AggregateCalls,
+        found: BatchKeys,
+        derived: dict[str, pa.Array],
+        n: int,
+        held_groups: np.ndarray | None,
     ) -> tuple[dict[str, pa.Array], dict[str, pa.Array]]:
         """Per ``COUNT(DISTINCT)`` aggregate (its column), each key's count before and
-        after the batch; the keys' values are written back with the batch's added."""
+        after the batch; the keys' values are written back with the batch's added (the
+        values of groups not ``held_groups``, expired, are dropped)."""
         before: dict[str, pa.Array] = {}
         after: dict[str, pa.Array] = {}
         state_key = self._keys.state_key
@@ -317,6 +414,10 @@ class ColumnarGroupAggregateOperator(Operator):
             values = derived[column]
             table = self._distinct[i]
             held = table.pop(found.keys, found.key_groups)
+            if held_groups is not None and held is not None and held.num_rows:
+                held = held.filter(
+                    pa.array(held_groups[key_slots(held.column(state_key), found.keys)])
+                )
             owners = [found.slots]
             arrays = [values]
             if held is not None and held.num_rows:
@@ -345,12 +446,15 @@ class ColumnarGroupAggregateOperator(Operator):
         )
         self._distinct[i].append(table_batch(stored), found.key_groups[ids])
 
-    def _stored(self, found: BatchKeys, merged: pa.Table) -> pa.Table:
-        """The groups as ``groups`` keeps them: state key, key columns, partials."""
+    def _stored(self, found: BatchKeys, merged: pa.Table, now: int) -> pa.Table:
+        """The groups as ``groups`` keeps them: state key, key columns, ``_written``
+        (written ``now``, with a TTL), partials."""
         out: dict[str, Any] = {self._keys.state_key: found.keys}
         if self._keys.state_key == TUPLE_KEY:
             for name in self.keys:
                 out[name] = found.columns[name].take(pa.array(found.first))
+        if self.expiry.ttl:
+            out[WRITTEN_COLUMN] = self.expiry.stamps(len(found.keys), now)
         for name in merged.schema.names:
             if name != _ID:
                 out[name] = merged.column(name)

@@ -75,7 +75,12 @@ from epochstream.runtime.operators.columnar_equi_join import (
 )
 from epochstream.runtime.operators.columnar_joins import JoinInputs, distinct_keys
 from epochstream.runtime.operators.columnar_transforms import need_batch
-from epochstream.runtime.operators.row_expiry import DUE_SUFFIX, WRITTEN_COLUMN, RowExpiry
+from epochstream.runtime.operators.row_expiry import (
+    DUE_SUFFIX,
+    WRITTEN_COLUMN,
+    RowExpiry,
+    groups_of,
+)
 from epochstream.runtime.operators.twoinput import TwoInputOperator
 from epochstream.state.backends.base import RowTable
 from epochstream.state.column_keygroups import tuple_keys_of_columns
@@ -107,12 +112,6 @@ def _phases(keys: pa.Array, adds: np.ndarray) -> np.ndarray:
     phases = np.empty(len(order), dtype=np.int64)
     phases[order] = running - running[key_start]
     return phases
-
-
-def _groups_of(column: pa.Array | pa.ChunkedArray, keys: pa.Array, kgs: np.ndarray) -> np.ndarray:
-    """The key group of each value of ``column`` (one of the distinct ``keys``)."""
-    positions = pc.index_in(column, value_set=keys).to_numpy(zero_copy_only=False)
-    return kgs[np.asarray(positions, dtype=np.int64)]
 
 
 class _Output:
@@ -221,12 +220,7 @@ class ColumnarStreamingJoinOperator(TwoInputOperator):
             if table is None:
                 continue
             schema = table.schema
-            if (WRITTEN_COLUMN in schema.schema.names) != (self.expiry.ttl > 0):
-                raise StateError(
-                    f"{self.ctx.task_name}: the restored join state was written "
-                    f"{'with' if self.expiry.ttl == 0 else 'without'} a state TTL; switching "
-                    "table.exec.state.ttl on or off needs a new uid (or an empty state)"
-                )
+            self.expiry.check_restored(schema.schema, self.ctx.task_name, "join")
             self.sides.schemas[index] = schema
             kinds = tuple(schema.schema.field(k).type for k in self.sides.keys[index])
             self.inputs.key_types[index] = kinds
@@ -262,15 +256,7 @@ class ColumnarStreamingJoinOperator(TwoInputOperator):
             return
         assert self.keyed is not None
         for index, side in enumerate(_SIDES):
-            key = self.sides.key_column[index]
-            due = self.expiry.pop_due(self.keyed, side, key, now)
-            table = self._table(index)
-            # table None: rescaled, the rows of these keys went, their queue stayed.
-            if due is None or table is None:
-                continue
-            keys, kgs = due
-            live = self.expiry.live(table.pop(keys, kgs), now)
-            self._keep(index, live, _groups_of(live.column(key), keys, kgs))
+            self.expiry.expire(self.keyed, side, self.sides.key_column[index], now)
 
     # ------------------------------------------------------------------ input
 
@@ -371,7 +357,7 @@ class ColumnarStreamingJoinOperator(TwoInputOperator):
         remaining = None
         if kept is not None:
             remaining = self._without(index, kept, rows)
-            self._keep(index, remaining, _groups_of(remaining.column(key), keys, key_groups))
+            self._keep(index, remaining, groups_of(remaining.column(key), keys, key_groups))
         retracted = pa.Table.from_batches([rows])
         matched = None
         if theirs is not None:

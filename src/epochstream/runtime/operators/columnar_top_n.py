@@ -17,6 +17,15 @@ changelog (:mod:`epochstream.core.changelog`):
 - without it, ``n > 1`` (q19): ``-D`` for each row pushed out, ``+I`` for each row let
   in (no unique key: for ``print``, ``blackhole`` or ``to_changelog()``).
 
+**State TTL** (``TopNSpec.state_ttl_ms > 0``, Flink's ``table.exec.state.ttl``;
+:class:`~.row_expiry.RowExpiry`, the regular join's): every batch that touches a
+partition writes its rows back stamped ``_written`` (processing time), so a partition's
+rows expire together ``state_ttl_ms`` after it was last written. An expired partition
+is gone (expiry emits nothing) and starts fresh: its next rows come out as ``+I`` (the
+downstream may still hold the old ones: Flink's loss of results under a TTL). Expired
+rows are deleted by the queue table ``top_due``, at most every tenth of the TTL, on
+batches and watermarks.
+
 Example::
 
     op = create_operator(spec, ctx)   # payload TopNSpec(("auction",), (("price", "desc"),), 1)
@@ -42,6 +51,7 @@ from epochstream.runtime.operators.columnar_aggregates import own_backend
 from epochstream.runtime.operators.columnar_group_keys import TUPLE_KEY, GroupKeys, key_slots
 from epochstream.runtime.operators.columnar_transforms import need_batch
 from epochstream.runtime.operators.columnar_window_topn import rank_rows
+from epochstream.runtime.operators.row_expiry import DUE_SUFFIX, WRITTEN_COLUMN, RowExpiry
 from epochstream.state.backends.base import RowSchema, RowTable
 from epochstream.state.columnar_checks import require_columns
 from epochstream.state.handles import OperatorRestore
@@ -75,11 +85,14 @@ class ColumnarTopNOperator(Operator):
         self._keys = GroupKeys(self.topn.partition_by, self._where, ctx.max_parallelism)
         self._types: dict[str, pa.DataType] = {}
         self._table: RowTable | None = None
+        #: The state TTL: ``_written`` stamps on ``top`` and their due queue.
+        self.expiry = RowExpiry(self.topn.state_ttl_ms, ctx.clock)
 
     def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
         super().initialize_state(restore, checkpoint_id)
         assert self.keyed is not None
-        other = [n for n in self.keyed.row_tables() if n != _TOP] + self.keyed.column_tables()
+        own = {_TOP, _TOP + DUE_SUFFIX}
+        other = [n for n in self.keyed.row_tables() if n not in own] + self.keyed.column_tables()
         if other:
             raise StateError(
                 f"{self._where}: restored state is not a Top-N's (it holds "
@@ -89,6 +102,7 @@ class ColumnarTopNOperator(Operator):
         if table is None:
             return
         schema = table.schema.schema
+        self.expiry.check_restored(schema, self._where, "Top-N")
         needed = {*self.topn.partition_by, *(c for c, _ in self.topn.order_by), _SEQ}
         if not needed <= set(schema.names):
             raise StateError(
@@ -108,6 +122,11 @@ class ColumnarTopNOperator(Operator):
             )
         order = tuple(c for c, _ in self.topn.order_by)
         require_columns(batch.schema, (*self.topn.partition_by, *order), self._where)
+        if self.expiry.ttl and WRITTEN_COLUMN in batch.schema.names:
+            raise DataError(
+                f"{self._where}: the input has a column {WRITTEN_COLUMN!r}, the name a Top-N "
+                "with a state TTL keeps its rows' write times under; rename it"
+            )
         rank = self.topn.rank_column
         if rank is not None and rank in batch.schema.names:
             raise DataError(
@@ -120,6 +139,8 @@ class ColumnarTopNOperator(Operator):
         if not batch.num_rows:
             return
         self._check(batch)
+        now = self.expiry.now()
+        self._cleanup(now)
         found = self._keys.of(batch, self._types)
         for name, column in found.columns.items():
             self._types.setdefault(name, column.type)
@@ -130,6 +151,8 @@ class ColumnarTopNOperator(Operator):
         if self._keys.state_key == TUPLE_KEY:  # the state's key of several columns
             rows = rows.append_column(TUPLE_KEY, found.keys.take(pa.array(found.slots)))
         held = self._table.pop(found.keys, found.key_groups) if self._table is not None else None
+        if held is not None:  # expired partitions were popped and are not written back
+            held = self.expiry.live(held, now)
         n_held = held.num_rows if held is not None else 0
         # Later rows number after every held one of these partitions: ties rank by arrival.
         base = int(np.max(held.column(_SEQ).to_numpy())) + 1 if held is not None and n_held else 0
@@ -151,9 +174,23 @@ class ColumnarTopNOperator(Operator):
         old_at = np.flatnonzero(old_mask)[old_at]
         top = rows.take(pa.array(top_at))
         stored = top.drop_columns([_SLOT])
+        if self.expiry.ttl:
+            stored = stored.append_column(WRITTEN_COLUMN, self.expiry.stamps(stored.num_rows, now))
         kgs = found.key_groups[top.column(_SLOT).to_numpy()]
         self._store(stored, kgs)
+        assert self.keyed is not None
+        self.expiry.file(self.keyed, _TOP, self._keys.state_key, found.keys, found.key_groups, now)
         self._emit(rows, old_at, old_ranks, top_at, top_ranks)
+
+    def _cleanup(self, now: int) -> None:
+        """Delete the expired partitions' rows (at most every tenth of the TTL)."""
+        if self.expiry.cleanup_due(now):
+            assert self.keyed is not None
+            self.expiry.expire(self.keyed, _TOP, self._keys.state_key, now)
+
+    def process_watermark(self, watermark: int) -> None:
+        self._cleanup(self.expiry.now())
+        self.emit_watermark(watermark)
 
     def _store(self, stored: pa.Table, kgs: np.ndarray) -> None:
         if self._table is None:

@@ -10,14 +10,23 @@ adds its rows' signed weights and sums per (group, value) with one Arrow ``group
 and writes back the values still counted: the Python cost is per batch, never per row
 or group. NULLs are not kept (SQL's aggregates skip them).
 
+A value retracted more often than it was added is a DataError, unless the group
+aggregation has a state TTL (``forgiving``): then its state may have expired, and the
+retractions beyond the count are ignored (as Flink ignores retractions of state that is
+gone) and counted. The rows of a group whose state expired are the operator's to drop:
+:meth:`ValueCounts.update` takes which groups are still held.
+
 Example::
 
     counts = ValueCounts(backend, "values0", "k", "op (1/1)")
-    before, after = counts.update(found, pa.array([5, 7]), np.array([1, 1]), found.keys.type)
+    change = counts.update(found, pa.array([5, 7]), np.array([1, 1]), found.keys.type)
+    after = change.after
     per_group_extreme(after, "max", len(found.keys))   # [7]: the one group's MAX
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -28,28 +37,55 @@ from epochstream.exceptions import DataError, StateError
 from epochstream.runtime.operators.columnar_group_keys import BatchKeys, key_slots
 from epochstream.state.backends.base import KeyedStateBackend, RowSchema, RowTable
 
-__all__ = ["SLOT", "VALUE", "ValueCounts", "distinct_counts", "per_group_extreme"]
+__all__ = [
+    "SLOT",
+    "VALUE",
+    "CountsChange",
+    "ValueCounts",
+    "distinct_counts",
+    "per_group_extreme",
+]
 
 #: The columns of :meth:`ValueCounts.update`'s results: a group's position among the
 #: batch's keys, a value, and its count.
 SLOT, VALUE, COUNT = "_ga_id", "_ga_value", "_ga_n"
 
 
+class CountsChange(NamedTuple):
+    """A batch's groups' values before and after it (columns ``_ga_id``, ``_ga_value``,
+    ``_ga_n``; counts above 0), and how many retractions it had of values not counted
+    (only with ``forgiving``: else they are a DataError)."""
+
+    before: pa.Table
+    after: pa.Table
+    ignored: int
+
+
 class ValueCounts:
     """One aggregate's values per group with their net counts (module docstring), in row
-    table ``name`` (made with the first values written, or restored).
+    table ``name`` (made with the first values written, or restored). ``forgiving``:
+    ignore retractions beyond a value's count (the group aggregation has a state TTL).
 
     Example::
 
         counts = ValueCounts(backend, "values0", "k", "op (1/1)")
-        counts.update(found, values, weights, key_type)   # -> (before, after)
+        counts.update(found, values, weights, key_type)   # -> CountsChange
     """
 
-    def __init__(self, backend: KeyedStateBackend, name: str, state_key: str, where: str) -> None:
+    def __init__(
+        self,
+        backend: KeyedStateBackend,
+        name: str,
+        state_key: str,
+        where: str,
+        *,
+        forgiving: bool = False,
+    ) -> None:
         self.backend = backend
         self.name = name
         self.state_key = state_key
         self.where = where
+        self.forgiving = forgiving
         self.table: RowTable | None = backend.row_table(name)
         if self.table is not None and self.table.schema.schema.names != [state_key, VALUE, COUNT]:
             raise StateError(
@@ -59,13 +95,22 @@ class ValueCounts:
             )
 
     def update(
-        self, found: BatchKeys, values: pa.Array, weights: np.ndarray, key_type: pa.DataType
-    ) -> tuple[pa.Table, pa.Table]:
+        self,
+        found: BatchKeys,
+        values: pa.Array,
+        weights: np.ndarray,
+        key_type: pa.DataType,
+        held_groups: np.ndarray | None = None,
+    ) -> CountsChange:
         """Add the batch's ``values`` (per row) with their signed ``weights`` to their
-        groups (``found.slots``); return the groups' values before and after (columns
-        ``_ga_id``, ``_ga_value``, ``_ga_n``; counts above 0). A value whose count would
-        fall below 0 (retracted more often than added) is a DataError."""
+        groups (``found.slots``); return the groups' values before and after. A value
+        whose count would fall below 0 (retracted more often than added) is a DataError,
+        or ignored when ``forgiving``. ``held_groups`` (per slot; None: all): the groups
+        whose state is held; the kept values of the others (expired) are dropped."""
         held = self.table.pop(found.keys, found.key_groups) if self.table is not None else None
+        if held is not None and held_groups is not None and held.num_rows:
+            slots = key_slots(held.column(self.state_key), found.keys)
+            held = held.filter(pa.array(held_groups[slots]))
         valid = np.asarray(pc.is_valid(values).to_numpy(zero_copy_only=False), dtype=bool)
         added = pa.table(
             {
@@ -90,11 +135,12 @@ class ValueCounts:
             [COUNT if c == f"{COUNT}_sum" else c for c in summed.schema.names]
         )
         counts = np.asarray(summed.column(COUNT).to_numpy(), dtype=np.int64)
-        if (counts < 0).any():
+        negative = counts < 0
+        if negative.any() and not self.forgiving:
             self._retracted_too_often(found, summed, counts)
         after = summed.filter(pa.array(counts > 0)).select([SLOT, VALUE, COUNT])
         self._write(found, after, key_type)
-        return before, after
+        return CountsChange(before, after, int(-counts[negative].sum()))
 
     def _write(self, found: BatchKeys, rows: pa.Table, key_type: pa.DataType) -> None:
         """Keep ``rows`` (the groups' counted values) under their state keys."""
