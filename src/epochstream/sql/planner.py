@@ -715,11 +715,7 @@ class Planner:
             if select.args.get(arg):
                 raise sql_error(select.args[arg], f"{what} is not supported on an unbounded stream")
         if select.args.get("distinct"):
-            raise sql_error(
-                select,
-                "SELECT DISTINCT produces updates (an append-only result cannot take back a "
-                "row); group by a window instead",
-            )
+            return self._plan_distinct(select)
         top_n = self._window_top_n(select)
         if top_n is not None:
             return top_n
@@ -740,6 +736,23 @@ class Planner:
                 bind(where, scope)
             return self._calc(input_, projections, where, _text(select))
         return self._plan_window_aggregate(select, input_, scope, window, where)
+
+    def _plan_distinct(self, select: exp.Select) -> PlanNode:
+        """``SELECT DISTINCT ...``: the query without DISTINCT, grouped by all of its
+        output columns (what Flink rewrites it to): an updating result, one row per
+        distinct row."""
+        if select.args["distinct"].args.get("on"):
+            raise sql_error(select.args["distinct"], "DISTINCT ON is not supported")
+        plain = select.copy()
+        plain.set("distinct", None)
+        names = [f.name for f in self.plan_query(plain.copy()).fields]
+        columns = [exp.column(exp.to_identifier(n, quoted=True)) for n in names]
+        grouped = exp.Select(
+            expressions=[c.copy() for c in columns],
+            from_=exp.From(this=_subquery(plain, "__distinct")),
+            group=exp.Group(expressions=columns),
+        )
+        return self._plan_select(grouped)
 
     def _window_assign(
         self, input_: PlanNode, scope: Scope, window: _Window
@@ -1380,8 +1393,15 @@ class Planner:
 
     def _plan_union(self, union: exp.Union) -> PlanNode:
         if union.args.get("distinct"):
-            raise sql_error(
-                union, "UNION without ALL removes duplicates, which produces updates; use UNION ALL"
+            # UNION is SELECT DISTINCT over UNION ALL (an updating result).
+            every = union.copy()
+            every.set("distinct", False)
+            return self._plan_distinct(
+                exp.Select(
+                    expressions=[exp.Star()],
+                    from_=exp.From(this=_subquery(every, "__union")),
+                    distinct=exp.Distinct(),
+                )
             )
         inputs = [self.plan_query(union.this), self.plan_query(union.expression)]
         for node in inputs:
@@ -1460,6 +1480,11 @@ def _fusable(node: CalcNode) -> bool:
         ):
             return False
     return True
+
+
+def _subquery(query: exp.Expression, alias: str) -> exp.Subquery:
+    """``(query) AS alias``, for a query the planner writes around another."""
+    return exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier(alias)))
 
 
 def _short(text: str, limit: int = 120) -> str:
