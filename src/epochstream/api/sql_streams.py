@@ -29,6 +29,7 @@ from epochstream.sql.plan import (
     CalcNode,
     GroupAggregateNode,
     JoinNode,
+    OverAggregateNode,
     PlanNode,
     ScanNode,
     SinkNode,
@@ -116,6 +117,13 @@ class StreamBuilder:
                 node.n, order_by=order, rank_column=node.rank_column
             )
             return top.name(node.label).uid(node.uid)
+        if isinstance(node, OverAggregateNode):
+            spec = node.spec
+            over: Any = self.stream(node.inputs[0]).key_by(list(spec.partition_by))
+            aggregated: DataStream = over.over_aggregate(
+                *spec.aggs, frame=spec.frame, preceding=spec.preceding
+            )
+            return aggregated.name(node.label).uid(node.uid)
         if isinstance(node, UnionNode):
             first, *others = (self.stream(i) for i in node.inputs)
             return first.union(*others)

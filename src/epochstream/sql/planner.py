@@ -61,6 +61,7 @@ from epochstream.sql.connectors import SinkBinding, sink_binding, source_binding
 from epochstream.sql.dialect import Flink, WindowTVF, sql_error
 from epochstream.sql.expressions import CalcProgram, Field, compile_expression
 from epochstream.sql.options import SqlOptions
+from epochstream.sql.over import inline_named_windows, over_calls, plan_over, refuse_updating_over
 from epochstream.sql.plan import (
     CalcNode,
     GroupAggregateNode,
@@ -605,6 +606,7 @@ class Planner:
     # ------------------------------------------------------------------ SELECT
 
     def _plan_select(self, select: exp.Select) -> PlanNode:
+        select = inline_named_windows(select)
         for arg, what in (
             ("order", "ORDER BY"),
             ("limit", "LIMIT"),
@@ -625,9 +627,14 @@ class Planner:
             return top_n
         select = legacy_group_window(select)
         input_, scope, window, where = self._from(select)
-        over = next(select.find_all(exp.Window), None)
+        if over_calls(select):
+            if window is not None:
+                raise sql_error(window.tvf, "OVER aggregates over a window TVF are not supported")
+            return plan_over(self, select, input_, scope, where)
+        elsewhere = (select.args.get(a) for a in ("where", "group", "having"))
+        over = next((w for e in elsewhere if e for w in e.find_all(exp.Window)), None)
         if over is not None:
-            raise sql_error(over, "OVER windows and ROW_NUMBER are not supported yet")
+            raise sql_error(over, "OVER is only supported in the SELECT list")
         has_aggregates = any(aggregates_in(item) for item in select.expressions)
         grouped = select.args.get("group") is not None or has_aggregates
         if not grouped:
@@ -683,17 +690,19 @@ class Planner:
         ranked = [
             (i, item)
             for i, item in enumerate(body.expressions)
-            if isinstance(item, exp.Alias) and isinstance(item.this, exp.Window)
+            if isinstance(item, exp.Alias)
+            and isinstance(item.this, exp.Window)
+            and isinstance(item.this.this, exp.RowNumber)
         ]
         if len(ranked) != 1 or select.args.get("joins"):
             return None
         index, item = ranked[0]
         over = item.this
-        if not isinstance(over.this, exp.RowNumber):
-            raise sql_error(over, f"{_text(over.this)} OVER is not supported; ROW_NUMBER() is")
         rank = item.alias
         where = select.args.get("where")
         limit, rest = rank_limit(where.this if where is not None else None, rank)
+        if over_calls(select):
+            refuse_updating_over(over_calls(select)[0], "a ROW_NUMBER Top-N's ranking")
         if limit is None:
             raise sql_error(
                 over,
