@@ -196,9 +196,16 @@ def test_bad_input_and_settings_are_refused() -> None:
     op, _ = _op(OverAggregateSpec(("k",), (AggCall("sum", "i", "id"),), "rows", 1))
     with pytest.raises(DataError, match="column 'id' already"):
         op.process_batch(_batch([_row("a", 1, 1)]), None)
-    op, _ = _op(OverAggregateSpec(("i",), (AggCall("min", "k", "m"),), "rows", 1))
-    with pytest.raises(DataError, match="MIN/MAX of numbers"):
-        op.process_batch(_batch([_row("a", 1, 1)]), None)
+
+
+def test_min_max_of_strings_rank_them() -> None:
+    aggs = (AggCall("min", "k", "lo"), AggCall("max", "k", "hi"))
+    op, out = _op(OverAggregateSpec((), aggs, "rows", 1))
+    rows = [_row("b", 1, id_=0), _row(None, 2, id_=1), _row("a", 3, id_=2), _row("c", 4, id_=3)]
+    op.process_batch(_batch(rows), None)
+    op.process_watermark(MAX_WATERMARK)
+    got = {r["id"]: (r["lo"], r["hi"]) for r in out.rows()}
+    assert got == {0: ("b", "b"), 1: ("b", "b"), 2: ("a", "a"), 3: ("a", "c")}
 
 
 # ------------------------------------------------------------------ vs DuckDB

@@ -124,3 +124,17 @@ def test_refused_over_queries_name_the_position_and_reason(sql: str, message: st
     with pytest.raises(es.SqlError, match=r"line \d+, column \d+: ") as info:
         env.explain_sql(sql)
     assert message in str(info.value)
+
+
+def test_explain_shows_the_over_aggregate_its_frame_and_state() -> None:
+    env = es.Environment(parallelism=1, runner="local")
+    env.execute_sql(nexmark_ddl(events=100))
+    plan = env.explain_sql(
+        "SELECT auction, SUM(price) OVER (PARTITION BY auction ORDER BY `dateTime` ROWS "
+        "BETWEEN 3 PRECEDING AND CURRENT ROW) AS s FROM bid"
+    )
+    assert "over-aggregate [sql-over-aggregate-" in plan
+    assert "frame: ROWS BETWEEN 3 PRECEDING AND CURRENT ROW" in plan
+    assert "state: rows until the watermark passes them; per key the last 3 rows" in plan
+    # Only the columns the query reads pass through the operator (and the time attribute).
+    assert "columns: auction BIGINT, price BIGINT, dateTime TIMESTAMP(3) *ROWTIME*, $o0" in plan

@@ -226,18 +226,26 @@ def _frame_extreme(column: pa.Array, lo: np.ndarray, hi: np.ndarray, kind: str) 
     frame has no value: a sparse-table range query, NULLs filled with the identity."""
     valid = _numpy(pc.is_valid(column)).astype(bool)
     present = _range_sum(valid.astype(np.int64), lo, hi) > 0
-    floating = pa.types.is_floating(column.type)
-    if floating:
+    kind_of = column.type
+    sorted_values: pa.Array | None = None
+    if pa.types.is_floating(kind_of):
         values = _numpy(pc.fill_null(column.cast(pa.float64()), 0.0)).astype(np.float64)
         fill: float | int = np.inf if kind == "min" else -np.inf
     else:
-        values = _numpy(pc.fill_null(column.cast(pa.int64()), 0)).astype(np.int64)
+        if pa.types.is_integer(kind_of) or pa.types.is_timestamp(kind_of):
+            codes = column.cast(pa.int64())
+        else:  # strings, decimals, dates...: their ranks among the distinct values
+            distinct = pc.unique(column.drop_null())
+            sorted_values = distinct.take(pc.sort_indices(distinct))
+            codes = pc.index_in(column, value_set=sorted_values)
+        values = _numpy(pc.fill_null(codes, 0)).astype(np.int64)
         info = np.iinfo(np.int64)
         fill = int(info.max) if kind == "min" else int(info.min)
     values = np.where(valid, values, fill).astype(values.dtype)
     best = _range_extreme(values, lo, hi, np.minimum if kind == "min" else np.maximum)
-    result = pa.array(best, mask=~present)
-    return result.cast(column.type)
+    if sorted_values is not None:
+        return sorted_values.take(pa.array(np.where(present, best, 0), mask=~present))
+    return pa.array(best, mask=~present).cast(kind_of)
 
 
 def _range_sum(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -437,20 +445,7 @@ class ColumnarOverAggregateOperator(Operator):
         self._table(_BUFFER, rows.schema, _QUEUE).append(rows, groups.astype(np.int32))
 
     def _check(self, batch: pa.RecordBatch) -> None:
-        """Aggregate outputs not among the input's columns; MIN/MAX of numbers or times."""
-        for agg in self.over.aggs:
-            if agg.kind not in ("min", "max") or agg.column is None:
-                continue
-            kind = batch.schema.field(agg.column).type
-            if not (
-                pa.types.is_integer(kind)
-                or pa.types.is_floating(kind)
-                or pa.types.is_timestamp(kind)
-            ):
-                raise DataError(
-                    f"{self._where}: {agg.kind.upper()}({agg.column}) OVER is of {kind}; OVER "
-                    "aggregations take MIN/MAX of numbers and timestamps for now"
-                )
+        """Aggregate outputs not among the input's columns."""
         taken = [a.output for a in self.over.aggs if a.output in batch.schema.names]
         if taken:
             raise DataError(
