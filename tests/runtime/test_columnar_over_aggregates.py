@@ -208,6 +208,23 @@ def test_min_max_of_strings_rank_them() -> None:
     assert got == {0: ("b", "b"), 1: ("b", "b"), 2: ("a", "a"), 3: ("a", "c")}
 
 
+def test_processing_time_rows_take_the_clock_and_leave_at_once() -> None:
+    clock = ManualClock(start=100.0)  # seconds: 100_000 ms
+    aggs = (AggCall("sum", "i", "s"), AggCall("count_star", None, "n"))
+    op, out = _op(OverAggregateSpec(("k",), aggs, "range", 1_000, proctime=True), clock=clock)
+    batch = _batch([_row("a", 0, 1, id_=0), _row("a", 0, 2, id_=1)]).drop_columns(["_ts"])
+    op.process_batch(batch, None)  # one batch: peers of one time, emitted at once
+    assert [(r["id"], r["s"], r["_ts"]) for r in out.take()] == [(0, 3, 100_000), (1, 3, 100_000)]
+    clock.advance(0.5)
+    op.process_batch(_batch([_row("a", 0, 4, id_=2)]), None)  # its _ts is not read
+    assert [(r["id"], r["s"]) for r in out.take()] == [(2, 7)]
+    clock.advance(0.6)  # 1.1 s after the first batch: out of the 1 s range
+    op.process_batch(_batch([_row("a", 0, 8, id_=3)]).drop_columns(["_ts"]), None)
+    assert [(r["id"], r["s"], r["n"]) for r in out.take()] == [(3, 12, 2)]
+    op.process_watermark(MAX_WATERMARK)  # forwarded, fires nothing
+    assert out.take() == [] and op.counters.late_records_dropped == 0
+
+
 # ------------------------------------------------------------------ vs DuckDB
 
 

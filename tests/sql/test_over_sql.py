@@ -138,3 +138,35 @@ def test_explain_shows_the_over_aggregate_its_frame_and_state() -> None:
     assert "state: rows until the watermark passes them; per key the last 3 rows" in plan
     # Only the columns the query reads pass through the operator (and the time attribute).
     assert "columns: auction BIGINT, price BIGINT, dateTime TIMESTAMP(3) *ROWTIME*, $o0" in plan
+
+
+@pytest.mark.slow
+def test_processing_time_over_counts_each_keys_rows_by_arrival(tmp_path: Path) -> None:
+    """Over processing time the frames depend on arrival, but an UNBOUNDED ROWS count
+    does not: each bidder's rows come out numbered 1, 2, ... once each."""
+    setup = "CREATE VIEW pbid AS SELECT *, PROCTIME() AS p FROM bid"
+    got = run_select(
+        "SELECT bidder, COUNT(*) OVER (PARTITION BY bidder ORDER BY p ROWS BETWEEN UNBOUNDED "
+        "PRECEDING AND CURRENT ROW) AS n FROM pbid",
+        [("bidder", "BIGINT"), ("n", "BIGINT")],
+        str(tmp_path),
+        events=2_000,
+        setup=setup,
+    )
+    per_bidder: dict[object, list[object]] = {}
+    for bidder, n in got:
+        per_bidder.setdefault(bidder, []).append(n)
+    assert per_bidder
+    assert all(sorted(ns) == list(range(1, len(ns) + 1)) for ns in per_bidder.values())
+
+
+def test_explain_marks_a_processing_time_over() -> None:
+    env = es.Environment(parallelism=1, runner="local")
+    env.execute_sql(nexmark_ddl(events=100))
+    env.execute_sql("CREATE VIEW pbid AS SELECT *, PROCTIME() AS p FROM bid")
+    plan = env.explain_sql(
+        "SELECT auction, SUM(price) OVER (PARTITION BY auction ORDER BY p RANGE BETWEEN "
+        "INTERVAL '1' SECOND PRECEDING AND CURRENT ROW) AS s FROM pbid"
+    )
+    assert "RANGE BETWEEN 1000 ms PRECEDING AND CURRENT ROW (processing time)" in plan
+    assert "emits: each row once, on arrival" in plan

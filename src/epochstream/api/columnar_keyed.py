@@ -233,7 +233,11 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
         return self._then("columnar_top_n", f"top-{n} by {shown}", spec)
 
     def over_aggregate(
-        self, *aggs: AggCall, frame: str = "rows", preceding: int | None = None
+        self,
+        *aggs: AggCall,
+        frame: str = "rows",
+        preceding: int | None = None,
+        proctime: bool = False,
     ) -> DataStream:
         """Flink SQL's OVER aggregation over event time (``agg(x) OVER (PARTITION BY
         keys ORDER BY rowtime ROWS|RANGE BETWEEN preceding PRECEDING AND CURRENT
@@ -242,7 +246,9 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
         appended. ``frame="rows"``: the row and ``preceding`` rows before it (ties by
         arrival); ``frame="range"``: the rows at most ``preceding`` ms older, and its
         peers of equal time; ``preceding=None`` is UNBOUNDED. Append-only input; rows
-        at or behind the watermark are late (dropped, counted).
+        at or behind the watermark are late (dropped, counted). ``proctime=True``: ordered
+        by processing time instead, each batch's rows taking the clock's time on arrival
+        and emitted at once.
 
         Example::
 
@@ -254,7 +260,7 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
                 "over_aggregate() takes es.agg calls (es.agg.sum('price', 'total')...), "
                 f"not {aggs!r}"
             )
-        spec = OverAggregateSpec(self.key_columns, tuple(aggs), frame, preceding)
+        spec = OverAggregateSpec(self.key_columns, tuple(aggs), frame, preceding, proctime)
         bound = "UNBOUNDED" if preceding is None else str(preceding)
         described = ", ".join(f"{a.kind}({a.column or '*'})" for a in aggs)
         label = f"over {described} ({frame.upper()} {bound} PRECEDING)"

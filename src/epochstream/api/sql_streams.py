@@ -121,7 +121,7 @@ class StreamBuilder:
             spec = node.spec
             over: Any = self.stream(node.inputs[0]).key_by(list(spec.partition_by))
             aggregated: DataStream = over.over_aggregate(
-                *spec.aggs, frame=spec.frame, preceding=spec.preceding
+                *spec.aggs, frame=spec.frame, preceding=spec.preceding, proctime=spec.proctime
             )
             return aggregated.name(node.label).uid(node.uid)
         if isinstance(node, UnionNode):

@@ -667,6 +667,9 @@ class OverAggregateSpec:
     aggs: tuple[AggCall, ...]
     frame: str
     preceding: int | None
+    #: Ordered by processing time: each batch's rows take the clock's time on arrival
+    #: and are emitted at once (a batch's rows are peers of one time).
+    proctime: bool = False
 
     @property
     def kind(self) -> str:

@@ -4,12 +4,12 @@ CURRENT ROW)``, every input row once with its aggregates appended.
 
 What Flink refuses is refused here, with the position: OVER over an updating input,
 windows that differ within one SELECT, an ORDER BY other than the input's event-time
-attribute ascending, FOLLOWING bounds, aggregates other than COUNT/SUM/AVG/MIN/MAX
+or processing-time attribute ascending, FOLLOWING bounds, aggregates other than COUNT/SUM/AVG/MIN/MAX
 (``ROW_NUMBER`` only as a Top-N). A named window (``WINDOW w AS (...)``) is inlined
 first (:func:`inline_named_windows`).
 
 Planned as: a Calc computing the partition keys and aggregate arguments that are not
-plain columns (with the input's columns passed through, and WHERE), the OVER aggregate
+plain columns (with the input's columns the query reads passed through, and WHERE), the OVER aggregate
 operator keyed by the partition keys, and a Calc for the select list with each OVER
 call replaced by its column.
 
@@ -133,8 +133,9 @@ def _frame(over: exp.Window) -> tuple[str, int | None]:
     return kind, interval_ms(start)
 
 
-def _check_order(over: exp.Window, input_: PlanNode) -> None:
-    """An OVER window orders by the input's event-time attribute, ascending."""
+def _check_order(over: exp.Window, input_: PlanNode) -> bool:
+    """An OVER window orders by the input's event-time or processing-time attribute,
+    ascending; whether by processing time."""
     order_node = over.args.get("order")
     orders = order_node.expressions if order_node is not None else []
     if len(orders) != 1:
@@ -145,16 +146,17 @@ def _check_order(over: exp.Window, input_: PlanNode) -> None:
         )
     ordered = orders[0]
     time = ordered.this
-    if not isinstance(time, exp.Column) or input_.rowtime is None or time.name != input_.rowtime:
-        if isinstance(time, exp.Column) and time.name == input_.proctime:
-            raise sql_error(time, "OVER windows over processing time are not supported yet")
+    name = time.name if isinstance(time, exp.Column) else None
+    if name is None or name not in (input_.rowtime, input_.proctime):
         raise sql_error(
             time,
             "OVER windows' ordering in stream mode must be defined on a time attribute (the "
-            f"input's event-time attribute is {input_.rowtime or 'none'})",
+            f"input's are {input_.rowtime or 'no event time'} and "
+            f"{input_.proctime or 'no processing time'})",
         )
     if ordered.args.get("desc"):
         raise sql_error(ordered, "an OVER window orders by its time attribute ascending, not DESC")
+    return name == input_.proctime
 
 
 def _shape(over: exp.Window) -> str:
@@ -217,13 +219,14 @@ def plan_over(
         bind(where, scope)
     calls_at = over_calls(select)
     first = calls_at[0]
-    _check_order(first, input_)
+    proctime = _check_order(first, input_)
     frame, preceding = _frame(first)
 
     # The input's columns the query reads (all for a *) pass through the operator.
     read = {c.name for item in select.expressions for c in item.find_all(exp.Column)}
     star = any(isinstance(item, exp.Star) for item in select.expressions)
-    kept = [f for f in input_.fields if star or f.name in read or f.name == input_.rowtime]
+    time_attributes = (input_.rowtime, input_.proctime)
+    kept = [f for f in input_.fields if star or f.name in read or f.name in time_attributes]
     pre: list[tuple[str, exp.Expression]] = [(f.name, field_column(f.name)) for f in kept]
     names = {f.name for f in kept}
 
@@ -269,10 +272,12 @@ def plan_over(
     over_node = OverAggregateNode(
         (pre_node,),
         (*pre_node.fields, *agg_fields),
-        pre_node.rowtime,
+        # Over processing time, rows leave in arrival order: no event-time attribute.
+        None if proctime else pre_node.rowtime,
         f"OVER {frame.upper()} {bound} PRECEDING: {_text(first.args['order'])}"[:120],
         windows=dict(pre_node.windows),
-        spec=OverAggregateSpec(tuple(partition), tuple(calls), frame, preceding),
+        proctime=pre_node.proctime,
+        spec=OverAggregateSpec(tuple(partition), tuple(calls), frame, preceding, proctime),
     )
     operator_types = {f.name: f.type for f in agg_fields}
 

@@ -490,10 +490,16 @@ class OverAggregateNode(PlanNode):
         }[spec.frame]
         if spec.preceding is None:
             held = "one row of running aggregates"
+        state = f"state: rows until the watermark passes them; per key {held}"
+        emits = "each row once, when the watermark passes its time (late rows dropped)"
+        if spec.proctime:
+            state = f"state: per key {held} (rows take the slot's clock time on arrival)"
+            emits = "each row once, on arrival"
         return [
             f"partition: {', '.join(spec.partition_by) or '(none: one partition)'}",
-            f"frame: {spec.frame.upper()} BETWEEN {bound}{unit} PRECEDING AND CURRENT ROW",
+            f"frame: {spec.frame.upper()} BETWEEN {bound}{unit} PRECEDING AND CURRENT ROW"
+            + (" (processing time)" if spec.proctime else ""),
             f"aggregates: {', '.join(_call_text(a) for a in spec.aggs)}",
-            f"state: rows until the watermark passes them; per key {held}",
-            "emits: each row once, when the watermark passes its time (late rows dropped)",
+            state,
+            f"emits: {emits}",
         ]

@@ -36,6 +36,13 @@ parallelism by key group, on heap and RocksDB alike):
   (which starts from no watermark) rows the old subtask would have dropped as late are
   dropped too.
 
+Processing time (spec ``proctime=True``, ``ORDER BY`` a ``PROCTIME()`` attribute): a
+batch's rows take the operator clock's time on arrival (never behind an earlier
+batch's), are aggregated and emitted at once, and watermarks are only forwarded; a
+batch's rows are peers of one time (a RANGE frame sees them all), rows of a later batch
+at the same millisecond see them, not the other way round (Flink's
+``ProcTimeRangeBoundedPrecedingFunction`` waits for the millisecond's end instead).
+
 Example::
 
     op = ColumnarOverAggregateOperator(spec, ctx)   # OverAggregateSpec(("k",), aggs, "rows", 2)
@@ -351,6 +358,8 @@ class ColumnarOverAggregateOperator(Operator):
         #: Per key group (from this subtask's first), the restored fired watermark.
         self.fired: np.ndarray | None = None
         self.seq = 0
+        #: The latest time rows took (processing time: the clock, never going back).
+        self.latest = _NO_WATERMARK
         self._types: dict[str, pa.DataType] = {}
         self._where = ctx.task_name
         self._keys = list(self.over.partition_by)
@@ -369,8 +378,9 @@ class ColumnarOverAggregateOperator(Operator):
         for name in (_BUFFER, _HISTORY):
             table = self.keyed.row_table(name)
             if table is not None and len(table):
-                seqs = table.table().column(_SEQ)
-                self.seq = max(self.seq, int(pc.max(seqs).as_py()) + 1)
+                rows = table.table()
+                self.seq = max(self.seq, int(pc.max(rows.column(_SEQ)).as_py()) + 1)
+                self.latest = max(self.latest, int(pc.max(rows.column(_TIME)).as_py()))
         fired = self.keyed.row_table(_FIRED)
         if fired is not None:
             marks = fired.table()
@@ -410,10 +420,23 @@ class ColumnarOverAggregateOperator(Operator):
         batch = need_batch(self, records)
         if not batch.num_rows:
             return
-        check_aggregate_input(batch, self._keys, self.over.aggs, self._types, self._where)
+        proctime = self.over.proctime
+        check_aggregate_input(
+            batch, self._keys, self.over.aggs, self._types, self._where, event_time=not proctime
+        )
         self._check(batch)
-        times = _numpy(batch.column(TS_COLUMN)).astype(np.int64)
         groups = self._key_groups(batch)
+        if proctime:
+            # The batch's rows take the clock's time on arrival (never behind an earlier
+            # batch's) and are aggregated at once: nothing waits.
+            self.latest = max(self.latest, self.ctx.clock_ms())
+            times = np.full(batch.num_rows, self.latest, dtype=np.int64)
+            rows = self._rows(batch, times, groups)
+            # Later rows may share this time: the history keeps the rows they reach.
+            out = self._aggregate(pa.Table.from_batches([rows]), self.latest - 1)
+            self.output.collect(out, None)
+            return
+        times = _numpy(batch.column(TS_COLUMN)).astype(np.int64)
         fired = np.full(len(times), self.watermark, dtype=np.int64)
         if self.fired is not None:
             np.maximum(fired, self.fired[groups - self.key_groups.start], out=fired)
@@ -429,20 +452,28 @@ class ColumnarOverAggregateOperator(Operator):
             batch, times, groups = batch.filter(pa.array(keep)), times[keep], groups[keep]
             if not batch.num_rows:
                 return
+        rows = self._rows(batch, times, groups)
+        queue = pa.array(_queue_keys(times, groups))
+        rows = pa.RecordBatch.from_arrays(
+            [*rows.columns, queue], names=[*rows.schema.names, _QUEUE]
+        )
+        self._table(_BUFFER, rows.schema, _QUEUE).append(rows, groups.astype(np.int32))
+
+    def _rows(self, batch: pa.RecordBatch, times: np.ndarray, groups: np.ndarray) -> pa.RecordBatch:
+        """The batch's rows (without ``_kg`` and ``_ts``) with their time, arrival
+        number and key group."""
         kept = [n for n in batch.schema.names if n not in (KG_COLUMN, TS_COLUMN)]
         seqs = np.arange(self.seq, self.seq + batch.num_rows, dtype=np.int64)
         self.seq += batch.num_rows
-        rows = pa.RecordBatch.from_arrays(
+        return pa.RecordBatch.from_arrays(
             [
                 *(batch.column(n) for n in kept),
-                pa.array(_queue_keys(times, groups)),
                 pa.array(times),
                 pa.array(seqs),
                 pa.array(groups.astype(np.uint64)),
             ],
-            names=[*kept, _QUEUE, _TIME, _SEQ, _GROUP],
+            names=[*kept, _TIME, _SEQ, _GROUP],
         )
-        self._table(_BUFFER, rows.schema, _QUEUE).append(rows, groups.astype(np.int32))
 
     def _check(self, batch: pa.RecordBatch) -> None:
         """Aggregate outputs not among the input's columns."""
@@ -462,7 +493,7 @@ class ColumnarOverAggregateOperator(Operator):
 
     # ---------------------------------------------------------------- firing
     def process_watermark(self, watermark: int) -> None:
-        if watermark > self.watermark:
+        if watermark > self.watermark and not self.over.proctime:
             self.watermark = watermark
             out = self._fire(watermark)
             if out is not None and out.num_rows:
@@ -478,7 +509,11 @@ class ColumnarOverAggregateOperator(Operator):
         due = buffer.pop_until(_due_bound(watermark))
         if not due.num_rows:
             return None
-        due = _without(due, (KG_COLUMN, _QUEUE))
+        return self._aggregate(_without(due, (KG_COLUMN, _QUEUE)), watermark)
+
+    def _aggregate(self, due: pa.Table, now: int) -> pa.RecordBatch:
+        """The ``due`` rows with their aggregates, the history updated (rows no frame
+        after time ``now`` reaches are let go)."""
         floats = {
             a.column
             for a in self.over.aggs
@@ -517,7 +552,7 @@ class ColumnarOverAggregateOperator(Operator):
         lo, hi = frame_bounds(ids, times, self.over.frame, self.over.preceding)
         positions = np.flatnonzero(new)
         values = parts.values(combined, lo[positions], hi[positions], self._where)
-        self._keep_history(combined, ids, times, watermark, parts)
+        self._keep_history(combined, ids, times, now, parts)
         # The due rows in the output's order: their positions among the new rows.
         fresh_order = order[positions] - (combined.num_rows - fresh.num_rows)
         rows = due.take(pa.array(fresh_order))
