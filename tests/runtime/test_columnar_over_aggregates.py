@@ -198,6 +198,13 @@ def test_bad_input_and_settings_are_refused() -> None:
         op.process_batch(_batch([_row("a", 1, 1)]), None)
 
 
+def test_a_row_without_event_time_is_refused() -> None:
+    op, _ = _op(OverAggregateSpec(("k",), (AggCall("count_star", None, "n"),), "rows", 1))
+    batch = pa.Table.from_pylist([{"k": "a", "_ts": None}]).to_batches()[0]
+    with pytest.raises(DataError, match="no event time"):
+        op.process_batch(batch.cast(pa.schema([("k", pa.string()), ("_ts", pa.int64())])), None)
+
+
 def test_min_max_of_strings_rank_them() -> None:
     aggs = (AggCall("min", "k", "lo"), AggCall("max", "k", "hi"))
     op, out = _op(OverAggregateSpec((), aggs, "rows", 1))

@@ -69,6 +69,7 @@ from epochstream.runtime.operators.columnar_window_aggregates import check_aggre
 from epochstream.runtime.operators.columnar_window_topn import partition_ids
 from epochstream.state.backends.base import RowSchema, RowTable, SnapshotTarget
 from epochstream.state.column_keygroups import key_groups_by_columns
+from epochstream.state.columnar_checks import event_times
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.key_index import canonical_float_keys
 
@@ -436,7 +437,7 @@ class ColumnarOverAggregateOperator(Operator):
             out = self._aggregate(pa.Table.from_batches([rows]), self.latest - 1)
             self.output.collect(out, None)
             return
-        times = _numpy(batch.column(TS_COLUMN)).astype(np.int64)
+        times = event_times(batch, self._where)
         fired = np.full(len(times), self.watermark, dtype=np.int64)
         if self.fired is not None:
             np.maximum(fired, self.fired[groups - self.key_groups.start], out=fired)
