@@ -170,3 +170,22 @@ def test_explain_marks_a_processing_time_over() -> None:
     )
     assert "RANGE BETWEEN 1000 ms PRECEDING AND CURRENT ROW (processing time)" in plan
     assert "emits: each row once, on arrival" in plan
+
+
+def test_over_a_top_n_is_refused_with_its_reason() -> None:
+    """A Top-N's ranking is updating (refused, as Nexmark q6 is); a window Top-N's rows
+    carry no event-time attribute (its rows' time is their window's end)."""
+    env = es.Environment(parallelism=1, runner="local")
+    env.execute_sql(nexmark_ddl(events=100))
+    ranked = "SELECT *, ROW_NUMBER() OVER (PARTITION BY {p} ORDER BY price DESC) AS rn FROM {t}"
+    over = "COUNT(*) OVER (PARTITION BY auction ORDER BY `dateTime`)"
+    with pytest.raises(es.SqlError, match="an OVER aggregation over an updating input"):
+        env.explain_sql(
+            f"SELECT auction, {over} FROM ({ranked.format(p='auction', t='bid')}) WHERE rn <= 1"
+        )
+    windowed = "TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))"
+    with pytest.raises(es.SqlError, match="must be defined on a time attribute"):
+        env.explain_sql(
+            f"SELECT auction, {over} AS n FROM "
+            f"({ranked.format(p='window_start, window_end', t=windowed)}) WHERE rn <= 3"
+        )

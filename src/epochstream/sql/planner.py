@@ -701,9 +701,12 @@ class Planner:
         rank = item.alias
         where = select.args.get("where")
         limit, rest = rank_limit(where.this if where is not None else None, rank)
-        if over_calls(select):
-            refuse_updating_over(over_calls(select)[0], "a ROW_NUMBER Top-N's ranking")
         if limit is None:
+            if over_calls(select):  # Nexmark q6: the filter on rn is in the ranking's query
+                refuse_updating_over(
+                    over_calls(select)[0],
+                    "a ROW_NUMBER ranking without a limit, an updating result",
+                )
             raise sql_error(
                 over,
                 f"ROW_NUMBER() needs a filter on {rank} in the outer query (WHERE {rank} <= N): "
@@ -786,6 +789,8 @@ class Planner:
         outer.set("from_", exp.From(this=exp.Table(this=exp.to_identifier("__top_n"))))
         outer.set("where", exp.Where(this=rest) if rest is not None else None)
         scope = Scope.of(inner.alias or None, node.fields)
+        if over_calls(outer):  # an OVER aggregation over the (window) Top-N
+            return plan_over(self, outer, node, scope, rest)
         projections = self._select_list(outer, scope, node.fields)
         condition = None
         if rest is not None:
