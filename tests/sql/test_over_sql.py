@@ -111,6 +111,11 @@ REFUSED = [
     ),
     ("SELECT SUM(price) OVER w FROM bid WINDOW v AS (ORDER BY `dateTime`)", "unknown window"),
     (
+        "SELECT SUM(price) OVER (PARTITION BY auction ORDER BY `dateTime` ROWS BETWEEN 2 "
+        "PRECEDING AND 1 PRECEDING) FROM bid",
+        "ends at CURRENT ROW",
+    ),
+    (
         "SELECT RANK() OVER (PARTITION BY auction ORDER BY `dateTime`) FROM bid",
         "OVER is not supported",
     ),
@@ -134,6 +139,11 @@ def test_explain_shows_the_over_aggregate_its_frame_and_state() -> None:
         "BETWEEN 3 PRECEDING AND CURRENT ROW) AS s FROM bid"
     )
     assert "over-aggregate [sql-over-aggregate-" in plan
+    short = env.explain_sql(  # Flink's short form: ROWS 3 PRECEDING
+        "SELECT auction, SUM(price) OVER (PARTITION BY auction ORDER BY `dateTime` ROWS 3 "
+        "PRECEDING) AS s FROM bid"
+    )
+    assert "frame: ROWS BETWEEN 3 PRECEDING AND CURRENT ROW" in short
     assert "frame: ROWS BETWEEN 3 PRECEDING AND CURRENT ROW" in plan
     assert "state: rows until the watermark passes them; per key the last 3 rows" in plan
     # Only the columns the query reads pass through the operator (and the time attribute).

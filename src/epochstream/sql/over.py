@@ -103,13 +103,15 @@ def _frame(over: exp.Window) -> tuple[str, int | None]:
     if spec is None:
         return "range", None
     kind = str(spec.args.get("kind") or "").lower()
-    end = spec.args.get("end")
-    if spec.args.get("end_side") or str(end).upper() != "CURRENT ROW":
+    end = spec.args.get("end")  # None: the short form (ROWS 10 PRECEDING)
+    if spec.args.get("end_side") or (end is not None and str(end).upper() != "CURRENT ROW"):
         raise sql_error(
             spec,
-            "an OVER frame ends at CURRENT ROW (FOLLOWING bounds would hold rows back for "
-            "later ones; Flink's streaming OVER has none)",
+            "an OVER frame ends at CURRENT ROW (Flink's streaming OVER aggregation takes no "
+            "other end: a FOLLOWING bound would hold rows back for later ones)",
         )
+    if spec.args.get("exclude"):
+        raise sql_error(spec, "EXCLUDE in an OVER frame is not supported")
     start = spec.args.get("start")
     if (
         str(spec.args.get("start_side") or "").upper() != "PRECEDING"

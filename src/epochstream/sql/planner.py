@@ -7,7 +7,8 @@ aggregation over ``TABLE(TUMBLE|HOP|CUMULATE(...))`` grouped by ``window_start,
 window_end`` and keys, with ``COUNT``/``COUNT(DISTINCT)``/``SUM``/``MIN``/``MAX``/
 ``AVG``, ``FILTER (WHERE ...)`` and ``HAVING``. Everything else is refused with the
 position of the construct and the reason: a ``GROUP BY`` without a window produces
-updates, which append-only sinks cannot take.
+updates, which append-only sinks cannot take. OVER aggregations in a select list are
+planned by :mod:`epochstream.sql.over`.
 
 How a window aggregation is planned: a Calc before it computes the group keys, the
 aggregates' arguments and ``FILTER`` masks that are not plain columns (and applies
