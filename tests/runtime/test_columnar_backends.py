@@ -123,6 +123,7 @@ def test_every_keyed_columnar_kind_uses_the_backend() -> None:
         "columnar_session_aggregate",
         "columnar_group_aggregate",
         "columnar_top_n",
+        "columnar_over_aggregate",
     } == COLUMNAR_BACKEND_KINDS
 
 

@@ -404,6 +404,6 @@ def test_partition_ids_rank_rows_of_codes_when_the_radices_overflow() -> None:
     columns = {f"c{i}": [rng.randrange(20_000) for _ in range(20_000)] for i in range(5)}
     table = pa.table(columns)
     table = pa.concat_tables([table, table.slice(0, 100)])  # 100 partitions twice
-    ids = topn._partition_ids(table, list(columns))
+    ids = topn.partition_ids(table, list(columns))
     assert (ids[:100] == ids[-100:]).all()
     assert len(set(ids.tolist())) == len({tuple(r.values()) for r in table.to_pylist()})

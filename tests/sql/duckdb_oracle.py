@@ -79,6 +79,13 @@ def _tvf_subquery(tvf: WindowTVF) -> exp.Expression:
     return exp.Subquery(this=_duckdb(outer), alias=alias)
 
 
+def _over(window: exp.Window, call: str) -> str:
+    """``call`` over ``window``'s OVER clause, as DuckDB SQL."""
+    over = window.copy()
+    over.set("this", _duckdb(f"SELECT {call}").selects[0])
+    return over.sql("duckdb")
+
+
 def _flink_functions(tree: exp.Expression) -> None:
     java = {"yyyy": "%Y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S"}
     for f in list(tree.find_all(exp.Anonymous, exp.RegexpExtract, exp.Avg)):
@@ -96,10 +103,14 @@ def _flink_functions(tree: exp.Expression) -> None:
         elif isinstance(f, exp.Avg):
             # Flink's AVG of an integer column is an integer (the sum divided, truncated).
             arg = f.this.sql("duckdb")
-            f.replace(
+            total, mean, target = f"sum({arg})", f"avg({arg})", f
+            if isinstance(f.parent, exp.Window):  # an OVER aggregate: each call over it
+                target = f.parent
+                total, mean = (_over(target, call) for call in (total, mean))
+            target.replace(
                 _duckdb(
-                    f"SELECT CASE WHEN typeof(sum({arg})) IN ('HUGEINT', 'BIGINT', 'INTEGER') "
-                    f"THEN CAST(trunc(avg({arg})) AS BIGINT) ELSE avg({arg}) END"
+                    f"SELECT CASE WHEN typeof({total}) IN ('HUGEINT', 'BIGINT', 'INTEGER') "
+                    f"THEN CAST(trunc({mean}) AS BIGINT) ELSE {mean} END"
                 ).selects[0]
             )
         elif isinstance(f, exp.Anonymous) and f.name.upper() == "DATE_FORMAT":

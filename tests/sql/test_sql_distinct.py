@@ -1,6 +1,7 @@
-"""``SELECT DISTINCT`` and ``UNION`` (DISTINCT over ``UNION ALL``): planned as a GROUP BY of every output column (Flink's rewrite),
-an updating result; over an append-only input and over another GROUP BY's changelog
-(a row goes away when no input row gives it any more), each equal to DuckDB."""
+"""``SELECT DISTINCT`` and ``UNION`` (DISTINCT over ``UNION ALL``): planned as a GROUP BY
+of every output column (Flink's rewrite), an updating result; over an append-only input
+and over another GROUP BY's changelog (a row goes away when no input row gives it any
+more), each equal to DuckDB."""
 
 from __future__ import annotations
 

@@ -42,11 +42,6 @@ CASES = [
     # not on streams / not yet
     ("SELECT auction FROM bid ORDER BY price", "ORDER BY is not supported"),
     ("SELECT auction FROM bid LIMIT 3", "LIMIT is not supported"),
-    (
-        "SELECT auction, SUM(price) OVER (PARTITION BY auction ORDER BY `dateTime` ROWS "
-        "BETWEEN 2 PRECEDING AND CURRENT ROW) FROM bid",
-        "OVER",
-    ),
     ("SELECT auction FROM bid INTERSECT SELECT id FROM auction", "INTERSECT"),
     ("SELECT auction FROM bid EXCEPT SELECT id FROM auction", "EXCEPT"),
     ("SELECT b.auction FROM bid b JOIN auction a ON b.price > a.id", "needs an equality"),

@@ -29,6 +29,7 @@ from epochstream.graph.specs import (
     AggregateSpec,
     GroupAggregateSpec,
     MiniBatch,
+    OverAggregateSpec,
     TopNSpec,
     WindowTopNSpec,
 )
@@ -254,6 +255,40 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
         spec = TopNSpec(self.key_columns, keys, n, rank_column, state_ttl_ms=state_ttl_ms)
         shown = ", ".join(f"{c} {d}" for c, d in keys)
         return self._then("columnar_top_n", f"top-{n} by {shown}", spec)
+
+    def over_aggregate(
+        self,
+        *aggs: AggCall,
+        frame: str = "rows",
+        preceding: int | None = None,
+        proctime: bool = False,
+    ) -> DataStream:
+        """Flink SQL's OVER aggregation over event time (``agg(x) OVER (PARTITION BY
+        keys ORDER BY rowtime ROWS|RANGE BETWEEN preceding PRECEDING AND CURRENT
+        ROW)``): every input row once, when the watermark passes its time, with ``aggs``
+        (:mod:`epochstream.agg` calls: COUNT, SUM, AVG, MIN, MAX) over its frame
+        appended. ``frame="rows"``: the row and ``preceding`` rows before it (ties by
+        arrival); ``frame="range"``: the rows at most ``preceding`` ms older, and its
+        peers of equal time; ``preceding=None`` is UNBOUNDED. Append-only input; rows
+        at or behind the watermark are late (dropped, counted). ``proctime=True``: ordered
+        by processing time instead, each batch's rows taking the clock's time on arrival
+        and emitted at once.
+
+        Example::
+
+            bids.key_by("bidder").over_aggregate(
+                es.agg.sum("price", "recent"), frame="range", preceding=10_000)
+        """
+        if not aggs or not all(isinstance(a, AggCall) for a in aggs):
+            raise ConfigurationError(
+                "over_aggregate() takes es.agg calls (es.agg.sum('price', 'total')...), "
+                f"not {aggs!r}"
+            )
+        spec = OverAggregateSpec(self.key_columns, tuple(aggs), frame, preceding, proctime)
+        bound = "UNBOUNDED" if preceding is None else str(preceding)
+        described = ", ".join(f"{a.kind}({a.column or '*'})" for a in aggs)
+        label = f"over {described} ({frame.upper()} {bound} PRECEDING)"
+        return self._then("columnar_over_aggregate", label, spec)
 
     # Row-only operations on a keyed stream, refused with the way out.
     def _rows_only_keyed(self, method: str) -> Any:

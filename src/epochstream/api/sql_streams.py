@@ -29,6 +29,7 @@ from epochstream.sql.plan import (
     CalcNode,
     GroupAggregateNode,
     JoinNode,
+    OverAggregateNode,
     PlanNode,
     ScanNode,
     SinkNode,
@@ -122,6 +123,13 @@ class StreamBuilder:
                 state_ttl_ms=node.state_ttl_ms,
             )
             return top.name(node.label).uid(node.uid)
+        if isinstance(node, OverAggregateNode):
+            spec = node.spec
+            over: Any = self.stream(node.inputs[0]).key_by(list(spec.partition_by))
+            aggregated: DataStream = over.over_aggregate(
+                *spec.aggs, frame=spec.frame, preceding=spec.preceding, proctime=spec.proctime
+            )
+            return aggregated.name(node.label).uid(node.uid)
         if isinstance(node, UnionNode):
             first, *others = (self.stream(i) for i in node.inputs)
             return first.union(*others)

@@ -31,6 +31,7 @@ __all__ = [
     "AGG_KINDS",
     "JOIN_TYPES",
     "JOIN_WINDOW_COLUMN",
+    "OVER_FRAMES",
     "AggCall",
     "AggregateSpec",
     "DedupSpec",
@@ -40,6 +41,7 @@ __all__ = [
     "IntervalJoinSpec",
     "JoinSpec",
     "MiniBatch",
+    "OverAggregateSpec",
     "SessionAggregateSpec",
     "SessionWindowSpec",
     "SliceWindowAggregateSpec",
@@ -753,3 +755,62 @@ class TopNSpec(WindowTopNSpec):
     def kind(self) -> str:
         """Names the state in snapshots."""
         return "top_n"
+
+
+#: The frames of an OVER aggregation: ``ROWS`` (a count of preceding rows) and
+#: ``RANGE`` (a time interval before the current row's time).
+OVER_FRAMES = ("rows", "range")
+
+
+@dataclass(frozen=True)
+class OverAggregateSpec:
+    """Flink SQL's OVER aggregation over event time (``agg(x) OVER (PARTITION BY
+    partition_by ORDER BY rowtime frame BETWEEN preceding PRECEDING AND CURRENT ROW)``):
+    every input row once, with ``aggs`` over its frame appended, emitted when the
+    watermark passes its time. ``frame`` is ``"rows"`` (``preceding`` rows before it) or
+    ``"range"`` (rows at most ``preceding`` ms older, and its peers of equal time);
+    ``preceding=None`` is ``UNBOUNDED PRECEDING``. COUNT, SUM, AVG, MIN and MAX, without
+    DISTINCT or FILTER.
+
+    Example::
+
+        OverAggregateSpec(("bidder",), (AggCall("sum", "price", "recent"),), "range", 10_000)
+    """
+
+    partition_by: tuple[str, ...]
+    aggs: tuple[AggCall, ...]
+    frame: str
+    preceding: int | None
+    #: Ordered by processing time: each batch's rows take the clock's time on arrival
+    #: and are emitted at once (a batch's rows are peers of one time).
+    proctime: bool = False
+
+    @property
+    def kind(self) -> str:
+        """Names the state in snapshots."""
+        return "over_aggregate"
+
+    def __post_init__(self) -> None:
+        if self.frame not in OVER_FRAMES:
+            raise ConfigurationError(f"an OVER frame is 'rows' or 'range', got {self.frame!r}")
+        bad = self.preceding is not None and (
+            not isinstance(self.preceding, int) or self.preceding < 0
+        )
+        if bad:
+            raise ConfigurationError(
+                f"an OVER frame's PRECEDING bound is a count or ms >= 0 (or None: UNBOUNDED), "
+                f"got {self.preceding!r}"
+            )
+        if not self.aggs:
+            raise ConfigurationError("an OVER aggregation needs at least one aggregate")
+        for agg in self.aggs:
+            if agg.distinct or agg.filter is not None:
+                raise ConfigurationError(
+                    f"{agg.kind}({agg.column or '*'}) for {agg.output!r}: DISTINCT and FILTER "
+                    "are not supported in OVER aggregations"
+                )
+            if agg.output.startswith("_"):
+                raise ConfigurationError(
+                    f"OVER aggregate output {agg.output!r}: names starting with '_' are "
+                    "epochstream's own; rename it"
+                )

@@ -47,6 +47,7 @@ COLUMNAR_BACKEND_KINDS = frozenset(
         "columnar_processing_window_aggregate",
         "columnar_window_top_n",
         "columnar_top_n",
+        "columnar_over_aggregate",
     }
 )
 #: Kinds whose output is columnar (Arrow record batches).

@@ -29,6 +29,7 @@ from epochstream.graph.specs import (
     EquiJoinSpec,
     GroupAggregateSpec,
     IntervalBounds,
+    OverAggregateSpec,
     SessionAggregateSpec,
     SliceWindowAggregateSpec,
     WindowEnd,
@@ -42,6 +43,7 @@ __all__ = [
     "ColumnAdapter",
     "GroupAggregateNode",
     "JoinNode",
+    "OverAggregateNode",
     "PlanNode",
     "ScanNode",
     "SinkNode",
@@ -504,3 +506,41 @@ def explain(root: PlanNode) -> str:
 
     walk(root, 0)
     return "\n".join(lines)
+
+
+@dataclass(eq=False)
+class OverAggregateNode(PlanNode):
+    """Flink's OVER aggregation over event time: every input row once, when the
+    watermark passes its time, with ``spec``'s aggregates over its frame (ROWS or RANGE
+    before it, per partition key) appended."""
+
+    spec: OverAggregateSpec = field(kw_only=True)
+
+    kind = "over-aggregate"
+
+    def digest(self) -> str:
+        return repr(self.spec)
+
+    def details(self) -> list[str]:
+        spec = self.spec
+        bound = "UNBOUNDED" if spec.preceding is None else str(spec.preceding)
+        unit = " ms" if spec.frame == "range" and spec.preceding is not None else ""
+        held = {
+            "rows": f"the last {spec.preceding} rows",
+            "range": f"the rows of the last {spec.preceding} ms",
+        }[spec.frame]
+        if spec.preceding is None:
+            held = "one row of running aggregates"
+        state = f"state: rows until the watermark passes them; per key {held}"
+        emits = "each row once, when the watermark passes its time (late rows dropped)"
+        if spec.proctime:
+            state = f"state: per key {held} (rows take the slot's clock time on arrival)"
+            emits = "each row once, on arrival"
+        return [
+            f"partition: {', '.join(spec.partition_by) or '(none: one partition)'}",
+            f"frame: {spec.frame.upper()} BETWEEN {bound}{unit} PRECEDING AND CURRENT ROW"
+            + (" (processing time)" if spec.proctime else ""),
+            f"aggregates: {', '.join(_call_text(a) for a in spec.aggs)}",
+            state,
+            f"emits: {emits}",
+        ]

@@ -7,7 +7,8 @@ aggregation over ``TABLE(TUMBLE|HOP|CUMULATE(...))`` grouped by ``window_start,
 window_end`` and keys, with ``COUNT``/``COUNT(DISTINCT)``/``SUM``/``MIN``/``MAX``/
 ``AVG``, ``FILTER (WHERE ...)`` and ``HAVING``. Everything else is refused with the
 position of the construct and the reason: a ``GROUP BY`` without a window produces
-updates, which append-only sinks cannot take.
+updates, which append-only sinks cannot take. OVER aggregations in a select list are
+planned by :mod:`epochstream.sql.over`.
 
 How a window aggregation is planned: a Calc before it computes the group keys, the
 aggregates' arguments and ``FILTER`` masks that are not plain columns (and applies
@@ -65,6 +66,7 @@ from epochstream.sql.connectors import SinkBinding, sink_binding, source_binding
 from epochstream.sql.dialect import Flink, WindowTVF, sql_error
 from epochstream.sql.expressions import CalcProgram, Field, compile_expression
 from epochstream.sql.options import SqlOptions
+from epochstream.sql.over import inline_named_windows, over_calls, plan_over, refuse_updating_over
 from epochstream.sql.plan import (
     CalcNode,
     GroupAggregateNode,
@@ -705,6 +707,7 @@ class Planner:
     # ------------------------------------------------------------------ SELECT
 
     def _plan_select(self, select: exp.Select) -> PlanNode:
+        select = inline_named_windows(select)
         for arg, what in (
             ("order", "ORDER BY"),
             ("limit", "LIMIT"),
@@ -721,9 +724,14 @@ class Planner:
             return top_n
         select = legacy_group_window(select)
         input_, scope, window, where = self._from(select)
-        over = next(select.find_all(exp.Window), None)
+        if over_calls(select):
+            if window is not None:
+                raise sql_error(window.tvf, "OVER aggregates over a window TVF are not supported")
+            return plan_over(self, select, input_, scope, where)
+        elsewhere = (select.args.get(a) for a in ("where", "group", "having"))
+        over = next((w for e in elsewhere if e for w in e.find_all(exp.Window)), None)
         if over is not None:
-            raise sql_error(over, "OVER windows and ROW_NUMBER are not supported yet")
+            raise sql_error(over, "OVER is only supported in the SELECT list")
         has_aggregates = any(aggregates_in(item) for item in select.expressions)
         grouped = select.args.get("group") is not None or has_aggregates
         if not grouped:
@@ -796,18 +804,23 @@ class Planner:
         ranked = [
             (i, item)
             for i, item in enumerate(body.expressions)
-            if isinstance(item, exp.Alias) and isinstance(item.this, exp.Window)
+            if isinstance(item, exp.Alias)
+            and isinstance(item.this, exp.Window)
+            and isinstance(item.this.this, exp.RowNumber)
         ]
         if len(ranked) != 1 or select.args.get("joins"):
             return None
         index, item = ranked[0]
         over = item.this
-        if not isinstance(over.this, exp.RowNumber):
-            raise sql_error(over, f"{_text(over.this)} OVER is not supported; ROW_NUMBER() is")
         rank = item.alias
         where = select.args.get("where")
         limit, rest = rank_limit(where.this if where is not None else None, rank)
         if limit is None:
+            if over_calls(select):  # Nexmark q6: the filter on rn is in the ranking's query
+                refuse_updating_over(
+                    over_calls(select)[0],
+                    "a ROW_NUMBER ranking without a limit, an updating result",
+                )
             raise sql_error(
                 over,
                 f"ROW_NUMBER() needs a filter on {rank} in the outer query (WHERE {rank} <= N): "
@@ -891,6 +904,8 @@ class Planner:
         outer.set("from_", exp.From(this=exp.Table(this=exp.to_identifier("__top_n"))))
         outer.set("where", exp.Where(this=rest) if rest is not None else None)
         scope = Scope.of(inner.alias or None, node.fields)
+        if over_calls(outer):  # an OVER aggregation over the (window) Top-N
+            return plan_over(self, outer, node, scope, rest)
         projections = self._select_list(outer, scope, node.fields)
         condition = None
         if rest is not None:

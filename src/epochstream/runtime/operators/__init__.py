@@ -44,6 +44,7 @@ from epochstream.runtime.operators.columnar_joins import (
     ColumnarRegularJoinOperator,
     ColumnarWindowJoinOperator,
 )
+from epochstream.runtime.operators.columnar_over_aggregates import ColumnarOverAggregateOperator
 from epochstream.runtime.operators.columnar_processing_windows import (
     ColumnarProcessingTimeWindowOperator,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "ColumnarAggregateOperator",
     "ColumnarEquiJoinOperator",
     "ColumnarGroupAggregateOperator",
+    "ColumnarOverAggregateOperator",
     "ColumnarProcessingTimeWindowOperator",
     "ColumnarRegularJoinOperator",
     "ColumnarSessionAggregateOperator",
@@ -150,6 +152,7 @@ _FACTORIES: dict[str, type[Operator]] = {
     "columnar_window_assign": ColumnarWindowAssignOperator,
     "columnar_window_top_n": ColumnarWindowTopNOperator,
     "columnar_top_n": ColumnarTopNOperator,
+    "columnar_over_aggregate": ColumnarOverAggregateOperator,
 }
 
 

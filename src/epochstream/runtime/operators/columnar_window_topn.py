@@ -59,7 +59,7 @@ from epochstream.state.columnar_checks import require_columns
 from epochstream.state.handles import OperatorRestore
 from epochstream.state.key_index import canonical_float_keys
 
-__all__ = ["ColumnarWindowTopNOperator", "rank_rows"]
+__all__ = ["ColumnarWindowTopNOperator", "partition_ids", "rank_rows"]
 
 #: The row tables' key column: each row's key group, as uint64 so a table is a queue by
 #: key and ``pop_until`` takes all its rows out without dropping it (a window's rows are
@@ -77,7 +77,7 @@ _PREFIX = "topn@"
 _PRUNE_FLOOR = 1_024
 
 
-def _partition_ids(table: pa.Table, columns: list[str]) -> np.ndarray:
+def partition_ids(table: pa.Table, columns: list[str]) -> np.ndarray:
     """One int64 id per row, equal for rows of one partition (NULL is a value, equal
     floats alike: ``-0.0`` is ``0.0``, every NaN one NaN).
 
@@ -140,7 +140,7 @@ def rank_rows(
     if not rows:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     helpers, keys = _sort_columns(table, order_by)
-    sortable = pa.table({"p": pa.array(_partition_ids(table, partition_by)), **helpers})
+    sortable = pa.table({"p": pa.array(partition_ids(table, partition_by)), **helpers})
     order = pc.sort_indices(sortable, sort_keys=[("p", "ascending"), *keys]).to_numpy()
     part = sortable.column("p").to_numpy()[order]
     first = np.ones(rows, dtype=bool)
