@@ -509,6 +509,23 @@ def _start(node: exp.Expr) -> tuple[int, int]:
     return int(meta["line"]), int(col)
 
 
+def sql_text(node: exp.Expression) -> str:
+    """``node`` written back as Flink SQL (for messages and plan descriptions).
+
+    Example: ``sql_text(parse_one("select a+1 from t")) == "SELECT a + 1 FROM t"``
+    """
+    return node.sql(dialect=Flink)
+
+
+def shortened(text: str, limit: int = 120) -> str:
+    """``text`` on one line, cut to ``limit`` characters with ``...``.
+
+    Example: ``shortened("SELECT a,\n  b FROM t") == "SELECT a, b FROM t"``
+    """
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def sql_error(node: exp.Expr | None, message: str) -> SqlError:
     """A one-line :class:`SqlError` at ``node``'s position (the one helper every part of
     the SQL layer reports with).

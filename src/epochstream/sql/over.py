@@ -33,7 +33,7 @@ from epochstream.sql.aggregates import (
     operator_result_type,
 )
 from epochstream.sql.catalog import interval_ms
-from epochstream.sql.dialect import Flink, sql_error
+from epochstream.sql.dialect import Flink, sql_error, sql_text
 from epochstream.sql.expressions import Field
 from epochstream.sql.plan import OverAggregateNode, PlanNode
 from epochstream.sql.scope import Scope, bind, field_column
@@ -42,10 +42,6 @@ if TYPE_CHECKING:
     from epochstream.sql.planner import Planner
 
 __all__ = ["inline_named_windows", "over_calls", "plan_over", "refuse_updating_over"]
-
-
-def _text(node: exp.Expression) -> str:
-    return node.sql(dialect=Flink)
 
 
 def over_calls(select: exp.Select) -> list[exp.Window]:
@@ -163,11 +159,15 @@ def _check_order(over: exp.Window, input_: PlanNode) -> bool:
 
 def _shape(over: exp.Window) -> str:
     """What must be equal across a SELECT's OVER calls: partition, order, frame."""
-    parts = [_text(p) for p in over.args.get("partition_by") or []]
+    parts = [sql_text(p) for p in over.args.get("partition_by") or []]
     order = over.args.get("order")
     spec = over.args.get("spec")
     return "|".join(
-        [",".join(parts), _text(order) if order is not None else "", _text(spec) if spec else ""]
+        [
+            ",".join(parts),
+            sql_text(order) if order is not None else "",
+            sql_text(spec) if spec else "",
+        ]
     )
 
 
@@ -189,7 +189,7 @@ def plan_over(
     for item in select.expressions:
         plain = [a for a in aggregates_in(item) if not isinstance(a.parent, exp.Window)]
         if plain:
-            raise sql_error(plain[0], f"{_text(plain[0])} without OVER beside OVER aggregates")
+            raise sql_error(plain[0], f"{sql_text(plain[0])} without OVER beside OVER aggregates")
     for over in calls_at[1:]:
         if _shape(over) != _shape(first):
             raise sql_error(
@@ -207,12 +207,12 @@ def plan_over(
             )
         if type(agg) not in AGGREGATES:
             raise sql_error(
-                over, f"{_text(agg)} OVER is not supported (COUNT, SUM, AVG, MIN, MAX are)"
+                over, f"{sql_text(agg)} OVER is not supported (COUNT, SUM, AVG, MIN, MAX are)"
             )
         if isinstance(agg.this, exp.Distinct):
             raise sql_error(over, "DISTINCT in an OVER aggregate is not supported")
     select = select.copy()
-    planner._item_names[id(select)] = [
+    planner.item_names[id(select)] = [
         e.name if isinstance(e, exp.Column) else "" for e in select.expressions
     ]
     for item in select.expressions:
@@ -245,7 +245,7 @@ def plan_over(
     call_text: dict[str, str] = {}
     call_nodes: dict[str, exp.Expression] = {}
     for over in calls_at:
-        text = _text(over)
+        text = sql_text(over)
         if text in call_text:
             continue
         agg = over.this
@@ -257,7 +257,7 @@ def plan_over(
         calls.append(call)
         call_text[text] = output
         call_nodes[output] = over
-    pre_node = planner._calc(input_, pre, where, "OVER input")
+    pre_node = planner.calc(input_, pre, where, "OVER input")
     pre_types = {f.name: f.type for f in pre_node.fields}
     agg_fields = []
     flink_types = {}
@@ -276,7 +276,7 @@ def plan_over(
         (*pre_node.fields, *agg_fields),
         # Over processing time, rows leave in arrival order: no event-time attribute.
         None if proctime else pre_node.rowtime,
-        f"OVER {frame.upper()} {bound} PRECEDING: {_text(first.args['order'])}"[:120],
+        f"OVER {frame.upper()} {bound} PRECEDING: {sql_text(first.args['order'])}"[:120],
         windows=dict(pre_node.windows),
         proctime=pre_node.proctime,
         spec=OverAggregateSpec(tuple(partition), tuple(calls), frame, preceding, proctime),
@@ -286,7 +286,7 @@ def plan_over(
     def substitute(node: exp.Expression) -> exp.Expression:
         def visit(n: exp.Expression) -> exp.Expression:
             if isinstance(n, exp.Window):
-                output = call_text[_text(n)]
+                output = call_text[sql_text(n)]
                 ref: exp.Expression = field_column(output)
                 if flink_types[output] != operator_types[output]:
                     to = exp.DataType.build(flink_types[output].sql(), dialect=Flink)
@@ -296,6 +296,6 @@ def plan_over(
 
         return node.copy().transform(visit)
 
-    items = planner._select_list(select, scope, tuple(kept), bind_items=False)
+    items = planner.select_list(select, scope, tuple(kept), bind_items=False)
     projections = [(name, substitute(e)) for name, e in items]
-    return planner._calc(over_node, projections, None, _text(select))
+    return planner.calc(over_node, projections, None, sql_text(select))

@@ -36,6 +36,7 @@ from epochstream.graph.specs import (
     WindowTvf,
 )
 from epochstream.sql.catalog import TableDef
+from epochstream.sql.dialect import sql_error
 from epochstream.sql.expressions import CalcProgram, Field
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "WindowAssignNode",
     "WindowTopNNode",
     "explain",
+    "require_append_only",
 ]
 
 
@@ -544,3 +546,16 @@ class OverAggregateNode(PlanNode):
             state,
             f"emits: {emits}",
         ]
+
+
+def require_append_only(node: PlanNode, at: exp.Expression, what: str) -> None:
+    """Refuse ``what`` (at ``at``) over ``node`` when its result is updating.
+
+    Example: ``require_append_only(input_node, union, "UNION ALL")``
+    """
+    if node.updating:
+        raise sql_error(
+            at,
+            f"{what} over an updating input (the changelog of a GROUP BY without a window) "
+            "is not supported yet",
+        )
