@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from epochstream.core.changelog import OP, kind_names, with_kinds
 from epochstream.core.clock import ManualClock
-from epochstream.exceptions import DataError, StateError
+from epochstream.exceptions import ConfigurationError, DataError, StateError
 from epochstream.graph.specs import TopNSpec
 from epochstream.state.column_keygroups import key_groups_by_columns
 from epochstream.state.handles import OperatorRestore
@@ -109,6 +109,53 @@ def test_a_dedup_updates_its_partitions_row_and_a_ranking_its_row_numbers() -> N
     op.process_batch(_batch([{"p": 1, "q": "a", "x": 3, "id": 1}]), None)
     second = out.batches()[1].to_pylist()
     assert [(r[OP], r["rn"], r["id"]) for r in second] == [(1, 1, 0), (2, 1, 1), (0, 2, 0)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_keeping_the_first_row_by_arrival_is_insert_only(tmp_path: Path, backend: str) -> None:
+    """No order keys: each partition's first row to arrive, once, as a plain insert (no
+    ``_op``); later rows of a partition, in the same batch or later ones, and after a
+    restore at another parallelism, are dropped."""
+    spec = TopNSpec(("p",), (), 1)
+    assert spec.by_arrival
+    rng = random.Random(5)
+    rows = [{"p": rng.randint(0, 20), "q": "a", "x": i % 7, "id": i} for i in range(400)]
+    first = {}
+    for row in rows:
+        first.setdefault(row["p"], row["id"])
+    emitted: list[pa.RecordBatch] = []
+    handles = []
+    for subtask in range(2):
+        op, out = _op(spec, subtask, 2, backend, str(tmp_path))
+        groups = op.keyed.key_group_range
+        for i in range(0, 200, 25):
+            batch = _batch(rows[i : i + 25])
+            kgs = key_groups_by_columns([batch.column("p")], MAX_P, rows=batch.num_rows)
+            op.process_batch(batch.filter(pa.array([int(g) in groups for g in kgs])), None)
+        emitted += out.batches()
+        handle = op.snapshot(snapshot_target(tmp_path, 1, subtask)).keyed.run()
+        if handle is not None:
+            handles.append(handle)
+    for subtask in range(3):
+        op, out = _op(spec, subtask, 3, backend, str(tmp_path))
+        groups = op.keyed.key_group_range
+        op.initialize_state(
+            OperatorRestore(keyed=[p for h in handles if (p := h.restricted_to(groups))]), 1
+        )
+        batch = _batch(rows[200:])
+        kgs = key_groups_by_columns([batch.column("p")], MAX_P, rows=batch.num_rows)
+        op.process_batch(batch.filter(pa.array([int(g) in groups for g in kgs])), None)
+        emitted += out.batches()
+    assert all(OP not in b.schema.names for b in emitted)
+    got = sorted((r["p"], r["id"]) for b in emitted for r in b.to_pylist())
+    assert got == sorted(first.items())
+
+
+def test_a_top_n_without_order_keys_is_only_a_first_row() -> None:
+    with pytest.raises(ConfigurationError, match="first row by arrival: n=1, no rank"):
+        TopNSpec(("p",), (), 2)
+    with pytest.raises(ConfigurationError, match="first row by arrival"):
+        TopNSpec(("p",), (), 1, "rn")
 
 
 def test_a_changelog_input_and_a_taken_rank_name_are_refused() -> None:

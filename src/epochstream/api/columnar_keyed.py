@@ -256,6 +256,18 @@ class ColumnarKeyedStream(ColumnarAggregations, KeyedStream):
         shown = ", ".join(f"{c} {d}" for c, d in keys)
         return self._then("columnar_top_n", f"top-{n} by {shown}", spec)
 
+    def keep_first(self, *, state_ttl_ms: int = 0) -> DataStream:
+        """The first row of each key by arrival, once: Flink SQL's processing-time
+        deduplication (``ROW_NUMBER() OVER (PARTITION BY keys ORDER BY proctime ASC)
+        = 1``), an insert-only result (a kept row is never displaced). Later rows of a
+        key are dropped; with ``state_ttl_ms`` a key is forgotten that long
+        (processing time) after it was last written, and its next row comes out again.
+
+        Example: ``clicks.key_by("session").keep_first()``   # each session's first click
+        """
+        spec = TopNSpec(self.key_columns, (), 1, state_ttl_ms=state_ttl_ms)
+        return self._then("columnar_top_n", "first row by arrival", spec)
+
     def over_aggregate(
         self,
         *aggs: AggCall,

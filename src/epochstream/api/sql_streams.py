@@ -116,11 +116,15 @@ class StreamBuilder:
             order = [
                 (column, "desc" if descending else "asc") for column, descending, _ in node.order
             ]
-            top: DataStream = partitioned.top_n(
-                node.n,
-                order_by=order,
-                rank_column=node.rank_column,
-                state_ttl_ms=node.state_ttl_ms,
+            top: DataStream = (
+                partitioned.top_n(
+                    node.n,
+                    order_by=order,
+                    rank_column=node.rank_column,
+                    state_ttl_ms=node.state_ttl_ms,
+                )
+                if order
+                else partitioned.keep_first(state_ttl_ms=node.state_ttl_ms)
             )
             return top.name(node.label).uid(node.uid)
         if isinstance(node, OverAggregateNode):

@@ -715,8 +715,7 @@ class WindowTopNSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
             raise ConfigurationError(f"a window Top-N keeps n >= 1 rows, got {self.n!r}")
-        if not self.order_by:
-            raise ConfigurationError("a window Top-N needs at least one order key")
+        self._check_order()
         for column, direction in self.order_by:
             if direction not in SORT_DIRECTIONS:
                 raise ConfigurationError(
@@ -730,6 +729,10 @@ class WindowTopNSpec:
             )
         if rank is not None and rank in WINDOW_AGG_COLUMNS:
             raise ConfigurationError(f"rank column {rank!r} is a window column's name")
+
+    def _check_order(self) -> None:
+        if not self.order_by:
+            raise ConfigurationError("a window Top-N needs at least one order key")
 
 
 @dataclass(frozen=True)
@@ -750,6 +753,20 @@ class TopNSpec(WindowTopNSpec):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_state_ttl("a Top-N", self.state_ttl_ms)
+
+    def _check_order(self) -> None:
+        # No order keys: the first row by arrival (a processing-time deduplication).
+        if not self.order_by and (self.n != 1 or self.rank_column is not None):
+            raise ConfigurationError(
+                "a Top-N without order keys keeps the first row by arrival: n=1, no rank column"
+            )
+
+    @property
+    def by_arrival(self) -> bool:
+        """Whether it keeps each partition's first row by arrival (no order keys):
+        Flink's processing-time deduplication keeping the first row, an insert-only
+        result (a kept row is never displaced)."""
+        return not self.order_by
 
     @property
     def kind(self) -> str:

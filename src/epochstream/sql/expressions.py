@@ -907,7 +907,8 @@ def _uses_clock(compiler: _Compiler) -> bool:
 class CalcProgram:
     """A fused projection and filter over one input relation: the filter first (WHERE
     keeps the rows where it is TRUE; NULL drops the row), then the projections, then the
-    columns named in ``keep`` (``_ts``, ``_kg``) passed through unchanged.
+    columns named in ``keep`` (``_ts``, ``_op``) passed through unchanged where the batch
+    has them.
 
     ``clock_ms`` (construction or call) is the clock CURRENT_TIMESTAMP, NOW(),
     LOCALTIMESTAMP and PROCTIME() read, once per batch; the runtime passes its operator's
@@ -967,7 +968,9 @@ class CalcProgram:
         """The projected (and filtered) batch."""
         ctx = kernels.EvalContext(batch.num_rows, clock_ms or self.clock_ms)
         values = self._program.start(batch)
-        kept = [batch.column(name) for name in self.keep]
+        # A kept column the batch lacks is not there to pass (rows without event time).
+        keep = [name for name in self.keep if name in batch.schema.names]
+        kept = [batch.column(name) for name in keep]
         if self._condition is not None:
             # The condition's steps run on the whole batch; the values computed so far
             # (input columns included) and the kept columns are filtered with it, so the
@@ -983,7 +986,7 @@ class CalcProgram:
             _column(values[slot], sql_type, ctx.length) for _, slot, sql_type in self._outputs
         ]
         names = [name for name, _, _ in self._outputs]
-        return pa.RecordBatch.from_arrays([*arrays, *kept], names=[*names, *self.keep])
+        return pa.RecordBatch.from_arrays([*arrays, *kept], names=[*names, *keep])
 
     @property
     def input_columns(self) -> tuple[str, ...]:

@@ -412,7 +412,7 @@ class TopNNode(PlanNode):
         )
         return [
             f"top {self.n} per {', '.join(self.partition) or '(one partition)'}",
-            f"order: {order}",
+            f"order: {order or 'arrival (the first row of each partition, insert-only)'}",
             f"state: each partition's first rows, {_kept_for(self.state_ttl_ms)}",
         ]
 

@@ -552,7 +552,16 @@ class Planner:
             )
         else:
             # An updating ranking (Flink's Top-N): unique by partition and row number,
-            # or by the partition alone when it keeps one row.
+            # or by the partition alone when it keeps one row. Keeping the first row by
+            # processing time is keeping the first to arrive, which no later row
+            # displaces: insert-only (Flink's ProcTimeDeduplicateKeepFirstRowFunction).
+            by_arrival = (
+                limit == 1
+                and not keeps_rank
+                and len(order) == 1
+                and order[0][0] == ranked_input.proctime
+                and not order[0][1]
+            )
             unique: tuple[str, ...] | None = None
             if keeps_rank:
                 unique = (*partition, rank)
@@ -564,12 +573,12 @@ class Planner:
                 None,
                 shortened(f"top {limit}: {sql_text(over)}"),
                 partition=tuple(partition),
-                order=order,
+                order=() if by_arrival else order,
                 n=limit,
                 rank_column=rank if keeps_rank else None,
                 state_ttl_ms=self.options.state_ttl_ms,
-                updating=True,
-                unique_key=unique,
+                updating=not by_arrival,
+                unique_key=None if by_arrival else unique,
             )
         outer = select.copy()
         outer.set("from_", exp.From(this=exp.Table(this=exp.to_identifier("__top_n"))))

@@ -267,10 +267,10 @@ class ColumnarTopNOperator(Operator):
         if self.topn.rank_column is not None:
             columns.append(pa.array(np.asarray(ranks, dtype=np.int64)))
             out.append(self.topn.rank_column)
-        count = picked.num_rows
-        ops = np.broadcast_to(np.asarray(kinds, dtype=np.int8), (count,))
-        columns.append(pa.array(ops, pa.int8()))
-        out.append(OP)
+        if not self.topn.by_arrival:  # by arrival, a kept row stays: inserts only
+            ops = np.broadcast_to(np.asarray(kinds, dtype=np.int8), (picked.num_rows,))
+            columns.append(pa.array(ops, pa.int8()))
+            out.append(OP)
         return pa.record_batch(columns, names=out)
 
     def state_table(self) -> pa.Table:
