@@ -49,6 +49,7 @@ import pytest
 from e2e_support import is_python_process
 from sql_join_upsert_job import MAX_PARALLELISM, QUERY
 
+import epochstream as es
 from epochstream.connectors.nexmark import NexmarkConfig, nexmark_columns
 from epochstream.state.column_keygroups import key_groups_by_columns
 from epochstream.state.keygroups import operator_index_for_key_group
@@ -86,7 +87,8 @@ class PrefixOracle:
     """The answers over every pair of cuts ``(auctions < a, bids < b)``, split by the
     sink subtask owning each seller.
 
-    Example: ``PrefixOracle(EVENTS).matches(sample)`` is ``[]`` for a consistent sample.
+    Example: ``oracle.is_prefix(0, oracle.answer(0, 200, 1_500))`` is True; a sample
+    with one seller's total changed, or half its sellers from an earlier cut, is not.
     """
 
     def __init__(self, events: int) -> None:
@@ -285,6 +287,7 @@ def test_join_aggregate_upserts_are_prefix_consistent_through_slot_and_driver_si
     sampler.join(30)
     assert sampler.error is None, sampler.error
     assert supervisor.returncode == 0, (line + err)[-3000:]
+    assert "(fixed_delay: restart 1 of 3)" in err, "the slot kill did not restart the job"
     assert "driver killed by SIGKILL; restarting it with --resume" in err
 
     expected = {r[0]: tuple(r[1:]) for r in run_duckdb(QUERY, nexmark_arrow_tables(events=EVENTS))}
@@ -292,6 +295,9 @@ def test_join_aggregate_upserts_are_prefix_consistent_through_slot_and_driver_si
     assert at_slot_kill != expected, "the input ended before the slot kill: lower RATE"
     assert sampler.snapshots[-1].rows == expected
 
+    # The model's premise: each Nexmark table is one split, read in position order.
+    source = es.sources.NexmarkSource(NexmarkConfig(events=EVENTS, seed=7), kind="bid")
+    assert len(source.create_splits(PARALLELISM)) == 1
     oracle = PrefixOracle(EVENTS)
     full = {}
     for subtask in range(PARALLELISM):
