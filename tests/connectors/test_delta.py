@@ -168,3 +168,26 @@ def test_columnar_job_into_delta_commits_its_input_exactly(tmp_path: Path) -> No
     assert table.schema.names == ["value"]
     assert sorted(table["value"].to_pylist()) == list(range(3_000))
     assert len(txn_versions(tmp_path / "t")) > 1, "several checkpoints committed"
+
+
+@pytest.mark.parametrize("mode", ["append", "upsert"])
+def test_a_fresh_job_on_a_table_another_job_wrote_commits_its_own_checkpoints(
+    tmp_path: Path, mode: str
+) -> None:
+    """The committers skip a checkpoint at most the table's last committed one (a replay
+    after a restore). A second, fresh job (its own checkpoint storage, ids from 1) on
+    the same table must not be taken for a replay: the job master numbers its
+    checkpoints above what the table holds."""
+    import epochstream as es
+    from deltalake import DeltaTable
+
+    table = str(tmp_path / "table")
+    key = {"key": ["id"]} if mode == "upsert" else {}
+    for run in range(2):
+        env = es.Environment(parallelism=1, runner="local")
+        env.enable_checkpointing(interval=0.2, storage=str(tmp_path / f"ck{run}"))
+        rows = env.from_collection([{"id": run * 100 + i} for i in range(40)]).uid("rows")
+        rows.sink_to(DeltaSink(table, mode, **key)).uid("delta")
+        env.execute(f"run {run}")
+    ids = sorted(r["id"] for r in DeltaTable(table).to_pyarrow_table().to_pylist())
+    assert ids == [*range(40), *range(100, 140)]

@@ -16,8 +16,10 @@ psycopg = pytest.importorskip("psycopg")
 JOB = "feedc0de00000000"
 
 
-def ctx(subtask: int = 0, attempt: int = 0, job_id: str = JOB) -> SinkContext:
-    return SinkContext(subtask, 2, attempt, job_id, checkpointing=True)
+def ctx(
+    subtask: int = 0, attempt: int = 0, job_id: str = JOB, *, checkpointing: bool = True
+) -> SinkContext:
+    return SinkContext(subtask, 2, attempt, job_id, checkpointing=checkpointing)
 
 
 def query(dsn: str, sql: str) -> list[tuple[Any, ...]]:
@@ -219,7 +221,7 @@ def test_a_changelog_batch_upserts_deletes_and_skips_update_befores(dsn: str) ->
     ]
 
 
-def test_transactional_upserts_apply_a_checkpoints_changes_once_when_it_completes(
+def test_transactional_upserts_apply_a_checkpoints_changes_of_every_subtask_at_once(
     dsn: str,
 ) -> None:
     import pyarrow as pa
@@ -229,35 +231,57 @@ def test_transactional_upserts_apply_a_checkpoints_changes_once_when_it_complete
 
     sink = PostgresSink(dsn, "latest", mode="transactional_upsert", key_columns=["word"])
     assert sink.transactional
-    w = sink.create_writer(ctx())
-    w.restore([])
-    w.write_batch(_batch(["a", "b"], [1, 1], note=pa.array(["x", "y"])))
-    w.write_batch(
+    committer = sink.create_committer(JOB)
+    assert committer is not None and committer.last_committed() == 0
+    first, second = sink.create_writer(ctx(0)), sink.create_writer(ctx(1))
+    first.restore([])
+    second.restore([])
+    first.write_batch(_batch(["a", "b"], [1, 1], note=pa.array(["x", "y"])))
+    first.write_batch(
         with_kinds(
             _batch(["a", "a", "b"], [1, 2, 1], note=pa.array([None, None, None])),
             [RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.DELETE],
         )
     )
-    entries = w.snapshot(1)
-    assert [type(e) for e in entries] == [UpsertEntry]
+    second.write_batch(_batch(["c"], [3], note=pa.array(["z"])))
+    entries = first.snapshot(1) + second.snapshot(1)
+    assert [type(e) for e in entries] == [UpsertEntry, UpsertEntry]
     assert entries[0].upserts == (("a", 2, None),) and entries[0].deletes == (("b",),)
     assert query(dsn, "SELECT word FROM latest") == []  # nothing before the completion
-    w.notify_checkpoint_complete(1)
-    assert query(dsn, "SELECT word, n, note FROM latest") == [("a", 2, None)]
-    w.write_batch(_batch(["c"], [7], note=pa.array(["z"])))
-    pending = w.snapshot(2)
-    w.close()  # a crash before checkpoint 2's completion: nothing of it is applied
-    assert query(dsn, "SELECT word FROM latest ORDER BY word") == [("a",)]
+    committer.commit(1, entries)  # both subtasks' changes in one transaction
+    assert sorted(query(dsn, "SELECT word, n FROM latest")) == [("a", 2), ("c", 3)]
+    assert committer.last_committed() == 1
 
-    # A recovery from checkpoint 2 applies its entries: checkpoint 1's again (skipped:
-    # its row in the commits table is there) and checkpoint 2's (applied now), once.
-    for _ in range(2):
-        again = sink.create_writer(ctx())
-        again.restore(pending)
-        again.close()
-    assert sorted(query(dsn, "SELECT word, n FROM latest")) == [("a", 2), ("c", 7)]
-    names = [r[0] for r in query(dsn, f"SELECT entry FROM {COMMITS_TABLE} ORDER BY entry")]
-    assert len(names) == 2 and all(n.endswith(("/0/1", "/0/2")) for n in names)
+    # Checkpoint 2 was taken before the writers heard of 1's completion: their snapshots
+    # still hold checkpoint 1's entries, which the commit of 2 must not apply again.
+    first.write_batch(_batch(["a"], [9], note=pa.array([None])))
+    late = first.snapshot(2) + second.snapshot(2)
+    assert sorted(e.checkpoint_id for e in late) == [1, 1, 2]
+    with psycopg.connect(dsn, autocommit=True) as conn:  # someone else's write
+        conn.execute("UPDATE latest SET n = 100 WHERE word = 'c'")
+    committer.commit(2, late)
+    assert sorted(query(dsn, "SELECT word, n FROM latest")) == [("a", 9), ("c", 100)]
+    # A restore replays the restored checkpoint's commit: skipped, as is an older one.
+    committer.commit(2, late)
+    committer.commit(1, entries)
+    assert sorted(query(dsn, "SELECT word, n FROM latest")) == [("a", 9), ("c", 100)]
+    assert query(dsn, f"SELECT sink, checkpoint FROM {COMMITS_TABLE}") == [("latest", 2)]
+    first.notify_checkpoint_complete(2)
+    assert first.snapshot(3) == []
+    for closing in (first, second, committer):
+        closing.close()
+
+
+def test_transactional_upserts_without_checkpointing_apply_at_the_end(dsn: str) -> None:
+    import pyarrow as pa
+
+    sink = PostgresSink(dsn, "latest", mode="transactional_upsert", key_columns=["word"])
+    writer = sink.create_writer(ctx(checkpointing=False))
+    writer.restore([])
+    writer.write_batch(_batch(["a", "a"], [1, 2], note=pa.array([None, "y"])))
+    writer.end_input()
+    writer.close()
+    assert query(dsn, "SELECT word, n, note FROM latest") == [("a", 2, "y")]
 
 
 def test_transactional_upserts_need_key_columns(dsn: str) -> None:

@@ -245,6 +245,9 @@ class Committables(Sink):
         sink = self
 
         class Recorder(GlobalCommitter):
+            def last_committed(self) -> int:
+                return max((c for c, _ in sink.committed), default=0)
+
             def commit(self, checkpoint_id: int, entries: list[Any]) -> None:
                 if sink.fail:
                     raise OSError("table locked")

@@ -65,9 +65,12 @@ class _RecordingCommitter(GlobalCommitter):
     def __init__(self, log: Path) -> None:
         self.log = log
 
-    def commit(self, checkpoint_id: int, entries: list[Any]) -> None:
+    def last_committed(self) -> int:
         done = _commits(self.log)
-        last = done[-1][0] if done else 0
+        return done[-1][0] if done else 0
+
+    def commit(self, checkpoint_id: int, entries: list[Any]) -> None:
+        last = self.last_committed()
         if checkpoint_id <= last:
             return
         new = sorted(r for tag, records in entries if tag > last for r in records)

@@ -15,18 +15,16 @@ What is checked:
    Nexmark table is ONE split read in position order, so a checkpoint's source state
    is a pair of cuts ``(a, b)``: auctions at positions ``< a`` and bids at positions
    ``< b``. The join and the aggregation are deterministic functions of what they
-   have read, so after checkpoint ``c`` a sink subtask's rows are exactly the answer
-   over the cuts of ``c`` restricted to the sellers that subtask owns (by key group,
-   max parallelism 128). Each sink subtask applies one checkpoint's changes in one
-   transaction of its own (subtasks commit independently), so a REPEATABLE READ
-   snapshot shows each subtask at some completed checkpoint: the check is that for
-   EACH sink subtask there are cuts ``(a, b)`` whose answer, on that subtask's sellers,
-   equals the snapshot's rows (no extra, missing or different row). The search is
-   exact: for an auction cut (every one is tried), the rows included by a bid cut are
-   a prefix, in bid position order, of the join rows whose auction is included, so
-   the snapshot's count for the subtask names the only candidate bid cut.
-3. Nothing committed is lost: across snapshots, each subtask's latest entry in
-   ``epochstream_sink_commits`` and its total count never go down.
+   have read, so after checkpoint ``c`` the table is exactly the answer over the cuts
+   of ``c``. The job master applies a checkpoint's changes of every sink subtask in ONE
+   transaction, so a REPEATABLE READ snapshot shows the table at one completed
+   checkpoint: the check is that there are cuts ``(a, b)`` whose answer equals the
+   snapshot's rows (no extra, missing or different row). The search is exact: for an
+   auction cut (every one is tried), the rows included by a bid cut are a prefix, in
+   bid position order, of the join rows whose auction is included, so the snapshot's
+   count names the only candidate bid cut.
+3. Nothing committed is lost: across snapshots, the sink's checkpoint in
+   ``epochstream_sink_checkpoints`` and the total count never go down.
 """
 
 from __future__ import annotations
@@ -44,15 +42,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pytest
 from e2e_support import is_python_process
-from sql_join_upsert_job import MAX_PARALLELISM, QUERY
+from sql_join_upsert_job import QUERY
 
 import epochstream as es
 from epochstream.connectors.nexmark import NexmarkConfig, nexmark_columns
-from epochstream.state.column_keygroups import key_groups_by_columns
-from epochstream.state.keygroups import operator_index_for_key_group
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "sql"))
 
@@ -67,6 +62,9 @@ JOB = Path(__file__).parent / "jobs" / "sql_join_upsert_job.py"
 EVENTS = 8_000  # under one split block (8,192 positions): one split per Nexmark table
 RATE = 600  # positions/s in total; the one reading subtask gets half: about 27 s of input
 PARALLELISM = 2
+#: The groups of sellers a snapshot is checked by: one, the whole table (each checkpoint
+#: is applied in one transaction).
+GROUPS = 1
 WAIT = 120.0
 
 Sample = dict[int, tuple[int, int, int]]  # seller -> (bids, total, top)
@@ -109,18 +107,13 @@ class PrefixOracle:
         sellers = np.array([seller_of_id[a] for a in bid_auction if a in rank_of_id])
         self.sellers = np.unique(sellers)
         dense = np.searchsorted(self.sellers, sellers)
-        groups = key_groups_by_columns(
-            [pa.array(self.sellers, pa.int64())], MAX_PARALLELISM, rows=len(self.sellers)
-        )
-        self.owner = np.array(
-            [operator_index_for_key_group(MAX_PARALLELISM, PARALLELISM, int(g)) for g in groups]
-        )
+        self.owner = np.zeros(len(self.sellers), dtype=np.int64)
         row_owner = self.owner[dense]
         self.rows = [
             JoinRows(
                 ranks[row_owner == s], dense[row_owner == s], bid_price[joined][row_owner == s]
             )
-            for s in range(PARALLELISM)
+            for s in range(GROUPS)
         ]
 
     def answer(self, subtask: int, auctions: int, bids: int | None) -> Sample:
@@ -142,7 +135,7 @@ class PrefixOracle:
 
     def split(self, sample: Sample) -> list[Sample]:
         """``sample``'s rows by the sink subtask owning their seller."""
-        parts: list[Sample] = [{} for _ in range(PARALLELISM)]
+        parts: list[Sample] = [{} for _ in range(GROUPS)]
         for seller, values in sample.items():
             index = int(np.searchsorted(self.sellers, seller))
             assert index < len(self.sellers) and self.sellers[index] == seller, seller
@@ -164,7 +157,7 @@ class Snapshot:
     """One REPEATABLE READ read of the result table and of the commits table."""
 
     rows: Sample
-    latest: tuple[int, ...]  # per sink subtask, its highest applied checkpoint (0: none)
+    latest: tuple[int, ...]  # the sink's applied checkpoint (0: none)
 
 
 class Sampler(threading.Thread):
@@ -193,17 +186,16 @@ class Sampler(threading.Thread):
         with conn.transaction():
             rows = conn.execute("SELECT seller, bids, total, top FROM per_seller").fetchall()
             has_commits = conn.execute(
-                "SELECT to_regclass('epochstream_sink_commits') IS NOT NULL"
+                "SELECT to_regclass('epochstream_sink_checkpoints') IS NOT NULL"
             ).fetchone()[0]
-            entries = (
-                conn.execute("SELECT entry FROM epochstream_sink_commits").fetchall()
+            applied = (
+                conn.execute(
+                    "SELECT checkpoint FROM epochstream_sink_checkpoints WHERE sink = 'per_seller'"
+                ).fetchone()
                 if has_commits
-                else []
+                else None
             )
-        latest = [0] * PARALLELISM
-        for (entry,) in entries:
-            *_, subtask, checkpoint = entry.split("/")
-            latest[int(subtask)] = max(latest[int(subtask)], int(checkpoint))
+        latest = [applied[0] if applied is not None else 0]
         snapshot = Snapshot({r[0]: tuple(r[1:]) for r in rows}, tuple(latest))
         if not self.snapshots or self.snapshots[-1] != snapshot:
             self.snapshots.append(snapshot)
@@ -300,8 +292,8 @@ def test_join_aggregate_upserts_are_prefix_consistent_through_slot_and_driver_si
     assert len(source.create_splits(PARALLELISM)) == 1
     oracle = PrefixOracle(EVENTS)
     full = {}
-    for subtask in range(PARALLELISM):
-        full.update(oracle.answer(subtask, oracle.auctions, None))
+    for group in range(GROUPS):
+        full.update(oracle.answer(group, oracle.auctions, None))
     assert full == expected, "the prefix oracle disagrees with DuckDB over all the input"
 
     snapshots = sampler.snapshots
@@ -317,7 +309,7 @@ def test_join_aggregate_upserts_are_prefix_consistent_through_slot_and_driver_si
                 checked.add(key)
     for before, after in itertools.pairwise(snapshots):
         assert all(a >= b for a, b in zip(after.latest, before.latest, strict=True))
-        for subtask in range(PARALLELISM):
+        for subtask in range(GROUPS):
             counts = [
                 sum(v[0] for v in oracle.split(s.rows)[subtask].values()) for s in (before, after)
             ]

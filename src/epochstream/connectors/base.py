@@ -258,7 +258,9 @@ class GlobalCommitter(ABC):
     The job master calls :meth:`commit` once per completed checkpoint with the union
     of every writer's snapshot entries, and again for the restored checkpoint when an
     attempt starts: ``commit`` must recognise a checkpoint it committed already (a
-    Delta application transaction id, for instance) and skip it.
+    Delta application transaction id, for instance) and skip it. Checkpoint ids only
+    grow, also from one job to the next one on the same target (they start above
+    :meth:`last_committed`), so "committed already" is "at most the last committed".
 
     Example::
 
@@ -272,6 +274,12 @@ class GlobalCommitter(ABC):
     @abstractmethod
     def commit(self, checkpoint_id: int, entries: list[Any]) -> None:
         """Publish ``entries`` of completed checkpoint ``checkpoint_id``; idempotent."""
+
+    @abstractmethod
+    def last_committed(self) -> int:
+        """The newest checkpoint id this sink committed (0: none). The job master
+        numbers a job's checkpoints above it, so a fresh job writing to the same target
+        is never taken for a replay of the one before (its commits would be skipped)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the default holds none."""

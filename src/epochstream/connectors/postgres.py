@@ -62,7 +62,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from epochstream.connectors.base import Sink, SinkContext, SinkWriter
+from epochstream.connectors.base import GlobalCommitter, Sink, SinkContext, SinkWriter
 from epochstream.connectors.batchform import is_batch, user_columns
 from epochstream.connectors.twophase import TwoPhaseCommitSinkWriter
 from epochstream.core.changelog import OP, RowKind
@@ -126,6 +126,11 @@ class PostgresSink(Sink):
         self.columns = list(columns) if columns is not None else None
         self.sink_id = _UNSAFE.sub("_", sink_id or table)
         self.transactional = mode != "upsert"
+
+    def create_committer(self, job_id: str) -> GlobalCommitter | None:
+        """``transactional_upsert``: the job master applies each checkpoint's changes of
+        every subtask in one transaction (:class:`PostgresUpsertCommitter`)."""
+        return PostgresUpsertCommitter(self) if self.mode == "transactional_upsert" else None
 
     def create_writer(self, ctx: SinkContext) -> SinkWriter:
         if self.mode == "two_phase":
@@ -461,79 +466,82 @@ class PostgresUpsertWriter(SinkWriter):
         self._table.close()
 
 
-#: The table of applied checkpoint entries (one row per sink and entry) that makes a
-#: transactional upsert writer's commits idempotent.
-COMMITS_TABLE = "epochstream_sink_commits"
+#: The table of the checkpoints each transactional upsert sink applied: one row per
+#: sink, its newest applied checkpoint, written in the transaction that applied it.
+COMMITS_TABLE = "epochstream_sink_checkpoints"
 
 
 @dataclass(frozen=True)
 class UpsertEntry:
     """One checkpoint interval's changes of one transactional upsert writer, by key:
-    ``upserts`` (rows) and ``deletes`` (key tuples). ``origin`` (job and sink) with
-    ``subtask`` and ``checkpoint_id`` names it in the commits table.
+    ``upserts`` (rows) and ``deletes`` (key tuples).
 
     Example::
 
-        UpsertEntry("3f2a9c1e/counts", 0, 4, upserts=(("a", 3),), deletes=(("b",),))
+        UpsertEntry(0, 4, upserts=(("a", 3),), deletes=(("b",),))
     """
 
-    origin: str
     subtask: int
     checkpoint_id: int
     upserts: tuple[tuple[Any, ...], ...]
     deletes: tuple[tuple[Any, ...], ...]
 
-    @property
-    def name(self) -> str:
-        """``<job>/<sink>/<subtask>/<checkpoint>``: its row in the commits table."""
-        return f"{self.origin}/{self.subtask}/{self.checkpoint_id}"
+
+class _Checkpoints:
+    """The sink's row in :data:`COMMITS_TABLE`: read, and moved on inside the
+    transaction that applies a checkpoint."""
+
+    def __init__(self, table: _Table) -> None:
+        from psycopg import sql
+
+        self.sink = table.sink.sink_id
+        ident = sql.Identifier(COMMITS_TABLE)
+        table.admin.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (sink TEXT PRIMARY KEY, checkpoint BIGINT NOT NULL)"
+            ).format(ident)
+        )
+        self.read = sql.SQL("SELECT checkpoint FROM {} WHERE sink = %s").format(ident)
+        self.lock = sql.SQL("SELECT checkpoint FROM {} WHERE sink = %s FOR UPDATE").format(ident)
+        self.write = sql.SQL(
+            "INSERT INTO {} (sink, checkpoint) VALUES (%s, %s) "
+            "ON CONFLICT (sink) DO UPDATE SET checkpoint = EXCLUDED.checkpoint"
+        ).format(ident)
+
+
+def _apply_entries(cur: Any, upserts: _Upserts, entries: list[UpsertEntry]) -> None:
+    """Apply ``entries`` in order (checkpoint, then subtask): each key's last change."""
+    changes: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
+    index = upserts.index
+    for entry in sorted(entries, key=lambda e: (e.checkpoint_id, e.subtask)):
+        changes.update(dict.fromkeys(entry.deletes))
+        changes.update((tuple(row[i] for i in index), row) for row in entry.upserts)
+    upserts.apply(cur, changes)
 
 
 class PostgresTransactionalUpsertWriter(SinkWriter):
     """A subtask's transactional upsert writer (``mode="transactional_upsert"``): a
     checkpoint interval's changes are folded by key and kept in the checkpoint (an
-    :class:`UpsertEntry`); when the checkpoint completes they are applied in one
-    transaction together with the entry's row in :data:`COMMITS_TABLE`, so the table
-    moves from one checkpoint's state to the next at once, and an entry applied before
-    (a recovery repeats the last checkpoint's) is skipped.
+    :class:`UpsertEntry`); the job master's :class:`PostgresUpsertCommitter` applies
+    every subtask's entries of a completed checkpoint in one transaction. An entry
+    stays in this writer's snapshots until a completed checkpoint covers it (an aborted
+    checkpoint's changes go into the next commit).
 
     Example::
 
         w = PostgresSink(dsn, "counts", "transactional_upsert", ["word"]).create_writer(ctx)
-        w.restore([]); w.write_batch(batch); w.snapshot(1); w.notify_checkpoint_complete(1)
+        w.restore([]); w.write_batch(batch); entries = w.snapshot(1)
     """
 
     def __init__(self, sink: PostgresSink, ctx: SinkContext) -> None:
-        from psycopg import sql
-
         self._ctx = ctx
         self._table = _Table(sink)
         self._upserts = _Upserts(self._table)
-        self._origin = f"{ctx.job_id[:8]}/{sink.sink_id}"
         self._buffer: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
-        self._pending: dict[int, UpsertEntry] = {}
-        self._table.admin.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (sink TEXT, entry TEXT, PRIMARY KEY (sink, entry))"
-            ).format(sql.Identifier(COMMITS_TABLE))
-        )
-        self._mark = sql.SQL(
-            "INSERT INTO {} (sink, entry) VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1"
-        ).format(sql.Identifier(COMMITS_TABLE))
+        self._pending: list[UpsertEntry] = []
 
     def restore(self, entries: list[Any]) -> None:
-        """Subtask 0 applies every recovered entry not applied yet (the restored
-        checkpoint completed: its entries are the table's state)."""
-        if self._ctx.subtask_index != 0:
-            return
-        for entry in entries:
-            if not isinstance(entry, UpsertEntry):
-                raise SinkError(
-                    f"PostgresSink {self._table.sink.table!r}: cannot recover a "
-                    f"{type(entry).__qualname__} entry",
-                    retryable=False,
-                )
-        self._apply(sorted(entries, key=lambda e: (e.checkpoint_id, e.subtask)))
+        """Nothing to do: the job master's committer applies the restored checkpoint."""
 
     def write_batch(self, records: Any) -> None:
         if len(records):
@@ -542,7 +550,6 @@ class PostgresTransactionalUpsertWriter(SinkWriter):
     def _entry(self, checkpoint_id: int) -> UpsertEntry:
         buffer, self._buffer = self._buffer, {}
         return UpsertEntry(
-            self._origin,
             self._ctx.subtask_index,
             checkpoint_id,
             upserts=tuple(row for row in buffer.values() if row is not None),
@@ -551,37 +558,65 @@ class PostgresTransactionalUpsertWriter(SinkWriter):
 
     def snapshot(self, checkpoint_id: int) -> list[Any]:
         if self._buffer:
-            self._pending[checkpoint_id] = self._entry(checkpoint_id)
-        return list(self._pending.values())
+            self._pending.append(self._entry(checkpoint_id))
+        return list(self._pending)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        done = sorted(cid for cid in self._pending if cid <= checkpoint_id)
-        self._apply([self._pending[cid] for cid in done])
-        for cid in done:
-            del self._pending[cid]
+        self._pending = [e for e in self._pending if e.checkpoint_id > checkpoint_id]
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         """Its changes stay pending: the next completed checkpoint applies them."""
 
     def end_input(self) -> None:
-        """With checkpointing off, apply now; else the final checkpoint does."""
+        """With checkpointing off there is no committer: apply now (this subtask's
+        changes in one transaction); else the final checkpoint's commit does."""
         if not self._ctx.checkpointing and self._buffer:
-            self._apply([self._entry(0)])
+            with self._table.conn.transaction(), self._table.conn.cursor() as cur:
+                _apply_entries(cur, self._upserts, [self._entry(0)])
 
     def close(self) -> None:
         self._table.close()
 
-    def _apply(self, entries: list[UpsertEntry]) -> None:
-        """Apply each entry in a transaction of its own, unless its row in the commits
-        table says it was applied."""
-        conn, sink = self._table.conn, self._table.sink.sink_id
+
+class PostgresUpsertCommitter(GlobalCommitter):
+    """Applies a completed checkpoint's changes (every subtask's :class:`UpsertEntry`)
+    in ONE transaction that also moves the sink's row in :data:`COMMITS_TABLE` to the
+    checkpoint, so the table moves from one checkpoint's state to the next at once,
+    and a checkpoint at most that row's is a replay (a restore) and is skipped.
+
+    Example::
+
+        PostgresSink(dsn, "counts", "transactional_upsert", ["word"]).create_committer(job)
+    """
+
+    def __init__(self, sink: PostgresSink) -> None:
+        self._table = _Table(sink)
+        self._upserts = _Upserts(self._table)
+        self._checkpoints = _Checkpoints(self._table)
+
+    def last_committed(self) -> int:
+        row = self._table.admin.execute(
+            self._checkpoints.read, (self._checkpoints.sink,)
+        ).fetchone()
+        return int(row[0]) if row is not None else 0
+
+    def commit(self, checkpoint_id: int, entries: list[Any]) -> None:
         for entry in entries:
-            with conn.transaction(), conn.cursor() as cur:
-                if cur.execute(self._mark, (sink, entry.name)).fetchone() is None:
-                    continue  # applied before: the row is there
-                changes: dict[tuple[Any, ...], tuple[Any, ...] | None] = dict.fromkeys(
-                    entry.deletes
+            if not isinstance(entry, UpsertEntry):
+                raise SinkError(
+                    f"PostgresSink {self._table.sink.table!r}: cannot commit a "
+                    f"{type(entry).__qualname__} entry",
+                    retryable=False,
                 )
-                index = self._upserts.index
-                changes.update((tuple(row[i] for i in index), row) for row in entry.upserts)
-                self._upserts.apply(cur, changes)
+        conn, checkpoints = self._table.conn, self._checkpoints
+        with conn.transaction(), conn.cursor() as cur:
+            row = cur.execute(checkpoints.lock, (checkpoints.sink,)).fetchone()
+            last = int(row[0]) if row is not None else 0
+            if checkpoint_id <= last:
+                return  # applied before this restore
+            # Entries of checkpoints up to ``last`` were in an earlier commit.
+            _apply_entries(cur, self._upserts, [e for e in entries if e.checkpoint_id > last])
+            cur.execute(checkpoints.write, (checkpoints.sink, checkpoint_id))
+
+    def close(self) -> None:
+        self._table.close()

@@ -49,6 +49,21 @@ class GlobalCommits:
     def __bool__(self) -> bool:
         return bool(self._committers)
 
+    def last_committed(self) -> int:
+        """The newest checkpoint id any of the sinks committed (0: none): a job's
+        checkpoint ids start above it, so its commits are never taken for replays.
+        SinkError naming the sink that cannot tell."""
+        last = 0
+        for uid, committer in self._committers.items():
+            try:
+                last = max(last, committer.last_committed())
+            except Exception as exc:
+                raise SinkError(
+                    f"global committer of sink {uid!r} cannot read its last commit: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+        return last
+
     def commit(self, checkpoint_id: int, metadata: CheckpointMetadata) -> None:
         """Commit each sink's entries of checkpoint ``checkpoint_id``; SinkError naming the sink."""
         for uid, committer in self._committers.items():

@@ -182,6 +182,8 @@ class JobMaster:
                 operator_parallelism={uid: graph.parallelism for uid in graph.operator_uids},
                 callbacks=self,
                 outage=self.storage_outage,
+                # Above what the sinks committed before (another job on the same table).
+                first_checkpoint_id=self._commits.last_committed() + 1,
             )
         # An attempt that failed with storage unavailable waits here for it, restarts unspent.
         self._storage_wait = StorageWaiter(
