@@ -72,7 +72,7 @@ Sample = dict[int, tuple[int, int, int]]  # seller -> (bids, total, top)
 
 @dataclass(frozen=True)
 class JoinRows:
-    """The join's rows for one sink subtask's sellers, in bid position order:
+    """The join's rows for one group's sellers, in bid position order:
     ``auction_rank`` (the auction's rank among auctions by position), the seller's
     dense index and the bid's price."""
 
@@ -82,8 +82,8 @@ class JoinRows:
 
 
 class PrefixOracle:
-    """The answers over every pair of cuts ``(auctions < a, bids < b)``, split by the
-    sink subtask owning each seller.
+    """The answers over every pair of cuts ``(auctions < a, bids < b)``, split by
+    group of sellers (``GROUPS``).
 
     Example: ``oracle.is_prefix(0, oracle.answer(0, 200, 1_500))`` is True; a sample
     with one seller's total changed, or half its sellers from an earlier cut, is not.
@@ -116,10 +116,10 @@ class PrefixOracle:
             for s in range(GROUPS)
         ]
 
-    def answer(self, subtask: int, auctions: int, bids: int | None) -> Sample:
-        """The rows of ``subtask``'s sellers over the auctions of rank ``< auctions`` and
+    def answer(self, group: int, auctions: int, bids: int | None) -> Sample:
+        """The rows of ``group``'s sellers over the auctions of rank ``< auctions`` and
         the first ``bids`` join rows among theirs (None: all)."""
-        rows = self.rows[subtask]
+        rows = self.rows[group]
         included = np.flatnonzero(rows.auction_rank < auctions)[:bids]
         n = len(self.sellers)
         seller = rows.seller[included]
@@ -134,7 +134,7 @@ class PrefixOracle:
         }
 
     def split(self, sample: Sample) -> list[Sample]:
-        """``sample``'s rows by the sink subtask owning their seller."""
+        """``sample``'s rows by their seller's group."""
         parts: list[Sample] = [{} for _ in range(GROUPS)]
         for seller, values in sample.items():
             index = int(np.searchsorted(self.sellers, seller))
@@ -142,13 +142,13 @@ class PrefixOracle:
             parts[int(self.owner[index])][seller] = values
         return parts
 
-    def is_prefix(self, subtask: int, part: Sample) -> bool:
-        """Whether some cuts give exactly ``part`` on ``subtask``'s sellers."""
+    def is_prefix(self, group: int, part: Sample) -> bool:
+        """Whether some cuts give exactly ``part`` on ``group``'s sellers."""
         count = sum(bids for bids, _, _ in part.values())
         return any(
-            self.answer(subtask, auctions, count) == part
+            self.answer(group, auctions, count) == part
             for auctions in range(self.auctions + 1)
-            if np.count_nonzero(self.rows[subtask].auction_rank < auctions) >= count
+            if np.count_nonzero(self.rows[group].auction_rank < auctions) >= count
         )
 
 
@@ -304,7 +304,7 @@ def test_join_aggregate_upserts_are_prefix_consistent_through_slot_and_driver_si
             key = (subtask, tuple(sorted(part.items())))
             if key not in checked:
                 assert oracle.is_prefix(subtask, part), (
-                    f"snapshot {number}: subtask {subtask}'s rows are no prefix's answer"
+                    f"snapshot {number}: group {subtask}'s rows are no prefix's answer"
                 )
                 checked.add(key)
     for before, after in itertools.pairwise(snapshots):
@@ -313,4 +313,4 @@ def test_join_aggregate_upserts_are_prefix_consistent_through_slot_and_driver_si
             counts = [
                 sum(v[0] for v in oracle.split(s.rows)[subtask].values()) for s in (before, after)
             ]
-            assert counts[1] >= counts[0], f"subtask {subtask} lost committed rows"
+            assert counts[1] >= counts[0], f"group {subtask} lost committed rows"

@@ -30,12 +30,13 @@ the key's row, ``+I``/``+U`` upsert it, ``-U`` (an update's old value) is skippe
 
 ``mode="transactional_upsert"`` (exactly-once for keyed results and changelogs): the
 changes of a checkpoint interval are folded by key (the last upsert or delete of each)
-and kept in the checkpoint; when it completes they are applied in one transaction that
-also inserts the entry's name (``<job>/<sink>/<subtask>/<checkpoint>``) into the table
-``epochstream_sink_commits`` (created if missing), so the table moves from one
-checkpoint's state to the next at once and a recovery, which applies the restored
-checkpoint's entries again, skips those already applied. Output appears one checkpoint
-interval late. The commits table keeps a row per sink subtask and checkpoint.
+by each subtask and kept in the checkpoint; when it completes, the job master's
+committer applies every subtask's changes in ONE transaction that also moves the
+sink's row in ``epochstream_sink_checkpoints`` (created if missing; one row per sink)
+to the checkpoint. The table moves from one checkpoint's state to the next at once,
+and a recovery, which commits the restored checkpoint again, skips it. Output appears
+one checkpoint interval late. Without checkpointing, each subtask applies its changes
+at the end of the input.
 
 Records are dicts (keys are column names) or tuples in column order. ``columns``
 chooses the columns written (default: all of the table's, in table order).
