@@ -67,6 +67,7 @@ from epochstream.runtime.operators.columnar_aggregates import own_backend
 from epochstream.runtime.operators.columnar_transforms import need_batch
 from epochstream.runtime.operators.columnar_window_aggregates import check_aggregate_input
 from epochstream.runtime.operators.columnar_window_topn import partition_ids
+from epochstream.runtime.operators.fired_watermarks import NO_WATERMARK, FiredWatermarks
 from epochstream.state.backends.base import RowSchema, RowTable, SnapshotTarget
 from epochstream.state.column_keygroups import key_groups_by_columns
 from epochstream.state.columnar_checks import event_times
@@ -80,9 +81,7 @@ _BUFFER, _HISTORY, _FIRED = "over-buffer", "over-history", "over-fired"
 #: arrival number and key group, and the fired table's watermark.
 _QUEUE, _TIME, _SEQ, _GROUP, _MARK = "_ov_queue", "_ov_ts", "_ov_seq", "_ov_group", "_ov_mark"
 _ROWS = "_ov_rows"
-_FIRED_SCHEMA = RowSchema(pa.schema([(_GROUP, pa.uint64()), (_MARK, pa.int64())]), _GROUP)
-_NO_WATERMARK = -(2**63)
-_ALL = 2**64 - 1
+_FIRED_MARKS = FiredWatermarks(_FIRED, _GROUP, _MARK)
 #: Buffer keys (:func:`_queue_keys`): event times within +-2**47 ms (4,000 years
 #: around 1970), key groups below 2**16.
 _TIME_OFFSET, _GROUP_BITS = 2**47, 16
@@ -355,12 +354,12 @@ class ColumnarOverAggregateOperator(Operator):
         self.keyed = self.keyed or own_backend(spec, ctx)
         self.key_groups = self.keyed.key_group_range
         self.over: OverAggregateSpec = spec.payload
-        self.watermark = _NO_WATERMARK
+        self.watermark = NO_WATERMARK
         #: Per key group (from this subtask's first), the restored fired watermark.
         self.fired: np.ndarray | None = None
         self.seq = 0
         #: The latest time rows took (processing time: the clock, never going back).
-        self.latest = _NO_WATERMARK
+        self.latest = NO_WATERMARK
         self._types: dict[str, pa.DataType] = {}
         self._where = ctx.task_name
         self._keys = list(self.over.partition_by)
@@ -382,31 +381,12 @@ class ColumnarOverAggregateOperator(Operator):
                 rows = table.table()
                 self.seq = max(self.seq, int(pc.max(rows.column(_SEQ)).as_py()) + 1)
                 self.latest = max(self.latest, int(pc.max(rows.column(_TIME)).as_py()))
-        fired = self.keyed.row_table(_FIRED)
-        if fired is not None:
-            marks = fired.table()
-            self.fired = np.full(len(self.key_groups), _NO_WATERMARK, dtype=np.int64)
-            slots = _numpy(marks.column(_GROUP)).astype(np.int64) - self.key_groups.start
-            np.maximum.at(self.fired, slots, _numpy(marks.column(_MARK)))
+        self.fired = _FIRED_MARKS.restore(self.keyed, self.key_groups)
 
     def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
-        self._file_fired()
-        return super().snapshot(target)
-
-    def _file_fired(self) -> None:
-        """Put each key group's watermark into ``over-fired`` (a restore's late rule)."""
         assert self.keyed is not None
-        marks = np.full(len(self.key_groups), self.watermark, dtype=np.int64)
-        if self.fired is not None:
-            marks = np.maximum(marks, self.fired)
-        table = self.keyed.row_table(_FIRED, _FIRED_SCHEMA)
-        assert table is not None
-        table.pop_until(_ALL)
-        groups = np.arange(self.key_groups.start, self.key_groups.stop)
-        rows = pa.record_batch(
-            [pa.array(groups, pa.uint64()), pa.array(marks)], schema=_FIRED_SCHEMA.schema
-        )
-        table.append(rows, groups.astype(np.int32))
+        _FIRED_MARKS.file(self.keyed, self.key_groups, self.watermark, self.fired)
+        return super().snapshot(target)
 
     def _table(self, name: str, schema: pa.Schema, key: str) -> RowTable:
         assert self.keyed is not None

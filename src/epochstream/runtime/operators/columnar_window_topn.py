@@ -53,6 +53,7 @@ from epochstream.graph.specs import WindowTopNSpec
 from epochstream.runtime.operators.base import Operator, SnapshotParts
 from epochstream.runtime.operators.columnar_aggregates import own_backend
 from epochstream.runtime.operators.columnar_transforms import need_batch
+from epochstream.runtime.operators.fired_watermarks import NO_WATERMARK, FiredWatermarks
 from epochstream.state.backends.base import RowSchema, RowTable, SnapshotTarget
 from epochstream.state.column_keygroups import key_groups_by_columns
 from epochstream.state.columnar_checks import require_columns
@@ -68,9 +69,7 @@ _GROUP = "_tn_group"
 _ALL_GROUPS = 2**32 - 1
 #: The row table of the watermark each key group had fired windows up to at the last
 #: snapshot (one row per key group), and its watermark column.
-_FIRED, _MARK = "topn-fired", "_tn_watermark"
-_FIRED_SCHEMA = RowSchema(pa.schema([(_GROUP, pa.uint64()), (_MARK, pa.int64())]), _GROUP)
-_NO_WATERMARK = -(2**63)
+_FIRED_MARKS = FiredWatermarks("topn-fired", _GROUP, "_tn_watermark")
 #: Between the table prefix and the window end in a row table's name.
 _PREFIX = "topn@"
 #: A window's table is not re-ranked below this many rows (small tables stay as they are).
@@ -194,7 +193,7 @@ class ColumnarWindowTopNOperator(Operator):
         #: The key groups of this subtask (those its backend holds).
         self.key_groups = self.keyed.key_group_range
         self.topn: WindowTopNSpec = spec.payload
-        self.watermark = _NO_WATERMARK
+        self.watermark = NO_WATERMARK
         #: Per key group of this subtask (from its first), the restored watermark its
         #: windows had fired up to; None without a restore.
         self.fired: np.ndarray | None = None
@@ -208,7 +207,7 @@ class ColumnarWindowTopNOperator(Operator):
     def initialize_state(self, restore: OperatorRestore | None, checkpoint_id: int | None) -> None:
         super().initialize_state(restore, checkpoint_id)
         assert self.keyed is not None
-        names = [n for n in self.keyed.row_tables() if n != _FIRED]
+        names = [n for n in self.keyed.row_tables() if n != _FIRED_MARKS.table]
         other = [n for n in names if _end_of(n) is None] + self.keyed.column_tables()
         if other:
             raise StateError(
@@ -221,31 +220,12 @@ class ColumnarWindowTopNOperator(Operator):
             self._schema = table.schema
             held = len(table)
             self.sizes[int(_end_of(name) or 0)] = [held, held]
-        fired = self.keyed.row_table(_FIRED)
-        if fired is not None:
-            marks = fired.table()
-            self.fired = np.full(len(self.key_groups), _NO_WATERMARK, dtype=np.int64)
-            slots = marks.column(_GROUP).to_numpy().astype(np.int64) - self.key_groups.start
-            np.maximum.at(self.fired, slots, marks.column(_MARK).to_numpy())
+        self.fired = _FIRED_MARKS.restore(self.keyed, self.key_groups)
 
     def snapshot(self, target: SnapshotTarget) -> SnapshotParts:
-        self._file_fired()
-        return super().snapshot(target)
-
-    def _file_fired(self) -> None:
-        """Put each key group's fired-up-to watermark into ``topn-fired``."""
         assert self.keyed is not None
-        marks = np.full(len(self.key_groups), self.watermark, dtype=np.int64)
-        if self.fired is not None:
-            marks = np.maximum(marks, self.fired)
-        table = self.keyed.row_table(_FIRED, _FIRED_SCHEMA)
-        assert table is not None
-        table.pop_until(_ALL_GROUPS)
-        groups = np.arange(self.key_groups.start, self.key_groups.stop)
-        rows = pa.record_batch(
-            [pa.array(groups, pa.uint64()), pa.array(marks)], schema=_FIRED_SCHEMA.schema
-        )
-        table.append(rows, groups.astype(np.int32))
+        _FIRED_MARKS.file(self.keyed, self.key_groups, self.watermark, self.fired)
+        return super().snapshot(target)
 
     def _table(self, end: int) -> RowTable:
         assert self.keyed is not None and self._schema is not None
