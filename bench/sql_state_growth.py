@@ -5,6 +5,8 @@ table and INSERT unchanged) through epochstream's ``execute_sql`` over the ``nex
 connector's ``bid``/``auction``/``person`` tables with a wall-clock ``rate`` (positions/s
 in total, the table's sources each reading every position and keeping their kind), so
 the job runs for ``--minutes`` at a steady input rate and does not end by itself.
+``--state-ttl`` sets ``table.exec.state.ttl`` first (the join and GROUP BY state then
+expire that long after they were last written).
 Parallelism 2, a checkpoint every ``--interval`` seconds on the chosen state backend
 (``rocksdb``, incremental, or ``heap``). Every ``--sample`` seconds it reads the job's
 checkpoint statistics (``client.checkpoint_stats()``, what the REST API and
@@ -136,6 +138,8 @@ def run(args: argparse.Namespace, spark: Any) -> dict[str, Any]:
     q = flink_query(args.query)
     tables = [nexmark_table_ddl(kind, events, args.rate) for kind in TABLES]
     env.execute_sql(";\n".join([*tables, q.sink_ddl, *q.views]))
+    if args.state_ttl:
+        env.execute_sql(f"SET 'table.exec.state.ttl' = '{args.state_ttl}'")
     sink = re.match(r"CREATE\s+TABLE\s+(\S+)", q.sink_ddl, flags=re.I)
     assert sink is not None
     client = env.execute_sql(f"INSERT INTO {sink.group(1)} {q.select}", wait=False)
@@ -162,6 +166,7 @@ def run(args: argparse.Namespace, spark: Any) -> dict[str, Any]:
         "backend": args.backend,
         "rate": args.rate,
         "interval_s": args.interval,
+        "state_ttl": args.state_ttl,
         "restarts": restarts,
         "samples": [s.__dict__ for s in samples],
         "checkpoints": checkpoints,
@@ -177,6 +182,9 @@ def main() -> None:
     parser.add_argument("--sample", type=float, default=60.0, help="seconds between rows")
     parser.add_argument("--backend", choices=["rocksdb", "heap"], default="rocksdb")
     parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument(
+        "--state-ttl", default="", help="SET 'table.exec.state.ttl' to this (e.g. '60 s')"
+    )
     parser.add_argument("--json", default="", help="write every checkpoint's figures here")
     args = parser.parse_args()
 
@@ -189,7 +197,8 @@ def main() -> None:
         spark.stop()
     print(
         f"\n{args.query}, {args.backend}, {args.rate:,} positions/s, checkpoints every "
-        f"{args.interval:g} s, p={args.parallelism}, restarts {out['restarts']}"
+        f"{args.interval:g} s, p={args.parallelism}, state TTL {args.state_ttl or 'none'}, "
+        f"restarts {out['restarts']}"
     )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
