@@ -204,7 +204,9 @@ def test_updating_results_rescale_through_a_savepoint_to_3_and_to_1_exactly(
     assert all(len(rows) > 50 for rows in expected.values())
     midway = {name: _pg_rows(postgres_dsn, name) for name in expected}
     assert midway["latest"] and midway["latest"] != expected["latest"], "stop mid-run"
-    kept = [*UPDATING_TABLES, "epochstream_sink_commits"]
+    from epochstream.connectors.postgres import COMMITS_TABLE
+
+    kept = [*UPDATING_TABLES, COMMITS_TABLE]
     _copy_tables(postgres_dsn, kept, "", "_at_savepoint")
 
     for parallelism in (3, 1):
