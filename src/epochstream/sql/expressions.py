@@ -968,8 +968,7 @@ class CalcProgram:
         """The projected (and filtered) batch."""
         ctx = kernels.EvalContext(batch.num_rows, clock_ms or self.clock_ms)
         values = self._program.start(batch)
-        # A kept column the batch lacks is not there to pass (rows without event time).
-        keep = [name for name in self.keep if name in batch.schema.names]
+        keep = [name for name in self.keep if name in batch.schema.names]  # e.g. no _ts
         kept = [batch.column(name) for name in keep]
         if self._condition is not None:
             # The condition's steps run on the whole batch; the values computed so far
