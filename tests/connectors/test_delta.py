@@ -178,8 +178,9 @@ def test_a_fresh_job_on_a_table_another_job_wrote_commits_its_own_checkpoints(
     after a restore). A second, fresh job (its own checkpoint storage, ids from 1) on
     the same table must not be taken for a replay: the job master numbers its
     checkpoints above what the table holds."""
-    import epochstream as es
     from deltalake import DeltaTable
+
+    import epochstream as es
 
     table = str(tmp_path / "table")
     key = {"key": ["id"]} if mode == "upsert" else {}

@@ -263,6 +263,12 @@ def plan_over(
     flink_types = {}
     for call in calls:
         arg_type = pre_types[call.column] if call.column is not None else None
+        if call.kind in ("sum", "avg") and arg_type is not None and arg_type.name == "DECIMAL":
+            raise sql_error(
+                call_nodes[call.output],
+                f"{call.kind.upper()} of a DECIMAL over an OVER window is not supported yet; "
+                "CAST the argument to DOUBLE (or to BIGINT for whole numbers)",
+            )
         try:
             agg_fields.append(Field(call.output, operator_result_type(call, arg_type)))
         except SqlError as err:

@@ -738,8 +738,9 @@ class Planner:
                 )
             )
         inputs = [self.plan_query(union.this), self.plan_query(union.expression)]
-        for node in inputs:
-            require_append_only(node, union, "UNION ALL")
+        # Over changelogs the union is the changelogs merged (an append-only input's
+        # batches carry no row kinds: all inserts), an updating result without a key.
+        updating = any(node.updating for node in inputs)
         first = inputs[0].fields
         for other in inputs[1:]:
             if len(other.fields) != len(first):
@@ -771,9 +772,11 @@ class Planner:
                 projections.append((target.name, ref))
             aligned.append(self.calc(node, projections, None, "UNION ALL input"))
         rowtime = (
-            inputs[0].rowtime if all(n.rowtime == inputs[0].rowtime for n in aligned) else None
+            inputs[0].rowtime
+            if not updating and all(n.rowtime == inputs[0].rowtime for n in aligned)
+            else None
         )
-        return UnionNode(tuple(aligned), first, rowtime, "UNION ALL")
+        return UnionNode(tuple(aligned), first, rowtime, "UNION ALL", updating=updating)
 
 
 def _referenced_names(select: exp.Select) -> set[tuple[str, str]] | None:

@@ -268,7 +268,9 @@ class ColumnarGroupAggregateOperator(Operator):
             batch, self.keys, self.agg.aggs, self._types, self._where, event_time=False
         )
         if self._calls is None:
-            self._calls = AggregateCalls(self.agg.aggs, checked.floats, signed=signed)
+            self._calls = AggregateCalls(
+                self.agg.aggs, checked.floats, signed=signed, decimal_scales=checked.decimals
+            )
         calls = self._calls
         now = self.expiry.now()
         self._cleanup(now)

@@ -56,6 +56,7 @@ Example::
 
 from __future__ import annotations
 
+import decimal
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
@@ -191,10 +192,18 @@ class AggregateCalls:
     """
 
     def __init__(
-        self, aggs: tuple[AggCall, ...], float_columns: set[str], *, signed: bool = False
+        self,
+        aggs: tuple[AggCall, ...],
+        float_columns: set[str],
+        *,
+        signed: bool = False,
+        decimal_scales: dict[str, int] | None = None,
     ) -> None:
         self.aggs = aggs
         self.floats = float_columns
+        #: DECIMAL columns and their scales: SUM and AVG add them exactly as
+        #: decimal128(38, scale) (Flink's SUM type), without the int64 overflow shadow.
+        self.decimals = dict(decimal_scales or {})
         #: Whether rows come with signed weights (a changelog: -U/-D retract): every
         #: partial is then a sum, and SUM keeps its value count (NULL when it is 0).
         #: MIN and MAX keep no partial of their extreme then (a float's NaN count
@@ -228,17 +237,20 @@ class AggregateCalls:
         columns were floats shows in which partials exist (an int64 sum keeps its float
         shadow ``_f``, a float MIN/MAX its NaN count ``_z``). Fills ``types`` with the
         MIN/MAX value types the partials keep."""
-        floats = set()
+        floats, decimals = set(), {}
         for i, agg in enumerate(aggs):
             if agg.column is None:
                 continue
-            if agg.kind in ("sum", "avg") and f"_wa{i}_f" not in partials.names:
+            summed = partials.field(f"_wa{i}_s").type if f"_wa{i}_s" in partials.names else None
+            if agg.kind in ("sum", "avg") and summed is not None and pa.types.is_decimal(summed):
+                decimals[agg.column] = summed.scale
+            elif agg.kind in ("sum", "avg") and f"_wa{i}_f" not in partials.names:
                 floats.add(agg.column)
             if agg.kind in ("min", "max") and f"_wa{i}_z" in partials.names:
                 floats.add(agg.column)
             if agg.kind in ("min", "max") and f"_wa{i}_m" in partials.names:
                 types.setdefault(agg.column, partials.field(f"_wa{i}_m").type)
-        return cls(aggs, floats, signed=signed)
+        return cls(aggs, floats, signed=signed, decimal_scales=decimals)
 
     def _partials_of(self, i: int, agg: AggCall) -> list[_Partial]:
         p = f"_wa{i}"
@@ -253,7 +265,8 @@ class AggregateCalls:
         parts = []
         if agg.kind in ("sum", "avg"):
             parts.append(_Partial(f"{p}_s", f"{p}_v", "sum", "sum"))
-            if agg.column not in self.floats:  # the int64 sum's overflow check
+            if agg.column not in self.floats and agg.column not in self.decimals:
+                # the int64 sum's overflow check
                 parts.append(_Partial(f"{p}_f", f"{p}_f", "sum", "sum"))
             if agg.kind == "avg" or self.signed:
                 parts.append(_Partial(f"{p}_n", f"{p}_v", "count", "sum"))
@@ -286,6 +299,8 @@ class AggregateCalls:
             elif agg.kind in ("sum", "avg"):
                 if floating:
                     out[f"{p}_v"] = value.cast(pa.float64())
+                elif agg.column in self.decimals:
+                    out[f"{p}_v"] = value.cast(pa.decimal128(38, self.decimals[agg.column]))
                 else:
                     out[f"{p}_v"] = value.cast(pa.int64())
                     out[f"{p}_f"] = value.cast(pa.float64())
@@ -331,6 +346,9 @@ class AggregateCalls:
             if part.batch_fn == "count":
                 valid = np.asarray(pc.is_valid(value).to_numpy(zero_copy_only=False), bool)
                 columns[part.name] = np.where(valid, weights, 0)
+                continue
+            if pa.types.is_decimal(value.type):  # exact: negated where retracted
+                columns[part.name] = pc.if_else(pa.array(weights < 0), pc.negate(value), value)
                 continue
             # sum: NULL adds nothing; ints stay exact (int64 times +-1)
             filled = pc.fill_null(value, 0).to_numpy(zero_copy_only=False)
@@ -378,7 +396,7 @@ class AggregateCalls:
                 nan = pc.and_(nan, pc.is_null(value))
             return pc.if_else(nan, pa.scalar(float("nan"), value.type), value)
         total = col(f"{p}_s")
-        if agg.column not in self.floats:
+        if agg.column not in self.floats and agg.column not in self.decimals:
             top = pc.max(pc.abs(col(f"{p}_f"))).as_py()
             if top is not None and top >= 2.0**63:
                 raise DataError(
@@ -394,12 +412,31 @@ class AggregateCalls:
         some = pc.greater(pc.fill_null(count, 0), 0)
         if agg.column in self.floats:
             return pc.if_else(some, pc.divide(total, count), pa.scalar(None, pa.float64()))
+        if agg.column in self.decimals:
+            return _decimal_average(total, count, self.decimals[agg.column])
         # AVG of integers is an integer, truncated toward zero (Flink's, DuckDB's trunc).
         valid = np.asarray(some.to_numpy(zero_copy_only=False), dtype=bool)
         sums = pc.fill_null(total, 0).to_numpy(zero_copy_only=False)
         counts = np.maximum(pc.fill_null(count, 1).to_numpy(zero_copy_only=False), 1)
         quotient = np.abs(sums) // counts * np.sign(sums)
         return pa.array(quotient, pa.int64(), mask=~valid)
+
+
+def _decimal_average(total: pa.Array, count: pa.Array, scale: int) -> pa.Array:
+    """AVG of a DECIMAL(p, s): the exact sum over the count, rounded half up to scale
+    ``max(6, s)`` (Flink's AVG type, DECIMAL(38, max(6, s))); NULL without values. In
+    Python per group (the output's rows), not per input row."""
+    out_scale = max(6, scale)
+    quantum = decimal.Decimal(1).scaleb(-out_scale)
+    # Enough digits that a 38-digit sum over a count divides exactly to the quantum.
+    with decimal.localcontext(decimal.Context(prec=80)):
+        values = [
+            None
+            if t is None or not n
+            else (t / n).quantize(quantum, rounding=decimal.ROUND_HALF_UP)
+            for t, n in zip(total.to_pylist(), count.to_pylist(), strict=True)
+        ]
+    return pa.array(values, pa.decimal128(38, out_scale))
 
 
 def check_aggregate_input(
@@ -434,7 +471,12 @@ def check_aggregate_input(
     floats = {
         a.column for a in aggs if a.column and pa.types.is_floating(schema.field(a.column).type)
     }
-    return AggregateCalls(aggs, floats)
+    decimals = {
+        a.column: schema.field(a.column).type.scale
+        for a in aggs
+        if a.column and pa.types.is_decimal(schema.field(a.column).type)
+    }
+    return AggregateCalls(aggs, floats, decimal_scales=decimals)
 
 
 class SliceTables:
