@@ -26,6 +26,15 @@ TUMBLE = "TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))
 
 CASES = [
     # updating results
+    (
+        "SELECT auction, COUNT(*) FROM bid GROUP BY auction UNION ALL SELECT id, 1 FROM auction",
+        "UNION ALL over an updating input",
+    ),
+    (
+        "SELECT auction FROM (SELECT auction, COUNT(*) AS n FROM bid GROUP BY auction) "
+        "UNION SELECT id FROM auction",
+        "UNION over an updating input",
+    ),
     ("SELECT b.auction FROM bid b CROSS JOIN auction a", "CROSS JOIN is not supported"),
     (
         "SELECT b.auction FROM bid b LEFT JOIN auction a ON b.price > a.reserve",

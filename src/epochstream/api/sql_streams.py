@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from epochstream.api.columnar_joins import equi_join
 from epochstream.api.datastream import DataStream, DataStreamSink
-from epochstream.core.changelog import as_inserts
 from epochstream.graph.specs import SessionAggregateSpec, WindowTvf
 from epochstream.graph.windowing import (
     CumulativeEventTimeWindows,
@@ -136,13 +135,7 @@ class StreamBuilder:
             )
             return aggregated.name(node.label).uid(node.uid)
         if isinstance(node, UnionNode):
-            # A union with a changelog in it: every batch carries its kinds.
-            first, *others = (
-                self.stream(i).map_batches(as_inserts).name("as changelog").uid(f"{i.uid}-kinds")
-                if node.updating and not i.updating
-                else self.stream(i)
-                for i in node.inputs
-            )
+            first, *others = (self.stream(i) for i in node.inputs)
             return first.union(*others)
         raise TypeError(f"no DataStream for plan node {type(node).__name__}")
 

@@ -30,7 +30,6 @@ __all__ = [
     "KindsFromColumn",
     "KindsToColumn",
     "RowKind",
-    "as_inserts",
     "is_changelog",
     "kind_names",
     "weights",
@@ -88,17 +87,6 @@ def with_kinds(batch: pa.RecordBatch, kinds: Sequence[int] | np.ndarray) -> pa.R
     if OP in batch.schema.names:
         return batch.set_column(batch.schema.get_field_index(OP), OP, column)
     return batch.append_column(OP, column)
-
-
-def as_inserts(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``batch`` as changelog rows: its own ``_op`` if it has one, else all ``+I`` (an
-    append-only stream joining changelogs, so that every batch downstream has kinds).
-
-    Example: ``as_inserts(pa.record_batch({"k": [1]})).column("_op").to_pylist() == [0]``
-    """
-    if OP in batch.schema.names:
-        return batch
-    return with_kinds(batch, np.zeros(batch.num_rows, dtype=np.int8))
 
 
 def kind_names(column: pa.Array | pa.ChunkedArray) -> pa.Array:

@@ -728,6 +728,8 @@ class Planner:
     def _plan_union(self, union: exp.Union) -> PlanNode:
         if union.args.get("distinct"):
             # UNION is SELECT DISTINCT over UNION ALL (an updating result).
+            for side in (union.this, union.expression):
+                require_append_only(self.plan_query(side.copy()), union, "UNION")
             every = union.copy()
             every.set("distinct", False)
             return self._plan_distinct(
@@ -738,9 +740,8 @@ class Planner:
                 )
             )
         inputs = [self.plan_query(union.this), self.plan_query(union.expression)]
-        # Over changelogs the union is the changelogs merged (an append-only input's
-        # batches carry no row kinds: all inserts), an updating result without a key.
-        updating = any(node.updating for node in inputs)
+        for node in inputs:
+            require_append_only(node, union, "UNION ALL")
         first = inputs[0].fields
         for other in inputs[1:]:
             if len(other.fields) != len(first):
@@ -772,11 +773,9 @@ class Planner:
                 projections.append((target.name, ref))
             aligned.append(self.calc(node, projections, None, "UNION ALL input"))
         rowtime = (
-            inputs[0].rowtime
-            if not updating and all(n.rowtime == inputs[0].rowtime for n in aligned)
-            else None
+            inputs[0].rowtime if all(n.rowtime == inputs[0].rowtime for n in aligned) else None
         )
-        return UnionNode(tuple(aligned), first, rowtime, "UNION ALL", updating=updating)
+        return UnionNode(tuple(aligned), first, rowtime, "UNION ALL")
 
 
 def _referenced_names(select: exp.Select) -> set[tuple[str, str]] | None:
