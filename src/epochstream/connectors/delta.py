@@ -44,7 +44,11 @@ from typing import Any
 
 from epochstream.connectors.base import GlobalCommitter, Sink, SinkContext, SinkWriter
 from epochstream.connectors.batchform import is_batch, user_columns
-from epochstream.connectors.delta_upsert import DeltaMergeCommitter, DeltaUpsertWriter
+from epochstream.connectors.delta_upsert import (
+    DeltaAppCommitter,
+    DeltaMergeCommitter,
+    DeltaUpsertWriter,
+)
 from epochstream.connectors.filesink import rows_to_table
 from epochstream.core.changelog import OP
 from epochstream.exceptions import ConfigurationError, SinkError, short_repr
@@ -231,25 +235,13 @@ class DeltaWriter(SinkWriter):
         )
 
 
-class DeltaCommitter(GlobalCommitter):
+class DeltaCommitter(DeltaAppCommitter):
     """Commits a checkpoint's files as one Delta transaction, once (module docstring).
 
     Example::
 
         DeltaCommitter("/lake/t", "epochstream-t").commit(4, files)
     """
-
-    def __init__(self, path: str, app_id: str) -> None:
-        self._path = path
-        self._app_id = app_id
-
-    def last_committed(self) -> int:
-        """The newest checkpoint this sink committed to the table (0: none)."""
-        from deltalake import DeltaTable
-
-        if not DeltaTable.is_deltatable(self._path):
-            return 0
-        return DeltaTable(self._path).transaction_version(self._app_id) or 0
 
     def commit(self, checkpoint_id: int, entries: list[Any]) -> None:
         from deltalake import CommitProperties, DeltaTable, Transaction

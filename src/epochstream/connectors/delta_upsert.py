@@ -146,7 +146,27 @@ class DeltaUpsertWriter(SinkWriter):
         self._tables = []
 
 
-class DeltaMergeCommitter(GlobalCommitter):
+class DeltaAppCommitter(GlobalCommitter):
+    """A Delta table's global committer whose commits carry the application transaction
+    ``(app_id, checkpoint)``: the table's version of ``app_id`` is its last commit.
+
+    Example: ``DeltaMergeCommitter("/lake/t", "epochstream-t", ["id"]).last_committed()``
+    """
+
+    def __init__(self, path: str, app_id: str) -> None:
+        self._path = path
+        self._app_id = app_id
+
+    def last_committed(self) -> int:
+        """The newest checkpoint this sink committed to the table (0: none)."""
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(self._path):
+            return 0
+        return DeltaTable(self._path).transaction_version(self._app_id) or 0
+
+
+class DeltaMergeCommitter(DeltaAppCommitter):
     """Merges a completed checkpoint's changes into the table as one Delta commit, once
     (module docstring).
 
@@ -156,17 +176,8 @@ class DeltaMergeCommitter(GlobalCommitter):
     """
 
     def __init__(self, path: str, app_id: str, key: list[str]) -> None:
-        self._path = path
-        self._app_id = app_id
+        super().__init__(path, app_id)
         self._key = key
-
-    def last_committed(self) -> int:
-        """The newest checkpoint this sink merged into the table (0: none)."""
-        from deltalake import DeltaTable
-
-        if not DeltaTable.is_deltatable(self._path):
-            return 0
-        return DeltaTable(self._path).transaction_version(self._app_id) or 0
 
     def commit(self, checkpoint_id: int, entries: list[Any]) -> None:
         import pyarrow as pa
