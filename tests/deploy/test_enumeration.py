@@ -246,6 +246,8 @@ class Committables(Sink):
 
         class Recorder(GlobalCommitter):
             def last_committed(self) -> int:
+                if sink.fail:
+                    raise OSError("table locked")
                 return max((c for c, _ in sink.committed), default=0)
 
             def commit(self, checkpoint_id: int, entries: list[Any]) -> None:
@@ -284,3 +286,23 @@ def test_global_commit_failure_names_sink_and_checkpoint() -> None:
 
 def test_sinks_without_committer_have_no_global_commits() -> None:
     assert not GlobalCommits(_graph(GrowingSource([])), "job")
+
+
+def test_the_sinks_last_commit_is_what_a_job_s_checkpoint_ids_start_above() -> None:
+    """GlobalCommits.last_committed: the job master numbers checkpoints above it, so a
+    fresh job on a table another job committed to is not taken for its replay."""
+    committed: list[tuple[int, list[Any]]] = [(3, []), (7, [])]
+    assert (
+        GlobalCommits(
+            _graph(GrowingSource([]), sink=Committables(committed)), "job"
+        ).last_committed()
+        == 7
+    )
+    assert (
+        GlobalCommits(_graph(GrowingSource([]), sink=Committables([])), "job").last_committed() == 0
+    )
+    failing = GlobalCommits(_graph(GrowingSource([]), sink=Committables([], fail=True)), "job")
+    with pytest.raises(
+        SinkError, match="sink 'out' cannot read its last commit: OSError: table locked"
+    ):
+        failing.last_committed()
