@@ -93,17 +93,25 @@ class StateDescriptor:
       :mod:`epochstream.core.state_ttl`); ``ttl_update``: ``"on_write"`` (default) or
       ``"on_read_and_write"``;
     - ``serializer``: how values are stored (default: pickle protocol 5); anything with
-      ``dumps``/``loads``, e.g. :class:`~epochstream.core.serializers.JsonSerializer`.
+      ``dumps``/``loads``, e.g. :class:`~epochstream.core.serializers.JsonSerializer`;
+    - ``version`` (default 1) and ``migrate``: the version of the values' schema, and
+      ``migrate(value, old_version) -> value`` converting values a snapshot saved at an
+      older version (see :mod:`epochstream.core.state_schema`); raise ``version`` when
+      the values change shape (a dataclass field added, a tuple widened, a JSON field
+      renamed).
 
     Example::
 
         ValueStateDescriptor("count", default=0, ttl=timedelta(hours=1)).name == "count"
+        ValueStateDescriptor("profile", version=2, migrate=lambda old, v: Profile(old.name, None))
     """
 
     name: str
     ttl: Any = field(default=None, kw_only=True)
     ttl_update: str = field(default="on_write", kw_only=True)
     serializer: Serializer | None = field(default=None, kw_only=True, compare=False)
+    version: int = field(default=1, kw_only=True)
+    migrate: Callable[[Any, int], Any] | None = field(default=None, kw_only=True, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -113,6 +121,15 @@ class StateDescriptor:
         if self.serializer is not None and not isinstance(self.serializer, Serializer):
             raise ConfigurationError(
                 f"state {self.name!r}: serializer needs dumps() and loads(), got {self.serializer!r}"
+            )
+        if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 1:
+            raise ConfigurationError(
+                f"state {self.name!r}: version must be an int >= 1, got {self.version!r}"
+            )
+        if self.migrate is not None and not callable(self.migrate):
+            raise ConfigurationError(
+                f"state {self.name!r}: migrate must be a function (value, old_version) -> value, "
+                f"got {self.migrate!r}"
             )
 
     @property

@@ -57,6 +57,7 @@ __all__ = [
     "evolve",
     "shape_of_type",
     "shapes_of",
+    "shapes_of_types",
 ]
 
 #: The outcomes of :func:`evolve`.
@@ -113,7 +114,9 @@ class StateSchema:
             raise CheckpointError(f"{where}: shapes must be a list, got {shapes!r}")
         return StateSchema(
             version,
-            frozenset(ValueShape.from_json(s, f"{where}.shapes[{i}]") for i, s in enumerate(shapes)),
+            frozenset(
+                ValueShape.from_json(s, f"{where}.shapes[{i}]") for i, s in enumerate(shapes)
+            ),
         )
 
 
@@ -137,8 +140,9 @@ def shape_of_type(cls: type) -> ValueShape | None:
 def _field_names(cls: type) -> tuple[str, ...] | None:
     if dataclasses.is_dataclass(cls):
         return tuple(f.name for f in dataclasses.fields(cls))
-    if issubclass(cls, tuple) and isinstance(getattr(cls, "_fields", None), tuple):
-        return tuple(cls._fields)  # a NamedTuple
+    named = getattr(cls, "_fields", None)
+    if issubclass(cls, tuple) and isinstance(named, tuple):
+        return named  # a NamedTuple
     attrs = getattr(cls, "__attrs_attrs__", None)
     if isinstance(attrs, tuple):
         return tuple(a.name for a in attrs)
@@ -150,7 +154,15 @@ def shapes_of(values: Iterable[Any]) -> frozenset[ValueShape]:
 
     Example: ``shapes_of([1, "a"]) == frozenset()``
     """
-    found = (shape_of_type(cls) for cls in set(map(type, values)))
+    return shapes_of_types(set(map(type, values)))
+
+
+def shapes_of_types(classes: Iterable[type]) -> frozenset[ValueShape]:
+    """The shapes of ``classes`` (those with named fields).
+
+    Example: ``shapes_of_types({int, str}) == frozenset()``
+    """
+    found = (shape_of_type(cls) for cls in classes)
     return frozenset(s for s in found if s is not None)
 
 

@@ -24,18 +24,20 @@ from epochstream.core.filesystems import (
     normalize_location,
     storage_fs,
 )
+from epochstream.core.state_schema import class_changes
 from epochstream.deploy.enumeration import SourceEnumerators
 from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.graph.jobgraph import JobGraph
 from epochstream.graph.launch import JobDescription
 from epochstream.runtime.messages import TaskDeployment
-from epochstream.state.handles import OperatorRestore
+from epochstream.state.handles import OperatorRestore, OperatorSubtaskState, saved_schemas
 from epochstream.state.redistribute import build_restores
 
 __all__ = [
     "check_restore_point",
     "initial_splits",
     "load_restore_point",
+    "operator_class_changes",
     "restore_candidates",
     "task_deployments",
 ]
@@ -117,6 +119,19 @@ def load_restore_point(path: str, description: JobDescription) -> list[Completed
     return candidates
 
 
+def operator_class_changes(states: dict[int, OperatorSubtaskState]) -> dict[str, list[str]]:
+    """Per keyed state of one operator in a snapshot, how the classes of its saved values
+    differ from the classes of those names in this process (the job master's, where the
+    job's script is loaded), as :func:`~epochstream.core.state_schema.class_changes`
+    words it; states without a change are left out.
+
+    Example: ``operator_class_changes(md.operators["profiles"])``
+    """
+    handles = [s.keyed for s in states.values() if s.keyed is not None]
+    found = {name: class_changes(schema) for name, schema in saved_schemas(handles).items()}
+    return {name: changes for name, changes in found.items() if changes}
+
+
 def initial_splits(graph: JobGraph) -> dict[str, list[list[Any]]]:
     """Per source chain, the splits of each subtask on a fresh start."""
     return SourceEnumerators(graph, None).initial_assignment()
@@ -148,6 +163,9 @@ def task_deployments(
                 max_parallelism=graph.max_parallelism,
                 owned=restored.owned,
             )
+            changes = operator_class_changes(states)
+            for subtask_restore in restores[uid]:
+                subtask_restore.class_changes = changes
     slots: dict[int, list[TaskDeployment]] = {i: [] for i in range(p)}
     for chain in graph.chains:
         for i in range(p):

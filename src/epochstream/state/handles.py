@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
+from epochstream.core.state_schema import StateSchema
 from epochstream.exceptions import CheckpointError
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "RocksDBSnapshotHandle",
     "StateFile",
     "handle_from_json",
+    "saved_schemas",
 ]
 
 #: Resolves a path stored relative to ``_metadata``'s directory into a full location.
@@ -121,6 +123,22 @@ def _need(doc: dict[str, Any], key: str, kind: type, where: str) -> Any:
     return value
 
 
+def _schemas_json(schemas: dict[str, StateSchema]) -> dict[str, Any]:
+    return {name: schema.to_json() for name, schema in sorted(schemas.items())}
+
+
+def _schemas_of(doc: dict[str, Any], where: str) -> dict[str, StateSchema]:
+    """A handle's ``schemas`` (absent in snapshots written before schemas were kept:
+    every state at version 1, shapes unknown)."""
+    raw = doc.get("schemas", {})
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{where}: schemas must be an object, got {raw!r}")
+    return {
+        str(name): StateSchema.from_json(entry, f"{where}.schemas[{name!r}]")
+        for name, entry in raw.items()
+    }
+
+
 # ---------------------------------------------------------------- heap
 
 
@@ -192,6 +210,8 @@ class HeapSnapshotHandle(KeyedStateHandle):
     chain: tuple[HeapStateFile, ...] = ()
     #: Kind of each state in the files (``value``, ``list``, ``map``, ...).
     states: dict[str, str] = field(default_factory=dict)
+    #: Version (and value shapes) of each state (see :mod:`epochstream.core.state_schema`).
+    schemas: dict[str, StateSchema] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -215,6 +235,7 @@ class HeapSnapshotHandle(KeyedStateHandle):
             "key_groups": _range_json(self.key_groups),
             "files": [f.to_json(relativize) for f in self.chain],
             "states": dict(sorted(self.states.items())),
+            "schemas": _schemas_json(self.schemas),
         }
 
     @classmethod
@@ -224,7 +245,7 @@ class HeapSnapshotHandle(KeyedStateHandle):
             for i, f in enumerate(_need(doc, "files", list, where))
         )
         states = {str(k): str(v) for k, v in _need(doc, "states", dict, where).items()}
-        return cls(_range_of(doc.get("key_groups"), where), files, states)
+        return cls(_range_of(doc.get("key_groups"), where), files, states, _schemas_of(doc, where))
 
 
 # ---------------------------------------------------------------- RocksDB
@@ -279,6 +300,8 @@ class RocksDBSnapshotHandle(KeyedStateHandle):
     db_files: dict[str, StateFile] = field(default_factory=dict)
     #: Kind of each state (one column family each).
     states: dict[str, str] = field(default_factory=dict)
+    #: Version (and value shapes) of each state (see :mod:`epochstream.core.state_schema`).
+    schemas: dict[str, StateSchema] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -300,6 +323,7 @@ class RocksDBSnapshotHandle(KeyedStateHandle):
             "key_groups": _range_json(self.key_groups),
             "db_files": {n: f.to_json(relativize) for n, f in sorted(self.db_files.items())},
             "states": dict(sorted(self.states.items())),
+            "schemas": _schemas_json(self.schemas),
         }
 
     @classmethod
@@ -309,7 +333,7 @@ class RocksDBSnapshotHandle(KeyedStateHandle):
             for name, f in _need(doc, "db_files", dict, where).items()
         }
         states = {str(k): str(v) for k, v in _need(doc, "states", dict, where).items()}
-        return cls(_range_of(doc.get("key_groups"), where), files, states)
+        return cls(_range_of(doc.get("key_groups"), where), files, states, _schemas_of(doc, where))
 
 
 # ---------------------------------------------------------------- canonical (savepoints)
@@ -338,6 +362,8 @@ class CanonicalSnapshotHandle(KeyedStateHandle):
     states: dict[str, str] = field(default_factory=dict)
     #: CRC-32 of the whole file (None in files written before it was kept).
     crc: int | None = None
+    #: Version (and value shapes) of each state (see :mod:`epochstream.core.state_schema`).
+    schemas: dict[str, StateSchema] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -362,6 +388,7 @@ class CanonicalSnapshotHandle(KeyedStateHandle):
             "batches": {str(kg): i for kg, i in sorted(self.batches.items())},
             "states": dict(sorted(self.states.items())),
             "crc": self.crc,
+            "schemas": _schemas_json(self.schemas),
         }
 
     @classmethod
@@ -381,6 +408,7 @@ class CanonicalSnapshotHandle(KeyedStateHandle):
             batches=batches,
             states={str(k): str(v) for k, v in states.items()},
             crc=_crc_of(doc, where),
+            schemas=_schemas_of(doc, where),
         )
 
 
@@ -440,6 +468,23 @@ def handle_from_json(doc: Any, resolve: Resolve, where: str) -> KeyedStateHandle
     return handle_type.from_json(doc, resolve, where)
 
 
+def saved_schemas(handles: list[KeyedStateHandle]) -> dict[str, StateSchema]:
+    """Per keyed state of one operator, the schema its snapshot files record (their
+    shapes together; states of files without one at version 1).
+
+    Example: ``saved_schemas([h0, h1])["profile"].version``
+    """
+    out: dict[str, StateSchema] = {}
+    for handle in handles:
+        schemas: dict[str, StateSchema] = getattr(handle, "schemas", {})
+        for name in getattr(handle, "states", {}):
+            schema = schemas.get(name, StateSchema())
+            known = out.get(name)
+            shapes = schema.shapes | (known.shapes if known is not None else frozenset())
+            out[name] = StateSchema(schema.version, shapes)
+    return out
+
+
 # ---------------------------------------------------------------- per operator subtask
 
 
@@ -473,3 +518,6 @@ class OperatorRestore:
     operator_lists: dict[str, list[object]] = field(default_factory=dict)
     union_lists: dict[str, list[object]] = field(default_factory=dict)
     owned: bool = False
+    #: Per keyed state, how the classes of its saved values changed in the job's code
+    #: (found by the job master: :func:`~epochstream.core.state_schema.class_changes`).
+    class_changes: dict[str, list[str]] = field(default_factory=dict)

@@ -257,6 +257,7 @@ class Operator:
             return
         self.operator_state.restore(restore.operator_lists, restore.union_lists)
         if self.keyed is not None and restore.keyed:
+            self.keyed.set_class_changes(restore.class_changes)
             self.keyed.restore(restore.keyed, checkpoint_id=checkpoint_id, owned=restore.owned)
 
     def open(self) -> None:

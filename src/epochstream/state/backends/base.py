@@ -35,7 +35,7 @@ Example::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -51,7 +51,8 @@ from epochstream.core.state_descriptors import (
     StateDescriptor,
     ValueStateDescriptor,
 )
-from epochstream.exceptions import StateError
+from epochstream.core.state_schema import StateSchema, evolve
+from epochstream.exceptions import StateError, short_repr
 from epochstream.state.handles import KeyedStateHandle
 
 if TYPE_CHECKING:
@@ -395,11 +396,17 @@ class KeyedStateBackend(ABC):
     #: ``"heap"`` or ``"rocksdb"``: which snapshot handles it can restore.
     NAME: ClassVar[str]
 
+    ctx: KeyedBackendContext
     max_parallelism: int
     key_group_range: range
 
     def __init__(self) -> None:
         self._state_objects: dict[str, Any] = {}
+        # Restored states not yet asked for: their saved kind and schema (state_schema).
+        self._saved: dict[str, tuple[str, StateSchema]] = {}
+        # The schema of each state asked for with a descriptor (what snapshots record).
+        self._schemas: dict[str, StateSchema] = {}
+        self._class_changes: dict[str, list[str]] = {}
 
     @abstractmethod
     def set_current_key(self, key: Any) -> None:
@@ -426,7 +433,9 @@ class KeyedStateBackend(ABC):
                     f"{type(descriptor).__name__}"
                 )
             return existing
-        state = states[descriptor.name] = self._create_state(descriptor, kind_of(descriptor))
+        kind = kind_of(descriptor)
+        self._evolve(descriptor, kind)
+        state = states[descriptor.name] = self._create_state(descriptor, kind)
         return state
 
     def get_namespaced_state(self, descriptor: StateDescriptor) -> Any:
@@ -455,8 +464,79 @@ class KeyedStateBackend(ABC):
                     f"state {descriptor.name!r} is registered as another kind of state"
                 )
             return existing
+        self._evolve(descriptor, NAMESPACED + kind)
         state = states[descriptor.name] = self._create_state(descriptor, NAMESPACED + kind)
         return state
+
+    # ------------------------------------------------------------------ schema evolution
+
+    def _note_saved(self, name: str, kind: str, schema: StateSchema, where: str) -> None:
+        """Restore: state ``name`` was saved as ``kind`` with ``schema`` (by ``where``).
+        Parts of one state restored from several snapshot files must agree."""
+        known = self._saved.get(name)
+        if known is not None and known[1].version != schema.version:
+            raise StateError(
+                f"operator {self._uid()!r}, state {name!r}: the restored files disagree on its "
+                f"version ({known[1].version} and {schema.version} in {where})"
+            )
+        shapes = schema.shapes | (known[1].shapes if known is not None else frozenset())
+        self._saved[name] = (kind, StateSchema(schema.version, shapes))
+
+    def set_class_changes(self, changes: dict[str, list[str]]) -> None:
+        """The job master's finding, per restored state, of the value classes whose fields
+        changed since the snapshot (:func:`~epochstream.core.state_schema.class_changes`).
+
+        Example: ``backend.set_class_changes({"profile": ["__main__:Profile: field 'email' added"]})``
+        """
+        self._class_changes = dict(changes)
+
+    def schema_of(self, name: str) -> StateSchema:
+        """The schema a snapshot records for state ``name``: its descriptor's version, or
+        what was restored when no descriptor asked for it in this run."""
+        schema = self._schemas.get(name)
+        if schema is not None:
+            return schema
+        saved = self._saved.get(name)
+        return saved[1] if saved is not None else StateSchema()
+
+    def _evolve(self, descriptor: StateDescriptor, kind: str) -> None:
+        """The first ask for a restored state: restore it as saved, migrate its values, or
+        fail at once (:func:`~epochstream.core.state_schema.evolve`)."""
+        name = descriptor.name
+        saved = self._saved.pop(name, None)
+        if saved is None:
+            self._schemas.setdefault(name, StateSchema(descriptor.version))
+            return
+        saved_kind, schema = saved
+        verdict = evolve(
+            saved_kind=saved_kind,
+            saved=schema,
+            kind=kind,
+            version=descriptor.version,
+            migrate=descriptor.migrate,
+            changes=self._class_changes.get(name, []),
+        )
+        if verdict.action == "fail":
+            self._saved[name] = saved
+            error = StateError(
+                f"operator {self._uid()!r}, state {name!r}: cannot restore it: {verdict.reason}"
+            )
+            error.suppress_restarts = True  # every attempt restores the same state
+            raise error
+        if verdict.action == "migrate":
+            self._migrate(descriptor, _Migration(self._uid(), descriptor, schema.version))
+            self._schemas[name] = StateSchema(descriptor.version)
+        else:  # restored as saved: the saved values keep their shapes
+            self._schemas[name] = StateSchema(descriptor.version, schema.shapes)
+
+    def _uid(self) -> str:
+        return self.ctx.operator_uid
+
+    @abstractmethod
+    def _migrate(self, descriptor: StateDescriptor, fn: Callable[[Any], Any]) -> None:
+        """Replace every restored value of ``descriptor``'s state (list elements, map
+        values) by ``fn(value)``, stored as the descriptor stores values, so the next
+        snapshot holds only migrated values."""
 
     @abstractmethod
     def _create_state(self, descriptor: StateDescriptor, kind: str) -> Any:
@@ -472,6 +552,7 @@ class KeyedStateBackend(ABC):
         """
         if descriptor.ttl is not None:
             raise StateError(f"value table {descriptor.name!r}: TTL is for user state only")
+        self._evolve(descriptor, NAMESPACED + "value" if namespaced else "value")
         return self._value_table(descriptor, namespaced)
 
     @abstractmethod
@@ -586,6 +667,28 @@ class KeyedStateBackend(ABC):
             )
             error.suppress_restarts = True  # every attempt would restore the same state
             raise error
+
+
+class _Migration:
+    """``descriptor.migrate(value, old_version)``, its errors naming the operator, the
+    state and the value (a bug in the function: restarting would fail the same way)."""
+
+    def __init__(self, uid: str, descriptor: StateDescriptor, old_version: int) -> None:
+        assert descriptor.migrate is not None
+        self.uid, self.name, self.old = uid, descriptor.name, old_version
+        self.fn = descriptor.migrate
+
+    def __call__(self, value: Any) -> Any:
+        try:
+            return self.fn(value, self.old)
+        except Exception as err:  # any failure of user code: name the place, keep the cause
+            error = StateError(
+                f"operator {self.uid!r}, state {self.name!r}: migrate= raised "
+                f"{type(err).__name__}: {err} on a value saved at version {self.old}: "
+                f"{short_repr(value, 120)}"
+            )
+            error.suppress_restarts = True
+            raise error from err
 
 
 class StateBackend(ABC):

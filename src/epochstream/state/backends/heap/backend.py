@@ -37,6 +37,7 @@ from epochstream.core.arrow import KG as KG_COLUMN
 from epochstream.core.filesystems import storage_fs
 from epochstream.core.serializers import DEFAULT_SERIALIZER
 from epochstream.core.state_descriptors import StateDescriptor, ValueStateDescriptor
+from epochstream.core.state_schema import StateSchema
 from epochstream.core.state_ttl import TtlConfig, TtlValue
 from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.state.backends.base import (
@@ -292,6 +293,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             for name, t in self._tables.items()
         }
         ttls = {name: t.ttl for name, t in self._tables.items() if t.ttl is not None}
+        schemas = {name: self.schema_of(name) for name in self._tables}
         base = self._base[1] if self._base is not None else None
         complete = len(whole) == len(self._tables)
         if not complete:
@@ -301,7 +303,9 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             for name, changed in whole.items():
                 gone = changed.difference(self._tables[name].data)
                 delta[name].update(zip(gone, repeat(DELETED)))
-        job = HeapSnapshotJob(self, target, delta, base, metas, ttls, complete=complete)
+        job = HeapSnapshotJob(
+            self, target, delta, base, metas, ttls, schemas=schemas, complete=complete
+        )
         if complete and not ttls and not target.savepoint:
             job.encode_at_barrier()
         return job
@@ -384,8 +388,10 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                 for name, entries in merged.items():
                     kind = handle.states.get(name, "value")
                     self._restored_table(name, kind).data.update(entries)
+                self._note_schemas(handle.states, handle.schemas, handle.files())
             elif isinstance(handle, CanonicalSnapshotHandle):
                 self._restore_canonical(fs, handle)
+                self._note_schemas(handle.states, handle.schemas, handle.files())
             else:
                 raise StateError(f"cannot restore a {type(handle).__name__} into the heap backend")
         heap = [h for h in handles if isinstance(h, HeapSnapshotHandle)]
@@ -404,6 +410,28 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             # Not a chain of our own: the first snapshot must hold everything.
             for table in self._tables.values():
                 table.all_dirty = True
+
+    def _note_schemas(
+        self, kinds: dict[str, str], schemas: dict[str, StateSchema], files: list[str]
+    ) -> None:
+        for name, kind in kinds.items():
+            if kind not in (COLUMNAR, ROWS):
+                self._note_saved(name, kind, schemas.get(name, StateSchema()), files[0])
+
+    def _migrate(self, descriptor: StateDescriptor, fn: Any) -> None:
+        table = self._tables.get(descriptor.name)
+        if table is None:
+            return
+        kind = base_kind(table.kind)
+        data = table.data
+        for key, value in list(data.items()):
+            if kind == "list":
+                data[key] = [_migrated(fn, e) for e in value]
+            elif kind == "map":
+                data[key] = {uk: _migrated(fn, v) for uk, v in value.items()}
+            else:
+                data[key] = _migrated(fn, value)
+        table.all_dirty = True  # the next snapshot writes every migrated value
 
     def check_restorable(self, handle: KeyedStateHandle) -> None:
         if not isinstance(handle, ColumnarSnapshotHandle):  # columnar files are the heap's
@@ -527,6 +555,13 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         keys, kgs, values = zip(*rows, strict=True)
         fields = {f: np.array([v[i] for v in values]) for i, f in enumerate(schema.names)}
         table.write(pa.array(list(keys)), np.array(kgs, dtype=np.int32), fields)
+
+
+def _migrated(fn: Any, stored: Any) -> Any:
+    """``fn`` of a stored value, keeping its TTL timestamp."""
+    if type(stored) is TtlValue:
+        return TtlValue.of(fn(stored.value), stored.timestamp)
+    return fn(stored)
 
 
 def _snapshot_copy(value: Any, memo: dict[int, Any]) -> Any:

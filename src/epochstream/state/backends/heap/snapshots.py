@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from dataclasses import replace
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from epochstream.core.filesystems import storage_fs
+from epochstream.core.state_schema import StateSchema, shapes_of_types
 from epochstream.core.state_ttl import TtlConfig, TtlValue
 from epochstream.exceptions import StateError
 from epochstream.state.backends.base import (
@@ -131,9 +133,11 @@ class HeapSnapshotJob(SnapshotJob):
         metas: dict[str, StateMeta],
         ttls: dict[str, TtlConfig],
         *,
+        schemas: dict[str, StateSchema],
         complete: bool = False,
     ) -> None:
         self.backend = backend
+        self.schemas = schemas
         self.target = target
         self.delta = delta
         self.base = base
@@ -238,20 +242,20 @@ class HeapSnapshotJob(SnapshotJob):
         kinds = {name: m.kind for name, m in self.metas.items()}
         if self.encoded is not None:  # complete, so materialized: pickled at the barrier
             file = self._write(self.encoded, full_file=True)
-            handle = HeapSnapshotHandle(kgr, (file,), kinds)
+            handle = HeapSnapshotHandle(kgr, (file,), kinds, self.schemas)
         elif materialize:
             full = self._full()
-            handle = HeapSnapshotHandle(kgr, (), kinds)
+            handle = HeapSnapshotHandle(kgr, (), kinds, self.schemas)
             if full:
                 file = self._write(encode_block(full), full_file=True)
-                handle = HeapSnapshotHandle(kgr, (file,), kinds)
+                handle = HeapSnapshotHandle(kgr, (file,), kinds, self.schemas)
         elif any(self.delta.values()):
             changed = {name: entries for name, entries in self.delta.items() if entries}
             delta = self._write(encode_block(changed), full_file=False)
-            handle = HeapSnapshotHandle(kgr, (*chain, delta), kinds)
+            handle = HeapSnapshotHandle(kgr, (*chain, delta), kinds, self.schemas)
         else:
             assert base is not None
-            handle = HeapSnapshotHandle(kgr, chain, kinds)
+            handle = HeapSnapshotHandle(kgr, chain, kinds, self.schemas)
         backend._record_handle(target.checkpoint_id, handle)
         return handle if handle.chain else None
 
@@ -275,15 +279,25 @@ class HeapSnapshotJob(SnapshotJob):
         target = self.target
         path = target.fs.join(target.directory, f"{target.name}.arrow")
         metas = self.metas
+        seen: dict[str, set[type]] = {name: set() for name in metas}
         handle = write_canonical(
             target.fs,
             path,
             {name: metas[name] for name in metas},
-            ((kg, _rows(full[kg], metas)) for kg in sorted(full)),
+            ((kg, _rows(full[kg], metas, seen)) for kg in sorted(full)),
             key_groups=self.backend.key_group_range,
         )
-        self.bytes_written = 0 if handle is None else handle.size
-        return handle
+        if handle is None:
+            self.bytes_written = 0
+            return None
+        self.bytes_written = handle.size
+        # A savepoint records the shapes of the values it holds (core.state_schema).
+        schemas = {
+            name: StateSchema(self.schemas[name].version, shapes_of_types(seen[name]))
+            for name in metas
+            if name in self.schemas
+        }
+        return replace(handle, schemas=schemas)
 
 
 def _drop_expired(entries: dict[Any, Any], kind: str, ttl: TtlConfig, now: float) -> None:
@@ -306,10 +320,15 @@ def _drop_expired(entries: dict[Any, Any], kind: str, ttl: TtlConfig, now: float
             del entries[key]
 
 
-def _rows(segment: KeyGroupState, metas: dict[str, StateMeta]) -> list[CanonicalRow]:
+def _rows(
+    segment: KeyGroupState, metas: dict[str, StateMeta], seen: dict[str, set[type]]
+) -> list[CanonicalRow]:
+    """The canonical rows of one key group's entries; the classes of the values written
+    are added to ``seen`` per state."""
     rows: list[CanonicalRow] = []
     for name, entries in sorted(segment.items()):
         meta = metas[name]
+        classes = seen[name]
         dumps = meta.serializer.dumps
         namespaced = is_namespaced(meta.kind)
         kind = base_kind(meta.kind)
@@ -323,6 +342,7 @@ def _rows(segment: KeyGroupState, metas: dict[str, StateMeta]) -> list[Canonical
                 ttl_ts = None
                 if type(element) is TtlValue:
                     ttl_ts, element = element.timestamp, element.value
+                classes.add(type(element))
                 rows.append((name, key_bytes, ns_bytes, user_key, dumps(element), ttl_ts))
     return rows
 

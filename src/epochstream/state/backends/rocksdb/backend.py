@@ -42,6 +42,7 @@ from epochstream.core.arrow import KG
 from epochstream.core.filesystems import storage_fs
 from epochstream.core.serializers import DEFAULT_SERIALIZER, Serializer
 from epochstream.core.state_descriptors import StateDescriptor, ValueStateDescriptor
+from epochstream.core.state_schema import StateSchema
 from epochstream.core.storage_faults import READ_RETRY, read_error
 from epochstream.exceptions import ConfigurationError, CorruptStateError, StateError
 from epochstream.state.backends.base import (
@@ -313,15 +314,34 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             cf.set_write_options(self._write)
             return cf
 
-    def _reserialize(self, column: RocksColumn, serializer: Serializer) -> None:
-        """The state was restored with another serializer: rewrite its values."""
+    def _reserialize(self, column: RocksColumn, serializer: Serializer, fn: Any = None) -> None:
+        """Rewrite a restored state's values: read with its saved serializer, ``fn``
+        applied (a migration), written with ``serializer``."""
         old = column.serializer
         cf = column.cf
-        for db_key, stored in list(cf.items()):
+        batch = self._rd.WriteBatch(raw_mode=True)
+        batch.set_default_column_family(self._ensure_db().get_column_family_handle(column.name))
+        for db_key, stored in cf.items():
             data, ts = split_value(stored)
             if base_kind(column.kind) == "list" and len(decode_prefix(db_key)[3]) == 0:
                 continue  # a list's element counter
-            cf.put(db_key, encode_value(serializer.dumps(old.loads(data)), ts))
+            value = old.loads(data)
+            if fn is not None:
+                value = fn(value)
+            batch.put(db_key, encode_value(serializer.dumps(value), ts))
+            if batch.len() >= 10_000:  # bounded memory (iterators read a snapshot)
+                self._db.write(batch, self._write)
+                batch = self._rd.WriteBatch(raw_mode=True)
+                batch.set_default_column_family(self._db.get_column_family_handle(column.name))
+        self._db.write(batch, self._write)
+
+    def _migrate(self, descriptor: StateDescriptor, fn: Any) -> None:
+        column = self._columns.get(descriptor.name)
+        if column is not None:
+            serializer = descriptor.value_serializer
+            self._reserialize(column, serializer, fn)
+            column.serializer = serializer
+            self._remember(column)
 
     # ------------------------------------------------------------------ access
 
@@ -435,7 +455,14 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         kinds = {name: c.kind for name, c in self._columns.items()}
         metas = {name: StateMeta(c.kind, c.serializer) for name, c in self._columns.items()}
         ttls = {name: c.ttl for name, c in self._columns.items()}
-        return RocksSnapshotJob(self, target, local, dict(self._base), kinds, metas, ttls)
+        schemas = {
+            name: self.schema_of(name)
+            for name, kind in kinds.items()
+            if kind not in (COLUMNAR, ROWS)
+        }
+        return RocksSnapshotJob(
+            self, target, local, dict(self._base), kinds, metas, ttls, schemas=schemas
+        )
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         uploaded = self._uploads.get(checkpoint_id)
@@ -449,6 +476,11 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     ) -> None:
         for handle in handles:
             self.check_restorable(handle)
+            if isinstance(handle, RocksDBSnapshotHandle | CanonicalSnapshotHandle):
+                for name, kind in handle.states.items():
+                    if kind not in (COLUMNAR, ROWS):
+                        schema = handle.schemas.get(name, StateSchema())
+                        self._note_saved(name, kind, schema, handle.files()[0])
         mine = self.key_group_range
         rocks = [h for h in handles if isinstance(h, RocksDBSnapshotHandle)]
         whole = len(handles) == 1 and len(rocks) == 1 and rocks[0].key_groups == mine

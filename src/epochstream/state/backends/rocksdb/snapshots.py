@@ -11,14 +11,16 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from epochstream.core.state_schema import StateSchema, shapes_of_types
 from epochstream.core.state_ttl import TtlConfig
 from epochstream.core.storage_faults import unavailable_or
 from epochstream.exceptions import StateError
 from epochstream.state.backends.base import SnapshotJob, SnapshotTarget
 from epochstream.state.backends.rocksdb.files import SST_SUFFIX, canonical_rows, crc_file
-from epochstream.state.canonical import StateMeta, write_canonical
+from epochstream.state.canonical import CanonicalRow, StateMeta, write_canonical
 from epochstream.state.handles import KeyedStateHandle, RocksDBSnapshotHandle, StateFile
 
 if TYPE_CHECKING:
@@ -39,8 +41,11 @@ class RocksSnapshotJob(SnapshotJob):
         kinds: dict[str, str],
         metas: dict[str, StateMeta],
         ttls: dict[str, TtlConfig | None],
+        *,
+        schemas: dict[str, StateSchema],
     ) -> None:
         self.backend = backend
+        self.schemas = schemas
         self.target = target
         self.local = local
         self.base = base
@@ -95,7 +100,9 @@ class RocksSnapshotJob(SnapshotJob):
         backend._uploads[target.checkpoint_id] = files
         if not self.kinds:
             return None
-        return RocksDBSnapshotHandle(backend.key_group_range, files, dict(self.kinds))
+        return RocksDBSnapshotHandle(
+            backend.key_group_range, files, dict(self.kinds), dict(self.schemas)
+        )
 
     def _savepoint(self) -> KeyedStateHandle | None:
         backend, target = self.backend, self.target
@@ -104,8 +111,9 @@ class RocksSnapshotJob(SnapshotJob):
         db = backend._open(self.local, read_only=True)
         try:
             now = backend.ctx.clock.wall()
+            seen: dict[str, set[type]] = {name: set() for name in self.schemas}
             groups = (
-                (kg, canonical_rows(db, self.kinds, self.ttls, kg, now))
+                (kg, self._noting_classes(canonical_rows(db, self.kinds, self.ttls, kg, now), seen))
                 for kg in backend.key_group_range
             )
             path = target.fs.join(target.directory, f"{target.name}.arrow")
@@ -114,5 +122,24 @@ class RocksSnapshotJob(SnapshotJob):
             )
         finally:
             db.close()
-        self.bytes_written = 0 if handle is None else handle.size
-        return handle
+        if handle is None:
+            self.bytes_written = 0
+            return None
+        self.bytes_written = handle.size
+        # A savepoint records the shapes of the values it holds (core.state_schema).
+        schemas = {
+            name: StateSchema(schema.version, shapes_of_types(seen[name]))
+            for name, schema in self.schemas.items()
+        }
+        return replace(handle, schemas=schemas)
+
+    def _noting_classes(
+        self, rows: list[CanonicalRow], seen: dict[str, set[type]]
+    ) -> list[CanonicalRow]:
+        """``rows``, adding the classes of their values to ``seen`` per state. RocksDB
+        holds values serialized: a savepoint reads each once for its shape."""
+        for name, _key, _ns, _user_key, data, _ts in rows:
+            classes = seen.get(name)
+            if classes is not None:
+                classes.add(type(self.metas[name].serializer.loads(data)))
+        return rows
