@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pytest
@@ -10,10 +11,11 @@ import epochstream as es
 from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.checkpoint.storage import CheckpointStorage
 from epochstream.core.checkpoint_stats import CheckpointStats
-from epochstream.deploy.assignment import load_restore_point
+from epochstream.core.state_schema import StateSchema, ValueShape
+from epochstream.deploy.assignment import load_restore_point, operator_class_changes
 from epochstream.exceptions import ConfigurationError
 from epochstream.graph.launch import JobDescription
-from epochstream.state.handles import OperatorSubtaskState
+from epochstream.state.handles import CanonicalSnapshotHandle, OperatorSubtaskState
 
 
 def _description() -> JobDescription:
@@ -67,3 +69,28 @@ def test_only_unreadable_checkpoints_is_a_clear_error(tmp_path) -> None:
     description = _description()
     with pytest.raises(ConfigurationError, match=r"no readable completed checkpoint.*1 unreadable"):
         load_restore_point(str(tmp_path), description)
+
+
+@dataclasses.dataclass
+class _SavedProfile:
+    """A job's dataclass that gained ``email`` since the savepoint (saved: ``name``)."""
+
+    name: str
+    email: str
+
+
+def test_class_changes_are_found_per_state_against_this_processes_classes() -> None:
+    here = _SavedProfile.__module__
+    old = frozenset({ValueShape(f"{here}:_SavedProfile", ("name",))})
+
+    def handle(kgs: range, schemas: dict[str, StateSchema]) -> CanonicalSnapshotHandle:
+        return CanonicalSnapshotHandle(
+            key_groups=kgs, path="x", states={"p": "value", "n": "value"}, schemas=schemas
+        )
+
+    states = {
+        0: OperatorSubtaskState(keyed=handle(range(0, 64), {"p": StateSchema(1, old)})),
+        1: OperatorSubtaskState(keyed=handle(range(64, 128), {})),
+        2: OperatorSubtaskState(operator_lists={"splits": [1]}),
+    }
+    assert operator_class_changes(states) == {"p": [f"{here}:_SavedProfile: field 'email' added"]}
