@@ -25,7 +25,8 @@ them (savepoints and RocksDB keep it) and written with the new one.
 
 Classes are compared by name (``module:qualname``): :func:`class_changes` resolves the
 saved names in the process building the job (where the job script is ``__main__``) and
-lists the differences, which the job master hands to the restoring tasks.
+lists the differences, which the job master hands to the restoring tasks (modules are
+looked up among those loaded, never imported).
 
 Example::
 
@@ -40,7 +41,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -167,15 +167,14 @@ def shapes_of_types(classes: Iterable[type]) -> frozenset[ValueShape]:
 
 
 def _resolve(class_name: str) -> type | None:
-    """The class named ``module:qualname`` in this process, ``None`` when it does not
-    resolve (a module that does not import, a name it lacks)."""
+    """The class named ``module:qualname`` among the modules this process has loaded,
+    ``None`` when it does not resolve. Nothing is imported: a savepoint's names do not
+    make the driver run modules the job itself does not load (a class the job's code
+    does not reach is not one its values will be mixed with)."""
     module_name, _, qualname = class_name.partition(":")
     module = sys.modules.get(module_name)
     if module is None:
-        try:
-            module = importlib.import_module(module_name)
-        except Exception:  # any import failure means: not resolvable here
-            return None
+        return None
     target: Any = module
     for part in qualname.split("."):
         target = getattr(target, part, None)
@@ -186,9 +185,9 @@ def _resolve(class_name: str) -> type | None:
 
 def class_changes(schema: StateSchema) -> list[str]:
     """How the classes ``schema`` saw differ from the classes of those names in this
-    process: one sentence per changed class (fields added, removed, reordered, or the
-    class gone). Classes that do not resolve here (a module this process cannot
-    import) are not judged.
+    process: one sentence per changed class (fields added, removed or reordered).
+    Classes that do not resolve here (a module this process has not loaded, a name it
+    lacks) are not judged.
 
     Example: ``class_changes(StateSchema(1, frozenset({ValueShape("m:P", ("a",))})))``
     """
