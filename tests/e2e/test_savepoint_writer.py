@@ -38,9 +38,7 @@ def _update_problems(rows: list[Any], start: dict[Any, int], added: dict[Any, in
     dups = sorted(u for u, n in updates.items() if n > 1)
     if dups:
         problems.append(f"duplicated updates, e.g. {dups[:5]}")
-    expected = {
-        (k, start.get(k, 0) + i) for k, n in added.items() for i in range(1, n + 1)
-    }
+    expected = {(k, start.get(k, 0) + i) for k, n in added.items() for i in range(1, n + 1)}
     if set(updates) != expected:
         missing = sorted(expected - set(updates))[:5]
         extra = sorted(set(updates) - expected)[:5]
@@ -112,9 +110,7 @@ def _key(i: int) -> str:
     return f"k{i % KEYS}"
 
 
-def _counting_job(
-    env: es.Environment, out: Path, n: int, *, rate: float | None
-) -> None:
+def _counting_job(env: es.Environment, out: Path, n: int, *, rate: float | None) -> None:
     (
         env.from_sequence(0, n, rate=rate)
         .uid("numbers")
