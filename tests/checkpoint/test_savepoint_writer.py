@@ -481,3 +481,16 @@ def test_write_refuses_an_existing_savepoint(root: Path) -> None:
     path = _bootstrapped(root)
     with pytest.raises(CheckpointError, match="already holds a savepoint"):
         es.savepoint.load(path).write(path)
+
+
+def test_savepoints_are_written_to_and_loaded_from_s3(
+    s3_bucket: str, s3_options: dict[str, str]
+) -> None:
+    new = es.savepoint.new(parallelism=2, storage_options=s3_options)
+    new.with_keyed_state("counter", "count", WORDS, key="word", value="n")
+    path = new.write(f"{s3_bucket}/sp/boot")
+    assert path.startswith("s3://")
+    sp = es.savepoint.load(path, storage_options=s3_options)
+    doubled = sp.map_values("counter", "count", lambda n: n * 2).write(f"{s3_bucket}/sp/doubled")
+    table = es.savepoint.read(doubled, "counter", "count", storage_options=s3_options)
+    assert _pairs(table) == {w: 2 * n for w, n in zip("abcde", range(1, 6), strict=True)}
