@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 from e2e_support import VOCABULARY, build_wordcount, is_python_process, write_corpus
@@ -55,9 +56,9 @@ def test_bootstrapped_word_counts_survive_a_crash(tmp_path: Path, backend: str) 
     pq.write_table(pa.table({"word": list(boot), "n": list(boot.values())}), parquet)
 
     new = es.savepoint.new(max_parallelism=128, parallelism=2)
-    new.with_keyed_state(
-        "word-counts", "_reduce", pq.read_table(parquet), key="word", value=["word", "n"]
-    )
+    # A dataset is read batch by batch, as a file larger than memory would be.
+    words = pads.dataset(parquet)
+    new.with_keyed_state("word-counts", "_reduce", words, key="word", value=["word", "n"])
     path = new.write(str(tmp_path / "bootstrapped"))
     assert es.savepoint.load(path).operators["word-counts"].keyed_states == {"_reduce": "value"}
 

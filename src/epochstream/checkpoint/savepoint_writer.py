@@ -489,6 +489,8 @@ class Savepoint:
     def write(self, path: str) -> str:
         """Write the savepoint into the new directory ``path`` (local or ``s3://``; a
         directory holding a ``_metadata`` is refused) and return its location.
+        ``_metadata`` is written last: a write that fails leaves files but no savepoint
+        (delete the directory, or write into it again).
 
         Example: ``es.savepoint.new().with_operator_state("src", "pos", [1]).write("/sp/a")``
         """
