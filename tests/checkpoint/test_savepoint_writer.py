@@ -13,6 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
@@ -34,6 +35,7 @@ from epochstream.core.state_descriptors import (
     ValueStateDescriptor,
 )
 from epochstream.exceptions import CheckpointError, StateError
+from epochstream.graph.windowing import TimeWindow
 from epochstream.state.backends.base import KeyedBackendContext, RowSchema, SnapshotTarget
 from epochstream.state.backends.heap.backend import HeapStateBackend
 from epochstream.state.backends.rocksdb.backend import RocksDBStateBackend
@@ -371,40 +373,13 @@ def test_max_parallelism_changes_regroup_keys(root: Path, kind: str) -> None:
 
 
 def _row_table_savepoint(root: Path) -> str:
-    """A savepoint holding a row table (a heap backend's canonical savepoint of one)."""
+    """A savepoint holding a row table (a RocksDB backend's canonical savepoint of one)."""
     backend = _backend("rocksdb", root, 128, 1, 0, "join")
     schema = RowSchema(pa.schema([("id", pa.int64()), ("name", pa.string())]), key="id")
-    table = backend.row_table("left@0", schema)
     batch = pa.record_batch({"id": [1, 2], "name": ["x", "y"]})
-    keys = batch.column("id").to_pylist()
-    import numpy as np
-
-    table.append(batch, np.array([key_group_for_key(k, 128) for k in keys], dtype=np.int32))
-    directory = root / "rows-sp"
-    directory.mkdir()
-    target = SnapshotTarget(
-        fs=storage_fs(str(root)),
-        checkpoint_id=1,
-        directory=str(directory),
-        shared_dir=None,
-        name="join-0",
-        savepoint=True,
-    )
-    handle = backend.snapshot(target).run()
-    md = CheckpointMetadata(
-        job_id="j",
-        checkpoint_id=1,
-        kind="savepoint",
-        trigger_time=1.0,
-        completion_time=1.0,
-        parallelism=1,
-        max_parallelism=128,
-        operators={"join": {0: OperatorSubtaskState(keyed=handle)}},
-        operator_parallelism={"join": 1},
-        stats=CheckpointStats(checkpoint_id=1, trigger_time=1.0, duration=0.0, state_size=0),
-    )
-    write_metadata_file(storage_fs(str(directory)), str(directory), md)
-    return str(directory)
+    kgs = [key_group_for_key(k, 128) for k in batch.column("id").to_pylist()]
+    backend.row_table("left@0", schema).append(batch, np.array(kgs, dtype=np.int32))
+    return _savepoint_of(backend, root, "join", "rows-sp")
 
 
 def test_state_kept_by_key_group_is_copied_not_regrouped(root: Path) -> None:
@@ -494,3 +469,59 @@ def test_savepoints_are_written_to_and_loaded_from_s3(
     doubled = sp.map_values("counter", "count", lambda n: n * 2).write(f"{s3_bucket}/sp/doubled")
     table = es.savepoint.read(doubled, "counter", "count", storage_options=s3_options)
     assert _pairs(table) == {w: 2 * n for w, n in zip("abcde", range(1, 6), strict=True)}
+
+
+def _savepoint_of(backend: Any, root: Path, uid: str, name: str) -> str:
+    """A savepoint directory holding ``backend``'s state as operator ``uid``'s."""
+    directory = root / name
+    directory.mkdir()
+    target = SnapshotTarget(
+        fs=storage_fs(str(root)),
+        checkpoint_id=1,
+        directory=str(directory),
+        shared_dir=None,
+        name=f"{uid}-0",
+        savepoint=True,
+    )
+    handle = backend.snapshot(target).run()
+    md = CheckpointMetadata(
+        job_id="j",
+        checkpoint_id=1,
+        kind="savepoint",
+        trigger_time=1.0,
+        completion_time=1.0,
+        parallelism=1,
+        max_parallelism=backend.ctx.max_parallelism,
+        operators={uid: {0: OperatorSubtaskState(keyed=handle)}},
+        operator_parallelism={uid: 1},
+        stats=CheckpointStats(checkpoint_id=1, trigger_time=1.0, duration=0.0, state_size=0),
+    )
+    write_metadata_file(storage_fs(str(directory)), str(directory), md)
+    return str(directory)
+
+
+@pytest.mark.parametrize(("first", "second"), [("heap", "rocksdb"), ("rocksdb", "heap")])
+def test_window_contents_pass_through_map_values_and_regrouping(
+    root: Path, first: str, second: str
+) -> None:
+    backend = _backend(first, root, 128, 1, 0, "window")
+    contents = backend.get_namespaced_state(ListStateDescriptor("contents"))
+    for key in ("a", "b", "c"):
+        backend.set_current_key(key)
+        for start in (0, 5_000):
+            contents.set_namespace(TimeWindow(start, start + 5_000))
+            contents.add_all([start, start + 1])
+    path = _savepoint_of(backend, root, "window", "sp")
+    sp = es.savepoint.load(path)
+    assert sp.operators["window"].keyed_states == {"contents": "ns-list"}
+    out = sp.map_values("window", "contents", lambda v: v * 10).with_max_parallelism(64)
+    written = out.write(str(root / "out"))
+
+    restored = _restored(second, written, "window", 2, root)
+    for key in ("a", "b", "c"):
+        (owner,) = [b for b in restored if key_group_for_key(key, 64) in b.key_group_range]
+        state = owner.get_namespaced_state(ListStateDescriptor("contents"))
+        owner.set_current_key(key)
+        for start in (0, 5_000):
+            state.set_namespace(TimeWindow(start, start + 5_000))
+            assert list(state.get()) == [start * 10, (start + 1) * 10]
