@@ -429,7 +429,11 @@ def test_a_checkpoint_becomes_a_self_contained_canonical_savepoint(root: Path, k
     )
     write_metadata_file(storage_fs(str(chk)), str(chk), md)
 
-    out = es.savepoint.load(str(chk)).write(str(root / "sp"))
+    # The job's checkpoint directory: its newest completed checkpoint.
+    (root / "job" / "chk-2").mkdir()  # not completed: no _metadata
+    sp = es.savepoint.load(str(root / "job"))
+    assert sp.operators["counter"].keyed_states == {"count": "value", "seen": "list"}
+    out = sp.write(str(root / "sp"))
     shutil.rmtree(root / "job")  # the savepoint needs nothing of its source
     doc = json.loads(Path(out, "_metadata").read_text())
     assert doc["kind"] == "savepoint"

@@ -58,7 +58,12 @@ from epochstream.checkpoint.savepoint_states import (
     is_regroupable,
 )
 from epochstream.checkpoint.snapshot_copies import SnapshotCopies
-from epochstream.checkpoint.storage import METADATA_FILE, load_metadata, write_metadata_file
+from epochstream.checkpoint.storage import (
+    METADATA_FILE,
+    find_completed_checkpoints,
+    load_metadata,
+    write_metadata_file,
+)
 from epochstream.core.checkpoint_stats import KIND_SAVEPOINT, CheckpointStats
 from epochstream.core.filesystems import ensure_private_location, normalize_location, storage_fs
 from epochstream.core.serializers import DEFAULT_SERIALIZER, Serializer
@@ -586,15 +591,24 @@ def load(
     path: str, *, storage_options: Any = None, trust_shared_storage: bool = False
 ) -> Savepoint:
     """A :class:`Savepoint` starting from the savepoint or retained checkpoint at
-    ``path`` (only read: :meth:`Savepoint.write` writes elsewhere). A local ``path``
-    other local users could change is refused unless ``trust_shared_storage=True``.
+    ``path``, or the newest completed checkpoint in a job's checkpoint directory (only
+    read: :meth:`Savepoint.write` writes elsewhere). A local ``path`` other local users
+    could change is refused unless ``trust_shared_storage=True``.
 
     Example::
 
         sp = es.savepoint.load("/sp/savepoint-3f2a9c-1b2c3d4e5f60")
         sp.operators["counter"].keyed_states    # {"count": "value"}
     """
-    directory, md = load_metadata(path, storage_options, trust_shared=trust_shared_storage)
+    found = find_completed_checkpoints(path, storage_options, trust_shared=trust_shared_storage)
+    if not found:  # say why (no _metadata, unreadable), as a restore would
+        load_metadata(path, storage_options, trust_shared=trust_shared_storage)
+    jobs = sorted({md.job_id for _d, md in found})
+    if len(jobs) > 1:
+        raise CheckpointError(
+            f"{path} holds checkpoints of several jobs ({jobs}); give one job's directory"
+        )
+    directory, md = max(found, key=lambda entry: entry[1].checkpoint_id)
     return Savepoint(
         max_parallelism=md.max_parallelism,
         parallelism=md.parallelism,
