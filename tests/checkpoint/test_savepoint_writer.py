@@ -535,3 +535,20 @@ def test_window_contents_pass_through_transforms_and_regrouping(
         for start in (0, 5_000):
             state.set_namespace(TimeWindow(start, start + 5_000))
             assert list(state.get()) == [start * 10, (start + 1) * 10]
+
+
+@pytest.mark.parametrize("kind", ["heap", "rocksdb"])
+def test_bootstrapped_ttl_timestamps_expire_as_a_jobs_would(root: Path, kind: str) -> None:
+    rows = pa.table({"k": ["fresh", "stale"], "n": [1, 2], "updated": [995.0, 980.0]})
+    new = es.savepoint.new().with_keyed_state("op", "n", rows, key="k", value="n", ttl_ts="updated")
+    new.with_keyed_state("op", "all", rows, key="k", value="n", ttl_ts=999.0)
+    path = new.write(str(root / "sp"))
+    assert es.savepoint.read(path, "op", "n").sort_by("key").column("ttl_ts").to_pylist() == [
+        995.0,
+        980.0,
+    ]
+    backends = _restored(kind, path, "op", 1, root)  # their clock reads 1000.0
+    ttl = ValueStateDescriptor("n", ttl=10.0)
+    assert _state_of(backends, ttl, ["fresh", "stale"]) == {"fresh": 1, "stale": None}
+    both = _state_of(backends, ValueStateDescriptor("all", ttl=10.0), ["fresh", "stale"])
+    assert both == {"fresh": 1, "stale": 2}

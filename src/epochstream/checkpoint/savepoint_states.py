@@ -312,7 +312,9 @@ class BootstrappedState(KeyedStateSource):
 
     ``key``, ``value`` and ``user_key`` (map state) each name a column, several columns
     (a tuple of their values) or a function of the row as a dict. List state: every row
-    is one element, a key's elements in input order. Data given as an iterator is read
+    is one element, a key's elements in input order. ``ttl_ts`` (for a state with a
+    TTL): the wall-clock seconds of each row's last update, a column (or function) or
+    one time for every row. Data given as an iterator is read
     once: writing the savepoint a second time raises.
     """
 
@@ -328,6 +330,7 @@ class BootstrappedState(KeyedStateSource):
         kind: str,
         serializer: Serializer,
         version: int,
+        ttl_ts: Column | float | None = None,
     ) -> None:
         if kind not in BOOTSTRAP_KINDS:
             raise StateError(
@@ -342,6 +345,7 @@ class BootstrappedState(KeyedStateSource):
         self.uid, self.name, self.kind = uid, name, kind
         self.data = data
         self.key, self.value, self.user_key = key, value, user_key
+        self.ttl_ts = ttl_ts
         self._meta = StateMeta(kind, serializer)
         self.version = version
         self._seen: set[type] = set()
@@ -389,9 +393,17 @@ class BootstrappedState(KeyedStateSource):
             if self.user_key is not None:
                 user_keys = self._column(batch, self.user_key, "user key")
                 self._check_nulls(user_keys, done, "user key")
-            yield encoder.encode(done, keys, values, user_keys=user_keys)
+            yield encoder.encode(done, keys, values, user_keys=user_keys, ttls=self._ttls(batch))
             done += batch.num_rows
         self._seen = encoder.seen
+
+    def _ttls(self, batch: pa.RecordBatch) -> list[float | None] | None:
+        """The rows' TTL timestamps: a column's, or one time for every row."""
+        if self.ttl_ts is None:
+            return None
+        if isinstance(self.ttl_ts, (int, float)) and not isinstance(self.ttl_ts, bool):
+            return [float(self.ttl_ts)] * batch.num_rows
+        return [None if t is None else float(t) for t in self._column(batch, self.ttl_ts, "ttl_ts")]
 
     def _check_nulls(self, values: list[Any], first_row: int, what: str) -> None:
         spec = self.key if what == "key" else self.user_key

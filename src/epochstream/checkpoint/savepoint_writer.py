@@ -319,6 +319,7 @@ class Savepoint:
         kind: str = "value",
         serializer: Serializer | None = None,
         version: int = 1,
+        ttl_ts: Column | float | None = None,
     ) -> Savepoint:
         """Set keyed state ``name`` of operator ``uid`` (added if new) from ``data``: a
         pyarrow Table, RecordBatch or Dataset, a pandas or Polars DataFrame, or an
@@ -332,7 +333,9 @@ class Savepoint:
         ``key_by`` stores the same Python values (Arrow strings as ``str``, integers
         as ``int``), values serialized with ``serializer`` (default: pickle, as a
         job's state descriptors). ``version`` is the state's schema version (the
-        descriptor's ``version=``). A state with this name is replaced.
+        descriptor's ``version=``). ``ttl_ts``, for a state the job gives a TTL: each
+        row's last update in wall-clock seconds (a column, or one time such as
+        ``time.time()`` for every row). A state with this name is replaced.
 
         Example::
 
@@ -351,6 +354,7 @@ class Savepoint:
             kind=kind,
             serializer=serializer if serializer is not None else DEFAULT_SERIALIZER,
             version=version,
+            ttl_ts=ttl_ts,
         )
         return self
 
