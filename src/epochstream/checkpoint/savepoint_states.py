@@ -399,11 +399,12 @@ class BootstrappedState(KeyedStateSource):
 
     def _ttls(self, batch: pa.RecordBatch) -> list[float | None] | None:
         """The rows' TTL timestamps: a column's, or one time for every row."""
-        if self.ttl_ts is None:
+        spec = self.ttl_ts
+        if spec is None:
             return None
-        if isinstance(self.ttl_ts, (int, float)) and not isinstance(self.ttl_ts, bool):
-            return [float(self.ttl_ts)] * batch.num_rows
-        return [None if t is None else float(t) for t in self._column(batch, self.ttl_ts, "ttl_ts")]
+        if isinstance(spec, (int, float)):
+            return [float(spec)] * batch.num_rows
+        return [None if t is None else float(t) for t in self._column(batch, spec, "ttl_ts")]
 
     def _check_nulls(self, values: list[Any], first_row: int, what: str) -> None:
         spec = self.key if what == "key" else self.user_key
