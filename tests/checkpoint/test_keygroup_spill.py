@@ -3,6 +3,7 @@ one record batch per key group, a key's rows in input order, under a memory budg
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -42,12 +43,20 @@ def test_rows_come_out_grouped_in_input_order_under_any_budget(tmp_path: Path, b
     pairs = [(rng.choice(keys), i) for i in range(2_000)]
     ranges = [range(0, 10), range(10, 32)]
     fs = storage_fs(str(tmp_path))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
     with KeyGroupSpill(
-        uid="op", states={"l": StateMeta("list")}, ranges=ranges, memory_budget=budget
+        uid="op",
+        states={"l": StateMeta("list")},
+        ranges=ranges,
+        memory_budget=budget,
+        scratch_dir=str(scratch),
     ) as spill:
         for start in range(0, len(pairs), 128):
             spill.add(_batch("l", pairs[start : start + 128]))
+        assert os.listdir(scratch)  # the rows wait there
         handles = spill.write(fs, str(tmp_path), "op")
+    assert os.listdir(scratch) == []
     assert [h.key_groups for h in handles] == ranges
     got: dict[bytes, list[int]] = {}
     for handle in handles:

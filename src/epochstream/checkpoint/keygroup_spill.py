@@ -112,7 +112,9 @@ class KeyGroupSpill:
     ``states``: every state whose rows are added, with its kind and serializer (the
     file's metadata); a value state's key, or a map state's user key of one key, must
     not repeat (checked as each key group is written: an error names the operator, the
-    state and the key). ``ranges`` must partition ``0..max_parallelism-1``.
+    state and the key). ``ranges`` must partition ``0..max_parallelism-1``. The spilled
+    rows go to a new directory in ``scratch_dir`` (default: the system's temporary
+    directory), removed by :meth:`close`.
     """
 
     def __init__(
@@ -122,11 +124,12 @@ class KeyGroupSpill:
         states: dict[str, StateMeta],
         ranges: list[range],
         memory_budget: int = DEFAULT_MEMORY_BUDGET,
+        scratch_dir: str | None = None,
     ) -> None:
         self.uid = uid
         self.states = states
         self.memory_budget = memory_budget
-        self._scratch = tempfile.mkdtemp(prefix="epochstream-savepoint-")
+        self._scratch = tempfile.mkdtemp(prefix="epochstream-savepoint-", dir=scratch_dir)
         self._streams = _RangeStreams(ranges, self._scratch)
         self._unique = {
             name: kind

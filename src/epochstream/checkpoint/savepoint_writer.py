@@ -495,11 +495,13 @@ class Savepoint:
 
     # ------------------------------------------------------------------ writing
 
-    def write(self, path: str) -> str:
+    def write(self, path: str, *, scratch_dir: str | None = None) -> str:
         """Write the savepoint into the new directory ``path`` (local or ``s3://``; a
         directory holding a ``_metadata`` is refused) and return its location.
         ``_metadata`` is written last: a write that fails leaves files but no savepoint
-        (delete the directory, or write into it again).
+        (delete the directory, or write into it again). Rewritten keyed state is spilled
+        to local files in ``scratch_dir`` (default: the system's temporary directory),
+        about the size of the state written.
 
         Example: ``es.savepoint.new().with_operator_state("src", "pos", [1]).write("/sp/a")``
         """
@@ -522,7 +524,7 @@ class Savepoint:
             if plan.keyed is None:
                 keyed = {i: copies.copy(h, prefix=f"{prefix}-{i}") for i, h in plan.saved.items()}
             else:
-                keyed = self._write_keyed(fs, path, prefix, uid, plan)
+                keyed = self._write_keyed(fs, path, prefix, uid, plan, scratch_dir)
             size += sum(h.size for h in keyed.values())
             operators[uid] = {
                 i: OperatorSubtaskState(
@@ -560,7 +562,13 @@ class Savepoint:
         return path
 
     def _write_keyed(
-        self, fs: Any, directory: str, prefix: str, uid: str, plan: _OperatorPlan
+        self,
+        fs: Any,
+        directory: str,
+        prefix: str,
+        uid: str,
+        plan: _OperatorPlan,
+        scratch_dir: str | None,
     ) -> dict[int, KeyedStateHandle]:
         sources = plan.keyed or {}
         if not sources:
@@ -571,7 +579,11 @@ class Savepoint:
         ]
         metas = {name: source.meta() for name, source in sources.items()}
         with KeyGroupSpill(
-            uid=uid, states=metas, ranges=ranges, memory_budget=self.memory_budget
+            uid=uid,
+            states=metas,
+            ranges=ranges,
+            memory_budget=self.memory_budget,
+            scratch_dir=scratch_dir,
         ) as spill:
             for source in sources.values():
                 for batch in source.batches(mp):
