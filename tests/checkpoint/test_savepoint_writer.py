@@ -322,6 +322,11 @@ def test_transform_drops_rows_and_moves_changed_keys(root: Path) -> None:
     # The other state and operator are as they were.
     assert _pairs(es.savepoint.read(out, "counter", "pairs"))["b"] == "('b', 2)"  # as repr
     assert sorted(es.savepoint.load(out).read_operator_state("source", "offsets")) == [1, 2, 3]
+    nulls = es.savepoint.load(out).transform(
+        "counter", "count", lambda b: b.set_column(0, "key", pa.nulls(b.num_rows, pa.string()))
+    )
+    with pytest.raises(StateError, match=r"'counter', state 'count', row 0: the key is null"):
+        nulls.write(str(root / "nulls"))
 
 
 def test_transform_of_values_arrow_cannot_hold_points_to_map_values(root: Path) -> None:

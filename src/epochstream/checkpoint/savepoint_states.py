@@ -104,18 +104,31 @@ class KeyedStateSource(ABC):
 
 class _Encoder:
     """Turns keys, namespaces, user keys and values (Python objects) into canonical
-    rows of one state, noting the classes of the values for the state's schema."""
+    rows of one state, noting the classes of the values for the state's schema.
 
-    def __init__(self, uid: str, name: str, meta: StateMeta, max_parallelism: int) -> None:
+    A null key is refused as bad input (``refuse_nulls``) except for state read from
+    a checkpoint, where ``None`` was a job's own key.
+    """
+
+    def __init__(
+        self,
+        uid: str,
+        name: str,
+        meta: StateMeta,
+        max_parallelism: int,
+        *,
+        refuse_nulls: bool = True,
+    ) -> None:
         self.uid, self.name, self.meta = uid, name, meta
         self.max_parallelism = max_parallelism
+        self.refuse_nulls = refuse_nulls
         self.seen: set[type] = set()
 
     def where(self, row: int) -> str:
         return f"operator {self.uid!r}, state {self.name!r}, row {row}"
 
     def _key(self, value: Any, row: int, what: str) -> bytes:
-        if value is None:
+        if value is None and self.refuse_nulls:
             raise StateError(f"{self.where(row)}: the {what} is null")
         try:
             return encode_key(value)
@@ -255,7 +268,7 @@ class SavedState(KeyedStateSource):
                 f"{type(handle).__name__} (a checkpoint's own files) cannot be rewritten; "
                 "restore a job from the checkpoint and take a savepoint of it first"
             )
-        encoder = _Encoder(self.uid, self.name, self.meta(), max_parallelism)
+        encoder = _Encoder(self.uid, self.name, self.meta(), max_parallelism, refuse_nulls=False)
         rows = state_rows(handle, self.name, self.source_max_parallelism, self.options)
         done = 0
         while chunk := list(islice(rows, _CHUNK)):
