@@ -583,3 +583,20 @@ def test_bootstrapped_ttl_timestamps_expire_as_a_jobs_would(root: Path, kind: st
     assert _state_of(backends, ttl, ["fresh", "stale"]) == {"fresh": 1, "stale": None}
     both = _state_of(backends, ValueStateDescriptor("all", ttl=10.0), ["fresh", "stale"])
     assert both == {"fresh": 1, "stale": 2}
+
+
+@pytest.mark.parametrize("kind", ["heap", "rocksdb"])
+def test_values_migrated_offline_restore_at_their_new_version(root: Path, kind: str) -> None:
+    path = _bootstrapped(root)
+    v2 = ValueStateDescriptor("count", version=2)  # no migrate=: the values must be v2
+    migrated = es.savepoint.load(path).map_values("counter", "count", str, version=2)
+    out = migrated.write(str(root / "v2"))
+    backends = _restored(kind, out, "counter", 2, root / "ok")
+    assert _state_of(backends, v2, list("abcde")) == {
+        w: str(n) for w, n in zip("abcde", range(1, 6), strict=True)
+    }
+    unmigrated = _restored(kind, path, "counter", 1, root / "refused")
+    with pytest.raises(StateError, match="without migrate="):
+        _state_of(unmigrated, v2, ["a"])
+    with pytest.raises(StateError, match="version must be an int >= 1, got 0"):
+        es.savepoint.load(path).transform("counter", "count", lambda b: b, version=0)

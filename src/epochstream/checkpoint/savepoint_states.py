@@ -60,6 +60,7 @@ __all__ = [
     "MappedValues",
     "SavedState",
     "TransformedState",
+    "checked_version",
     "is_regroupable",
 ]
 
@@ -69,6 +70,17 @@ BOOTSTRAP_KINDS = ("value", "list", "map")
 Column = str | Sequence[str] | Callable[[dict[str, Any]], Any]
 #: Rows per record batch decoded from states that are not already in batches.
 _CHUNK = 65_536
+
+
+def checked_version(version: int, where: str) -> int:
+    """``version`` if it is a schema version (an int >= 1), else a StateError naming
+    ``where``.
+
+    Example: ``checked_version(2, "operator 'op', state 'n'") == 2``
+    """
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise StateError(f"{where}: version must be an int >= 1, got {version!r}")
+    return version
 
 
 def is_regroupable(kind: str) -> bool:
@@ -353,8 +365,7 @@ class BootstrappedState(KeyedStateSource):
             raise StateError(
                 f"operator {uid!r}, state {name!r}: map state needs user_key=, other kinds take none"
             )
-        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            raise StateError(f"operator {uid!r}, state {name!r}: version must be an int >= 1")
+        checked_version(version, f"operator {uid!r}, state {name!r}")
         self.uid, self.name, self.kind = uid, name, kind
         self.data = data
         self.key, self.value, self.user_key = key, value, user_key
@@ -446,17 +457,25 @@ class TransformedState(KeyedStateSource):
     rows it drops are deleted, keys it changes move to their key groups.
     """
 
-    def __init__(self, base: KeyedStateSource, fn: Callable[[pa.RecordBatch], Any]) -> None:
+    def __init__(
+        self,
+        base: KeyedStateSource,
+        fn: Callable[[pa.RecordBatch], Any],
+        *,
+        version: int | None = None,
+    ) -> None:
         self.base = base
         self.uid, self.name, self.kind = base.uid, base.name, base.kind
         self.fn = fn
+        self.version = version
         self._seen: set[type] = set()
 
     def meta(self) -> StateMeta:
         return self.base.meta()
 
     def schema(self) -> StateSchema:
-        return StateSchema(self.base.schema().version, shapes_of_types(self._seen))
+        version = self.version if self.version is not None else self.base.schema().version
+        return StateSchema(version, shapes_of_types(self._seen))
 
     def _arrow(self, rows: dict[str, list[Any]]) -> pa.RecordBatch:
         arrays = []
@@ -523,17 +542,21 @@ class MappedValues(KeyedStateSource):
     """``base``'s rows with every value (list state: element; map state: map value)
     replaced by ``fn(value)``; keys, namespaces and user keys stay as they are."""
 
-    def __init__(self, base: KeyedStateSource, fn: Callable[[Any], Any]) -> None:
+    def __init__(
+        self, base: KeyedStateSource, fn: Callable[[Any], Any], *, version: int | None = None
+    ) -> None:
         self.base = base
         self.uid, self.name, self.kind = base.uid, base.name, base.kind
         self.fn = fn
+        self.version = version
         self._seen: set[type] = set()
 
     def meta(self) -> StateMeta:
         return self.base.meta()
 
     def schema(self) -> StateSchema:
-        return StateSchema(self.base.schema().version, shapes_of_types(self._seen))
+        version = self.version if self.version is not None else self.base.schema().version
+        return StateSchema(version, shapes_of_types(self._seen))
 
     def batches(self, max_parallelism: int) -> Iterator[pa.RecordBatch]:
         serializer = self.meta().serializer

@@ -55,6 +55,7 @@ from epochstream.checkpoint.savepoint_states import (
     MappedValues,
     SavedState,
     TransformedState,
+    checked_version,
     is_regroupable,
 )
 from epochstream.checkpoint.snapshot_copies import SnapshotCopies
@@ -402,13 +403,23 @@ class Savepoint:
             )
         return sources, source
 
-    def transform(self, uid: str, name: str, fn: Callable[[pa.RecordBatch], Any]) -> Savepoint:
+    def transform(
+        self,
+        uid: str,
+        name: str,
+        fn: Callable[[pa.RecordBatch], Any],
+        *,
+        version: int | None = None,
+    ) -> Savepoint:
         """Pass keyed state ``name`` of ``uid`` through ``fn``, batch by batch: ``fn``
         takes a ``pyarrow.RecordBatch`` with the columns ``read_keyed_state`` gives
         (``key``, ``value``, ``namespace``, ``user_key``, ``ttl_ts``) and returns a
         RecordBatch or Table with at least ``key`` and ``value`` (map state:
         ``user_key``). Rows it leaves out are deleted; changed keys move to their key
         groups. Values Arrow cannot hold (mixed types, your classes): :meth:`map_values`.
+        ``version``: the schema version to record for the state (default: as saved), so
+        values migrated offline restore into a descriptor of that version without
+        ``migrate=``.
 
         Example::
 
@@ -416,18 +427,27 @@ class Savepoint:
                          lambda b: b.set_column(1, "value", pc.multiply(b["value"], 2)))
         """
         sources, base = self._regroupable_source(uid, name, "transform")
-        sources[name] = TransformedState(base, fn)
+        sources[name] = TransformedState(base, fn, version=self._version(uid, name, version))
         return self
 
-    def map_values(self, uid: str, name: str, fn: Callable[[Any], Any]) -> Savepoint:
+    def map_values(
+        self, uid: str, name: str, fn: Callable[[Any], Any], *, version: int | None = None
+    ) -> Savepoint:
         """Replace every value of keyed state ``name`` of ``uid`` (list state: element;
-        map state: map value) by ``fn(value)``, Python objects in and out.
+        map state: map value) by ``fn(value)``, Python objects in and out; ``version``
+        as for :meth:`transform`.
 
         Example: ``sp.map_values("word-counts", "_reduce", lambda t: (t[0], t[1] * 2))``
         """
         sources, base = self._regroupable_source(uid, name, "map_values")
-        sources[name] = MappedValues(base, fn)
+        sources[name] = MappedValues(base, fn, version=self._version(uid, name, version))
         return self
+
+    @staticmethod
+    def _version(uid: str, name: str, version: int | None) -> int | None:
+        if version is None:
+            return None
+        return checked_version(version, f"operator {uid!r}, state {name!r}")
 
     def drop_operator(self, uid: str) -> Savepoint:
         """Leave operator ``uid`` and all its state out.
