@@ -134,8 +134,9 @@ class OperatorCheck:
     """One operator uid: ``restored`` (state saved and the job has it), ``new`` (starts
     empty) or ``left_behind`` (state saved, no such uid in the job); its states;
     ``error``: its ``open()`` failed otherwise than by a state's verdict;
-    ``renamed_from``/``renamed_to``: a left-behind uid whose states (names and kinds)
-    are exactly a new operator's, likely the same operator under another uid.
+    ``renamed_from``/``renamed_to``: a left-behind uid whose states (names and kinds,
+    internal ``_...`` ones aside) are exactly a new operator's, likely the same operator
+    under another uid.
 
     Example: ``OperatorCheck("profiles", "count visits", "restored")``
     """
@@ -478,16 +479,19 @@ def _same_serializer(saved: Serializer, new: Serializer) -> bool:
 
 
 def _hint_renames(operators: Iterable[OperatorCheck]) -> None:
-    """Mark a left-behind uid whose saved states (names and kinds) are exactly those a
-    new operator declares: likely the same operator given another uid."""
+    """Mark a left-behind uid whose saved states (names and kinds; internal ones, named
+    ``_...`` such as timers, aside) are exactly those a new operator declares: likely
+    the same operator given another uid."""
     ops = list(operators)
     fresh = {
-        op.uid: frozenset((s.name, s.kind) for s in op.states)
+        op.uid: frozenset((s.name, s.kind) for s in op.states if not s.name.startswith("_"))
         for op in ops
-        if op.status == "new" and op.states
+        if op.status == "new"
     }
     for gone in (op for op in ops if op.status == "left_behind"):
-        shape = frozenset((s.name, s.saved_kind) for s in gone.states)
+        shape = frozenset((s.name, s.saved_kind) for s in gone.states if not s.name.startswith("_"))
+        if not shape:
+            continue
         for op in ops:
             if op.uid in fresh and fresh[op.uid] == shape and op.renamed_from is None:
                 gone.renamed_to, op.renamed_from = op.uid, gone.uid
