@@ -98,7 +98,7 @@ def _point(operators: dict[str, dict[int, OperatorSubtaskState]], max_p: int = 1
 
 
 def _saved(keyed: KeyedStateHandle | None = None, **more: Any) -> dict[str, dict[int, Any]]:
-    """A savepoint of src (two splits), files (one pending transaction) and, with
+    """A savepoint of src (two splits), files (two pending transactions) and, with
     ``keyed``, operator ``counts``; ``more``: further uids' keyed handles."""
     ops: dict[str, dict[int, Any]] = {
         "src": {
@@ -106,7 +106,7 @@ def _saved(keyed: KeyedStateHandle | None = None, **more: Any) -> dict[str, dict
             1: OperatorSubtaskState(operator_lists={SPLITS: ["b"]}),
         },
         "files": {
-            0: OperatorSubtaskState(union_lists={TXNS: ["t1"]}),
+            0: OperatorSubtaskState(union_lists={TXNS: ["t0"]}),
             1: OperatorSubtaskState(union_lists={TXNS: ["t1"]}),
         },
     }
@@ -130,11 +130,11 @@ def test_an_unchanged_job_restores_every_state_and_names_sources_and_sinks() -> 
     assert report.ok and not report.errors
     assert _op(report, "counts").status == "restored"
     assert _verdicts(report, "counts") == {"count": "restore", "__timers": "new"}
-    assert report.sources == {"src": 2} and report.sinks == {"files": 1}
+    assert report.sources == {"src": 2} and report.sinks == {"files": 2}
     assert (report.max_parallelism, report.job_max_parallelism) == (128, None)
     doc = report.to_json()
     assert doc["ok"] is True and doc["sources"] == [{"uid": "src", "splits": 2}]
-    assert doc["sinks"] == [{"uid": "files", "pending_transactions": 1}]
+    assert doc["sinks"] == [{"uid": "files", "pending_transactions": 2}]
     assert set(doc) == {
         "ok",
         "savepoint",

@@ -100,10 +100,10 @@ class _CheckingLauncher:
     def launch(self, description: JobDescription) -> JobHandle:
         try:
             point = load_savepoint(self.savepoint, description)
-        except EpochstreamError as err:
+            self.report = check_upgrade(description, point)
+        except EpochstreamError as err:  # unreadable metadata or state files: not a verdict
             self.usage_error = f"cannot read savepoint {self.savepoint}: {err}"
             raise _Checked from err
-        self.report = check_upgrade(description, point)
         raise _Checked
 
 

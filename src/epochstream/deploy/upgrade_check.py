@@ -281,11 +281,11 @@ def _holds_state(states: dict[int, OperatorSubtaskState]) -> bool:
 
 
 def _entries(states: dict[int, OperatorSubtaskState], name: str, *, union: bool) -> int:
-    """How many entries of operator list state ``name`` the snapshot holds (union
-    state: every subtask acks the whole list, so the distinct entries of one)."""
-    if union:
-        return max((len(s.union_lists.get(name, [])) for s in states.values()), default=0)
-    return sum(len(s.operator_lists.get(name, [])) for s in states.values())
+    """How many entries of operator list (or union list) state ``name`` the snapshot
+    holds over all subtasks (a restore hands union entries to every subtask, and the
+    job master commits a sink's entries once per checkpoint)."""
+    lists = (s.union_lists if union else s.operator_lists for s in states.values())
+    return sum(len(entries.get(name, [])) for entries in lists)
 
 
 # ---------------------------------------------------------------- the saved side
@@ -402,8 +402,8 @@ def _check_keyed(
         clock=SystemClock(),
         watermark_interval_ms=graph.auto_watermark_interval,
     )
-    operator = create_operator(spec, ctx)
     try:
+        operator = create_operator(spec, ctx)
         operator.initialize_state(restore, point.checkpoint_id if restore else None)
         operator.open()
         operator.close()
