@@ -141,6 +141,7 @@ def test_the_check_predicts_the_restore(savepoint: str, tmp_path: Path, case: Ca
         *case.options,
     )
     assert check.returncode in (0, 1), check.stderr[-3000:]
+    assert not (tmp_path / "out").exists(), "the check built the job and did not run it"
     report = json.loads(check.stdout)
     assert report["ok"] is case.ok and check.returncode == (0 if case.ok else 1)
     operators = {op["uid"]: op for op in report["operators"]}
