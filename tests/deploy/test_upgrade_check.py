@@ -176,6 +176,10 @@ def test_versions_migrate_or_fail_and_changed_classes_fail() -> None:
     profile = {s.name: s for s in _op(report, "counts").states}["profile"]
     assert "field 'visits' added" in profile.error
     assert (profile.saved_version, profile.version) == (1, 1)
+    count = {s.name: s for s in _op(report, "counts").states}["count"]
+    assert count.migration_needed and count.migrate_given
+    assert count.to_json()["migration_needed"] is True
+    assert profile.migration_needed is False and profile.migrate_given is False
 
 
 def test_states_not_asked_for_in_open_and_columnar_state_are_reported_not_judged() -> None:

@@ -62,6 +62,7 @@ from epochstream.state.canonical import read_batches, read_state_meta
 from epochstream.state.handles import (
     CanonicalSnapshotHandle,
     ColumnarSnapshotHandle,
+    KeyedStateHandle,
     OperatorRestore,
     OperatorSubtaskState,
     saved_schemas,
@@ -103,8 +104,17 @@ class StateCheck:
     version: int | None = None
     error: str = ""
     serializer_changed: bool | None = None
+    #: The descriptor has ``migrate=`` (``None``: no descriptor asked for the state).
+    migrate_given: bool | None = None
     saved_ttl: bool | None = None
     ttl: bool | None = None
+
+    @property
+    def migration_needed(self) -> bool | None:
+        """Whether the descriptor's version is above the saved one (``None``: unknown)."""
+        if self.saved_version is None or self.version is None:
+            return None
+        return self.version > self.saved_version
 
     @property
     def ttl_changed(self) -> bool | None:
@@ -123,6 +133,8 @@ class StateCheck:
             "version": self.version,
             "error": self.error or None,
             "serializer_changed": self.serializer_changed,
+            "migration_needed": self.migration_needed,
+            "migrate_given": self.migrate_given,
             "saved_ttl": self.saved_ttl,
             "ttl": self.ttl,
             "ttl_changed": self.ttl_changed,
@@ -251,11 +263,26 @@ def check_upgrade(description: JobDescription, point: CompletedCheckpoint) -> Up
         report.errors.append(str(err))
     report.max_parallelism = graph.max_parallelism
     saved = {uid: states for uid, states in md.operators.items() if _holds_state(states)}
-    options = (
-        description.checkpoint_config.storage_options if description.checkpoint_config else None
-    )
-    specs = [op for chain in graph.chains for op in chain.operators]
-    for spec in specs:
+    _check_operators(report, description, point, saved)
+    for uid in sorted(set(saved) - set(graph.operator_uids)):
+        report.operators.append(
+            OperatorCheck(uid, "", "left_behind", states=_dropped_states(saved[uid]))
+        )
+    _hint_renames(report.operators)
+    return report
+
+
+def _check_operators(
+    report: UpgradeReport,
+    description: JobDescription,
+    point: CompletedCheckpoint,
+    saved: dict[str, dict[int, OperatorSubtaskState]],
+) -> None:
+    """Each operator of the job: its status and states; sources' positions and sinks'
+    pending transactions."""
+    config = description.checkpoint_config
+    options = config.storage_options if config is not None else None
+    for spec in (op for chain in description.graph.chains for op in chain.operators):
         states = saved.get(spec.uid)
         check = OperatorCheck(spec.uid, spec.name, "new" if states is None else "restored")
         if spec.key_selector is not None:
@@ -267,13 +294,6 @@ def check_upgrade(description: JobDescription, point: CompletedCheckpoint) -> Up
             report.sources[spec.uid] = _entries(states, SPLITS, union=False)
         if states is not None and spec.kind == "sink":
             report.sinks[spec.uid] = _entries(states, TXNS, union=True)
-    job_uids = {spec.uid for spec in specs}
-    for uid in sorted(set(saved) - job_uids):
-        report.operators.append(
-            OperatorCheck(uid, "", "left_behind", states=_dropped_states(saved[uid]))
-        )
-    _hint_renames(report.operators)
-    return report
 
 
 def _holds_state(states: dict[int, OperatorSubtaskState]) -> bool:
@@ -304,10 +324,8 @@ def _saved_states(
 ) -> dict[str, _SavedState]:
     """Each keyed state of one operator's snapshot: kind and schema from the handles,
     serializer and TTL from canonical (savepoint) files, ``None`` elsewhere."""
-    handles = [s.keyed for s in states.values() if s.keyed is not None]
-    kinds: dict[str, str] = {}
-    for handle in handles:
-        kinds.update(getattr(handle, "states", {}))
+    handles = _handles(states)
+    kinds = _kinds(handles)
     schemas = saved_schemas(handles)
     canonical = [
         h
@@ -332,6 +350,18 @@ def _saved_states(
     }
 
 
+def _handles(states: dict[int, OperatorSubtaskState]) -> list[KeyedStateHandle]:
+    return [s.keyed for s in states.values() if s.keyed is not None]
+
+
+def _kinds(handles: list[KeyedStateHandle]) -> dict[str, str]:
+    """The kind of each state the handles hold (all handles of one operator)."""
+    kinds: dict[str, str] = {}
+    for handle in handles:
+        kinds.update(getattr(handle, "states", {}))
+    return kinds
+
+
 def _states_with_ttl(fs: Any, handle: CanonicalSnapshotHandle) -> set[str]:
     """The states of a canonical file with TTL timestamps (entries written under a TTL)."""
     found: set[str] = set()
@@ -344,10 +374,8 @@ def _states_with_ttl(fs: Any, handle: CanonicalSnapshotHandle) -> set[str]:
 def _dropped_states(states: dict[int, OperatorSubtaskState]) -> list[StateCheck]:
     """The saved keyed states of an uid the job has no keyed operator for: a restore
     does not read them (a left-behind uid's are refused unless allowed)."""
-    handles = [s.keyed for s in states.values() if s.keyed is not None]
-    kinds: dict[str, str] = {}
-    for handle in handles:
-        kinds.update(getattr(handle, "states", {}))
+    handles = _handles(states)
+    kinds = _kinds(handles)
     schemas = saved_schemas(handles)
     return [
         StateCheck(
@@ -450,6 +478,7 @@ def _state_check(outcome: StateOutcome, saved: _SavedState | None) -> StateCheck
             outcome.action,
             kind=outcome.kind,
             version=descriptor.version,
+            migrate_given=descriptor.migrate is not None,
             ttl=descriptor.ttl is not None,
         )
     serializer_changed = None
@@ -464,6 +493,7 @@ def _state_check(outcome: StateOutcome, saved: _SavedState | None) -> StateCheck
         version=descriptor.version,
         error=outcome.error,
         serializer_changed=serializer_changed,
+        migrate_given=descriptor.migrate is not None,
         saved_ttl=saved.has_ttl,
         ttl=descriptor.ttl is not None,
     )
