@@ -142,6 +142,7 @@ def test_state_objects_refuse_use_and_timers_open_empty(tmp_path: Path) -> None:
     dry.set_current_key("k")
     with pytest.raises(StateError, match="check-upgrade holds no state"):
         state.value()
+    assert not hasattr(state, "__deepcopy__")  # a protocol probe is no use of the state
     table = dry.value_table(ValueStateDescriptor("_timers"), namespaced=True)
     assert list(table.items()) == [] and table.get("k", 7) == 7
     with pytest.raises(StateError, match="check-upgrade holds no state"):

@@ -205,6 +205,8 @@ class _InertState:
         self.namespaced = namespaced
 
     def __getattr__(self, attribute: str) -> NoReturn:
+        if attribute.startswith("__"):  # protocols (copy, pickle) probe these: not a use
+            raise AttributeError(attribute)
         _refuse(self.descriptor.name, f"run {attribute}()")
 
 
