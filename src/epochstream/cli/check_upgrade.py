@@ -174,7 +174,8 @@ def render_table(report: UpgradeReport) -> str:
     for uid, splits in sorted(report.sources.items()):
         lines.append(f"source {uid}: takes over {splits} split position(s) from the savepoint")
     for uid, pending in sorted(report.sinks.items()):
-        lines.append(f"sink {uid}: {pending} pending transaction(s), committed at restore")
+        if pending:
+            lines.append(f"sink {uid}: {pending} pending transaction(s), committed at restore")
     problems = list(report.errors)
     for op in report.operators:
         if op.error:
