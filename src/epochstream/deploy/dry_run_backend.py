@@ -103,10 +103,6 @@ class DryRunKeyedBackend(KeyedStateBackend):
                 if is_descriptor_kind(kind):
                     self._note_saved(name, kind, schemas.get(name, StateSchema()), where)
 
-    def not_asked(self) -> dict[str, tuple[str, StateSchema]]:
-        """Restored states no descriptor asked for yet (kind and saved schema)."""
-        return {n: s for n, s in self._saved.items() if n not in self.outcomes}
-
     # ------------------------------------------------------------------ the rule
 
     def _evolve(self, descriptor: StateDescriptor, kind: str) -> None:
