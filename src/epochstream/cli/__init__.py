@@ -9,10 +9,11 @@
     epochstream cancel JOB_ID [--savepoint DIR]     cancel a job, or stop it with a savepoint
     epochstream checkpoints DIR                     completed checkpoints and savepoints under DIR
     epochstream inspect DIR                         operators, states, key groups, sizes of one
+    epochstream check-upgrade JOB.py -s SP          dry run: would JOB.py start from savepoint SP?
 
 Errors are one line on stderr. Exit codes: 0 success; 1 the job failed (or a listing
-found nothing, or something unreadable); 2 bad usage, an unknown job or a path that
-does not exist.
+found nothing, or something unreadable, or check-upgrade found the restore would fail);
+2 bad usage, an unknown job or a path that does not exist.
 
 Example::
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from epochstream.cli.check_upgrade import add_check_upgrade_command
 from epochstream.cli.jobs import add_job_commands
 from epochstream.cli.progress import add_status_command
 from epochstream.cli.run import add_run_command
@@ -48,6 +50,8 @@ examples:
   epochstream checkpoints /ckpt                list completed checkpoints (and unreadable ones)
   epochstream inspect /sp/savepoint-3f2a9c-1b2c
                                                operators, states, key-group coverage, sizes
+  epochstream check-upgrade job.py --from-savepoint /sp/savepoint-3f2a9c-1b2c -p 4
+                                               would job.py start from it? each state's verdict
 """
 
 
@@ -71,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     add_job_commands(sub)
     add_status_command(sub)
     add_snapshot_commands(sub)
+    add_check_upgrade_command(sub)
     return parser
 
 

@@ -7,10 +7,12 @@ Example::
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
+import os
 import sys
 
-__all__ = ["fail", "human_size", "utc"]
+__all__ = ["fail", "human_size", "positive_int", "prepare_script", "utc"]
 
 
 def fail(command: str, message: str, code: int = 2) -> int:
@@ -32,3 +34,31 @@ def human_size(size: int) -> str:
 def utc(timestamp: float) -> str:
     """Epoch seconds as ``YYYY-MM-DD HH:MM:SS`` UTC."""
     return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an int >= 1. Example: ``positive_int("4") == 4``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def prepare_script(script: str, args: list[str]) -> str | None:
+    """Make this process look to ``script`` as ``python script args...`` would: its
+    ``sys.argv`` and its directory first on ``sys.path``. A problem (no such script) is
+    returned as a sentence, ``None`` when ready.
+
+    Example: ``prepare_script("job.py", ["in.txt"])``
+    """
+    if not os.path.isfile(script):
+        return f"no such job script: {script}"
+    args = args[1:] if args[:1] == ["--"] else args
+    sys.argv = [script, *args]
+    script_dir = os.path.dirname(os.path.abspath(script))
+    if script_dir not in sys.path:
+        sys.path.insert(0, script_dir)
+    return None

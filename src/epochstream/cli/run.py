@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 from epochstream.api.environment import set_overrides
-from epochstream.cli.common import fail
+from epochstream.cli.common import fail, positive_int, prepare_script
 from epochstream.cli.progress import ProgressReporter
 from epochstream.cli.snapshots import add_trust_flag
 from epochstream.core.clock import SystemClock
@@ -55,16 +55,6 @@ def _log_level(text: str) -> str:
             f"unknown log level {text!r} (choose from {', '.join(_LOG_LEVELS)})"
         )
     return level
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def _non_negative_int(text: str) -> int:
@@ -92,7 +82,7 @@ def add_run_command(sub: Any) -> None:
     run.add_argument(
         "--parallelism",
         "-p",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="parallelism of every Environment",
     )
@@ -170,11 +160,9 @@ def _cmd_run(ns: argparse.Namespace) -> int:
         resume=ns.resume or None,
         trust_shared_storage=ns.trust_shared_storage or None,
     )
-    args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
-    sys.argv = [ns.script, *args]
-    script_dir = os.path.dirname(os.path.abspath(ns.script))
-    if script_dir not in sys.path:
-        sys.path.insert(0, script_dir)
+    problem = prepare_script(ns.script, ns.args)
+    if problem is not None:
+        return fail("run", problem)
     reporter = None if ns.quiet else ProgressReporter(sys.stderr, clock=SystemClock())
     if reporter is not None:
         reporter.start()
