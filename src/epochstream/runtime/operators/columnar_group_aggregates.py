@@ -16,7 +16,8 @@ input, so the held rows are never in a checkpoint's blind spot.
 State, in row tables of the job's keyed-state backend keyed by the group key
 (:class:`GroupKeys`): ``groups`` per group its key columns (for a tuple key) and
 partials; ``distinct<i>`` per group the distinct values of ``COUNT(DISTINCT)``
-aggregate ``i``. A batch pops the groups it touches and appends them back.
+aggregate ``i`` (:class:`DistinctValues`: a batch appends only the values new to its
+groups). A batch pops the groups it touches and appends them back.
 
 Over an updating input (``GroupAggregateSpec.updating_input``: the changelog of another
 aggregation) each row is weighted by its kind (+1 for ``+I``/``+U``, -1 for ``-U``/``-D``)
@@ -61,6 +62,7 @@ from epochstream.exceptions import ConfigurationError, DataError, StateError
 from epochstream.graph.specs import GroupAggregateSpec
 from epochstream.runtime.operators.base import Operator
 from epochstream.runtime.operators.columnar_aggregates import own_backend
+from epochstream.runtime.operators.columnar_distinct_values import DistinctValues
 from epochstream.runtime.operators.columnar_group_keys import (
     TUPLE_KEY,
     BatchKeys,
@@ -117,7 +119,7 @@ class ColumnarGroupAggregateOperator(Operator):
         self._types: dict[str, pa.DataType] = {}
         self._calls: AggregateCalls | None = None
         self._groups: RowTable | None = None
-        self._distinct: dict[int, RowTable] = {}
+        self._distinct: dict[int, DistinctValues] = {}
         #: Over a changelog: per MIN, MAX or COUNT(DISTINCT) aggregate, its values' counts.
         self._values: dict[int, ValueCounts] = {}
         #: The mini-batch's held input (None: each batch is folded as it comes).
@@ -175,10 +177,10 @@ class ColumnarGroupAggregateOperator(Operator):
         if calls.signed:
             self._open_value_counts(calls)
             return
-        for i, _ in calls.distinct:
+        for i, column in calls.distinct:
             table = self.keyed.row_table(f"{_DISTINCT}{i}")
             if table is not None:
-                self._distinct[i] = table
+                self._distinct[i] = self._distinct_values(table, column)
 
     def _tables(self, stored: pa.Schema, calls: AggregateCalls) -> RowTable:
         """The groups table (made with the first batch's types, or restored) and the
@@ -199,8 +201,15 @@ class ColumnarGroupAggregateOperator(Operator):
                 schema = pa.schema([(state_key, key_type), (column, value_type)])
                 table = self.keyed.row_table(f"{_DISTINCT}{i}", RowSchema(schema, state_key))
                 assert table is not None
-                self._distinct[i] = table
+                self._distinct[i] = self._distinct_values(table, column)
         return self._groups
+
+    def _distinct_values(self, table: RowTable, column: str) -> DistinctValues:
+        """A COUNT(DISTINCT)'s values; indexed in memory on the heap backend, whose state
+        is in memory anyway (RocksDB's need not fit)."""
+        assert self.keyed is not None
+        heap = self.keyed.NAME == "heap"
+        return DistinctValues(table, self._keys.state_key, column, indexed=heap)
 
     def _open_value_counts(self, calls: AggregateCalls) -> None:
         """The valued aggregates' value counts (their tables restored, or made with the
@@ -365,9 +374,11 @@ class ColumnarGroupAggregateOperator(Operator):
         if gone is None:
             return
         keys, kgs = gone
+        for distinct in self._distinct.values():
+            distinct.drop(keys, kgs)  # the expired groups' values go with them
         for name in self.keyed.row_tables():
-            if _numbered(name) is not None and (values := self.keyed.row_table(name)):
-                values.pop(keys, kgs)  # the expired groups' values go with them
+            if name.startswith(_VALUES) and (values := self.keyed.row_table(name)):
+                values.pop(keys, kgs)
 
     def _counted(
         self,
@@ -407,46 +418,18 @@ class ColumnarGroupAggregateOperator(Operator):
         held_groups: np.ndarray | None,
     ) -> tuple[dict[str, pa.Array], dict[str, pa.Array]]:
         """Per ``COUNT(DISTINCT)`` aggregate (its column), each key's count before and
-        after the batch; the keys' values are written back with the batch's added (the
-        values of groups not ``held_groups``, expired, are dropped)."""
+        after the batch (:class:`DistinctValues`); the values of groups not
+        ``held_groups`` (expired) are forgotten first: such a group starts over."""
         before: dict[str, pa.Array] = {}
         after: dict[str, pa.Array] = {}
-        state_key = self._keys.state_key
+        gone = None if held_groups is None or held_groups.all() else ~held_groups
         for i, column in calls.distinct:
-            values = derived[column]
-            table = self._distinct[i]
-            held = table.pop(found.keys, found.key_groups)
-            if held_groups is not None and held is not None and held.num_rows:
-                held = held.filter(
-                    pa.array(held_groups[key_slots(held.column(state_key), found.keys)])
-                )
-            owners = [found.slots]
-            arrays = [values]
-            if held is not None and held.num_rows:
-                held_at = key_slots(held.column(state_key), found.keys)
-                before[column] = pa.array(np.bincount(held_at, minlength=n).astype(np.int64))
-                owners.insert(0, held_at)
-                arrays.insert(0, held.column(column).combine_chunks().cast(values.type))
-            else:
-                before[column] = pa.array(np.zeros(n, dtype=np.int64))
-            both = pa.table({_ID: np.concatenate(owners), column: pa.concat_arrays(arrays)})
-            both = both.filter(pc.is_valid(both.column(column)))
-            both = both.group_by([_ID, column], use_threads=False).aggregate([])
-            ids = both.column(_ID).to_numpy()
-            after[column] = pa.array(np.bincount(ids, minlength=n).astype(np.int64))
-            self._write_distinct(found, i, column, both)
+            values = self._distinct[i]
+            if gone is not None:
+                values.drop(found.keys.filter(pa.array(gone)), found.key_groups[gone])
+            then, now = values.update(found, derived[column])
+            before[column], after[column] = pa.array(then), pa.array(now)
         return before, after
-
-    def _write_distinct(self, found: BatchKeys, i: int, column: str, rows: pa.Table) -> None:
-        """Write aggregate ``i``'s distinct values (``rows``: ids into the batch's keys)
-        back."""
-        if not rows.num_rows:
-            return
-        ids = rows.column(_ID).to_numpy()
-        stored = pa.table(
-            {self._keys.state_key: found.keys.take(pa.array(ids)), column: rows.column(column)}
-        )
-        self._distinct[i].append(table_batch(stored), found.key_groups[ids])
 
     def _stored(self, found: BatchKeys, merged: pa.Table, now: int) -> pa.Table:
         """The groups as ``groups`` keeps them: state key, key columns, ``_written``
