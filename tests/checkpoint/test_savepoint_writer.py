@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
-import types
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -188,33 +186,10 @@ def test_keys_values_and_sources_of_every_shape(root: Path) -> None:
         new.write(str(root / "again"))
 
 
-def test_pandas_frames_go_through_arrow(root: Path) -> None:
-    pd = pytest.importorskip("pandas")
-    frame = pd.DataFrame({"word": ["x", "y"], "n": [7, 8]})
-    path = (
-        es.savepoint.new()
-        .with_keyed_state("op", "n", frame, key="word", value="n")
-        .write(str(root / "sp"))
-    )
-    assert _pairs(es.savepoint.read(path, "op", "n")) == {"x": 7, "y": 8}
-
-
-def test_polars_frames_go_through_to_arrow(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stand-in ``polars`` module when the real one is absent: a frame is recognized
-    by its class and converted with ``to_arrow()``."""
-    polars = sys.modules.get("polars") or types.ModuleType("polars")
-    if not hasattr(polars, "DataFrame"):
-
-        class DataFrame:
-            def __init__(self, data: dict[str, list[Any]]) -> None:
-                self.data = data
-
-            def to_arrow(self) -> pa.Table:
-                return pa.table(self.data)
-
-        polars.DataFrame = DataFrame  # type: ignore[attr-defined]
-        monkeypatch.setitem(sys.modules, "polars", polars)
-    frame = polars.DataFrame({"word": ["x", "y"], "n": [7, 8]})
+@pytest.mark.parametrize("library", ["pandas", "polars"])
+def test_pandas_and_polars_frames_go_through_arrow(root: Path, library: str) -> None:
+    frames = __import__(library)
+    frame = frames.DataFrame({"word": ["x", "y"], "n": [7, 8]})
     path = (
         es.savepoint.new()
         .with_keyed_state("op", "n", frame, key="word", value="n")
