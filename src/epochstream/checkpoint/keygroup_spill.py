@@ -38,27 +38,15 @@ import pyarrow.compute as pc
 
 from epochstream.exceptions import StateError
 from epochstream.state.backends.base import base_kind
-from epochstream.state.canonical import CanonicalRow, StateMeta, write_canonical
+from epochstream.state.canonical import CANONICAL_SCHEMA, CanonicalRow, StateMeta, write_canonical
 from epochstream.state.handles import CanonicalSnapshotHandle
 from epochstream.state.keyformat import decode_key
 
 if TYPE_CHECKING:
     from epochstream.core.filesystems import StorageFS
 
-__all__ = ["CANONICAL_SCHEMA", "DEFAULT_MEMORY_BUDGET", "KeyGroupSpill"]
+__all__ = ["DEFAULT_MEMORY_BUDGET", "KeyGroupSpill"]
 
-#: The columns of canonical rows (the savepoint file's, without its state metadata).
-CANONICAL_SCHEMA = pa.schema(
-    [
-        ("state", pa.string()),
-        ("key_group", pa.int32()),
-        ("key", pa.binary()),
-        ("namespace", pa.binary()),
-        ("user_key", pa.binary()),
-        ("value", pa.binary()),
-        ("ttl_ts", pa.float64()),
-    ]
-)
 #: Bytes of spilled rows one range may have before it is split again to be written.
 DEFAULT_MEMORY_BUDGET = 64 << 20
 #: Into how many key-group ranges a range over the budget is split.

@@ -3,7 +3,7 @@
 The savepoint writer (:mod:`epochstream.checkpoint.savepoint_writer`) plans a savepoint
 lazily: every keyed state of an operator it rewrites is a :class:`KeyedStateSource`, a
 recipe that produces the state's rows as canonical record batches
-(:data:`~epochstream.checkpoint.keygroup_spill.CANONICAL_SCHEMA`: keys, namespaces and
+(:data:`~epochstream.state.canonical.CANONICAL_SCHEMA`: keys, namespaces and
 user keys in the one key format, values serialized by the state's serializer, key
 groups for the savepoint's max parallelism) one batch at a time when the savepoint is
 written:
@@ -39,7 +39,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from epochstream.checkpoint.keygroup_spill import CANONICAL_SCHEMA
 from epochstream.checkpoint.reader import state_rows
 from epochstream.core.filesystems import storage_fs
 from epochstream.core.serializers import DEFAULT_SERIALIZER, Serializer
@@ -47,7 +46,12 @@ from epochstream.core.state_schema import StateSchema, shapes_of_types
 from epochstream.exceptions import KeyEncodingError, StateError
 from epochstream.state.backends.base import ROWS, base_kind, is_namespaced
 from epochstream.state.backends.heap.columns import COLUMNAR
-from epochstream.state.canonical import StateMeta, read_batches, read_state_meta
+from epochstream.state.canonical import (
+    CANONICAL_SCHEMA,
+    StateMeta,
+    read_batches,
+    read_state_meta,
+)
 from epochstream.state.handles import CanonicalSnapshotHandle, KeyedStateHandle
 from epochstream.state.keyformat import decode_key, encode_key
 from epochstream.state.keygroups import murmur3_32
@@ -450,19 +454,12 @@ class BootstrappedState(KeyedStateSource):
 # ---------------------------------------------------------------- transform
 
 
-class TransformedState(KeyedStateSource):
-    """``base``'s rows through ``fn``, a function from a ``pyarrow.RecordBatch`` with
-    the columns ``read_keyed_state`` gives (``key``, ``value``, ``namespace``,
-    ``user_key``, ``ttl_ts``) to a batch (or table) with at least ``key`` and ``value``:
-    rows it drops are deleted, keys it changes move to their key groups.
-    """
+class _DerivedState(KeyedStateSource):
+    """A state computed from ``base``'s rows by ``fn``: ``base``'s serializer, the
+    given ``version`` (else ``base``'s) and the shapes of the values it wrote."""
 
     def __init__(
-        self,
-        base: KeyedStateSource,
-        fn: Callable[[pa.RecordBatch], Any],
-        *,
-        version: int | None = None,
+        self, base: KeyedStateSource, fn: Callable[[Any], Any], *, version: int | None = None
     ) -> None:
         self.base = base
         self.uid, self.name, self.kind = base.uid, base.name, base.kind
@@ -476,6 +473,14 @@ class TransformedState(KeyedStateSource):
     def schema(self) -> StateSchema:
         version = self.version if self.version is not None else self.base.schema().version
         return StateSchema(version, shapes_of_types(self._seen))
+
+
+class TransformedState(_DerivedState):
+    """``base``'s rows through ``fn``, a function from a ``pyarrow.RecordBatch`` with
+    the columns ``read_keyed_state`` gives (``key``, ``value``, ``namespace``,
+    ``user_key``, ``ttl_ts``) to a batch (or table) with at least ``key`` and ``value``:
+    rows it drops are deleted, keys it changes move to their key groups.
+    """
 
     def _arrow(self, rows: dict[str, list[Any]]) -> pa.RecordBatch:
         arrays = []
@@ -538,25 +543,9 @@ class TransformedState(KeyedStateSource):
         return parts
 
 
-class MappedValues(KeyedStateSource):
+class MappedValues(_DerivedState):
     """``base``'s rows with every value (list state: element; map state: map value)
     replaced by ``fn(value)``; keys, namespaces and user keys stay as they are."""
-
-    def __init__(
-        self, base: KeyedStateSource, fn: Callable[[Any], Any], *, version: int | None = None
-    ) -> None:
-        self.base = base
-        self.uid, self.name, self.kind = base.uid, base.name, base.kind
-        self.fn = fn
-        self.version = version
-        self._seen: set[type] = set()
-
-    def meta(self) -> StateMeta:
-        return self.base.meta()
-
-    def schema(self) -> StateSchema:
-        version = self.version if self.version is not None else self.base.schema().version
-        return StateSchema(version, shapes_of_types(self._seen))
 
     def batches(self, max_parallelism: int) -> Iterator[pa.RecordBatch]:
         serializer = self.meta().serializer

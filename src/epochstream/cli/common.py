@@ -11,8 +11,9 @@ import argparse
 import datetime as dt
 import os
 import sys
+from collections.abc import Callable
 
-__all__ = ["fail", "human_size", "positive_int", "prepare_script", "utc"]
+__all__ = ["fail", "human_size", "int_at_least", "positive_int", "prepare_script", "utc"]
 
 
 def fail(command: str, message: str, code: int = 2) -> int:
@@ -36,15 +37,23 @@ def utc(timestamp: float) -> str:
     return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an int >= 1. Example: ``positive_int("4") == 4``."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an int >= ``minimum``. Example: ``int_at_least(1)("4") == 4``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+#: An argparse type: an int >= 1. Example: ``positive_int("4") == 4``.
+positive_int = int_at_least(1)
 
 
 def prepare_script(script: str, args: list[str]) -> str | None:

@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 from epochstream.api.environment import set_overrides
-from epochstream.cli.common import fail, positive_int, prepare_script
+from epochstream.cli.common import fail, int_at_least, positive_int, prepare_script
 from epochstream.cli.progress import ProgressReporter
 from epochstream.cli.snapshots import add_trust_flag
 from epochstream.core.clock import SystemClock
@@ -55,16 +55,6 @@ def _log_level(text: str) -> str:
             f"unknown log level {text!r} (choose from {', '.join(_LOG_LEVELS)})"
         )
     return level
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 def add_run_command(sub: Any) -> None:
@@ -118,7 +108,7 @@ def add_run_command(sub: Any) -> None:
     )
     run.add_argument(
         "--max-driver-restarts",
-        type=_non_negative_int,
+        type=int_at_least(0),
         default=10,
         metavar="N",
         help="with --supervise: give up after N driver restarts (default 10)",

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import cloudpickle
+import pyarrow as pa
 
 from epochstream.core.serializers import DEFAULT_SERIALIZER, Serializer
 from epochstream.core.storage_faults import READ_RETRY, read_error, unavailable_or
@@ -40,11 +41,10 @@ from epochstream.exceptions import CorruptStateError, StateError
 from epochstream.state.handles import CanonicalSnapshotHandle
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from epochstream.core.filesystems import StorageFS
 
 __all__ = [
+    "CANONICAL_SCHEMA",
     "CanonicalRow",
     "StateMeta",
     "read_batches",
@@ -54,6 +54,18 @@ __all__ = [
 ]
 
 _META_KEY = b"epochstream.states"
+#: The columns of canonical rows (a file's schema adds its states' metadata).
+CANONICAL_SCHEMA = pa.schema(
+    [
+        ("state", pa.string()),
+        ("key_group", pa.int32()),
+        ("key", pa.binary()),
+        ("namespace", pa.binary()),
+        ("user_key", pa.binary()),
+        ("value", pa.binary()),
+        ("ttl_ts", pa.float64()),
+    ]
+)
 #: (state, key bytes, namespace bytes | None, user key bytes | None, value bytes, ttl_ts | None)
 CanonicalRow = tuple[str, bytes, bytes | None, bytes | None, bytes, float | None]
 
@@ -72,7 +84,6 @@ class StateMeta:
 
 
 def _schema(states: dict[str, StateMeta]) -> pa.Schema:
-    import pyarrow as pa
 
     meta = {
         name: {
@@ -81,18 +92,7 @@ def _schema(states: dict[str, StateMeta]) -> pa.Schema:
         }
         for name, m in sorted(states.items())
     }
-    return pa.schema(
-        [
-            ("state", pa.string()),
-            ("key_group", pa.int32()),
-            ("key", pa.binary()),
-            ("namespace", pa.binary()),
-            ("user_key", pa.binary()),
-            ("value", pa.binary()),
-            ("ttl_ts", pa.float64()),
-        ],
-        metadata={_META_KEY: json.dumps(meta).encode("utf-8")},
-    )
+    return CANONICAL_SCHEMA.with_metadata({_META_KEY: json.dumps(meta).encode("utf-8")})
 
 
 def write_canonical(
