@@ -9,27 +9,14 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
-from e2e_support import exactly_once_problems
+from e2e_support import CountPerKey, exactly_once_problems
 
 import epochstream as es
 
 N = 120_000
 KEYS = 11
-
-
-class CountPerKey(es.KeyedProcessFunction):
-    """Emits ``(key, number of records of that key so far)`` for every record."""
-
-    def open(self, ctx: Any) -> None:
-        self.count = ctx.get_state(es.state.ValueStateDescriptor("n", default=0))
-
-    def process_element(self, value: Any, ctx: Any, out: es.Collector) -> None:
-        n = self.count.value() + 1
-        self.count.update(n)
-        out.collect((ctx.current_key, n))
 
 
 def _key(i: int) -> str:

@@ -19,7 +19,13 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
-from e2e_support import VOCABULARY, build_wordcount, is_python_process, write_corpus
+from e2e_support import (
+    VOCABULARY,
+    CountPerKey,
+    build_wordcount,
+    is_python_process,
+    write_corpus,
+)
 
 import epochstream as es
 
@@ -93,18 +99,6 @@ def test_bootstrapped_word_counts_survive_a_crash(tmp_path: Path, backend: str) 
 
 
 KEYS = 13
-
-
-class CountPerKey(es.KeyedProcessFunction):
-    """Emits ``(key, records of that key so far)``; the count is int value state ``n``."""
-
-    def open(self, ctx: Any) -> None:
-        self.count = ctx.get_state(es.state.ValueStateDescriptor("n", default=0))
-
-    def process_element(self, value: Any, ctx: Any, out: es.Collector) -> None:
-        n = self.count.value() + 1
-        self.count.update(n)
-        out.collect((ctx.current_key, n))
 
 
 def _key(i: int) -> str:

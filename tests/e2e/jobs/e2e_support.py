@@ -101,6 +101,19 @@ class Throttle(es.MapFunction):
         return value
 
 
+class CountPerKey(es.KeyedProcessFunction):
+    """Emits ``(key, records of that key so far)`` for every record; the count is int
+    value state ``n``."""
+
+    def open(self, ctx: Any) -> None:
+        self.count = ctx.get_state(es.state.ValueStateDescriptor("n", default=0))
+
+    def process_element(self, value: Any, ctx: Any, out: es.Collector) -> None:
+        n = self.count.value() + 1
+        self.count.update(n)
+        out.collect((ctx.current_key, n))
+
+
 def _split_words(line: str) -> list[str]:
     return line.split()
 
