@@ -23,6 +23,7 @@ from e2e_support import (
     VOCABULARY,
     CountPerKey,
     build_wordcount,
+    final_values,
     is_python_process,
     write_corpus,
 )
@@ -157,3 +158,29 @@ def test_doubled_counts_restore_at_another_parallelism_on_the_other_backend(
     assert _update_problems(rows, start, dict(added)) == []
     after = es.savepoint.load(doubled).read_keyed_state("count-per-key", "n").to_pydict()
     assert dict(zip(after["key"], after["value"], strict=True)) == start
+
+
+def test_bootstrap_from_a_bounded_job_through_its_final_checkpoint(tmp_path: Path) -> None:
+    """A bounded job's state at the end of its input (its final checkpoint, kept when a
+    job finishes) becomes a savepoint the streaming job starts from: per key, the
+    bounded job's count plus the stream's."""
+    env = es.Environment(parallelism=2, runner="local")
+    env.enable_checkpointing(0.5, storage=str(tmp_path / "bootstrap-ckpt"))
+    _counting_job(env, tmp_path / "history", 5_000, rate=None)
+    bounded = env.execute("history")
+
+    sp = es.savepoint.load(str(tmp_path / "bootstrap-ckpt" / bounded.job_id))
+    history = sp.read_keyed_state("count-per-key", "n").to_pydict()
+    assert sum(history["value"]) == 5_000  # every input record, not a prefix
+    # The bounded job's source ended at its last position and its sink committed: only
+    # the counts go on (kept, the new job's source would resume past its end).
+    path = sp.drop_operator("numbers").drop_operator("files").write(str(tmp_path / "boot"))
+
+    env = es.Environment(parallelism=3, runner="local")
+    env.enable_checkpointing(0.5, storage=str(tmp_path / "ckpt"))
+    env.set_state_backend(es.state.RocksDBStateBackend())
+    _counting_job(env, tmp_path / "live", 1_300, rate=None)
+    assert env.execute("live", from_savepoint=path).restored_from == path
+    final = final_values(es.testing.read_committed(str(tmp_path / "live")))
+    per_key = dict(zip(history["key"], history["value"], strict=True))
+    assert final == {k: per_key[k] + 100 for k in per_key}  # 1,300 records over 13 keys
