@@ -54,7 +54,7 @@ from epochstream.state.canonical import (
 )
 from epochstream.state.handles import CanonicalSnapshotHandle, KeyedStateHandle
 from epochstream.state.keyformat import decode_key, encode_key
-from epochstream.state.keygroups import murmur3_32
+from epochstream.state.keygroups import key_group_of_bytes
 
 __all__ = [
     "BOOTSTRAP_KINDS",
@@ -177,7 +177,7 @@ class _Encoder:
         return pa.record_batch(
             [
                 pa.array([self.name] * n, pa.string()),
-                pa.array([murmur3_32(k) % mp for k in key_bytes], pa.int32()),
+                pa.array([key_group_of_bytes(k, mp) for k in key_bytes], pa.int32()),
                 pa.array(key_bytes, pa.binary()),
                 pa.array(ns_bytes, pa.binary()),
                 pa.array(uk_bytes, pa.binary()),
@@ -271,7 +271,7 @@ class SavedState(KeyedStateSource):
                 continue
             columns = mine.columns
             if regroup is not None:
-                kgs = [murmur3_32(k) % regroup for k in mine.column("key").to_pylist()]
+                kgs = [key_group_of_bytes(k, regroup) for k in mine.column("key").to_pylist()]
                 columns[1] = pa.array(kgs, pa.int32())
             yield pa.record_batch(columns, schema=CANONICAL_SCHEMA)
 

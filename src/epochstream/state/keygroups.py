@@ -34,6 +34,7 @@ __all__ = [
     "KeyGroupAssigner",
     "default_max_parallelism",
     "key_group_for_key",
+    "key_group_of_bytes",
     "key_group_range_for_operator",
     "murmur3_32",
     "operator_index_for_key_group",
@@ -63,7 +64,16 @@ def key_group_for_key(key: object, max_parallelism: int) -> int:
 
         0 <= key_group_for_key("user-7", 128) < 128
     """
-    return murmur3_32(encode_key(key)) % max_parallelism
+    return key_group_of_bytes(encode_key(key), max_parallelism)
+
+
+def key_group_of_bytes(key_bytes: bytes, max_parallelism: int) -> int:
+    """The key group of a key stored as ``key_bytes`` (its ``encode_key``): what
+    :func:`key_group_for_key` gives for the key.
+
+    Example: ``key_group_of_bytes(encode_key("u7"), 128) == key_group_for_key("u7", 128)``
+    """
+    return murmur3_32(key_bytes) % max_parallelism
 
 
 def operator_index_for_key_group(max_parallelism: int, parallelism: int, key_group: int) -> int:
