@@ -338,7 +338,13 @@ class CheckpointCoordinator:
         return None if latest is None else latest.checkpoint_id
 
     def _checkpoint_options(self) -> CheckpointOptions:
-        return CheckpointOptions(base_checkpoint_id=self._base_id())
+        # Savepoints (trigger_savepoint) stay aligned, as in Flink: a savepoint is the
+        # portable image of the job's state, with nothing in flight.
+        return CheckpointOptions(
+            base_checkpoint_id=self._base_id(),
+            unaligned=self._config.unaligned,
+            aligned_timeout=self._config.aligned_timeout,
+        )
 
     def _periodic_due_at(self) -> float | None:
         if not self._armed or self._final_requested:
@@ -354,7 +360,13 @@ class CheckpointCoordinator:
 
     def _maybe_trigger_final(self) -> None:
         if self._armed and self._final_requested and self._final_id is None and not self._pending:
-            self._trigger(self._clock.now(), final=True, options=self._checkpoint_options())
+            # Aligned: the final checkpoint commits the job's last output, so it must
+            # take every record in flight with it, not leave them behind its barrier.
+            self._trigger(
+                self._clock.now(),
+                final=True,
+                options=CheckpointOptions(base_checkpoint_id=self._base_id()),
+            )
 
     def _trigger(self, now: float, *, final: bool, options: CheckpointOptions) -> int:
         checkpoint_id = self._next_id

@@ -35,6 +35,7 @@ import cloudpickle
 from epochstream.core.checkpoint_stats import KIND_CHECKPOINT, CheckpointStats, MetadataReader
 from epochstream.core.filesystems import storage_fs
 from epochstream.exceptions import CheckpointError
+from epochstream.state.channel_state import ChannelStateHandle
 from epochstream.state.handles import (
     OperatorSubtaskState,
     Relativize,
@@ -195,11 +196,14 @@ def _encode_lists(lists: dict[str, list[object]], where: str) -> dict[str, str]:
 def _encode_subtask(
     state: OperatorSubtaskState, where: str, relativize: Relativize
 ) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "keyed": None if state.keyed is None else state.keyed.to_json(relativize),
         "operator_lists": _encode_lists(state.operator_lists, where),
         "union_lists": _encode_lists(state.union_lists, where),
     }
+    if state.channel is not None:
+        doc["channel"] = state.channel.to_json(relativize)
+    return doc
 
 
 def _decode_subtask(
@@ -216,10 +220,15 @@ def _decode_subtask(
             raise
         except Exception as err:  # a malformed handle of any shape
             raise CheckpointError(f"{r.source}: {where}.keyed is malformed: {err!r}") from err
+    channel_doc = doc.get("channel")
+    channel = None
+    if channel_doc is not None:
+        channel = ChannelStateHandle.from_json(channel_doc, resolve, f"{r.source}: {where}.channel")
     return OperatorSubtaskState(
         keyed=keyed,
         operator_lists=_decode_lists(r, doc, "operator_lists", where),
         union_lists=_decode_lists(r, doc, "union_lists", where),
+        channel=channel,
     )
 
 

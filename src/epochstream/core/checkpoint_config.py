@@ -85,6 +85,13 @@ class CheckpointConfig:
     code as you: checkpoints hold pickles); by default such a path is refused with
     :class:`~epochstream.exceptions.UntrustedStorageError`.
 
+    ``unaligned``: barriers overtake the records queued between tasks, and those records
+    become part of the checkpoint (its *channel state*), so a checkpoint completes in
+    about the same time with or without backpressure (exactly-once mode only; savepoints
+    stay aligned). ``aligned_timeout``: with ``unaligned``, a checkpoint starts aligned and
+    switches to unaligned once its barrier is this many seconds old (0: unaligned from
+    the start).
+
     Example::
 
         CheckpointConfig(interval=0.5, mode="at_least_once").exactly_once is False
@@ -102,6 +109,8 @@ class CheckpointConfig:
     storage_options: dict[str, Any] | None = None
     savepoint_dir: str | None = None
     trust_shared_storage: bool = False
+    unaligned: bool = False
+    aligned_timeout: float = 0.0
 
     def __post_init__(self) -> None:
         _check_seconds("interval", self.interval, allow_zero=False)
@@ -114,11 +123,22 @@ class CheckpointConfig:
             raise ConfigurationError(
                 f"CheckpointConfig.mode must be one of {', '.join(_MODES)}, got {self.mode!r}"
             )
-        for flag in ("retain_on_cancel", "trust_shared_storage"):
+        _check_seconds("aligned_timeout", self.aligned_timeout, allow_zero=True)
+        for flag in ("retain_on_cancel", "trust_shared_storage", "unaligned"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigurationError(
                     f"CheckpointConfig.{flag} must be a bool, got {getattr(self, flag)!r}"
                 )
+        if self.unaligned and self.mode != EXACTLY_ONCE:
+            raise ConfigurationError(
+                "CheckpointConfig.unaligned needs mode='exactly_once': at-least-once "
+                "checkpoints never wait for alignment, so there is nothing to overtake"
+            )
+        if self.aligned_timeout and not self.unaligned:
+            raise ConfigurationError(
+                "CheckpointConfig.aligned_timeout switches a checkpoint to unaligned once "
+                "alignment takes that long: it needs unaligned=True"
+            )
         for name in ("storage", "savepoint_dir"):
             value = getattr(self, name)
             if value is None:

@@ -55,6 +55,11 @@ class TaskCheckpointStats:
     state_size: int = 0
     #: Bytes this checkpoint wrote (an incremental one reuses earlier files).
     bytes_written: int = 0
+    #: The task's snapshot did not wait for alignment (an unaligned checkpoint, or an
+    #: aligned one whose aligned timeout passed).
+    unaligned: bool = False
+    #: Bytes of in-flight records the task kept (its channel state; unaligned only).
+    channel_state_bytes: int = 0
 
 
 def task_key_str(task: TaskKey) -> str:
@@ -128,6 +133,16 @@ class CheckpointStats:
         return max((t.async_s for t in self.tasks.values()), default=0.0)
 
     @property
+    def unaligned(self) -> bool:
+        """True when any task's snapshot went unaligned."""
+        return any(t.unaligned for t in self.tasks.values())
+
+    @property
+    def channel_state_bytes(self) -> int:
+        """Bytes of in-flight records kept by all tasks (0 for an aligned checkpoint)."""
+        return sum(t.channel_state_bytes for t in self.tasks.values())
+
+    @property
     def largest_task(self) -> str | None:
         """Key of the task with the largest state, ``None`` without tasks."""
         if not self.tasks:
@@ -148,6 +163,8 @@ class CheckpointStats:
                     "sync_s": t.sync_s,
                     "async_s": t.async_s,
                     "state_size": t.state_size,
+                    "unaligned": t.unaligned,
+                    "channel_state_bytes": t.channel_state_bytes,
                 }
                 for key, t in self.tasks.items()
             },
@@ -167,6 +184,11 @@ class CheckpointStats:
                 sync_s=r.number(t, "sync_s", where),
                 async_s=r.number(t, "async_s", where),
                 state_size=r.integer(t, "state_size", where),
+                # Absent in metadata written before unaligned checkpoints existed.
+                unaligned=bool(t.get("unaligned", False)),
+                channel_state_bytes=r.integer(t, "channel_state_bytes", where)
+                if "channel_state_bytes" in t
+                else 0,
             )
         return cls(
             checkpoint_id=r.integer(data, "checkpoint_id", "stats"),

@@ -13,7 +13,7 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 __all__ = [
     "ACTIVE",
@@ -41,16 +41,22 @@ class CheckpointOptions:
     ``savepoint_dir``: set for a savepoint, written there in the canonical format.
     ``base_checkpoint_id``: the latest checkpoint completed when this one was triggered;
     incremental snapshots build on its files. ``terminate``: stop-with-savepoint, the
-    sources emit nothing after this barrier.
+    sources emit nothing after this barrier. ``unaligned``: the barrier may overtake
+    queued records, which then become channel state; with ``aligned_timeout`` > 0 it
+    travels aligned (in line with the records) until it is that many seconds old
+    (:attr:`CheckpointBarrier.alignment_deadline`).
 
     Example::
 
         CheckpointOptions(savepoint_dir="/sp/savepoint-3f2a-1", terminate=True)
+        CheckpointOptions(unaligned=True, aligned_timeout=0.5)
     """
 
     savepoint_dir: str | None = None
     base_checkpoint_id: int | None = None
     terminate: bool = False
+    unaligned: bool = False
+    aligned_timeout: float = 0.0
 
     @property
     def is_savepoint(self) -> bool:
@@ -60,11 +66,36 @@ class CheckpointOptions:
 
 @dataclass(frozen=True, slots=True)
 class CheckpointBarrier:
-    """Separates the records of checkpoint ``checkpoint_id`` from those after it."""
+    """Separates the records of checkpoint ``checkpoint_id`` from those after it.
+
+    ``timestamp``: wall-clock seconds when the checkpoint was triggered.
+
+    Example::
+
+        CheckpointBarrier(3, time.time(), CheckpointOptions(unaligned=True)).overtakes
+    """
 
     checkpoint_id: int
     timestamp: float
     options: CheckpointOptions = field(default_factory=CheckpointOptions)
+
+    @property
+    def overtakes(self) -> bool:
+        """True when the barrier overtakes queued records now (unaligned, no timeout)."""
+        return self.options.unaligned and not self.options.aligned_timeout
+
+    @property
+    def alignment_deadline(self) -> float | None:
+        """Wall-clock second at which an aligned-with-timeout barrier turns unaligned."""
+        options = self.options
+        if options.unaligned and options.aligned_timeout:
+            return self.timestamp + options.aligned_timeout
+        return None
+
+    def unaligned_now(self) -> CheckpointBarrier:
+        """This barrier, turned unaligned (its alignment timed out)."""
+        options = replace(self.options, aligned_timeout=0.0)
+        return CheckpointBarrier(self.checkpoint_id, self.timestamp, options)
 
 
 @dataclass(frozen=True, slots=True)

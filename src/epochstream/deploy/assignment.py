@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from epochstream.checkpoint.metadata import CheckpointMetadata
 from epochstream.checkpoint.pending import CompletedCheckpoint
 from epochstream.checkpoint.storage import METADATA_FILE, load_metadata, scan_checkpoints
 from epochstream.core.filesystems import (
@@ -30,6 +31,7 @@ from epochstream.exceptions import ConfigurationError, StateError
 from epochstream.graph.jobgraph import JobGraph
 from epochstream.graph.launch import JobDescription
 from epochstream.runtime.messages import TaskDeployment
+from epochstream.state.channel_state import OUTPUT, ChannelRestore
 from epochstream.state.handles import OperatorRestore, OperatorSubtaskState, saved_schemas
 from epochstream.state.redistribute import build_restores
 
@@ -137,6 +139,61 @@ def initial_splits(graph: JobGraph) -> dict[str, list[list[Any]]]:
     return SourceEnumerators(graph, None).initial_assignment()
 
 
+def channel_state_restores(
+    graph: JobGraph, md: CheckpointMetadata, directory: str
+) -> dict[tuple[str, int], list[ChannelRestore]]:
+    """Per (chain, new subtask), the channel state of an unaligned checkpoint it replays.
+
+    Output frames go back to the upstream subtask that kept them (``old % new``
+    parallelism when it changed, then re-partitioned); input frames to the same subtask,
+    or, when the parallelism changed, on a hash edge to every new subtask (each keeps
+    its key groups) and otherwise round robin (``old % new``). A broadcast edge's channel
+    state cannot be split at another parallelism, and channel state of an edge the job
+    no longer has would be lost: both raise :class:`StateError`.
+
+    Example: ``channel_state_restores(graph, restored.metadata, restored.directory)``
+    """
+    p = graph.parallelism
+    edges = {graph.edge_key(edge): edge for edge in graph.edges}
+    out: dict[tuple[str, int], list[ChannelRestore]] = {}
+    for uid, subtasks in md.operators.items():
+        old_p = md.operator_parallelism.get(uid, md.parallelism)
+        for old, state in sorted(subtasks.items()):
+            handle = state.channel
+            if handle is None:
+                continue
+            for entry in handle.entries:
+                edge = edges.get(entry.edge)
+                if edge is None:
+                    raise StateError(
+                        f"checkpoint {directory} holds records in flight on edge {entry.edge}, "
+                        "which this job does not have: restore the job it was taken of, or "
+                        "take a savepoint (savepoints are aligned: nothing in flight)"
+                    )
+                same = old_p == p
+                kind = edge.partitioning.kind
+                if kind == "broadcast" and not same:
+                    raise StateError(
+                        f"checkpoint {directory} holds records in flight on broadcast edge "
+                        f"{entry.edge}; they cannot be split from parallelism {old_p} to {p}: "
+                        "restore at the same parallelism, or rescale through a savepoint "
+                        "(savepoints are aligned)"
+                    )
+                if entry.direction == OUTPUT:
+                    chain, targets, reroute = edge.source_chain, [old % p], not same
+                elif same:
+                    chain, targets, reroute = edge.target_chain, [old], False
+                elif kind == "hash":
+                    chain, targets, reroute = edge.target_chain, list(range(p)), True
+                else:
+                    chain, targets, reroute = edge.target_chain, [old % p], False
+                for target in targets:
+                    out.setdefault((chain, target), []).append(
+                        ChannelRestore(handle, entry, reroute)
+                    )
+    return out
+
+
 def task_deployments(
     graph: JobGraph,
     restored: CompletedCheckpoint | None,
@@ -145,7 +202,9 @@ def task_deployments(
     """Per slot, the deployment of each of its tasks."""
     p = graph.parallelism
     restores: dict[str, list[OperatorRestore]] = {}
+    channels: dict[tuple[str, int], list[ChannelRestore]] = {}
     if restored is not None:
+        channels = channel_state_restores(graph, restored.metadata, restored.directory)
         md = restored.metadata
         if md.max_parallelism != graph.max_parallelism:
             raise StateError(
@@ -184,6 +243,7 @@ def task_deployments(
                     if (not chain.is_source or head_restored)
                     else splits[chain.chain_id][i],
                     restored_checkpoint=restored.checkpoint_id if restored else None,
+                    channel_state=channels.get((chain.chain_id, i), []),
                 )
             )
     return slots

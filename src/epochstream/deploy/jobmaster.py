@@ -591,6 +591,7 @@ class JobMaster:
             checkpoint_dir=self.storage.job_dir if self.storage else None,
             checkpointing=self.coordinator is not None,
             exactly_once=bool(config and config.exactly_once),
+            unaligned=bool(config and config.unaligned),
             storage_options=config.storage_options if config else None,
             state_backend=self.description.state_backend,
             metrics_interval=self.description.metrics_interval,

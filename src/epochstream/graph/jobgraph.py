@@ -116,6 +116,16 @@ class JobGraph:
     def outgoing(self, chain_id: str) -> list[JobEdge]:
         return [e for e in self.edges if e.source_chain == chain_id]
 
+    def edge_key(self, edge: JobEdge) -> str:
+        """A name for ``edge`` that holds across restarts of the same job (operator uids,
+        not chain ids or edge numbers): channel state is filed under it.
+
+        Example: ``graph.edge_key(edge)  # "map-1[] -> sum-2 #0"``
+        """
+        target = self.chain(edge.target_chain)
+        position = next(i for i, e in enumerate(target.inputs) if e.edge_id == edge.edge_id)
+        return f"{edge.source_uid}[{edge.tag}] -> {target.head.uid} #{position}"
+
     @property
     def operator_uids(self) -> list[str]:
         return [op.uid for c in self.chains for op in c.operators]

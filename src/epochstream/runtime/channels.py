@@ -51,10 +51,18 @@ class InputGate:
         #: Time the consumer waited for input (the task's idle time).
         self.idle = WaitClock()
 
-    def put(self, channel: int, item: Any, pressure: WaitClock | None = None) -> None:
+    def put(
+        self,
+        channel: int,
+        item: Any,
+        pressure: WaitClock | None = None,
+        frame: bytes | None = None,
+    ) -> None:
         """Append a batch or event to ``channel``; blocks while the channel is full.
 
         ``pressure`` (the producing task's backpressure clock) counts that blocking.
+        ``frame``: the item's encoded bytes when it came over the network (kept only by
+        a gate that records channel state).
         """
         cond = self._cond
         with cond:

@@ -38,6 +38,7 @@ from epochstream.core.checkpoint_stats import TaskCheckpointStats, TaskKey
 from epochstream.core.events import CheckpointOptions
 from epochstream.runtime.metrics import TaskMetricsSample
 from epochstream.state.acknowledgements import AcknowledgeCheckpoint, DeclineCheckpoint
+from epochstream.state.channel_state import ChannelRestore
 from epochstream.state.handles import OperatorRestore
 
 __all__ = [
@@ -184,6 +185,9 @@ class TaskDeployment:
     restore: dict[str, OperatorRestore] = field(default_factory=dict)
     splits: list[object] | None = None
     restored_checkpoint: int | None = None
+    #: In-flight records of an unaligned checkpoint: outputs to send again and inputs
+    #: to process again, before anything new.
+    channel_state: list[ChannelRestore] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -198,6 +202,8 @@ class DeploySlot:
     checkpoint_dir: str | None
     checkpointing: bool
     exactly_once: bool
+    #: Unaligned checkpoints: overtaking gates and queued, credited output channels.
+    unaligned: bool = False
     #: Endpoint and credentials of object-store checkpoint storage.
     storage_options: dict[str, Any] | None = None
     #: The keyed-state backend configuration (a picklable ``StateBackend``).

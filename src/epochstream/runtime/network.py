@@ -21,11 +21,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from epochstream.core.arrow import decode_ipc, is_ipc_frame
 from epochstream.core.events import EndOfInput
 from epochstream.runtime.auth import FramedConnection, connect
 from epochstream.runtime.channels import Cancelled, InputGate
+from epochstream.runtime.frames import decode_frame
 from epochstream.runtime.listener import AuthenticatedListener
+from epochstream.runtime.overtaking_gate import OvertakingInputGate
 
 __all__ = ["ChannelHello", "DataPlaneServer", "open_channel"]
 
@@ -80,10 +81,12 @@ class DataPlaneServer:
                     f"data connection {conn.name} began with {type(hello).__name__}"
                 )
             gate, channel = self._route(hello)
+            if isinstance(gate, OvertakingInputGate):
+                gate.attach_credit(channel, _credit_sender(conn))
             while True:
                 payload = conn.recv_bytes()
-                item = decode_ipc(payload) if is_ipc_frame(payload) else conn.unpickle(payload)
-                gate.put(channel, item)
+                item = decode_frame(payload, conn.unpickle)
+                gate.put(channel, item, frame=payload)
                 if isinstance(item, EndOfInput):
                     return
         except Cancelled:
@@ -103,6 +106,19 @@ class DataPlaneServer:
             conns, self._conns = self._conns, []
         for conn in conns:
             conn.close()
+
+
+def _credit_sender(conn: FramedConnection) -> Callable[[int], None]:
+    """Sends credit back on a data connection (see :mod:`~epochstream.runtime.overtaking_gate`)."""
+
+    def send(credit: int) -> None:
+        try:
+            conn.send_bytes(credit.to_bytes(4, "big"))
+        except OSError as exc:
+            # The connection broke: its reader thread reports that as the failure.
+            log.debug("credit on %s not sent: %r", conn.name, exc)
+
+    return send
 
 
 def open_channel(address: tuple[str, int], secret: bytes, hello: ChannelHello) -> FramedConnection:

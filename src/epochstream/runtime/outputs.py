@@ -28,25 +28,18 @@ Example::
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable
 from typing import Any
 
-import cloudpickle
 from pyarrow import RecordBatch
 
-from epochstream.core.arrow import encode_ipc
-from epochstream.exceptions import (
-    KeyEncodingError,
-    SerializationError,
-    UserFunctionError,
-    short_repr,
-)
+from epochstream.exceptions import KeyEncodingError, UserFunctionError, short_repr
 from epochstream.graph.transformations import Partitioning
 from epochstream.runtime.auth import FramedConnection
 from epochstream.runtime.batches import RowBatch
 from epochstream.runtime.channels import InputGate
 from epochstream.runtime.columnar_routing import ColumnarRouter
+from epochstream.runtime.frames import FrameEncoder
 from epochstream.runtime.metrics import WaitClock
 from epochstream.state.keyformat import canonical_nan, encode_key
 from epochstream.state.keygroups import KeyGroupAssigner
@@ -61,6 +54,17 @@ class Channel:
 
     def send(self, item: Any) -> None:
         raise NotImplementedError
+
+    def send_barrier(self, barrier: Any) -> list[bytes]:
+        """Send a checkpoint barrier; returns the data frames it overtook (the output
+        channel state of an unaligned checkpoint; none for a channel that cannot queue)."""
+        self.send(barrier)
+        return []
+
+    def available(self) -> bool:
+        """True while the channel takes more output without its sender waiting (always,
+        for channels whose ``send`` blocks instead)."""
+        return True
 
     def close(self) -> None:
         """Release the channel's resources (network channels close their socket)."""
@@ -84,51 +88,30 @@ class LocalChannel(Channel):
 
 
 class NetworkChannel(Channel):
-    """A channel over TCP; each item is one pickled frame.
-
-    Frames are plain pickle (protocol 5). A batch plain pickle refuses (an instance of
-    a class defined in the job script, which slots know only by value) is pickled with
-    cloudpickle instead, and the channel keeps using cloudpickle from then on. A record
-    neither can pickle fails the task with :class:`SerializationError` naming the
-    record and the edge.
+    """A channel over TCP; each item is one frame (:class:`~epochstream.runtime.frames.FrameEncoder`).
 
     ``pressure``: the sending task's backpressure clock. Time in the socket write counts
     as backpressure: it blocks only while the peer's buffers are full (the peer's input
     queue is full and its reader stopped reading).
     """
 
-    __slots__ = ("_dumps", "conn", "edge", "pressure")
+    __slots__ = ("conn", "encoder", "pressure")
 
     def __init__(
         self, conn: FramedConnection, edge: str = "", pressure: WaitClock | None = None
     ) -> None:
         self.conn = conn
-        self.edge = edge
+        self.encoder = FrameEncoder(edge)
         self.pressure = pressure or WaitClock()
-        self._dumps: Callable[..., bytes] = pickle.dumps
 
     def send(self, item: Any) -> None:
-        if type(item) is RecordBatch:
-            data = encode_ipc(item)
-        else:
-            try:
-                data = self._dumps(item, protocol=5)
-            except Exception:  # plain pickle refused: try by-value pickling, then name the record
-                data = self._by_value(item)
+        data = self.encoder.encode(item)
         pressure = self.pressure
         pressure.begin()
         try:
             self.conn.send_bytes(data)
         finally:
             pressure.end()
-
-    def _by_value(self, item: Any) -> bytes:
-        try:
-            data: bytes = cloudpickle.dumps(item, protocol=5)
-        except Exception as exc:
-            raise _serialization_error(item, self.edge, exc) from exc
-        self._dumps = cloudpickle.dumps
-        return data
 
     def close(self) -> None:
         self.conn.close()
@@ -334,6 +317,21 @@ class RecordWriter:
         for channel in self.channels:
             channel.send(event)
 
+    def broadcast_barrier(self, barrier: Any) -> dict[int, list[bytes]]:
+        """Flush, then send ``barrier`` on every channel; per channel (index), the data
+        frames an overtaking barrier overtook (only channels that had some)."""
+        self.flush()
+        overtaken = {}
+        for index, channel in enumerate(self.channels):
+            frames = channel.send_barrier(barrier)
+            if frames:
+                overtaken[index] = frames
+        return overtaken
+
+    def available(self) -> bool:
+        """True while every channel takes more output without waiting."""
+        return all(channel.available() for channel in self.channels)
+
     def close(self) -> None:
         for channel in self.channels:
             channel.close()
@@ -396,22 +394,3 @@ def _route_by_key_timed(
     except Exception as exc:
         return record, exc
     return None, None
-
-
-def _serialization_error(item: Any, edge: str, exc: Exception) -> Exception:
-    """Find the record of a batch that does not pickle and name it with the edge."""
-    if type(item) is not RowBatch:
-        return exc
-    item = item.records
-    for index, record in enumerate(item):
-        try:
-            cloudpickle.dumps(record, protocol=5)
-        except Exception as record_exc:
-            return SerializationError(
-                f"record {short_repr(record)} (type {type(record).__qualname__}, position "
-                f"{index} of its batch) cannot cross edge {edge} to another slot: "
-                f"{type(record_exc).__name__}: {record_exc}. Records moving between slots are "
-                "pickled; keep them to picklable values (no open files, sockets, locks, "
-                "generators)"
-            )
-    return exc

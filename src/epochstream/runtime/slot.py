@@ -54,6 +54,8 @@ from epochstream.runtime.messages import (
 from epochstream.runtime.metrics import TaskSampler
 from epochstream.runtime.network import ChannelHello, DataPlaneServer, open_channel
 from epochstream.runtime.outputs import Channel, LocalChannel, NetworkChannel, RecordWriter
+from epochstream.runtime.overtaking_channels import CreditedNetworkChannel, OvertakingLocalChannel
+from epochstream.runtime.overtaking_gate import OvertakingInputGate
 from epochstream.runtime.slotlogs import ForwardLogs
 from epochstream.runtime.snapshots import SnapshotExecutor
 from epochstream.runtime.task import Task, TaskEnvironment
@@ -121,6 +123,7 @@ class _Slot:
             checkpoint_dir=msg.checkpoint_dir,
             checkpointing=msg.checkpointing,
             exactly_once=msg.exactly_once,
+            unaligned=msg.unaligned,
             send=self.send,
             snapshots=self.snapshots,
             console=lambda text: self.send(ConsoleOutput(text)),
@@ -208,17 +211,22 @@ class _Slot:
                 for j in range(g.parallelism):
                     if j == self.index:
                         target = by_chain[edge.target_chain]
-                        channels.append(
-                            LocalChannel(
-                                target.gate,
-                                target.channel_index(edge.edge_id, self.index),
-                                task.metrics.backpressure,
+                        index = target.channel_index(edge.edge_id, self.index)
+                        if isinstance(target.gate, OvertakingInputGate):
+                            channels.append(OvertakingLocalChannel(target.gate, index))
+                        else:
+                            channels.append(
+                                LocalChannel(target.gate, index, task.metrics.backpressure)
                             )
-                        )
                     else:
                         hello = ChannelHello(edge.edge_id, self.index, j)
                         conn = open_channel(addresses[j], self.launch.secret, hello)
-                        channels.append(NetworkChannel(conn, edge_name, task.metrics.backpressure))
+                        if task.env.unaligned:
+                            channels.append(CreditedNetworkChannel(conn, edge_name))
+                        else:
+                            channels.append(
+                                NetworkChannel(conn, edge_name, task.metrics.backpressure)
+                            )
                 task.writers[edge.edge_id] = RecordWriter(
                     channels,
                     partitioning=edge.partitioning,

@@ -23,6 +23,7 @@ import pickle
 import threading
 import time
 import traceback
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyarrow import RecordBatch
@@ -43,11 +44,13 @@ from epochstream.graph.jobgraph import ChainSpec, JobGraph
 from epochstream.runtime.barriers import (
     AbortAlignment,
     BarrierHandler,
+    ChannelStateComplete,
     EndOfAllInputs,
     TriggerSnapshot,
 )
 from epochstream.runtime.batches import RowBatch
 from epochstream.runtime.chain import wire_chain
+from epochstream.runtime.channel_replay import ChannelReplay
 from epochstream.runtime.channels import MAIL, Cancelled, InputGate
 from epochstream.runtime.messages import (
     AcknowledgeCheckpoint,
@@ -76,9 +79,11 @@ from epochstream.runtime.operators import (
 from epochstream.runtime.operators.connectors import SinkOperator, SourceOperator
 from epochstream.runtime.operators.twoinput import TwoInputOperator
 from epochstream.runtime.outputs import RecordWriter
+from epochstream.runtime.overtaking_gate import OvertakingInputGate
 from epochstream.runtime.taskenv import TaskEnvironment
 from epochstream.runtime.watermarks import WatermarkValve
 from epochstream.state.backends.base import KeyedBackendContext, SnapshotTarget
+from epochstream.state.channel_state import INPUT, OUTPUT, ChannelFrames, write_channel_state
 from epochstream.state.handles import OperatorSubtaskState
 from epochstream.state.keygroups import key_group_range_for_operator
 from epochstream.state.operator import OperatorStateStore
@@ -90,6 +95,26 @@ log = logging.getLogger(__name__)
 
 class _Stop(Exception):
     """Leaves the mailbox loop (finish or cancel)."""
+
+
+#: Seconds a task whose outputs are full waits for mail or an overtaking barrier before
+#: it looks at its outputs again (unaligned checkpoints: it never blocks in a send).
+OUTPUT_POLL = 0.005
+
+
+@dataclass
+class _SnapshotInFlight:
+    """The synchronous part of one task snapshot, waiting for its asynchronous write
+    (and, unaligned, for its input channel state to be complete)."""
+
+    checkpoint_id: int
+    options: CheckpointOptions
+    parts: dict[str, SnapshotParts]
+    alignment_s: float
+    sync_s: float
+    unaligned: bool
+    #: Channel state: the output frames its barrier overtook, then (when recorded) inputs.
+    channels: list[ChannelFrames] = field(default_factory=list)
 
 
 #: Seconds a failed task with a sink waits for the job master's CancelSlot before it
@@ -134,7 +159,8 @@ class Task:
         self.key: TaskKey = (chain.chain_id, deployment.subtask)
         self.name = f"{chain.name} ({deployment.subtask + 1}/{graph.parallelism})"
         p = graph.parallelism
-        self.gate = InputGate(len(chain.inputs) * p)
+        channels = len(chain.inputs) * p
+        self.gate = OvertakingInputGate(channels) if env.unaligned else InputGate(channels)
         self.barriers = BarrierHandler(
             num_channels=max(1, self.gate.num_channels),
             exactly_once=env.exactly_once,
@@ -151,6 +177,11 @@ class Task:
         self.writers: dict[int, RecordWriter] = {}
         self.operators: list[Operator] = []
         self._barriers_seen: dict[int, CheckpointBarrier] = {}
+        # Unaligned snapshots taken whose input channel state is still being recorded.
+        self._recording: dict[int, _SnapshotInFlight] = {}
+        # Channel state is filed under edge keys (stable across restarts).
+        self._input_keys = [graph.edge_key(edge) for edge in chain.inputs]
+        self._edge_keys = {e.edge_id: graph.edge_key(e) for e in graph.outgoing(chain.chain_id)}
         self._finished = False
         # The stop-with-savepoint this source stopped reading for; its abort resumes reading.
         self._stopping_for: int | None = None
@@ -237,6 +268,38 @@ class Task:
             and edge.partitioning.key_selector is self.chain.head.key_selector
             for edge in self.chain.inputs
         ]
+        if self.deployment.channel_state:
+            ChannelReplay(
+                self.env.fs,
+                {self._edge_keys[edge_id]: w for edge_id, w in self.writers.items()},
+                self._replay_input,
+                key_groups=key_group_range_for_operator(
+                    g.max_parallelism, g.parallelism, self.subtask
+                ),
+                max_parallelism=g.max_parallelism,
+                input_positions={key: i for i, key in enumerate(self._input_keys)},
+            ).run(self.deployment.channel_state)
+            self._flush()
+
+    def _replay_input(self, position: int, item: Any) -> None:
+        """Process one batch of restored input channel state, as if just taken from
+        input ``position``."""
+        head = self.operators[0]
+        two_inputs = isinstance(head, TwoInputOperator)
+        if type(item) is RecordBatch:
+            self.metrics.head.records_in += item.num_rows
+            if two_inputs:
+                head.process_input(position, item, None)  # type: ignore[attr-defined]
+            else:
+                head.process_batch(item, None)
+            return
+        self.metrics.head.records_in += len(item.records)
+        if two_inputs:
+            head.process_input(position, item.records, item.timestamps)  # type: ignore[attr-defined]
+        elif item.keys is not None and self._keys_usable[position]:
+            head.process_keyed(item.records, item.keys, item.timestamps)
+        else:
+            head.process_batch(item.records, item.timestamps)
 
     # ------------------------------------------------------------------ main loop
 
@@ -318,8 +381,9 @@ class Task:
         timeout = self.graph.buffer_timeout
         counters = self.metrics.head
         keys_usable = self._keys_usable
+        take = self._take_overtaking if isinstance(gate, OvertakingInputGate) else gate.take
         while True:
-            got = gate.take(timeout)
+            got = take(timeout)
             if self._timed:
                 timeout = self._tick()
             if got is None:
@@ -359,8 +423,10 @@ class Task:
                 if idle:
                     head.process_status(True)
             elif kind is CheckpointBarrier:
-                self._barriers_seen[item.checkpoint_id] = item
-                self._execute(self.barriers.on_barrier(ch, item.checkpoint_id))
+                self._barriers_seen.setdefault(item.checkpoint_id, item)
+                self._execute(
+                    self.barriers.on_barrier(ch, item.checkpoint_id, overtakes=item.overtakes)
+                )
             elif kind is EndOfInput:
                 mark = valve.on_end(ch)
                 if mark is not None:
@@ -378,8 +444,15 @@ class Task:
         assert isinstance(src, SourceOperator)
         batch = self.graph.batch_size
         idle_wait: float | None = 0.0
+        pressure = self.metrics.backpressure
+        pressured = False
         while True:
+            if pressured:
+                pressure.begin()
             got = gate.take(idle_wait)
+            if pressured:
+                pressure.end()
+                pressured = False
             # Not while the input has just run out: the final watermark follows at once,
             # and a tick before it would declare the subtask idle (no splits left); an
             # idle input lets a downstream stage pass ahead of results still on their way.
@@ -391,6 +464,10 @@ class Task:
                 continue
             if self._finished or self._stopping_for is not None:
                 idle_wait = None
+                continue
+            if self.env.unaligned and not self._outputs_available():
+                idle_wait = OUTPUT_POLL  # back-pressured: only mail until an output frees
+                pressured = True
                 continue
             if src.poll(batch):
                 idle_wait = 0.0
@@ -414,6 +491,34 @@ class Task:
             nxt = src.next_available()
             wait = self.graph.buffer_timeout if nxt is None else nxt - time.monotonic()
             idle_wait = min(max(wait, 0.0005), 0.1)
+
+    def _outputs_available(self) -> bool:
+        return all(writer.available() for writer in self.writers.values())
+
+    def _take_overtaking(self, timeout: float) -> tuple[int, Any] | None:
+        """``gate.take`` for a job with unaligned checkpoints: aligned barriers whose
+        timeout passed turn unaligned, and input is read only while the outputs have
+        room (mail and overtaking barriers always)."""
+        gate = self.gate
+        assert isinstance(gate, OvertakingInputGate)
+        deadline = gate.next_deadline()
+        if deadline is not None:
+            now = time.time()
+            if deadline <= now:
+                for checkpoint_id in gate.due(now):
+                    gate.promote(checkpoint_id)
+                    self._execute(self.barriers.on_alignment_timeout(checkpoint_id))
+                deadline = gate.next_deadline()
+            if deadline is not None:
+                timeout = min(timeout, max(deadline - now, 0.0005))
+        if self._outputs_available():
+            return gate.take(timeout)
+        pressure = self.metrics.backpressure
+        pressure.begin()
+        try:
+            return gate.take(min(timeout, OUTPUT_POLL), data=False)
+        finally:
+            pressure.end()
 
     def _tick(self) -> float:
         """Let operators act on processing time; how long the task may wait for input."""
@@ -483,17 +588,22 @@ class Task:
             if isinstance(action, TriggerSnapshot):
                 n = action.checkpoint_id
                 barrier = self._barriers_seen.pop(n, None) or CheckpointBarrier(n, time.time())
-                self._checkpoint(barrier, alignment_s=action.alignment_s)
+                self._checkpoint(
+                    barrier, alignment_s=action.alignment_s, unaligned=action.unaligned
+                )
                 for old in [c for c in self._barriers_seen if c < n]:
                     del self._barriers_seen[old]
+            elif isinstance(action, ChannelStateComplete):
+                self._channel_state_complete(action.checkpoint_id)
             elif isinstance(action, AbortAlignment):
-                self._barriers_seen.pop(action.checkpoint_id, None)
-                log.info(
-                    "%s: checkpoint %d alignment dropped: %s",
-                    self.name,
-                    action.checkpoint_id,
-                    action.reason,
-                )
+                n = action.checkpoint_id
+                self._barriers_seen.pop(n, None)
+                if isinstance(self.gate, OvertakingInputGate):
+                    self.gate.drop_capture(n)
+                if self._recording.pop(n, None) is not None:
+                    # Its snapshot was taken: the coordinator waits for an answer.
+                    self.env.send(DeclineCheckpoint(n, self.key, action.reason))
+                log.info("%s: checkpoint %d alignment dropped: %s", self.name, n, action.reason)
             elif isinstance(action, EndOfAllInputs):
                 self._end_of_input()
             else:
@@ -534,10 +644,17 @@ class Task:
             base_checkpoint_id=options.base_checkpoint_id,
         )
 
-    def _checkpoint(self, barrier: CheckpointBarrier, *, alignment_s: float) -> None:
-        """Synchronous part: snapshot every operator, then forward the barrier."""
+    def _checkpoint(
+        self, barrier: CheckpointBarrier, *, alignment_s: float, unaligned: bool = False
+    ) -> None:
+        """Synchronous part: snapshot every operator, then forward the barrier.
+
+        ``unaligned``: the snapshot did not wait for every input's barrier; the input
+        gate records the in-flight records until they come (:class:`ChannelStateComplete`).
+        """
         start = time.perf_counter()
         n = barrier.checkpoint_id
+        gate = self.gate
         try:
             for op in self.operators:  # head first: what one emits reaches the next
                 op.prepare_snapshot_pre_barrier(n)
@@ -550,20 +667,51 @@ class Task:
             log.error("%s: snapshot %d failed: %r", self.name, n, exc)
             self.env.send(DeclineCheckpoint(n, self.key, f"snapshot failed: {exc!r}"))
             raise
-        for writer in self.writers.values():
-            writer.broadcast_event(barrier)
-        sync_s = time.perf_counter() - start
-        self.env.snapshots.submit(lambda: self._complete_snapshot(n, parts, alignment_s, sync_s))
+        if unaligned:
+            assert isinstance(gate, OvertakingInputGate)
+            gate.start_capture(n)
+        elif isinstance(gate, OvertakingInputGate):
+            gate.settle(n)
+        deadline = barrier.alignment_deadline
+        if deadline is not None and (unaligned or deadline <= time.time()):
+            barrier = barrier.unaligned_now()  # late already: overtake downstream too
+        snapshot = _SnapshotInFlight(
+            n, barrier.options, parts, alignment_s, 0.0, unaligned or barrier.overtakes
+        )
+        for edge_id, writer in self.writers.items():
+            for channel, frames in writer.broadcast_barrier(barrier).items():
+                snapshot.channels.append(
+                    ChannelFrames(OUTPUT, self._edge_keys[edge_id], channel, frames)
+                )
+        snapshot.sync_s = time.perf_counter() - start
+        if unaligned:
+            self._recording[n] = snapshot
+        else:
+            self.env.snapshots.submit(lambda: self._complete_snapshot(snapshot))
 
-    def _complete_snapshot(
-        self, checkpoint_id: int, parts: dict[str, SnapshotParts], alignment_s: float, sync_s: float
-    ) -> None:
-        """Asynchronous part (snapshot thread): write keyed state, then acknowledge."""
+    def _channel_state_complete(self, checkpoint_id: int) -> None:
+        """Every input delivered the barrier of unaligned ``checkpoint_id``: its
+        recorded input channel state joins the snapshot, which is written now."""
+        gate = self.gate
+        assert isinstance(gate, OvertakingInputGate)
+        capture = gate.finish_capture(checkpoint_id)
+        snapshot = self._recording.pop(checkpoint_id)
+        p = self.graph.parallelism
+        for channel, frames in enumerate(capture.frames):
+            if frames:
+                key = self._input_keys[channel // p]
+                snapshot.channels.append(ChannelFrames(INPUT, key, channel % p, frames))
+        self.env.snapshots.submit(lambda: self._complete_snapshot(snapshot))
+
+    def _complete_snapshot(self, snapshot: _SnapshotInFlight) -> None:
+        """Asynchronous part (snapshot thread): write keyed and channel state, then
+        acknowledge."""
         start = time.perf_counter()
+        checkpoint_id = snapshot.checkpoint_id
         try:
             states: dict[str, OperatorSubtaskState] = {}
             size = written = 0
-            for uid, part in parts.items():
+            for uid, part in snapshot.parts.items():
                 handle = part.keyed.run() if part.keyed is not None else None
                 if handle is not None:
                     size += handle.size
@@ -578,12 +726,15 @@ class Task:
                     written += inline
                 if not state.is_empty:
                     states[uid] = state
+            channel_bytes = self._write_channel_state(snapshot, states)
             stats = TaskCheckpointStats(
-                alignment_s=alignment_s,
-                sync_s=sync_s,
+                alignment_s=snapshot.alignment_s,
+                sync_s=snapshot.sync_s,
                 async_s=time.perf_counter() - start,
-                state_size=size,
-                bytes_written=written,
+                state_size=size + channel_bytes,
+                bytes_written=written + channel_bytes,
+                unaligned=snapshot.unaligned,
+                channel_state_bytes=channel_bytes,
             )
         except Exception as exc:  # reported as a decline: the coordinator aborts the checkpoint
             if self.gate.cancelled:
@@ -603,6 +754,22 @@ class Task:
             return
         self.metrics.last_checkpoint = stats
         self._tell_master(AcknowledgeCheckpoint(checkpoint_id, self.key, states, stats))
+
+    def _write_channel_state(
+        self, snapshot: _SnapshotInFlight, states: dict[str, OperatorSubtaskState]
+    ) -> int:
+        """Write ``snapshot``'s channel state next to its keyed state and file its handle
+        with the head operator's state; returns its size in bytes."""
+        if not snapshot.channels:
+            return 0
+        head = self.chain.head.uid
+        target = self._target(head, snapshot.checkpoint_id, snapshot.options)
+        path = target.fs.join(target.directory, f"channels-{target.name}")
+        handle = write_channel_state(target.fs, path, snapshot.channels)
+        if handle is None:
+            return 0
+        states[head] = replace(states.get(head, OperatorSubtaskState()), channel=handle)
+        return handle.size
 
     def _tell_master(self, msg: Any) -> None:
         """Send from the snapshot thread; a job master that went away (failover) is not

@@ -32,6 +32,7 @@ class TaskEnvironment:
         checkpoint_dir: str | None,
         checkpointing: bool,
         exactly_once: bool,
+        unaligned: bool = False,
         send: Callable[[Any], None],
         snapshots: SnapshotExecutor,
         console: Callable[[str], None] | None = None,
@@ -46,6 +47,8 @@ class TaskEnvironment:
         self.checkpoint_dir = checkpoint_dir
         self.checkpointing = checkpointing
         self.exactly_once = exactly_once
+        #: Unaligned checkpoints (the gate and channels that let barriers overtake).
+        self.unaligned = unaligned
         self.send = send
         self.snapshots = snapshots
         self.state_backend: StateBackend = state_backend or HeapStateBackend()

@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 
 from epochstream.core.state_schema import StateSchema
 from epochstream.exceptions import CheckpointError
+from epochstream.state.channel_state import ChannelStateHandle
 
 __all__ = [
     "CanonicalSnapshotHandle",
@@ -493,16 +494,24 @@ class OperatorSubtaskState:
     """One operator's state in one subtask's snapshot (what a task acks per operator).
 
     ``operator_lists`` are split round-robin on rescale; ``union_lists`` are given
-    whole to every subtask on restore (Flink's union list state).
+    whole to every subtask on restore (Flink's union list state). ``channel``: the
+    in-flight records of an unaligned checkpoint (:mod:`epochstream.state.channel_state`).
     """
 
     keyed: KeyedStateHandle | None = None
     operator_lists: dict[str, list[object]] = field(default_factory=dict)
     union_lists: dict[str, list[object]] = field(default_factory=dict)
+    #: The task's channel state (unaligned checkpoints), kept with its head operator.
+    channel: ChannelStateHandle | None = None
 
     @property
     def is_empty(self) -> bool:
-        return self.keyed is None and not self.operator_lists and not self.union_lists
+        return (
+            self.keyed is None
+            and not self.operator_lists
+            and not self.union_lists
+            and self.channel is None
+        )
 
 
 @dataclass
