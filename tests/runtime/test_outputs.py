@@ -201,7 +201,7 @@ def test_network_channel_falls_back_to_by_value_pickling() -> None:
     channel.send(RowBatch([point_class(3)]))
     channel.send(RowBatch([point_class(4)]))
     assert [pickle.loads(f).records[0].x for f in frames.frames] == [3, 4]
-    assert channel._dumps is cloudpickle.dumps
+    assert channel.encoder._dumps is cloudpickle.dumps
 
 
 # ---------------------------------------------------------------- keys travel on hash edges

@@ -645,6 +645,17 @@ def load(
             f"{path} holds checkpoints of several jobs ({jobs}); give one job's directory"
         )
     directory, md = max(found, key=lambda entry: entry[1].checkpoint_id)
+    in_flight = sorted(
+        uid for uid, states in md.operators.items() if any(s.channel for s in states.values())
+    )
+    if in_flight:
+        # A savepoint written from it would leave those records behind: they are part of
+        # the job's state only together with that checkpoint.
+        raise CheckpointError(
+            f"{directory} is an unaligned checkpoint: it holds records in flight (channel "
+            f"state of {', '.join(in_flight)}), which a savepoint cannot carry; take a "
+            "savepoint of the running job (savepoints are aligned) and edit that"
+        )
     return Savepoint(
         max_parallelism=md.max_parallelism,
         parallelism=md.parallelism,

@@ -167,6 +167,12 @@ function maxOf(tasks, key) {
   return values.length ? Math.max(...values) : null;
 }
 
+// "aligned", or "unaligned · 1.2 MB": whether snapshots overtook in-flight records, and
+// how many bytes of them (channel state) were kept.
+function inFlight(unaligned, bytes) {
+  return unaligned ? `unaligned · ${fmt.bytes(bytes || 0)}` : "aligned";
+}
+
 function updateCheckpoints(reply) {
   const body = document.querySelector("#checkpoints tbody");
   const rows = [];
@@ -175,7 +181,9 @@ function updateCheckpoints(reply) {
     const row = el("tr", { class: "checkpoint", "data-id": id, title: "click for per-task details" },
       cell((state.open.has(id) ? "▾ " : "▸ ") + id), cell(c.kind), cell(fmt.time(c.trigger_time + c.duration)),
       cell(fmt.secs(c.duration)), cell(fmt.bytes(c.state_size)), cell(fmt.secs(maxOf(c.tasks, "alignment_s"))),
-      cell(fmt.secs(maxOf(c.tasks, "sync_s"))), cell(fmt.secs(maxOf(c.tasks, "async_s"))));
+      cell(fmt.secs(maxOf(c.tasks, "sync_s"))), cell(fmt.secs(maxOf(c.tasks, "async_s"))),
+      cell(inFlight(Object.values(c.tasks).some((t) => t.unaligned),
+        Object.values(c.tasks).reduce((sum, t) => sum + (t.channel_state_bytes || 0), 0))));
     row.addEventListener("click", () => {
       state.open.has(id) ? state.open.delete(id) : state.open.add(id);
       updateCheckpoints(reply);
@@ -184,11 +192,12 @@ function updateCheckpoints(reply) {
     if (state.open.has(id)) {
       const tasks = Object.entries(c.tasks).sort().map(([task, t]) => el("tr", null,
         cell(task), cell(fmt.secs(t.alignment_s)), cell(fmt.secs(t.sync_s)), cell(fmt.secs(t.async_s)),
-        cell(fmt.bytes(t.state_size))));
+        cell(fmt.bytes(t.state_size)), cell(inFlight(t.unaligned, t.channel_state_bytes))));
       const inner = el("table", null,
-        el("thead", null, el("tr", null, ...["task", "alignment", "sync", "async", "state"].map((h) => el("th", null, h)))),
+        el("thead", null, el("tr", null,
+          ...["task", "alignment", "sync", "async", "state", "in flight"].map((h) => el("th", null, h)))),
         el("tbody", null, ...tasks));
-      const td = el("td", { colspan: "8" }, inner);
+      const td = el("td", { colspan: "9" }, inner);
       rows.push(el("tr", { class: "tasks" }, td));
     }
   }

@@ -26,6 +26,7 @@ and ``subtask`` on task families, plus ``operator`` on operator families)::
     epochstream_task_last_checkpoint_alignment_seconds   gauge (after a checkpoint)
     epochstream_task_last_checkpoint_sync_seconds        gauge
     epochstream_task_last_checkpoint_async_seconds       gauge
+    epochstream_task_last_checkpoint_channel_state_bytes gauge (unaligned checkpoints)
 
 Example::
 
@@ -74,6 +75,11 @@ _TASK_GAUGES = [
         "last_checkpoint_async_seconds",
         "checkpoint_async_s",
         "Asynchronous part of the last checkpoint",
+    ),
+    (
+        "last_checkpoint_channel_state_bytes",
+        "checkpoint_channel_state_bytes",
+        "In-flight records the last checkpoint kept (unaligned; 0 when aligned)",
     ),
 ]
 

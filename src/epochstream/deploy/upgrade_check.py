@@ -47,6 +47,7 @@ from epochstream.core.filesystems import storage_fs
 from epochstream.core.serializers import Serializer
 from epochstream.core.state_schema import StateSchema
 from epochstream.deploy.assignment import (
+    channel_state_restores,
     check_restore_point,
     operator_class_changes,
     restore_candidates,
@@ -259,6 +260,10 @@ def check_upgrade(description: JobDescription, point: CompletedCheckpoint) -> Up
     )
     try:
         check_restore_point(point, description)
+    except StateError as err:
+        report.errors.append(str(err))
+    try:  # an unaligned checkpoint's in-flight records need the same edges
+        channel_state_restores(graph, md, point.directory)
     except StateError as err:
         report.errors.append(str(err))
     report.max_parallelism = graph.max_parallelism

@@ -147,6 +147,8 @@ class TaskMetricsSample:
     checkpoint_alignment_s: float | None = None
     checkpoint_sync_s: float | None = None
     checkpoint_async_s: float | None = None
+    #: Bytes of in-flight records the last checkpoint kept (0: it was aligned).
+    checkpoint_channel_state_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -163,6 +165,7 @@ class TaskMetricsSample:
             "checkpoint_alignment_s": self.checkpoint_alignment_s,
             "checkpoint_sync_s": self.checkpoint_sync_s,
             "checkpoint_async_s": self.checkpoint_async_s,
+            "checkpoint_channel_state_bytes": self.checkpoint_channel_state_bytes,
         }
 
 
@@ -241,6 +244,7 @@ class TaskSampler:
             checkpoint_alignment_s=stats.alignment_s if stats is not None else None,
             checkpoint_sync_s=stats.sync_s if stats is not None else None,
             checkpoint_async_s=stats.async_s if stats is not None else None,
+            checkpoint_channel_state_bytes=stats.channel_state_bytes if stats is not None else None,
         )
 
 
