@@ -66,6 +66,14 @@ class Channel:
         for channels whose ``send`` blocks instead)."""
         return True
 
+    def barrier_pending(self, checkpoint_id: int) -> bool:
+        """True while an aligned barrier with a timeout is queued in this channel."""
+        return False
+
+    def promote_barrier(self, checkpoint_id: int) -> list[bytes]:
+        """Let a queued barrier overtake now; the data frames it passed."""
+        return []
+
     def close(self) -> None:
         """Release the channel's resources (network channels close their socket)."""
 
@@ -331,6 +339,20 @@ class RecordWriter:
     def available(self) -> bool:
         """True while every channel takes more output without waiting."""
         return all(channel.available() for channel in self.channels)
+
+    def barrier_pending(self, checkpoint_id: int) -> bool:
+        """True while a channel still queues the aligned barrier of ``checkpoint_id``."""
+        return any(channel.barrier_pending(checkpoint_id) for channel in self.channels)
+
+    def promote_barrier(self, checkpoint_id: int) -> dict[int, list[bytes]]:
+        """The barrier of ``checkpoint_id`` overtakes where it is still queued; per
+        channel (index), the data frames it passed."""
+        overtaken = {}
+        for index, channel in enumerate(self.channels):
+            frames = channel.promote_barrier(checkpoint_id)
+            if frames:
+                overtaken[index] = frames
+        return overtaken
 
     def close(self) -> None:
         for channel in self.channels:

@@ -56,7 +56,10 @@ class CreditedNetworkChannel(Channel):
         self.encoder = FrameEncoder(edge)
         self.edge = edge
         self._cond = threading.Condition()
-        self._queue: deque[tuple[int, bytes]] = deque()
+        # (kind, frame, checkpoint id of a barrier or -1)
+        self._queue: deque[tuple[int, bytes, int]] = deque()
+        # Aligned barriers with an aligned timeout still queued here, by checkpoint id.
+        self._in_line: dict[int, CheckpointBarrier] = {}
         self._credit = 0
         self._closed = False
         self._error: BaseException | None = None
@@ -72,30 +75,61 @@ class CreditedNetworkChannel(Channel):
 
     def send(self, item: Any) -> None:
         kind = _DATA if type(item) is RowBatch or type(item) is RecordBatch else _EVENT
-        self._enqueue(kind, self.encoder.encode(item))
+        frame = self.encoder.encode(item)
+        with self._cond:
+            self._check()
+            self._queue.append((kind, frame, -1))
+            self._cond.notify_all()
 
     def send_barrier(self, barrier: CheckpointBarrier) -> list[bytes]:
         frame = self.encoder.encode(barrier)
-        if not barrier.overtakes:
-            self._enqueue(_BARRIER, frame)
-            return []
+        n = barrier.checkpoint_id
         with self._cond:
             self._check()
-            queue = self._queue
-            overtaken = [f for kind, f in queue if kind == _DATA]
-            # Behind the barriers already at the head: barriers keep their order.
-            ahead = 0
-            while ahead < len(queue) and queue[ahead][0] == _BARRIER:
-                ahead += 1
-            queue.insert(ahead, (_BARRIER, frame))
+            if barrier.overtakes:
+                overtaken = self._overtake(len(self._queue), (_BARRIER, frame, n))
+            else:
+                overtaken = []
+                self._queue.append((_BARRIER, frame, n))
+                if barrier.alignment_deadline is not None and len(self._queue) > 1:
+                    self._in_line[n] = barrier
             self._cond.notify_all()
         return overtaken
 
-    def _enqueue(self, kind: int, frame: bytes) -> None:
+    def barrier_pending(self, checkpoint_id: int) -> bool:
+        """True while an aligned barrier with a timeout waits in this queue."""
+        return checkpoint_id in self._in_line
+
+    def promote_barrier(self, checkpoint_id: int) -> list[bytes]:
+        """The aligned timeout of ``checkpoint_id`` passed with its barrier still queued
+        here: it overtakes now; returns the data frames it passed (output channel state)."""
         with self._cond:
-            self._check()
-            self._queue.append((kind, frame))
+            barrier = self._in_line.pop(checkpoint_id, None)
+            if barrier is None:
+                return []  # sent meanwhile
+            queue = self._queue
+            position = next(
+                i
+                for i, (kind, _f, n) in enumerate(queue)
+                if kind == _BARRIER and n == checkpoint_id
+            )
+            del queue[position]
+            frame = self.encoder.encode(barrier.unaligned_now())
+            overtaken = self._overtake(position, (_BARRIER, frame, checkpoint_id))
             self._cond.notify_all()
+        return overtaken
+
+    def _overtake(self, end: int, entry: tuple[int, bytes, int]) -> list[bytes]:
+        """Put barrier ``entry`` ahead of the items before queue position ``end`` (behind
+        the barriers at the head: barriers keep their order); returns the data frames it
+        passed."""
+        queue = self._queue
+        ahead = 0
+        while ahead < end and queue[ahead][0] == _BARRIER:
+            ahead += 1
+        overtaken = [queue[i][1] for i in range(ahead, end) if queue[i][0] == _DATA]
+        queue.insert(ahead, entry)
+        return overtaken
 
     def _check(self) -> None:
         if self._error is not None:
@@ -117,8 +151,10 @@ class CreditedNetworkChannel(Channel):
                         cond.wait()
                     if self._closed:
                         return
-                    kind, frame = queue.popleft()
-                    if kind != _BARRIER:
+                    kind, frame, checkpoint_id = queue.popleft()
+                    if kind == _BARRIER:
+                        self._in_line.pop(checkpoint_id, None)
+                    else:
                         self._credit -= 1
                 self.conn.send_bytes(frame)
         except OSError as exc:  # the task sees it on its next send; the peer reports it too

@@ -100,6 +100,9 @@ class _Stop(Exception):
 #: Seconds a task whose outputs are full waits for mail or an overtaking barrier before
 #: it looks at its outputs again (unaligned checkpoints: it never blocks in a send).
 OUTPUT_POLL = 0.005
+#: Seconds between looks at an aligned barrier still queued in an output (aligned
+#: timeout): its snapshot is handed on once it left.
+HELD_POLL = 0.01
 
 
 @dataclass
@@ -179,6 +182,9 @@ class Task:
         self._barriers_seen: dict[int, CheckpointBarrier] = {}
         # Unaligned snapshots taken whose input channel state is still being recorded.
         self._recording: dict[int, _SnapshotInFlight] = {}
+        # Aligned snapshots whose barrier (with an aligned timeout) is still queued in an
+        # output: by checkpoint id, with the deadline at which the barrier overtakes.
+        self._held: dict[int, tuple[_SnapshotInFlight, float]] = {}
         # Channel state is filed under edge keys (stable across restarts).
         self._input_keys = [graph.edge_key(edge) for edge in chain.inputs]
         self._edge_keys = {e.edge_id: graph.edge_key(e) for e in graph.outgoing(chain.chain_id)}
@@ -447,6 +453,10 @@ class Task:
         pressure = self.metrics.backpressure
         pressured = False
         while True:
+            if self._held:
+                wait = self._release_held()
+                if wait is not None:
+                    idle_wait = wait if idle_wait is None else min(idle_wait, wait)
             if pressured:
                 pressure.begin()
             got = gate.take(idle_wait)
@@ -501,6 +511,10 @@ class Task:
         room (mail and overtaking barriers always)."""
         gate = self.gate
         assert isinstance(gate, OvertakingInputGate)
+        if self._held:
+            wait = self._release_held()
+            if wait is not None:
+                timeout = min(timeout, max(wait, 0.0005))
         deadline = gate.next_deadline()
         if deadline is not None:
             now = time.time()
@@ -567,6 +581,7 @@ class Task:
             for op in self.operators:
                 op.notify_checkpoint_complete(mail.checkpoint_id)
         elif isinstance(mail, NotifyCheckpointAborted):
+            self._held.pop(mail.checkpoint_id, None)
             if self._stopping_for == mail.checkpoint_id:
                 log.warning("%s: stop-with-savepoint failed; reading on", self.name)
                 self._stopping_for = None
@@ -686,8 +701,38 @@ class Task:
         snapshot.sync_s = time.perf_counter() - start
         if unaligned:
             self._recording[n] = snapshot
+        elif deadline is not None and any(w.barrier_pending(n) for w in self.writers.values()):
+            # Its barrier waits behind output: what it may yet overtake belongs to it.
+            self._held[n] = (snapshot, deadline)
         else:
-            self.env.snapshots.submit(lambda: self._complete_snapshot(snapshot))
+            self._submit(snapshot)
+
+    def _submit(self, snapshot: _SnapshotInFlight) -> None:
+        self.env.snapshots.submit(lambda: self._complete_snapshot(snapshot))
+
+    def _release_held(self) -> float | None:
+        """Hand on the held snapshots whose barriers left their output queues, and let
+        the barriers overtake whose aligned timeout passed; returns the seconds until
+        the next look is due (``None``: nothing held)."""
+        now = time.time()
+        due: float | None = None
+        for n, (snapshot, deadline) in list(self._held.items()):
+            writers = self.writers
+            if deadline <= now:
+                for edge_id, writer in writers.items():
+                    for channel, frames in writer.promote_barrier(n).items():
+                        snapshot.channels.append(
+                            ChannelFrames(OUTPUT, self._edge_keys[edge_id], channel, frames)
+                        )
+                snapshot.unaligned = snapshot.unaligned or bool(snapshot.channels)
+            elif any(w.barrier_pending(n) for w in writers.values()):
+                # Sent in line soon, or overtaking at the deadline: look again shortly.
+                wait = min(deadline - now, HELD_POLL)
+                due = wait if due is None else min(due, wait)
+                continue
+            del self._held[n]
+            self._submit(snapshot)
+        return due
 
     def _channel_state_complete(self, checkpoint_id: int) -> None:
         """Every input delivered the barrier of unaligned ``checkpoint_id``: its
@@ -701,7 +746,7 @@ class Task:
             if frames:
                 key = self._input_keys[channel // p]
                 snapshot.channels.append(ChannelFrames(INPUT, key, channel % p, frames))
-        self.env.snapshots.submit(lambda: self._complete_snapshot(snapshot))
+        self._submit(snapshot)
 
     def _complete_snapshot(self, snapshot: _SnapshotInFlight) -> None:
         """Asynchronous part (snapshot thread): write keyed and channel state, then
