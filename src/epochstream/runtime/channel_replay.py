@@ -27,7 +27,8 @@ from pyarrow import RecordBatch
 
 from epochstream.core.arrow import KG
 from epochstream.core.filesystems import StorageFS
-from epochstream.exceptions import CorruptStateError
+from epochstream.core.storage_faults import StorageFault, classify
+from epochstream.exceptions import CorruptStateError, StorageUnavailableError
 from epochstream.runtime.batches import RowBatch
 from epochstream.runtime.frames import decode_frame
 from epochstream.runtime.outputs import RecordWriter
@@ -83,9 +84,26 @@ class ChannelReplay:
         handle = restore.handle
         data = self._files.get(handle.path)
         if data is None:
-            data = self._files[handle.path] = self._fs_of(handle.path).read_bytes(handle.path)
+            data = self._files[handle.path] = self._read(handle)
         frames = read_frames(self._fs_of(handle.path), handle, restore.entry, data)
         return [decode_frame(frame, _unpickler(handle)) for frame in frames]
+
+    def _read(self, handle: ChannelStateHandle) -> bytes:
+        """The file's bytes; an outage or a missing file raised as the restore's typed
+        errors (wait for the storage; fall back to an older checkpoint)."""
+        try:
+            return self._fs_of(handle.path).read_bytes(handle.path)
+        except Exception as exc:
+            fault = classify(exc)
+            if fault is StorageFault.TRANSIENT:
+                raise StorageUnavailableError(
+                    f"channel state {handle.path} cannot be read now: {exc!r}", path=handle.path
+                ) from exc
+            if fault is StorageFault.CORRUPT:
+                raise CorruptStateError(
+                    f"channel state {handle.path} cannot be read: {exc!r}", path=handle.path
+                ) from exc
+            raise
 
     def _send(self, restore: ChannelRestore) -> None:
         writer = self._writers.get(restore.entry.edge)

@@ -275,6 +275,14 @@ class Task:
             for edge in self.chain.inputs
         ]
         if self.deployment.channel_state:
+            self._replay_channel_state()
+
+    def _replay_channel_state(self) -> None:
+        """Send the restored output frames again and process the restored input frames,
+        before any new record (unaligned checkpoints)."""
+        g = self.graph
+        restored = self.deployment.restored_checkpoint
+        try:
             ChannelReplay(
                 self.env.fs,
                 {self._edge_keys[edge_id]: w for edge_id, w in self.writers.items()},
@@ -285,7 +293,19 @@ class Task:
                 max_parallelism=g.max_parallelism,
                 input_positions={key: i for i, key in enumerate(self._input_keys)},
             ).run(self.deployment.channel_state)
-            self._flush()
+        except CorruptStateError as err:
+            # As for operator state: the job master falls back to an older checkpoint.
+            raise CorruptStateError(
+                f"{self.name}: restoring the channel state of checkpoint {restored}: {err}",
+                path=err.path,
+                checkpoint_id=restored,
+            ) from err
+        except StorageUnavailableError as err:
+            raise StorageUnavailableError(
+                f"{self.name}: restoring the channel state of checkpoint {restored}: {err}",
+                path=err.path,
+            ) from err
+        self._flush()
 
     def _replay_input(self, position: int, item: Any) -> None:
         """Process one batch of restored input channel state, as if just taken from
