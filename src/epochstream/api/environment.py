@@ -218,13 +218,16 @@ class Environment:
         ``"at_least_once"``. Other options: ``min_pause``, ``max_concurrent``,
         ``timeout``, ``tolerable_failures``, ``retained``, ``retain_on_cancel``,
         ``storage_options`` (object-store endpoint and credentials), ``savepoint_dir``,
-        ``trust_shared_storage`` (see CheckpointConfig).
+        ``trust_shared_storage``, ``unaligned`` (barriers overtake in-flight records, which
+        become part of the checkpoint) and ``aligned_timeout`` (with ``unaligned``: start
+        aligned, turn unaligned after that many seconds) (see CheckpointConfig).
 
         A local ``storage`` (and savepoint or restore path) that other local users could
         change is refused when the job starts: checkpoints hold pickles, so whoever can
         write there can run code as you. ``trust_shared_storage=True`` opts out.
 
-        Example: ``env.enable_checkpointing(1.0, storage="s3://bucket/ckpt")``
+        Example: ``env.enable_checkpointing(1.0, storage="s3://bucket/ckpt")``, or under
+        backpressure ``env.enable_checkpointing(1.0, unaligned=True, aligned_timeout=0.5)``
         """
         storage = _OVERRIDES.get("checkpoint_dir", storage)
         kwargs: dict[str, Any] = {"interval": interval, "mode": mode, **options}

@@ -185,7 +185,7 @@ class CheckpointStats:
                 async_s=r.number(t, "async_s", where),
                 state_size=r.integer(t, "state_size", where),
                 # Absent in metadata written before unaligned checkpoints existed.
-                unaligned=bool(t.get("unaligned", False)),
+                unaligned=r.flag(t, "unaligned", where) if "unaligned" in t else False,
                 channel_state_bytes=r.integer(t, "channel_state_bytes", where)
                 if "channel_state_bytes" in t
                 else 0,
@@ -238,6 +238,9 @@ class MetadataReader:
         if isinstance(value, bool):
             raise self.fail(f"{where}.{key}", "an integer", value)
         return value
+
+    def flag(self, doc: dict[str, Any], key: str, where: str) -> bool:
+        return self.get(doc, key, bool, where)
 
     def number(self, doc: dict[str, Any], key: str, where: str) -> float:
         value = self.get(doc, key, object, where)

@@ -265,6 +265,10 @@ class BarrierHandler:
         if pending is not None and checkpoint_id < pending:
             return actions
         if pending is not None and checkpoint_id == pending:
+            if overtakes and not self._exactly_once:
+                raise CheckpointError(
+                    f"overtaking barrier {checkpoint_id} on channel {channel} in at-least-once mode"
+                )
             if overtakes:  # the sender found its alignment timed out: switch now
                 self._arrived[channel] = True
                 self._switch_to_unaligned(actions)

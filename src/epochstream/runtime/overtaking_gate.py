@@ -99,6 +99,9 @@ class OvertakingInputGate(InputGate):
         self._cuts: dict[int, dict[int, int]] = {}
         # Checkpoint id -> wall-clock deadline of its aligned barriers queued in line.
         self._deadlines: dict[int, float] = {}
+        # Checkpoint id -> channels whose barrier of it was queued in line (the others
+        # came overtaking: their cut is not a queue position of a barrier).
+        self._in_line: dict[int, list[int]] = {}
         # Checkpoints whose alignment timed out: every later copy of their barrier overtakes.
         self._promoted: set[int] = set()
         self._captures: dict[int, ChannelCapture] = {}
@@ -171,6 +174,7 @@ class OvertakingInputGate(InputGate):
             deadline = barrier.alignment_deadline
             if deadline is not None:
                 self._deadlines.setdefault(n, deadline)
+                self._in_line.setdefault(n, []).append(channel)
 
     # ------------------------------------------------------------------ the task
 
@@ -237,7 +241,10 @@ class OvertakingInputGate(InputGate):
         with self._cond:
             if self._priority:
                 return True
-        return super().has_input()
+            return any(
+                not self.blocked[ch] and any(item is not _OVERTAKEN for item in queue)
+                for ch, queue in enumerate(self._queues)
+            )
 
     # ------------------------------------------------------------------ aligned timeout
 
@@ -257,13 +264,12 @@ class OvertakingInputGate(InputGate):
         with self._cond:
             self._promoted.add(checkpoint_id)
             self._deadlines.pop(checkpoint_id, None)
-            for channel, cut in self._cuts.get(checkpoint_id, {}).items():
-                position = cut - self._taken[channel]
+            for channel in self._in_line.pop(checkpoint_id, ()):
+                position = self._cuts[checkpoint_id][channel] - self._taken[channel]
                 if position < 0:
                     continue  # the task has read that barrier already
                 queue = self._queues[channel]
                 barrier = queue[position]
-                assert type(barrier) is CheckpointBarrier, barrier
                 queue[position] = _OVERTAKEN
                 self._priority.append((channel, barrier.unaligned_now()))
             self._cond.notify_all()
@@ -329,7 +335,7 @@ class OvertakingInputGate(InputGate):
 
     def _forget_up_to(self, checkpoint_id: int) -> None:
         keep = self._captures
-        for table in (self._cuts, self._deadlines):
+        for table in (self._cuts, self._deadlines, self._in_line):
             for n in [n for n in table if n <= checkpoint_id and n not in keep]:
                 del table[n]
         self._promoted = {n for n in self._promoted if n > checkpoint_id or n in keep}
