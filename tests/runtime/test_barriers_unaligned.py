@@ -39,9 +39,7 @@ def unaligned_trigger(checkpoint_id: int, alignment_s: float = 0.0) -> TriggerSn
 # ---------------------------------------------------------------- overtaking barriers
 
 
-def test_overtaking_barrier_triggers_at_once_and_records_until_every_channel_delivered_it() -> (
-    None
-):
+def test_overtaking_barrier_triggers_at_once_and_records_until_every_channel_delivered_it() -> None:
     clock = ManualClock(start=10.0)
     handler = aligned(3, clock)
     clock.advance(4.0)
