@@ -308,6 +308,24 @@ def test_promote_skips_a_copy_the_task_already_took() -> None:
     assert take_all(gate) == [(1, rows(1))]
 
 
+def test_promote_leaves_a_channel_whose_copy_already_overtook_alone() -> None:
+    # Channel 0's upstream switched to unaligned first and forwarded an overtaking copy;
+    # channel 1's copy still waits in line, with the deadline the gate promotes at.
+    gate = OvertakingInputGate(2)
+    gate.put(0, timed(3).unaligned_now())
+    gate.put(0, rows("after the barrier"))
+    gate.put(1, rows("before the barrier"))
+    gate.put(1, timed(3))
+    assert gate.take(0) == (0, timed(3).unaligned_now())
+    gate.promote(3)
+    assert gate.take(0) == (1, timed(3).unaligned_now())
+    taken = take_all(gate)
+    assert sorted(item.records[0] for _, item in taken) == [
+        "after the barrier",
+        "before the barrier",
+    ], "no record is lost to the promotion"
+
+
 def test_settle_forgets_the_deadlines_of_settled_checkpoints() -> None:
     gate = OvertakingInputGate(1)
     gate.put(0, timed(2, 0.5))
