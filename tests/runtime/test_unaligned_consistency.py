@@ -102,13 +102,15 @@ class Task:
 
 
 def _script(data: st.DataObject, ch: int, kinds: dict[int, str]) -> list[Any]:
-    """Channel ``ch``'s items: records, a copy of every barrier, the end."""
+    """Channel ``ch``'s items: records, a copy of most barriers, the end."""
     items: list[Any] = []
     seq = 0
     for n, kind in sorted(kinds.items()):
         for _ in range(data.draw(st.integers(0, 3))):
             items.append(RowBatch([(ch, seq)]))
             seq += 1
+        if data.draw(st.integers(0, 4)) == 0:
+            continue  # its upstream aborted checkpoint n: this channel never carries it
         if kind == "timed":  # this copy's upstream may have switched to unaligned already
             options = data.draw(st.sampled_from([TIMED, TIMED, OVERTAKING]))
         else:
@@ -122,13 +124,14 @@ def _script(data: st.DataObject, ch: int, kinds: dict[int, str]) -> list[Any]:
 
 
 def _before(script: list[Any], n: int) -> list[Any]:
+    """The records of ``script`` before barrier ``n``: all of them when it never comes."""
     records: list[Any] = []
     for item in script:
         if type(item) is CheckpointBarrier and item.checkpoint_id == n:
-            return records
+            break
         if type(item) is RowBatch:
             records.extend(item.records)
-    raise AssertionError(f"barrier {n} is not in {script}")
+    return records
 
 
 @settings(
