@@ -7,13 +7,20 @@ from __future__ import annotations
 import pickle
 import re
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from epochstream.core.events import CheckpointBarrier, CheckpointOptions, Watermark
+from epochstream.core.events import (
+    END_OF_INPUT,
+    CheckpointBarrier,
+    CheckpointOptions,
+    EndOfInput,
+    Watermark,
+)
 from epochstream.runtime.auth import FramedConnection
 from epochstream.runtime.batches import RowBatch
 from epochstream.runtime.frames import FrameEncoder, decode_frame
@@ -213,3 +220,53 @@ def test_local_channel_barrier_goes_ahead_in_the_gate_and_overtakes_nothing_itse
     gate.start_capture(3)
     assert gate.finish_capture(3).frames == [[], [frame(rows(1))]]
     assert gate.take(0) == (1, rows(1))
+
+
+# ---------------------------------------------------------------- into an overtaking gate
+
+
+def _read_into(gate: OvertakingInputGate, conn: FramedConnection) -> threading.Thread:
+    """The data plane's reader of one channel (``network.DataPlaneServer``): credit from
+    the gate, frames into it with their bytes."""
+
+    def credit(k: int) -> None:
+        conn.send_bytes(k.to_bytes(4, "big"))
+
+    def read() -> None:
+        gate.attach_credit(0, credit)
+        while True:
+            payload = conn.recv_bytes()
+            item = decode_frame(payload, pickle.loads)
+            gate.put(0, item, frame=payload)
+            if isinstance(item, EndOfInput):
+                return
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_everything_before_the_barrier_is_processed_or_channel_state_once(link) -> None:
+    channel, receiver = link
+    gate = OvertakingInputGate(1, capacity=4)
+    reader = _read_into(gate, receiver.conn)
+    sent = [rows(i) for i in range(10)]
+    for batch in sent:
+        channel.send(batch)
+    _wait_for(lambda: not gate.room(0))  # the gate's capacity in credit went out
+    processed = [gate.take(5.0)]  # one taken: its credit is owed, not yet returned
+    overtaken = channel.send_barrier(overtaking(1))
+    # Only mail and overtaking barriers: the barrier, once it came over the socket.
+    assert gate.take(5.0, data=False) == (0, overtaking(1))
+    gate.start_capture(1)
+    capture = gate.finish_capture(1)
+    decoded = [pickle.loads(f) for f in capture.frames[0] + overtaken]
+    assert [item for _, item in processed] + decoded == sent
+    assert [len(capture.frames[0]), len(overtaken)] == [3, 6]
+    # The overtaken frames are still delivered, after the barrier, in order.
+    rest = [gate.take(5.0) for _ in range(9)]
+    assert [item for _, item in rest] == sent[1:]
+    channel.send(END_OF_INPUT)
+    assert gate.take(5.0) == (0, END_OF_INPUT)
+    reader.join(5.0)
+    assert not reader.is_alive()
