@@ -41,6 +41,7 @@ from epochstream.runtime.outputs import Channel, RecordWriter
 from epochstream.runtime.snapshots import SnapshotExecutor
 from epochstream.runtime.task import Task, TaskEnvironment
 from epochstream.state.backends.heap.backend import HeapStateBackend
+from epochstream.state.channel_state import ChannelRestore
 from epochstream.state.handles import OperatorRestore
 
 T = TypeVar("T")
@@ -188,8 +189,11 @@ def make_task(
     splits: list[Any] | None = None,
     restored_checkpoint: int | None = None,
     checkpoint_dir: str | None = None,
+    unaligned: bool = False,
+    channel_state: list[ChannelRestore] | None = None,
 ) -> tuple[Task, dict[int, list[ListChannel]]]:
-    """A task of ``chain`` with list channels on every outgoing edge (by edge id)."""
+    """A task of ``chain`` with list channels on every outgoing edge (by edge id);
+    ``unaligned`` gives it an overtaking gate, ``channel_state`` what it replays."""
     if checkpoint_dir is None:
         checkpoint_dir = str(tmp_path / "ckpt" / "job")
         os.makedirs(checkpoint_dir, exist_ok=True)  # as the job master makes it
@@ -199,6 +203,7 @@ def make_task(
         checkpoint_dir=checkpoint_dir,
         checkpointing=checkpointing,
         exactly_once=exactly_once,
+        unaligned=unaligned,
         send=control,
         snapshots=snapshots or InlineSnapshots(),
         state_backend=HeapStateBackend(),
@@ -210,6 +215,7 @@ def make_task(
         restore=restore or {},
         splits=splits,
         restored_checkpoint=restored_checkpoint,
+        channel_state=channel_state or [],
     )
     task = Task(env, graph, chain, deployment)
     task.gate.capacity = 1_000  # a test queues all input up front
