@@ -92,3 +92,26 @@ def test_malformed_channel_state_names_the_file_and_the_subtask() -> None:
     message = str(info.value)
     assert f"{BASE}/_metadata: operators['sum'][1].channel is malformed channel state" in message
     assert "'both'" in message
+
+
+def test_metadata_written_before_unaligned_checkpoints_still_loads() -> None:
+    doc = json.loads(_metadata().to_json(BASE))
+    del doc["operators"]["sum"]["1"]["channel"]
+    for task in doc["stats"]["tasks"].values():
+        del task["unaligned"], task["channel_state_bytes"]
+    md = CheckpointMetadata.from_json(json.dumps(doc).encode(), base=BASE)
+    assert md.operators["sum"][1].channel is None
+    assert not md.stats.unaligned and md.stats.channel_state_bytes == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("unaligned", "no"), ("unaligned", 1), ("channel_state_bytes", "30")]
+)
+def test_malformed_unaligned_stats_name_the_field(field: str, value: object) -> None:
+    doc = json.loads(_metadata().to_json(BASE))
+    doc["stats"]["tasks"]["sum/1"][field] = value
+    with pytest.raises(CheckpointError, match=field) as info:
+        CheckpointMetadata.from_json(
+            json.dumps(doc).encode(), base=BASE, source=f"{BASE}/_metadata"
+        )
+    assert "stats.tasks['sum/1']" in str(info.value)
