@@ -104,6 +104,7 @@ def test_end_of_every_input_completes_the_recording_before_ending() -> None:
 def test_alignment_timeout_switches_to_unaligned_and_releases_the_blocked_channels() -> None:
     clock = ManualClock(start=100.0)
     handler = aligned(3, clock)
+    gate_view = handler.blocked  # the input gate keeps this reference
     clock.advance(7.0)  # time before the first barrier does not count
     assert handler.on_barrier(0, 2) == []
     clock.advance(0.3)
@@ -112,7 +113,7 @@ def test_alignment_timeout_switches_to_unaligned_and_releases_the_blocked_channe
     clock.advance(0.2)
     [trigger] = handler.on_alignment_timeout(2)
     assert trigger == TriggerSnapshot(2, pytest.approx(0.5), unaligned=True)  # type: ignore[arg-type]
-    assert handler.blocked == [False, False, False]
+    assert gate_view == [False, False, False] and handler.blocked is gate_view
     assert handler.state is HandlerState.UNALIGNED
     assert handler.pending_checkpoint is None
     assert handler.unaligned_in_flight == [2]
@@ -256,7 +257,9 @@ def test_alignment_timeout_while_an_older_unaligned_checkpoint_is_in_flight() ->
     handler = aligned(2)
     handler.on_barrier(0, 1, overtakes=True)
     handler.on_barrier(0, 2)
+    assert handler.state is HandlerState.ALIGNING
     assert handler.on_alignment_timeout(2) == [unaligned_trigger(2)]
+    assert handler.state is HandlerState.UNALIGNED
     assert handler.unaligned_in_flight == [1, 2]
     assert handler.on_barrier(1, 1, overtakes=True) == [ChannelStateComplete(1)]
     assert handler.on_barrier(1, 2, overtakes=True) == [ChannelStateComplete(2)]
