@@ -14,6 +14,7 @@ from epochstream.deploy.assignment import (
     initial_splits,
     task_deployments,
 )
+from epochstream.deploy.upgrade_check import check_upgrade
 from epochstream.exceptions import StateError
 from epochstream.graph.jobgraph import JobEdge, JobGraph
 from epochstream.state.channel_state import (
@@ -31,6 +32,11 @@ OLD_P = 2
 
 def job_graph(kind: str, parallelism: int) -> JobGraph:
     """``src -> mid`` (one chain), then an edge of ``kind`` to ``down`` (and a sink)."""
+    return job(kind, parallelism).job_graph()
+
+
+def job(kind: str, parallelism: int) -> es.Environment:
+    """The environment of :func:`job_graph`'s job."""
     env = es.Environment(parallelism=parallelism)
     mid = env.from_sequence(0, 10).uid("src").map(lambda x: x).uid("mid")
     if kind == "hash":
@@ -43,7 +49,7 @@ def job_graph(kind: str, parallelism: int) -> JobGraph:
         other = env.from_sequence(0, 5).uid("other")
         down = mid.union(other).map(str).uid("down")
     down.print()
-    return env.job_graph()
+    return env
 
 
 def the_edge(graph: JobGraph) -> JobEdge:
@@ -234,3 +240,24 @@ def test_task_deployments_carry_each_tasks_channel_state() -> None:
             else:
                 assert deployment.channel_state == [], deployment.chain_id
             assert deployment.subtask == subtask
+
+
+# ---------------------------------------------------------------- check-upgrade
+
+
+def test_check_upgrade_reports_channel_state_the_restore_would_refuse() -> None:
+    graph = job_graph("broadcast", OLD_P)
+    md, _ = input_state(graph)
+    point = CompletedCheckpoint(3, DIRECTORY, md, owned=False)
+    description = job("broadcast", 3).job_description("j")
+    report = check_upgrade(description, point)
+    assert not report.ok
+    assert any("broadcast edge" in error for error in report.errors), report.errors
+
+
+def test_check_upgrade_reports_channel_state_of_an_edge_the_job_lost() -> None:
+    md = metadata({"down": {0: handle(0, (INPUT, "gone[main] -> down #0", 0))}})
+    point = CompletedCheckpoint(3, DIRECTORY, md, owned=False)
+    report = check_upgrade(job("hash", OLD_P).job_description("j"), point)
+    assert not report.ok
+    assert any("gone[main] -> down #0" in error for error in report.errors), report.errors
