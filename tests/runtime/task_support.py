@@ -192,7 +192,8 @@ def make_task(
     unaligned: bool = False,
     channel_state: list[ChannelRestore] | None = None,
 ) -> tuple[Task, dict[int, list[ListChannel]]]:
-    """A task of ``chain`` with list channels on every outgoing edge (by edge id)."""
+    """A task of ``chain`` with list channels on every outgoing edge (by edge id);
+    ``unaligned`` gives it an overtaking gate, ``channel_state`` what it replays."""
     if checkpoint_dir is None:
         checkpoint_dir = str(tmp_path / "ckpt" / "job")
         os.makedirs(checkpoint_dir, exist_ok=True)  # as the job master makes it
