@@ -139,6 +139,9 @@ def test_dashboard_shows_a_running_job_its_crash_and_recovery(
             lambda: browser.find_elements(By.CSS_SELECTOR, "#checkpoints tr.tasks tbody tr"),
         )
         assert len(rows) == 4
+        # Whether each task's snapshot overtook in-flight records (this job is aligned).
+        assert all(r.find_elements(By.TAG_NAME, "td")[-1].text == "aligned" for r in rows)
+        assert "in flight" in _text(browser, "#checkpoints thead")
 
         assert not client.done, "the job finished before the crash: raise N"
         pid = client.slot_pids()[0]
