@@ -137,11 +137,14 @@ def build_wordcount(
     *,
     lines_per_second: float | None = None,
     inject: es.MapFunction | None = None,
+    counts_per_second: float | None = None,
 ) -> None:
     """Add the word-count pipeline to ``env``: text -> words -> rolling count -> FileSink.
 
     Every record of the output is ``[word, count so far]``. ``lines_per_second``
-    throttles each source subtask; ``inject`` (e.g. a ``FailOnce``) runs on the lines.
+    throttles each source subtask; ``inject`` (e.g. a ``FailOnce``) runs on the lines;
+    ``counts_per_second`` throttles each subtask after the count (a slow sink: with an
+    unthrottled source, the count's input queues stay full).
 
     Example: ``build_wordcount(env, "in.txt", "out/", lines_per_second=3000)``
     """
@@ -150,14 +153,11 @@ def build_wordcount(
         lines = lines.map(Throttle(lines_per_second))
     if inject is not None:
         lines = lines.map(inject)
-    (
-        lines.flat_map(_split_words)
-        .map(_one)
-        .key_by(_first)
-        .reduce(_add_counts)
-        .uid("word-counts")
-        .sink_to(es.sinks.FileSink(os.fspath(out)))
-    )
+    counts = lines.flat_map(_split_words).map(_one).key_by(_first).reduce(_add_counts)
+    counts = counts.uid("word-counts")
+    if counts_per_second is not None:
+        counts = counts.map(Throttle(counts_per_second))
+    counts.sink_to(es.sinks.FileSink(os.fspath(out)))
 
 
 def update_counts(rows: Iterable[Any]) -> Counter[tuple[Any, Any]]:
