@@ -18,7 +18,8 @@ depends on that channel state being replayed.
    cancelled; its checkpoint (with channel state) restored at 3, cancelled again; that
    one restored at 1.
 4. Channel state of a broadcast edge: a restore at another parallelism, or into a job
-   without that edge, is refused; at its own parallelism it restores exactly.
+   without that edge, is refused; at its own parallelism it restores exactly. A
+   stop-with-savepoint of that job is aligned (no channel state) and rescales it.
 5. A two-input keyed join (connected streams, state on both sides) behind a slow sink,
    its large side backpressured while the small side trickles in, a slot SIGKILLed.
 6. A union of two streams into a keyed count, a slot SIGKILLed.
@@ -125,15 +126,20 @@ def test_aligned_timeout_longer_than_the_job_keeps_checkpoints_aligned(tmp_path:
     assert exactly_once_problems(es.testing.read_committed(out), expected) == []
 
 
-def _cancel_after_channel_state(client: es.JobClient, timeout: float = 120.0) -> int:
-    """Cancel the job once a checkpoint that kept records in flight completed; return the
-    id of its last completed checkpoint (the one a restore must use: the FileSink
-    committed everything up to it)."""
+def _wait_for_channel_state(client: es.JobClient, timeout: float = 120.0) -> None:
+    """Block until a checkpoint that kept records in flight completed (the job running)."""
     deadline = time.monotonic() + timeout
     while not _with_channel_state(client.checkpoint_stats()):
         assert not client.done, "the job ended before an unaligned checkpoint kept channel state"
         assert time.monotonic() < deadline, "no checkpoint with channel state"
         time.sleep(0.05)
+
+
+def _cancel_after_channel_state(client: es.JobClient) -> int:
+    """Cancel the job once a checkpoint that kept records in flight completed; return the
+    id of its last completed checkpoint (the one a restore must use: the FileSink
+    committed everything up to it)."""
+    _wait_for_channel_state(client)
     client.cancel()
     with pytest.raises(es.JobCancelled):
         client.result(timeout=120)
@@ -235,6 +241,40 @@ def test_channel_state_of_a_broadcast_edge_restores_at_its_parallelism_only(
     _broadcast_job(again, out)
     again.execute("ua-broadcast-p2", restore_from=str(chk))
     assert Counter(es.testing.read_committed(out)) == Counter({i: 2 for i in range(BROADCAST_N)})
+
+
+def test_savepoint_of_an_unaligned_job_is_aligned_and_rescales_a_broadcast_edge(
+    tmp_path: Path,
+) -> None:
+    """Stop-with-savepoint of the broadcast job while its checkpoints keep channel
+    state: the savepoint waits for the queues instead (no channel state), so it restores
+    at parallelism 3, where the retained checkpoint could not. Numbers before the
+    savepoint reached the 2 old subtasks, the rest all 3 new ones, each exactly once."""
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    first = _env(2, ckpt, unaligned=True)
+    _broadcast_job(first, out)
+    client = first.execute_async("ua-broadcast-savepoint")
+    _wait_for_channel_state(client)
+    path = client.cancel(savepoint=str(tmp_path / "savepoints"))
+    with pytest.raises(es.JobCancelled, match="stopped with a savepoint"):
+        client.result(timeout=120)
+    assert path is not None
+    _, md = load_metadata(path)
+    assert md.kind == "savepoint" and not md.stats.unaligned and md.stats.channel_state_bytes == 0
+    assert all(s.channel is None for subtasks in md.operators.values() for s in subtasks.values())
+    before = Counter(es.testing.read_committed(out))
+    assert 0 < len(before) < BROADCAST_N, "the first job must stop mid-run"
+    assert set(before.values()) == {2}, "each number before the savepoint, to both subtasks"
+
+    rescaled = _env(3, ckpt, unaligned=True)
+    _broadcast_job(rescaled, out)
+    result = rescaled.execute("ua-broadcast-p3", from_savepoint=path)
+
+    assert result.restored_from == path
+    assert _with_channel_state(result.checkpoints), "the resumed job is backpressured too"
+    assert Counter(es.testing.read_committed(out)) == Counter(
+        {i: 2 if i in before else 3 for i in range(BROADCAST_N)}
+    )
 
 
 # ------------------------------------------------------------------ two-input join
