@@ -13,7 +13,9 @@ depends on that channel state being replayed.
 1. Word count, unaligned from the start, a slot SIGKILLed.
 2. The same with an aligned timeout: checkpoints start aligned and switch to unaligned
    once their barrier waited ``aligned_timeout``; with a timeout longer than the job
-   they all stay aligned, so the switch is the timeout's doing.
+   they all stay aligned, so the switch is the timeout's doing. Across two exchanges
+   (counts -> rebalance -> slow map), one checkpoint's barriers reach a task both in
+   line and overtaking.
 3. Rescale through retained unaligned checkpoints (heap and RocksDB): parallelism 2,
    cancelled; its checkpoint (with channel state) restored at 3, cancelled again; that
    one restored at 1.
@@ -40,6 +42,10 @@ import pytest
 from e2e_support import (
     CountPerKey,
     Throttle,
+    _add_counts,
+    _first,
+    _one,
+    _split_words,
     build_wordcount,
     exactly_once_problems,
     run_with_slot_killed,
@@ -106,6 +112,36 @@ def test_wordcount_with_unaligned_checkpoints_survives_sigkill(
         # Every checkpoint but the final one, so also the one the restart restored,
         # kept records in flight.
         assert _with_channel_state(result.checkpoints) == result.checkpoints[:-1]
+    assert exactly_once_problems(es.testing.read_committed(out), expected) == []
+
+
+def test_aligned_timeout_across_two_exchanges_survives_sigkill(tmp_path: Path) -> None:
+    """Word count -> rebalance -> slow map, at parallelism 3 with an aligned timeout: the
+    counts' subtasks forward a barrier in line while its timeout has not passed and
+    overtaking once it has, so the slow map gets both kinds of one checkpoint's barrier
+    on its channels, and its own in-line copies time out too."""
+    text, out = tmp_path / "words.txt", tmp_path / "out"
+    expected = write_corpus(text, lines=6_000, seed=4)
+    env = _env(3, tmp_path / "ckpt", unaligned=True, aligned_timeout=0.2)
+    (
+        env.from_text_file(str(text))
+        .uid("lines")
+        .flat_map(_split_words)
+        .map(_one)
+        .key_by(_first)
+        .reduce(_add_counts)
+        .uid("word-counts")
+        .rebalance()
+        .map(Throttle(4_000))
+        .uid("slow")
+        .sink_to(es.sinks.FileSink(str(out)))
+        .uid("files")
+    )
+
+    result = run_with_slot_killed(env, "ua-two-exchanges", slot=2, after_checkpoints=3)
+
+    assert result.restarts >= 1
+    _assert_backpressured_run(result, "slow")
     assert exactly_once_problems(es.testing.read_committed(out), expected) == []
 
 
