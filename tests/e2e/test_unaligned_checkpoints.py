@@ -25,7 +25,8 @@ depends on that channel state being replayed.
 5. A two-input keyed join (connected streams, state on both sides) behind a slow sink,
    its large side backpressured while the small side trickles in, a slot SIGKILLed.
 6. A union of two streams into a keyed count, a slot SIGKILLed.
-7. The columnar path (Arrow batches into a keyed sum), a slot SIGKILLed.
+7. Event-time tumbling windows behind a slow sink, a slot SIGKILLed.
+8. The columnar path (Arrow batches into a keyed sum), a slot SIGKILLed.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from __future__ import annotations
 import collections
 import time
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -416,6 +418,70 @@ def test_union_into_a_keyed_count_survives_sigkill(tmp_path: Path) -> None:
     _assert_backpressured_run(result, "counts")
     expected = Counter(i % UNION_KEYS for i in (*range(20_000), *range(50_000, 65_000)))
     assert exactly_once_problems(es.testing.read_committed(out), expected) == []
+
+
+# ------------------------------------------------------------------ event-time windows
+
+EVENTS = 40_000
+WINDOW_KEYS = 50
+WINDOW_MS = 10
+
+
+def _event(i: int) -> tuple[int, int]:
+    """(key, event time in ms): 1 ms apart, up to 200 ms out of order."""
+    return (i % WINDOW_KEYS, 1_000 + i - (i * 7919) % 200)
+
+
+def _event_time(event: tuple[int, int], _previous: Any) -> int:
+    return event[1]
+
+
+def _event_key(event: tuple[int, int]) -> int:
+    return event[0]
+
+
+class WindowCount(es.ProcessWindowFunction):
+    """Emits [key, window start, records in the window]."""
+
+    def process(self, key: Any, ctx: Any, elements: Any, out: es.Collector) -> None:
+        out.collect([key, ctx.window.start, sum(1 for _ in elements)])
+
+
+def test_event_time_windows_survive_sigkill(tmp_path: Path) -> None:
+    """Watermarks are not channel state (a restored task starts event time from its
+    inputs again): the records replayed from it still land in their windows, none late,
+    and every window fires once with its exact count."""
+    out = tmp_path / "out"
+    env = _env(2, tmp_path / "ckpt", unaligned=True)
+    (
+        env.from_sequence(0, EVENTS)
+        .uid("numbers")
+        .map(_event)
+        .uid("events")
+        .assign_timestamps_and_watermarks(
+            # Bounded by more than the disorder: no record is late.
+            es.WatermarkStrategy.bounded_out_of_orderness(300).with_timestamp_assigner(_event_time)
+        )
+        .key_by(_event_key)
+        .window(es.TumblingEventTimeWindows.of(timedelta(milliseconds=WINDOW_MS)))
+        .process(WindowCount())
+        .uid("windows")
+        .map(Throttle(3_000))
+        .uid("slow")
+        .sink_to(es.sinks.FileSink(str(out)))
+        .uid("files")
+    )
+
+    result = run_with_slot_killed(env, "ua-windows", slot=1, after_checkpoints=2)
+
+    assert result.restarts >= 1
+    _assert_backpressured_run(result, "windows")
+    per_window: Counter[tuple[int, int]] = Counter()
+    for i in range(EVENTS):
+        key, ts = _event(i)
+        per_window[(key, ts - ts % WINDOW_MS)] += 1
+    got = Counter(tuple(row) for row in es.testing.read_committed(out))
+    assert got == Counter((key, start, n) for (key, start), n in per_window.items())
 
 
 # ------------------------------------------------------------------ columnar
