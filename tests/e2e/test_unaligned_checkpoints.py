@@ -188,14 +188,23 @@ def _retained_with_channel_state(ckpt: Path, job_id: str, checkpoint_id: int) ->
     """The retained ``chk-<id>`` of ``job_id``; asserts its metadata holds channel state
     (files that exist, with the size the stats say)."""
     chk = ckpt / job_id / f"chk-{checkpoint_id}"
+    assert _channel_state_directions(chk), f"{chk}: no subtask has channel state"
+    return chk
+
+
+def _channel_state_directions(chk: Path) -> set[str]:
+    """Which directions (``"input"``: records queued at a task's input, ``"output"``:
+    records an upstream task's barrier overtook in its output queue) the channel state
+    of checkpoint ``chk`` holds; asserts every file is there with its recorded size."""
     _, md = load_metadata(str(chk))
     assert md.stats.unaligned and md.stats.channel_state_bytes > 0, md.stats
     handles = [s.channel for subtasks in md.operators.values() for s in subtasks.values()]
-    handles = [h for h in handles if h is not None]
-    assert handles, f"{chk}: no subtask has channel state"
+    directions = set()
     for handle in handles:
-        assert Path(handle.path).stat().st_size == handle.size
-    return chk
+        if handle is not None:
+            assert Path(handle.path).stat().st_size == handle.size
+            directions.update(entry.direction for entry in handle.entries)
+    return directions
 
 
 @pytest.mark.parametrize("backend", ["heap", "rocksdb"])
@@ -230,6 +239,11 @@ def test_rescale_through_retained_unaligned_checkpoints(tmp_path: Path, backend:
     result = third.execute("ua-rescale-p1", restore_from=str(chk_two))
 
     assert result.restored_from is not None and two.job_id in result.restored_from
+    # Both kinds were replayed: inputs (rerouted by key group) and outputs (re-sent).
+    assert _channel_state_directions(chk_one) | _channel_state_directions(chk_two) == {
+        "input",
+        "output",
+    }
     assert exactly_once_problems(es.testing.read_committed(out), expected) == []
 
 
