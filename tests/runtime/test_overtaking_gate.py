@@ -372,7 +372,18 @@ def test_barriers_and_skipped_places_return_no_credit() -> None:
     gate.promote(1)
     gate.put(0, overtaking(2))
     gate.put(0, timed(3))  # in line, taken as it is
+    gate.put(0, rows(2))
+    gate.put(0, rows(3))
     gate.put(0, END_OF_INPUT)  # events take credit like data
     taken = [item for _, item in take_all(gate)]
-    assert taken == [timed(1).unaligned_now(), overtaking(2), rows(1), timed(3), END_OF_INPUT]
-    assert sender.grants == [4, CREDIT_BATCH]
+    assert taken == [
+        timed(1).unaligned_now(),
+        overtaking(2),
+        rows(1),
+        timed(3),
+        rows(2),
+        rows(3),
+        END_OF_INPUT,
+    ]
+    # Four items took credit (three batches and the event), none of the barriers.
+    assert sender.grants == [4] + [CREDIT_BATCH] * (4 // CREDIT_BATCH)

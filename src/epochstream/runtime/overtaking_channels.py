@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from pyarrow import RecordBatch
@@ -41,8 +42,11 @@ __all__ = ["OUTPUT_QUEUE_LIMIT", "CreditedNetworkChannel", "OvertakingLocalChann
 
 log = logging.getLogger(__name__)
 
-#: Items a network output queue holds before its channel stops being available.
-OUTPUT_QUEUE_LIMIT = 2
+#: Items a network output queue holds before its channel stops being available. Large
+#: enough that a task rarely waits for its sender thread to get the GIL (at 2 it waited
+#: so often that W1 ran at 0.61x; at 8, 0.99x: docs/benchmarks.md), small enough that
+#: little output is in flight for a barrier to overtake.
+OUTPUT_QUEUE_LIMIT = 8
 
 _DATA, _EVENT, _BARRIER = 0, 1, 2
 
@@ -51,8 +55,15 @@ class CreditedNetworkChannel(Channel):
     """A network channel with an output queue, a sender thread and credit flow control
     (see the module docstring)."""
 
-    def __init__(self, conn: FramedConnection, edge: str = "") -> None:
+    def __init__(
+        self,
+        conn: FramedConnection,
+        edge: str = "",
+        on_room: Callable[[], None] | None = None,
+    ) -> None:
         self.conn = conn
+        # Wakes the sending task when its full queue gets room again.
+        self._on_room = on_room
         self.encoder = FrameEncoder(edge)
         self.edge = edge
         self._cond = threading.Condition()
@@ -61,6 +72,8 @@ class CreditedNetworkChannel(Channel):
         # Aligned barriers with an aligned timeout still queued here, by checkpoint id.
         self._in_line: dict[int, CheckpointBarrier] = {}
         self._credit = 0
+        # A frame is being written (by the sender thread or the task): frames keep order.
+        self._sending = False
         self._closed = False
         self._error: BaseException | None = None
         self._sender = threading.Thread(target=self._send_loop, name=f"send {edge}", daemon=True)
@@ -78,8 +91,31 @@ class CreditedNetworkChannel(Channel):
         frame = self.encoder.encode(item)
         with self._cond:
             self._check()
-            self._queue.append((kind, frame, -1))
-            self._cond.notify_all()
+            # Nothing queued or being sent, and credit: the task sends it itself, saving
+            # the hand-over to the sender thread (the receiver has room: it does not block).
+            direct = not self._queue and not self._sending and self._credit > 0
+            if direct:
+                self._credit -= 1
+                self._sending = True
+            else:
+                self._queue.append((kind, frame, -1))
+                self._cond.notify_all()
+        if direct:
+            self._send_now(frame)
+
+    def _send_now(self, frame: bytes) -> None:
+        """Send one frame this thread took off the queue (or never queued)."""
+        try:
+            self.conn.send_bytes(frame)
+        except OSError as exc:
+            self._fail(exc)
+            raise ConnectionError(
+                f"channel {self.edge} to {self.conn.name} broke: {exc!r}"
+            ) from exc
+        finally:
+            with self._cond:
+                self._sending = False
+                self._cond.notify_all()
 
     def send_barrier(self, barrier: CheckpointBarrier) -> list[bytes]:
         frame = self.encoder.encode(barrier)
@@ -145,20 +181,27 @@ class CreditedNetworkChannel(Channel):
         try:
             while True:
                 with cond:
-                    while not self._closed and not (
-                        queue and (queue[0][0] == _BARRIER or self._credit > 0)
+                    while not self._closed and (
+                        self._sending
+                        or not (queue and (queue[0][0] == _BARRIER or self._credit > 0))
                     ):
                         cond.wait()
                     if self._closed:
                         return
+                    self._sending = True
                     kind, frame, checkpoint_id = queue.popleft()
                     if kind == _BARRIER:
                         self._in_line.pop(checkpoint_id, None)
                     else:
                         self._credit -= 1
-                self.conn.send_bytes(frame)
-        except OSError as exc:  # the task sees it on its next send; the peer reports it too
-            self._fail(exc)
+                    # Woken at half, not at the first free place: the task then makes
+                    # several frames per wake-up instead of trading the GIL per frame.
+                    room = len(queue) == OUTPUT_QUEUE_LIMIT // 2
+                if room and self._on_room is not None:
+                    self._on_room()
+                self._send_now(frame)
+        except ConnectionError:  # the task sees it on its next send; the peer reports it too
+            return
 
     def _credit_loop(self) -> None:
         try:
@@ -189,9 +232,13 @@ class OvertakingLocalChannel(Channel):
 
     __slots__ = ("channel", "gate")
 
-    def __init__(self, gate: OvertakingInputGate, channel: int) -> None:
+    def __init__(
+        self, gate: OvertakingInputGate, channel: int, on_room: Callable[[], None] | None = None
+    ) -> None:
         self.gate = gate
         self.channel = channel
+        if on_room is not None:
+            gate.attach_producer(channel, on_room)
 
     def available(self) -> bool:
         return self.gate.room(self.channel)

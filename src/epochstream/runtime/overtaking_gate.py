@@ -49,7 +49,7 @@ from epochstream.runtime.frames import FrameEncoder
 __all__ = ["CREDIT_BATCH", "ChannelCapture", "OvertakingInputGate"]
 
 #: Items a gate takes from a network channel before it returns their credit in one frame.
-CREDIT_BATCH = 2
+CREDIT_BATCH = 4
 
 #: Stands in the queue for an aligned barrier that was promoted to overtake.
 _OVERTAKEN = object()
@@ -109,6 +109,10 @@ class OvertakingInputGate(InputGate):
         self._recording: list[list[ChannelCapture]] = [[] for _ in range(n)]
         self._credit: list[Callable[[int], None] | None] = [None] * n
         self._owed = [0] * n
+        # Per channel, the wake-up of a producing task in the same slot (room again).
+        self._producers: list[Callable[[], None] | None] = [None] * n
+        # Set by wake(): one of this gate's task's outputs has room again.
+        self._room = False
         self._encoder = FrameEncoder("channel state")
 
     # ------------------------------------------------------------------ producers
@@ -119,6 +123,17 @@ class OvertakingInputGate(InputGate):
         with self._cond:
             self._credit[channel] = send_credit
         send_credit(self.capacity)
+
+    def attach_producer(self, channel: int, wake: Callable[[], None]) -> None:
+        """A task in the same slot produces into ``channel``: ``wake()`` is called when
+        the channel's queue, once full, is down to half (that task waits for it)."""
+        self._producers[channel] = wake
+
+    def wake(self) -> None:
+        """An output of this gate's task has room again: a ``take(data=False)`` returns."""
+        with self._cond:
+            self._room = True
+            self._cond.notify_all()
 
     def room(self, channel: int) -> bool:
         """True while ``channel``'s queue has room (a producer in the same slot may put)."""
@@ -185,6 +200,7 @@ class OvertakingInputGate(InputGate):
         cond = self._cond
         deadline = None if timeout is None else time.monotonic() + timeout
         credit: tuple[Callable[[int], None], int] | None = None
+        wake: Callable[[], None] | None = None
         with cond:
             while True:
                 if self._mail:
@@ -194,9 +210,12 @@ class OvertakingInputGate(InputGate):
                 if self._priority:
                     return self._priority.popleft()
                 if data:
-                    got, credit = self._take_item()
+                    got, credit, wake = self._take_item()
                     if got is not None:
                         break
+                elif self._room:
+                    self._room = False
+                    return None  # an output has room: the task looks again
                 if deadline is None:
                     remaining = None
                 else:
@@ -208,11 +227,17 @@ class OvertakingInputGate(InputGate):
                 self.idle.end()
         if credit is not None:
             credit[0](credit[1])  # outside the lock: a socket write
+        if wake is not None:
+            wake()  # outside the lock: it takes the producer's gate lock
         return got
 
     def _take_item(
         self,
-    ) -> tuple[tuple[int, Any] | None, tuple[Callable[[int], None], int] | None]:
+    ) -> tuple[
+        tuple[int, Any] | None,
+        tuple[Callable[[int], None], int] | None,
+        Callable[[], None] | None,
+    ]:
         n = self.num_channels
         blocked = self.blocked
         start = self._next
@@ -226,6 +251,8 @@ class OvertakingInputGate(InputGate):
                     continue  # its barrier already went ahead
                 self._next = ch + 1
                 credit = None
+                # At half (as an output queue wakes its task): not a wake-up per item.
+                wake = self._producers[ch] if len(queue) == self.capacity // 2 else None
                 send = self._credit[ch]
                 if send is not None and type(item) is not CheckpointBarrier:
                     owed = self._owed[ch] + 1
@@ -233,8 +260,8 @@ class OvertakingInputGate(InputGate):
                         credit, owed = (send, owed), 0
                     self._owed[ch] = owed
                 self._cond.notify_all()
-                return (ch, item), credit
-        return None, None
+                return (ch, item), credit, wake
+        return None, None, None
 
     def has_input(self) -> bool:
         """True if an overtaking barrier or a non-blocked channel's item is waiting."""

@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -213,7 +214,9 @@ class _Slot:
                         target = by_chain[edge.target_chain]
                         index = target.channel_index(edge.edge_id, self.index)
                         if isinstance(target.gate, OvertakingInputGate):
-                            channels.append(OvertakingLocalChannel(target.gate, index))
+                            channels.append(
+                                OvertakingLocalChannel(target.gate, index, _waker(task))
+                            )
                         else:
                             channels.append(
                                 LocalChannel(target.gate, index, task.metrics.backpressure)
@@ -222,7 +225,7 @@ class _Slot:
                         hello = ChannelHello(edge.edge_id, self.index, j)
                         conn = open_channel(addresses[j], self.launch.secret, hello)
                         if task.env.unaligned:
-                            channels.append(CreditedNetworkChannel(conn, edge_name))
+                            channels.append(CreditedNetworkChannel(conn, edge_name, _waker(task)))
                         else:
                             channels.append(
                                 NetworkChannel(conn, edge_name, task.metrics.backpressure)
@@ -351,3 +354,10 @@ def run_slot(launch: SlotLaunch, *, index: int, host: str) -> None:
         raise TaskFailure(f"slot {index}: lost the job master: {exc!r}") from exc
     finally:
         slot.shutdown()
+
+
+def _waker(task: Task) -> Callable[[], None] | None:
+    """What an output of ``task`` calls when it has room again (unaligned checkpoints:
+    the task waits for that instead of blocking in a send)."""
+    gate = task.gate
+    return gate.wake if isinstance(gate, OvertakingInputGate) else None

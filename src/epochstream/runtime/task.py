@@ -97,9 +97,10 @@ class _Stop(Exception):
     """Leaves the mailbox loop (finish or cancel)."""
 
 
-#: Seconds a task whose outputs are full waits for mail or an overtaking barrier before
-#: it looks at its outputs again (unaligned checkpoints: it never blocks in a send).
-OUTPUT_POLL = 0.005
+#: Seconds a task whose outputs are full waits for mail, an overtaking barrier or a
+#: wake-up from an output with room before it looks at its outputs again anyway (a
+#: safety net: the outputs wake it; unaligned checkpoints: it never blocks in a send).
+OUTPUT_POLL = 0.02
 #: Seconds between looks at an aligned barrier still queued in an output (aligned
 #: timeout): its snapshot is handed on once it left.
 HELD_POLL = 0.01
@@ -477,12 +478,14 @@ class Task:
                 wait = self._release_held()
                 if wait is not None:
                     idle_wait = wait if idle_wait is None else min(idle_wait, wait)
-            if pressured:
+            if pressured and isinstance(gate, OvertakingInputGate):
+                # Woken by an output with room (or mail), not only by the timeout.
                 pressure.begin()
-            got = gate.take(idle_wait)
-            if pressured:
+                got = gate.take(idle_wait, data=False)
                 pressure.end()
                 pressured = False
+            else:
+                got = gate.take(idle_wait)
             # Not while the input has just run out: the final watermark follows at once,
             # and a tick before it would declare the subtask idle (no splits left); an
             # idle input lets a downstream stage pass ahead of results still on their way.
@@ -548,11 +551,23 @@ class Task:
         if self._outputs_available():
             return gate.take(timeout)
         pressure = self.metrics.backpressure
+        until = time.monotonic() + timeout
         pressure.begin()
         try:
-            return gate.take(min(timeout, OUTPUT_POLL), data=False)
+            # Mail and overtaking barriers only, until an output wakes the task with room
+            # (or the timeout passes: then the caller flushes and ticks as usual).
+            while True:
+                remaining = until - time.monotonic()
+                if remaining <= 0:
+                    return None
+                got = gate.take(min(remaining, OUTPUT_POLL), data=False)
+                if got is not None:
+                    return got
+                if self._outputs_available():
+                    break
         finally:
             pressure.end()
+        return gate.take(max(until - time.monotonic(), 0.0))
 
     def _tick(self) -> float:
         """Let operators act on processing time; how long the task may wait for input."""
