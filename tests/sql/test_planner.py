@@ -3,6 +3,8 @@ position), and uids that follow the query."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import epochstream as es
@@ -191,9 +193,10 @@ def test_a_changed_column_type_changes_the_uids_of_what_reads_it() -> None:
     assert not set(uids("BIGINT")) & set(uids("DOUBLE"))  # summed as int64 vs float64
 
 
-def test_explain_checks_source_options(env: es.Environment) -> None:
+def test_explain_checks_source_options(env: es.Environment, tmp_path: Path) -> None:
+    # An existing path: the path is checked before the options.
     env.execute_sql(
-        "CREATE TABLE src (a BIGINT) WITH ('connector' = 'filesystem', 'path' = '/tmp/x',\n"
+        f"CREATE TABLE src (a BIGINT) WITH ('connector' = 'filesystem', 'path' = '{tmp_path}',\n"
         "  'format' = 'parquet', 'scan.typo' = '1')"
     )
     with pytest.raises(es.SqlError, match=r"^line 2, column .*'scan.typo': is not an option"):
