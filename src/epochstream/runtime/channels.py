@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from epochstream.runtime.metrics import WaitClock
@@ -28,6 +29,11 @@ __all__ = ["MAIL", "Cancelled", "InputGate"]
 
 #: Channel index reported by ``take`` for mailbox items.
 MAIL = -1
+
+
+#: What :meth:`InputGate._poll` found: the item ``take`` returns (``None``: return
+#: ``None`` now) and what to run once the gate's lock is released.
+Polled = tuple[tuple[int, Any] | None, Callable[[], None] | None]
 
 
 class Cancelled(Exception):
@@ -89,8 +95,11 @@ class InputGate:
             self._mail.append(mail)
             self._cond.notify_all()
 
-    def take(self, timeout: float | None) -> tuple[int, Any] | None:
-        """The next mail (channel ``MAIL``) or input item; ``None`` if ``timeout`` passed."""
+    def take(self, timeout: float | None, *, data: bool = True) -> tuple[int, Any] | None:
+        """The next mail (channel ``MAIL``) or input item; ``None`` if ``timeout`` passed.
+
+        ``data=False``: mail only (and what a subclass's :meth:`_poll` never holds back).
+        """
         cond = self._cond
         deadline = None if timeout is None else time.monotonic() + timeout
         with cond:
@@ -99,17 +108,9 @@ class InputGate:
                     return MAIL, self._mail.popleft()
                 if self._cancelled:
                     raise Cancelled()
-                n = self.num_channels
-                blocked = self.blocked
-                start = self._next
-                for i in range(n):
-                    ch = (start + i) % n
-                    queue = self._queues[ch]
-                    if queue and not blocked[ch]:
-                        self._next = ch + 1
-                        item = queue.popleft()
-                        cond.notify_all()
-                        return ch, item
+                found = self._poll(data)
+                if found is not None:
+                    break
                 if deadline is None:
                     remaining = None
                 else:
@@ -119,6 +120,27 @@ class InputGate:
                 self.idle.begin()
                 cond.wait(remaining)
                 self.idle.end()
+        got, after = found
+        if after is not None:
+            after()  # outside the lock (a socket write, another gate's lock)
+        return got
+
+    def _poll(self, data: bool) -> Polled | None:
+        """Under the lock: the next input item, if any (``None``: wait for one)."""
+        if not data:
+            return None
+        n = self.num_channels
+        blocked = self.blocked
+        start = self._next
+        for i in range(n):
+            ch = (start + i) % n
+            queue = self._queues[ch]
+            if queue and not blocked[ch]:
+                self._next = ch + 1
+                item = queue.popleft()
+                self._cond.notify_all()
+                return (ch, item), None
+        return None
 
     def has_input(self) -> bool:
         """True if a non-blocked channel has an item (used to decide when to flush)."""

@@ -33,8 +33,8 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import itertools
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -43,7 +43,7 @@ from pyarrow import RecordBatch
 
 from epochstream.core.events import CheckpointBarrier, EndOfInput
 from epochstream.runtime.batches import RowBatch
-from epochstream.runtime.channels import MAIL, Cancelled, InputGate
+from epochstream.runtime.channels import Cancelled, InputGate, Polled
 from epochstream.runtime.frames import FrameEncoder
 
 __all__ = ["CREDIT_BATCH", "ChannelCapture", "OvertakingInputGate"]
@@ -193,51 +193,17 @@ class OvertakingInputGate(InputGate):
 
     # ------------------------------------------------------------------ the task
 
-    def take(self, timeout: float | None, *, data: bool = True) -> tuple[int, Any] | None:
-        """The next mail, overtaking barrier, or (when ``data``) input item; ``None`` if
-        ``timeout`` passed. ``data=False`` while the task's outputs are full: it then
-        reads only what never waits (mail and overtaking barriers)."""
-        cond = self._cond
-        deadline = None if timeout is None else time.monotonic() + timeout
-        credit: tuple[Callable[[int], None], int] | None = None
-        wake: Callable[[], None] | None = None
-        with cond:
-            while True:
-                if self._mail:
-                    return MAIL, self._mail.popleft()
-                if self._cancelled:
-                    raise Cancelled()
-                if self._priority:
-                    return self._priority.popleft()
-                if data:
-                    got, credit, wake = self._take_item()
-                    if got is not None:
-                        break
-                elif self._room:
-                    self._room = False
-                    return None  # an output has room: the task looks again
-                if deadline is None:
-                    remaining = None
-                else:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return None
-                self.idle.begin()
-                cond.wait(remaining)
-                self.idle.end()
-        if credit is not None:
-            credit[0](credit[1])  # outside the lock: a socket write
-        if wake is not None:
-            wake()  # outside the lock: it takes the producer's gate lock
-        return got
-
-    def _take_item(
-        self,
-    ) -> tuple[
-        tuple[int, Any] | None,
-        tuple[Callable[[int], None], int] | None,
-        Callable[[], None] | None,
-    ]:
+    def _poll(self, data: bool) -> Polled | None:
+        """Overtaking barriers first; then (when ``data``) an input item, whose credit
+        and producer wake-up run after the lock; with ``data=False`` (the task's outputs
+        are full) ``None`` at once when an output woke the task with room."""
+        if self._priority:
+            return self._priority.popleft(), None
+        if not data:
+            if self._room:
+                self._room = False
+                return None, None  # an output has room: the task looks again
+            return None
         n = self.num_channels
         blocked = self.blocked
         start = self._next
@@ -250,18 +216,31 @@ class OvertakingInputGate(InputGate):
                 if item is _OVERTAKEN:
                     continue  # its barrier already went ahead
                 self._next = ch + 1
-                credit = None
-                # At half (as an output queue wakes its task): not a wake-up per item.
-                wake = self._producers[ch] if len(queue) == self.capacity // 2 else None
-                send = self._credit[ch]
-                if send is not None and type(item) is not CheckpointBarrier:
-                    owed = self._owed[ch] + 1
-                    if owed >= CREDIT_BATCH:
-                        credit, owed = (send, owed), 0
-                    self._owed[ch] = owed
                 self._cond.notify_all()
-                return (ch, item), credit, wake
-        return None, None, None
+                return (ch, item), self._after_take(ch, queue, item)
+        return None
+
+    def _after_take(self, ch: int, queue: Any, item: Any) -> Callable[[], None] | None:
+        """What taking ``item`` from channel ``ch`` owes: credit back to its network
+        sender (every CREDIT_BATCH items), a wake-up to its producer in the same slot
+        (when its queue is down to half)."""
+        credit: Callable[[], None] | None = None
+        send = self._credit[ch]
+        if send is not None and type(item) is not CheckpointBarrier:
+            owed = self._owed[ch] + 1
+            if owed >= CREDIT_BATCH:
+                credit, owed = functools.partial(send, owed), 0
+            self._owed[ch] = owed
+        wake = self._producers[ch] if len(queue) == self.capacity // 2 else None
+        if credit is None or wake is None:
+            return credit or wake
+        give, wake_up = credit, wake
+
+        def both() -> None:
+            give()
+            wake_up()
+
+        return both
 
     def has_input(self) -> bool:
         """True if an overtaking barrier or a non-blocked channel's item is waiting."""
