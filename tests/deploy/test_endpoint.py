@@ -191,6 +191,7 @@ def test_config_names_the_settings_and_hides_credentials(job: _Job) -> None:
     assert config["metrics_interval_s"] == 0.2
     assert config["checkpointing"]["interval_s"] == 0.3
     assert config["checkpointing"]["storage_options"] is None
+    assert config["checkpointing"]["unaligned"] is False
     assert config["endpoint_savepoints_anywhere"] is False
     assert "fixed_delay" in config["restart_strategy"]
 

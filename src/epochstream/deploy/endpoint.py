@@ -458,6 +458,8 @@ class _Views:
                 "tolerable_failures": config.tolerable_failures,
                 "retained": config.retained,
                 "savepoint_dir": config.savepoint_dir,
+                "unaligned": config.unaligned,
+                "aligned_timeout_s": config.aligned_timeout,
                 # Object-store credentials stay out of the API.
                 "storage_options": "<set>" if config.storage_options else None,
             }
