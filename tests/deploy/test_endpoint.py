@@ -172,7 +172,14 @@ def test_checkpoint_history_with_per_task_details(job: _Job) -> None:
     assert {"checkpoint_id", "trigger_time", "duration", "state_size", "tasks"} <= set(last)
     assert len(last["tasks"]) == 4  # 2 vertices x parallelism 2
     task = next(iter(last["tasks"].values()))
-    assert set(task) == {"alignment_s", "sync_s", "async_s", "state_size"}
+    assert set(task) == {
+        "alignment_s",
+        "sync_s",
+        "async_s",
+        "state_size",
+        "unaligned",
+        "channel_state_bytes",
+    }
     assert isinstance(reply["failed"], list) and isinstance(reply["in_progress"], list)
 
 
