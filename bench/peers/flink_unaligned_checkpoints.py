@@ -18,12 +18,14 @@ that finished ``/jobs/<id>/checkpoints/details/<cid>`` (end-to-end duration, per
 in-flight data, checkpoint type) and ``.../details/<cid>/subtasks/<vertex>`` (alignment
 duration per subtask; the max over all subtasks is reported).
 
-Handicap: the map/key/reduce/slow-map functions are Python, so Flink runs them in a
-separate Python worker process (Beam fn-execution harness, ``python.execution-mode``
-``process``) fed over gRPC in bundles (``python.fn-execution.bundle.size``/``.time``);
-a Python operator must finish its open bundle before it can forward a barrier, so the
-records already handed to the worker are processed (at the sink rate) inside every
-checkpoint, aligned or not. ``--bundle-size`` changes that buffer.
+Handicap: the map/key/reduce/slow-map functions are Python, so Flink runs them outside
+the JVM in Beam's fn-execution harness, fed over gRPC in bundles. On a local mini cluster
+PyFlink's default is *loopback*: the harness of every Python operator and subtask runs as
+threads of the client process (one GIL for the whole job); ``--worker process`` starts a
+separate Python worker process per operator chain and subtask instead. Bundles are
+bounded by ``python.fn-execution.bundle.size``/``.time``; a Python operator must finish
+its open bundle before it can forward a barrier, so the records already handed to the
+harness are processed (at the sink rate) inside every checkpoint, aligned or not. ``--bundle-size`` changes that buffer.
 
 Runs in the PyFlink venv (``/tmp/bench-venvs/pyflink``, see ``install.py``)::
 
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import socket
 import statistics
@@ -114,18 +117,22 @@ class Poller:
             if status == "IN_PROGRESS" or cid in self.done:
                 continue
             detail = _get(f"{self.base}/details/{cid}")
-            alignment = 0.0
+            alignment = delay = sync = 0.0
             for vertex in detail.get("tasks", {}):
                 sub = _get(f"{self.base}/details/{cid}/subtasks/{vertex}")
                 for s in sub.get("subtasks", []):
                     a = (s.get("alignment") or {}).get("duration") or 0
                     alignment = max(alignment, a / 1000.0)
+                    delay = max(delay, (s.get("start_delay") or 0) / 1000.0)
+                    sync = max(sync, ((s.get("checkpoint") or {}).get("sync") or 0) / 1000.0)
             ctype = str(detail.get("checkpoint_type", ""))
             self.done[cid] = {
                 "id": cid,
                 "status": status,
                 "duration": (detail.get("end_to_end_duration") or 0) / 1000.0,
                 "alignment": alignment,
+                "start_delay": delay,
+                "sync": sync,
                 "persisted": detail.get("persisted_data") or 0,
                 "processed": detail.get("processed_data") or 0,
                 "type": ctype,
@@ -146,6 +153,10 @@ def _run(mode: str, args: argparse.Namespace) -> tuple[float, Poller, int]:
     conf.set_string("python.execution-mode", "process")
     conf.set_string("python.executable", sys.executable)
     conf.set_string("python.client.executable", sys.executable)
+    if args.state_cache:
+        # Keyed state the Python reduce reads/writes is cached in the worker; past this
+        # many keys every record is a state round trip to the JVM over gRPC.
+        conf.set_string("python.state.cache-size", str(args.state_cache))
     if args.bundle_size:
         conf.set_string("python.fn-execution.bundle.size", str(args.bundle_size))
     conf.set_string("restart-strategy.type", "none")
@@ -215,15 +226,30 @@ def main() -> None:
     parser.add_argument("--aligned-timeout", type=float, default=0.5)
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--bundle-size", type=int, default=0, help="0: Flink's default")
+    parser.add_argument(
+        "--state-cache", type=int, default=0, help="python.state.cache-size (0: default 1000)"
+    )
     parser.add_argument("--debloat", action="store_true", help="buffer debloating on")
+    parser.add_argument(
+        "--worker",
+        choices=["loopback", "process"],
+        default="loopback",
+        help="where the Python functions run: loopback (PyFlink's default on a local mini "
+        "cluster: worker threads in this client process, one GIL) or process (one Python "
+        "worker process per operator chain and subtask)",
+    )
     parser.add_argument("--verbose", action="store_true", help="print every checkpoint")
     args = parser.parse_args()
+    if args.worker == "process":
+        # Read by StreamExecutionEnvironment._open: skip the loopback worker pool.
+        os.environ["_python_worker_execution_mode"] = "process"
 
     print(
         f"PyFlink keyed running sum, {args.events:,} events, sink {args.sink_rate:,.0f} "
         f"records/s per subtask, p=2, interval {args.interval} s, timeout {args.timeout} s, "
         f"aligned timeout {args.aligned_timeout} s, debloat {'on' if args.debloat else 'off'}, "
-        f"bundle size {args.bundle_size or 'default'}"
+        f"bundle size {args.bundle_size or 'default'}, "
+        f"state cache {args.state_cache or 'default'}, Python workers: {args.worker}"
     )
     print(
         "mode       | wall s | done | failed | duration s med/max | alignment s med/max "
@@ -247,7 +273,8 @@ def main() -> None:
             for c in sorted(poller.done.values(), key=lambda c: c["id"]):
                 print(
                     f"    #{c['id']:3} {c['status']:9} {c['type']:20} dur {c['duration']:6.2f} s "
-                    f"align {c['alignment']:6.2f} s persisted {c['persisted'] / 1024:8.0f} KB "
+                    f"align {c['alignment']:6.2f} s start delay {c['start_delay']:6.2f} s "
+                    f"sync {c['sync']:6.2f} s persisted {c['persisted'] / 1024:8.0f} KB "
                     f"processed {c['processed'] / 1024:8.0f} KB",
                     flush=True,
                 )
