@@ -162,9 +162,7 @@ def _run(mode: str, args: argparse.Namespace) -> tuple[float, Poller, int]:
     conf.set_string("restart-strategy.type", "none")
     conf.set_string("execution.checkpointing.dir", f"file://{ckdir}")
     conf.set_string("state.backend.type", "hashmap")
-    conf.set_string(
-        "taskmanager.network.memory.buffer-debloat.enabled", str(args.debloat).lower()
-    )
+    conf.set_string("taskmanager.network.memory.buffer-debloat.enabled", str(args.debloat).lower())
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_parallelism(2)
     env.enable_checkpointing(int(args.interval * 1000))
@@ -257,8 +255,11 @@ def main() -> None:
     )
     for mode in args.modes.split(","):
         wall, poller, _ = _run(mode, args)
-        done = [c for c in sorted(poller.done.values(), key=lambda c: c["id"])
-                if c["status"] == "COMPLETED"]
+        done = [
+            c
+            for c in sorted(poller.done.values(), key=lambda c: c["id"])
+            if c["status"] == "COMPLETED"
+        ]
         completed = poller.counts.get("completed", len(done))
         failed = poller.counts.get("failed", 0)
         print(
