@@ -329,12 +329,7 @@ class RecordWriter:
         """Flush, then send ``barrier`` on every channel; per channel (index), the data
         frames an overtaking barrier overtook (only channels that had some)."""
         self.flush()
-        overtaken = {}
-        for index, channel in enumerate(self.channels):
-            frames = channel.send_barrier(barrier)
-            if frames:
-                overtaken[index] = frames
-        return overtaken
+        return self._frames_per_channel(lambda channel: channel.send_barrier(barrier))
 
     def available(self) -> bool:
         """True while every channel takes more output without waiting."""
@@ -347,12 +342,18 @@ class RecordWriter:
     def promote_barrier(self, checkpoint_id: int) -> dict[int, list[bytes]]:
         """The barrier of ``checkpoint_id`` overtakes where it is still queued; per
         channel (index), the data frames it passed."""
-        overtaken = {}
+        return self._frames_per_channel(lambda channel: channel.promote_barrier(checkpoint_id))
+
+    def _frames_per_channel(
+        self, frames_of: Callable[[Channel], list[bytes]]
+    ) -> dict[int, list[bytes]]:
+        """``frames_of`` on every channel; the non-empty results by channel index."""
+        found = {}
         for index, channel in enumerate(self.channels):
-            frames = channel.promote_barrier(checkpoint_id)
+            frames = frames_of(channel)
             if frames:
-                overtaken[index] = frames
-        return overtaken
+                found[index] = frames
+        return found
 
     def close(self) -> None:
         for channel in self.channels:

@@ -45,6 +45,7 @@ from epochstream.core.events import CheckpointBarrier, EndOfInput
 from epochstream.runtime.batches import RowBatch
 from epochstream.runtime.channels import Cancelled, InputGate, Polled
 from epochstream.runtime.frames import FrameEncoder
+from epochstream.runtime.metrics import WaitClock
 
 __all__ = ["CREDIT_BATCH", "ChannelCapture", "OvertakingInputGate"]
 
@@ -143,11 +144,12 @@ class OvertakingInputGate(InputGate):
         self,
         channel: int,
         item: Any,
-        pressure: Any = None,
+        pressure: WaitClock | None = None,
         frame: bytes | None = None,
     ) -> None:
-        """Append ``item`` to ``channel`` (never blocks; see the module docstring), or
-        route a barrier: overtaking ones to the priority queue, others in line."""
+        """Append ``item`` to ``channel`` (never blocks, so ``pressure`` never runs; see
+        the module docstring), or route a barrier: overtaking ones to the priority queue,
+        others in line."""
         if frame is None and self._recording[channel] and _is_data(item):
             frame = self._encoder.encode(item)  # outside the lock; rechecked below
         cond = self._cond

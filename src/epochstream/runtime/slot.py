@@ -23,7 +23,6 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -205,6 +204,8 @@ class _Slot:
         g = self.graph
         by_chain = {t.chain.chain_id: t for t in self.tasks}
         for task in self.tasks:
+            # Unaligned checkpoints: outputs that queue and wake their task with room.
+            wake = task.gate.wake if isinstance(task.gate, OvertakingInputGate) else None
             for edge in g.outgoing(task.chain.chain_id):
                 target_name = g.chain(edge.target_chain).name
                 edge_name = f"{edge.source_uid} -> {target_name} ({edge.partitioning.kind})"
@@ -214,9 +215,7 @@ class _Slot:
                         target = by_chain[edge.target_chain]
                         index = target.channel_index(edge.edge_id, self.index)
                         if isinstance(target.gate, OvertakingInputGate):
-                            channels.append(
-                                OvertakingLocalChannel(target.gate, index, _waker(task))
-                            )
+                            channels.append(OvertakingLocalChannel(target.gate, index, wake))
                         else:
                             channels.append(
                                 LocalChannel(target.gate, index, task.metrics.backpressure)
@@ -224,8 +223,8 @@ class _Slot:
                     else:
                         hello = ChannelHello(edge.edge_id, self.index, j)
                         conn = open_channel(addresses[j], self.launch.secret, hello)
-                        if task.env.unaligned:
-                            channels.append(CreditedNetworkChannel(conn, edge_name, _waker(task)))
+                        if wake is not None:
+                            channels.append(CreditedNetworkChannel(conn, edge_name, wake))
                         else:
                             channels.append(
                                 NetworkChannel(conn, edge_name, task.metrics.backpressure)
@@ -354,10 +353,3 @@ def run_slot(launch: SlotLaunch, *, index: int, host: str) -> None:
         raise TaskFailure(f"slot {index}: lost the job master: {exc!r}") from exc
     finally:
         slot.shutdown()
-
-
-def _waker(task: Task) -> Callable[[], None] | None:
-    """What an output of ``task`` calls when it has room again (unaligned checkpoints:
-    the task waits for that instead of blocking in a send)."""
-    gate = task.gate
-    return gate.wake if isinstance(gate, OvertakingInputGate) else None

@@ -178,6 +178,7 @@ class Task:
         self._clock_ms = lambda: wall_ms(env.clock)
         self._timed: list[Operator] = []
         self._keys_usable: list[bool] = []
+        self._two_inputs = False
         self.writers: dict[int, RecordWriter] = {}
         self.operators: list[Operator] = []
         self._barriers_seen: dict[int, CheckpointBarrier] = {}
@@ -275,6 +276,7 @@ class Task:
             and edge.partitioning.key_selector is self.chain.head.key_selector
             for edge in self.chain.inputs
         ]
+        self._two_inputs = isinstance(self.operators[0], TwoInputOperator)
         if self.deployment.channel_state:
             self._replay_channel_state()
 
@@ -287,7 +289,7 @@ class Task:
             ChannelReplay(
                 self.env.fs,
                 {self._edge_keys[edge_id]: w for edge_id, w in self.writers.items()},
-                self._replay_input,
+                self._process_input,
                 key_groups=key_group_range_for_operator(
                     g.max_parallelism, g.parallelism, self.subtask
                 ),
@@ -308,11 +310,12 @@ class Task:
             ) from err
         self._flush()
 
-    def _replay_input(self, position: int, item: Any) -> None:
-        """Process one batch of restored input channel state, as if just taken from
-        input ``position``."""
+    def _process_input(self, position: int, item: Any) -> None:
+        """Process one batch (rows or columns) taken from input ``position`` (an edge of
+        the chain), or replayed from restored channel state. Two-input operators learn
+        which input it came from; a keyed head takes the keys a hash edge shipped."""
         head = self.operators[0]
-        two_inputs = isinstance(head, TwoInputOperator)
+        two_inputs = self._two_inputs
         if type(item) is RecordBatch:
             self.metrics.head.records_in += item.num_rows
             if two_inputs:
@@ -402,12 +405,10 @@ class Task:
         gate = self.gate
         head = self.operators[0]
         valve = self.valve
-        # Two-input operators learn which input a batch came from (its edge position).
-        two_inputs = isinstance(head, TwoInputOperator)
         p = self.graph.parallelism
         timeout = self.graph.buffer_timeout
         counters = self.metrics.head
-        keys_usable = self._keys_usable
+        process = self._process_input
         take = self._take_overtaking if isinstance(gate, OvertakingInputGate) else gate.take
         while True:
             got = take(timeout)
@@ -418,22 +419,8 @@ class Task:
                 continue
             ch, item = got
             kind = type(item)
-            if kind is RowBatch:
-                records = item.records
-                counters.records_in += len(records)
-                if two_inputs:
-                    head.process_input(ch // p, records, item.timestamps)  # type: ignore[attr-defined]
-                elif item.keys is not None and keys_usable[ch // p]:
-                    head.process_keyed(records, item.keys, item.timestamps)
-                else:
-                    head.process_batch(records, item.timestamps)
-                self._maybe_flush()
-            elif kind is RecordBatch:
-                counters.records_in += item.num_rows
-                if two_inputs:
-                    head.process_input(ch // p, item, None)  # type: ignore[attr-defined]
-                else:
-                    head.process_batch(item, None)
+            if kind is RowBatch or kind is RecordBatch:
+                process(ch // p, item)
                 self._maybe_flush()
             elif ch == MAIL:
                 self._on_mail(item)
